@@ -1,0 +1,1 @@
+"""The docket audit pipeline: per-tier counts (Spark jobs), the audit record, the reconciler."""

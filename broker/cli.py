@@ -1,0 +1,142 @@
+"""``docket-broker``: run a real local Apache Kafka and manage docket's topics on it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib.metadata import version
+
+from confluent_kafka import KafkaException
+
+from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, ensure_topics, list_topics
+from .cluster import LocalCluster, default_data_dir
+from .errors import BrokerError
+from .libs import KAFKA_VERSION, ensure_kafka_libs
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="docket-broker",
+        description=f"A local Apache Kafka {KAFKA_VERSION} (KRaft) on 127.0.0.1 for development, "
+        "the demo and the tests, and docket's topic administration.",
+    )
+    p.add_argument("--version", action="version",
+                   version=f"%(prog)s {version('docket')} (Apache Kafka {KAFKA_VERSION})")
+    p.add_argument("--data-dir", default=None,
+                   help=f"cluster state, data and logs (default: $DOCKET_BROKER_DIR or "
+                   f"{default_data_dir()})")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser("up", help="start the cluster and wait until it answers metadata")
+    up.add_argument("--brokers", type=int, choices=(1, 3), default=1)
+    up.add_argument("--base-port", type=int, default=None,
+                    help="first client port (default 9092, or the ports of the existing data "
+                    "dir); 0 picks free ports")
+    up.add_argument("--fresh", action="store_true", help="wipe the data dir before starting")
+    up.add_argument("--timeout-s", type=float, default=120.0, help="how long to wait for readiness")
+
+    down = sub.add_parser("down", help="stop the brokers this data dir started (safe to repeat)")
+    down.add_argument("--timeout-s", type=float, default=30.0,
+                      help="grace period before SIGKILL")
+
+    st = sub.add_parser("status", help="each broker's pid, port and state")
+    st.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sub.add_parser("fetch", help="download the Kafka jars from Maven Central (make setup runs it)")
+
+    topic = sub.add_parser("topic", help="create or list topics")
+    tsub = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    ens = tsub.add_parser("ensure", help="create a topic unless it exists with these settings")
+    ens.add_argument("name")
+    ens.add_argument("--partitions", type=int, default=3)
+    ens.add_argument("--replication-factor", type=int, default=-1,
+                     help="default: the cluster's default.replication.factor")
+    ens.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                     help="topic config, repeatable")
+    ens.add_argument("--audit", action="store_true",
+                     help="apply the audit topic's retention settings")
+    ens.add_argument("--bootstrap-servers", help="default: the local cluster of --data-dir")
+    ls = tsub.add_parser("list", help="topics with partitions and replication factor")
+    ls.add_argument("--bootstrap-servers", help="default: the local cluster of --data-dir")
+    return p
+
+
+def _bootstrap(args, cluster: LocalCluster) -> str:
+    if args.bootstrap_servers:
+        return args.bootstrap_servers
+    layout = cluster.layout()
+    if layout is None or not cluster.running_nodes():
+        raise BrokerError(f"no local cluster is running from {cluster.data_dir}",
+                          hint="start one with `docket-broker up`, or pass --bootstrap-servers")
+    return layout.bootstrap_servers
+
+
+def _config_pairs(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise BrokerError(f"--config {pair!r} is not KEY=VALUE",
+                              hint="for example --config retention.ms=86400000")
+        out[key] = value
+    return out
+
+
+def run(args) -> int:
+    cluster = LocalCluster(args.data_dir)
+    if args.command == "up":
+        layout = cluster.up(brokers=args.brokers, base_port=args.base_port, fresh=args.fresh,
+                            timeout_s=args.timeout_s)
+        print(f"{len(layout.nodes)} broker(s) of Apache Kafka {layout.kafka_version} up; "
+              f"data and logs in {cluster.data_dir}")
+        print(f"bootstrap_servers={layout.bootstrap_servers}")
+    elif args.command == "down":
+        pids = cluster.down(timeout_s=args.timeout_s)
+        print(f"stopped {len(pids)} broker(s)" if pids
+              else f"no broker running from {cluster.data_dir}")
+    elif args.command == "status":
+        rows = cluster.status()
+        if args.json:
+            print(json.dumps({"data_dir": str(cluster.data_dir), "brokers": rows}, indent=2))
+        elif not rows:
+            print(f"no cluster in {cluster.data_dir}")
+        else:
+            print(f"{'node':>4}  {'pid':>8}  {'port':>5}  {'ctrl':>5}  state")
+            for r in rows:
+                print(f"{r['node_id']:>4}  {r['pid'] or '-':>8}  {r['port']:>5}  "
+                      f"{r['controller_port']:>5}  {r['state']}")
+        return 0 if rows and all(r["state"] == "running" for r in rows) else 3
+    elif args.command == "fetch":
+        print(f"Apache Kafka {KAFKA_VERSION} jars in {ensure_kafka_libs()}")
+    elif args.command == "topic":
+        bootstrap = _bootstrap(args, cluster)
+        if args.topic_command == "ensure":
+            config = {**(AUDIT_TOPIC_CONFIG if args.audit else {}), **_config_pairs(args.config)}
+            spec = TopicSpec(args.name, args.partitions, args.replication_factor, config)
+            created = ensure_topics(bootstrap, [spec])
+            print(f"{'created' if created else 'exists'}: {args.name}")
+        else:
+            for name, (partitions, replicas) in list_topics(bootstrap).items():
+                print(f"{name}\tpartitions={partitions}\treplication_factor={replicas}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except BrokerError as exc:
+        print(f"docket-broker: error: {exc}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return 1
+    except KafkaException as exc:
+        print(f"docket-broker: error: Kafka request failed: {exc.args[0].str()}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,469 @@
+"""A real local Apache Kafka: 1 or 3 combined broker+controller nodes in KRaft mode on 127.0.0.1.
+
+Layout of a data directory::
+
+    DATA_DIR/
+      cluster.json          brokers, ports, cluster id, Kafka version (written by `up`)
+      node-1/
+        server.properties   generated from the layout below
+        log4j2.properties   broker logs go to node-1/logs/server.log
+        data/               Kafka's log.dirs, formatted once with kafka.tools.StorageTool
+        stdout.log          the JVM's own output (start-up failures land here)
+        pid                 pid of the java process, written right after it starts
+
+Ports: with base port B and N nodes, node i (1-based) takes B+i-1 for clients and B+N+i-1 for
+its controller listener. Base port 0 asks the OS for free ports (what the tests use).
+
+Only processes whose pid file this module wrote, and whose command line names this data
+directory, are ever signalled: ``down`` never touches a Kafka that someone else started.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import BrokerError, ClusterAlreadyRunning, ClusterStartFailed, PortBusy
+from .libs import KAFKA_VERSION, ensure_kafka_libs
+
+DEFAULT_BASE_PORT = 9092
+HEAP = "512m"
+
+
+def default_data_dir() -> Path:
+    override = os.environ.get("DOCKET_BROKER_DIR")
+    if override:
+        return Path(override)
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return state / "docket" / "broker"
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: int
+    port: int
+    controller_port: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    cluster_id: str
+    kafka_version: str
+    nodes: tuple[Node, ...]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"cluster_id": self.cluster_id, "kafka_version": self.kafka_version,
+             "nodes": [asdict(n) for n in self.nodes]},
+            indent=2,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Layout:
+        raw = json.loads(text)
+        return cls(raw["cluster_id"], raw["kafka_version"], tuple(Node(**n) for n in raw["nodes"]))
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports the OS hands out now; the sockets stay open until all are chosen, so no repeats."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _port_is_free(port: int) -> bool:
+    """True unless something listens there (SO_REUSEADDR, as Kafka's own listeners: TIME_WAIT
+    connections left by a cluster that just stopped do not make a port busy)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _port_answers(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _process_state(pid: int) -> str:
+    """'running', 'paused' (SIGSTOP) or 'stopped' (gone or a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return "stopped"
+    state = stat.rsplit(")", 1)[1].split()[0]
+    if state in ("Z", "X"):
+        return "stopped"
+    return "paused" if state in ("T", "t") else "running"
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status of a broker that is our own child, so it leaves no zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+class LocalCluster:
+    """Start, inspect, fault and stop the local cluster kept in ``data_dir``."""
+
+    def __init__(self, data_dir: Path | str | None = None):
+        self.data_dir = Path(data_dir) if data_dir else default_data_dir()
+        self.log = logging.getLogger("docket.broker")
+        self._children: dict[int, subprocess.Popen] = {}   # brokers this object started
+
+    # -- layout -------------------------------------------------------------------------------
+    @property
+    def layout_file(self) -> Path:
+        return self.data_dir / "cluster.json"
+
+    def layout(self) -> Layout | None:
+        if not self.layout_file.is_file():
+            return None
+        return Layout.from_json(self.layout_file.read_text())
+
+    def node_dir(self, node_id: int) -> Path:
+        return self.data_dir / f"node-{node_id}"
+
+    def _plan(self, brokers: int, base_port: int) -> Layout:
+        if brokers not in (1, 3):
+            raise BrokerError(f"--brokers must be 1 or 3, not {brokers}")
+        if base_port == 0:
+            ports = _free_ports(2 * brokers)
+        else:
+            ports = list(range(base_port, base_port + 2 * brokers))
+            if ports[-1] > 65535 or base_port < 1024:
+                raise BrokerError(f"--base-port {base_port} leaves no room for {2 * brokers} ports",
+                                  hint="choose a port between 1024 and 65000")
+        nodes = tuple(Node(i + 1, ports[i], ports[brokers + i]) for i in range(brokers))
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        return Layout(cluster_id, KAFKA_VERSION, nodes)
+
+    # -- processes ----------------------------------------------------------------------------
+    def pid(self, node_id: int) -> int | None:
+        """The pid of this node's broker if it is alive and really ours."""
+        pid_file = self.node_dir(node_id) / "pid"
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        child = self._children.get(node_id)
+        if child is not None and child.pid == pid:
+            return pid if child.poll() is None else None
+        _reap(pid)
+        cmdline = [b""]
+        for _ in range(10):   # empty for an instant while the java launcher re-execs itself
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except (FileNotFoundError, ProcessLookupError):
+                return None
+            if cmdline != [b""]:
+                break
+            time.sleep(0.05)
+        here = str(self.node_dir(node_id)).encode()
+        ours = b"kafka.Kafka" in cmdline and here in b" ".join(cmdline)
+        return pid if ours and _process_state(pid) != "stopped" else None
+
+    def running_nodes(self) -> list[int]:
+        layout = self.layout()
+        if layout is None:
+            return []
+        return [n.node_id for n in layout.nodes if self.pid(n.node_id) is not None]
+
+    def up(self, brokers: int = 1, base_port: int | None = None, fresh: bool = False,
+           timeout_s: float = 120.0) -> Layout:
+        """Start the cluster and return once every broker answers a metadata request."""
+        running = self.running_nodes()
+        if running:
+            raise ClusterAlreadyRunning(
+                f"a cluster is already running from {self.data_dir} (nodes {running})",
+                hint="use it as it is, or stop it first with `docket-broker down`",
+            )
+        existing = None if fresh else self.layout()
+        if existing is not None and (
+            len(existing.nodes) != brokers
+            or (base_port not in (None, 0) and existing.nodes[0].port != base_port)
+        ):
+            raise BrokerError(
+                f"{self.data_dir} holds a {len(existing.nodes)}-broker cluster on port "
+                f"{existing.nodes[0].port}; asked for {brokers} broker(s) on {base_port}",
+                hint="add --fresh to wipe it, or pick another --data-dir",
+            )
+        if existing is None:
+            self._clear_data_dir()
+            layout = self._plan(brokers, DEFAULT_BASE_PORT if base_port is None else base_port)
+        else:
+            layout = existing
+        ports = [p for n in layout.nodes for p in (n.port, n.controller_port)]
+        busy = [p for p in ports if not _port_is_free(p)]
+        if busy:
+            raise PortBusy(
+                f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 are already in use",
+                hint="another Kafka may be running: stop it, or pass --base-port N "
+                "(or --base-port 0 for any free ports) with a new --data-dir",
+            )
+        libs = ensure_kafka_libs()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if existing is None:
+            for node in layout.nodes:
+                self._write_node_files(layout, node)
+                self._format(libs, node, layout.cluster_id)
+            self.layout_file.write_text(layout.to_json())
+        for node in layout.nodes:
+            self._write_node_files(layout, node)
+            self._spawn(libs, node)
+        try:
+            self._wait_ready(layout, timeout_s)
+        except BaseException:
+            self.down()
+            raise
+        return layout
+
+    def _clear_data_dir(self) -> None:
+        """Remove an old cluster's files; refuse to touch a folder that is not a cluster's."""
+        if not self.data_dir.exists():
+            return
+        if self.layout_file.is_file():
+            shutil.rmtree(self.data_dir)
+        elif any(self.data_dir.iterdir()):
+            raise BrokerError(f"{self.data_dir} is not empty and holds no docket-broker cluster",
+                              hint="pass an empty or new --data-dir")
+
+    def _write_node_files(self, layout: Layout, node: Node) -> None:
+        d = self.node_dir(node.node_id)
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+        n = len(layout.nodes)
+        replication = 3 if n == 3 else 1
+        min_isr = 2 if n == 3 else 1
+        voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in layout.nodes)
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": node.node_id,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": d / "data",
+            "num.partitions": 1,
+            "default.replication.factor": replication,
+            "min.insync.replicas": min_isr,
+            "offsets.topic.replication.factor": replication,
+            "offsets.topic.num.partitions": 10,
+            "transaction.state.log.replication.factor": replication,
+            "transaction.state.log.min.isr": min_isr,
+            "transaction.state.log.num.partitions": 10,
+            "share.coordinator.state.topic.replication.factor": replication,
+            "share.coordinator.state.topic.min.isr": min_isr,
+            "group.initial.rebalance.delay.ms": 0,
+            "unclean.leader.election.enable": "false",
+            "auto.create.topics.enable": "true",
+            "broker.session.timeout.ms": 6000,
+            "broker.heartbeat.interval.ms": 1000,
+        }
+        (d / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (d / "log4j2.properties").write_text(
+            "status = warn\n"
+            "appender.file.type = RollingFile\n"
+            "appender.file.name = file\n"
+            f"appender.file.fileName = {d / 'logs' / 'server.log'}\n"
+            f"appender.file.filePattern = {d / 'logs' / 'server.log.%i'}\n"
+            "appender.file.layout.type = PatternLayout\n"
+            "appender.file.layout.pattern = [%d] %p %m (%c)%n\n"
+            "appender.file.policies.type = Policies\n"
+            "appender.file.policies.size.type = SizeBasedTriggeringPolicy\n"
+            "appender.file.policies.size.size = 20MB\n"
+            "appender.file.strategy.type = DefaultRolloverStrategy\n"
+            "appender.file.strategy.max = 3\n"
+            "rootLogger.level = INFO\n"
+            "rootLogger.appenderRef.file.ref = file\n"
+        )
+
+    def _java(self, libs: Path, main: str, *args: str, heap: str = HEAP,
+              node_dir: Path) -> list[str]:
+        home = Path(os.environ.get("JAVA_HOME") or "/nonexistent")
+        java = str(home / "bin" / "java") if (home / "bin" / "java").is_file() \
+            else shutil.which("java")
+        if java is None:
+            raise BrokerError("`java` was not found", hint="install a JDK 17+ or set JAVA_HOME")
+        return [
+            java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={node_dir / 'logs'}",
+            "-cp", f"{libs}/*", main, *args,
+        ]
+
+    def _format(self, libs: Path, node: Node, cluster_id: str) -> None:
+        d = self.node_dir(node.node_id)
+        cmd = self._java(libs, "kafka.tools.StorageTool", "format", "--ignore-formatted",
+                         "-t", cluster_id, "-c", str(d / "server.properties"),
+                         heap="256m", node_dir=d)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise ClusterStartFailed(
+                f"formatting node {node.node_id}'s storage failed:\n{proc.stdout}{proc.stderr}"
+            )
+
+    def _spawn(self, libs: Path, node: Node) -> None:
+        d = self.node_dir(node.node_id)
+        cmd = self._java(libs, "kafka.Kafka", str(d / "server.properties"), node_dir=d)
+        with open(d / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)
+        (d / "pid").write_text(f"{proc.pid}\n")
+        self._children[node.node_id] = proc
+
+    def _wait_ready(self, layout: Layout, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = {n.node_id: n for n in layout.nodes}
+        while pending:
+            for node_id, node in list(pending.items()):
+                # The child handle, not /proc: the java launcher may re-exec itself at start-up,
+                # and its command line reads empty for that instant.
+                if self._children[node_id].poll() is not None:
+                    raise ClusterStartFailed(
+                        f"broker {node_id} exited during start-up:\n{self.log_tail(node_id)}",
+                        hint=f"the full logs are under {self.node_dir(node_id)}",
+                    )
+                if _port_answers(node.port):
+                    del pending[node_id]
+            if pending and time.monotonic() > deadline:
+                raise ClusterStartFailed(f"broker(s) {sorted(pending)} did not open their port "
+                                         f"within {timeout_s:.0f}s")
+            time.sleep(0.2)
+        wait_for_metadata(layout.bootstrap_servers, len(layout.nodes),
+                          max(1.0, deadline - time.monotonic()))
+
+    def log_tail(self, node_id: int, lines: int = 20) -> str:
+        texts = []
+        for name in ("stdout.log", "logs/server.log"):
+            f = self.node_dir(node_id) / name
+            if f.is_file():
+                texts.extend(f.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(texts[-lines:])
+
+    # -- faults, for tests and drills ---------------------------------------------------------
+    def signal_node(self, node_id: int, sig: int) -> int:
+        pid = self.pid(node_id)
+        if pid is None:
+            raise BrokerError(f"broker {node_id} is not running")
+        os.kill(pid, sig)
+        return pid
+
+    def kill_node(self, node_id: int) -> None:
+        pid = self.signal_node(node_id, signal.SIGKILL)
+        _wait_gone(pid, 30)
+
+    def pause_node(self, node_id: int) -> None:
+        self.signal_node(node_id, signal.SIGSTOP)
+
+    def resume_node(self, node_id: int) -> None:
+        self.signal_node(node_id, signal.SIGCONT)
+
+    def start_node(self, node_id: int, timeout_s: float = 60) -> None:
+        """Start one stopped node again (after kill_node) and wait until its port answers."""
+        layout = self.layout()
+        node = next(n for n in layout.nodes if n.node_id == node_id)
+        if self.pid(node_id) is not None:
+            return
+        self._spawn(ensure_kafka_libs(), node)
+        deadline = time.monotonic() + timeout_s
+        while not _port_answers(node.port):
+            if self._children[node_id].poll() is not None or time.monotonic() > deadline:
+                raise ClusterStartFailed(f"broker {node_id} did not come back:\n"
+                                         f"{self.log_tail(node_id)}")
+            time.sleep(0.2)
+
+    # -- status and stop ----------------------------------------------------------------------
+    def status(self) -> list[dict]:
+        layout = self.layout()
+        if layout is None:
+            return []
+        rows = []
+        for n in layout.nodes:
+            pid = self.pid(n.node_id)
+            state = "stopped" if pid is None else _process_state(pid)
+            if state == "running" and not _port_answers(n.port):
+                state = "starting"
+            rows.append({"node_id": n.node_id, "pid": pid, "port": n.port,
+                         "controller_port": n.controller_port, "state": state,
+                         "log": str(self.node_dir(n.node_id) / "logs" / "server.log")})
+        return rows
+
+    def down(self, timeout_s: float = 30.0) -> list[int]:
+        """Stop every broker this data dir started; returns the pids stopped. Safe to repeat."""
+        layout = self.layout()
+        if layout is None:
+            return []
+        pids = {n.node_id: self.pid(n.node_id) for n in layout.nodes}
+        pids = {k: v for k, v in pids.items() if v is not None}
+        for pid in pids.values():
+            os.kill(pid, signal.SIGCONT)   # a paused JVM cannot act on SIGTERM
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for pid in pids.values():
+            if not _wait_gone(pid, max(0.0, deadline - time.monotonic())):
+                os.kill(pid, signal.SIGKILL)
+                _wait_gone(pid, 10)
+        for node_id in pids:
+            (self.node_dir(node_id) / "pid").unlink(missing_ok=True)
+        return sorted(pids.values())
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _reap(pid)
+        if _process_state(pid) == "stopped":
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
+def wait_for_metadata(bootstrap_servers: str, brokers: int, timeout_s: float) -> None:
+    """Block until a metadata request lists ``brokers`` brokers, or raise ClusterStartFailed."""
+    from confluent_kafka.admin import AdminClient
+
+    quiet = logging.getLogger("docket.broker.librdkafka")
+    quiet.setLevel(logging.CRITICAL)
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers}, logger=quiet)
+    deadline = time.monotonic() + timeout_s
+    seen = 0
+    while time.monotonic() < deadline:
+        try:
+            seen = len(admin.list_topics(timeout=2).brokers)
+        except Exception:  # KafkaException while the controller elects itself
+            seen = 0
+        if seen >= brokers:
+            return
+        time.sleep(0.3)
+    raise ClusterStartFailed(f"metadata listed {seen} of {brokers} brokers after {timeout_s:.0f}s")

@@ -1,0 +1,1 @@
+"""The docket audit dashboard and the Prometheus/Grafana assets for shops that use them."""

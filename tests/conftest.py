@@ -1,0 +1,62 @@
+"""Shared fixtures: a real local Apache Kafka from ``docket-broker``, started once per session.
+
+``kafka`` is a 1-broker cluster; ``kafka3`` a 3-broker one (replication factor 3,
+``min.insync.replicas=2``) for tests marked ``cluster3``. Both bind free ports chosen by the OS.
+When ``KAFKA_BOOTSTRAP`` is set, ``kafka`` uses that cluster instead and starts nothing; tests
+that kill or pause brokers then skip, since they cannot control a cluster they did not start.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from broker.cluster import LocalCluster
+
+
+@dataclass
+class Kafka:
+    bootstrap_servers: str
+    cluster: LocalCluster | None   # None when the cluster came from KAFKA_BOOTSTRAP
+
+    def controlled(self) -> LocalCluster:
+        if self.cluster is None:
+            pytest.skip("the cluster comes from KAFKA_BOOTSTRAP; faults need one docket started")
+        return self.cluster
+
+
+def _start(tmp_path_factory, name: str, brokers: int):
+    cluster = LocalCluster(tmp_path_factory.mktemp(name))
+    layout = cluster.up(brokers=brokers, base_port=0)
+    return cluster, layout.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    external = os.environ.get("KAFKA_BOOTSTRAP")
+    if external:
+        yield Kafka(external, None)
+        return
+    cluster, bootstrap = _start(tmp_path_factory, "kafka1", 1)
+    try:
+        yield Kafka(bootstrap, cluster)
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def kafka3(tmp_path_factory):
+    cluster, bootstrap = _start(tmp_path_factory, "kafka3", 3)
+    try:
+        yield Kafka(bootstrap, cluster)
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def topic_name(request):
+    """A topic name unique to this test, so tests sharing a cluster never see each other's data."""
+    return f"t.{request.node.name[:40].replace('[', '.').replace(']', '')}.{uuid.uuid4().hex[:8]}"

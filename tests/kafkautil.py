@@ -1,0 +1,43 @@
+"""Small helpers the Kafka tests share: read a topic to its end, bounded in time."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+
+def high_watermarks(bootstrap: str, topic: str, timeout_s: float = 30) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "docket-tests-watermarks",
+                         "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+                for p in md.partitions}
+    finally:
+        consumer.close()
+
+
+def read_all(bootstrap: str, topic: str, timeout_s: float = 120) -> list:
+    """Every record of ``topic`` from offset 0 to the current high watermarks."""
+    ends = high_watermarks(bootstrap, topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "docket-tests-reader",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    remaining = {p: end for p, end in ends.items() if end > 0}
+    records = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while remaining:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"read {len(records)} records; partitions still short: "
+                                     f"{remaining}")
+            for msg in consumer.consume(num_messages=10000, timeout=1.0):
+                if msg.error():
+                    raise AssertionError(f"consume error: {msg.error()}")
+                records.append(msg)
+                if msg.offset() + 1 >= remaining.get(msg.partition(), 0):
+                    remaining.pop(msg.partition(), None)
+    finally:
+        consumer.close()
+    return records
