@@ -1,0 +1,77 @@
+"""The agent's buffer pool: one preallocated, memory-mapped file cut into batch-size slots.
+
+Lines read by the sources are framed into slots; a slot is *sealed* when full or when its linger
+has passed, drained to Kafka in sequence order, and *freed* only when Kafka acknowledged every
+record in it. The file outlives the process: after a crash, every sealed slot comes back.
+
+On-disk layout (little-endian; every offset a multiple of 8)::
+
+    FileHeader (4096 bytes, at 0)                       layout.FILE_HEADER
+        magic        char[8]  "DOCKETBP"
+        version      u32      1
+        header_bytes u32      4096
+        slot_bytes   u64      slot_size_bytes (a multiple of 4096: the batch-size limit)
+        slot_count   u64
+        slot_header_bytes u32 512
+        geometry_crc u32      CRC32C of the fields above
+        next_seq     u64      sequence number the next seal takes (updated at every seal)
+
+    SlotHeader[slot_count] (512 bytes each, at 4096)     layout.SLOT_HEADER
+        magic        u32      "SLOT"
+        topic_len    u16
+        n_positions  u16
+        seq          u64      pool-wide sequence, compared modulo 2^64 (serial arithmetic)
+        record_count u32
+        used_bytes   u32      payload bytes holding blocks
+        min_ts       i64      event time bounds of the records, ms
+        max_ts       i64
+        payload_crc  u32      CRC32C of payload[0:used_bytes]
+        block_count  u32
+        positions    (u64 source, u64 start, u64 end)[8]   source bytes the slot covers
+        topic        char[256]
+        header_crc   u32      CRC32C of every byte above (state is not covered)
+        state        u8       0 free, 1 filling, 2 sealed
+        pad          u8[11]
+
+    Payload[slot_count] (slot_bytes each, page aligned after the headers)
+        Block*       see framing.py: one block per append, columnar:
+                     header, ts i64[n], value length u32[n], value offset u32[n],
+                     [key length u16[n], keys], then the appended bytes as read
+
+Deviation from the design's record framing: instead of a (length, time, key) prefix before each
+record, each block keeps those fields as columns followed by the lines exactly as read (their
+terminators stay, unreferenced). The fields per record are the same; the bytes are copied with
+one memcpy per block, and reading a block back takes no per-record parsing.
+
+Invariants
+- The state byte is the only field whose change makes a slot count: free → filling when it is
+  handed out (before any payload is written), filling → sealed after the payload and the rest of
+  the header (with ``header_crc``) are written, sealed → free when Kafka acknowledged the slot.
+  A one-byte store cannot tear, so a crash during free leaves the slot sealed (sent again) or free.
+- Sequence numbers are assigned at seal, strictly increasing modulo 2^64; sealed slots are
+  replayed in that order. Every live sequence lies within 2^63 of the others.
+- Free slots are handed out most recently freed first, so a steady pool reuses warm pages.
+
+Recovery (``BufferPool.open`` on an existing file)
+- filling → discarded (made free); the sources re-read from ``recovered_positions()``, the
+  highest end offset per source among the sealed slots.
+- sealed with a bad magic or ``header_crc`` (torn header) or a bad ``payload_crc`` (torn payload)
+  → header and payload copied to ``quarantine/``, reported as dropped with reason ``corrupt``,
+  made free. Every other sealed slot is replayed, in sequence order.
+- any other state value → treated as a torn header.
+"""
+
+from .errors import (
+    PoolCorrupt,
+    PoolDiskTooSmall,
+    PoolError,
+    PoolFormatError,
+    PoolGeometryMismatch,
+)
+from .framing import Chunk
+from .pool import AppendResult, BufferPool, DropEvent, SealedSlot
+
+__all__ = [
+    "AppendResult", "BufferPool", "Chunk", "DropEvent", "PoolCorrupt", "PoolDiskTooSmall",
+    "PoolError", "PoolFormatError", "PoolGeometryMismatch", "SealedSlot",
+]

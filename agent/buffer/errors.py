@@ -1,0 +1,25 @@
+"""Named failures of the buffer pool; the edges (CLI, status) format them for people."""
+
+
+class PoolError(Exception):
+    """Base class for buffer pool failures."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
+class PoolFormatError(PoolError):
+    """The file is not a docket buffer pool, or one of an unknown format version."""
+
+
+class PoolGeometryMismatch(PoolError):
+    """An existing pool was opened with another slot size or slot count."""
+
+
+class PoolDiskTooSmall(PoolError):
+    """The file system cannot hold the pool's preallocated size."""
+
+
+class PoolCorrupt(PoolError):
+    """A slot failed its checks while being read outside recovery."""

@@ -1,0 +1,131 @@
+"""Byte layout of the pool file: numpy dtypes for the headers and the geometry arithmetic.
+
+The design docstring in ``__init__.py`` shows the same layout as a pseudo-struct.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from crc32c import crc32c
+
+from .errors import PoolGeometryMismatch
+
+MAGIC = b"DOCKETBP"
+VERSION = 1
+PAGE = 4096
+FILE_HEADER_BYTES = PAGE
+SLOT_HEADER_BYTES = 512
+SLOT_MAGIC = 0x544F4C53            # b"SLOT" little-endian
+MAX_POSITIONS = 8
+MAX_TOPIC_BYTES = 256
+SEQ_MOD = 1 << 64
+
+FREE, FILLING, SEALED = 0, 1, 2
+STATE_NAMES = {FREE: "free", FILLING: "filling", SEALED: "sealed"}
+
+FILE_HEADER = np.dtype([
+    ("magic", "S8"),
+    ("version", "<u4"),
+    ("header_bytes", "<u4"),
+    ("slot_bytes", "<u8"),
+    ("slot_count", "<u8"),
+    ("slot_header_bytes", "<u4"),
+    ("geometry_crc", "<u4"),
+    ("next_seq", "<u8"),
+])
+# Bytes of FILE_HEADER covered by geometry_crc: everything before it.
+GEOMETRY_CRC_SPAN = FILE_HEADER.fields["geometry_crc"][1]
+
+SLOT_HEADER = np.dtype([
+    ("magic", "<u4"),
+    ("topic_len", "<u2"),
+    ("n_positions", "<u2"),
+    ("seq", "<u8"),
+    ("record_count", "<u4"),
+    ("used_bytes", "<u4"),
+    ("min_ts", "<i8"),
+    ("max_ts", "<i8"),
+    ("payload_crc", "<u4"),
+    ("block_count", "<u4"),
+    ("positions", "<u8", (MAX_POSITIONS, 3)),
+    ("topic", f"S{MAX_TOPIC_BYTES}"),
+    ("header_crc", "<u4"),
+    ("state", "u1"),
+    ("pad", "u1", (11,)),
+])
+assert SLOT_HEADER.itemsize == SLOT_HEADER_BYTES
+HEADER_CRC_SPAN = SLOT_HEADER.fields["header_crc"][1]
+STATE_OFFSET = SLOT_HEADER.fields["state"][1]
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+@dataclass(frozen=True)
+class Geometry:
+    slot_bytes: int
+    slot_count: int
+
+    @property
+    def slot_headers_offset(self) -> int:
+        return FILE_HEADER_BYTES
+
+    @property
+    def payload_offset(self) -> int:
+        return FILE_HEADER_BYTES + _round_up(self.slot_count * SLOT_HEADER_BYTES, PAGE)
+
+    @property
+    def file_bytes(self) -> int:
+        return self.payload_offset + self.slot_count * self.slot_bytes
+
+    def slot_offset(self, index: int) -> int:
+        return self.payload_offset + index * self.slot_bytes
+
+    @classmethod
+    def fit(cls, size_bytes: int, slot_bytes: int) -> Geometry:
+        """The largest pool of ``slot_bytes`` slots whose file is at most ``size_bytes``."""
+        if slot_bytes < PAGE or slot_bytes % PAGE:
+            raise PoolGeometryMismatch(
+                f"slot_size_bytes = {slot_bytes} is not a positive multiple of {PAGE}",
+                hint=f"use a multiple of {PAGE}, e.g. 1048576",
+            )
+        if slot_bytes >= 1 << 32:
+            raise PoolGeometryMismatch(f"slot_size_bytes = {slot_bytes} exceeds 4 GiB - 1")
+        count = max(0, (size_bytes - FILE_HEADER_BYTES) // (slot_bytes + SLOT_HEADER_BYTES))
+        while count and cls(slot_bytes, count).file_bytes > size_bytes:
+            count -= 1
+        if count < 2:
+            raise PoolGeometryMismatch(
+                f"size_bytes = {size_bytes} holds fewer than 2 slots of {slot_bytes} bytes",
+                hint=f"raise size_bytes to at least {cls(slot_bytes, 2).file_bytes}",
+            )
+        return cls(slot_bytes, count)
+
+
+def geometry_crc(header: np.ndarray) -> int:
+    return crc32c(header.tobytes()[:GEOMETRY_CRC_SPAN])
+
+
+def header_crc(slot_header: np.ndarray) -> int:
+    """CRC32C of one slot header record, up to (not including) header_crc and state."""
+    return crc32c(slot_header.tobytes()[:HEADER_CRC_SPAN])
+
+
+def seq_order_key(seqs: list[int]):
+    """A sort key ordering 64-bit sequence numbers by serial arithmetic (RFC 1982 style).
+
+    Every live sequence is within 2^63 of the others, so distances from any one of them,
+    read as signed 64-bit numbers, order them correctly across a wrap-around.
+    """
+    if not seqs:
+        return lambda s: 0
+    base = seqs[0]
+
+    def key(seq: int) -> int:
+        d = (seq - base) % SEQ_MOD
+        return d - SEQ_MOD if d >= SEQ_MOD // 2 else d
+
+    return key

@@ -1,0 +1,665 @@
+"""``BufferPool``: append chunks into slots, seal, hand sealed slots out in order, free, recover.
+
+See the package docstring for the file layout, invariants and recovery rules.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from crc32c import crc32c
+
+from . import layout as L
+from .errors import PoolCorrupt, PoolDiskTooSmall, PoolFormatError, PoolGeometryMismatch
+from .framing import (
+    BLOCK_HEADER_BYTES,
+    PER_RECORD_BYTES,
+    Block,
+    BlockPlanner,
+    Chunk,
+    iter_blocks,
+    pad8,
+    write_block,
+)
+from .seams import Clock, FileOps
+from .spill import SlotMeta, SpillStore
+
+ON_FULL = ("block", "drop_oldest")
+OVERSIZE = ("split", "truncate", "drop")
+
+
+@dataclass(frozen=True)
+class DropEvent:
+    """Events the pool did not keep, on purpose or by corruption. One per occurrence."""
+
+    reason: str          # oversize_dropped | oversize_truncated | buffer_full | corrupt
+    topic: str
+    records: int         # -1 when unknown (a slot whose header is torn)
+    detail: str = ""
+
+
+@dataclass
+class AppendResult:
+    records: int = 0          # records of the chunk now in the pool (or dropped by policy)
+    end: int = 0              # chunk bytes accounted for: re-read from here if records < len
+    split_lines: int = 0
+    truncated: int = 0
+    dropped: int = 0
+
+    def complete(self, chunk: Chunk) -> bool:
+        return self.records == len(chunk)
+
+
+@dataclass(eq=False)
+class SealedSlot:
+    """A sealed slot: its header, and its payload as a view into the pool (or a spill file)."""
+
+    meta: SlotMeta
+    index: int | None                 # slot index in the pool, None when spilled
+    _payload: np.ndarray | None = None
+    _loader: Callable[[], bytes] | None = None
+
+    @property
+    def seq(self) -> int:
+        return self.meta.seq
+
+    @property
+    def topic(self) -> str:
+        return self.meta.topic
+
+    @property
+    def record_count(self) -> int:
+        return self.meta.record_count
+
+    @property
+    def payload(self) -> np.ndarray:
+        if self._payload is None:
+            self._payload = np.frombuffer(self._loader(), np.uint8)
+        return self._payload
+
+    def blocks(self) -> Iterator[Block]:
+        return iter_blocks(self.payload)
+
+    def records(self) -> Iterator[tuple[int, bytes | None, bytes]]:
+        """(event time, key, value) per record; copies, for tests and slow paths."""
+        for block in self.blocks():
+            keys = block.keys
+            for i, ts in enumerate(block.timestamps.tolist()):
+                yield ts, (keys[i] if keys else None), bytes(block.value(i))
+
+
+@dataclass
+class _Filling:
+    index: int
+    used: int = 0
+    crc: int = 0
+    records: int = 0
+    blocks: int = 0
+    min_ts: int = 2**63 - 1
+    max_ts: int = -(2**63)
+    first_ns: int | None = None
+    positions: dict[int, list[int]] = field(default_factory=dict)
+
+
+class BufferPool:
+    def __init__(
+        self,
+        path: str | Path,
+        size_bytes: int,
+        slot_size_bytes: int,
+        *,
+        linger_ms: float = 5,
+        on_full: str = "block",
+        oversize: str = "split",
+        spill_dir: str | Path | None = None,
+        spill_max_bytes: int = 0,
+        quarantine_dir: str | Path | None = None,
+        sync_on_seal: bool = True,
+        clock: Clock | None = None,
+        ops: FileOps | None = None,
+        on_drop: Callable[[DropEvent], None] | None = None,
+        first_seq: int = 0,
+    ):
+        if on_full not in ON_FULL:
+            raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
+        if oversize not in OVERSIZE:
+            raise ValueError(f"oversize must be one of {OVERSIZE}, not {oversize!r}")
+        self.path = Path(path)
+        self.linger_ns = int(linger_ms * 1_000_000)
+        self.on_full = on_full
+        self.oversize = oversize
+        self.sync_on_seal = sync_on_seal
+        self.clock = clock or Clock()
+        self.ops = ops or FileOps()
+        self._on_drop = on_drop
+        self.quarantine_dir = Path(quarantine_dir or self.path.parent / "quarantine")
+        self.counters: dict[str, int] = {
+            "records_appended": 0, "slots_sealed": 0, "slots_freed": 0, "slots_spilled": 0,
+            "slots_quarantined": 0, "filling_discarded": 0, "oversize_split": 0,
+            "oversize_truncated": 0, "oversize_dropped": 0, "buffer_full_dropped": 0,
+        }
+        self.drop_events: list[DropEvent] = []
+        self._lock = threading.RLock()
+        self._space = threading.Condition(self._lock)
+        self._current: dict[str, _Filling] = {}
+        self._sealed: dict[int, SealedSlot] = {}       # seq → slot, in-pool and spilled
+        self._leased: set[int] = set()
+        self._free: list[int] = []                      # a stack: last freed is handed out first
+        self._recovered_positions: dict[int, int] = {}
+
+        self.geometry = L.Geometry.fit(size_bytes, slot_size_bytes)
+        created = self._open_file(first_seq)
+        self._map = np.memmap(self.path, dtype=np.uint8, mode="r+",
+                              shape=(self.geometry.file_bytes,))
+        # Slicing a plain ndarray view costs far less than slicing the memmap subclass.
+        self._mm = self._map.view(np.ndarray)
+        self._fh = self._mm[:L.FILE_HEADER.itemsize].view(L.FILE_HEADER)
+        g = self.geometry
+        self._hdr = self._mm[g.slot_headers_offset:
+                             g.slot_headers_offset + g.slot_count * L.SLOT_HEADER_BYTES
+                             ].view(L.SLOT_HEADER)
+        self._hdr_bytes = self._hdr.view(np.uint8).reshape(g.slot_count, L.SLOT_HEADER_BYTES)
+        self._scratch = np.zeros(1, L.SLOT_HEADER)
+        self._scratch_bytes = self._scratch.view(np.uint8)
+        self.spill = SpillStore(spill_dir, spill_max_bytes, self.ops) if spill_dir else None
+        self._next_seq = int(self._fh[0]["next_seq"])
+        if created:
+            self._free = list(range(g.slot_count - 1, -1, -1))
+        else:
+            self._recover()
+        # Record capacity: the largest value one record may have in an empty slot.
+        self.max_value_bytes = g.slot_bytes - BLOCK_HEADER_BYTES - PER_RECORD_BYTES - 8
+
+    # -- opening -------------------------------------------------------------------------------
+    def _open_file(self, first_seq: int) -> bool:
+        """Create and preallocate the file, or check an existing one. True when created."""
+        g = self.geometry
+        if self.path.exists() and self.path.stat().st_size > 0:
+            self._check_existing()
+            return False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        available = self.ops.free_bytes(self.path.parent)
+        if available < g.file_bytes:
+            raise PoolDiskTooSmall(
+                f"the buffer pool needs {g.file_bytes} bytes at {self.path}; "
+                f"the file system has {available} free",
+                hint="lower buffer.size_bytes or move buffer.path to a larger file system",
+            )
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                self.ops.reserve(fd, g.file_bytes)
+            except OSError as exc:
+                os.close(fd)
+                fd = -1
+                self.path.unlink(missing_ok=True)
+                raise PoolDiskTooSmall(
+                    f"reserving {g.file_bytes} bytes for {self.path} failed: {exc.strerror}",
+                    hint="free space, lower buffer.size_bytes or move buffer.path",
+                ) from exc
+            header = np.zeros(1, L.FILE_HEADER)
+            header[0] = (L.MAGIC, L.VERSION, L.FILE_HEADER_BYTES, g.slot_bytes, g.slot_count,
+                         L.SLOT_HEADER_BYTES, 0, first_seq % L.SEQ_MOD)
+            header[0]["geometry_crc"] = L.geometry_crc(header)
+            os.pwrite(fd, header.tobytes(), 0)
+            os.fsync(fd)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        return True
+
+    def _check_existing(self) -> None:
+        with open(self.path, "rb") as f:
+            raw = f.read(L.FILE_HEADER.itemsize)
+        if len(raw) < L.FILE_HEADER.itemsize:
+            raise PoolFormatError(f"{self.path} is too short to be a buffer pool",
+                                  hint="move the file away; the agent creates a new pool")
+        header = np.frombuffer(raw, L.FILE_HEADER)
+        h = header[0]
+        if bytes(h["magic"]) != L.MAGIC:
+            raise PoolFormatError(f"{self.path} is not a docket buffer pool (bad magic)",
+                                  hint="point buffer.path at another file")
+        if int(h["version"]) != L.VERSION:
+            raise PoolFormatError(
+                f"{self.path} has pool format version {int(h['version'])}; this agent reads "
+                f"version {L.VERSION}", hint="drain it with the agent version that wrote it")
+        if int(h["geometry_crc"]) != L.geometry_crc(header):
+            raise PoolFormatError(f"{self.path}: the file header fails its CRC",
+                                  hint="the file is damaged; move it away to start a new pool")
+        found = (int(h["slot_bytes"]), int(h["slot_count"]))
+        want = (self.geometry.slot_bytes, self.geometry.slot_count)
+        if found != want:
+            raise PoolGeometryMismatch(
+                f"{self.path} holds {found[1]} slots of {found[0]} bytes; the configuration asks "
+                f"for {want[1]} slots of {want[0]} bytes",
+                hint="restore the old buffer.size_bytes and buffer.slot_size_bytes until the "
+                "pool has drained, or move the file away (its unsent events would be lost)",
+            )
+        if self.path.stat().st_size < self.geometry.file_bytes:
+            raise PoolFormatError(f"{self.path} is shorter than its header says",
+                                  hint="the file was truncated; move it away")
+
+    def _recover(self) -> None:
+        hdr = self._hdr
+        states = hdr["state"]
+        sealed_seqs = []
+        for index in range(self.geometry.slot_count):
+            state = int(states[index])
+            if state == L.FREE:
+                continue
+            if state == L.FILLING:
+                self.counters["filling_discarded"] += 1
+                states[index] = L.FREE
+                continue
+            meta = self._meta_if_valid(index) if state == L.SEALED else None
+            if meta is None:
+                why = f"torn header (state {state})" if state == L.SEALED else \
+                    f"unknown state {state}"
+                self._quarantine(index, why)
+                continue
+            payload = self._payload_view(index, meta.used_bytes)
+            if crc32c(payload) != meta.payload_crc:
+                self._quarantine(index, "torn payload (payload CRC mismatch)", meta)
+                continue
+            self._sealed[meta.seq] = SealedSlot(meta, index, payload)
+            sealed_seqs.append(meta.seq)
+        if self.spill is not None:
+            for path, why in self.spill.recover():
+                self._quarantine_file(path, why)
+            for meta in self.spill.metas():
+                self._sealed[meta.seq] = self._spilled_slot(meta)
+                sealed_seqs.append(meta.seq)
+        self._free = [i for i in range(self.geometry.slot_count - 1, -1, -1)
+                      if int(states[i]) == L.FREE]
+        self._reorder()
+        if sealed_seqs:
+            last = next(reversed(self._sealed))
+            nxt = (last + 1) % L.SEQ_MOD
+            key = L.seq_order_key([last])
+            if key(nxt) > key(self._next_seq):   # the header's next_seq may lag one seal
+                self._next_seq = nxt
+        for slot in self._sealed.values():
+            for source, _start, end in slot.meta.positions:
+                if end > self._recovered_positions.get(source, -1):
+                    self._recovered_positions[source] = end
+
+    def _reorder(self) -> None:
+        key = L.seq_order_key(list(self._sealed))
+        self._sealed = dict(sorted(self._sealed.items(), key=lambda kv: key(kv[0])))
+
+    def _meta_if_valid(self, index: int) -> SlotMeta | None:
+        h = self._hdr[index:index + 1]
+        r = h[0]
+        if int(r["magic"]) != L.SLOT_MAGIC or int(r["header_crc"]) != L.header_crc(h):
+            return None
+        n_pos, topic_len = int(r["n_positions"]), int(r["topic_len"])
+        if n_pos > L.MAX_POSITIONS or topic_len > L.MAX_TOPIC_BYTES or \
+                int(r["used_bytes"]) > self.geometry.slot_bytes:
+            return None
+        return SlotMeta(
+            seq=int(r["seq"]), topic=bytes(r["topic"])[:topic_len].decode("utf-8", "replace"),
+            record_count=int(r["record_count"]), used_bytes=int(r["used_bytes"]),
+            min_ts=int(r["min_ts"]), max_ts=int(r["max_ts"]), payload_crc=int(r["payload_crc"]),
+            block_count=int(r["block_count"]),
+            positions=tuple(tuple(int(x) for x in p) for p in r["positions"][:n_pos]),
+        )
+
+    def _payload_view(self, index: int, used: int) -> np.ndarray:
+        o = self.geometry.slot_offset(index)
+        return self._mm[o:o + used]
+
+    def _quarantine(self, index: int, why: str, meta: SlotMeta | None = None) -> None:
+        """Copy a slot that failed its checks out of the pool, report it, and free it."""
+        g = self.geometry
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        ho = g.slot_headers_offset + index * L.SLOT_HEADER_BYTES
+        o = g.slot_offset(index)
+        blob = self._mm[ho:ho + L.SLOT_HEADER_BYTES].tobytes() \
+            + self._mm[o:o + g.slot_bytes].tobytes()
+        seq = int(self._hdr[index]["seq"])
+        self.ops.write_file(self.quarantine_dir / f"slot-{index:06d}-seq-{seq}.bin", blob)
+        self._hdr[index]["state"] = L.FREE
+        self.counters["slots_quarantined"] += 1
+        self._report(DropEvent("corrupt", meta.topic if meta else "",
+                               meta.record_count if meta else -1,
+                               f"slot {index} seq {seq}: {why}; copied to {self.quarantine_dir}"))
+
+    def _quarantine_file(self, path: Path, why: str) -> None:
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        os.replace(path, self.quarantine_dir / path.name)
+        self.counters["slots_quarantined"] += 1
+        self._report(DropEvent("corrupt", "", -1, f"{why}; moved to {self.quarantine_dir}"))
+
+    def _report(self, event: DropEvent) -> None:
+        self.drop_events.append(event)
+        if self._on_drop is not None:
+            self._on_drop(event)
+
+    # -- appending -----------------------------------------------------------------------------
+    def append(self, topic: str, chunk: Chunk, source: int | None = None, source_start: int = 0,
+               timeout_s: float = 0.0) -> AppendResult:
+        """Frame ``chunk``'s records into slots of ``topic``.
+
+        Returns how far it got. Fewer records than the chunk holds means the pool was full for
+        ``timeout_s`` (policy ``block``): the caller keeps the rest, from ``result.end``, and
+        tries again later — the data waits in the source.
+        """
+        tb = topic.encode()
+        if not tb or len(tb) > L.MAX_TOPIC_BYTES:
+            raise ValueError(f"topic must be 1..{L.MAX_TOPIC_BYTES} bytes: {topic!r}")
+        n = len(chunk)
+        result = AppendResult()
+        if n == 0:
+            result.end = chunk.end
+            return result
+        planner = BlockPlanner(chunk)
+        oversized = np.flatnonzero(chunk.lengths > self._max_value(chunk)).tolist()
+        oversized.append(n)
+        starts = chunk.starts
+        with self._lock:
+            a, next_big = 0, 0
+            while a < n:
+                if a == oversized[next_big]:
+                    if not self._append_oversized(topic, chunk, a, source, source_start,
+                                                  result, timeout_s):
+                        break
+                    next_big += 1
+                    a += 1
+                    continue
+                limit = oversized[next_big]
+                fill = self._filling_for(topic, source, timeout_s)
+                if fill is None:
+                    break
+                space = self.geometry.slot_bytes - fill.used
+                b = planner.fit(a, limit, space)
+                if b == a:
+                    self._seal(topic)
+                    continue
+                self._write(fill, chunk, a, b, source, source_start,
+                            int(starts[b]) if b < n else chunk.end)
+                a = b
+                if self.geometry.slot_bytes - fill.used < BLOCK_HEADER_BYTES + PER_RECORD_BYTES + 8:
+                    self._seal(topic)
+            result.records = a
+            result.end = chunk.end if a == n else int(starts[a])
+            self.counters["records_appended"] += a - result.dropped
+        return result
+
+    def _max_value(self, chunk: Chunk) -> int:
+        if chunk.keys is None:
+            return self.max_value_bytes
+        longest_key = max((len(k) for k in chunk.keys if k is not None), default=0)
+        return self.max_value_bytes - 8 - pad8(longest_key)
+
+    def _filling_for(self, topic: str, source: int | None, timeout_s: float) -> _Filling | None:
+        fill = self._current.get(topic)
+        if fill is not None:
+            now = self.clock.monotonic_ns()
+            expired = fill.first_ns is not None and now - fill.first_ns >= self.linger_ns
+            full_sources = source is not None and source not in fill.positions and \
+                len(fill.positions) >= L.MAX_POSITIONS
+            if expired or full_sources:
+                self._seal(topic)
+                fill = None
+        if fill is None:
+            index = self._acquire(timeout_s)
+            if index is None:
+                return None
+            fill = _Filling(index)
+            self._current[topic] = fill
+            r = self._hdr[index]
+            r["magic"] = L.SLOT_MAGIC
+            r["state"] = L.FILLING
+        return fill
+
+    def _acquire(self, timeout_s: float) -> int | None:
+        """A free slot index, making room per policy; None when the pool stayed full."""
+        deadline = None
+        while not self._free:
+            if self._spill_oldest() or (self.on_full == "drop_oldest" and self._drop_oldest()):
+                continue
+            if deadline is None:
+                deadline = self.clock.monotonic_ns() + int(timeout_s * 1e9)
+            remaining = (deadline - self.clock.monotonic_ns()) / 1e9
+            if remaining <= 0:
+                return None
+            self._space.wait(remaining)
+        return self._free.pop()
+
+    def _oldest_unleased_in_pool(self) -> SealedSlot | None:
+        for seq, slot in self._sealed.items():
+            if slot.index is not None and seq not in self._leased:
+                return slot
+        return None
+
+    def _spill_oldest(self) -> bool:
+        if self.spill is None:
+            return False
+        slot = self._oldest_unleased_in_pool()
+        if slot is None or not self.spill.put(slot.meta, slot.payload):
+            return False
+        index = slot.index
+        self._sealed[slot.seq] = self._spilled_slot(slot.meta)
+        self._hdr[index]["state"] = L.FREE
+        self._free.append(index)
+        self.counters["slots_spilled"] += 1
+        return True
+
+    def _spilled_slot(self, meta: SlotMeta) -> SealedSlot:
+        return SealedSlot(meta, None, None, lambda seq=meta.seq: self.spill.load(seq))
+
+    def _drop_oldest(self) -> bool:
+        slot = self._oldest_unleased_in_pool()
+        if slot is None:
+            return False
+        self._release(slot)
+        self.counters["buffer_full_dropped"] += slot.record_count
+        self._report(DropEvent("buffer_full", slot.topic, slot.record_count,
+                               f"slot seq {slot.seq} dropped: pool full (on_full = drop_oldest)"))
+        return True
+
+    def _write(self, fill: _Filling, chunk: Chunk, a: int, b: int, source: int | None,
+               source_start: int, chunk_stop: int, part=(0, 0), value_slice=None) -> None:
+        o = self.geometry.slot_offset(fill.index)
+        dest = self._mm[o:o + self.geometry.slot_bytes]
+        size, fill.crc = write_block(dest, fill.used, chunk, a, b, fill.crc, part, value_slice)
+        fill.used += size
+        fill.records += b - a
+        fill.blocks += 1
+        if chunk.uniform_ts is not None:
+            lo = hi = chunk.uniform_ts
+        else:
+            ts = chunk.timestamps[a:b]
+            lo, hi = int(ts.min()), int(ts.max())
+        fill.min_ts = min(fill.min_ts, lo)
+        fill.max_ts = max(fill.max_ts, hi)
+        if fill.first_ns is None:
+            fill.first_ns = self.clock.monotonic_ns()
+        if source is not None:
+            begin = source_start + (int(chunk.starts[a]) if a else 0)
+            span = fill.positions.setdefault(source, [begin, begin])
+            span[1] = max(span[1], source_start + chunk_stop)
+
+    def _append_oversized(self, topic, chunk, i, source, source_start, result, timeout_s) -> bool:
+        length = int(chunk.lengths[i])
+        start = int(chunk.starts[i])
+        stop = int(chunk.starts[i + 1]) if i + 1 < len(chunk) else chunk.end
+        limit = self._max_value(chunk)
+        if self.oversize == "drop":
+            result.dropped += 1
+            self.counters["oversize_dropped"] += 1
+            self._report(DropEvent("oversize_dropped", topic, 1,
+                                   f"a {length}-byte line over the {limit}-byte record limit"))
+            return True
+        if self.oversize == "truncate":
+            pieces = [(start, limit)]
+        else:
+            pieces = [(s, min(limit, start + length - s)) for s in range(start, start + length,
+                                                                          limit)]
+        for k, piece in enumerate(pieces):
+            self._seal(topic)              # each piece takes a slot of its own
+            fill = self._filling_for(topic, source, timeout_s)
+            if fill is None:
+                return False               # re-read from the line's start next time
+            last = k == len(pieces) - 1
+            part = (k, len(pieces)) if self.oversize == "split" else (0, 0)
+            self._write(fill, chunk, i, i + 1, source, source_start,
+                        stop if last else start, part, piece)
+            self._seal(topic)
+        if self.oversize == "truncate":
+            result.truncated += 1
+            self.counters["oversize_truncated"] += 1
+            self._report(DropEvent("oversize_truncated", topic, 0,
+                                   f"a {length}-byte line cut to {limit} bytes"))
+        else:
+            result.split_lines += 1
+            self.counters["oversize_split"] += 1
+        return True
+
+    # -- sealing -------------------------------------------------------------------------------
+    def seal(self, topic: str) -> int | None:
+        """Seal the topic's filling slot now; returns its sequence number (None if empty)."""
+        with self._lock:
+            return self._seal(topic)
+
+    def seal_due(self) -> int:
+        """Seal every filling slot whose linger has passed; returns how many were sealed."""
+        now = self.clock.monotonic_ns()
+        with self._lock:
+            due = [t for t, f in self._current.items()
+                   if f.first_ns is not None and now - f.first_ns >= self.linger_ns]
+            for topic in due:
+                self._seal(topic)
+            return len(due)
+
+    def seal_all(self) -> int:
+        with self._lock:
+            topics = list(self._current)
+            return sum(self._seal(t) is not None for t in topics)
+
+    def _seal(self, topic: str) -> int | None:
+        fill = self._current.get(topic)
+        if fill is None or fill.records == 0:
+            return None
+        index = fill.index
+        o = self.geometry.slot_offset(index)
+        if self.sync_on_seal:
+            self.ops.msync(self._map._mmap, o, fill.used)
+        self.ops.crash_point("seal:before_header")
+        seq = self._next_seq
+        tb = topic.encode()
+        positions = tuple((src, s, e) for src, (s, e) in fill.positions.items())
+        pos = np.zeros((L.MAX_POSITIONS, 3), np.uint64)
+        if positions:
+            pos[:len(positions)] = positions
+        # Build the header aside, then store every byte but the state in one copy.
+        self._scratch[0] = (L.SLOT_MAGIC, len(tb), len(positions), seq, fill.records, fill.used,
+                            fill.min_ts, fill.max_ts, fill.crc, fill.blocks, pos, tb, 0, L.FILLING,
+                            0)
+        self._scratch[0]["header_crc"] = crc32c(self._scratch_bytes[:L.HEADER_CRC_SPAN])
+        self._hdr_bytes[index, :L.STATE_OFFSET] = self._scratch_bytes[:L.STATE_OFFSET]
+        self.ops.crash_point("seal:before_state")
+        self._hdr_bytes[index, L.STATE_OFFSET] = L.SEALED
+        self._next_seq = (seq + 1) % L.SEQ_MOD
+        self._fh[0]["next_seq"] = self._next_seq
+        if self.sync_on_seal:
+            self.ops.msync(self._map._mmap, 0, L.FILE_HEADER_BYTES)
+            self.ops.msync(self._map._mmap,
+                           self.geometry.slot_headers_offset + index * L.SLOT_HEADER_BYTES,
+                           L.SLOT_HEADER_BYTES)
+        self.ops.crash_point("seal:after_state")
+        meta = SlotMeta(seq, topic, fill.records, fill.used, fill.min_ts, fill.max_ts, fill.crc,
+                        fill.blocks, positions)
+        self._sealed[seq] = SealedSlot(meta, index, self._payload_view(index, fill.used))
+        del self._current[topic]
+        self.counters["slots_sealed"] += 1
+        return seq
+
+    # -- draining ------------------------------------------------------------------------------
+    def sealed(self) -> list[SealedSlot]:
+        """Every sealed slot, in sequence order (in flight or not)."""
+        with self._lock:
+            return list(self._sealed.values())
+
+    def take(self, limit: int | None = None) -> list[SealedSlot]:
+        """Lease the oldest sealed slots not yet leased, in sequence order, for sending."""
+        with self._lock:
+            out = []
+            for seq, slot in self._sealed.items():
+                if seq in self._leased:
+                    continue
+                if limit is not None and len(out) >= limit:
+                    break
+                self._leased.add(seq)
+                out.append(slot)
+            return out
+
+    def free(self, slot: SealedSlot) -> None:
+        """Kafka acknowledged every record of ``slot``: give its space back."""
+        with self._lock:
+            if self._sealed.get(slot.seq) is not slot:
+                raise ValueError(f"slot seq {slot.seq} is not sealed in this pool")
+            self._release(slot)
+            self.counters["slots_freed"] += 1
+
+    def _release(self, slot: SealedSlot) -> None:
+        del self._sealed[slot.seq]
+        self._leased.discard(slot.seq)
+        if slot.index is None:
+            self.spill.remove(slot.seq)
+        else:
+            self.ops.crash_point("free:before_state")
+            self._hdr[slot.index]["state"] = L.FREE     # one byte: cannot tear
+            self._free.append(slot.index)
+        self._space.notify_all()
+
+    # -- inspection ----------------------------------------------------------------------------
+    def recovered_positions(self) -> dict[int, int]:
+        """Per source, the end offset of the data found sealed at open: re-read from there."""
+        return dict(self._recovered_positions)
+
+    def stats(self) -> dict:
+        with self._lock:
+            in_pool = [s for s in self._sealed.values() if s.index is not None]
+            return {
+                "slot_count": self.geometry.slot_count,
+                "slot_size_bytes": self.geometry.slot_bytes,
+                "free_slots": len(self._free),
+                "filling_slots": len(self._current),
+                "sealed_slots": len(in_pool),
+                "spilled_slots": len(self._sealed) - len(in_pool),
+                "leased_slots": len(self._leased),
+                "sealed_records": sum(s.record_count for s in self._sealed.values()),
+                "sealed_bytes": sum(s.meta.used_bytes for s in self._sealed.values()),
+                "spill_bytes": self.spill.used_bytes if self.spill else 0,
+                "next_seq": self._next_seq,
+                **self.counters,
+            }
+
+    def verify(self, slot: SealedSlot) -> None:
+        """Check a slot's payload against its CRC (raises PoolCorrupt)."""
+        if crc32c(slot.payload) != slot.meta.payload_crc:
+            raise PoolCorrupt(f"slot seq {slot.seq} fails its payload CRC")
+
+    def close(self) -> None:
+        """Unmap the file. Filling slots are not sealed (call seal_all() first to keep them)."""
+        with self._lock:
+            if self._mm is None:
+                return
+            self._sealed.clear()
+            self._current.clear()
+            self._hdr = self._fh = self._mm = None
+            mm, self._map = self._map, None
+            mm.flush()
+            mm._mmap.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,70 @@
+"""Helpers for the buffer pool tests: chunks of numbered lines, a fake clock, crashing file ops."""
+
+from __future__ import annotations
+
+import errno
+
+from agent.buffer import BufferPool, Chunk
+from agent.buffer.seams import FileOps, SimulatedCrash
+
+SLOT = 4096
+SIZE = 4096 + 512 * 16 + 16 * SLOT   # room for 16 slots of 4 KiB (the page-rounded headers fit)
+
+
+def line(i: int, width: int = 40) -> bytes:
+    return (b"id-%08d " % i).ljust(width, b"x")
+
+
+def chunk_of(ids, ts=1_000, width: int = 40) -> Chunk:
+    return Chunk.from_lines(b"".join(line(i, width) + b"\n" for i in ids), ts)
+
+
+def values(pool: BufferPool, topic: str | None = None) -> list[bytes]:
+    return [v for s in pool.sealed() if topic in (None, s.topic) for _, _, v in s.records()]
+
+
+def ids_of(vals) -> list[int]:
+    return [int(v[3:11]) for v in vals]
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1_000_000_000
+
+    def monotonic_ns(self) -> int:
+        return self.now
+
+    def advance_ms(self, ms: float) -> None:
+        self.now += int(ms * 1_000_000)
+
+    def sleep(self, seconds: float) -> None:
+        self.advance_ms(seconds * 1000)
+
+
+class CrashingOps(FileOps):
+    """Raises SimulatedCrash the ``nth`` time the pool passes crash point ``at``."""
+
+    def __init__(self, at: str | None = None, nth: int = 1, free_bytes: int | None = None,
+                 reserve_errno: int | None = None):
+        self.at, self.nth = at, nth
+        self._free_bytes = free_bytes
+        self._reserve_errno = reserve_errno
+        self.passed: list[str] = []
+
+    def crash_point(self, name: str) -> None:
+        self.passed.append(name)
+        if name == self.at:
+            self.nth -= 1
+            if self.nth == 0:
+                raise SimulatedCrash(name)
+
+    def free_bytes(self, path) -> int:
+        return super().free_bytes(path) if self._free_bytes is None else self._free_bytes
+
+    def reserve(self, fd: int, size: int) -> None:
+        if self._reserve_errno is not None:
+            raise OSError(self._reserve_errno, "No space left on device")
+        super().reserve(fd, size)
+
+
+ENOSPC = errno.ENOSPC

@@ -1,0 +1,484 @@
+"""The buffer pool: framing, sealing, ordering, policies, and every crash and corruption case.
+
+No processes and no network: a fake clock drives linger, and CrashingOps raises a simulated
+crash at the pool's named crash points. After a "crash" the pool object is abandoned without
+closing, and a new one opens the same file — as a restarted agent would find it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from agent.buffer import (
+    BufferPool,
+    Chunk,
+    PoolDiskTooSmall,
+    PoolFormatError,
+    PoolGeometryMismatch,
+)
+from agent.buffer import layout as L
+from agent.buffer.seams import SimulatedCrash
+from tests.unit.poolkit import (
+    ENOSPC,
+    SIZE,
+    SLOT,
+    CrashingOps,
+    FakeClock,
+    chunk_of,
+    ids_of,
+    line,
+    values,
+)
+
+
+def open_pool(tmp_path, **kw) -> BufferPool:
+    kw.setdefault("linger_ms", 1e9)
+    kw.setdefault("sync_on_seal", False)
+    return BufferPool(tmp_path / "buffer.pool", kw.pop("size", SIZE), kw.pop("slot", SLOT), **kw)
+
+
+def slot_header_offset(pool: BufferPool, index: int) -> int:
+    return pool.geometry.slot_headers_offset + index * L.SLOT_HEADER_BYTES
+
+
+def flip_byte(path, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+# -- framing and order ---------------------------------------------------------------------------
+
+def test_records_come_back_in_order_with_their_event_times(tmp_path):
+    pool = open_pool(tmp_path)
+    ts = np.arange(500, dtype=np.int64) + 1_700_000_000_000
+    data = b"".join(line(i) + b"\n" for i in range(500))
+    chunk = Chunk.from_lines(data, 0)
+    chunk = Chunk(chunk.data, chunk.starts, chunk.lengths, ts)
+    res = pool.append("app.events", chunk, source=7)
+    assert res.complete(chunk) and res.end == len(data)
+    pool.seal_all()
+    recs = [r for s in pool.sealed() for r in s.records()]
+    assert [r[0] for r in recs] == ts.tolist()
+    assert ids_of(r[2] for r in recs) == list(range(500))
+    seqs = [s.seq for s in pool.sealed()]
+    assert seqs == sorted(seqs) and len(seqs) > 1
+    first = pool.sealed()[0].meta
+    assert first.min_ts == ts[0] and first.topic == "app.events"
+
+
+def test_keys_are_kept_per_record_including_missing_ones(tmp_path):
+    pool = open_pool(tmp_path)
+    base = chunk_of(range(6))
+    keys = [b"u1", None, b"", b"u4" * 10, None, b"k"]
+    pool.append("t", Chunk(base.data, base.starts, base.lengths, 5, keys), source=1)
+    pool.seal_all()
+    assert [k for s in pool.sealed() for _, k, _ in s.records()] == keys
+
+
+def test_crlf_and_empty_lines_frame_without_their_terminators(tmp_path):
+    pool = open_pool(tmp_path)
+    chunk = Chunk.from_lines(b"a\r\n\nb\n\r\nlast-without-newline", 1)
+    assert chunk.end == len(b"a\r\n\nb\n\r\n")
+    pool.append("t", chunk)
+    pool.seal_all()
+    assert values(pool) == [b"a", b"", b"b", b""]
+
+
+def test_topics_fill_separate_slots(tmp_path):
+    pool = open_pool(tmp_path)
+    pool.append("a", chunk_of(range(0, 10)))
+    pool.append("b", chunk_of(range(10, 20)))
+    pool.append("a", chunk_of(range(20, 30)))
+    pool.seal_all()
+    assert ids_of(values(pool, "a")) == list(range(0, 10)) + list(range(20, 30))
+    assert ids_of(values(pool, "b")) == list(range(10, 20))
+
+
+def test_linger_seals_a_slot_once_linger_ms_has_passed(tmp_path):
+    clock = FakeClock()
+    pool = open_pool(tmp_path, linger_ms=5, clock=clock)
+    pool.append("t", chunk_of(range(3)))
+    assert pool.seal_due() == 0 and pool.sealed() == []
+    clock.advance_ms(5)
+    assert pool.seal_due() == 1
+    assert ids_of(values(pool)) == [0, 1, 2]
+    # An append after the linger also seals the old slot first.
+    pool.append("t", chunk_of(range(3, 5)))
+    clock.advance_ms(6)
+    pool.append("t", chunk_of(range(5, 6)))
+    assert ids_of(values(pool)) == [0, 1, 2, 3, 4]
+
+
+def test_a_slot_seals_when_the_next_record_does_not_fit(tmp_path):
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(400)))      # 400 × 57 bytes framed > 4 KiB slots
+    sealed = pool.sealed()
+    assert len(sealed) >= 4
+    assert all(s.meta.used_bytes <= SLOT for s in sealed)
+    assert all(SLOT - s.meta.used_bytes < 24 + 16 + 48 for s in sealed)
+
+
+def test_free_slots_are_handed_out_most_recently_freed_first(tmp_path):
+    pool = open_pool(tmp_path)
+    for k in range(4):
+        pool.append("t", chunk_of(range(k * 10, k * 10 + 10)))
+        pool.seal("t")
+    slots = pool.sealed()
+    pool.free(slots[2])
+    pool.free(slots[0])
+    pool.append("t", chunk_of(range(100, 101)))
+    pool.seal("t")
+    assert pool.sealed()[-1].index == slots[0].index
+    pool.append("t", chunk_of(range(101, 102)))
+    pool.seal("t")
+    assert pool.sealed()[-1].index == slots[2].index
+
+
+def test_more_than_eight_sources_in_one_slot_seal_it_first(tmp_path):
+    pool = open_pool(tmp_path)
+    for src in range(9):
+        pool.append("t", chunk_of([src]), source=src, source_start=100 * src)
+    pool.seal_all()
+    first, second = pool.sealed()
+    assert [p[0] for p in first.meta.positions] == list(range(8))
+    assert second.meta.positions == ((8, 800, 800 + len(line(8)) + 1),)
+
+
+# -- recovery ------------------------------------------------------------------------------------
+
+def test_sealed_slots_survive_a_reopen_in_sequence_order(tmp_path):
+    pool = open_pool(tmp_path)
+    for k in range(5):
+        pool.append("t", chunk_of(range(k * 20, k * 20 + 20)), source=1, source_start=k * 820)
+        pool.seal("t")
+    pool.free(pool.sealed()[1])
+    before = [(s.seq, s.topic, list(s.records())) for s in pool.sealed()]
+    pool.close()
+    again = open_pool(tmp_path)
+    assert [(s.seq, s.topic, list(s.records())) for s in again.sealed()] == before
+    assert again.recovered_positions() == {1: 5 * 820}
+    again.append("t", chunk_of([999]))
+    again.seal("t")
+    assert again.sealed()[-1].seq == before[-1][0] + 1
+
+
+def test_a_filling_slot_is_discarded_and_sources_resume_after_the_last_sealed_data(tmp_path):
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(10)), source=3, source_start=0)
+    pool.seal("t")
+    end_sealed = 10 * 41
+    pool.append("t", chunk_of(range(10, 15)), source=3, source_start=end_sealed)   # filling
+    del pool                                                   # crash: nothing closed or sealed
+    again = open_pool(tmp_path)
+    assert ids_of(values(again)) == list(range(10))
+    assert again.recovered_positions() == {3: end_sealed}
+    assert again.counters["filling_discarded"] == 1
+    assert again.stats()["free_slots"] == again.geometry.slot_count - 1
+
+
+def test_a_torn_header_is_quarantined_and_reported_and_the_rest_replays(tmp_path):
+    events = []
+    pool = open_pool(tmp_path)
+    for k in range(3):
+        pool.append("t", chunk_of(range(k * 10, k * 10 + 10)))
+        pool.seal("t")
+    victim = pool.sealed()[1]
+    pool.close()
+    # record_count of the middle slot: the header CRC no longer matches.
+    flip_byte(tmp_path / "buffer.pool", slot_header_offset(pool, victim.index) + 16)
+    again = open_pool(tmp_path, on_drop=events.append)
+    assert ids_of(values(again)) == list(range(10)) + list(range(20, 30))
+    assert [e.reason for e in events] == ["corrupt"]
+    assert events[0].records == -1 and "torn header" in events[0].detail
+    assert list((tmp_path / "quarantine").iterdir())[0].stat().st_size == L.SLOT_HEADER_BYTES + SLOT
+
+
+def test_a_torn_payload_is_quarantined_with_its_record_count(tmp_path):
+    events = []
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(10)))
+    pool.seal("t")
+    slot = pool.sealed()[0]
+    pool.close()
+    # The second half of the payload never reached the disk: zeros.
+    start = pool.geometry.slot_offset(slot.index) + slot.meta.used_bytes // 2
+    with open(tmp_path / "buffer.pool", "r+b") as f:
+        f.seek(start)
+        f.write(b"\0" * (slot.meta.used_bytes // 2))
+    again = open_pool(tmp_path, on_drop=events.append)
+    assert again.sealed() == []
+    assert [(e.reason, e.topic, e.records) for e in events] == [("corrupt", "t", 10)]
+    assert "torn payload" in events[0].detail
+    assert again.counters["slots_quarantined"] == 1
+
+
+def test_a_bad_crc_in_the_middle_of_the_pool_spares_the_slots_around_it(tmp_path):
+    pool = open_pool(tmp_path)
+    for k in range(7):
+        pool.append("t", chunk_of(range(k * 10, k * 10 + 10)))
+        pool.seal("t")
+    middle = pool.sealed()[3]
+    pool.close()
+    flip_byte(tmp_path / "buffer.pool", pool.geometry.slot_offset(middle.index) + 200)
+    again = open_pool(tmp_path)
+    assert ids_of(values(again)) == [i for i in range(70) if not 30 <= i < 40]
+    assert [s.seq for s in again.sealed()] == [0, 1, 2, 4, 5, 6]
+    assert again.drop_events[0].records == 10
+
+
+def test_a_crash_between_payload_write_and_header_write_discards_the_slot(tmp_path):
+    ops = CrashingOps(at="seal:before_header")
+    pool = open_pool(tmp_path, ops=ops)
+    pool.append("t", chunk_of(range(10)), source=1)
+    with pytest.raises(SimulatedCrash):
+        pool.seal("t")
+    again = open_pool(tmp_path)
+    assert again.sealed() == [] and again.recovered_positions() == {}
+    assert again.counters["filling_discarded"] == 1 and again.drop_events == []
+
+
+def test_a_crash_after_the_header_but_before_the_state_byte_discards_the_slot(tmp_path):
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(5)))
+    pool.seal("t")
+    ops = CrashingOps(at="seal:before_state")
+    pool.ops = ops
+    pool.append("t", chunk_of(range(5, 10)))
+    with pytest.raises(SimulatedCrash):
+        pool.seal("t")
+    again = open_pool(tmp_path)
+    assert ids_of(values(again)) == list(range(5))
+    again.append("t", chunk_of([10]))
+    again.seal("t")
+    assert [s.seq for s in again.sealed()] == [0, 1]
+
+
+def test_a_crash_right_after_the_state_byte_keeps_the_slot(tmp_path):
+    pool = open_pool(tmp_path, ops=CrashingOps(at="seal:after_state"))
+    pool.append("t", chunk_of(range(5)), source=2)
+    with pytest.raises(SimulatedCrash):
+        pool.seal("t")
+    again = open_pool(tmp_path)
+    assert ids_of(values(again)) == list(range(5))
+    assert again.recovered_positions() == {2: 5 * 41}
+
+
+@pytest.mark.parametrize("crash", [True, False])
+def test_a_crash_during_free_leaves_the_slot_sealed_or_free_never_corrupt(tmp_path, crash):
+    pool = open_pool(tmp_path, ops=CrashingOps(at="free:before_state" if crash else None))
+    for k in range(2):
+        pool.append("t", chunk_of(range(k * 5, k * 5 + 5)))
+        pool.seal("t")
+    first = pool.sealed()[0]
+    if crash:
+        with pytest.raises(SimulatedCrash):
+            pool.free(first)
+    else:
+        pool.free(first)
+    again = open_pool(tmp_path)
+    expected = list(range(10)) if crash else list(range(5, 10))   # sent again, or gone
+    assert ids_of(values(again)) == expected
+    assert again.drop_events == []
+
+
+def test_sequence_numbers_wrap_around_and_keep_their_order(tmp_path):
+    top = (1 << 64) - 3
+    pool = open_pool(tmp_path, first_seq=top)
+    for k in range(6):
+        pool.append("t", chunk_of(range(k * 3, k * 3 + 3)))
+        pool.seal("t")
+    assert [s.seq for s in pool.sealed()] == [top, top + 1, top + 2, 0, 1, 2]
+    pool.free(pool.sealed()[0])
+    pool.close()
+    again = open_pool(tmp_path)
+    assert [s.seq for s in again.sealed()] == [top + 1, top + 2, 0, 1, 2]
+    assert ids_of(values(again)) == list(range(3, 18))
+    again.append("t", chunk_of([99]))
+    again.seal("t")
+    assert again.sealed()[-1].seq == 3
+
+
+def test_a_pool_reopened_with_another_geometry_is_refused_not_reformatted(tmp_path):
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(3)))
+    pool.seal("t")
+    pool.close()
+    with pytest.raises(PoolGeometryMismatch) as info:
+        open_pool(tmp_path, slot=2 * SLOT, size=2 * SIZE)
+    assert "16 slots of 4096 bytes" in str(info.value)
+    assert "buffer.slot_size_bytes" in info.value.hint
+    assert ids_of(values(open_pool(tmp_path))) == [0, 1, 2]
+
+
+def test_a_file_that_is_not_a_pool_is_refused(tmp_path):
+    (tmp_path / "buffer.pool").write_bytes(b"some other file" * 1000)
+    with pytest.raises(PoolFormatError, match="not a docket buffer pool"):
+        open_pool(tmp_path)
+
+
+def test_a_damaged_file_header_is_refused(tmp_path):
+    open_pool(tmp_path).close()
+    flip_byte(tmp_path / "buffer.pool", 16)          # slot_bytes
+    with pytest.raises(PoolFormatError, match="fails its CRC"):
+        open_pool(tmp_path)
+
+
+def test_a_disk_too_small_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(PoolDiskTooSmall) as info:
+        open_pool(tmp_path, ops=CrashingOps(free_bytes=SIZE - 1))
+    assert str(SIZE) in str(info.value) and "size_bytes" in info.value.hint
+    assert not (tmp_path / "buffer.pool").exists()
+
+
+def test_a_failed_reservation_removes_the_partial_file(tmp_path):
+    with pytest.raises(PoolDiskTooSmall, match="No space left"):
+        open_pool(tmp_path, ops=CrashingOps(reserve_errno=ENOSPC))
+    assert not (tmp_path / "buffer.pool").exists()
+
+
+def test_a_slot_size_that_is_not_a_page_multiple_is_refused(tmp_path):
+    with pytest.raises(PoolGeometryMismatch, match="multiple of 4096"):
+        open_pool(tmp_path, slot=5000)
+    with pytest.raises(PoolGeometryMismatch, match="fewer than 2 slots"):
+        open_pool(tmp_path, size=SLOT)
+
+
+# -- oversized lines -----------------------------------------------------------------------------
+
+def big_line_chunk(pool: BufferPool, factor: float = 2.5) -> tuple[Chunk, bytes]:
+    big = bytes(range(32, 127)) * int(pool.max_value_bytes * factor / 95)
+    data = line(0) + b"\n" + big + b"\n" + line(2) + b"\n"
+    return Chunk.from_lines(data, 9), big
+
+
+def test_an_oversized_line_is_split_into_consecutive_marked_parts(tmp_path):
+    pool = open_pool(tmp_path)
+    chunk, big = big_line_chunk(pool)
+    res = pool.append("t", chunk)
+    pool.seal_all()
+    assert res.complete(chunk) and res.split_lines == 1
+    parts = [(b.part_index, b.part_count, bytes(b.value(0))) for s in pool.sealed()
+             for b in s.blocks() if b.part_count]
+    assert [(i, n) for i, n, _ in parts] == [(0, 3), (1, 3), (2, 3)]
+    assert b"".join(p for _, _, p in parts) == big
+    assert ids_of([values(pool)[0], values(pool)[-1]]) == [0, 2]
+    assert pool.counters["oversize_split"] == 1
+
+
+def test_an_oversized_line_can_be_truncated_and_is_counted(tmp_path):
+    events = []
+    pool = open_pool(tmp_path, oversize="truncate", on_drop=events.append)
+    chunk, big = big_line_chunk(pool)
+    pool.append("t", chunk)
+    pool.seal_all()
+    assert values(pool)[1] == big[:pool.max_value_bytes]
+    assert len(values(pool)) == 3
+    assert [e.reason for e in events] == ["oversize_truncated"]
+
+
+def test_an_oversized_line_can_be_dropped_and_is_counted(tmp_path):
+    events = []
+    pool = open_pool(tmp_path, oversize="drop", on_drop=events.append)
+    chunk, _ = big_line_chunk(pool)
+    res = pool.append("t", chunk)
+    pool.seal_all()
+    assert res.dropped == 1 and res.complete(chunk)
+    assert ids_of(values(pool)) == [0, 2]
+    assert [(e.reason, e.records) for e in events] == [("oversize_dropped", 1)]
+
+
+# -- a full pool ---------------------------------------------------------------------------------
+
+def fill_up(pool: BufferPool) -> int:
+    """Append numbered lines until the pool refuses; return how many went in."""
+    i = 0
+    while True:
+        res = pool.append("t", chunk_of(range(i, i + 50)))
+        i += res.records
+        if res.records < 50:
+            return i
+
+
+def test_a_full_pool_under_block_takes_what_fits_and_says_where_to_resume(tmp_path):
+    pool = open_pool(tmp_path)
+    taken = fill_up(pool)
+    res = pool.append("t", chunk_of(range(taken, taken + 50)), timeout_s=0.05)
+    assert res.records == 0 and res.end == 0
+    pool.free(pool.sealed()[0])
+    res = pool.append("t", chunk_of(range(taken, taken + 50)))
+    assert res.records > 0
+
+
+def test_a_blocked_append_resumes_when_the_drain_frees_a_slot(tmp_path):
+    pool = open_pool(tmp_path)
+    taken = fill_up(pool)
+    first = pool.sealed()[0]
+    timer = threading.Timer(0.2, pool.free, args=(first,))
+    timer.start()
+    res = pool.append("t", chunk_of(range(taken, taken + 50)), timeout_s=30)
+    timer.join()
+    assert res.records == 50
+
+
+def test_drop_oldest_drops_the_oldest_sealed_slot_not_in_flight_and_counts_it(tmp_path):
+    events = []
+    pool = open_pool(tmp_path, on_full="drop_oldest", on_drop=events.append)
+    taken = fill_up_drop(pool)
+    in_flight = pool.take(1)[0]
+    oldest_unleased = pool.sealed()[1]
+    res = pool.append("t", chunk_of(range(taken, taken + 150)))   # needs two more slots
+    assert res.records == 150
+    sealed = pool.sealed()
+    assert sealed[0] is in_flight and oldest_unleased not in sealed
+    assert events[0].reason == "buffer_full" and events[0].records == oldest_unleased.record_count
+    assert f"seq {oldest_unleased.seq} dropped" in events[0].detail
+    assert pool.counters["buffer_full_dropped"] == sum(e.records for e in events)
+    pool.seal_all()
+    kept = ids_of(values(pool))
+    assert kept == sorted(kept) and kept[-1] == taken + 149
+
+
+def fill_up_drop(pool: BufferPool) -> int:
+    i = 0
+    while pool.stats()["free_slots"] > 0:
+        i += pool.append("t", chunk_of(range(i, i + 10))).records
+    return i
+
+
+def test_sealed_slots_spill_to_disk_and_come_back_in_order(tmp_path):
+    pool = open_pool(tmp_path, spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    n = 0
+    for _ in range(3 * pool.geometry.slot_count):
+        n += pool.append("t", chunk_of(range(n, n + 40))).records
+    pool.seal_all()
+    stats = pool.stats()
+    assert stats["spilled_slots"] > 0 and stats["spill_bytes"] > 0
+    assert ids_of(values(pool)) == list(range(n))
+    pool.close()
+    again = open_pool(tmp_path, spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    assert ids_of(values(again)) == list(range(n))
+    for slot in again.sealed():
+        again.free(slot)
+    assert list((tmp_path / "spill").iterdir()) == []
+
+
+def test_a_corrupt_spill_file_is_quarantined_and_the_rest_replays(tmp_path):
+    pool = open_pool(tmp_path, spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    n = 0
+    for _ in range(2 * pool.geometry.slot_count):
+        n += pool.append("t", chunk_of(range(n, n + 40))).records
+    pool.seal_all()
+    spilled = sorted((tmp_path / "spill").iterdir())
+    pool.close()
+    spilled[0].write_bytes(spilled[0].read_bytes()[:-10])
+    again = open_pool(tmp_path, spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    assert again.drop_events[0].reason == "corrupt"
+    assert (tmp_path / "quarantine" / spilled[0].name).exists()
+    got = ids_of(values(again))
+    assert got == sorted(got) and len(got) < n
