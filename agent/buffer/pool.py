@@ -123,6 +123,8 @@ class BufferPool:
         clock: Clock | None = None,
         ops: FileOps | None = None,
         on_drop: Callable[[DropEvent], None] | None = None,
+        on_seal: Callable[[SlotMeta], None] | None = None,
+        max_record_bytes: int | None = None,
         first_seq: int = 0,
     ):
         if on_full not in ON_FULL:
@@ -137,6 +139,7 @@ class BufferPool:
         self.clock = clock or Clock()
         self.ops = ops or FileOps()
         self._on_drop = on_drop
+        self._on_seal = on_seal
         self.quarantine_dir = Path(quarantine_dir or self.path.parent / "quarantine")
         self.counters: dict[str, int] = {
             "records_appended": 0, "slots_sealed": 0, "slots_freed": 0, "slots_spilled": 0,
@@ -172,8 +175,10 @@ class BufferPool:
             self._free = list(range(g.slot_count - 1, -1, -1))
         else:
             self._recover()
-        # Record capacity: the largest value one record may have in an empty slot.
+        # Record capacity: the largest value one record may have in an empty slot, or less.
         self.max_value_bytes = g.slot_bytes - BLOCK_HEADER_BYTES - PER_RECORD_BYTES - 8
+        if max_record_bytes is not None:
+            self.max_value_bytes = min(self.max_value_bytes, max_record_bytes)
 
     # -- opening -------------------------------------------------------------------------------
     def _open_file(self, first_seq: int) -> bool:
@@ -578,6 +583,8 @@ class BufferPool:
         self._sealed[seq] = SealedSlot(meta, index, self._payload_view(index, fill.used))
         del self._current[topic]
         self.counters["slots_sealed"] += 1
+        if self._on_seal is not None:
+            self._on_seal(meta)
         return seq
 
     # -- draining ------------------------------------------------------------------------------

@@ -1,0 +1,334 @@
+"""The agent's configuration: every setting declared once, with its type, default and help.
+
+Parsing, defaults, validation and the reference in docs/config.md all come from ``SETTINGS``
+and ``SOURCE_SETTINGS`` below (``python -m agent.config`` prints the reference). Unknown keys
+are errors. An error names the key path, what was expected, what was found, and a hint;
+``docket-agent validate`` prints it and exits 78 (EX_CONFIG).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import socket
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EX_CONFIG = 78
+MiB = 1 << 20
+
+
+class ConfigError(Exception):
+    def __init__(self, path: str, problem: str, hint: str = ""):
+        super().__init__(f"Error in configuration at '{path}': {problem}")
+        self.path, self.problem, self.hint = path, problem, hint
+
+    def render(self) -> str:
+        return str(self) + (f"\n  hint: {self.hint}" if self.hint else "")
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str                       # dotted path, e.g. "buffer.size_bytes"
+    type: type                     # int, float, str, bool, list (of str), dict (free-form table)
+    default: Any
+    help: str
+    choices: tuple = ()
+    minimum: float | None = None
+    required: bool = False
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("agent.id", str, None, "Agent id, sent as the `docket-origin` header and in audit "
+            "records. Default: the host name."),
+    Setting("agent.state_dir", str, "/var/lib/docket", "Folder for the state database "
+            "(checkpoints), the loss journal, dead letters and quarantined slots."),
+    Setting("agent.shutdown_timeout_ms", int, 30000, "On SIGTERM, how long to keep draining "
+            "sealed slots to Kafka before exiting; the rest stays in the pool.", minimum=0),
+    Setting("agent.origin_header", bool, True, "Add the `docket-origin` header to every record."),
+    Setting("buffer.path", str, None, "The pool file. Default: `<state_dir>/buffer.pool`."),
+    Setting("buffer.size_bytes", int, 1 << 30, "Size of the preallocated pool file.",
+            minimum=2 * 4096),
+    Setting("buffer.slot_size_bytes", int, MiB, "Slot size: the batch-size limit; a multiple of "
+            "4096.", minimum=4096),
+    Setting("buffer.linger_ms", float, 5.0, "Seal a slot this long after its first record.",
+            minimum=0),
+    Setting("buffer.on_full", str, "block", "With no free slot: `block` (file sources stop "
+            "reading, socket clients wait) or `drop_oldest` (drop the oldest sealed slot, "
+            "counted).",
+            choices=("block", "drop_oldest")),
+    Setting("buffer.oversize", str, "split", "A line longer than a slot: `split` into parts, "
+            "`truncate`, or `drop`; each counted.", choices=("split", "truncate", "drop")),
+    Setting("buffer.spill_max_bytes", int, 0, "Spill sealed slots snappy-compressed to "
+            "`<state_dir>/spill/` up to this many bytes before blocking or dropping (0: off).",
+            minimum=0),
+    Setting("buffer.sync_on_seal", bool, True, "msync each slot when it is sealed, so sealed data "
+            "survives a power loss, not only a crash."),
+    Setting("broker.bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers."),
+    Setting("broker.compression", str, "snappy", "Kafka compression codec.",
+            choices=("none", "gzip", "snappy", "lz4", "zstd")),
+    Setting("broker.librdkafka_options", dict, {}, "librdkafka properties passed to the producer "
+            "as they are, e.g. `\"security.protocol\" = \"SASL_SSL\"`."),
+    Setting("audit.topic", str, "docket.audit", "Audit topic (read by the audit emitter)."),
+    Setting("audit.window_ms", int, 600000, "Event-time window of audit counts.", minimum=1000),
+    Setting("audit.interval_ms", int, 600000, "How often audit counts are emitted.", minimum=1000),
+    Setting("status.listen", str, "127.0.0.1:9464", "Address of `/metrics` and `/status`."),
+)
+
+SOURCE_SETTINGS: tuple[Setting, ...] = (
+    Setting("type", str, None, "`file` (tail files) or `socket` (unix stream socket).",
+            choices=("file", "socket"), required=True),
+    Setting("topic", str, None, "Kafka topic of this source's events.", required=True),
+    Setting("paths", list, [], "`file`: glob patterns of the files to tail."),
+    Setting("path", str, None, "`socket`: path of the unix socket to listen on."),
+    Setting("timestamp_field", str, None, "JSON field holding the event time (RFC 3339, epoch "
+            "seconds or milliseconds). Absent or unparsable: the read time, counted."),
+    Setting("key_field", str, None, "JSON field used as the Kafka record key."),
+    Setting("read_chunk_bytes", int, MiB, "`file`: bytes read per read call.", minimum=4096),
+    Setting("partial_flush_ms", int, 0, "`file`: send a last line without its newline after this "
+            "long unchanged (0: wait for the newline).", minimum=0),
+    Setting("poll_interval_ms", int, 250, "`file`: polling interval behind the watchdog events.",
+            minimum=10),
+)
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+               list: "a list of strings", dict: "a table"}
+
+
+def _found(value) -> str:
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
+            dict: "table"}.get(type(value), type(value).__name__)
+    shown = repr(value) if not isinstance(value, dict | list) else kind
+    return f"{shown} ({kind})"
+
+
+def _coerce(s: Setting, path: str, value):
+    if s.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    ok = isinstance(value, s.type) and not (s.type is int and isinstance(value, bool))
+    if s.type is list and ok:
+        ok = all(isinstance(v, str) for v in value)
+    if not ok:
+        hint = ""
+        if s.type is int and isinstance(value, str):
+            hint = "write the number without quotes or units, e.g. 1048576"
+        raise ConfigError(path, f"expected {_TYPE_NAMES[s.type]}, found {_found(value)}", hint)
+    if s.choices and value not in s.choices:
+        raise ConfigError(path, f"expected one of {', '.join(map(repr, s.choices))}, found "
+                          f"{value!r}", hint=s.help)
+    if s.minimum is not None and value < s.minimum:
+        raise ConfigError(path, f"must be at least {s.minimum:g}, found {value!r}", hint=s.help)
+    return value
+
+
+@dataclass
+class SourceConfig:
+    index: int
+    type: str
+    topic: str
+    paths: list[str] = field(default_factory=list)
+    path: str | None = None
+    timestamp_field: str | None = None
+    key_field: str | None = None
+    read_chunk_bytes: int = MiB
+    partial_flush_ms: int = 0
+    poll_interval_ms: int = 250
+
+
+@dataclass
+class AgentConfig:
+    values: dict[str, Any]
+    sources: list[SourceConfig]
+    file: Path | None = None
+
+    def __getitem__(self, key: str):
+        return self.values[key]
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.values["agent.state_dir"])
+
+    @property
+    def agent_id(self) -> str:
+        return self.values["agent.id"]
+
+    @property
+    def buffer_path(self) -> Path:
+        return Path(self.values["buffer.path"])
+
+
+def _section_table(raw: dict, name: str) -> dict:
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        raise ConfigError(name, f"expected a table [{name}], found {_found(table)}")
+    return table
+
+
+def parse(raw: dict, file: Path | None = None) -> AgentConfig:
+    """Validate a parsed TOML document and fill in defaults."""
+    by_section: dict[str, dict[str, Setting]] = {}
+    for s in SETTINGS:
+        section, key = s.key.split(".", 1)
+        by_section.setdefault(section, {})[key] = s
+    for top in raw:
+        if top not in by_section and top != "sources":
+            raise ConfigError(top, "unknown section",
+                              hint=f"known sections: {', '.join(sorted(by_section))}, sources")
+    values: dict[str, Any] = {}
+    for section, known in by_section.items():
+        table = _section_table(raw, section)
+        for key in table:
+            if key not in known:
+                raise ConfigError(f"{section}.{key}", "unknown key",
+                                  hint=f"known keys in [{section}]: {', '.join(sorted(known))}")
+        for key, s in known.items():
+            values[s.key] = _coerce(s, s.key, table[key]) if key in table else s.default
+    values["agent.id"] = values["agent.id"] or _hostname()
+    values["buffer.path"] = values["buffer.path"] or str(
+        Path(values["agent.state_dir"]) / "buffer.pool")
+    for key, value in values["broker.librdkafka_options"].items():
+        if not isinstance(value, str | int | float | bool):
+            raise ConfigError(f"broker.librdkafka_options.{key}",
+                              f"expected a string, number or boolean, found {_found(value)}")
+    sources = _parse_sources(raw.get("sources", []))
+    _check_combinations(values, sources)
+    return AgentConfig(values, sources, file)
+
+
+def _parse_sources(raw_sources) -> list[SourceConfig]:
+    if not isinstance(raw_sources, list) or not all(isinstance(s, dict) for s in raw_sources):
+        raise ConfigError("sources", "expected an array of tables [[sources]]",
+                          hint="write each source as a [[sources]] block")
+    known = {s.key: s for s in SOURCE_SETTINGS}
+    out = []
+    for i, table in enumerate(raw_sources):
+        where = f"sources[{i}]"
+        for key in table:
+            if key not in known:
+                raise ConfigError(f"{where}.{key}", "unknown key",
+                                  hint=f"known keys of a source: {', '.join(sorted(known))}")
+        vals = {}
+        for key, s in known.items():
+            if key in table:
+                vals[key] = _coerce(s, f"{where}.{key}", table[key])
+            elif s.required:
+                raise ConfigError(f"{where}.{key}", "missing", hint=s.help)
+            else:
+                vals[key] = s.default
+        src = SourceConfig(index=i, **vals)
+        if src.type == "file":
+            if not src.paths:
+                raise ConfigError(f"{where}.paths", "a file source needs at least one glob",
+                                  hint='e.g. paths = ["/var/log/app/*.log"]')
+            if src.path is not None:
+                raise ConfigError(f"{where}.path", "only socket sources take `path`",
+                                  hint="file sources take `paths`, a list of globs")
+            for j, pattern in enumerate(src.paths):
+                _check_glob(f"{where}.paths[{j}]", pattern)
+        else:
+            if not src.path:
+                raise ConfigError(f"{where}.path", "a socket source needs the socket's path",
+                                  hint='e.g. path = "/run/docket/events.sock"')
+            if src.paths:
+                raise ConfigError(f"{where}.paths", "only file sources take `paths`")
+            parent = Path(src.path).parent
+            if not parent.is_dir():
+                raise ConfigError(f"{where}.path", f"folder {parent} does not exist",
+                                  hint="create it, or choose another socket path")
+        out.append(src)
+    topics_by_socket = [s.path for s in out if s.type == "socket"]
+    if len(topics_by_socket) != len(set(topics_by_socket)):
+        raise ConfigError("sources", "two socket sources share one path")
+    return out
+
+
+def _check_glob(path: str, pattern: str) -> None:
+    if not os.path.isabs(pattern):
+        raise ConfigError(path, f"expected an absolute path, found {pattern!r}",
+                          hint="relative globs would depend on the agent's working folder")
+    folder = Path(pattern).parent          # the folder that must exist: the last one free of
+    while glob.has_magic(str(folder)):     # wildcards, or the file's own folder
+        folder = folder.parent
+    if not folder.exists():
+        raise ConfigError(path, f"folder {folder} does not exist",
+                          hint="create it, or fix the glob; files that appear later in an "
+                          "existing folder are picked up")
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise ConfigError(path, f"folder {folder} is not readable by this user",
+                          hint="grant the agent's user read and execute permission on it")
+
+
+def _check_combinations(values: dict, sources: list[SourceConfig]) -> None:
+    slot, size = values["buffer.slot_size_bytes"], values["buffer.size_bytes"]
+    if slot % 4096:
+        raise ConfigError("buffer.slot_size_bytes", f"must be a multiple of 4096, found {slot}",
+                          hint=f"use {slot - slot % 4096 or 4096} or {slot - slot % 4096 + 4096}")
+    if slot * 2 + 8192 + 1024 > size:
+        raise ConfigError("buffer.slot_size_bytes",
+                          f"slots of {slot} bytes leave fewer than 2 in a pool of {size} bytes",
+                          hint="raise buffer.size_bytes or lower buffer.slot_size_bytes")
+    host, sep, port = values["status.listen"].rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError("status.listen", f"expected HOST:PORT, found {values['status.listen']!r}",
+                          hint='e.g. "127.0.0.1:9464"')
+    if values["audit.interval_ms"] > values["audit.window_ms"] * 6:
+        raise ConfigError("audit.interval_ms", "emitting less often than every 6 windows leaves "
+                          "the reconciler blind", hint="keep interval_ms <= 6 * window_ms")
+    if not values["broker.bootstrap_servers"].strip():
+        raise ConfigError("broker.bootstrap_servers", "must not be empty")
+    if not sources:
+        raise ConfigError("sources", "no [[sources]] configured",
+                          hint="add a [[sources]] block with type, topic and paths")
+
+
+def load(path: str | Path) -> AgentConfig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot read the file: {exc.strerror}") from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
+    return parse(raw, path)
+
+
+def reference_markdown() -> str:
+    """docs/config.md, generated from the declarations."""
+    def row(key, s: Setting) -> str:
+        default = "(required)" if s.required else (
+            "—" if s.default is None else f"`{json.dumps(s.default)}`")
+        kind = s.type.__name__ if s.type is not list else "list[str]"
+        if s.choices:
+            kind = " \\| ".join(f"`{c}`" for c in s.choices)
+        return f"| `{key}` | {kind} | {default} | {s.help} |"
+
+    lines = ["# Agent configuration reference", "",
+             "Generated from `agent/config.py` by `python -m agent.config`; do not edit by hand.",
+             "The file is TOML. Unknown keys are errors; `docket-agent validate --config FILE`",
+             "checks a file and exits 78 with the key path and a hint when it is wrong.", ""]
+    section = None
+    for s in SETTINGS:
+        sec = s.key.split(".", 1)[0]
+        if sec != section:
+            section = sec
+            lines += ["", f"## [{sec}]", "", "| key | type | default | meaning |",
+                      "|---|---|---|---|"]
+        lines.append(row(s.key, s))
+    lines += ["", "## [[sources]]", "", "One block per source.", "",
+              "| key | type | default | meaning |", "|---|---|---|---|"]
+    lines += [row(s.key, s) for s in SOURCE_SETTINGS]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(reference_markdown())

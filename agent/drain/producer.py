@@ -1,0 +1,31 @@
+"""The confluent-kafka producer configuration the agent runs with.
+
+acks=all and idempotence always; compression from ``broker.compression``; linger and batch size
+from the buffer settings; librdkafka's own queue kept small (the pool is the buffer, not
+librdkafka's memory); ``broker.librdkafka_options`` last, so an operator can override any of it.
+"""
+
+from __future__ import annotations
+
+from ..config import AgentConfig
+
+# The largest record value the drain sends; the pool splits or truncates longer lines to this.
+# Kafka's default max.message.bytes is 1048588 for the whole batch, headers and framing included.
+MAX_RECORD_BYTES = 1_000_000
+
+
+def producer_config(cfg: AgentConfig) -> dict:
+    conf = {
+        "bootstrap.servers": cfg["broker.bootstrap_servers"],
+        "acks": "all",
+        "enable.idempotence": True,
+        "compression.type": cfg["broker.compression"],
+        "linger.ms": max(1.0, cfg["buffer.linger_ms"]),
+        "batch.size": min(cfg["buffer.slot_size_bytes"], 16 << 20),
+        "queue.buffering.max.kbytes": 64 * 1024,
+        "queue.buffering.max.messages": 500_000,
+        "message.max.bytes": MAX_RECORD_BYTES + 64 * 1024,
+        "client.id": f"docket-agent-{cfg.agent_id}",
+    }
+    conf.update(cfg["broker.librdkafka_options"])
+    return conf

@@ -1,0 +1,55 @@
+"""The loss journal: every event the agent does not deliver, durably, with why.
+
+``state_dir/loss-journal.jsonl``, one JSON object per line, fsync'd as it is written::
+
+    {"ts_ms": ..., "reason": "oversize_dropped" | "oversize_truncated" | "buffer_full" |
+     "corrupt" | "dead_letter" | "deleted_unread" | "unaccounted_bytes",
+     "topic": ..., "events": N (or -1 if unknown), "bytes": N, "source": path or slot,
+     "range": [start, end] (bytes of the source) or null, "detail": "..."}
+
+``LossJournal.record`` is the one function that both writes the entry and counts it in the
+agent's metrics (``agent_dropped_events_total{reason}``), so no counter exists without its entry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from .telemetry import Metrics
+
+
+class LossJournal:
+    def __init__(self, path: Path, metrics: Metrics):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+
+    def record(self, reason: str, topic: str, events: int, *, nbytes: int = 0,
+               source: str = "", byte_range: tuple[int, int] | None = None,
+               detail: str = "") -> None:
+        entry = {"ts_ms": int(time.time() * 1000), "reason": reason, "topic": topic,
+                 "events": events, "bytes": nbytes, "source": source,
+                 "range": list(byte_range) if byte_range else None, "detail": detail}
+        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
+        with self._lock:
+            os.write(self._fd, line)
+            os.fsync(self._fd)
+        self.metrics.dropped(reason, topic, max(events, 0), intentional=reason in INTENTIONAL,
+                             nbytes=nbytes)
+
+    def entries(self) -> list[dict]:
+        with open(self.path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+# Reasons a configured policy chose; the others are failures.
+INTENTIONAL = {"oversize_dropped", "oversize_truncated", "buffer_full"}

@@ -1,0 +1,284 @@
+"""The running agent: sources → buffer pool → drain, in one loop, plus the status server.
+
+One thread runs the loop: scan and read files, seal slots whose linger passed, write sealed
+checkpoints, send to Kafka and serve delivery reports. Socket connections and the HTTP status
+server have threads of their own. Signals only set flags that the loop acts on:
+SIGTERM/SIGINT stop (seal, drain up to ``shutdown_timeout_ms``, persist, exit 0), SIGHUP reloads
+the source list from the configuration file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.metadata import version
+
+from .buffer import BufferPool, DropEvent
+from .buffer.spill import SlotMeta
+from .config import AgentConfig, ConfigError, load
+from .drain.drain import Drain
+from .drain.producer import MAX_RECORD_BYTES, producer_config
+from .journal import LossJournal
+from .notify import Notifier
+from .state import StateDB
+from .tail.files import FileSource
+from .tail.sock import SocketSource
+from .telemetry import Metrics
+
+log = logging.getLogger("docket.agent")
+
+
+class StartupError(Exception):
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+READ_BUDGET_BYTES = 8 << 20      # per loop turn, across file sources
+GAUGE_INTERVAL_S = 1.0
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig, notifier: Notifier | None = None):
+        self.cfg = cfg
+        self.notifier = notifier or Notifier()
+        self.started = time.time()
+        state = cfg.state_dir
+        state.mkdir(parents=True, exist_ok=True)
+        self.metrics = Metrics()
+        self.journal = LossJournal(state / "loss-journal.jsonl", self.metrics)
+        self.db = StateDB(state / "state.db")
+        self._sealed_positions: list[tuple[tuple, float]] = []
+        self._seal_times: dict[int, float] = {}
+        spill = cfg["buffer.spill_max_bytes"]
+        self.pool = BufferPool(
+            cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
+            linger_ms=cfg["buffer.linger_ms"], on_full=cfg["buffer.on_full"],
+            oversize=cfg["buffer.oversize"], spill_dir=state / "spill" if spill else None,
+            spill_max_bytes=spill, quarantine_dir=state / "quarantine",
+            sync_on_seal=cfg["buffer.sync_on_seal"], on_drop=self._pool_dropped,
+            on_seal=self._sealed, max_record_bytes=MAX_RECORD_BYTES)
+        self.recovered = self.pool.recovered_positions()
+        self.db.advance_sealed(self.recovered)
+        for slot in self.pool.sealed():
+            self._seal_times[slot.seq] = time.monotonic()
+        origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
+        self.drain = Drain(self.pool, producer_config(cfg), self.journal, self.metrics,
+                           state / "dead-letter", origin, on_slot_done=self._slot_done)
+        self.file_sources: list[FileSource] = []
+        self.socket_sources: list[SocketSource] = []
+        self._build_sources(cfg)
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._rates = {"in_events_s": 0.0, "out_events_s": 0.0}
+        self._http: ThreadingHTTPServer | None = None
+
+    # -- wiring -------------------------------------------------------------------------------
+    def _build_sources(self, cfg: AgentConfig) -> None:
+        for src in cfg.sources:
+            if src.type == "file":
+                self.file_sources.append(FileSource(src, self.pool, self.db, self.journal,
+                                                    self.metrics, self.recovered))
+            else:
+                self.socket_sources.append(SocketSource(src, self.pool, self.metrics))
+
+    def _close_sources(self) -> None:
+        for s in self.socket_sources:
+            s.close()
+        for f in self.file_sources:
+            f.close()
+        self.file_sources, self.socket_sources = [], []
+
+    def _pool_dropped(self, ev: DropEvent) -> None:
+        self.journal.record(ev.reason, ev.topic, ev.records, detail=ev.detail)
+
+    def _sealed(self, meta: SlotMeta) -> None:           # under the pool's lock
+        self._sealed_positions.append((meta.positions, time.monotonic()))
+        self._seal_times[meta.seq] = time.monotonic()
+
+    def _flush_checkpoints(self) -> None:
+        batch, self._sealed_positions = self._sealed_positions, []
+        ends: dict[int, int] = {}
+        for positions, _ in batch:
+            for source, _start, end in positions:
+                ends[source] = max(end, ends.get(source, 0))
+        self.db.advance_sealed(ends)
+
+    def _slot_done(self, slot) -> None:
+        self._seal_times.pop(slot.seq, None)
+        self.db.advance_acked({src: end for src, _s, end in slot.meta.positions})
+
+    # -- running ------------------------------------------------------------------------------
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> int:
+        self.start_status_server()
+        for f in self.file_sources:
+            f.scan()
+        sealed = self.pool.stats()["sealed_slots"]
+        self.notifier.ready(f"recovered {sealed} sealed slot(s); shipping")
+        log.info("agent %s ready: %d sealed slot(s) recovered", self.cfg.agent_id, sealed)
+        next_scan = next_gauges = next_watchdog = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if self._reload.is_set():
+                self._reload.clear()
+                self._do_reload()
+            if now >= next_scan:
+                for f in self.file_sources:
+                    f.scan()
+                next_scan = now + min((f.cfg.poll_interval_ms for f in self.file_sources),
+                                      default=250) / 1000
+            read = 0
+            for f in self.file_sources:
+                read += f.read_some(READ_BUDGET_BYTES).bytes
+            self.pool.seal_due()
+            self._flush_checkpoints()
+            sent = self.drain.pump()
+            if now >= next_gauges:
+                self._update_gauges(now - (next_gauges - GAUGE_INTERVAL_S))
+                next_gauges = now + GAUGE_INTERVAL_S
+            if self.notifier.watchdog_interval_s and now >= next_watchdog:
+                self.notifier.watchdog()
+                next_watchdog = now + self.notifier.watchdog_interval_s
+            if not read and not sent:
+                self.drain.producer.poll(0.002)
+        return self.shutdown()
+
+    def _do_reload(self) -> None:
+        try:
+            cfg = load(self.cfg.file)
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running sources: %s", exc.render())
+            return
+        self.pool.seal_all()
+        self._flush_checkpoints()
+        self._close_sources()
+        self.recovered = {}
+        self.cfg.sources = cfg.sources
+        self._build_sources(cfg)
+        log.info("reloaded: %d source(s)", len(cfg.sources))
+        self.notifier.status(f"reloaded {len(cfg.sources)} source(s)")
+
+    def shutdown(self) -> int:
+        self.notifier.stopping()
+        for s in self.socket_sources:
+            s.close()
+        self.pool.seal_all()
+        self._flush_checkpoints()
+        deadline = time.monotonic() + self.cfg["agent.shutdown_timeout_ms"] / 1000
+        emptied = self.drain.drain_until(deadline)
+        self.drain.close()
+        left = self.pool.stats()
+        log.info("stopped: %s", "everything acknowledged" if emptied else
+                 f"{left['sealed_records']} record(s) stay in the pool for the next start")
+        for f in self.file_sources:
+            f.close()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        self.pool.close()
+        self.journal.close()
+        self.db.close()
+        return 0
+
+    # -- status -------------------------------------------------------------------------------
+    def _update_gauges(self, elapsed: float) -> None:
+        m = self.metrics
+        st = self.pool.stats()
+        m.set("agent_buffer_size_bytes", self.pool.geometry.file_bytes)
+        for state in ("free", "filling", "sealed", "spilled", "leased"):
+            m.set("agent_buffer_slots", st[f"{state}_slots"],
+                  state="in_flight" if state == "leased" else state)
+        for policy in ("split", "truncated", "dropped"):
+            m.set("agent_buffer_oversize_lines_total", st[f"oversize_{policy}"], policy=policy)
+        m.set("agent_buffer_quarantined_slots_total", st["slots_quarantined"])
+        m.set("agent_buffer_backlog_bytes", st["sealed_bytes"])
+        m.set("agent_buffer_backlog_events", st["sealed_records"])
+        m.set("agent_buffer_oldest_unacked_age_seconds", self._oldest_unacked_age())
+        m.clear("agent_source_lag_bytes")
+        for f in self.file_sources:
+            for path, lag in f.lag().items():
+                m.set("agent_source_lag_bytes", lag, path=path)
+        ins = m.get("agent_source_read_events_total")
+        outs = m.get("agent_drain_sent_events_total")
+        prev = getattr(self, "_prev_counts", (ins, outs))
+        if elapsed > 0:
+            self._rates = {"in_events_s": (ins - prev[0]) / elapsed,
+                           "out_events_s": (outs - prev[1]) / elapsed}
+        self._prev_counts = (ins, outs)
+        self.notifier.status(f"in {self._rates['in_events_s']:.0f}/s, out "
+                             f"{self._rates['out_events_s']:.0f}/s, backlog "
+                             f"{st['sealed_records']} events, broker {self.drain.broker_state}")
+
+    def _oldest_unacked_age(self) -> float:
+        sealed = self.pool.sealed()
+        if not sealed:
+            return 0.0
+        t = self._seal_times.get(sealed[0].seq)
+        return time.monotonic() - t if t is not None else 0.0
+
+    def status(self) -> dict:
+        st = self.pool.stats()
+        sealed = self.pool.sealed()
+        oldest_event_ms = min((s.meta.min_ts for s in sealed), default=None)
+        return {
+            "agent_id": self.cfg.agent_id,
+            "version": version("docket"),
+            "uptime_s": round(time.time() - self.started, 1),
+            "rates": {k: round(v, 1) for k, v in self._rates.items()},
+            "pool": {"path": str(self.cfg.buffer_path),
+                     "occupancy": round(1 - st["free_slots"] / st["slot_count"], 4), **st},
+            "backlog": {"bytes": st["sealed_bytes"], "events": st["sealed_records"],
+                        "oldest_unacked_age_s": round(self._oldest_unacked_age(), 3),
+                        "oldest_unacked_event_age_s": round(
+                            time.time() - oldest_event_ms / 1000, 3)
+                        if oldest_event_ms is not None else None},
+            "files": {p: {"lag_bytes": lag} for f in self.file_sources
+                      for p, lag in f.lag().items()},
+            "broker": {"state": self.drain.broker_state,
+                       "bootstrap_servers": self.cfg["broker.bootstrap_servers"],
+                       "outages": self.metrics.get("agent_drain_outages_total")},
+            "dropped_events": self.metrics.get("agent_dropped_events_total"),
+            "last_audit_emission": None,
+        }
+
+    def start_status_server(self) -> None:
+        host, _, port = self.cfg["status.listen"].rpartition(":")
+        agent = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's naming)
+                if self.path == "/metrics":
+                    body, ctype = agent.metrics.prometheus().encode(), "text/plain; version=0.0.4"
+                elif self.path == "/status":
+                    body, ctype = json.dumps(agent.status()).encode(), "application/json"
+                else:
+                    self.send_error(404, "try /metrics or /status")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        try:
+            self._http = ThreadingHTTPServer((host, int(port)), Handler)
+        except OSError as exc:
+            raise StartupError(f"cannot listen on status.listen = {host}:{port}: {exc.strerror}",
+                               hint="choose a free port in [status] listen") from exc
+        self.status_address = self._http.server_address
+        threading.Thread(target=self._http.serve_forever, name="docket-status",
+                         daemon=True).start()

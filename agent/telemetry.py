@@ -1,0 +1,98 @@
+"""The agent's metrics, named once here and described in docs/telemetry.md.
+
+Names follow ``agent_<subsystem>_<name>_<unit>[_total]``. Dropped events carry ``reason`` and
+``intentional``; retried events are counted as retried, never as dropped. ``/metrics`` renders
+the Prometheus text format; ``/status`` and ``docket-agent status`` read ``snapshot()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+# name → (type, help). The single list of what the agent measures.
+METRICS: dict[str, tuple[str, str]] = {
+    "agent_source_read_bytes_total": ("counter", "Bytes read from sources."),
+    "agent_source_read_events_total": ("counter", "Events accepted into the buffer pool."),
+    "agent_source_bad_input_total": ("counter", "Input oddities, by kind; the events still ship "
+                                     "unless a drop says otherwise."),
+    "agent_source_rotations_total": ("counter", "File rotations seen, by kind."),
+    "agent_source_files": ("gauge", "Files being tailed."),
+    "agent_source_lag_bytes": ("gauge", "Per file, bytes written but not yet read."),
+    "agent_buffer_size_bytes": ("gauge", "Size of the pool file."),
+    "agent_buffer_oversize_lines_total": ("counter", "Lines longer than a record, by policy "
+                                          "(split, truncate, drop)."),
+    "agent_buffer_quarantined_slots_total": ("counter", "Slots that failed their CRC at start "
+                                             "and were copied to quarantine/."),
+    "agent_buffer_slots": ("gauge", "Slots by state (free, filling, sealed, spilled, in_flight)."),
+    "agent_buffer_backlog_bytes": ("gauge", "Bytes in sealed slots not yet acknowledged."),
+    "agent_buffer_backlog_events": ("gauge", "Events in sealed slots not yet acknowledged."),
+    "agent_buffer_oldest_unacked_age_seconds": ("gauge", "Age of the oldest sealed slot not yet "
+                                                "acknowledged by Kafka."),
+    "agent_drain_sent_events_total": ("counter", "Events acknowledged by Kafka."),
+    "agent_drain_retried_events_total": ("counter", "Events sent again after a retriable error."),
+    "agent_drain_slots_freed_total": ("counter", "Slots freed after full acknowledgement."),
+    "agent_drain_broker_up": ("gauge", "1 while the cluster answers, 0 during an outage."),
+    "agent_drain_outages_total": ("counter", "Outages detected (librdkafka queue purged, pool "
+                                  "absorbing)."),
+    "agent_dropped_events_total": ("counter", "Events not delivered, by reason and whether a "
+                                   "policy chose it (intentional)."),
+    "agent_dropped_bytes_total": ("counter", "Bytes not delivered, by reason."),
+}
+
+
+class Metrics:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._values: dict[str, dict[tuple, float]] = defaultdict(dict)
+
+    def inc(self, name: str, value: float = 1, **labels) -> None:
+        assert name in METRICS, name
+        key = tuple(sorted(labels.items()))
+        with self._lock:
+            series = self._values[name]
+            series[key] = series.get(key, 0) + value
+
+    def set(self, name: str, value: float, **labels) -> None:
+        assert name in METRICS, name
+        with self._lock:
+            self._values[name][tuple(sorted(labels.items()))] = value
+
+    def clear(self, name: str) -> None:
+        with self._lock:
+            self._values[name].clear()
+
+    def dropped(self, reason: str, topic: str, events: int, intentional: bool,
+                nbytes: int = 0) -> None:
+        flag = "true" if intentional else "false"
+        self.inc("agent_dropped_events_total", events, reason=reason, topic=topic,
+                 intentional=flag)
+        if nbytes:
+            self.inc("agent_dropped_bytes_total", nbytes, reason=reason, topic=topic)
+
+    def get(self, name: str, **labels) -> float:
+        with self._lock:
+            series = self._values.get(name, {})
+            if labels:
+                return series.get(tuple(sorted(labels.items())), 0)
+            return sum(series.values())
+
+    def snapshot(self) -> dict[str, list[dict]]:
+        with self._lock:
+            return {name: [{"labels": dict(k), "value": v} for k, v in series.items()]
+                    for name, series in self._values.items() if series}
+
+    def prometheus(self) -> str:
+        out = []
+        with self._lock:
+            for name, (kind, help_text) in METRICS.items():
+                out.append(f"# HELP {name} {help_text}")
+                out.append(f"# TYPE {name} {kind}")
+                for key, value in sorted(self._values.get(name, {}).items()):
+                    labels = ",".join(f'{k}="{_escape(str(v))}"' for k, v in key)
+                    out.append(f"{name}{{{labels}}} {value:g}" if labels else f"{name} {value:g}")
+        return "\n".join(out) + "\n"
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')

@@ -1,0 +1,142 @@
+"""Helpers for tests that run the agent as a user would: a config file, a process, waits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(path: Path, bootstrap: str, state_dir: Path, sources: list[dict],
+                 **sections) -> Path:
+    """A TOML config; ``sections`` like buffer={"size_bytes": ...} override the defaults."""
+    conf = {
+        "agent": {"id": "test-agent", "state_dir": str(state_dir), "shutdown_timeout_ms": 20000},
+        "buffer": {"size_bytes": 128 << 20, "slot_size_bytes": 1 << 20, "linger_ms": 5,
+                   "sync_on_seal": False},
+        "broker": {"bootstrap_servers": bootstrap},
+        "status": {"listen": f"127.0.0.1:{free_port()}"},
+    }
+    for name, values in sections.items():
+        conf.setdefault(name, {}).update(values)
+    lines = []
+    for name, values in conf.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+    for src in sources:
+        lines.append("[[sources]]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in src.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class AgentProcess:
+    """``docket-agent run --config FILE`` in a child process, awaited on its status endpoint."""
+
+    def __init__(self, config: Path, log: Path, prefix: list[str] | None = None):
+        self.config = config
+        self.log = log
+        text = config.read_text()
+        self.listen = text.split('listen = "', 1)[1].split('"', 1)[0]
+        self.prefix = prefix or []
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 60) -> AgentProcess:
+        out = open(self.log, "ab")
+        self.proc = subprocess.Popen([*self.prefix, str(BIN / "docket-agent"), "run", "--config",
+                                      str(self.config)], stdout=out, stderr=out)
+        out.close()
+        deadline = time.monotonic() + timeout_s
+        while self.status() is None:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"agent exited {self.proc.returncode}:\n{self.log_text()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"agent not answering after {timeout_s}s:\n{self.log_text()}")
+            time.sleep(0.1)
+        return self
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def status(self) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"http://{self.listen}/status", timeout=2) as r:
+                return json.load(r)
+        except OSError:
+            return None
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://{self.listen}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def metric(self, name: str, **labels) -> float:
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if not line.startswith(name + "{") and not line.startswith(name + " "):
+                continue
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self, timeout_s: float = 60) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def consume_counts(bootstrap: str, topic: str, expected: int, timeout_s: float,
+                   parse=lambda v: v) -> Counter:
+    """Read ``topic`` from the start until ``expected`` records came (or the time is up)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{time.time_ns()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    md = consumer.list_topics(topic, timeout=30).topics[topic]
+    consumer.assign([TopicPartition(topic, p, 0) for p in md.partitions])
+    counts: Counter = Counter()
+    total = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while total < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10000, timeout=0.5):
+                if msg.error():
+                    continue
+                counts[parse(msg.value())] += 1
+                total += 1
+        # anything beyond the expected count (duplicates) arrives soon after; read a moment more
+        quiet_until = time.monotonic() + 2
+        while time.monotonic() < quiet_until:
+            batch = consumer.consume(num_messages=10000, timeout=0.5)
+            for msg in batch:
+                if not msg.error():
+                    counts[parse(msg.value())] += 1
+            if batch:
+                quiet_until = time.monotonic() + 2
+    finally:
+        consumer.close()
+    return counts

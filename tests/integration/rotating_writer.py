@@ -1,0 +1,62 @@
+"""A log writer that rotates its own file, as an application under logrotate would.
+
+Usage: python rotating_writer.py DIR TOTAL ROTATE_EVERY LINES_PER_S [FIRST_ID]
+
+Writes TOTAL lines ``id-%09d <filler>`` (100 bytes with the newline) to DIR/app.log, 1,000 per
+write call. Every ROTATE_EVERY lines it rotates, alternating:
+- rename-and-create: app.log → app.log.K, then a new app.log;
+- copytruncate: app.log copied to app.log.K, then app.log truncated to 0 (the writer keeps
+  its O_APPEND descriptor, so the next line lands at offset 0).
+The writer rotates between its own writes, so no line falls between copy and truncate.
+LINES_PER_S = 0 writes as fast as it can. Prints "done TOTAL" at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+
+LINE_BYTES = 100
+BATCH = 1000
+
+
+def line(i: int) -> bytes:
+    head = b"id-%09d " % i
+    return head + b"x" * (LINE_BYTES - 1 - len(head)) + b"\n"
+
+
+def main() -> None:
+    folder, total, every, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+        float(sys.argv[4])
+    first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    path = os.path.join(folder, "app.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    start = time.monotonic()
+    rotation = 0
+    written = 0
+    while written < total:
+        n = min(BATCH, total - written, every - written % every)
+        os.write(fd, b"".join(line(first + written + k) for k in range(n)))
+        written += n
+        if written % every == 0 and written < total:
+            rotation += 1
+            rotated = f"{path}.{rotation}"
+            if rotation % 2:
+                os.close(fd)
+                os.rename(path, rotated)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            else:
+                shutil.copyfile(path, rotated)
+                os.truncate(path, 0)
+        if rate > 0:
+            ahead = written / rate - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+    os.close(fd)
+    print(f"done {written}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
