@@ -39,6 +39,8 @@ class StartupError(Exception):
 
 READ_BUDGET_BYTES = 8 << 20      # per loop turn, across file sources
 GAUGE_INTERVAL_S = 1.0
+IDLE_WAIT_S = 0.002              # nothing read or sent: wait this long for delivery reports
+IDLE_WAIT_BLOCKED_S = 0.05       # ... and this long when the pool is full
 
 
 class Agent:
@@ -138,9 +140,11 @@ class Agent:
                     f.scan()
                 next_scan = now + min((f.cfg.poll_interval_ms for f in self.file_sources),
                                       default=250) / 1000
-            read = 0
+            read, blocked = 0, False
             for f in self.file_sources:
-                read += f.read_some(READ_BUDGET_BYTES).bytes
+                got = f.read_some(READ_BUDGET_BYTES)
+                read += got.bytes
+                blocked |= got.blocked
             self.pool.seal_due()
             self._flush_checkpoints()
             sent = self.drain.pump()
@@ -151,7 +155,7 @@ class Agent:
                 self.notifier.watchdog()
                 next_watchdog = now + self.notifier.watchdog_interval_s
             if not read and not sent:
-                self.drain.producer.poll(0.002)
+                self.drain.producer.poll(IDLE_WAIT_BLOCKED_S if blocked else IDLE_WAIT_S)
         return self.shutdown()
 
     def _do_reload(self) -> None:

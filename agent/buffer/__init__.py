@@ -43,6 +43,10 @@ record, each block keeps those fields as columns followed by the lines exactly a
 terminators stay, unreferenced). The fields per record are the same; the bytes are copied with
 one memcpy per block, and reading a block back takes no per-record parsing.
 
+Sealing: a slot is sealed when the next record does not fit, when 8 sources share it, or when
+``linger_ms`` has passed since its first record *and* no sealed slot is waiting to be taken by
+the drain (while slots wait, sealing early sends nothing sooner and wastes slots).
+
 Invariants
 - The state byte is the only field whose change makes a slot count: free → filling when it is
   handed out (before any payload is written), filling → sealed after the payload and the rest of

@@ -404,8 +404,7 @@ class BufferPool:
     def _filling_for(self, topic: str, source: int | None, timeout_s: float) -> _Filling | None:
         fill = self._current.get(topic)
         if fill is not None:
-            now = self.clock.monotonic_ns()
-            expired = fill.first_ns is not None and now - fill.first_ns >= self.linger_ns
+            expired = self._linger_over(fill, self.clock.monotonic_ns())
             full_sources = source is not None and source not in fill.positions and \
                 len(fill.positions) >= L.MAX_POSITIONS
             if expired or full_sources:
@@ -536,11 +535,18 @@ class BufferPool:
         """Seal every filling slot whose linger has passed; returns how many were sealed."""
         now = self.clock.monotonic_ns()
         with self._lock:
-            due = [t for t, f in self._current.items()
-                   if f.first_ns is not None and now - f.first_ns >= self.linger_ns]
+            due = [t for t, f in self._current.items() if self._linger_over(f, now)]
             for topic in due:
                 self._seal(topic)
             return len(due)
+
+    def _linger_over(self, fill: _Filling, now: int) -> bool:
+        """Linger bounds latency only while the drain keeps up: with a sealed slot still waiting
+        to be taken (an outage, a slow cluster) sealing early would not send anything sooner,
+        and small slots would use up the pool's slot count long before its bytes."""
+        if fill.first_ns is None or now - fill.first_ns < self.linger_ns:
+            return False
+        return len(self._sealed) == len(self._leased)
 
     def seal_all(self) -> int:
         with self._lock:

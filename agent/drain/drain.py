@@ -8,9 +8,12 @@ batched report). A report classified RETRY keeps the record for sending again; D
 Outage guard: librdkafka 2.16 with idempotence spins its broker thread at 100% of a core while
 messages wait for an unreachable broker (measured here: 14.5 CPU-seconds in a 15 s pause, 0.02
 with an empty queue). So when no delivery report has arrived for ``OUTAGE_AFTER_S`` while records
-are outstanding, the drain purges librdkafka's queue (the purged records come back as RETRY
-reports; the data never left its slot), stops producing, and a background thread probes the
-cluster with a metadata request every ``PROBE_INTERVAL_S``. When it answers, sending resumes.
+are outstanding, one metadata request asks whether the cluster answers at all. If it does, this
+is a failover that librdkafka rides out by itself. If not, the drain purges librdkafka's queue — not the requests in flight, which finish
+when the broker is back — (purged records come back as RETRY reports; the data never left its
+slot), stops producing, and a background thread probes the cluster with a metadata request
+every ``PROBE_INTERVAL_S``. When it answers, sending resumes. Measured with the queue purged:
+0.01 CPU-seconds in 12 s of outage.
 """
 
 from __future__ import annotations
@@ -32,13 +35,29 @@ from ..journal import LossJournal
 from ..telemetry import Metrics
 from .outcome import Outcome, classify, reason
 
-OUTAGE_AFTER_S = 3.0
+OUTAGE_AFTER_S = 2.0
 PROBE_INTERVAL_S = 1.0
 MAX_INFLIGHT_SLOTS = 16
 
 log = logging.getLogger("docket.agent.drain")
 
 Record = tuple  # (topic, value, key, timestamp_ms, headers)
+
+
+class _OneProbe:
+    """One metadata request in a thread of its own; ``answered`` is None until it is known."""
+
+    def __init__(self, producer: Producer):
+        self.answered: bool | None = None
+        threading.Thread(target=self._run, args=(producer,), daemon=True,
+                         name="docket-stall-probe").start()
+
+    def _run(self, producer: Producer) -> None:
+        try:
+            producer.list_topics(timeout=PROBE_INTERVAL_S)
+            self.answered = True
+        except KafkaException:
+            self.answered = False
 
 
 class SlotSend:
@@ -84,6 +103,7 @@ class Drain:
         self.outage = False
         self._fatal: KafkaError | None = None
         self._progress_mark = (0, time.monotonic())
+        self._stall_probe: _OneProbe | None = None
         self._acked_total = 0
         self._probe_ok = threading.Event()
         self._probe_thread: threading.Thread | None = None
@@ -258,8 +278,19 @@ class Drain:
         if acked != self._progress_mark[0] or len(self.producer) == 0:
             self._progress_mark = (acked, now)
             return
-        if now - self._progress_mark[1] >= OUTAGE_AFTER_S:
-            self._begin_outage()
+        if now - self._progress_mark[1] < OUTAGE_AFTER_S:
+            return
+        # Stalled. A cluster that still answers metadata is failing over (a leader moved, an
+        # in-sync replica is being fenced): librdkafka rides that out; purging then would only
+        # make it resend. A cluster that does not answer is an outage.
+        if self._stall_probe is None:
+            self._stall_probe = _OneProbe(self.producer)
+        elif self._stall_probe.answered is not None:
+            answered, self._stall_probe = self._stall_probe.answered, None
+            if answered:
+                self._progress_mark = (acked, now)
+            else:
+                self._begin_outage()
 
     def _begin_outage(self) -> None:
         log.warning("no acknowledgement for %.0f s: purging librdkafka's queue, the pool keeps "
@@ -274,11 +305,15 @@ class Drain:
                                               daemon=True)
         self._probe_thread.start()
 
-    def _purge(self) -> None:
-        self.producer.purge(in_queue=True, in_flight=True)
-        deadline = time.monotonic() + 10
-        while len(self.producer) and time.monotonic() < deadline:
-            self.producer.poll(0.05)     # purged records come back as RETRY reports
+    def _purge(self, in_flight: bool = False) -> None:
+        """Empty librdkafka's queue; purged records come back as RETRY reports. Requests
+        already in flight are left to finish (the spin needs a queue; an in-flight record
+        purged would be sent twice if the broker had written it)."""
+        self.producer.purge(in_queue=True, in_flight=in_flight)
+        before, deadline = -1, time.monotonic() + 2
+        while len(self.producer) != before and time.monotonic() < deadline:
+            before = len(self.producer)
+            self.producer.poll(0.05)
         for send in self.inflight:       # records never handed to librdkafka go again too
             if send.pending is not None:
                 send.retry.append(send.pending)
@@ -299,11 +334,12 @@ class Drain:
         self.broker_state = "up"
         self.metrics.set("agent_drain_broker_up", 1)
         self._progress_mark = (self._acked_now(), time.monotonic())
+        self._stall_probe = None
 
     def _rebuild(self) -> None:
         log.error("fatal producer error (%s): rebuilding the producer", self._fatal)
         self._fatal = None
-        self._purge()
+        self._purge(in_flight=True)
         self.producer = self._new_producer()
 
     # -- stopping -----------------------------------------------------------------------------

@@ -97,9 +97,12 @@ class FileSource:
         self.tracked: dict[tuple[int, int], Tracked] = {}
         self._truncations: list[_Truncation] = []
         self._warned: set[tuple[str, str]] = set()
-        self._known_rows = {(r["dev"], r["ino"]): r for r in db.all_files()
-                            if r["source_index"] == cfg.index and r["state"] in
-                            ("active", "rotated")}
+        rows = [r for r in db.all_files() if r["source_index"] == cfg.index]
+        self._known_rows = {(r["dev"], r["ino"]): r for r in rows
+                            if r["state"] in ("active", "rotated")}
+        # Old generations of truncated files: a copy of one found after a restart starts where
+        # the reading of that generation stopped.
+        self._old_generations = [r for r in rows if r["state"] == "truncated"]
         self._startup_checked = False
 
     # -- discovery ----------------------------------------------------------------------------
@@ -179,9 +182,17 @@ class FileSource:
         for i, tr in enumerate(self._truncations):
             if _prefix_match(tr.fingerprint, fingerprint):
                 del self._truncations[i]
+                self.db.update(tr.source_id, state="copied")
                 self.metrics.inc("agent_source_rotations_total", kind="copytruncate_copy",
                                  topic=self.cfg.topic)
                 return tr.offset
+        for i, row in enumerate(self._old_generations):
+            if _prefix_match(row["fingerprint"], fingerprint):
+                del self._old_generations[i]
+                self.db.update(row["source_id"], state="copied")
+                self.metrics.inc("agent_source_rotations_total", kind="copytruncate_copy",
+                                 topic=self.cfg.topic)
+                return max(row["sealed_offset"], self.recovered.get(row["source_id"], 0))
         for t in self.tracked.values():
             if _prefix_match(t.fingerprint, fingerprint):
                 # Copied before the original was truncated (we may not have seen it shrink yet).

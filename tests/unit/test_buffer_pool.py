@@ -108,11 +108,28 @@ def test_linger_seals_a_slot_once_linger_ms_has_passed(tmp_path):
     clock.advance_ms(5)
     assert pool.seal_due() == 1
     assert ids_of(values(pool)) == [0, 1, 2]
+    pool.take()                                  # the drain took it
     # An append after the linger also seals the old slot first.
     pool.append("t", chunk_of(range(3, 5)))
     clock.advance_ms(6)
     pool.append("t", chunk_of(range(5, 6)))
     assert ids_of(values(pool)) == [0, 1, 2, 3, 4]
+
+
+def test_linger_waits_while_a_sealed_slot_waits_for_the_drain(tmp_path):
+    clock = FakeClock()
+    pool = open_pool(tmp_path, linger_ms=5, clock=clock)
+    pool.append("t", chunk_of(range(3)))
+    clock.advance_ms(5)
+    assert pool.seal_due() == 1                  # nothing waiting: linger seals
+    pool.append("t", chunk_of(range(3, 6)))
+    clock.advance_ms(50)
+    assert pool.seal_due() == 0                  # slot 1 not taken yet: keep filling
+    pool.append("t", chunk_of(range(6, 9)))
+    assert len(pool.sealed()) == 1
+    pool.take()
+    assert pool.seal_due() == 1
+    assert ids_of(values(pool)) == list(range(9))
 
 
 def test_a_slot_seals_when_the_next_record_does_not_fit(tmp_path):

@@ -1,0 +1,43 @@
+"""The agent against a 3-broker cluster (replication 3): one broker SIGKILLed mid-stream."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.agentkit import consume_counts
+from tests.integration.test_agent_end_to_end import (
+    assert_exactly_once,
+    parse_id,
+    setup_agent,
+    start_writer,
+)
+
+
+@pytest.mark.cluster3
+@pytest.mark.slow
+def test_one_of_three_brokers_killed_mid_stream_loses_nothing(kafka3, tmp_path, topic_name):
+    cluster = kafka3.controlled()
+    total = 300_000
+    agent, logs = setup_agent(tmp_path, kafka3.bootstrap_servers, topic_name, partitions=6,
+                              replication=3)
+    agent.start()
+    writer = start_writer(logs, total, 100_000, 50_000)
+    victim = 2
+    try:
+        time.sleep(2)
+        cluster.kill_node(victim)
+        assert writer.wait(timeout=600) == 0
+        counts = consume_counts(kafka3.bootstrap_servers, topic_name, total, 600, parse_id)
+    finally:
+        rc = agent.stop()
+        cluster.start_node(victim)
+    assert rc == 0
+    missing = [i for i in range(total) if counts.get(i, 0) == 0]
+    duplicates = sum(c - 1 for c in counts.values() if c > 1)
+    print(f"one broker killed: {len(missing)} missing, {duplicates} duplicates")
+    assert not missing, f"first missing: {missing[:10]}"
+    assert set(counts) <= set(range(total))
+    if duplicates == 0:
+        assert_exactly_once(counts, total)
