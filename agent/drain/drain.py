@@ -9,11 +9,11 @@ Outage guard: librdkafka 2.16 with idempotence spins its broker thread at 100% o
 messages wait for an unreachable broker (measured here: 14.5 CPU-seconds in a 15 s pause, 0.02
 with an empty queue). So when no delivery report has arrived for ``OUTAGE_AFTER_S`` while records
 are outstanding, one metadata request asks whether the cluster answers at all. If it does, this
-is a failover that librdkafka rides out by itself. If not, the drain purges librdkafka's queue — not the requests in flight, which finish
-when the broker is back — (purged records come back as RETRY reports; the data never left its
-slot), stops producing, and a background thread probes the cluster with a metadata request
-every ``PROBE_INTERVAL_S``. When it answers, sending resumes. Measured with the queue purged:
-0.01 CPU-seconds in 12 s of outage.
+is a failover that librdkafka rides out by itself. If not, the drain purges librdkafka's queue
+(not the requests in flight, which finish when the broker is back; purged records come back as
+RETRY reports, and their data never left its slot), stops producing, and a background thread
+probes the cluster with a metadata request every ``PROBE_INTERVAL_S``. When it answers, sending
+resumes. Measured with the queue purged: 0.01 CPU-seconds in 12 s of outage.
 """
 
 from __future__ import annotations

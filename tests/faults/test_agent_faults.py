@@ -12,7 +12,6 @@ from agent.buffer import BufferPool
 from agent.drain.drain import MAX_INFLIGHT_SLOTS
 from tests.agentkit import consume_counts
 from tests.integration.test_agent_end_to_end import (
-    assert_exactly_once,
     parse_id,
     setup_agent,
     start_writer,
