@@ -5,6 +5,7 @@ See the package docstring for the file layout, invariants and recovery rules.
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -30,6 +31,12 @@ from .seams import Clock, FileOps
 from .spill import SlotMeta, SpillStore
 
 ON_FULL = ("block", "drop_oldest")
+# Pages the agent keeps mapped: the most recently freed slots (reused next, KAFKA-1955's warm
+# pages) and the sealed slots next in line for the drain. Other slots' pages are released from
+# the process (MADV_DONTNEED; on a shared file mapping the data stays in the page cache and the
+# file), so resident memory does not grow with the backlog.
+HOT_FREE_SLOTS = 8
+RESIDENT_WAITING_SLOTS = 16
 OVERSIZE = ("split", "truncate", "drop")
 
 
@@ -589,6 +596,8 @@ class BufferPool:
         self._sealed[seq] = SealedSlot(meta, index, self._payload_view(index, fill.used))
         del self._current[topic]
         self.counters["slots_sealed"] += 1
+        if len(self._sealed) - len(self._leased) > RESIDENT_WAITING_SLOTS:
+            self._release_pages(index)
         if self._on_seal is not None:
             self._on_seal(meta)
         return seq
@@ -629,7 +638,19 @@ class BufferPool:
             self.ops.crash_point("free:before_state")
             self._hdr[slot.index]["state"] = L.FREE     # one byte: cannot tear
             self._free.append(slot.index)
+            if len(self._free) > HOT_FREE_SLOTS:
+                self._release_pages(self._free[-HOT_FREE_SLOTS - 1])
         self._space.notify_all()
+
+    def release_pages(self, slot: SealedSlot) -> None:
+        """The caller copied what it needs of ``slot``: unmap its pages until they are used."""
+        if slot.index is not None:
+            with self._lock:
+                self._release_pages(slot.index)
+
+    def _release_pages(self, index: int) -> None:
+        self._map._mmap.madvise(mmap.MADV_DONTNEED, self.geometry.slot_offset(index),
+                                self.geometry.slot_bytes)
 
     # -- inspection ----------------------------------------------------------------------------
     def recovered_positions(self) -> dict[int, int]:

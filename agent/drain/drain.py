@@ -63,7 +63,8 @@ class _OneProbe:
 class SlotSend:
     """One sealed slot on its way to Kafka."""
 
-    __slots__ = ("slot", "drain", "total", "acked", "dead", "retry", "records", "pending")
+    __slots__ = ("slot", "drain", "total", "acked", "dead", "retry", "pending", "payload",
+                 "blocks", "bi", "ri")
 
     def __init__(self, slot: SealedSlot, drain: Drain):
         self.slot = slot
@@ -72,8 +73,16 @@ class SlotSend:
         self.acked = 0
         self.dead = 0
         self.retry: list[Record] = []
-        self.records: Iterator[Record] | None = drain.records_of(slot)
         self.pending: Record | None = None      # refused by a full local queue; next first
+        # The records as plain lists, so the send loop does no numpy work per record.
+        self.payload = bytes(slot.payload)
+        self.blocks = list(drain.block_lists(slot))
+        drain.pool.release_pages(slot)          # copied: the pool's pages can leave memory
+        self.bi = self.ri = 0                   # cursor: next block, next record in it
+
+    @property
+    def unsent(self) -> bool:
+        return self.bi < len(self.blocks) or self.pending is not None
 
     @property
     def done(self) -> bool:
@@ -121,20 +130,15 @@ class Drain:
         elif err.code() == KafkaError._ALL_BROKERS_DOWN:
             self.broker_state = "all brokers down"
 
-    def records_of(self, slot: SealedSlot) -> Iterator[Record]:
-        payload = bytes(slot.payload)
-        topic = slot.topic
+    def block_lists(self, slot: SealedSlot) -> Iterator[tuple]:
+        """Per block: value offsets, lengths, times, keys (or None) and the headers."""
         for block in slot.blocks():
             headers = self.origin_headers
             if block.part_count:
                 headers = headers + [("docket-part",
                                       f"{block.part_index}/{block.part_count}".encode())]
-            headers = headers or None
-            keys = block.keys
-            offsets, lengths = block.offsets.tolist(), block.lengths.tolist()
-            for i, ts in enumerate(block.timestamps.tolist()):
-                o = offsets[i]
-                yield topic, payload[o:o + lengths[i]], keys[i] if keys else None, ts, headers
+            yield (block.offsets.tolist(), block.lengths.tolist(), block.timestamps.tolist(),
+                   block.keys, headers or None)
 
     # -- outcomes -----------------------------------------------------------------------------
     def failed(self, send: SlotSend, record: Record, err: KafkaError) -> None:
@@ -178,7 +182,7 @@ class Drain:
             if send.retry and sent < budget:
                 sent += self._resend(send, budget - sent)
         while sent < budget:
-            send = next((s for s in self.inflight if s.records is not None or s.pending), None)
+            send = next((s for s in self.inflight if s.unsent), None)
             if send is None:
                 if len(self.inflight) >= MAX_INFLIGHT_SLOTS:
                     break
@@ -197,26 +201,37 @@ class Drain:
         return sent
 
     def _produce_new(self, send: SlotSend, budget: int) -> tuple[int, bool]:
-        produce, cb = self.producer.produce, send.ack
+        """The hot loop: one ``produce`` per record, nothing else per record but slicing."""
         n = 0
         if send.pending is not None:
             record, send.pending = send.pending, None
             if not self._produce_one(send, record):
                 return 0, True
             n += 1
-        for record in send.records:
-            topic, value, key, ts, headers = record
-            try:
-                produce(topic, value, key, timestamp=ts, headers=headers, on_delivery=cb)
-            except BufferError:
-                send.pending = record
-                return n, True
-            except KafkaException as exc:
-                self._refused(send, record, exc)
-            n += 1
-            if n >= budget:
-                return n, False
-        send.records = None
+        produce, cb, topic, payload = self.producer.produce, send.ack, send.slot.topic, \
+            send.payload
+        while send.bi < len(send.blocks) and n < budget:
+            offsets, lengths, times, keys, headers = send.blocks[send.bi]
+            i, stop = send.ri, min(len(offsets), send.ri + budget - n)
+            while i < stop:
+                o = offsets[i]
+                key = keys[i] if keys else None
+                try:
+                    produce(topic, payload[o:o + lengths[i]], key, timestamp=times[i],
+                            headers=headers, on_delivery=cb)
+                except BufferError:
+                    n += i - send.ri
+                    send.ri = i
+                    return n, True
+                except KafkaException as exc:
+                    self._refused(send, (topic, payload[o:o + lengths[i]], key, times[i],
+                                         headers), exc)
+                i += 1
+            n += i - send.ri
+            if i == len(offsets):
+                send.bi, send.ri = send.bi + 1, 0
+            else:
+                send.ri = i
         return n, False
 
     def _produce_one(self, send: SlotSend, record: Record) -> bool:

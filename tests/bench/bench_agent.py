@@ -1,0 +1,146 @@
+"""Agent throughput: 2 million 100-byte lines, tail → acknowledged in Kafka, beside a bare
+confluent-kafka produce loop of the same records to the same broker in the same run.
+
+Prints one JSON line. Figures:
+- agent_events_s, agent_cpu_s_per_million, agent_peak_rss_mb: ``docket-agent run`` (1 GiB pool,
+  1 MiB slots, defaults otherwise) reading a file written beforehand, from start until Kafka
+  acknowledged the last record; CPU and peak RSS (VmHWM) of the agent process, and its
+  anonymous and file-backed (pool pages) resident memory at the end;
+- bare_events_s, bare_cpu_s_per_million: a Python loop calling ``Producer.produce`` for the same
+  values with the same timestamp and ``docket-origin`` header, same client settings (acks=all,
+  idempotence, snappy), no delivery callback, then ``flush``;
+- bare_cb_events_s: the same loop with one delivery callback per record (what proving delivery
+  costs a client that does it per record);
+- ratio = agent_events_s / bare_events_s (target >= 0.8), rss target <= 150 MB.
+Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from confluent_kafka import Producer  # noqa: E402
+
+from broker.admin import TopicSpec, ensure_topics  # noqa: E402
+from broker.cluster import LocalCluster  # noqa: E402
+from tests.agentkit import AgentProcess, write_config  # noqa: E402
+from tests.kafkautil import high_watermarks  # noqa: E402
+
+LINES = 2_000_000
+LINE = 100
+TS = 1_763_766_000_000
+
+
+def write_file(path: Path) -> None:
+    with open(path, "wb") as f:
+        for start in range(0, LINES, 10_000):
+            f.write(b"".join((b"id-%09d " % i).ljust(LINE - 1, b"x") + b"\n"
+                             for i in range(start, start + 10_000)))
+
+
+def cpu_self() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def bare_loop(bootstrap: str, topic: str, path: Path, callback: bool) -> tuple[float, float]:
+    values = path.read_bytes().split(b"\n")[:-1]
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True, "compression.type": "snappy",
+                         "linger.ms": 5, "batch.size": 1 << 20,
+                         "queue.buffering.max.kbytes": 64 * 1024})
+    headers = [("docket-origin", b"bench")]
+    acked = [0]
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked[0] += 1
+
+    produce = producer.produce
+    cpu0, t0 = cpu_self(), time.perf_counter()
+    for v in values:
+        while True:
+            try:
+                if callback:
+                    produce(topic, v, None, timestamp=TS, headers=headers,
+                            on_delivery=on_delivery)
+                else:
+                    produce(topic, v, None, timestamp=TS, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        producer.poll(0)
+    assert producer.flush(300) == 0
+    elapsed, cpu = time.perf_counter() - t0, cpu_self() - cpu0
+    if callback:
+        assert acked[0] == len(values)
+    return len(values) / elapsed, cpu / len(values) * 1e6
+
+
+def agent_run(bootstrap: str, topic: str, work: Path, path: Path) -> tuple[float, float, dict]:
+    config = write_config(work / "agent.toml", bootstrap, work / "state",
+                          [{"type": "file", "paths": [str(path)], "topic": topic}],
+                          buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
+                                  "sync_on_seal": True},
+                          agent={"id": "bench"})
+    agent = AgentProcess(config, work / "agent.log")
+    t0 = time.perf_counter()
+    agent.start()
+    try:
+        while agent.metric("agent_drain_sent_events_total") < LINES:
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - t0
+        cpu = agent.cpu_seconds()
+        status = dict(line.split(":", 1) for line in
+                      Path(f"/proc/{agent.proc.pid}/status").read_text().splitlines())
+        rss = {k: int(status[k].split()[0]) / 1024 for k in ("VmHWM", "RssAnon", "RssFile")}
+    finally:
+        agent.stop()
+    return LINES / elapsed, cpu / LINES * 1e6, rss
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-agent-") as d:
+        work = Path(d)
+        cluster = None
+        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+        if not bootstrap:
+            cluster = LocalCluster(work / "kafka")
+            bootstrap = cluster.up(brokers=1, base_port=0).bootstrap_servers
+        try:
+            topics = {name: f"bench.{name}.{os.getpid()}" for name in ("agent", "bare", "cb")}
+            ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in topics.values()])
+            data = work / "events.log"
+            write_file(data)
+            bare_s, bare_cpu = bare_loop(bootstrap, topics["bare"], data, callback=False)
+            cb_s, cb_cpu = bare_loop(bootstrap, topics["cb"], data, callback=True)
+            agent_s, agent_cpu, rss = agent_run(bootstrap, topics["agent"], work, data)
+            arrived = sum(high_watermarks(bootstrap, topics["agent"]).values())
+        finally:
+            if cluster is not None:
+                cluster.down()
+    print(json.dumps({
+        "bench": "agent_tail_to_kafka",
+        "lines": LINES, "line_bytes": LINE,
+        "agent_events_s": round(agent_s), "agent_cpu_s_per_million": round(agent_cpu, 2),
+        "agent_peak_rss_mb": round(rss["VmHWM"], 1),
+        "agent_rss_at_end_mb": {"anon": round(rss["RssAnon"], 1), "file": round(rss["RssFile"], 1)},
+        "agent_records_in_kafka": arrived,
+        "bare_events_s": round(bare_s), "bare_cpu_s_per_million": round(bare_cpu, 2),
+        "bare_cb_events_s": round(cb_s), "bare_cb_cpu_s_per_million": round(cb_cpu, 2),
+        "ratio_vs_bare": round(agent_s / bare_s, 3),
+        "ratio_vs_bare_cb": round(agent_s / cb_s, 3),
+        "targets": {"ratio_vs_bare": 0.8, "agent_peak_rss_mb": 150},
+    }))
+
+
+if __name__ == "__main__":
+    main()
