@@ -18,9 +18,10 @@ class Notifier:
             return
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             try:
-                s.sendto("\n".join(fields).encode(), self.addr)
+                # Never block the agent's loop on a listener that does not read.
+                s.sendto("\n".join(fields).encode(), socket.MSG_DONTWAIT, self.addr)
             except OSError:
-                pass           # systemd gone: nothing to tell
+                pass           # systemd gone or its queue full: nothing to tell
 
     def ready(self, status: str) -> None:
         self.send("READY=1", f"STATUS={status}", f"MAINPID={os.getpid()}")

@@ -50,18 +50,20 @@ def write_config(path: Path, bootstrap: str, state_dir: Path, sources: list[dict
 class AgentProcess:
     """``docket-agent run --config FILE`` in a child process, awaited on its status endpoint."""
 
-    def __init__(self, config: Path, log: Path, prefix: list[str] | None = None):
+    def __init__(self, config: Path, log: Path, prefix: list[str] | None = None,
+                 env: dict | None = None):
         self.config = config
         self.log = log
         text = config.read_text()
         self.listen = text.split('listen = "', 1)[1].split('"', 1)[0]
         self.prefix = prefix or []
+        self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 60) -> AgentProcess:
         out = open(self.log, "ab")
         self.proc = subprocess.Popen([*self.prefix, str(BIN / "docket-agent"), "run", "--config",
-                                      str(self.config)], stdout=out, stderr=out)
+                                      str(self.config)], stdout=out, stderr=out, env=self.env)
         out.close()
         deadline = time.monotonic() + timeout_s
         while self.status() is None:

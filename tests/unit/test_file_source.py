@@ -1,0 +1,207 @@
+"""The file source on real files in a temp folder, with a real pool and state database:
+rotation both ways, copies, restarts, deletions and partial lines. No Kafka: what reaches the
+pool is what would be sent."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+from agent.buffer import BufferPool
+from agent.config import SourceConfig
+from agent.journal import LossJournal
+from agent.state import StateDB
+from agent.tail import files as files_mod
+from agent.tail.files import FileSource
+from agent.telemetry import Metrics
+
+
+def line(i: int) -> bytes:
+    return (b"id-%09d " % i).ljust(59, b"x") + b"\n"
+
+
+def lines(a: int, b: int) -> bytes:
+    return b"".join(line(i) for i in range(a, b))
+
+
+class Harness:
+    def __init__(self, tmp, pattern="app.log*", **cfg):
+        self.tmp = tmp
+        self.logs = tmp / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.cfg = SourceConfig(index=0, type="file", topic="t",
+                                paths=[str(self.logs / pattern)], **cfg)
+        self.open()
+
+    def open(self):
+        self.metrics = Metrics()
+        self.pool = BufferPool(self.tmp / "pool", 64 << 20, 1 << 20, linger_ms=1e9,
+                               sync_on_seal=False)
+        self.db = StateDB(self.tmp / "state.db")
+        self.journal = LossJournal(self.tmp / "journal.jsonl", self.metrics)
+        recovered = self.pool.recovered_positions()
+        self.db.advance_sealed(recovered)
+        self.src = FileSource(self.cfg, self.pool, self.db, self.journal, self.metrics,
+                              recovered)
+
+    def step(self, times: int = 2):
+        for _ in range(times):
+            self.src.scan()
+            self.src.read_some(64 << 20)
+
+    def ids(self) -> list[int]:
+        self.pool.seal_all()
+        out = [int(v[3:12]) for s in self.pool.sealed() for _, _, v in s.records()]
+        # Checkpoint what is sealed, as the agent loop does.
+        ends = {}
+        for s in self.pool.sealed():
+            for src, _a, e in s.meta.positions:
+                ends[src] = max(e, ends.get(src, 0))
+        self.db.advance_sealed(ends)
+        return out
+
+    def restart(self):
+        self.src.close()
+        self.pool.close()
+        self.db.close()
+        self.journal.close()
+        self.open()
+
+    def drain_all(self):
+        for s in self.pool.sealed():
+            self.pool.free(s)
+
+
+def test_rename_rotation_reads_the_old_file_to_its_end_then_the_new_one(tmp_path):
+    h = Harness(tmp_path, pattern="app.log")           # the rotated name does not match
+    app = h.logs / "app.log"
+    app.write_bytes(lines(0, 100))
+    h.step()
+    with open(app, "ab") as f:
+        f.write(lines(100, 150))                        # written, then rotated before a read
+    os.rename(app, h.logs / "app.log.1")
+    app.write_bytes(lines(150, 200))
+    h.step(3)
+    assert h.ids() == list(range(200))
+
+
+def test_copytruncate_with_the_copy_in_the_glob_sends_each_line_once(tmp_path):
+    h = Harness(tmp_path)
+    app = h.logs / "app.log"
+    app.write_bytes(lines(0, 100))
+    h.step()
+    with open(app, "ab") as f:
+        f.write(lines(100, 130))                        # not read yet when the copy is made
+    shutil.copyfile(app, h.logs / "app.log.1")
+    os.truncate(app, 0)
+    with open(app, "ab") as f:
+        f.write(lines(130, 400))                        # regrows past the old offset
+    h.step(3)
+    assert sorted(h.ids()) == list(range(400))
+    assert h.metrics.get("agent_source_rotations_total", kind="copytruncate_copy",
+                         topic="t") == 1
+    assert h.journal.entries() == []
+
+
+def test_copytruncate_without_a_copy_journals_the_unread_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(files_mod, "COPY_GRACE_S", 0.0)
+    h = Harness(tmp_path, pattern="app.log")
+    app = h.logs / "app.log"
+    app.write_bytes(lines(0, 100))
+    h.step()
+    with open(app, "ab") as f:
+        f.write(lines(100, 130))
+    h.src.scan()                                         # sees the growth, does not read it
+    os.truncate(app, 0)
+    app.write_bytes(lines(130, 140))
+    h.step(3)
+    assert h.ids() == list(range(100)) + list(range(130, 140))
+    [entry] = h.journal.entries()
+    assert entry["reason"] == "unaccounted_bytes" and entry["bytes"] == 30 * 60
+    assert entry["range"] == [100 * 60, 130 * 60]
+
+
+def test_a_restart_resumes_after_the_sealed_data_without_duplicates(tmp_path):
+    h = Harness(tmp_path)
+    app = h.logs / "app.log"
+    app.write_bytes(lines(0, 100))
+    h.step()
+    first = h.ids()
+    h.drain_all()                                        # acknowledged and freed
+    with open(app, "ab") as f:
+        f.write(lines(100, 150))
+    h.restart()
+    h.step()
+    assert first + h.ids() == list(range(150))
+
+
+def test_a_restart_rereads_what_was_only_in_a_filling_slot(tmp_path):
+    h = Harness(tmp_path)
+    app = h.logs / "app.log"
+    app.write_bytes(lines(0, 50))
+    h.step()
+    h.ids()                                              # sealed 0..49
+    with open(app, "ab") as f:
+        f.write(lines(50, 80))
+    h.step()                                             # 50..79 only in a filling slot
+    h.src.close()
+    del h.pool                                           # killed: nothing sealed or closed
+    h.db.close()
+    h.journal.close()
+    h.open()
+    h.step()
+    assert h.ids() == list(range(80))
+
+
+def test_a_file_deleted_with_unread_bytes_while_stopped_is_journaled(tmp_path):
+    h = Harness(tmp_path)
+    app = h.logs / "app.log"
+    app.write_bytes(lines(0, 10))
+    h.step()
+    h.ids()
+    with open(app, "ab") as f:
+        f.write(lines(10, 20))
+    h.src.scan()                                         # saw 20 lines' size, read 10
+    h.restart()
+    app.unlink()
+    h.step()
+    [entry] = h.journal.entries()
+    assert entry["reason"] == "deleted_unread" and entry["bytes"] == 10 * 60
+
+
+def test_a_partial_last_line_waits_for_its_newline(tmp_path):
+    h = Harness(tmp_path)
+    app = h.logs / "app.log"
+    app.write_bytes(lines(0, 3) + b"id-000000003 half")
+    h.step()
+    assert h.ids() == [0, 1, 2]
+    with open(app, "ab") as f:
+        f.write(b" and the rest\n")
+    h.step()
+    assert h.ids() == [0, 1, 2, 3]
+
+
+def test_a_partial_line_is_flushed_after_partial_flush_ms(tmp_path):
+    h = Harness(tmp_path, partial_flush_ms=1)
+    app = h.logs / "app.log"
+    app.write_bytes(b"id-000000000 no newline ever")
+    h.step()
+    assert h.ids() == []                                 # the first look only notes it
+    time.sleep(0.01)
+    h.step()
+    assert h.ids() == [0]
+    assert h.metrics.get("agent_source_bad_input_total", kind="partial_line_flushed",
+                         topic="t") == 1
+
+
+@pytest.mark.parametrize("name", ["current.log"])
+def test_a_symlinked_path_is_followed_to_its_target(tmp_path, name):
+    h = Harness(tmp_path, pattern=name)
+    target = tmp_path / "real.log"
+    target.write_bytes(lines(0, 5))
+    (h.logs / name).symlink_to(target)
+    h.step()
+    assert h.ids() == list(range(5))
