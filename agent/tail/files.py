@@ -80,6 +80,11 @@ class ReadStats:
     kinds: dict = field(default_factory=dict)
 
 
+def _same_content(stored: bytes, current: bytes) -> bool:
+    """The file still starts as it did: a file only grows, so its first bytes only lengthen."""
+    return len(current) >= len(stored) and current.startswith(stored)
+
+
 def _prefix_match(a: bytes, b: bytes) -> bool:
     n = min(len(a), len(b))
     return n >= MIN_FINGERPRINT and a[:n] == b[:n]
@@ -158,15 +163,21 @@ class FileSource:
         fingerprint = os.pread(fd, FINGERPRINT_BYTES, 0)
         ident = (st.st_dev, st.st_ino)
         row = self._known_rows.pop(ident, None)
-        if row is not None and _prefix_match(row["fingerprint"], fingerprint) or (
-                row is not None and len(row["fingerprint"]) < MIN_FINGERPRINT
-                and fingerprint.startswith(row["fingerprint"])):
+        if row is not None and not _same_content(row["fingerprint"], fingerprint):
+            # Truncated (and perhaps written again) while the agent was stopped: the old content
+            # is an old generation, which a copy of it found later resumes.
+            old_offset = max(row["sealed_offset"], self.recovered.get(row["source_id"], 0))
+            self.db.update(row["source_id"], state="truncated")
+            self._old_generations.append({**row, "sealed_offset": old_offset})
+            self._truncations.append(_Truncation(
+                row["fingerprint"], old_offset, max(0, row["size_seen"] - old_offset), path,
+                time.monotonic() + COPY_GRACE_S, row["source_id"]))
+            self.metrics.inc("agent_source_rotations_total", kind="truncated",
+                             topic=self.cfg.topic)
+            row = None
+        if row is not None:
             source_id = row["source_id"]
             offset = max(row["sealed_offset"], self.recovered.get(source_id, 0))
-            if st.st_size < offset:                 # truncated while the agent was down
-                self._journal_unaccounted(path, source_id, 0, "truncated while the agent was "
-                                          "stopped; bytes after the new end were not read")
-                offset = 0
             self.db.update(source_id, state="active", path=path)
         else:
             offset = self._copy_offset(fingerprint)
@@ -182,6 +193,8 @@ class FileSource:
         for i, tr in enumerate(self._truncations):
             if _prefix_match(tr.fingerprint, fingerprint):
                 del self._truncations[i]
+                self._old_generations = [r for r in self._old_generations
+                                         if r["source_id"] != tr.source_id]
                 self.db.update(tr.source_id, state="copied")
                 self.metrics.inc("agent_source_rotations_total", kind="copytruncate_copy",
                                  topic=self.cfg.topic)
@@ -196,6 +209,9 @@ class FileSource:
         for t in self.tracked.values():
             if _prefix_match(t.fingerprint, fingerprint):
                 # Copied before the original was truncated (we may not have seen it shrink yet).
+                # Seal first: the copy starts where the original's *sealed* data ends, so a
+                # crash now re-reads nothing twice and loses nothing.
+                self.pool.seal(self.cfg.topic)
                 self.metrics.inc("agent_source_rotations_total", kind="copytruncate_copy",
                                  topic=self.cfg.topic)
                 t.copied_at = t.offset
@@ -251,8 +267,8 @@ class FileSource:
         changed (truncated and written again past the old offset between two looks) — and
         return the current size."""
         size = os.fstat(t.fd).st_size
-        if t.offset and (size < t.offset or (
-                t.fingerprint and os.pread(t.fd, len(t.fingerprint), 0) != t.fingerprint)):
+        if t.offset and (size < t.offset or not _same_content(
+                t.fingerprint, os.pread(t.fd, len(t.fingerprint), 0))):
             self._truncated(t)
         elif len(t.fingerprint) < FINGERPRINT_BYTES and size > len(t.fingerprint):
             t.fingerprint = os.pread(t.fd, FINGERPRINT_BYTES, 0)
@@ -373,6 +389,8 @@ class FileSource:
         wait COPY_GRACE_S for a copy to appear, else are journaled."""
         unread = max(0, t.size_seen - t.offset)
         self.metrics.inc("agent_source_rotations_total", kind="truncated", topic=self.cfg.topic)
+        # Seal what was read of the old content: the offset a copy resumes from is then sealed.
+        self.pool.seal(self.cfg.topic)
         if t.copied_at is None:
             self._truncations.append(_Truncation(t.fingerprint, t.offset, unread, t.path,
                                                  time.monotonic() + COPY_GRACE_S, t.source_id))

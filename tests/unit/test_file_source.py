@@ -205,3 +205,41 @@ def test_a_symlinked_path_is_followed_to_its_target(tmp_path, name):
     (h.logs / name).symlink_to(target)
     h.step()
     assert h.ids() == list(range(5))
+
+
+def test_a_copytruncate_while_the_agent_was_stopped_resumes_the_copy_where_reading_stopped(
+        tmp_path):
+    h = Harness(tmp_path)
+    app = h.logs / "app.log"
+    app.write_bytes(lines(0, 100))
+    h.step()
+    first = h.ids()
+    h.drain_all()
+    h.src.close()
+    h.pool.close()
+    with open(app, "ab") as f:
+        f.write(lines(100, 120))
+    shutil.copyfile(app, h.logs / "app.log.1")          # rotated while the agent was down
+    os.truncate(app, 0)
+    with open(app, "ab") as f:
+        f.write(lines(120, 300))
+    h.db.close()
+    h.journal.close()
+    h.open()
+    h.step()
+    assert sorted(first + h.ids()) == list(range(300))
+    assert h.journal.entries() == []
+
+
+def test_a_copy_found_before_the_truncation_starts_after_the_sealed_data(tmp_path):
+    h = Harness(tmp_path)
+    app = h.logs / "app.log"
+    app.write_bytes(lines(0, 100))
+    h.step()                                             # read, in a filling slot
+    shutil.copyfile(app, h.logs / "app.log.1")
+    h.src.scan()                                         # the copy is seen first: seals
+    assert [r for s in h.pool.sealed() for r in s.records()][-1][2].startswith(b"id-000000099")
+    os.truncate(app, 0)
+    app.write_bytes(lines(100, 150))
+    h.step(3)
+    assert sorted(h.ids()) == list(range(150))
