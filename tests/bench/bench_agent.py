@@ -15,7 +15,8 @@ Prints one JSON line. Figures:
   still calls it once per record), values only: in confluent-kafka 2.16 produce_batch refuses
   timestamps and headers, so it cannot carry the event time or ``docket-origin``. Measured to
   show what the agent gives up by using produce();
-- ratio = agent_events_s / bare_events_s (target >= 0.8), rss target <= 150 MB.
+- ratio = agent_events_s / bare_events_s (target >= 0.8), rss target <= 150 MB. The agent and
+  the bare loop run alternately twice each; the best run of each is reported.
 Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
 """
 
@@ -41,6 +42,7 @@ from tests.kafkautil import high_watermarks  # noqa: E402
 LINES = 2_000_000
 LINE = 100
 TS = 1_763_766_000_000
+ROUNDS = 2
 
 
 def write_file(path: Path) -> None:
@@ -117,6 +119,7 @@ def batch_loop(bootstrap: str, topic: str, path: Path) -> tuple[float, float]:
 
 
 def agent_run(bootstrap: str, topic: str, work: Path, path: Path) -> tuple[float, float, dict]:
+    work.mkdir()
     config = write_config(work / "agent.toml", bootstrap, work / "state",
                           [{"type": "file", "paths": [str(path)], "topic": topic}],
                           buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
@@ -149,14 +152,24 @@ def main() -> None:
         try:
             topics = {name: f"bench.{name}.{os.getpid()}"
                       for name in ("agent", "bare", "cb", "batch")}
-            ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in topics.values()])
+            names = [t for n, t in topics.items() if n != "agent"] + \
+                [f'{topics["agent"]}.{k}' for k in range(ROUNDS)]
+            ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in names])
             data = work / "events.log"
             write_file(data)
-            bare_s, bare_cpu = bare_loop(bootstrap, topics["bare"], data, callback=False)
+            # The bare loop and the agent alternate, twice; the best run of each is kept, so a
+            # noisy neighbour on this shared machine does not decide the ratio.
+            bare_runs, agent_runs = [], []
+            for k in range(ROUNDS):
+                bare_runs.append(bare_loop(bootstrap, topics["bare"], data, callback=False))
+                agent_runs.append(agent_run(bootstrap, f'{topics["agent"]}.{k}',
+                                            work / f"agent{k}", data))
+            bare_s, bare_cpu = max(bare_runs)
+            agent_s, agent_cpu, rss = max(agent_runs, key=lambda r: r[0])
             cb_s, cb_cpu = bare_loop(bootstrap, topics["cb"], data, callback=True)
             batch_s, batch_cpu = batch_loop(bootstrap, topics["batch"], data)
-            agent_s, agent_cpu, rss = agent_run(bootstrap, topics["agent"], work, data)
-            arrived = sum(high_watermarks(bootstrap, topics["agent"]).values())
+            arrived = [sum(high_watermarks(bootstrap, f'{topics["agent"]}.{k}').values())
+                       for k in range(ROUNDS)]
         finally:
             if cluster is not None:
                 cluster.down()
@@ -166,7 +179,7 @@ def main() -> None:
         "agent_events_s": round(agent_s), "agent_cpu_s_per_million": round(agent_cpu, 2),
         "agent_peak_rss_mb": round(rss["VmHWM"], 1),
         "agent_rss_at_end_mb": {"anon": round(rss["RssAnon"], 1), "file": round(rss["RssFile"], 1)},
-        "agent_records_in_kafka": arrived,
+        "agent_records_in_kafka_per_run": arrived,
         "bare_events_s": round(bare_s), "bare_cpu_s_per_million": round(bare_cpu, 2),
         "bare_cb_events_s": round(cb_s), "bare_cb_cpu_s_per_million": round(cb_cpu, 2),
         "batch_cb_events_s": round(batch_s), "batch_cb_cpu_s_per_million": round(batch_cpu, 2),
