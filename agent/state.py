@@ -57,24 +57,19 @@ class StateDB:
 
     def advance_sealed(self, positions: dict[int, int]) -> None:
         """Move sealed checkpoints forward (never back) in one transaction."""
-        if not positions:
-            return
-        now = _now_ms()
-        with self.db.conn:
-            self.db.conn.executemany(
-                "UPDATE files SET sealed_offset = MAX(sealed_offset, ?), updated_ms = ? "
-                "WHERE source_id = ?",
-                [(end, now, sid) for sid, end in positions.items()],
-            )
+        self._advance("sealed_offset = MAX(sealed_offset, ?)", positions)
 
     def advance_acked(self, positions: dict[int, int]) -> None:
+        """Move acknowledged offsets forward, never past what is sealed."""
+        self._advance("acked_offset = MIN(sealed_offset, MAX(acked_offset, ?))", positions)
+
+    def _advance(self, assignment: str, positions: dict[int, int]) -> None:
         if not positions:
             return
         now = _now_ms()
         with self.db.conn:
             self.db.conn.executemany(
-                "UPDATE files SET acked_offset = MIN(sealed_offset, MAX(acked_offset, ?)), "
-                "updated_ms = ? WHERE source_id = ?",
+                f"UPDATE files SET {assignment}, updated_ms = ? WHERE source_id = ?",
                 [(end, now, sid) for sid, end in positions.items()],
             )
 

@@ -28,20 +28,18 @@ def _commands(parser: argparse.ArgumentParser, prefix: str = ""):
             yield from _commands(sub, f"{prefix} {name}")
 
 
-@pytest.mark.parametrize("command,options", list(_commands(broker_parser())))
-def test_every_docket_broker_command_and_option_is_documented(command, options):
-    text = (DOCS / "broker.md").read_text()
-    assert f"docket-broker {command}" in text, f"`docket-broker {command}` is not in docs/broker.md"
-    for opt in options:
-        assert opt in text, f"{opt} of `docket-broker {command}` is not in docs/broker.md"
+CLIS = [("docket-broker", broker_parser, "broker.md"), ("docket-agent", agent_parser, "agent.md")]
 
 
-@pytest.mark.parametrize("command,options", list(_commands(agent_parser())))
-def test_every_docket_agent_command_and_option_is_documented(command, options):
-    text = (DOCS / "agent.md").read_text()
-    assert f"docket-agent {command}" in text, f"`docket-agent {command}` is not in docs/agent.md"
+@pytest.mark.parametrize("prog,command,options,doc", [
+    (prog, command, options, doc) for prog, parser, doc in CLIS
+    for command, options in _commands(parser())
+])
+def test_every_command_and_option_is_documented(prog, command, options, doc):
+    text = (DOCS / doc).read_text()
+    assert f"{prog} {command}" in text, f"`{prog} {command}` is not in docs/{doc}"
     for opt in options:
-        assert opt in text, f"{opt} of `docket-agent {command}` is not in docs/agent.md"
+        assert opt in text, f"{opt} of `{prog} {command}` is not in docs/{doc}"
 
 
 def test_the_config_reference_is_generated_from_the_declarations():
