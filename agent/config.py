@@ -8,7 +8,6 @@ are errors. An error names the key path, what was expected, what was found, and 
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import socket
@@ -17,6 +16,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .tail.watch import glob_folder
 
 EX_CONFIG = 78
 MiB = 1 << 20
@@ -254,9 +255,7 @@ def _check_glob(path: str, pattern: str) -> None:
     if not os.path.isabs(pattern):
         raise ConfigError(path, f"expected an absolute path, found {pattern!r}",
                           hint="relative globs would depend on the agent's working folder")
-    folder = Path(pattern).parent          # the folder that must exist: the last one free of
-    while glob.has_magic(str(folder)):     # wildcards, or the file's own folder
-        folder = folder.parent
+    folder = glob_folder(pattern)          # the last folder free of wildcards must exist
     if not folder.exists():
         raise ConfigError(path, f"folder {folder} does not exist",
                           hint="create it, or fix the glob; files that appear later in an "

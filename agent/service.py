@@ -27,6 +27,7 @@ from .notify import Notifier
 from .state import StateDB
 from .tail.files import FileSource
 from .tail.sock import SocketSource
+from .tail.watch import FolderWatch
 from .telemetry import Metrics
 
 log = logging.getLogger("docket.agent")
@@ -39,6 +40,7 @@ class StartupError(Exception):
 
 READ_BUDGET_BYTES = 8 << 20      # per loop turn, across file sources
 GAUGE_INTERVAL_S = 1.0
+EVENT_SCAN_MIN_S = 0.05          # file events trigger a scan at most this often
 IDLE_WAIT_S = 0.002              # nothing read or sent: wait this long for delivery reports
 IDLE_WAIT_BLOCKED_S = 0.05       # ... and this long when the pool is full
 
@@ -72,14 +74,17 @@ class Agent:
                            state / "dead-letter", origin, on_slot_done=self._slot_done)
         self.file_sources: list[FileSource] = []
         self.socket_sources: list[SocketSource] = []
+        self.watch: FolderWatch | None = None
         self._build_sources(cfg)
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._rates = {"in_events_s": 0.0, "out_events_s": 0.0}
+        self._prev_counts = (0.0, 0.0)          # events read / sent at the last gauge update
         self._http: ThreadingHTTPServer | None = None
 
     # -- wiring -------------------------------------------------------------------------------
     def _build_sources(self, cfg: AgentConfig) -> None:
+        self.watch = FolderWatch([p for s in cfg.sources if s.type == "file" for p in s.paths])
         for src in cfg.sources:
             if src.type == "file":
                 self.file_sources.append(FileSource(src, self.pool, self.db, self.journal,
@@ -88,6 +93,8 @@ class Agent:
                 self.socket_sources.append(SocketSource(src, self.pool, self.metrics))
 
     def _close_sources(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         for s in self.socket_sources:
             s.close()
         for f in self.file_sources:
@@ -130,12 +137,15 @@ class Agent:
         self.notifier.ready(f"recovered {sealed} sealed slot(s); shipping")
         log.info("agent %s ready: %d sealed slot(s) recovered", self.cfg.agent_id, sealed)
         next_scan = next_gauges = next_watchdog = 0.0
+        last_gauges = last_scan = time.monotonic()
         while not self._stop.is_set():
             now = time.monotonic()
             if self._reload.is_set():
                 self._reload.clear()
                 self._do_reload()
-            if now >= next_scan:
+            if now >= next_scan or (now - last_scan >= EVENT_SCAN_MIN_S
+                                    and self.watch.consume()):
+                last_scan = now
                 for f in self.file_sources:
                     f.scan()
                 next_scan = now + min((f.cfg.poll_interval_ms for f in self.file_sources),
@@ -149,8 +159,8 @@ class Agent:
             self._flush_checkpoints()
             sent = self.drain.pump()
             if now >= next_gauges:
-                self._update_gauges(now - (next_gauges - GAUGE_INTERVAL_S))
-                next_gauges = now + GAUGE_INTERVAL_S
+                self._update_gauges(now - last_gauges)
+                last_gauges, next_gauges = now, now + GAUGE_INTERVAL_S
             if self.notifier.watchdog_interval_s and now >= next_watchdog:
                 self.notifier.watchdog()
                 next_watchdog = now + self.notifier.watchdog_interval_s
@@ -187,6 +197,7 @@ class Agent:
                  f"{left['sealed_records']} record(s) stay in the pool for the next start")
         for f in self.file_sources:
             f.close()
+        self.watch.stop()
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
@@ -215,10 +226,9 @@ class Agent:
                 m.set("agent_source_lag_bytes", lag, path=path)
         ins = m.get("agent_source_read_events_total")
         outs = m.get("agent_drain_sent_events_total")
-        prev = getattr(self, "_prev_counts", (ins, outs))
         if elapsed > 0:
-            self._rates = {"in_events_s": (ins - prev[0]) / elapsed,
-                           "out_events_s": (outs - prev[1]) / elapsed}
+            self._rates = {"in_events_s": (ins - self._prev_counts[0]) / elapsed,
+                           "out_events_s": (outs - self._prev_counts[1]) / elapsed}
         self._prev_counts = (ins, outs)
         self.notifier.status(f"in {self._rates['in_events_s']:.0f}/s, out "
                              f"{self._rates['out_events_s']:.0f}/s, backlog "

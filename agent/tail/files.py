@@ -10,7 +10,10 @@ the same file and a reused inode is not. What it handles, and how:
   read from the old read offset on — only what had not been read. Bytes seen written but never
   read, and not found in a copy within ``COPY_GRACE_S``, are journaled as ``unaccounted_bytes``.
 - **symlinks**: globs are resolved; identity is the target's.
-- **late files**: every scan (watchdog events, and polling every ``poll_interval_ms``) finds them.
+- **late files**: every scan (file events through ``watch.FolderWatch``, and polling every
+  ``poll_interval_ms`` behind them) finds them; one shorter than
+  ``MIN_FINGERPRINT`` bytes waits until it is longer or has not changed for ``SETTLE_S`` (it may
+  be a copy still being written).
 - **deleted files**: an open file is read to its end even after it is unlinked. A file the state
   database knows but that vanished with unread bytes while the agent was down is journaled as
   ``deleted_unread``.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import logging
 import os
 import stat
 import time
@@ -38,10 +42,13 @@ from ..state import FINGERPRINT_BYTES, StateDB
 from ..telemetry import Metrics
 from .events import apply_fields
 
+log = logging.getLogger("docket.agent.files")
+
 MIN_FINGERPRINT = 32          # shorter first bytes cannot tell one file from another
 COPY_GRACE_S = 5.0            # how long a truncated file's unread bytes wait for their copy
 MAX_LINE_BYTES = 64 << 20     # a line longer than this is cut here (counted as line_forced)
 ROTATED_IDLE_S = 1.0          # a rotated file at its end this long is closed
+SETTLE_S = 1.0                # a new file shorter than MIN_FINGERPRINT is read once this still
 
 
 @dataclass
@@ -101,6 +108,7 @@ class FileSource:
         self.recovered = recovered
         self.tracked: dict[tuple[int, int], Tracked] = {}
         self._truncations: list[_Truncation] = []
+        self._young: dict[tuple[int, int], tuple[int, float]] = {}   # ident → (size, since)
         self._warned: set[tuple[str, str]] = set()
         rows = [r for r in db.all_files() if r["source_index"] == cfg.index]
         self._known_rows = {(r["dev"], r["ino"]): r for r in rows
@@ -139,6 +147,8 @@ class FileSource:
                 if t is not None:
                     t.path, t.rotated = path, False
                     continue
+                if not self._old_enough(ident, st):
+                    continue
                 self._open(path, st)
         for ident, t in self.tracked.items():
             if ident not in seen and not t.rotated:
@@ -151,6 +161,23 @@ class FileSource:
             self._journal_vanished(seen)
         self._expire_truncations()
         self.metrics.set("agent_source_files", len(self.tracked), topic=self.cfg.topic)
+
+    def _old_enough(self, ident: tuple[int, int], st: os.stat_result) -> bool:
+        """A new file shorter than a fingerprint cannot be told apart yet: it may be a copy
+        being written (copytruncate). Wait until it is long enough, or has kept its size for
+        SETTLE_S (a small file that stays small)."""
+        if st.st_size >= MIN_FINGERPRINT:
+            self._young.pop(ident, None)
+            return True
+        now = time.monotonic()
+        size, since = self._young.get(ident, (None, now))
+        if size != st.st_size:
+            self._young[ident] = (st.st_size, now)
+            return False
+        if now - since >= SETTLE_S:
+            del self._young[ident]
+            return True
+        return False
 
     def _open(self, path: str, st: os.stat_result) -> None:
         try:
@@ -183,6 +210,7 @@ class FileSource:
             offset = self._copy_offset(fingerprint)
             source_id = self.db.add_file(self.cfg.index, st.st_dev, st.st_ino, fingerprint,
                                          path, offset)
+            log.info("tailing %s (inode %d) from offset %d", path, st.st_ino, offset)
         if st.st_size == 0:
             self._bad("empty_file", path)
         self.tracked[ident] = Tracked(source_id, path, fd, st.st_dev, st.st_ino, fingerprint,
@@ -228,7 +256,8 @@ class FileSource:
                 self.journal.record("deleted_unread", self.cfg.topic, -1, nbytes=unread,
                                     source=row["path"],
                                     byte_range=(row["sealed_offset"], row["size_seen"]),
-                                    detail="file gone while the agent was stopped")
+                                    detail="no longer found under the globs after the agent "
+                                    "was stopped, with bytes it had not read")
             self.db.update(row["source_id"], state="gone")
             del self._known_rows[ident]
 
@@ -388,6 +417,8 @@ class FileSource:
         """copytruncate: restart at 0 as a new generation. The bytes seen written but not read
         wait COPY_GRACE_S for a copy to appear, else are journaled."""
         unread = max(0, t.size_seen - t.offset)
+        log.info("%s (inode %d) was truncated after %d bytes read (%d seen unread)", t.path,
+                 t.ino, t.offset, unread)
         self.metrics.inc("agent_source_rotations_total", kind="truncated", topic=self.cfg.topic)
         # Seal what was read of the old content: the offset a copy resumes from is then sealed.
         self.pool.seal(self.cfg.topic)

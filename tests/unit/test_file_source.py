@@ -187,7 +187,7 @@ def test_a_partial_last_line_waits_for_its_newline(tmp_path):
 def test_a_partial_line_is_flushed_after_partial_flush_ms(tmp_path):
     h = Harness(tmp_path, partial_flush_ms=1)
     app = h.logs / "app.log"
-    app.write_bytes(b"id-000000000 no newline ever")
+    app.write_bytes(b"id-000000000 no newline ever, not even at the end")
     h.step()
     assert h.ids() == []                                 # the first look only notes it
     time.sleep(0.01)
