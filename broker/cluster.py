@@ -78,6 +78,15 @@ class Layout:
         return cls(raw["cluster_id"], raw["kafka_version"], tuple(Node(**n) for n in raw["nodes"]))
 
 
+def _new_cluster_id() -> str:
+    """A random KRaft cluster id. Like Kafka's own Uuid, never one starting with '-', which the
+    storage tool's argument parser would take for an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def _free_ports(count: int) -> list[int]:
     """Ports the OS hands out now; the sockets stay open until all are chosen, so no repeats."""
     socks = []
@@ -162,8 +171,7 @@ class LocalCluster:
                 raise BrokerError(f"--base-port {base_port} leaves no room for {2 * brokers} ports",
                                   hint="choose a port between 1024 and 65000")
         nodes = tuple(Node(i + 1, ports[i], ports[brokers + i]) for i in range(brokers))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        return Layout(cluster_id, KAFKA_VERSION, nodes)
+        return Layout(_new_cluster_id(), KAFKA_VERSION, nodes)
 
     # -- processes ----------------------------------------------------------------------------
     def pid(self, node_id: int) -> int | None:

@@ -71,3 +71,11 @@ def test_a_stale_pid_file_is_not_a_running_broker(tmp_path):
     assert cluster.pid(1) is None
     assert cluster.running_nodes() == []
     assert cluster.status()[0]["state"] == "stopped"
+
+
+def test_cluster_ids_never_start_with_a_dash(monkeypatch):
+    from broker import cluster as cluster_mod
+
+    ids = iter([b"\xfb" + bytes(15), b"\x00" * 16])   # the first encodes to "-wAA…"
+    monkeypatch.setattr(cluster_mod.uuid, "uuid4", lambda: type("U", (), {"bytes": next(ids)}))
+    assert cluster_mod._new_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
