@@ -36,15 +36,24 @@ def in_flight_records(state_dir) -> int:
 @pytest.mark.slow
 def test_sigkill_five_times_loses_nothing_and_duplicates_only_in_flight_slots(
         kafka, tmp_path, topic_name):
-    total = 1_000_000
+    sigkill_run(kafka, tmp_path, topic_name, kills=5, total=1_000_000, rate=100_000)
+
+
+@pytest.mark.soak
+def test_soak_sigkill_forty_times_over_four_million_lines(kafka, tmp_path, topic_name):
+    sigkill_run(kafka, tmp_path, topic_name, kills=40, total=4_000_000, rate=80_000)
+
+
+def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int) -> None:
+    planned = kills
     agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name)
     agent.start()
-    writer = start_writer(logs, total, 50_000, 100_000)
+    writer = start_writer(logs, total, 50_000, rate)
     rng = random.Random(4)
     bound = 0
     kills = 0
     try:
-        while kills < 5:
+        while kills < planned and writer.poll() is None:
             time.sleep(rng.uniform(0.8, 1.6))
             agent.kill()
             kills += 1
