@@ -40,7 +40,8 @@ def test_sigkill_five_times_loses_nothing_and_duplicates_only_in_flight_slots(
 
 
 @pytest.mark.soak
-def test_soak_sigkill_forty_times_over_four_million_lines(kafka, tmp_path, topic_name):
+def test_soak_sigkill_up_to_forty_times_while_four_million_lines_are_written(
+        kafka, tmp_path, topic_name):
     sigkill_run(kafka, tmp_path, topic_name, kills=40, total=4_000_000, rate=80_000)
 
 
