@@ -219,7 +219,8 @@ class Agent:
         m.set("agent_buffer_quarantined_slots_total", st["slots_quarantined"])
         m.set("agent_buffer_backlog_bytes", st["sealed_bytes"])
         m.set("agent_buffer_backlog_events", st["sealed_records"])
-        m.set("agent_buffer_oldest_unacked_age_seconds", self._oldest_unacked_age())
+        m.set("agent_buffer_oldest_unacked_age_seconds",
+              self._oldest_unacked_age(self.pool.sealed()))
         m.clear("agent_source_lag_bytes")
         for f in self.file_sources:
             for path, lag in f.lag().items():
@@ -234,8 +235,7 @@ class Agent:
                              f"{self._rates['out_events_s']:.0f}/s, backlog "
                              f"{st['sealed_records']} events, broker {self.drain.broker_state}")
 
-    def _oldest_unacked_age(self) -> float:
-        sealed = self.pool.sealed()
+    def _oldest_unacked_age(self, sealed: list) -> float:
         if not sealed:
             return 0.0
         t = self._seal_times.get(sealed[0].seq)
@@ -253,7 +253,7 @@ class Agent:
             "pool": {"path": str(self.cfg.buffer_path),
                      "occupancy": round(1 - st["free_slots"] / st["slot_count"], 4), **st},
             "backlog": {"bytes": st["sealed_bytes"], "events": st["sealed_records"],
-                        "oldest_unacked_age_s": round(self._oldest_unacked_age(), 3),
+                        "oldest_unacked_age_s": round(self._oldest_unacked_age(sealed), 3),
                         "oldest_unacked_event_age_s": round(
                             time.time() - oldest_event_ms / 1000, 3)
                         if oldest_event_ms is not None else None},

@@ -459,11 +459,9 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
 
 def wait_for_metadata(bootstrap_servers: str, brokers: int, timeout_s: float) -> None:
     """Block until a metadata request lists ``brokers`` brokers, or raise ClusterStartFailed."""
-    from confluent_kafka.admin import AdminClient
+    from .admin import admin_client
 
-    quiet = logging.getLogger("docket.broker.librdkafka")
-    quiet.setLevel(logging.CRITICAL)
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers}, logger=quiet)
+    admin = admin_client(bootstrap_servers)
     deadline = time.monotonic() + timeout_s
     seen = 0
     while time.monotonic() < deadline:

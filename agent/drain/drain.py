@@ -142,6 +142,7 @@ class Drain:
 
     # -- outcomes -----------------------------------------------------------------------------
     def failed(self, send: SlotSend, record: Record, err: KafkaError) -> None:
+        """A delivery report, or ``produce()`` itself, said ``err`` for ``record``."""
         if classify(err) is Outcome.RETRY:
             send.retry.append(record)
             self.metrics.inc("agent_drain_retried_events_total", reason=reason(err),
@@ -224,8 +225,8 @@ class Drain:
                     send.ri = i
                     return n, True
                 except KafkaException as exc:
-                    self._refused(send, (topic, payload[o:o + lengths[i]], key, times[i],
-                                         headers), exc)
+                    self.failed(send, (topic, payload[o:o + lengths[i]], key, times[i],
+                                       headers), exc.args[0])
                 i += 1
             n += i - send.ri
             if i == len(offsets):
@@ -243,7 +244,7 @@ class Drain:
             send.pending = record
             return False
         except KafkaException as exc:
-            self._refused(send, record, exc)
+            self.failed(send, record, exc.args[0])
         return True
 
     def _resend(self, send: SlotSend, budget: int) -> int:
@@ -260,13 +261,6 @@ class Drain:
                 return n
             n += 1
         return n
-
-    def _refused(self, send: SlotSend, record: Record, exc: KafkaException) -> None:
-        err = exc.args[0]
-        if classify(err) is Outcome.RETRY:
-            send.retry.append(record)
-        else:
-            self._dead_letter(send, record, err)
 
     def _complete(self) -> None:
         while self.inflight and self.inflight[0].done:

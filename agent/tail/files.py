@@ -31,7 +31,7 @@ import logging
 import os
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -84,7 +84,6 @@ class ReadStats:
     bytes: int = 0
     events: int = 0
     blocked: bool = False
-    kinds: dict = field(default_factory=dict)
 
 
 def _same_content(stored: bytes, current: bytes) -> bool:
@@ -119,13 +118,13 @@ class FileSource:
         self._startup_checked = False
 
     # -- discovery ----------------------------------------------------------------------------
-    def _bad(self, kind: str, path: str, count: int = 1) -> None:
+    def _bad(self, kind: str, count: int = 1) -> None:
         self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
 
     def _warn_once(self, kind: str, path: str) -> None:
         if (kind, path) not in self._warned:
             self._warned.add((kind, path))
-            self._bad(kind, path)
+            self._bad(kind)
 
     def scan(self) -> None:
         # Truncations first, so a copytruncate's copy found below matches the old content.
@@ -212,7 +211,7 @@ class FileSource:
                                          path, offset)
             log.info("tailing %s (inode %d) from offset %d", path, st.st_ino, offset)
         if st.st_size == 0:
-            self._bad("empty_file", path)
+            self._bad("empty_file")
         self.tracked[ident] = Tracked(source_id, path, fd, st.st_dev, st.st_ino, fingerprint,
                                       offset, size_seen=st.st_size)
 
@@ -261,7 +260,7 @@ class FileSource:
             self.db.update(row["source_id"], state="gone")
             del self._known_rows[ident]
 
-    def _journal_unaccounted(self, path: str, source_id: int, nbytes: int, detail: str,
+    def _journal_unaccounted(self, path: str, nbytes: int, detail: str,
                              byte_range=None) -> None:
         self.journal.record("unaccounted_bytes", self.cfg.topic, -1, nbytes=nbytes, source=path,
                             byte_range=byte_range, detail=detail)
@@ -274,7 +273,7 @@ class FileSource:
                 keep.append(tr)
             elif tr.unread > 0:
                 self._journal_unaccounted(
-                    tr.path, tr.source_id, tr.unread,
+                    tr.path, tr.unread,
                     "file truncated (copytruncate) with bytes written but not read, and no copy "
                     "of it matched the globs", (tr.offset, tr.offset + tr.unread))
         self._truncations = keep
@@ -326,9 +325,6 @@ class FileSource:
             if not data:
                 return
             t.idle_since = None
-            if len(t.fingerprint) < FINGERPRINT_BYTES and t.offset < FINGERPRINT_BYTES:
-                t.fingerprint = os.pread(t.fd, FINGERPRINT_BYTES, 0)
-                self.db.update(t.source_id, fingerprint=t.fingerprint)
             last_nl = data.rfind(b"\n")
             forced = False
             if last_nl < 0:
@@ -356,7 +352,7 @@ class FileSource:
             if nl >= 0:
                 return data[:nl + 1], False
             if len(data) >= MAX_LINE_BYTES:
-                self._bad("line_forced", t.path)
+                self._bad("line_forced")
                 return data + b"\n", True
         # A partial last line: wait for its newline, or flush it after partial_flush_ms.
         now = time.monotonic()
@@ -364,7 +360,7 @@ class FileSource:
             t.partial_size, t.partial_since = len(data), now
             return None, False
         if self.cfg.partial_flush_ms and now - t.partial_since >= self.cfg.partial_flush_ms / 1e3:
-            self._bad("partial_line_flushed", t.path)
+            self._bad("partial_line_flushed")
             return data + b"\n", True
         return None, False
 
@@ -376,7 +372,7 @@ class FileSource:
         chunk, unparsable = apply_fields(chunk, self.cfg.timestamp_field, self.cfg.key_field,
                                          read_ms)
         if unparsable:
-            self._bad("timestamp_unparsable", t.path, unparsable)
+            self._bad("timestamp_unparsable", unparsable)
         res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
         end = res.end
         if forced and res.complete(chunk):
@@ -395,11 +391,11 @@ class FileSource:
             return
         empty = int(np.count_nonzero(chunk.lengths == 0))
         if empty:
-            self._bad("empty_line", t.path, empty)
-        nl = chunk.starts + chunk.lengths
+            self._bad("empty_line", empty)
+        nl = chunk.ends
         crlf = int(np.count_nonzero(buf[np.minimum(nl, len(buf) - 1)] == 13))
         if crlf:
-            self._bad("crlf_line", t.path, crlf)
+            self._bad("crlf_line", crlf)
         try:
             bytes(buf).decode("utf-8")
         except UnicodeDecodeError:
@@ -409,9 +405,9 @@ class FileSource:
                     chunk.value(i).decode("utf-8")
                 except UnicodeDecodeError:
                     bad += 1
-            self._bad("invalid_utf8", t.path, bad)
+            self._bad("invalid_utf8", bad)
         if np.any(buf == 0):
-            self._bad("binary_nul", t.path, sum(1 for i in range(n) if b"\0" in chunk.value(i)))
+            self._bad("binary_nul", sum(1 for i in range(n) if b"\0" in chunk.value(i)))
 
     def _truncated(self, t: Tracked) -> None:
         """copytruncate: restart at 0 as a new generation. The bytes seen written but not read

@@ -57,12 +57,16 @@ def cpu_self() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def baseline_producer(bootstrap: str) -> Producer:
+    """The client settings the agent uses, for the baselines."""
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                     "compression.type": "snappy", "linger.ms": 5, "batch.size": 1 << 20,
+                     "queue.buffering.max.kbytes": 64 * 1024})
+
+
 def bare_loop(bootstrap: str, topic: str, path: Path, callback: bool) -> tuple[float, float]:
     values = path.read_bytes().split(b"\n")[:-1]
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "enable.idempotence": True, "compression.type": "snappy",
-                         "linger.ms": 5, "batch.size": 1 << 20,
-                         "queue.buffering.max.kbytes": 64 * 1024})
+    producer = baseline_producer(bootstrap)
     headers = [("docket-origin", b"bench")]
     acked = [0]
 
@@ -93,10 +97,7 @@ def bare_loop(bootstrap: str, topic: str, path: Path, callback: bool) -> tuple[f
 
 def batch_loop(bootstrap: str, topic: str, path: Path) -> tuple[float, float]:
     values = path.read_bytes().split(b"\n")[:-1]
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "enable.idempotence": True, "compression.type": "snappy",
-                         "linger.ms": 5, "batch.size": 1 << 20,
-                         "queue.buffering.max.kbytes": 64 * 1024})
+    producer = baseline_producer(bootstrap)
     acked = [0]
 
     def on_delivery(err, msg):
