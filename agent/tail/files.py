@@ -295,7 +295,10 @@ class FileSource:
         changed (truncated and written again past the old offset between two looks) — and
         return the current size."""
         size = os.fstat(t.fd).st_size
-        if t.offset and (size < t.offset or not _same_content(
+        # A shrink only counts once the file had reached the offset: a copy still being
+        # written starts beyond its current end, and grows.
+        shrank = t.offset > size and t.size_seen >= t.offset
+        if t.offset and (shrank or not _same_content(
                 t.fingerprint, os.pread(t.fd, len(t.fingerprint), 0))):
             self._truncated(t)
         elif len(t.fingerprint) < FINGERPRINT_BYTES and size > len(t.fingerprint):
@@ -316,7 +319,7 @@ class FileSource:
             if size < t.offset:
                 size = self._check_truncated(t)
             t.size_seen = size
-            if size == t.offset:
+            if size <= t.offset:
                 if t.idle_since is None:
                     t.idle_since = time.monotonic()
                 return

@@ -243,3 +243,21 @@ def test_a_copy_found_before_the_truncation_starts_after_the_sealed_data(tmp_pat
     app.write_bytes(lines(100, 150))
     h.step(3)
     assert sorted(h.ids()) == list(range(150))
+
+
+def test_a_copy_found_while_still_being_written_is_not_taken_for_a_truncation(tmp_path):
+    h = Harness(tmp_path)
+    app = h.logs / "app.log"
+    content = lines(0, 200)
+    app.write_bytes(content)
+    h.step()                                             # all 200 lines read
+    copy = h.logs / "app.log.1"
+    copy.write_bytes(content[:5000])                     # the copy, a fortieth written so far
+    h.step()                                             # matched: starts at 200 lines' offset
+    with open(copy, "ab") as f:
+        f.write(content[5000:])
+    os.truncate(app, 0)
+    app.write_bytes(lines(200, 250))
+    h.step(3)
+    assert sorted(h.ids()) == list(range(250))
+    assert h.metrics.get("agent_source_rotations_total", kind="truncated", topic="t") == 1
