@@ -9,12 +9,13 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt broker/pom.xml
+$(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/pom.xml
 	@command -v java >/dev/null || { echo "make setup: java (JDK 17+) is required for the local Kafka and Spark" >&2; exit 1; }
-	@command -v mvn >/dev/null || { echo "make setup: mvn (Maven) is required to fetch the Kafka jars" >&2; exit 1; }
+	@command -v mvn >/dev/null || { echo "make setup: mvn (Maven) is required to fetch the Kafka and Spark connector jars" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[audit,dashboard,dev]'
 	$(BIN)/docket-broker fetch
+	$(BIN)/docket-audit fetch
 	touch $@
 
 test: setup

@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             return _status(args)
         logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)     # one line per job run
         from .service import Agent, StartupError
 
         cfg = load(args.config)

@@ -78,7 +78,9 @@ SETTINGS: tuple[Setting, ...] = (
             choices=("none", "gzip", "snappy", "lz4", "zstd")),
     Setting("broker.librdkafka_options", dict, {}, "librdkafka properties passed to the producer "
             "as they are, e.g. `\"security.protocol\" = \"SASL_SSL\"`."),
-    Setting("audit.topic", str, "docket.audit", "Audit topic (read by the audit emitter)."),
+    Setting("audit.enabled", bool, True, "Count accepted events per (topic, window) and emit "
+            "them to the audit topic."),
+    Setting("audit.topic", str, "docket.audit", "Audit topic the counts are written to."),
     Setting("audit.window_ms", int, 600000, "Event-time window of audit counts.", minimum=1000),
     Setting("audit.interval_ms", int, 600000, "How often audit counts are emitted.", minimum=1000),
     Setting("status.listen", str, "127.0.0.1:9464", "Address of `/metrics` and `/status`."),
@@ -281,6 +283,11 @@ def _check_combinations(values: dict, sources: list[SourceConfig]) -> None:
     if values["audit.interval_ms"] > values["audit.window_ms"] * 6:
         raise ConfigError("audit.interval_ms", "emitting less often than every 6 windows leaves "
                           "the reconciler blind", hint="keep interval_ms <= 6 * window_ms")
+    for i, src in enumerate(sources):
+        if src.topic == values["audit.topic"]:
+            raise ConfigError(f"sources[{i}].topic", f"{src.topic!r} is the audit topic",
+                              hint="events and audit counts need topics of their own; change "
+                              "the source's topic or [audit] topic")
     if not values["broker.bootstrap_servers"].strip():
         raise ConfigError("broker.bootstrap_servers", "must not be empty")
     if not sources:

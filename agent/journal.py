@@ -17,22 +17,25 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .telemetry import Metrics
 
 
 class LossJournal:
-    def __init__(self, path: Path, metrics: Metrics):
+    def __init__(self, path: Path, metrics: Metrics,
+                 on_record: Callable[..., None] | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.metrics = metrics
         self._lock = threading.Lock()
+        self._on_record = on_record      # the audit emitter: drops per (topic, window)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
 
     def record(self, reason: str, topic: str, events: int, *, nbytes: int = 0,
                source: str = "", byte_range: tuple[int, int] | None = None,
-               detail: str = "") -> None:
+               detail: str = "", event_ts_ms: int | None = None) -> None:
         entry = {"ts_ms": int(time.time() * 1000), "reason": reason, "topic": topic,
                  "events": events, "bytes": nbytes, "source": source,
                  "range": list(byte_range) if byte_range else None, "detail": detail}
@@ -42,6 +45,8 @@ class LossJournal:
             os.fsync(self._fd)
         self.metrics.dropped(reason, topic, max(events, 0), intentional=reason in INTENTIONAL,
                              nbytes=nbytes)
+        if self._on_record is not None:
+            self._on_record(topic, reason, events, event_ts_ms)
 
     def entries(self) -> list[dict]:
         with open(self.path) as f:

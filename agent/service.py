@@ -17,8 +17,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
 
-from .buffer import BufferPool, DropEvent
-from .buffer.spill import SlotMeta
+from .audit import AuditEmitter
+from .buffer import BufferPool, DropEvent, SealedSlot
 from .config import AgentConfig, ConfigError, load
 from .drain.drain import Drain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
@@ -53,8 +53,15 @@ class Agent:
         state = cfg.state_dir
         state.mkdir(parents=True, exist_ok=True)
         self.metrics = Metrics()
-        self.journal = LossJournal(state / "loss-journal.jsonl", self.metrics)
         self.db = StateDB(state / "state.db")
+        self.audit = AuditEmitter(
+            db_path=state / "state.db", conn=self.db.db.conn, agent_id=cfg.agent_id,
+            topics=sorted({s.topic for s in cfg.sources}), audit_topic=cfg["audit.topic"],
+            window_ms=cfg["audit.window_ms"], interval_ms=cfg["audit.interval_ms"],
+            producer_conf=producer_config(cfg), metrics=self.metrics,
+            enabled=cfg["audit.enabled"])
+        self.journal = LossJournal(state / "loss-journal.jsonl", self.metrics,
+                                   on_record=self.audit.dropped)
         self._sealed_positions: list[tuple[tuple, float]] = []
         self._seal_times: dict[int, float] = {}
         spill = cfg["buffer.spill_max_bytes"]
@@ -66,12 +73,14 @@ class Agent:
             sync_on_seal=cfg["buffer.sync_on_seal"], on_drop=self._pool_dropped,
             on_seal=self._sealed, max_record_bytes=MAX_RECORD_BYTES)
         self.recovered = self.pool.recovered_positions()
-        self.db.advance_sealed(self.recovered)
+        self.audit.count_recovered(self.pool.sealed())
+        self.db.advance_sealed(self.recovered, also=self.audit.persist)
         for slot in self.pool.sealed():
             self._seal_times[slot.seq] = time.monotonic()
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
         self.drain = Drain(self.pool, producer_config(cfg), self.journal, self.metrics,
-                           state / "dead-letter", origin, on_slot_done=self._slot_done)
+                           state / "dead-letter", origin, on_slot_done=self._slot_done,
+                           on_dead=self.audit.uncount)
         self.file_sources: list[FileSource] = []
         self.socket_sources: list[SocketSource] = []
         self.watch: FolderWatch | None = None
@@ -102,11 +111,15 @@ class Agent:
         self.file_sources, self.socket_sources = [], []
 
     def _pool_dropped(self, ev: DropEvent) -> None:
-        self.journal.record(ev.reason, ev.topic, ev.records, detail=ev.detail)
+        if ev.slot is not None:                  # a sealed slot, already counted: uncount it
+            self.audit.uncount_slot(ev.slot)
+        self.journal.record(ev.reason, ev.topic, ev.records, detail=ev.detail,
+                            event_ts_ms=ev.slot.meta.min_ts if ev.slot is not None else None)
 
-    def _sealed(self, meta: SlotMeta) -> None:           # under the pool's lock
-        self._sealed_positions.append((meta.positions, time.monotonic()))
-        self._seal_times[meta.seq] = time.monotonic()
+    def _sealed(self, slot: SealedSlot) -> None:          # under the pool's lock
+        self.audit.count_sealed(slot)
+        self._sealed_positions.append((slot.meta.positions, time.monotonic()))
+        self._seal_times[slot.seq] = time.monotonic()
 
     def _flush_checkpoints(self) -> None:
         batch, self._sealed_positions = self._sealed_positions, []
@@ -114,7 +127,7 @@ class Agent:
         for positions, _ in batch:
             for source, _start, end in positions:
                 ends[source] = max(end, ends.get(source, 0))
-        self.db.advance_sealed(ends)
+        self.db.advance_sealed(ends, also=self.audit.persist)
 
     def _slot_done(self, slot) -> None:
         self._seal_times.pop(slot.seq, None)
@@ -131,6 +144,7 @@ class Agent:
 
     def run(self) -> int:
         self.start_status_server()
+        self.audit.start()
         for f in self.file_sources:
             f.scan()
         sealed = self.pool.stats()["sealed_slots"]
@@ -192,6 +206,8 @@ class Agent:
         deadline = time.monotonic() + self.cfg["agent.shutdown_timeout_ms"] / 1000
         emptied = self.drain.drain_until(deadline)
         self.drain.close()
+        self._flush_checkpoints()                # dead letters found while draining
+        self.audit.stop()                        # a last round of counts
         left = self.pool.stats()
         log.info("stopped: %s", "everything acknowledged" if emptied else
                  f"{left['sealed_records']} record(s) stay in the pool for the next start")
@@ -263,7 +279,9 @@ class Agent:
                        "bootstrap_servers": self.cfg["broker.bootstrap_servers"],
                        "outages": self.metrics.get("agent_drain_outages_total")},
             "dropped_events": self.metrics.get("agent_dropped_events_total"),
-            "last_audit_emission": None,
+            "audit": {"enabled": self.cfg["audit.enabled"], "topic": self.cfg["audit.topic"],
+                      "last_emission_ms": self.audit.last_emission_ms,
+                      "seq": self.audit.seq},
         }
 
     def start_status_server(self) -> None:

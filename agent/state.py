@@ -13,12 +13,16 @@ Table ``files``, one row per file identity the agent has read::
     state          active | rotated | done | gone
     updated_ms
 
-Checkpoints only move forward, and only once data is sealed (``advance_sealed``).
+Checkpoints only move forward, and only once data is sealed (``advance_sealed``). The audit
+emitter keeps its tables (``audit_windows``, ``audit_meta``) in the same database and writes them
+in the checkpoints' transaction (agent/audit.py).
 """
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import sqlite_utils
@@ -55,16 +59,19 @@ class StateDB:
         fields["updated_ms"] = _now_ms()
         self.files.update(source_id, fields)
 
-    def advance_sealed(self, positions: dict[int, int]) -> None:
-        """Move sealed checkpoints forward (never back) in one transaction."""
-        self._advance("sealed_offset = MAX(sealed_offset, ?)", positions)
+    def advance_sealed(self, positions: dict[int, int],
+                       also: Callable[[sqlite3.Connection], None] | None = None) -> None:
+        """Move sealed checkpoints forward (never back) in one transaction; ``also`` writes
+        in the same transaction (the audit counts of the slots these positions were sealed in)."""
+        self._advance("sealed_offset = MAX(sealed_offset, ?)", positions, also)
 
     def advance_acked(self, positions: dict[int, int]) -> None:
         """Move acknowledged offsets forward, never past what is sealed."""
         self._advance("acked_offset = MIN(sealed_offset, MAX(acked_offset, ?))", positions)
 
-    def _advance(self, assignment: str, positions: dict[int, int]) -> None:
-        if not positions:
+    def _advance(self, assignment: str, positions: dict[int, int],
+                 also: Callable[[sqlite3.Connection], None] | None = None) -> None:
+        if not positions and also is None:
             return
         now = _now_ms()
         with self.db.conn:
@@ -72,6 +79,8 @@ class StateDB:
                 f"UPDATE files SET {assignment}, updated_ms = ? WHERE source_id = ?",
                 [(end, now, sid) for sid, end in positions.items()],
             )
+            if also is not None:
+                also(self.db.conn)
 
     def close(self) -> None:
         self.db.conn.close()

@@ -38,6 +38,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "agent_dropped_events_total": ("counter", "Events not delivered, by reason and whether a "
                                    "policy chose it (intentional)."),
     "agent_dropped_bytes_total": ("counter", "Bytes not delivered, by reason."),
+    "agent_audit_emitted_records_total": ("counter", "Audit records acknowledged by Kafka."),
+    "agent_audit_emit_failures_total": ("counter", "Audit rounds with records Kafka did not "
+                                        "acknowledge (sent again next round)."),
+    "agent_audit_last_emission_timestamp_seconds": ("gauge", "When the last audit round ran "
+                                                    "(Unix time)."),
 }
 
 

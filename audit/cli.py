@@ -1,10 +1,57 @@
-"""``docket-audit``: command-line entry point."""
+"""``docket-audit``: the audit pipeline's commands.
+
+    docket-audit fetch                      the Spark Kafka connector jars (make setup runs it)
+    docket-audit count --cluster NAME --bootstrap-servers HOSTS   the cluster tier (Spark)
+    docket-audit land --warehouse DIR --bootstrap-servers HOSTS   the warehouse tier (Spark)
+    docket-audit show --bootstrap-servers HOSTS                   the audit topic, newest counts
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import re
 import sys
 from importlib.metadata import version
+from pathlib import Path
+
+from .errors import AuditError
+
+EXIT_USAGE = 64
+
+
+def _state_home() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "docket"
+
+
+def _job_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-servers", required=True, help="the Kafka cluster to read")
+    p.add_argument("--audit-topic", default="docket.audit")
+    p.add_argument("--audit-bootstrap-servers", default=None,
+                   help="where the audit topic lives (default: the cluster read)")
+    p.add_argument("--topics", default=".*", help="Java regex of the data topics to read "
+                   "(the audit topic and Kafka's internal topics are always left out)")
+    p.add_argument("--window-ms", type=int, default=600_000,
+                   help="event-time window; the same at every tier")
+    p.add_argument("--trigger-s", type=float, default=60.0,
+                   help="seconds between micro-batches (each emits the changed windows)")
+    p.add_argument("--once", action="store_true",
+                   help="process what the topics hold now, emit, and exit")
+    p.add_argument("--checkpoint-dir", type=Path, default=None,
+                   help="where the job keeps its offsets and state (keep it: it is what makes "
+                   "a restart exact)")
+    p.add_argument("--master", default="local[*]", help="Spark master (local[*], spark://..., "
+                   "yarn, k8s://...)")
+    p.add_argument("--starting-offsets", default="earliest", choices=("earliest", "latest"),
+                   help="where a job without a checkpoint starts")
+    p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument("--kafka-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a Kafka client property for the source and the audit producer "
+                   "(repeatable), e.g. security.protocol=SASL_SSL")
+    p.add_argument("--spark-conf", action="append", default=[], metavar="NAME=VALUE",
+                   help="a Spark configuration property (repeatable)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -14,12 +61,119 @@ def _parser() -> argparse.ArgumentParser:
         "reconciler that compares them.",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {version('docket')}")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    sub = p.add_subparsers(dest="command")
+    sub.add_parser("fetch", help="download the Spark Kafka connector jars from Maven Central")
+    c = sub.add_parser("count", help="count every record of one Kafka cluster (Spark)")
+    c.add_argument("--cluster", required=True, help="the cluster's name: its tier in the audit")
+    _job_args(c)
+    w = sub.add_parser("land", help="land the data topics as Parquet and count what landed")
+    w.add_argument("--warehouse", required=True, type=Path, help="the warehouse folder")
+    _job_args(w)
+    s = sub.add_parser("show", help="the newest count of every (tier, topic, window, origin)")
+    s.add_argument("--bootstrap-servers", required=True)
+    s.add_argument("--audit-topic", default="docket.audit")
+    s.add_argument("--json", action="store_true")
     return p
 
 
+def _pairs(items: list[str], flag: str) -> dict:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise AuditError(f"{flag} {item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def _job_options(args, default_ckpt: Path):
+    from .spark import JobOptions
+
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", args.audit_topic):
+        raise AuditError(f"--audit-topic {args.audit_topic!r} is not a Kafka topic name")
+    if args.window_ms < 1000:
+        raise AuditError(f"--window-ms {args.window_ms} is below 1000")
+    if args.trigger_s <= 0:
+        raise AuditError(f"--trigger-s {args.trigger_s} must be above 0")
+    try:
+        re.compile(args.topics)
+    except re.error as exc:
+        raise AuditError(f"--topics {args.topics!r} is not a regular expression: {exc}") from None
+    return JobOptions(
+        bootstrap_servers=args.bootstrap_servers, audit_topic=args.audit_topic,
+        audit_bootstrap_servers=args.audit_bootstrap_servers, topics=args.topics,
+        window_ms=args.window_ms, trigger_s=args.trigger_s, once=args.once,
+        checkpoint_dir=args.checkpoint_dir or default_ckpt, master=args.master,
+        starting_offsets=args.starting_offsets,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        kafka_options=_pairs(args.kafka_option, "--kafka-option"),
+        spark_conf=_pairs(args.spark_conf, "--spark-conf"))
+
+
+def _show(args) -> int:
+    from .collect import read_audit_topic
+
+    state = read_audit_topic(args.bootstrap_servers, args.audit_topic)
+    rows = sorted(state.counts.values(), key=lambda r: (r.topic, r.window_start, r.origin,
+                                                         r.tier))
+    if args.json:
+        print(json.dumps({"counts": [r.to_dict() for r in rows],
+                          "progress": [p.__dict__ for p in state.progress.values()],
+                          "malformed": dict(state.malformed)}))
+        return 0
+    print(f"{'topic':24} {'window_start':>14} {'origin':16} {'tier':14} {'count':>10} "
+          f"{'bytes':>12} checksum          dropped")
+    for r in rows:
+        print(f"{r.topic:24} {r.window_start:>14} {r.origin:16} {r.tier:14} {r.count:>10} "
+              f"{r.bytes:>12} {r.checksum:016x} {r.dropped}")
+    for p in state.progress.values():
+        print(f"progress {p.tier}/{p.emitter}: batch {p.batch_id}, "
+              f"{p.processed_rows_per_s:.0f} rows/s, {p.offsets_behind} behind")
+    if state.malformed:
+        print(f"malformed records skipped: {dict(state.malformed)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    _parser().parse_args(argv)
-    _parser().print_help()
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        if args.command == "fetch":
+            from .sparklibs import ensure_spark_kafka_libs
+
+            jars = ensure_spark_kafka_libs(quiet=False)
+            print(f"Spark Kafka connector: {len(jars)} jar(s) in {jars[0].parent}")
+            return 0
+        if args.command == "show":
+            return _show(args)
+        if args.command == "count":
+            from .jobs import run_count
+
+            if not re.fullmatch(r"[A-Za-z0-9._-]+", args.cluster):
+                raise AuditError(f"--cluster {args.cluster!r}: use letters, digits, . _ -")
+            opts = _job_options(args, _state_home() / "audit" / f"count-{args.cluster}")
+            run_count(args.cluster, opts)
+            return 0
+        if args.command == "land":
+            from .jobs import run_land
+
+            opts = _job_options(args, args.warehouse / "_checkpoint")
+            run_land(args.warehouse, opts)
+            return 0
+    except AuditError as exc:
+        print(f"docket-audit: {exc}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return EXIT_USAGE if args.command not in ("count", "land", "fetch") else 1
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 

@@ -38,29 +38,34 @@ def kafka_libs_present(libs: Path | None = None) -> bool:
 def ensure_kafka_libs(libs: Path | None = None, quiet: bool = True) -> Path:
     """Return the jar folder, running ``mvn`` first when the jars are not there yet."""
     libs = libs or kafka_libs_dir()
-    if kafka_libs_present(libs):
-        return libs
+    if not kafka_libs_present(libs):
+        fetch_with_maven(POM, libs, _MARKER_JAR, f"Apache Kafka {KAFKA_VERSION}", quiet=quiet)
+    return libs
+
+
+def fetch_with_maven(pom: Path, libs: Path, marker: str, what: str, quiet: bool = True,
+                     error: type[Exception] = KafkaLibsMissing) -> None:
+    """Copy the dependencies ``pom`` names into ``libs`` (``-Dlibs=DIR`` in the pom), all or
+    nothing: a half-finished copy stays in ``libs.partial`` and never passes for the real one."""
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise KafkaLibsMissing(
-            f"the Apache Kafka {KAFKA_VERSION} jars are not in {libs} and `mvn` is not installed",
-            hint="install Maven (apt-get install maven) or set DOCKET_KAFKA_LIBS to a folder "
-            "holding the Kafka jars",
+        raise error(
+            f"the {what} jars are not in {libs} and `mvn` is not installed",
+            hint="install Maven (apt-get install maven) or point the environment variable "
+            "for this folder at a copy of the jars",
         )
     partial = libs.with_name(libs.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    cmd = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies", f"-Dkafka.libs={partial}"]
+    cmd = [mvn, "-B", "-f", str(pom), "dependency:copy-dependencies", f"-Dlibs={partial}"]
     if quiet:
         cmd.insert(1, "-q")
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0 or not kafka_libs_present(partial):
+    if proc.returncode != 0 or not (partial / marker).is_file():
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise KafkaLibsMissing(
-            f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central failed "
-            f"(mvn exit {proc.returncode}):\n{tail}",
+        raise error(
+            f"fetching {what} from Maven Central failed (mvn exit {proc.returncode}):\n{tail}",
             hint="check that Maven Central is reachable; the command was: " + " ".join(cmd),
         )
     shutil.rmtree(libs, ignore_errors=True)
     partial.rename(libs)
-    return libs

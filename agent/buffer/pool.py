@@ -48,6 +48,7 @@ class DropEvent:
     topic: str
     records: int         # -1 when unknown (a slot whose header is torn)
     detail: str = ""
+    slot: SealedSlot | None = None      # buffer_full: the sealed slot dropped, still readable
 
 
 @dataclass
@@ -130,7 +131,7 @@ class BufferPool:
         clock: Clock | None = None,
         ops: FileOps | None = None,
         on_drop: Callable[[DropEvent], None] | None = None,
-        on_seal: Callable[[SlotMeta], None] | None = None,
+        on_seal: Callable[[SealedSlot], None] | None = None,
         max_record_bytes: int | None = None,
         first_seq: int = 0,
     ):
@@ -468,10 +469,11 @@ class BufferPool:
         slot = self._oldest_unleased_in_pool()
         if slot is None:
             return False
+        self._report(DropEvent("buffer_full", slot.topic, slot.record_count,
+                               f"slot seq {slot.seq} dropped: pool full (on_full = drop_oldest)",
+                               slot))                # reported before its space is reused
         self._release(slot)
         self.counters["buffer_full_dropped"] += slot.record_count
-        self._report(DropEvent("buffer_full", slot.topic, slot.record_count,
-                               f"slot seq {slot.seq} dropped: pool full (on_full = drop_oldest)"))
         return True
 
     def _write(self, fill: _Filling, chunk: Chunk, a: int, b: int, source: int | None,
@@ -593,13 +595,13 @@ class BufferPool:
         self.ops.crash_point("seal:after_state")
         meta = SlotMeta(seq, topic, fill.records, fill.used, fill.min_ts, fill.max_ts, fill.crc,
                         fill.blocks, positions)
-        self._sealed[seq] = SealedSlot(meta, index, self._payload_view(index, fill.used))
+        slot = self._sealed[seq] = SealedSlot(meta, index, self._payload_view(index, fill.used))
         del self._current[topic]
         self.counters["slots_sealed"] += 1
+        if self._on_seal is not None:
+            self._on_seal(slot)                     # while its pages are still in memory
         if len(self._sealed) - len(self._leased) > RESIDENT_WAITING_SLOTS:
             self._release_pages(index)
-        if self._on_seal is not None:
-            self._on_seal(meta)
         return seq
 
     # -- draining ------------------------------------------------------------------------------

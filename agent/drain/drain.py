@@ -99,7 +99,8 @@ class SlotSend:
 class Drain:
     def __init__(self, pool: BufferPool, producer_conf: dict, journal: LossJournal,
                  metrics: Metrics, dead_letter_dir: Path, origin: bytes | None,
-                 on_slot_done: Callable[[SealedSlot], None] | None = None):
+                 on_slot_done: Callable[[SealedSlot], None] | None = None,
+                 on_dead: Callable[[str, int, bytes], None] | None = None):
         self.pool = pool
         self.conf = dict(producer_conf)
         self.journal = journal
@@ -107,6 +108,7 @@ class Drain:
         self.dead_letter_dir = dead_letter_dir
         self.origin_headers = [("docket-origin", origin)] if origin is not None else []
         self.on_slot_done = on_slot_done
+        self.on_dead = on_dead                  # the audit emitter takes the record out again
         self.inflight: collections.deque[SlotSend] = collections.deque()
         self.producer = self._new_producer()
         self.outage = False
@@ -162,9 +164,12 @@ class Drain:
             f.write(json.dumps(entry) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        if self.on_dead is not None:
+            self.on_dead(topic, ts, value or b"")
         self.journal.record(reason(err), topic, 1, nbytes=len(value or b""),
                             source=f"slot {send.slot.seq}",
-                            detail=f"{err.str()}; kept in {self.dead_letter_dir}")
+                            detail=f"{err.str()}; kept in {self.dead_letter_dir}",
+                            event_ts_ms=ts)
         send.dead += 1
 
     # -- sending ------------------------------------------------------------------------------

@@ -1,0 +1,376 @@
+"""The producer tier of the audit: what this agent accepted, per (topic, event-time window).
+
+Counted when a slot is sealed (the moment the agent owns the events), from the slot itself:
+records, value bytes, the XXH64 checksum (``audit.record``) and late events (read after their
+window had ended). Events the agent then fails to deliver on purpose or by error (dead-lettered,
+dropped from a full pool) are taken out of ``count`` again and shown under ``dropped`` with their
+reason; drops of events never counted (oversized lines, files deleted unread) only add to
+``dropped``. So ``count`` is what Kafka should hold.
+
+Durability: the tallies of sealed slots are written to the state database in the same
+transaction as the file checkpoints they belong to, together with the pool sequence number of
+the last slot counted. A slot sealed but not yet counted when the agent died is found sealed at
+the next start and counted then (``count_recovered``). Nothing is counted twice, nothing missed.
+
+Emission: an apscheduler job every ``audit.interval_ms`` (and one at shutdown) sends a record for
+every window that changed since its last confirmed delivery, plus a heartbeat for the current
+window of every configured topic. Records are cumulative, so sending again is harmless; a round
+that Kafka does not acknowledge leaves its windows marked and the next round sends them again.
+``seq`` is persisted before each round, so it only grows across restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from apscheduler.schedulers.background import BackgroundScheduler
+from confluent_kafka import KafkaException, Producer
+
+from audit.record import PRODUCER_TIER, AuditRecord, value_hash
+
+from .buffer import SealedSlot
+from .buffer.layout import seq_order_key
+from .telemetry import Metrics
+
+log = logging.getLogger("docket.agent.audit")
+
+RETENTION_MS = 7 * 24 * 3600 * 1000      # delivered windows older than this leave the database
+DELIVERY_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Tally:
+    """Counts of one (topic, window)."""
+
+    count: int = 0
+    bytes: int = 0
+    checksum: int = 0            # kept mod 2^64
+    late: int = 0
+    dropped: int = 0
+    dropped_reasons: dict[str, int] = field(default_factory=dict)
+
+    def add(self, other: Tally, sign: int = 1) -> None:
+        self.count += sign * other.count
+        self.bytes += sign * other.bytes
+        self.checksum = (self.checksum + sign * other.checksum) % (1 << 64)
+        self.late += sign * other.late
+
+
+def tally_slot(slot: SealedSlot, window_ms: int, now_ms: int) -> dict[int, Tally]:
+    """Per window start, the counts of a sealed slot's records (each split part is a record,
+    as it is in Kafka)."""
+    out: dict[int, Tally] = {}
+    payload = memoryview(slot.payload)
+    for block in slot.blocks():
+        windows = block.timestamps // window_ms * window_ms
+        ends = (block.offsets + block.lengths).tolist()
+        hashes = np.fromiter((value_hash(payload[o:e]) for o, e in
+                              zip(block.offsets.tolist(), ends, strict=True)),
+                             np.uint64, len(block))
+        late = windows + window_ms <= now_ms
+        first, last = int(windows[0]), int(windows[-1])
+        if first == last and (windows == first).all():       # the usual case: one window
+            _merge(out, first, len(block), int(block.lengths.sum()),
+                   int(hashes.sum(dtype=np.uint64)), int(late.sum()))
+            continue
+        starts, inverse = np.unique(windows, return_inverse=True)
+        counts = np.bincount(inverse, minlength=len(starts))
+        nbytes = np.bincount(inverse, weights=block.lengths, minlength=len(starts))
+        sums = np.zeros(len(starts), np.uint64)
+        np.add.at(sums, inverse, hashes)                    # uint64: wraps mod 2^64
+        lates = np.bincount(inverse, weights=late, minlength=len(starts))
+        for i, w in enumerate(starts.tolist()):
+            _merge(out, w, int(counts[i]), int(nbytes[i]), int(sums[i]), int(lates[i]))
+    return out
+
+
+def _merge(out: dict[int, Tally], window: int, count: int, nbytes: int, checksum: int,
+           late: int) -> None:
+    t = out.setdefault(window, Tally())
+    t.add(Tally(count, nbytes, checksum, late))
+
+
+class AuditEmitter:
+    def __init__(self, *, db_path: Path, conn: sqlite3.Connection, agent_id: str,
+                 topics: list[str], audit_topic: str, window_ms: int, interval_ms: int,
+                 producer_conf: dict, metrics: Metrics, enabled: bool = True,
+                 clock: Callable[[], float] = time.time):
+        self.db_path = db_path
+        self.conn = conn                         # the agent's state database, main thread only
+        self.agent_id = agent_id
+        self.topics = list(topics)
+        self.audit_topic = audit_topic
+        self.window_ms = window_ms
+        self.interval_ms = interval_ms
+        self.metrics = metrics
+        self.enabled = enabled
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._emit_lock = threading.Lock()
+        self._windows: dict[tuple[str, int], Tally] = {}
+        self._version: dict[tuple[str, int], int] = {}     # bumped on every change
+        self._dirty: set[tuple[str, int]] = set()
+        self._pending: list[tuple[int, dict[tuple[str, int], Tally]]] = []   # (slot seq, tallies)
+        self._pending_drops: list[tuple[tuple[str, int], str, int]] = []
+        self.last_emission_ms: int | None = None
+        self._producer_conf = {**producer_conf, "acks": "all", "enable.idempotence": True,
+                               "linger.ms": 50, "message.timeout.ms": int(DELIVERY_TIMEOUT_S
+                                                                          * 1000) - 500,
+                               "client.id": f"docket-agent-{agent_id}-audit"}
+        for k in ("batch.size", "queue.buffering.max.kbytes", "queue.buffering.max.messages"):
+            self._producer_conf.pop(k, None)
+        self._producer: Producer | None = None
+        self._scheduler: BackgroundScheduler | None = None
+        self._create_tables()
+        self._load()
+
+    # -- the database -------------------------------------------------------------------------
+    def _create_tables(self) -> None:
+        with self.conn:
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS audit_windows (topic TEXT NOT NULL, "
+                "window_start INTEGER NOT NULL, count INTEGER NOT NULL, bytes INTEGER NOT NULL, "
+                "checksum TEXT NOT NULL, late INTEGER NOT NULL, dropped INTEGER NOT NULL, "
+                "dropped_reasons TEXT NOT NULL, dirty INTEGER NOT NULL, "
+                "updated_ms INTEGER NOT NULL, PRIMARY KEY (topic, window_start))")
+            self.conn.execute("CREATE TABLE IF NOT EXISTS audit_meta (name TEXT PRIMARY KEY, "
+                              "value INTEGER NOT NULL)")
+
+    def _load(self) -> None:
+        for topic, w, count, nbytes, checksum, late, dropped, reasons, dirty in \
+                self.conn.execute("SELECT topic, window_start, count, bytes, checksum, late, "
+                                  "dropped, dropped_reasons, dirty FROM audit_windows"):
+            key = (topic, w)
+            self._windows[key] = Tally(count, nbytes, int(checksum, 16), late, dropped,
+                                       json.loads(reasons))
+            self._version[key] = 0
+            if dirty:
+                self._dirty.add(key)
+        meta = dict(self.conn.execute("SELECT name, value FROM audit_meta"))
+        self.seq = meta.get("seq", 0)
+        self.counted_seq: int | None = meta.get("counted_seq")
+
+    # -- counting (any thread; persisted by the main loop) ------------------------------------
+    def count_sealed(self, slot: SealedSlot) -> None:
+        """A slot was just sealed: tally it while its pages are in memory."""
+        if not self.enabled:
+            return
+        tallies = tally_slot(slot, self.window_ms, int(self.clock() * 1000))
+        with self._lock:
+            self._pending.append((slot.seq, {(slot.topic, w): t for w, t in tallies.items()}))
+
+    def count_recovered(self, sealed: list[SealedSlot]) -> int:
+        """Slots found sealed at start that were sealed after the last persisted count."""
+        if not self.enabled:
+            return 0
+        counted = 0
+        if self.counted_seq is None:
+            newer = sealed
+        else:
+            order = seq_order_key([self.counted_seq] + [s.seq for s in sealed])
+            newer = [s for s in sealed if order(s.seq) > order(self.counted_seq)]
+        for slot in newer:
+            self.count_sealed(slot)
+            counted += slot.record_count
+        if counted:
+            log.info("counted %d event(s) of %d slot(s) sealed before the last stop but not yet "
+                     "in the audit counts", counted, len(newer))
+        return counted
+
+    def uncount(self, topic: str, ts_ms: int, value: bytes) -> None:
+        """A counted record will not be delivered (dead-lettered): take it out of ``count``."""
+        if not self.enabled:
+            return
+        w = ts_ms // self.window_ms * self.window_ms
+        t = Tally(1, len(value), value_hash(value))
+        with self._lock:
+            self._pending.append((None, {(topic, w): _negated(t)}))
+
+    def uncount_slot(self, slot: SealedSlot) -> None:
+        """A counted slot was dropped (pool full under ``drop_oldest``)."""
+        if not self.enabled:
+            return
+        tallies = tally_slot(slot, self.window_ms, int(self.clock() * 1000))
+        with self._lock:
+            self._pending.append((None, {(slot.topic, w): _negated(t)
+                                         for w, t in tallies.items()}))
+
+    def dropped(self, topic: str, reason: str, events: int, ts_ms: int | None = None) -> None:
+        """A drop the loss journal recorded: shown under ``dropped`` of its window."""
+        if events <= 0 or not self.enabled:
+            return
+        ts = ts_ms if ts_ms is not None else int(self.clock() * 1000)
+        with self._lock:
+            self._pending_drops.append(((topic, ts // self.window_ms * self.window_ms),
+                                        reason, events))
+
+    def persist(self, conn: sqlite3.Connection) -> None:
+        """Apply what was counted since the last call and write it; the caller holds the
+        transaction that also moves the file checkpoints."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+            drops, self._pending_drops = self._pending_drops, []
+            if not pending and not drops:
+                return
+            changed: set[tuple[str, int]] = set()
+            for seq, tallies in pending:
+                for key, t in tallies.items():
+                    self._windows.setdefault(key, Tally()).add(t)
+                    changed.add(key)
+                if seq is not None:
+                    self.counted_seq = seq
+            for key, reason, events in drops:
+                t = self._windows.setdefault(key, Tally())
+                t.dropped += events
+                t.dropped_reasons[reason] = t.dropped_reasons.get(reason, 0) + events
+                changed.add(key)
+            for key in changed:
+                self._version[key] = self._version.get(key, 0) + 1
+                self._dirty.add(key)
+            rows = [(k[0], k[1], t.count, t.bytes, f"{t.checksum:016x}", t.late, t.dropped,
+                     json.dumps(t.dropped_reasons, sort_keys=True), self._now_ms())
+                    for k in changed for t in (self._windows[k],)]
+            counted_seq = self.counted_seq
+        conn.executemany(
+            "INSERT INTO audit_windows (topic, window_start, count, bytes, checksum, late, "
+            "dropped, dropped_reasons, dirty, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?) "
+            "ON CONFLICT (topic, window_start) DO UPDATE SET count = excluded.count, "
+            "bytes = excluded.bytes, checksum = excluded.checksum, late = excluded.late, "
+            "dropped = excluded.dropped, dropped_reasons = excluded.dropped_reasons, dirty = 1, "
+            "updated_ms = excluded.updated_ms", rows)
+        if counted_seq is not None:
+            conn.execute("INSERT OR REPLACE INTO audit_meta VALUES ('counted_seq', ?)",
+                         (counted_seq,))
+
+    # -- emitting (the scheduler's thread, its own database connection) -----------------------
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        self._scheduler = BackgroundScheduler(daemon=True)
+        self._scheduler.add_job(self.emit, "interval", seconds=self.interval_ms / 1000,
+                                id="docket-audit-emit", max_instances=1, coalesce=True)
+        self._scheduler.start()
+
+    def stop(self) -> None:
+        """Stop the schedule and send a last round (after the final counts were persisted)."""
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+            self._scheduler = None
+        if self.enabled:
+            self.emit()
+        if self._producer is not None:
+            self._producer.purge()
+            self._producer.flush(0)
+            self._producer = None
+
+    def emit(self) -> int:
+        """One round: changed windows plus heartbeats. Returns the records Kafka acknowledged."""
+        with self._emit_lock:
+            try:
+                return self._emit()
+            except Exception:                       # never let a round kill the scheduler
+                log.exception("audit emission failed; the next round sends the counts again")
+                self.metrics.inc("agent_audit_emit_failures_total")
+                return 0
+
+    def _emit(self) -> int:
+        now = self._now_ms()
+        current = now // self.window_ms * self.window_ms
+        with self._lock:
+            keys = set(self._dirty) | {(t, current) for t in self.topics}
+            snapshot = {k: (_copy(self._windows.get(k, Tally())), self._version.get(k, 0))
+                        for k in keys}
+        if not snapshot:
+            return 0
+        seq = self.seq + 1
+        db = sqlite3.connect(self.db_path, timeout=30)
+        try:
+            with db:
+                db.execute("INSERT OR REPLACE INTO audit_meta VALUES ('seq', ?)", (seq,))
+            self.seq = seq
+            delivered = self._send(snapshot, seq, now)
+            with self._lock:
+                done = [k for k in delivered if self._version.get(k, 0) == snapshot[k][1]]
+                self._dirty.difference_update(done)
+            with db:
+                db.executemany("UPDATE audit_windows SET dirty = 0 WHERE topic = ? AND "
+                               "window_start = ? AND checksum = ? AND count = ? AND dropped = ?",
+                               [(k[0], k[1], f"{snapshot[k][0].checksum:016x}",
+                                 snapshot[k][0].count, snapshot[k][0].dropped) for k in done])
+                db.execute("DELETE FROM audit_windows WHERE dirty = 0 AND window_start < ?",
+                           (current - RETENTION_MS,))
+        finally:
+            db.close()
+        with self._lock:
+            for k in [k for k in self._windows if k[1] < current - RETENTION_MS
+                      and k not in self._dirty]:
+                del self._windows[k]
+                self._version.pop(k, None)
+        self.last_emission_ms = now
+        self.metrics.set("agent_audit_last_emission_timestamp_seconds", now / 1000)
+        return len(delivered)
+
+    def _send(self, snapshot: dict, seq: int, now: int) -> list[tuple[str, int]]:
+        if self._producer is None:
+            self._producer = Producer(self._producer_conf,
+                                      logger=logging.getLogger("docket.agent.librdkafka"))
+        delivered: list[tuple[str, int]] = []
+        failed: list[str] = []
+
+        def report(key):
+            def on_delivery(err, _msg):
+                if err is None:
+                    delivered.append(key)
+                else:
+                    failed.append(err.str())
+            return on_delivery
+
+        for key, (t, _version) in snapshot.items():
+            rec = AuditRecord(tier=PRODUCER_TIER, origin=self.agent_id, topic=key[0],
+                              window_start=key[1], window_ms=self.window_ms, count=t.count,
+                              bytes=t.bytes, checksum=t.checksum, emitter=f"{self.agent_id}/agent",
+                              seq=seq, emitted_at=now, dropped=t.dropped,
+                              dropped_reasons=dict(t.dropped_reasons), late=t.late)
+            k, v = rec.encode()
+            try:
+                self._producer.produce(self.audit_topic, v, k, timestamp=now,
+                                       on_delivery=report(key))
+            except (BufferError, KafkaException) as exc:
+                failed.append(str(exc))
+        left = self._producer.flush(DELIVERY_TIMEOUT_S)
+        if left:
+            # The cluster is away: empty librdkafka's queue (an idempotent producer with a queue
+            # spins while the broker is unreachable); the windows stay marked for the next round.
+            self._producer.purge(in_queue=True, in_flight=False)
+            self._producer.poll(0)
+        self.metrics.inc("agent_audit_emitted_records_total", len(delivered))
+        if failed or left:
+            self.metrics.inc("agent_audit_emit_failures_total")
+            log.warning("audit round %d: %d of %d record(s) not acknowledged (%s); they go "
+                        "again next round", seq, len(snapshot) - len(delivered), len(snapshot),
+                        failed[0] if failed else "no answer in time")
+        return delivered
+
+    def snapshot(self) -> dict[tuple[str, int], Tally]:
+        with self._lock:
+            return {k: _copy(t) for k, t in self._windows.items()}
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+
+def _negated(t: Tally) -> Tally:
+    """The opposite of ``t`` (``late`` stays: those events did arrive late at the agent)."""
+    return Tally(-t.count, -t.bytes, (-t.checksum) % (1 << 64), 0)
+
+
+def _copy(t: Tally) -> Tally:
+    return Tally(t.count, t.bytes, t.checksum, t.late, t.dropped, dict(t.dropped_reasons))

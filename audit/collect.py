@@ -1,0 +1,95 @@
+"""Read the audit topic into the newest record per identity, skipping malformed ones.
+
+The identity of a count is (tier, emitter, origin, topic, window_start); the record with the
+highest ``seq`` wins (ties: the latest ``emitted_at``), so reading the topic from its start in
+any order of partitions gives the same state. Malformed records are counted by reason and
+logged, never fatal. Progress records are kept apart, the newest per (tier, emitter).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from .errors import MalformedRecord
+from .record import AuditRecord, Progress, parse
+
+log = logging.getLogger("docket.audit.collect")
+
+
+@dataclass
+class AuditState:
+    counts: dict[tuple, AuditRecord] = field(default_factory=dict)
+    progress: dict[tuple[str, str], Progress] = field(default_factory=dict)
+    malformed: Counter = field(default_factory=Counter)
+    read: int = 0
+
+    def add(self, value: bytes | None, where: str = "") -> AuditRecord | Progress | None:
+        self.read += 1
+        try:
+            rec = parse(value)
+        except MalformedRecord as exc:
+            self.malformed[exc.reason] += 1
+            log.warning("skipping a malformed audit record%s: %s", f" at {where}" if where
+                        else "", exc)
+            return None
+        if isinstance(rec, Progress):
+            key = (rec.tier, rec.emitter)
+            old = self.progress.get(key)
+            if old is None or (rec.batch_id, rec.emitted_at) >= (old.batch_id, old.emitted_at):
+                self.progress[key] = rec
+            return rec
+        old = self.counts.get(rec.identity)
+        if old is None or rec.newer_than(old):
+            self.counts[rec.identity] = rec
+        return rec
+
+    def by_tier(self) -> dict[str, dict[tuple[str, int, str], AuditRecord]]:
+        """tier → (topic, window_start, origin) → the record (summed over a tier's emitters
+        would double count: one emitter per (tier, origin) is the contract)."""
+        out: dict[str, dict] = {}
+        for rec in self.counts.values():
+            out.setdefault(rec.tier, {})[(rec.topic, rec.window_start, rec.origin)] = rec
+        return out
+
+
+def read_audit_topic(bootstrap: str, topic: str, state: AuditState | None = None,
+                     timeout_s: float = 60, conf: dict | None = None) -> AuditState:
+    """Read ``topic`` from its start to its current end."""
+    state = state or AuditState()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"docket-read-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed", **(conf or {})})
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return state
+        ends = {}
+        for p in meta.partitions:
+            _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            if hi > 0:
+                ends[p] = hi
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        deadline = time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, timeout=0.5):
+                if msg.error() is not None:
+                    if msg.error().code() != KafkaError._PARTITION_EOF:
+                        log.warning("audit topic read error: %s", msg.error())
+                    continue
+                state.add(msg.value(), f"{msg.partition()}@{msg.offset()}")
+            # Positions, not the last offset seen: a transaction marker can end a partition.
+            for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
+                if tp.offset >= ends[tp.partition]:
+                    del ends[tp.partition]
+        if ends:
+            raise TimeoutError(f"audit topic {topic}: partitions {sorted(ends)} not read to "
+                               f"their end in {timeout_s} s")
+    finally:
+        consumer.close()
+    return state

@@ -1,0 +1,191 @@
+"""The audit record: the contract between every tier (DESIGN.md, "Audit record").
+
+Light on purpose: the agent imports this module, so it needs nothing beyond the standard
+library and ``xxhash``; never PySpark.
+
+Key ``{tier}|{origin}|{topic}|{window_start}``; value one JSON object::
+
+    {"v": 1, "tier": "producer", "origin": "web-42", "topic": "app.events",
+     "window_start": 1763766000000, "window_ms": 600000, "count": 12345, "bytes": 1234500,
+     "checksum": "9f3a51c0d2e4b117", "dropped": 0, "dropped_reasons": {}, "late": 0,
+     "emitter": "web-42/agent", "seq": 17, "emitted_at": 1763766612345}
+
+``checksum`` is the sum mod 2^64 of XXH64(value, seed 42) over every value counted, as 16 hex
+digits. Spark's ``xxhash64(col)`` is the same function (seed 42, as a signed long), so every tier
+computes it natively; a test checks that the two agree byte for byte.
+
+Besides counts, the audit jobs publish their progress on the same topic, under the key
+``progress|{tier}|{emitter}`` with ``"kind": "progress"`` (see :class:`Progress`): the reconciler
+reads how far behind the end of its input each job is. A reader that knows only counts skips
+those as malformed, which the contract allows.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+import xxhash
+
+from .errors import MalformedRecord
+
+VERSION = 1
+DEFAULT_WINDOW_MS = 600_000
+HASH_SEED = 42
+MASK64 = (1 << 64) - 1
+MAX_RECORD_BYTES = 64 * 1024       # a bigger value is not an audit record: skipped as "huge"
+MAX_NAME_CHARS = 512               # tier, origin, topic, emitter
+PRODUCER_TIER = "producer"
+WAREHOUSE_TIER = "warehouse"
+
+
+def value_hash(value: bytes | memoryview) -> int:
+    """XXH64 of one record value with seed 42, unsigned: the term every tier sums."""
+    return xxhash.xxh64_intdigest(value, HASH_SEED)
+
+
+def checksum_hex(total: int) -> str:
+    return f"{total & MASK64:016x}"
+
+
+def combine_halves(lo_sum: int, hi_sum: int) -> int:
+    """The checksum from the sums of each hash's low and high 32 bits (how Spark sums it
+    without overflowing a long)."""
+    return ((hi_sum << 32) + lo_sum) & MASK64
+
+
+def window_start(ts_ms: int, window_ms: int = DEFAULT_WINDOW_MS) -> int:
+    return ts_ms // window_ms * window_ms
+
+
+@dataclass
+class AuditRecord:
+    tier: str
+    origin: str
+    topic: str
+    window_start: int
+    window_ms: int
+    count: int
+    bytes: int
+    checksum: int                      # the sum mod 2^64; hex only on the wire
+    emitter: str
+    seq: int
+    emitted_at: int = field(default_factory=lambda: int(time.time() * 1000))
+    dropped: int = 0
+    dropped_reasons: dict[str, int] = field(default_factory=dict)
+    late: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.tier}|{self.origin}|{self.topic}|{self.window_start}"
+
+    @property
+    def identity(self) -> tuple:
+        """What the reconciler keeps one record per: the newest ``seq`` of it wins."""
+        return (self.tier, self.emitter, self.origin, self.topic, self.window_start)
+
+    def newer_than(self, other: AuditRecord) -> bool:
+        return (self.seq, self.emitted_at) > (other.seq, other.emitted_at)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["checksum"] = checksum_hex(self.checksum)
+        return {"v": VERSION, **d}
+
+    def encode(self) -> tuple[bytes, bytes]:
+        """(key, value) as they go to Kafka."""
+        return self.key.encode(), json.dumps(self.to_dict(), separators=(",", ":")).encode()
+
+
+@dataclass
+class Progress:
+    """How far an audit job is: published every trigger beside its counts."""
+
+    tier: str
+    emitter: str
+    batch_id: int
+    input_rows_per_s: float
+    processed_rows_per_s: float
+    batch_duration_ms: int
+    offsets_behind: int | None          # records between the job and the end of its input
+    emitted_at: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @property
+    def key(self) -> str:
+        return f"progress|{self.tier}|{self.emitter}"
+
+    def encode(self) -> tuple[bytes, bytes]:
+        body = {"v": VERSION, "kind": "progress", **asdict(self)}
+        return self.key.encode(), json.dumps(body, separators=(",", ":")).encode()
+
+
+# -- parsing ------------------------------------------------------------------------------------
+_COUNT_FIELDS = {
+    "tier": str, "origin": str, "topic": str, "window_start": int, "window_ms": int,
+    "count": int, "bytes": int, "checksum": str, "emitter": str, "seq": int, "emitted_at": int,
+}
+_OPTIONAL = {"dropped": int, "dropped_reasons": dict, "late": int}
+_PROGRESS_FIELDS = {"tier": str, "emitter": str, "batch_id": int, "input_rows_per_s": float,
+                    "processed_rows_per_s": float, "batch_duration_ms": int}
+
+
+def parse(value: bytes | None) -> AuditRecord | Progress:
+    """Validate one audit-topic value. Raises :class:`MalformedRecord` with a reason
+    (``huge``, ``not_json``, ``not_object``, ``version``, ``missing_field``, ``wrong_type``,
+    ``bad_value``) that readers count by."""
+    if value is None:
+        raise MalformedRecord("not_json", "the record has no value")
+    if len(value) > MAX_RECORD_BYTES:
+        raise MalformedRecord("huge", f"{len(value)} bytes, more than {MAX_RECORD_BYTES}")
+    try:
+        obj = json.loads(value)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MalformedRecord("not_json", str(exc)[:200]) from None
+    if not isinstance(obj, dict):
+        raise MalformedRecord("not_object", f"a JSON {type(obj).__name__}, not an object")
+    if obj.get("v") != VERSION:
+        raise MalformedRecord("version", f"v = {obj.get('v')!r}; this reader knows {VERSION}")
+    if obj.get("kind", "count") == "progress":
+        _check(obj, _PROGRESS_FIELDS, {"offsets_behind": int, "emitted_at": int})
+        return Progress(**{k: obj[k] for k in (*_PROGRESS_FIELDS, "offsets_behind",
+                                               "emitted_at") if k in obj})
+    _check(obj, _COUNT_FIELDS, _OPTIONAL)
+    for name in ("tier", "origin", "topic", "emitter"):
+        if not obj[name] or len(obj[name]) > MAX_NAME_CHARS:
+            raise MalformedRecord("bad_value", f"{name} must have 1 to {MAX_NAME_CHARS} chars")
+    for name in ("count", "bytes", "seq", "dropped", "late", "window_start"):
+        if obj.get(name, 0) < 0:
+            raise MalformedRecord("bad_value", f"{name} = {obj[name]} is negative")
+    if obj["window_ms"] <= 0 or obj["window_start"] % obj["window_ms"]:
+        raise MalformedRecord("bad_value", f"window_start {obj['window_start']} is not a "
+                              f"multiple of window_ms {obj['window_ms']}")
+    checksum = obj["checksum"]
+    if len(checksum) != 16 or any(c not in "0123456789abcdef" for c in checksum):
+        raise MalformedRecord("bad_value", f"checksum {checksum[:40]!r} is not 16 hex digits")
+    reasons = obj.get("dropped_reasons", {})
+    if not all(isinstance(k, str) and _is_int(v) and v >= 0 for k, v in reasons.items()):
+        raise MalformedRecord("wrong_type", "dropped_reasons must map reasons to counts")
+    fields = {k: obj[k] for k in (*_COUNT_FIELDS, *_OPTIONAL) if k in obj}
+    fields["checksum"] = int(checksum, 16)
+    return AuditRecord(**fields)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check(obj: dict, required: dict, optional: dict) -> None:
+    for name in required:
+        if name not in obj:
+            raise MalformedRecord("missing_field", f"no {name!r}")
+    for name, kind in {**required, **optional}.items():
+        if name not in obj or (name in optional and obj[name] is None):
+            continue
+        v = obj[name]
+        ok = (_is_int(v) if kind is int else
+              (isinstance(v, (int, float)) and not isinstance(v, bool)) if kind is float else
+              isinstance(v, kind))
+        if not ok:
+            raise MalformedRecord("wrong_type", f"{name} is {type(v).__name__}, not "
+                                  f"{kind.__name__}")

@@ -1,0 +1,277 @@
+"""What the two Spark jobs share: the session, the Kafka source, the counting, the emitting.
+
+Counting is plain Spark SQL, no Python UDF: per (topic, window, origin) ``count(*)``, the sum of
+value lengths, and the checksum as two sums (the low and the high 32 bits of each
+``xxhash64(value)``, so no long overflows under ANSI mode for fewer than 2^31 records per group);
+the driver joins the halves (``audit.record.combine_halves``). The aggregation runs in update
+mode without a watermark: every trigger emits the cumulative figures of the windows that
+changed, however late a record comes. Its state lives in RocksDB inside the checkpoint.
+
+Each trigger's changed groups are collected on the driver (one row per changed group, not per
+record) and written to the audit topic with an idempotent ``acks=all`` producer; ``seq`` is the
+micro-batch id, which the checkpoint keeps, so a batch run again after a crash writes the same
+records with the same ``seq``: idempotent for the reconciler.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import KafkaException, Producer
+
+from .errors import AuditError
+from .record import AuditRecord, Progress, combine_halves
+
+log = logging.getLogger("docket.audit")
+
+ORIGIN_HEADER = "docket-origin"
+NO_ORIGIN = "-"                       # records without a docket-origin header
+DELIVERY_DEADLINE_S = 600.0           # a batch whose counts Kafka refuses this long fails
+
+
+@dataclass
+class JobOptions:
+    bootstrap_servers: str
+    audit_topic: str = "docket.audit"
+    audit_bootstrap_servers: str | None = None     # default: the cluster being counted
+    topics: str = ".*"                              # Java regex of the data topics
+    window_ms: int = 600_000
+    trigger_s: float = 60.0
+    once: bool = False                              # read what is there now, then stop
+    checkpoint_dir: Path = Path(".")
+    master: str = "local[*]"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    kafka_options: dict | None = None               # passed as kafka.<name>
+    spark_conf: dict | None = None
+
+
+class SparkJobError(AuditError):
+    pass
+
+
+def spark_session(app: str, opts: JobOptions):
+    """A session for one job, with the connector jars; Python workers run this interpreter."""
+    from pyspark.sql import SparkSession
+
+    from .sparklibs import ensure_spark_kafka_libs
+
+    # Spark starts Python workers with PYSPARK_PYTHON; without it they run whatever "python3"
+    # is on PATH, outside the venv, and fail to connect back.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    jars = ensure_spark_kafka_libs()
+    builder = (SparkSession.builder.appName(app).master(opts.master)
+               .config("spark.jars", ",".join(str(j) for j in jars))
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.streaming.stateStore.providerClass",
+                       "org.apache.spark.sql.execution.streaming.state."
+                       "RocksDBStateStoreProvider")
+               .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN"))
+    for k, v in (opts.spark_conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def data_topics_pattern(topics: str, audit_topic: str) -> str:
+    """The topics regex without the audit topic and Kafka's internal topics. Anchored: Spark
+    filters topic names with a partial match (``findFirstIn``), so without ``^`` the audit
+    topic would match from its second letter on."""
+    return f"^(?!{re.escape(audit_topic)}$)(?!__)(?:{topics})$"
+
+
+def kafka_stream(spark, opts: JobOptions):
+    reader = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", opts.bootstrap_servers)
+              .option("subscribePattern", data_topics_pattern(opts.topics, opts.audit_topic))
+              .option("startingOffsets", opts.starting_offsets)
+              .option("includeHeaders", "true")
+              .option("kafka.isolation.level", "read_committed"))
+    if opts.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
+    for k, v in (opts.kafka_options or {}).items():
+        reader = reader.option(f"kafka.{k}", v)
+    return reader.load()
+
+
+def with_origin(df):
+    """Add ``origin``: the first ``docket-origin`` header as text, ``-`` without one."""
+    from pyspark.sql import functions as F
+
+    first = F.expr(f"filter(headers, h -> h.key = '{ORIGIN_HEADER}')[0].value")
+    return df.withColumn("origin", F.coalesce(first.cast("string"), F.lit(NO_ORIGIN)))
+
+
+def count_by_window(df, window_ms: int):
+    """(topic, window_start, origin) → n, bytes, lo, hi; ``df`` has topic, timestamp, value,
+    origin. A missing value counts as empty bytes, as the agent's hash of b"" does."""
+    from pyspark.sql import functions as F
+
+    value = F.coalesce(F.col("value"), F.lit(b"").cast("binary"))
+    h = F.xxhash64(value)
+    return (df
+            .withColumn("window_start",
+                        F.expr(f"div(unix_millis(timestamp), {window_ms}) * {window_ms}"))
+            .groupBy("topic", "window_start", "origin")
+            .agg(F.count(F.lit(1)).alias("n"),
+                 F.sum(F.length(value).cast("long")).alias("bytes"),
+                 F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+                 F.sum(F.shiftrightunsigned(h, 32)).alias("hi")))
+
+
+class AuditWriter:
+    """Writes a tier's counts and progress to the audit topic from the driver."""
+
+    def __init__(self, opts: JobOptions, tier: str, emitter: str):
+        self.tier = tier
+        self.emitter = emitter
+        self.window_ms = opts.window_ms
+        self.topic = opts.audit_topic
+        self.producer = Producer({
+            "bootstrap.servers": opts.audit_bootstrap_servers or opts.bootstrap_servers,
+            "acks": "all", "enable.idempotence": True, "linger.ms": 20,
+            "client.id": f"docket-audit-{emitter}",
+            **{k: v for k, v in (opts.kafka_options or {}).items()}})
+
+    def records(self, rows, batch_id: int) -> list[AuditRecord]:
+        now = int(time.time() * 1000)
+        return [AuditRecord(tier=self.tier, origin=r["origin"], topic=r["topic"],
+                            window_start=int(r["window_start"]), window_ms=self.window_ms,
+                            count=int(r["n"]), bytes=int(r["bytes"] or 0),
+                            checksum=combine_halves(int(r["lo"] or 0), int(r["hi"] or 0)),
+                            emitter=self.emitter, seq=batch_id, emitted_at=now)
+                for r in rows]
+
+    def send(self, encoded: list[tuple[bytes, bytes]]) -> None:
+        """Deliver every (key, value) or raise: the batch then fails and runs again."""
+        todo = list(encoded)
+        deadline = time.monotonic() + DELIVERY_DEADLINE_S
+        delay = 0.5
+        while todo:
+            failed: list[tuple[bytes, bytes]] = []
+            errors: list[str] = []
+
+            def report(kv):
+                def on_delivery(err, _msg):
+                    if err is not None:
+                        failed.append(kv)
+                        errors.append(err.str())
+                return on_delivery
+
+            for kv in todo:
+                while True:
+                    try:
+                        self.producer.produce(self.topic, kv[1], kv[0], on_delivery=report(kv))
+                        break
+                    except BufferError:
+                        self.producer.poll(0.1)
+                    except KafkaException as exc:
+                        failed.append(kv)
+                        errors.append(str(exc))
+                        break
+            left = self.producer.flush(30)
+            if left:
+                self.producer.purge(in_queue=True, in_flight=False)
+                self.producer.flush(30)
+            todo = failed
+            if todo:
+                if time.monotonic() > deadline:
+                    raise SparkJobError(f"{len(todo)} audit record(s) not acknowledged by the "
+                                        f"audit topic {self.topic!r}: {errors[0]}")
+                log.warning("%d audit record(s) not acknowledged (%s); trying again in %.1f s",
+                            len(todo), errors[0], delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 30)
+
+    def progress(self, p: Progress) -> None:
+        try:
+            self.producer.produce(self.topic, p.encode()[1], p.encode()[0])
+            self.producer.poll(0)
+        except (BufferError, KafkaException) as exc:     # progress is best effort
+            log.warning("progress record not sent: %s", exc)
+
+    def close(self) -> None:
+        self.producer.flush(30)
+
+
+def emit_batch(writer: AuditWriter) -> Callable:
+    """The ``foreachBatch`` function: the changed groups of one trigger → the audit topic."""
+    def run(batch_df, batch_id: int) -> None:
+        rows = batch_df.collect()
+        records = writer.records(rows, batch_id)
+        writer.send([r.encode() for r in records])
+        log.info("batch %d: %d count record(s) written for tier %s", batch_id, len(records),
+                 writer.tier)
+    return run
+
+
+def make_progress_listener(queries: dict[str, tuple[AuditWriter, str, Path]]):
+    """A listener publishing each query's progress (query name → writer, the emitter name to
+    publish it under, the folder for ``progress.json``)."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class ProgressListener(StreamingQueryListener):
+        def onQueryStarted(self, event):   # noqa: N802 (Spark's names)
+            pass
+
+        def onQueryProgress(self, event):  # noqa: N802
+            p = event.progress
+            target = queries.get(p.name)
+            if target is None:
+                return
+            writer, emitter, folder = target
+            rec = Progress(tier=writer.tier, emitter=emitter, batch_id=p.batchId,
+                           input_rows_per_s=float(p.inputRowsPerSecond or 0.0),
+                           processed_rows_per_s=float(p.processedRowsPerSecond or 0.0),
+                           batch_duration_ms=int(p.batchDuration or 0),
+                           offsets_behind=offsets_behind(p.sources))
+            writer.progress(rec)
+            body = {**rec.__dict__, "query": p.name, "num_input_rows": p.numInputRows}
+            tmp = folder / "progress.json.tmp"
+            tmp.write_text(json.dumps(body) + "\n")
+            tmp.replace(folder / "progress.json")
+            log.info("progress %s", json.dumps(body))
+
+        def onQueryIdle(self, event):      # noqa: N802
+            pass
+
+        def onQueryTerminated(self, event):  # noqa: N802
+            pass
+
+    return ProgressListener()
+
+
+def offsets_behind(sources) -> int | None:
+    """Records between where a Kafka source read to and the end of its topics, or None for a
+    source that is not Kafka."""
+    total = None
+    for s in sources:
+        try:
+            end = json.loads(s.endOffset) if s.endOffset else {}
+            latest = json.loads(s.latestOffset) if s.latestOffset else {}
+        except (TypeError, ValueError):
+            continue
+        if not isinstance(latest, dict) or not isinstance(end, dict):
+            continue
+        for topic, parts in latest.items():
+            if not isinstance(parts, dict):
+                continue
+            for part, off in parts.items():
+                total = (total or 0) + max(0, int(off) - int(end.get(topic, {}).get(part, 0)))
+    return total
