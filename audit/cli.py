@@ -174,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if args.command not in ("count", "land", "fetch") else 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:       # a Spark job that stopped: say why in a few lines, exit 1
+        if args.command not in ("count", "land"):
+            raise
+        lines = str(exc).strip().splitlines()
+        print(f"docket-audit {args.command}: the job stopped: " + "\n  ".join(lines[:12]),
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -20,8 +20,16 @@ import logging
 from pathlib import Path
 
 from .record import WAREHOUSE_TIER
-from .spark import (AuditWriter, JobOptions, count_by_window, emit_batch, kafka_stream,
-                    make_progress_listener, spark_session, with_origin)
+from .spark import (
+    AuditWriter,
+    JobOptions,
+    count_by_window,
+    emit_batch,
+    kafka_stream,
+    make_progress_listener,
+    spark_session,
+    with_origin,
+)
 
 log = logging.getLogger("docket.audit")
 

@@ -164,40 +164,47 @@ class AuditWriter:
         deadline = time.monotonic() + DELIVERY_DEADLINE_S
         delay = 0.5
         while todo:
-            failed: list[tuple[bytes, bytes]] = []
-            errors: list[str] = []
+            todo, errors = self._send_round(todo)
+            if not todo:
+                return
+            if time.monotonic() > deadline:
+                raise SparkJobError(f"{len(todo)} audit record(s) not acknowledged by the "
+                                    f"audit topic {self.topic!r}: {errors[0]}")
+            log.warning("%d audit record(s) not acknowledged (%s); trying again in %.1f s",
+                        len(todo), errors[0], delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30)
 
-            def report(kv):
-                def on_delivery(err, _msg):
-                    if err is not None:
-                        failed.append(kv)
-                        errors.append(err.str())
-                return on_delivery
+    def _send_round(self, todo: list[tuple[bytes, bytes]]) -> tuple[list, list[str]]:
+        """One attempt at every record; returns the ones not acknowledged (a record without
+        any report counts as not acknowledged: sending it again is harmless) and why."""
+        acked: set[int] = set()
+        errors: list[str] = []
 
-            for kv in todo:
-                while True:
-                    try:
-                        self.producer.produce(self.topic, kv[1], kv[0], on_delivery=report(kv))
-                        break
-                    except BufferError:
-                        self.producer.poll(0.1)
-                    except KafkaException as exc:
-                        failed.append(kv)
-                        errors.append(str(exc))
-                        break
-            left = self.producer.flush(30)
-            if left:
-                self.producer.purge(in_queue=True, in_flight=False)
-                self.producer.flush(30)
-            todo = failed
-            if todo:
-                if time.monotonic() > deadline:
-                    raise SparkJobError(f"{len(todo)} audit record(s) not acknowledged by the "
-                                        f"audit topic {self.topic!r}: {errors[0]}")
-                log.warning("%d audit record(s) not acknowledged (%s); trying again in %.1f s",
-                            len(todo), errors[0], delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 30)
+        def report(i):
+            def on_delivery(err, _msg):
+                if err is None:
+                    acked.add(i)
+                else:
+                    errors.append(err.str())
+            return on_delivery
+
+        for i, (key, value) in enumerate(todo):
+            while True:
+                try:
+                    self.producer.produce(self.topic, value, key, on_delivery=report(i))
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+                except KafkaException as exc:
+                    errors.append(str(exc))
+                    break
+        if self.producer.flush(30):
+            # No answer: empty the queue, so an idempotent producer does not spin on it.
+            self.producer.purge(in_queue=True, in_flight=False)
+            self.producer.flush(5)
+        failed = [kv for i, kv in enumerate(todo) if i not in acked]
+        return failed, errors or ["no answer in time"]
 
     def progress(self, p: Progress) -> None:
         try:
