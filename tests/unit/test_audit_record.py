@@ -9,8 +9,16 @@ import xxhash
 
 from audit.collect import AuditState
 from audit.errors import MalformedRecord
-from audit.record import (MAX_RECORD_BYTES, AuditRecord, Progress, checksum_hex, combine_halves,
-                          parse, value_hash, window_start)
+from audit.record import (
+    MAX_RECORD_BYTES,
+    AuditRecord,
+    Progress,
+    checksum_hex,
+    combine_halves,
+    parse,
+    value_hash,
+    window_start,
+)
 
 
 def record(**kw) -> AuditRecord:
