@@ -23,7 +23,8 @@ from audit.record import (
 
 def record(**kw) -> AuditRecord:
     base = dict(tier="producer", origin="web-42", topic="app.events",
-                window_start=1_763_766_000_000, window_ms=600_000, count=12345, bytes=1_234_500, checksum=0x9F3A51C0D2E4B117,
+                window_start=1_763_766_000_000, window_ms=600_000, count=12345,
+                bytes=1_234_500, checksum=0x9F3A51C0D2E4B117,
                 emitter="web-42/agent", seq=17, emitted_at=1_763_766_612_345)
     return AuditRecord(**{**base, **kw})
 
