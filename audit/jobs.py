@@ -17,6 +17,8 @@ again, they neither lose nor count twice.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from pathlib import Path
 
 from .record import WAREHOUSE_TIER
@@ -37,11 +39,35 @@ LANDED_SCHEMA = ("`partition` INT, `offset` BIGINT, `timestamp` TIMESTAMP, `key`
                  "`value` BINARY, `origin` STRING, `topic` STRING, `date` STRING, `hour` INT")
 
 
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM/SIGINT ask the job to stop between batches (the checkpoint keeps its place)."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _await(spark, stop: threading.Event, query=None) -> None:
+    """Wait for ``query`` (or any query) to end, or for a stop signal."""
+    while not stop.is_set():
+        try:
+            done = (query.awaitTermination(1) if query is not None
+                    else spark.streams.awaitAnyTermination(1))
+        except Exception:
+            if stop.is_set():               # the JVM got the signal too and went first
+                break
+            raise
+        if done:
+            return
+    log.info("stopping on a signal; the checkpoint keeps the place")
+
+
 def _trigger(opts: JobOptions) -> dict:
     return {"availableNow": True} if opts.once else {"processingTime": f"{opts.trigger_s} seconds"}
 
 
 def run_count(cluster: str, opts: JobOptions) -> None:
+    stop = _stop_on_signals()
     spark = spark_session(f"docket-audit-count-{cluster}", opts)
     ckpt = opts.checkpoint_dir
     ckpt.mkdir(parents=True, exist_ok=True)
@@ -57,15 +83,17 @@ def run_count(cluster: str, opts: JobOptions) -> None:
     log.info("counting cluster %s (%s) into %s every %s", cluster, opts.bootstrap_servers,
              opts.audit_topic, "run (once)" if opts.once else f"{opts.trigger_s} s")
     try:
-        query.awaitTermination()
+        _await(spark, stop, query)
+        if not stop.is_set() and query.exception() is not None:
+            raise query.exception()
     finally:
-        writer.close()
-        spark.stop()
+        _shut_down(spark, writer, stopping=stop.is_set())
 
 
 def run_land(warehouse: Path, opts: JobOptions) -> None:
     from pyspark.sql import functions as F
 
+    stop = _stop_on_signals()
     spark = spark_session("docket-audit-land", opts)
     ckpt = opts.checkpoint_dir
     ckpt.mkdir(parents=True, exist_ok=True)
@@ -100,15 +128,34 @@ def run_land(warehouse: Path, opts: JobOptions) -> None:
     log.info("landing %s into %s; counting what landed into %s", opts.bootstrap_servers, data,
              opts.audit_topic)
     try:
-        if opts.once:
-            land.start().awaitTermination()       # land everything there is, then count it
-            start_counting().awaitTermination()
+        if opts.once:                              # land everything there is, then count it
+            for start in (land.start, start_counting):
+                query = start()
+                _await(spark, stop, query)
+                if stop.is_set():
+                    break
+                if query.exception() is not None:
+                    raise query.exception()
         else:
-            land.start()
-            start_counting()
-            spark.streams.awaitAnyTermination()
+            queries = [land.start(), start_counting()]
+            _await(spark, stop)
+            for q in queries:
+                if not stop.is_set() and q.exception() is not None:
+                    raise q.exception()
     finally:
+        _shut_down(spark, writer, stopping=stop.is_set())
+
+
+def _shut_down(spark, writer, stopping: bool) -> None:
+    """Stop the queries and the session. Under a service manager the JVM gets the same SIGTERM
+    and may already be shutting down: then there is nothing left to stop, and that is fine
+    (the checkpoint is consistent at every point)."""
+    writer.close()
+    try:
         for q in spark.streams.active:
             q.stop()
-        writer.close()
         spark.stop()
+    except Exception as exc:
+        if not stopping:
+            raise
+        log.info("the Spark JVM was already stopping: %s", str(exc).splitlines()[0])
