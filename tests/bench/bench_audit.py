@@ -1,0 +1,89 @@
+"""Can the cluster audit job keep up with an agent at full speed?
+
+Prints one JSON line. In one run, on one local broker:
+- agent_events_s: ``docket-agent run`` shipping 2 million 100-byte lines, tail → acknowledged
+  in Kafka (as bench_agent measures it; the agent counts them for the audit as it goes);
+- job_records_s: ``docket-audit count --once`` over those 2 million records in micro-batches
+  of 500,000 (``--max-offsets-per-trigger``): Spark's processedRowsPerSecond of each batch after
+  the first (JIT warm-up; a running job is past it), the median of those batches. JVM start
+  and query planning are left out: they happen once per job, not per record. The first batch's
+  rate and the best one are printed too;
+- job_wall_s: the job from process start to exit, all included;
+- ratio = job_records_s / agent_events_s: >= 1.0 means one job keeps up with one agent
+  (target 1.0), below says by how much it falls short;
+- the counts are checked: the cluster tier must report exactly the agent's 2 million.
+Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_agent import LINES, agent_run, write_file  # noqa: E402
+
+from audit.collect import read_audit_topic  # noqa: E402
+from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics  # noqa: E402
+from broker.cluster import LocalCluster  # noqa: E402
+from tests.auditkit import AuditJob  # noqa: E402
+
+BATCH = 500_000
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-audit-") as d:
+        work = Path(d)
+        cluster = None
+        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+        if not bootstrap:
+            cluster = LocalCluster(work / "kafka")
+            bootstrap = cluster.up(brokers=1, base_port=0).bootstrap_servers
+        try:
+            topic = f"bench.audit.{os.getpid()}"
+            audit_topic = f"bench.audit.{os.getpid()}.counts"
+            ensure_topics(bootstrap, [TopicSpec(topic, partitions=3)])
+            ensure_audit_topic(bootstrap, audit_topic)
+            data = work / "events.log"
+            write_file(data)
+            agent_s, agent_cpu, _rss = agent_run(bootstrap, topic, work / "agent", data)
+            t0 = time.perf_counter()
+            job = AuditJob(["count", "--cluster", "bench", "--bootstrap-servers", bootstrap,
+                            "--audit-topic", audit_topic, "--topics", topic.replace(".", r"\."),
+                            "--once", "--max-offsets-per-trigger", str(BATCH),
+                            "--checkpoint-dir", str(work / "ckpt")],
+                           work / "job.log").start()
+            assert job.wait(900) == 0, job.log_text()
+            wall = time.perf_counter() - t0
+            batches = [json.loads(line.split(" progress ", 1)[1])
+                       for line in (work / "job.log").read_text().splitlines()
+                       if "docket.audit: progress {" in line]
+            state = read_audit_topic(bootstrap, audit_topic)
+            counted = sum(r.count for r in state.counts.values() if r.tier == "bench")
+        finally:
+            if cluster is not None:
+                cluster.down()
+    assert counted == LINES, f"the job counted {counted} of {LINES}"
+    rates = [b["processed_rows_per_s"] for b in batches if b["num_input_rows"]]
+    warm = sorted(rates[1:]) or sorted(rates)
+    job_s = warm[len(warm) // 2]
+    print(json.dumps({
+        "bench": "audit_cluster_job_vs_agent",
+        "records": LINES, "line_bytes": 100,
+        "agent_events_s": round(agent_s), "agent_cpu_s_per_million": round(agent_cpu, 2),
+        "job_records_s": round(job_s), "job_batches": len(rates), "job_batch_rows": BATCH,
+        "job_first_batch_records_s": round(rates[0]), "job_best_batch_records_s": round(max(rates)),
+        "job_wall_s": round(wall, 1), "job_counted": counted,
+        "ratio": round(job_s / agent_s, 3),
+        "targets": {"ratio": 1.0},
+    }))
+
+
+if __name__ == "__main__":
+    main()
