@@ -10,6 +10,7 @@ import pytest
 from agent.cli import _parser as agent_parser
 from agent.config import reference_markdown
 from agent.telemetry import METRICS
+from audit.cli import _parser as audit_parser
 from broker.cli import _parser as broker_parser
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -28,7 +29,8 @@ def _commands(parser: argparse.ArgumentParser, prefix: str = ""):
             yield from _commands(sub, f"{prefix} {name}")
 
 
-CLIS = [("docket-broker", broker_parser, "broker.md"), ("docket-agent", agent_parser, "agent.md")]
+CLIS = [("docket-broker", broker_parser, "broker.md"), ("docket-agent", agent_parser, "agent.md"),
+        ("docket-audit", audit_parser, "audit.md")]
 
 
 @pytest.mark.parametrize("prog,command,options,doc", [
