@@ -193,6 +193,7 @@ class Agent:
         self._close_sources()
         self.recovered = {}
         self.cfg.sources = cfg.sources
+        self.audit.topics = sorted({s.topic for s in cfg.sources})     # heartbeats follow
         self._build_sources(cfg)
         log.info("reloaded: %d source(s)", len(cfg.sources))
         self.notifier.status(f"reloaded {len(cfg.sources)} source(s)")
