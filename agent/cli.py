@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 import urllib.error
 import urllib.request
 from importlib.metadata import version
@@ -62,7 +63,14 @@ def _status(args) -> int:
     print(f"  broker    {broker['state']} ({broker['bootstrap_servers']}), "
           f"{broker['outages']:.0f} outage(s)")
     print(f"  dropped   {data['dropped_events']:.0f} events (see the loss journal)")
-    print(f"  audit     last emission: {data['last_audit_emission'] or 'none yet'}")
+    audit = data["audit"]
+    if not audit["enabled"]:
+        print("  audit     off ([audit] enabled = false)")
+    else:
+        last = audit["last_emission_ms"]
+        when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last / 1000))
+                if last else "none yet")
+        print(f"  audit     to {audit['topic']}: last emission {when}, seq {audit['seq']}")
     for path, f in sorted(data["files"].items()):
         print(f"  file      {path}: {f['lag_bytes']} bytes behind")
     return 0

@@ -38,6 +38,11 @@ from .outcome import Outcome, classify, reason
 OUTAGE_AFTER_S = 2.0
 PROBE_INTERVAL_S = 1.0
 MAX_INFLIGHT_SLOTS = 16
+# produce() takes its arguments positionally here: (topic, value, key, partition, on_delivery,
+# callback, timestamp, headers), the order of confluent-kafka's C keyword list. Keywords cost
+# ~0.5 µs per call in argument parsing (measured here: 2.2 µs → 1.5 µs per produce with a
+# header, a timestamp and a callback); tests/unit/test_drain_produce.py pins the order.
+NO_PARTITION = -1
 
 log = logging.getLogger("docket.agent.drain")
 
@@ -223,8 +228,8 @@ class Drain:
                 o = offsets[i]
                 key = keys[i] if keys else None
                 try:
-                    produce(topic, payload[o:o + lengths[i]], key, timestamp=times[i],
-                            headers=headers, on_delivery=cb)
+                    produce(topic, payload[o:o + lengths[i]], key, NO_PARTITION, cb, None, times[i],
+                            headers)
                 except BufferError:
                     n += i - send.ri
                     send.ri = i
@@ -243,8 +248,7 @@ class Drain:
     def _produce_one(self, send: SlotSend, record: Record) -> bool:
         topic, value, key, ts, headers = record
         try:
-            self.producer.produce(topic, value, key, timestamp=ts, headers=headers,
-                                  on_delivery=send.ack)
+            self.producer.produce(topic, value, key, NO_PARTITION, send.ack, None, ts, headers)
         except BufferError:
             send.pending = record
             return False
