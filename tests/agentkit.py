@@ -114,8 +114,9 @@ class AgentProcess:
 
 
 def consume_counts(bootstrap: str, topic: str, expected: int, timeout_s: float,
-                   parse=lambda v: v) -> Counter:
-    """Read ``topic`` from the start until ``expected`` records came (or the time is up)."""
+                   parse=lambda v: v, on_msg=None) -> Counter:
+    """Read ``topic`` from the start until ``expected`` records came (or the time is up);
+    ``on_msg`` sees every record (its timestamp, its headers)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{time.time_ns()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     md = consumer.list_topics(topic, timeout=30).topics[topic]
@@ -130,6 +131,8 @@ def consume_counts(bootstrap: str, topic: str, expected: int, timeout_s: float,
                     continue
                 counts[parse(msg.value())] += 1
                 total += 1
+                if on_msg is not None:
+                    on_msg(msg)
         # anything beyond the expected count (duplicates) arrives soon after; read a moment more
         quiet_until = time.monotonic() + 2
         while time.monotonic() < quiet_until:
@@ -137,6 +140,8 @@ def consume_counts(bootstrap: str, topic: str, expected: int, timeout_s: float,
             for msg in batch:
                 if not msg.error():
                     counts[parse(msg.value())] += 1
+                    if on_msg is not None:
+                        on_msg(msg)
             if batch:
                 quiet_until = time.monotonic() + 2
     finally:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import functools
 import json
 import logging
 import os
@@ -69,7 +70,7 @@ class SlotSend:
     """One sealed slot on its way to Kafka."""
 
     __slots__ = ("slot", "drain", "total", "acked", "dead", "retry", "pending", "payload",
-                 "blocks", "bi", "ri")
+                 "blocks", "bi", "ri", "_originals")
 
     def __init__(self, slot: SealedSlot, drain: Drain):
         self.slot = slot
@@ -84,6 +85,7 @@ class SlotSend:
         self.blocks = list(drain.block_lists(slot))
         drain.pool.release_pages(slot)          # copied: the pool's pages can leave memory
         self.bi = self.ri = 0                   # cursor: next block, next record in it
+        self._originals: dict | None = None     # (value, key) → [(timestamp, headers)]
 
     @property
     def unsent(self) -> bool:
@@ -97,8 +99,36 @@ class SlotSend:
         if err is None:
             self.acked += 1
             return
-        record = (msg.topic(), msg.value(), msg.key(), msg.timestamp()[1], msg.headers())
-        self.drain.failed(self, record, err)
+        value, key = msg.value(), msg.key()
+        ts, headers = self._original(value, key)
+        self.drain.failed(self, (msg.topic(), value, key, ts, headers), err)
+
+    def ack_record(self, record: Record, err, msg) -> None:
+        """The report of a record sent again: it knows its record (resends are few)."""
+        if err is None:
+            self.acked += 1
+        else:
+            self.drain.failed(self, record, err)
+
+    def _original(self, value: bytes, key: bytes | None) -> tuple[int, list | None]:
+        """A report in error carries neither the timestamp nor the headers (librdkafka gives
+        none for a failed message; seen: timestamp type 0, -1): find them in the slot. A
+        record fails here at most once (its resend reports through ``ack_record``), so each
+        entry is taken once. Records with the same value and key but another time or part
+        header could be swapped; the multiset sent is still the slot's."""
+        if self._originals is None:
+            self._originals = {}
+            payload = self.payload
+            for offsets, lengths, times, keys, headers in self.blocks:
+                for i, o in enumerate(offsets):
+                    k = keys[i] if keys else None
+                    self._originals.setdefault((payload[o:o + lengths[i]], k), []).append(
+                        (times[i], headers))
+        found = self._originals.get((value, key))
+        if not found:
+            raise RuntimeError(f"a delivery report for a record that is not in slot "
+                               f"{self.slot.seq}")
+        return found.pop()
 
 
 class Drain:
@@ -248,7 +278,8 @@ class Drain:
     def _produce_one(self, send: SlotSend, record: Record) -> bool:
         topic, value, key, ts, headers = record
         try:
-            self.producer.produce(topic, value, key, NO_PARTITION, send.ack, None, ts, headers)
+            self.producer.produce(topic, value, key, NO_PARTITION,
+                                  functools.partial(send.ack_record, record), None, ts, headers)
         except BufferError:
             send.pending = record
             return False

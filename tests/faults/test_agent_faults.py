@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 
 import pytest
 
@@ -113,7 +114,17 @@ def test_broker_paused_30s_under_20k_lines_per_s_the_pool_absorbs_it(kafka, tmp_
             time.sleep(0.2)
         catch_up = time.monotonic() - resumed
         assert writer.wait(timeout=600) == 0
-        counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 600, parse_id)
+        # Records sent again after the outage keep their event time and their origin header
+        # (librdkafka's failed reports carry neither; the drain takes them from the slot).
+        stamps, origins = [], Counter()
+        ended_ms = int(time.time() * 1000) + 1000
+
+        def inspect(msg):
+            stamps.append(msg.timestamp()[1])
+            origins[dict(msg.headers() or []).get("docket-origin")] += 1
+
+        counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 600, parse_id,
+                                on_msg=inspect)
         outages = agent.metric("agent_drain_outages_total")
     finally:
         rc = agent.stop()
@@ -132,3 +143,7 @@ def test_broker_paused_30s_under_20k_lines_per_s_the_pool_absorbs_it(kafka, tmp_
     missing = [i for i in range(total) if counts.get(i, 0) == 0]
     assert not missing, f"{len(missing)} missing, first {missing[:10]}"
     assert set(counts) <= set(range(total))
+    began_ms = int((time.time() - (time.monotonic() - began)) * 1000) - 1000
+    wrong = [t for t in stamps if not began_ms <= t <= ended_ms]
+    assert not wrong, f"{len(wrong)} records with a timestamp outside the run: {wrong[:5]}"
+    assert list(origins) == [b"test-agent"], origins

@@ -38,3 +38,40 @@ def test_seventh_is_the_timestamp_and_eighth_the_headers():
         p.produce("t", b"v", None, NO_PARTITION, None, None, 1, 42)
     p.produce("t", b"v", None, NO_PARTITION, None, None, 1, [("h", b"x")])
     p.purge(in_queue=True, in_flight=True)
+
+
+def test_records_that_fail_go_again_with_their_own_time_and_headers(tmp_path):
+    """librdkafka's failed reports have no timestamp and no headers: the drain must take them
+    from the slot, or records resent after an outage lose their window and their origin."""
+    from collections import Counter
+
+    import numpy as np
+
+    from agent.buffer import BufferPool, Chunk
+    from agent.drain.drain import Drain
+    from agent.journal import LossJournal
+    from agent.telemetry import Metrics
+
+    metrics = Metrics()
+    pool = BufferPool(tmp_path / "p", 1 << 20, 16 << 10, linger_ms=1e9, sync_on_seal=False)
+    lines = [b"event %d" % i for i in range(300)] + [b"y" * 40_000]      # the last one splits
+    data = b"".join(v + b"\n" for v in lines)
+    times = np.arange(1_795_000_000_000, 1_795_000_000_000 + len(lines) * 1000, 1000)
+    pool.append("t", Chunk.from_lines(data, times))
+    pool.seal_all()
+    expected = Counter()
+    drain = Drain(pool, {"bootstrap.servers": "127.0.0.1:9"}, LossJournal(tmp_path / "j", metrics),
+                  metrics, tmp_path / "dead", b"agent-7")
+    for slot in pool.sealed():
+        payload = bytes(slot.payload)
+        for offsets, lengths, ts, _keys, headers in drain.block_lists(slot):
+            for o, n, t in zip(offsets, lengths, ts, strict=True):
+                expected[(payload[o:o + n], t, tuple(headers))] += 1
+    assert any(len(h) == 2 for _v, _t, h in expected)        # docket-part headers are there
+    drain.pump(budget=100_000)                               # all queued: the broker is away
+    drain._purge()                                           # as at the start of an outage
+    resent = Counter((v, ts, tuple(h)) for send in drain.inflight
+                     for _topic, v, _k, ts, h in send.retry)
+    assert resent == expected
+    drain.close()
+    pool.close()
