@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.docket-setup
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-unit lint bench soak demo clean
+.PHONY: setup test test-unit lint bench soak demo demo-down clean
 
 setup: $(STAMP)
 
@@ -33,14 +33,13 @@ bench: setup
 soak: setup
 	$(BIN)/pytest -m soak tests/faults $(PYTEST_ARGS)
 
-# The demo grows with the project: today it starts the local Kafka and the audit topic.
+# The whole pipeline on this machine: Kafka, a log-writing application, the agent, the Spark
+# count and land jobs (the reconciler and the dashboard join when they exist). demo-down stops it.
 demo: setup
-	$(BIN)/docket-broker up --brokers 1
-	$(BIN)/docket-broker topic ensure docket.audit --audit
-	$(BIN)/docket-broker topic ensure app.events
-	@echo "The local Kafka is up (docket-broker status; docket-broker down to stop it)."
-	@echo "Still to come in the demo: the event generator, the agent, the audit jobs, the reconciler and the dashboard."
+	$(BIN)/python -m broker.demo up
 
+demo-down:
+	$(BIN)/python -m broker.demo down
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
