@@ -8,10 +8,9 @@ so nothing is resolved or downloaded when a job starts.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from broker.libs import fetch_with_maven
+from broker.libs import fetch_with_maven, jar_cache_dir
 
 from .errors import AuditError
 
@@ -26,11 +25,7 @@ class SparkLibsMissing(AuditError):
 
 def spark_kafka_libs_dir() -> Path:
     """``$DOCKET_SPARK_KAFKA_LIBS``, else a per-version folder in the user cache."""
-    override = os.environ.get("DOCKET_SPARK_KAFKA_LIBS")
-    if override:
-        return Path(override)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "docket" / f"spark-kafka-{SPARK_VERSION}" / "libs"
+    return jar_cache_dir("DOCKET_SPARK_KAFKA_LIBS", f"spark-kafka-{SPARK_VERSION}")
 
 
 def ensure_spark_kafka_libs(libs: Path | None = None, quiet: bool = True) -> list[Path]:

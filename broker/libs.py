@@ -21,13 +21,18 @@ POM = Path(__file__).with_name("pom.xml")
 _MARKER_JAR = f"kafka_2.13-{KAFKA_VERSION}.jar"
 
 
-def kafka_libs_dir() -> Path:
-    """Where the jars live: ``$DOCKET_KAFKA_LIBS``, else a per-version folder in the user cache."""
-    override = os.environ.get("DOCKET_KAFKA_LIBS")
+def jar_cache_dir(override_var: str, name: str) -> Path:
+    """``$override_var`` when set, else ``<user cache>/docket/<name>/libs``."""
+    override = os.environ.get(override_var)
     if override:
         return Path(override)
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "docket" / f"kafka-{KAFKA_VERSION}" / "libs"
+    return cache / "docket" / name / "libs"
+
+
+def kafka_libs_dir() -> Path:
+    """Where the jars live: ``$DOCKET_KAFKA_LIBS``, else a per-version folder in the user cache."""
+    return jar_cache_dir("DOCKET_KAFKA_LIBS", f"kafka-{KAFKA_VERSION}")
 
 
 def kafka_libs_present(libs: Path | None = None) -> bool:

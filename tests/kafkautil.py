@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
+
+from broker.cluster import LocalCluster
 
 
 def high_watermarks(bootstrap: str, topic: str, timeout_s: float = 30) -> dict[int, int]:
@@ -41,3 +47,18 @@ def read_all(bootstrap: str, topic: str, timeout_s: float = 120) -> list:
     finally:
         consumer.close()
     return records
+
+
+@contextlib.contextmanager
+def bench_kafka(work: Path) -> Iterator[str]:
+    """For a benchmark: ``$KAFKA_BOOTSTRAP`` when set, else a 1-broker local cluster in
+    ``work`` for the length of the block. Yields the bootstrap servers."""
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if bootstrap:
+        yield bootstrap
+        return
+    cluster = LocalCluster(work / "kafka")
+    try:
+        yield cluster.up(brokers=1, base_port=0).bootstrap_servers
+    finally:
+        cluster.down()

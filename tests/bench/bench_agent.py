@@ -38,9 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from confluent_kafka import Producer  # noqa: E402
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
-from broker.cluster import LocalCluster  # noqa: E402
 from tests.agentkit import AgentProcess, write_config  # noqa: E402
-from tests.kafkautil import high_watermarks  # noqa: E402
+from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
 
 LINES = 2_000_000
 LINE = 100
@@ -152,12 +151,7 @@ def agent_run(bootstrap: str, topic: str, work: Path, path: Path) -> tuple[float
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-agent-") as d:
         work = Path(d)
-        cluster = None
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            cluster = LocalCluster(work / "kafka")
-            bootstrap = cluster.up(brokers=1, base_port=0).bootstrap_servers
-        try:
+        with bench_kafka(work) as bootstrap:
             topics = {name: f"bench.{name}.{os.getpid()}"
                       for name in ("agent", "bare", "cb", "pos", "batch")}
             names = [t for n, t in topics.items() if n != "agent"] + \
@@ -180,9 +174,6 @@ def main() -> None:
             batch_s, batch_cpu = batch_loop(bootstrap, topics["batch"], data)
             arrived = [sum(high_watermarks(bootstrap, f'{topics["agent"]}.{k}').values())
                        for k in range(ROUNDS)]
-        finally:
-            if cluster is not None:
-                cluster.down()
     print(json.dumps({
         "bench": "agent_tail_to_kafka",
         "lines": LINES, "line_bytes": LINE,

@@ -31,8 +31,8 @@ from bench_agent import LINES, agent_run, write_file  # noqa: E402
 
 from audit.collect import read_audit_topic  # noqa: E402
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics  # noqa: E402
-from broker.cluster import LocalCluster  # noqa: E402
 from tests.auditkit import AuditJob  # noqa: E402
+from tests.kafkautil import bench_kafka  # noqa: E402
 
 BATCH = 500_000
 
@@ -40,12 +40,7 @@ BATCH = 500_000
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as d:
         work = Path(d)
-        cluster = None
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            cluster = LocalCluster(work / "kafka")
-            bootstrap = cluster.up(brokers=1, base_port=0).bootstrap_servers
-        try:
+        with bench_kafka(work) as bootstrap:
             topic = f"bench.audit.{os.getpid()}"
             audit_topic = f"bench.audit.{os.getpid()}.counts"
             ensure_topics(bootstrap, [TopicSpec(topic, partitions=3)])
@@ -66,9 +61,6 @@ def main() -> None:
                        if "docket.audit: progress {" in line]
             state = read_audit_topic(bootstrap, audit_topic)
             counted = sum(r.count for r in state.counts.values() if r.tier == "bench")
-        finally:
-            if cluster is not None:
-                cluster.down()
     assert counted == LINES, f"the job counted {counted} of {LINES}"
     rates = [b["processed_rows_per_s"] for b in batches if b["num_input_rows"]]
     warm = sorted(rates[1:]) or sorted(rates)
