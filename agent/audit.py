@@ -212,6 +212,9 @@ class AuditEmitter:
             self._pending_drops.append(((topic, ts // self.window_ms * self.window_ms),
                                         reason, events))
 
+    def has_pending(self) -> bool:
+        return bool(self._pending or self._pending_drops)
+
     def persist(self, conn: sqlite3.Connection) -> None:
         """Apply what was counted since the last call and write it; the caller holds the
         transaction that also moves the file checkpoints."""

@@ -122,6 +122,8 @@ class Agent:
         self._seal_times[slot.seq] = time.monotonic()
 
     def _flush_checkpoints(self) -> None:
+        if not self._sealed_positions and not self.audit.has_pending():
+            return                               # nothing sealed since the last turn
         batch, self._sealed_positions = self._sealed_positions, []
         ends: dict[int, int] = {}
         for positions, _ in batch:

@@ -75,10 +75,11 @@ class StateDB:
             return
         now = _now_ms()
         with self.db.conn:
-            self.db.conn.executemany(
-                f"UPDATE files SET {assignment}, updated_ms = ? WHERE source_id = ?",
-                [(end, now, sid) for sid, end in positions.items()],
-            )
+            if positions:
+                self.db.conn.executemany(
+                    f"UPDATE files SET {assignment}, updated_ms = ? WHERE source_id = ?",
+                    [(end, now, sid) for sid, end in positions.items()],
+                )
             if also is not None:
                 also(self.db.conn)
 
