@@ -200,16 +200,22 @@ class FileSource:
                 time.monotonic() + COPY_GRACE_S, row["source_id"]))
             self.metrics.inc("agent_source_rotations_total", kind="truncated",
                              topic=self.cfg.topic)
+            log.info("%s (inode %d) was truncated while the agent was stopped, after %d bytes "
+                     "read", path, st.st_ino, old_offset)
             row = None
         if row is not None:
             source_id = row["source_id"]
             offset = max(row["sealed_offset"], self.recovered.get(source_id, 0))
             self.db.update(source_id, state="active", path=path)
+            log.info("resuming %s (inode %d, source %d) at offset %d of %d", path, st.st_ino,
+                     source_id, offset, st.st_size)
         else:
             offset = self._copy_offset(fingerprint)
             source_id = self.db.add_file(self.cfg.index, st.st_dev, st.st_ino, fingerprint,
                                          path, offset)
-            log.info("tailing %s (inode %d) from offset %d", path, st.st_ino, offset)
+            log.info("tailing %s (inode %d, source %d) from offset %d of %d%s", path, st.st_ino,
+                     source_id, offset, st.st_size,
+                     " (a copy of content already read)" if offset else "")
         if st.st_size == 0:
             self._bad("empty_file")
         self.tracked[ident] = Tracked(source_id, path, fd, st.st_dev, st.st_ino, fingerprint,

@@ -73,6 +73,10 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int) 
     duplicates = sum(c - 1 for c in counts.values() if c > 1)
     print(f"after {kills} SIGKILLs: {len(missing)} missing, {duplicates} duplicates, "
           f"bound (records in flight at the kills) {bound}")
+    if missing or duplicates > bound:      # the agent's file decisions, to tell what happened
+        decisions = [line for line in (tmp_path / "agent.log").read_text().splitlines()
+                     if any(w in line for w in ("tailing", "resuming", "truncated", "ready"))]
+        print("\n".join(decisions))
     assert not missing, f"first missing ids: {missing[:10]}"
     assert set(counts) <= set(range(total))
     assert duplicates <= bound
