@@ -13,6 +13,7 @@ from agent.buffer import BufferPool
 from agent.drain.drain import MAX_INFLIGHT_SLOTS
 from tests.agentkit import consume_counts
 from tests.integration.test_agent_end_to_end import (
+    file_decisions,
     parse_id,
     setup_agent,
     start_writer,
@@ -74,9 +75,7 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int) 
     print(f"after {kills} SIGKILLs: {len(missing)} missing, {duplicates} duplicates, "
           f"bound (records in flight at the kills) {bound}")
     if missing or duplicates > bound:      # the agent's file decisions, to tell what happened
-        decisions = [line for line in (tmp_path / "agent.log").read_text().splitlines()
-                     if any(w in line for w in ("tailing", "resuming", "truncated", "ready"))]
-        print("\n".join(decisions))
+        print(file_decisions(tmp_path / "agent.log"))
     assert not missing, f"first missing ids: {missing[:10]}"
     assert set(counts) <= set(range(total))
     assert duplicates <= bound

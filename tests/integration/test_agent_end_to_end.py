@@ -39,10 +39,18 @@ def setup_agent(tmp_path: Path, bootstrap: str, topic: str, partitions: int = 3,
     return AgentProcess(config, tmp_path / "agent.log"), logs
 
 
-def assert_exactly_once(counts, total: int) -> None:
+def file_decisions(agent_log: Path) -> str:
+    """The agent's decisions about each file (new, resumed, truncated): shown on a failure."""
+    return "\n".join(line for line in agent_log.read_text(errors="replace").splitlines()
+                     if any(w in line for w in ("tailing", "resuming", "truncated", "ready")))
+
+
+def assert_exactly_once(counts, total: int, agent_log: Path | None = None) -> None:
     missing = [i for i in range(total) if counts.get(i, 0) == 0]
     dups = {i: c for i, c in counts.items() if c > 1}
     extra = set(counts) - set(range(total))
+    if agent_log is not None and (missing or dups or extra):
+        print(file_decisions(agent_log))
     assert not missing, f"{len(missing)} ids missing, first {missing[:10]}"
     assert not extra, f"ids never written arrived: {sorted(extra)[:10]}"
     assert not dups, f"{len(dups)} ids arrived more than once, e.g. {list(dups.items())[:5]}"
@@ -63,7 +71,7 @@ def test_a_million_lines_rotated_every_50k_arrive_exactly_once(kafka, tmp_path, 
     finally:
         rc = agent.stop()
     assert rc == 0
-    assert_exactly_once(counts, TOTAL)
+    assert_exactly_once(counts, TOTAL, tmp_path / "agent.log")
     assert status["dropped_events"] == 0
     # 19 rotations: 10 renames, 9 copytruncates. A truncation the agent saw happen is followed
     # by the copy being recognised by its fingerprint (one it only found afterwards is two
