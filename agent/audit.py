@@ -32,9 +32,10 @@ from pathlib import Path
 
 import numpy as np
 from apscheduler.schedulers.background import BackgroundScheduler
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 
-from audit.record import PRODUCER_TIER, AuditRecord, value_hash
+from audit.delivery import deliver
+from audit.record import PRODUCER_TIER, AuditRecord, value_hash, window_start
 
 from .buffer import SealedSlot
 from .buffer.layout import seq_order_key
@@ -57,11 +58,11 @@ class Tally:
     dropped: int = 0
     dropped_reasons: dict[str, int] = field(default_factory=dict)
 
-    def add(self, other: Tally, sign: int = 1) -> None:
-        self.count += sign * other.count
-        self.bytes += sign * other.bytes
-        self.checksum = (self.checksum + sign * other.checksum) % (1 << 64)
-        self.late += sign * other.late
+    def add(self, other: Tally) -> None:
+        self.count += other.count
+        self.bytes += other.bytes
+        self.checksum = (self.checksum + other.checksum) % (1 << 64)
+        self.late += other.late
 
 
 def tally_slot(slot: SealedSlot, window_ms: int, now_ms: int) -> dict[int, Tally]:
@@ -189,10 +190,10 @@ class AuditEmitter:
         """A counted record will not be delivered (dead-lettered): take it out of ``count``."""
         if not self.enabled:
             return
-        w = ts_ms // self.window_ms * self.window_ms
         t = Tally(1, len(value), value_hash(value))
         with self._lock:
-            self._pending.append((None, {(topic, w): _negated(t)}))
+            self._pending.append((None, {(topic, window_start(ts_ms, self.window_ms)):
+                                         _negated(t)}))
 
     def uncount_slot(self, slot: SealedSlot) -> None:
         """A counted slot was dropped (pool full under ``drop_oldest``)."""
@@ -209,8 +210,8 @@ class AuditEmitter:
             return
         ts = ts_ms if ts_ms is not None else int(self.clock() * 1000)
         with self._lock:
-            self._pending_drops.append(((topic, ts // self.window_ms * self.window_ms),
-                                        reason, events))
+            self._pending_drops.append(((topic, window_start(ts, self.window_ms)), reason,
+                                        events))
 
     def has_pending(self) -> bool:
         return bool(self._pending or self._pending_drops)
@@ -286,7 +287,7 @@ class AuditEmitter:
 
     def _emit(self) -> int:
         now = self._now_ms()
-        current = now // self.window_ms * self.window_ms
+        current = window_start(now, self.window_ms)
         with self._lock:
             keys = set(self._dirty) | {(t, current) for t in self.topics}
             snapshot = {k: (_copy(self._windows.get(k, Tally())), self._version.get(k, 0))
@@ -325,41 +326,24 @@ class AuditEmitter:
         if self._producer is None:
             self._producer = Producer(self._producer_conf,
                                       logger=logging.getLogger("docket.agent.librdkafka"))
-        delivered: list[tuple[str, int]] = []
-        failed: list[str] = []
-
-        def report(key):
-            def on_delivery(err, _msg):
-                if err is None:
-                    delivered.append(key)
-                else:
-                    failed.append(err.str())
-            return on_delivery
-
-        for key, (t, _version) in snapshot.items():
-            rec = AuditRecord(tier=PRODUCER_TIER, origin=self.agent_id, topic=key[0],
-                              window_start=key[1], window_ms=self.window_ms, count=t.count,
-                              bytes=t.bytes, checksum=t.checksum, emitter=f"{self.agent_id}/agent",
-                              seq=seq, emitted_at=now, dropped=t.dropped,
-                              dropped_reasons=dict(t.dropped_reasons), late=t.late)
-            k, v = rec.encode()
-            try:
-                self._producer.produce(self.audit_topic, v, k, timestamp=now,
-                                       on_delivery=report(key))
-            except (BufferError, KafkaException) as exc:
-                failed.append(str(exc))
-        left = self._producer.flush(DELIVERY_TIMEOUT_S)
-        if left:
-            # The cluster is away: empty librdkafka's queue (an idempotent producer with a queue
-            # spins while the broker is unreachable); the windows stay marked for the next round.
-            self._producer.purge(in_queue=True, in_flight=False)
-            self._producer.poll(0)
+        keys = list(snapshot)
+        records = [AuditRecord(tier=PRODUCER_TIER, origin=self.agent_id, topic=key[0],
+                               window_start=key[1], window_ms=self.window_ms, count=t.count,
+                               bytes=t.bytes, checksum=t.checksum,
+                               emitter=f"{self.agent_id}/agent", seq=seq, emitted_at=now,
+                               dropped=t.dropped, dropped_reasons=dict(t.dropped_reasons),
+                               late=t.late).encode()
+                   for key, (t, _version) in snapshot.items()]
+        # The windows of records not acknowledged stay marked for the next round.
+        acked, errors = deliver(self._producer, self.audit_topic, records, DELIVERY_TIMEOUT_S,
+                                timestamp_ms=now)
+        delivered = [keys[i] for i in sorted(acked)]
         self.metrics.inc("agent_audit_emitted_records_total", len(delivered))
-        if failed or left:
+        if len(delivered) < len(keys):
             self.metrics.inc("agent_audit_emit_failures_total")
             log.warning("audit round %d: %d of %d record(s) not acknowledged (%s); they go "
-                        "again next round", seq, len(snapshot) - len(delivered), len(snapshot),
-                        failed[0] if failed else "no answer in time")
+                        "again next round", seq, len(keys) - len(delivered), len(keys),
+                        errors[0] if errors else "no answer in time")
         return delivered
 
     def snapshot(self) -> dict[tuple[str, int], Tally]:

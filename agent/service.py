@@ -56,13 +56,13 @@ class Agent:
         self.db = StateDB(state / "state.db")
         self.audit = AuditEmitter(
             db_path=state / "state.db", conn=self.db.db.conn, agent_id=cfg.agent_id,
-            topics=sorted({s.topic for s in cfg.sources}), audit_topic=cfg["audit.topic"],
+            topics=_topics(cfg.sources), audit_topic=cfg["audit.topic"],
             window_ms=cfg["audit.window_ms"], interval_ms=cfg["audit.interval_ms"],
             producer_conf=producer_config(cfg), metrics=self.metrics,
             enabled=cfg["audit.enabled"])
         self.journal = LossJournal(state / "loss-journal.jsonl", self.metrics,
                                    on_record=self.audit.dropped)
-        self._sealed_positions: list[tuple[tuple, float]] = []
+        self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
         self._seal_times: dict[int, float] = {}
         spill = cfg["buffer.spill_max_bytes"]
         self.pool = BufferPool(
@@ -118,7 +118,7 @@ class Agent:
 
     def _sealed(self, slot: SealedSlot) -> None:          # under the pool's lock
         self.audit.count_sealed(slot)
-        self._sealed_positions.append((slot.meta.positions, time.monotonic()))
+        self._sealed_positions.append(slot.meta.positions)
         self._seal_times[slot.seq] = time.monotonic()
 
     def _flush_checkpoints(self) -> None:
@@ -126,7 +126,7 @@ class Agent:
             return                               # nothing sealed since the last turn
         batch, self._sealed_positions = self._sealed_positions, []
         ends: dict[int, int] = {}
-        for positions, _ in batch:
+        for positions in batch:
             for source, _start, end in positions:
                 ends[source] = max(end, ends.get(source, 0))
         self.db.advance_sealed(ends, also=self.audit.persist)
@@ -195,7 +195,7 @@ class Agent:
         self._close_sources()
         self.recovered = {}
         self.cfg.sources = cfg.sources
-        self.audit.topics = sorted({s.topic for s in cfg.sources})     # heartbeats follow
+        self.audit.topics = _topics(cfg.sources)     # heartbeats follow the sources
         self._build_sources(cfg)
         log.info("reloaded: %d source(s)", len(cfg.sources))
         self.notifier.status(f"reloaded {len(cfg.sources)} source(s)")
@@ -317,3 +317,8 @@ class Agent:
         self.status_address = self._http.server_address
         threading.Thread(target=self._http.serve_forever, name="docket-status",
                          daemon=True).start()
+
+
+def _topics(sources) -> list[str]:
+    """The topics of the configured sources: each gets an audit heartbeat."""
+    return sorted({s.topic for s in sources})

@@ -10,7 +10,8 @@ Table ``files``, one row per file identity the agent has read::
     sealed_offset  bytes of the file that are in sealed slots: tailing resumes here
     acked_offset   bytes of the file Kafka acknowledged (for lag; never ahead of sealed_offset)
     size_seen      the file's size when last looked at
-    state          active | rotated | done | gone
+    state          active | rotated | done | gone | truncated (an old generation of a file
+                   that was truncated) | copied (that generation's copy was found)
     updated_ms
 
 Checkpoints only move forward, and only once data is sealed (``advance_sealed``). The audit

@@ -11,19 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import re
 import sys
 from importlib.metadata import version
 from pathlib import Path
 
+from broker.cluster import docket_state_dir
+
 from .errors import AuditError
 
 EXIT_USAGE = 64
-
-
-def _state_home() -> Path:
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "docket"
 
 
 def _job_args(p: argparse.ArgumentParser) -> None:
@@ -158,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
             if not re.fullmatch(r"[A-Za-z0-9._-]+", args.cluster):
                 raise AuditError(f"--cluster {args.cluster!r}: use letters, digits, . _ -")
-            opts = _job_options(args, _state_home() / "audit" / f"count-{args.cluster}")
+            opts = _job_options(args, docket_state_dir("audit") / f"count-{args.cluster}")
             run_count(args.cluster, opts)
             return 0
         if args.command == "land":

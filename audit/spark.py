@@ -27,6 +27,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
 
+from .delivery import deliver
 from .errors import AuditError
 from .record import AuditRecord, Progress, combine_halves
 
@@ -146,8 +147,7 @@ class AuditWriter:
         self.producer = Producer({
             "bootstrap.servers": opts.audit_bootstrap_servers or opts.bootstrap_servers,
             "acks": "all", "enable.idempotence": True, "linger.ms": 20,
-            "client.id": f"docket-audit-{emitter}",
-            **{k: v for k, v in (opts.kafka_options or {}).items()}})
+            "client.id": f"docket-audit-{emitter}", **(opts.kafka_options or {})})
 
     def records(self, rows, batch_id: int) -> list[AuditRecord]:
         now = int(time.time() * 1000)
@@ -176,39 +176,15 @@ class AuditWriter:
             delay = min(delay * 2, 30)
 
     def _send_round(self, todo: list[tuple[bytes, bytes]]) -> tuple[list, list[str]]:
-        """One attempt at every record; returns the ones not acknowledged (a record without
-        any report counts as not acknowledged: sending it again is harmless) and why."""
-        acked: set[int] = set()
-        errors: list[str] = []
-
-        def report(i):
-            def on_delivery(err, _msg):
-                if err is None:
-                    acked.add(i)
-                else:
-                    errors.append(err.str())
-            return on_delivery
-
-        for i, (key, value) in enumerate(todo):
-            while True:
-                try:
-                    self.producer.produce(self.topic, value, key, on_delivery=report(i))
-                    break
-                except BufferError:
-                    self.producer.poll(0.1)
-                except KafkaException as exc:
-                    errors.append(str(exc))
-                    break
-        if self.producer.flush(30):
-            # No answer: empty the queue, so an idempotent producer does not spin on it.
-            self.producer.purge(in_queue=True, in_flight=False)
-            self.producer.flush(5)
+        """One attempt at every record; returns the ones not acknowledged and why."""
+        acked, errors = deliver(self.producer, self.topic, todo, timeout_s=30, settle_s=5)
         failed = [kv for i, kv in enumerate(todo) if i not in acked]
         return failed, errors or ["no answer in time"]
 
     def progress(self, p: Progress) -> None:
         try:
-            self.producer.produce(self.topic, p.encode()[1], p.encode()[0])
+            key, value = p.encode()
+            self.producer.produce(self.topic, value, key)
             self.producer.poll(0)
         except (BufferError, KafkaException) as exc:     # progress is best effort
             log.warning("progress record not sent: %s", exc)

@@ -40,12 +40,17 @@ DEFAULT_BASE_PORT = 9092
 HEAP = "512m"
 
 
+def docket_state_dir(name: str) -> Path:
+    """``<user state folder>/docket/<name>``: where docket's local tools keep their state."""
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return state / "docket" / name
+
+
 def default_data_dir() -> Path:
     override = os.environ.get("DOCKET_BROKER_DIR")
     if override:
         return Path(override)
-    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return state / "docket" / "broker"
+    return docket_state_dir("broker")
 
 
 @dataclass(frozen=True)

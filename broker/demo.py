@@ -20,16 +20,13 @@ import time
 from pathlib import Path
 
 from .admin import TopicSpec, ensure_audit_topic, ensure_topics
-from .cluster import LocalCluster
+from .cluster import LocalCluster, docket_state_dir
 from .errors import BrokerError
 
 TOPICS = {"app.events": "app.log*", "web.access": "access.log*"}
 BIN = Path(sys.executable).parent
 
 
-def default_dir() -> Path:
-    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return state / "docket" / "demo"
 
 
 def agent_config(d: Path, bootstrap: str) -> Path:
@@ -125,7 +122,7 @@ def down(d: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m broker.demo")
     p.add_argument("command", choices=("up", "down"))
-    p.add_argument("--dir", type=Path, default=default_dir())
+    p.add_argument("--dir", type=Path, default=docket_state_dir("demo"))
     p.add_argument("--base-port", type=int, default=None)
     args = p.parse_args(argv)
     try:
