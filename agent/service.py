@@ -181,7 +181,7 @@ class Agent:
                 self.notifier.watchdog()
                 next_watchdog = now + self.notifier.watchdog_interval_s
             if not read and not sent:
-                self.drain.producer.poll(IDLE_WAIT_BLOCKED_S if blocked else IDLE_WAIT_S)
+                self.drain.wait(IDLE_WAIT_BLOCKED_S if blocked else IDLE_WAIT_S)
         return self.shutdown()
 
     def _do_reload(self) -> None:

@@ -1,9 +1,16 @@
 """Send sealed slots to Kafka in sequence order; free each slot once all its records are
 acknowledged; keep librdkafka from burning a core while the cluster is unreachable.
 
-Per slot a ``SlotSend`` counts delivery reports (one Python call per record: the client has no
-batched report). A report classified RETRY keeps the record for sending again; DEAD writes it to
-``dead-letter/`` and the loss journal. Slots complete when acknowledged + dead == records.
+Acknowledgements without a Python call per record: the client runs with
+``delivery.report.only.error``, so a record's callback runs only when it failed (a report
+classified RETRY keeps the record for sending again; DEAD writes it to ``dead-letter/`` and the
+loss journal). Success is known in bulk: when ``len(producer)`` is 0 after a poll, every record
+handed to librdkafka so far has been acknowledged or reported failed. The drain numbers the
+records it hands over; a slot whose records were all handed over before such a *zero point*, and
+that has none waiting to go again, is complete. To reach zero points under a steady load the
+drain stops taking slots once ``MAX_INFLIGHT_SLOTS`` are in flight and resumes when they
+complete (measured here: a success callback per record costs 0.4–0.8 µs of the ~2.5 µs a
+record costs the client in all).
 
 Outage guard: librdkafka 2.16 with idempotence spins its broker thread at 100% of a core while
 messages wait for an unreachable broker (measured here: 14.5 CPU-seconds in a 15 s pause, 0.02
@@ -69,14 +76,13 @@ class _OneProbe:
 class SlotSend:
     """One sealed slot on its way to Kafka."""
 
-    __slots__ = ("slot", "drain", "total", "acked", "dead", "retry", "pending", "payload",
-                 "blocks", "bi", "ri", "_originals")
+    __slots__ = ("slot", "drain", "total", "dead", "retry", "pending", "payload", "blocks", "bi",
+                 "ri", "handed", "_originals")
 
     def __init__(self, slot: SealedSlot, drain: Drain):
         self.slot = slot
         self.drain = drain
         self.total = slot.record_count
-        self.acked = 0
         self.dead = 0
         self.retry: list[Record] = []
         self.pending: Record | None = None      # refused by a full local queue; next first
@@ -85,6 +91,7 @@ class SlotSend:
         self.blocks = list(drain.block_lists(slot))
         drain.pool.release_pages(slot)          # copied: the pool's pages can leave memory
         self.bi = self.ri = 0                   # cursor: next block, next record in it
+        self.handed = 0                         # the drain's hand-over number of the last record
         self._originals: dict | None = None     # (value, key) → [(timestamp, headers)]
 
     @property
@@ -93,21 +100,23 @@ class SlotSend:
 
     @property
     def done(self) -> bool:
-        return self.acked + self.dead == self.total
+        """Every record handed over before the last zero point, none waiting to go again."""
+        return not self.unsent and not self.retry and self.handed <= self.drain.settled
 
-    def ack(self, err, msg) -> None:               # librdkafka delivery report, via poll()
+    @property
+    def acked(self) -> int:
+        return self.total - self.dead
+
+    def ack(self, err, msg) -> None:               # a failed record's report, via poll()
         if err is None:
-            self.acked += 1
-            return
+            return                                  # successes are counted in bulk
         value, key = msg.value(), msg.key()
         ts, headers = self._original(value, key)
         self.drain.failed(self, (msg.topic(), value, key, ts, headers), err)
 
     def ack_record(self, record: Record, err, msg) -> None:
         """The report of a record sent again: it knows its record (resends are few)."""
-        if err is None:
-            self.acked += 1
-        else:
+        if err is not None:
             self.drain.failed(self, record, err)
 
     def _original(self, value: bytes, key: bytes | None) -> tuple[int, list | None]:
@@ -150,7 +159,8 @@ class Drain:
         self._fatal: KafkaError | None = None
         self._progress_mark = (0, time.monotonic())
         self._stall_probe: _OneProbe | None = None
-        self._acked_total = 0
+        self.handed = 0                 # records handed to librdkafka so far
+        self.settled = 0                # ... of which every one is acknowledged or reported
         self._probe_ok = threading.Event()
         self._probe_thread: threading.Thread | None = None
         self.broker_state = "up"
@@ -159,7 +169,14 @@ class Drain:
     # -- the client ---------------------------------------------------------------------------
     def _new_producer(self) -> Producer:
         quiet = logging.getLogger("docket.agent.librdkafka")
-        return Producer({**self.conf, "error_cb": self._on_error}, logger=quiet)
+        return Producer({**self.conf, "error_cb": self._on_error,
+                         "delivery.report.only.error": True}, logger=quiet)
+
+    def _poll(self, timeout_s: float = 0) -> None:
+        """Serve reports; at a zero point, everything handed over so far is settled."""
+        self.producer.poll(timeout_s)
+        if len(self.producer) == 0:
+            self.settled = self.handed
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
@@ -212,7 +229,7 @@ class Drain:
         """Produce up to ``budget`` records, serve delivery reports, free finished slots."""
         if self._fatal is not None:
             self._rebuild()
-        self.producer.poll(0)
+        self._poll()
         self._complete()
         if self.outage:
             if not self._probe_ok.is_set():
@@ -226,7 +243,7 @@ class Drain:
             send = next((s for s in self.inflight if s.unsent), None)
             if send is None:
                 if len(self.inflight) >= MAX_INFLIGHT_SLOTS:
-                    break
+                    break                   # until the next zero point completes them
                 taken = self.pool.take(1)
                 if not taken:
                     break
@@ -236,10 +253,14 @@ class Drain:
             sent += n
             if blocked:
                 break
-        self.producer.poll(0)
+        self._poll()
         self._complete()
         self._watch_for_outage()
         return sent
+
+    def wait(self, timeout_s: float) -> None:
+        """Nothing to do but wait for reports (the service's idle turn)."""
+        self._poll(timeout_s)
 
     def _produce_new(self, send: SlotSend, budget: int) -> tuple[int, bool]:
         """The hot loop: one ``produce`` per record, nothing else per record but slicing."""
@@ -254,6 +275,7 @@ class Drain:
         while send.bi < len(send.blocks) and n < budget:
             offsets, lengths, times, keys, headers = send.blocks[send.bi]
             i, stop = send.ri, min(len(offsets), send.ri + budget - n)
+            first = i
             while i < stop:
                 o = offsets[i]
                 key = keys[i] if keys else None
@@ -263,12 +285,16 @@ class Drain:
                 except BufferError:
                     n += i - send.ri
                     send.ri = i
+                    self.handed += i - first
+                    send.handed = self.handed
                     return n, True
                 except KafkaException as exc:
                     self.failed(send, (topic, payload[o:o + lengths[i]], key, times[i],
                                        headers), exc.args[0])
                 i += 1
             n += i - send.ri
+            self.handed += i - first
+            send.handed = self.handed
             if i == len(offsets):
                 send.bi, send.ri = send.bi + 1, 0
             else:
@@ -285,6 +311,9 @@ class Drain:
             return False
         except KafkaException as exc:
             self.failed(send, record, exc.args[0])
+            return True
+        self.handed += 1
+        send.handed = self.handed
         return True
 
     def _resend(self, send: SlotSend, budget: int) -> int:
@@ -310,7 +339,6 @@ class Drain:
             self._finish(send)
 
     def _finish(self, send: SlotSend) -> None:
-        self._acked_total += send.acked
         self.metrics.inc("agent_drain_sent_events_total", send.acked, topic=send.slot.topic)
         self.metrics.inc("agent_drain_slots_freed_total")
         if self.on_slot_done is not None:
@@ -319,7 +347,8 @@ class Drain:
 
     # -- outages ------------------------------------------------------------------------------
     def _acked_now(self) -> int:
-        return self._acked_total + sum(s.acked + s.dead for s in self.inflight)
+        """Records librdkafka is done with (acknowledged or reported): progress, in bulk."""
+        return self.handed - len(self.producer)
 
     def _watch_for_outage(self) -> None:
         now = time.monotonic()
@@ -362,7 +391,7 @@ class Drain:
         before, deadline = -1, time.monotonic() + 2
         while len(self.producer) != before and time.monotonic() < deadline:
             before = len(self.producer)
-            self.producer.poll(0.05)
+            self._poll(0.05)
         for send in self.inflight:       # records never handed to librdkafka go again too
             if send.pending is not None:
                 send.retry.append(send.pending)
@@ -401,7 +430,7 @@ class Drain:
             self.pump()
             if self.idle():
                 return True
-            self.producer.poll(0.01)
+            self._poll(0.01)
         return self.idle()
 
     def close(self) -> None:
