@@ -18,7 +18,9 @@ the same file and a reused inode is not. What it handles, and how:
   database knows but that vanished with unread bytes while the agent was down is journaled as
   ``deleted_unread``.
 - **partial last line**: waits for its newline, or ``partial_flush_ms`` of no change.
-- **restart**: reading resumes at max(sealed checkpoint, pool's recovered position).
+- **restart**: reading resumes at max(sealed checkpoint, pool's recovered position). Files the
+  state database knows are opened before new ones, so a copy made while the agent was stopped
+  finds the old content's offset even when the original was renamed to a later name since.
 
 Reads are large (``read_chunk_bytes``) and handed to the pool as whole chunks.
 """
@@ -131,6 +133,7 @@ class FileSource:
         for t in self.tracked.values():
             self._check_truncated(t)
         seen: set[tuple[int, int]] = set()
+        found: list[tuple[str, os.stat_result]] = []
         for pattern in self.cfg.paths:
             for path in sorted(glob.glob(pattern)):
                 try:
@@ -146,9 +149,14 @@ class FileSource:
                 if t is not None:
                     t.path, t.rotated = path, False
                     continue
-                if not self._old_enough(ident, st):
-                    continue
-                self._open(path, st)
+                if self._old_enough(ident, st):
+                    found.append((path, st))
+        # Files the state database knows first: one truncated while the agent was stopped then
+        # leaves its old content's offset for a copy of it, whatever names the two have now
+        # (a copy app.log.1 of content now renamed to app.log.2).
+        found.sort(key=lambda f: (f[1].st_dev, f[1].st_ino) not in self._known_rows)
+        for path, st in found:
+            self._open(path, st)
         for ident, t in self.tracked.items():
             if ident not in seen and not t.rotated:
                 t.rotated = True
@@ -430,12 +438,13 @@ class FileSource:
         if t.copied_at is None:
             self._truncations.append(_Truncation(t.fingerprint, t.offset, unread, t.path,
                                                  time.monotonic() + COPY_GRACE_S, t.source_id))
+        old_state = "truncated" if t.copied_at is None else "copied"   # its copy is known
         t.copied_at = None
         t.offset = 0
         t.fingerprint = os.pread(t.fd, FINGERPRINT_BYTES, 0)
         # The new content is a new generation with its own id: checkpoints only move forward,
         # and the old generation's positions in the pool must not apply to it.
-        self.db.update(t.source_id, state="truncated")
+        self.db.update(t.source_id, state=old_state)
         t.source_id = self.db.add_file(self.cfg.index, t.dev, t.ino, t.fingerprint, t.path, 0)
 
     def _close_finished(self) -> None:

@@ -261,3 +261,32 @@ def test_a_copy_found_while_still_being_written_is_not_taken_for_a_truncation(tm
     h.step(3)
     assert sorted(h.ids()) == list(range(250))
     assert h.metrics.get("agent_source_rotations_total", kind="truncated", topic="t") == 1
+
+
+def test_a_copytruncate_then_a_rename_while_stopped_resumes_the_copy_where_reading_stopped(
+        tmp_path):
+    """While the agent was down, app.log was copied to app.log.1 and truncated, then renamed
+    to app.log.2 and a new app.log begun. app.log.1 sorts before app.log.2, where the old inode
+    now is: the copy must still start where reading of the old content stopped."""
+    h = Harness(tmp_path)
+    app = h.logs / "app.log"
+    app.write_bytes(lines(0, 100))
+    h.step()
+    first = h.ids()
+    h.drain_all()
+    h.src.close()
+    h.pool.close()
+    with open(app, "ab") as f:
+        f.write(lines(100, 120))
+    shutil.copyfile(app, h.logs / "app.log.1")          # copytruncate ...
+    os.truncate(app, 0)
+    with open(app, "ab") as f:
+        f.write(lines(120, 200))
+    os.rename(app, h.logs / "app.log.2")                 # ... then rename-and-create
+    app.write_bytes(lines(200, 250))
+    h.db.close()
+    h.journal.close()
+    h.open()
+    h.step()
+    assert sorted(first + h.ids()) == list(range(250))
+    assert h.journal.entries() == []
