@@ -115,25 +115,24 @@ class AgentProcess:
 
 def consume_counts(bootstrap: str, topic: str, expected: int, timeout_s: float,
                    parse=lambda v: v, on_msg=None) -> Counter:
-    """Read ``topic`` from the start until ``expected`` records came (or the time is up);
-    ``on_msg`` sees every record (its timestamp, its headers)."""
+    """Read ``topic`` from the start until ``expected`` distinct values (after ``parse``) came,
+    or the time is up; ``on_msg`` sees every record (its timestamp, its headers). Distinct, not
+    records: duplicates must not end the reading while some values have yet to arrive."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{time.time_ns()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     md = consumer.list_topics(topic, timeout=30).topics[topic]
     consumer.assign([TopicPartition(topic, p, 0) for p in md.partitions])
     counts: Counter = Counter()
-    total = 0
     deadline = time.monotonic() + timeout_s
     try:
-        while total < expected and time.monotonic() < deadline:
+        while len(counts) < expected and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=10000, timeout=0.5):
                 if msg.error():
                     continue
                 counts[parse(msg.value())] += 1
-                total += 1
                 if on_msg is not None:
                     on_msg(msg)
-        # anything beyond the expected count (duplicates) arrives soon after; read a moment more
+        # duplicates of values already seen may still come; read a moment more
         quiet_until = time.monotonic() + 2
         while time.monotonic() < quiet_until:
             batch = consumer.consume(num_messages=10000, timeout=0.5)
