@@ -70,6 +70,12 @@ class Harness:
         self.journal.close()
         self.open()
 
+    def start_again(self):
+        """After the source and the pool were closed or dropped, as a stopped agent leaves them."""
+        self.db.close()
+        self.journal.close()
+        self.open()
+
     def drain_all(self):
         for s in self.pool.sealed():
             self.pool.free(s)
@@ -149,9 +155,7 @@ def test_a_restart_rereads_what_was_only_in_a_filling_slot(tmp_path):
     h.step()                                             # 50..79 only in a filling slot
     h.src.close()
     del h.pool                                           # killed: nothing sealed or closed
-    h.db.close()
-    h.journal.close()
-    h.open()
+    h.start_again()
     h.step()
     assert h.ids() == list(range(80))
 
@@ -207,8 +211,8 @@ def test_a_symlinked_path_is_followed_to_its_target(tmp_path, name):
     assert h.ids() == list(range(5))
 
 
-def test_a_copytruncate_while_the_agent_was_stopped_resumes_the_copy_where_reading_stopped(
-        tmp_path):
+def _read_100_lines_then_stop(tmp_path) -> tuple[Harness, object, list[int]]:
+    """100 lines read, sealed and sent; the agent stopped; 20 more lines written meanwhile."""
     h = Harness(tmp_path)
     app = h.logs / "app.log"
     app.write_bytes(lines(0, 100))
@@ -219,13 +223,17 @@ def test_a_copytruncate_while_the_agent_was_stopped_resumes_the_copy_where_readi
     h.pool.close()
     with open(app, "ab") as f:
         f.write(lines(100, 120))
+    return h, app, first
+
+
+def test_a_copytruncate_while_the_agent_was_stopped_resumes_the_copy_where_reading_stopped(
+        tmp_path):
+    h, app, first = _read_100_lines_then_stop(tmp_path)
     shutil.copyfile(app, h.logs / "app.log.1")          # rotated while the agent was down
     os.truncate(app, 0)
     with open(app, "ab") as f:
         f.write(lines(120, 300))
-    h.db.close()
-    h.journal.close()
-    h.open()
+    h.start_again()
     h.step()
     assert sorted(first + h.ids()) == list(range(300))
     assert h.journal.entries() == []
@@ -268,25 +276,14 @@ def test_a_copytruncate_then_a_rename_while_stopped_resumes_the_copy_where_readi
     """While the agent was down, app.log was copied to app.log.1 and truncated, then renamed
     to app.log.2 and a new app.log begun. app.log.1 sorts before app.log.2, where the old inode
     now is: the copy must still start where reading of the old content stopped."""
-    h = Harness(tmp_path)
-    app = h.logs / "app.log"
-    app.write_bytes(lines(0, 100))
-    h.step()
-    first = h.ids()
-    h.drain_all()
-    h.src.close()
-    h.pool.close()
-    with open(app, "ab") as f:
-        f.write(lines(100, 120))
+    h, app, first = _read_100_lines_then_stop(tmp_path)
     shutil.copyfile(app, h.logs / "app.log.1")          # copytruncate ...
     os.truncate(app, 0)
     with open(app, "ab") as f:
         f.write(lines(120, 200))
     os.rename(app, h.logs / "app.log.2")                 # ... then rename-and-create
     app.write_bytes(lines(200, 250))
-    h.db.close()
-    h.journal.close()
-    h.open()
+    h.start_again()
     h.step()
     assert sorted(first + h.ids()) == list(range(250))
     assert h.journal.entries() == []
