@@ -289,6 +289,7 @@ class Drain:
                     send.handed = self.handed
                     return n, True
                 except KafkaException as exc:
+                    self.handed -= 1            # refused at once: never handed over
                     self.failed(send, (topic, payload[o:o + lengths[i]], key, times[i],
                                        headers), exc.args[0])
                 i += 1
