@@ -28,16 +28,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import repeat
 from pathlib import Path
 
 import numpy as np
-import xxhash
 from apscheduler.schedulers.background import BackgroundScheduler
 from confluent_kafka import Producer
 
 from audit.delivery import deliver
-from audit.record import HASH_SEED, PRODUCER_TIER, AuditRecord, value_hash, window_start
+from audit.record import PRODUCER_TIER, AuditRecord, value_hash, value_hashes, window_start
 
 from .buffer import SealedSlot
 from .buffer.layout import seq_order_key
@@ -74,11 +72,9 @@ def tally_slot(slot: SealedSlot, window_ms: int, now_ms: int) -> dict[int, Tally
     payload = memoryview(slot.payload)
     for block in slot.blocks():
         windows = block.timestamps // window_ms * window_ms
-        # value_hash per record, with the loop in C: a slice and a hash each, no Python frame
         values = map(payload.__getitem__, map(slice, block.offsets.tolist(),
                                               (block.offsets + block.lengths).tolist()))
-        hashes = np.fromiter(map(xxhash.xxh64_intdigest, values, repeat(HASH_SEED)), np.uint64,
-                             len(block))
+        hashes = np.fromiter(value_hashes(values), np.uint64, len(block))
         late = windows + window_ms <= now_ms
         first, last = int(windows[0]), int(windows[-1])
         if first == last and (windows == first).all():       # the usual case: one window

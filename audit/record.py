@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from itertools import repeat
 
 import xxhash
 
@@ -43,6 +45,11 @@ WAREHOUSE_TIER = "warehouse"
 def value_hash(value: bytes | memoryview) -> int:
     """XXH64 of one record value with seed 42, unsigned: the term every tier sums."""
     return xxhash.xxh64_intdigest(value, HASH_SEED)
+
+
+def value_hashes(values: Iterable[bytes | memoryview]) -> Iterator[int]:
+    """``value_hash`` of each value, the loop in C (no Python call per value): for a slot."""
+    return map(xxhash.xxh64_intdigest, values, repeat(HASH_SEED))
 
 
 def checksum_hex(total: int) -> str:
