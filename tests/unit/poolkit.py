@@ -1,4 +1,5 @@
-"""Helpers for the buffer pool tests: chunks of numbered lines, a fake clock, crashing file ops."""
+"""Helpers for the buffer pool tests: chunks of numbered lines, a fake clock, crashing file ops;
+and for the drain tests, a drain of a small sealed pool toward an address with no broker."""
 
 from __future__ import annotations
 
@@ -68,3 +69,20 @@ class CrashingOps(FileOps):
 
 
 ENOSPC = errno.ENOSPC
+
+
+def unreachable_drain(tmp_path, data: bytes, times, origin: bytes = b"a"):
+    """The lines of ``data`` (one time each, or one for all) sealed in 16 KiB slots of a small
+    pool, and a ``Drain`` of it toward 127.0.0.1:9, where no broker answers: what is produced
+    stays in librdkafka's queue until purged. Returns (drain, pool)."""
+    from agent.drain.drain import Drain
+    from agent.journal import LossJournal
+    from agent.telemetry import Metrics
+
+    metrics = Metrics()
+    pool = BufferPool(tmp_path / "p", 1 << 20, 16 << 10, linger_ms=1e9, sync_on_seal=False)
+    pool.append("t", Chunk.from_lines(data, times))
+    pool.seal_all()
+    drain = Drain(pool, {"bootstrap.servers": "127.0.0.1:9"},
+                  LossJournal(tmp_path / "j", metrics), metrics, tmp_path / "dead", origin)
+    return drain, pool

@@ -47,21 +47,13 @@ def test_records_that_fail_go_again_with_their_own_time_and_headers(tmp_path):
 
     import numpy as np
 
-    from agent.buffer import BufferPool, Chunk
-    from agent.drain.drain import Drain
-    from agent.journal import LossJournal
-    from agent.telemetry import Metrics
+    from tests.unit.poolkit import unreachable_drain
 
-    metrics = Metrics()
-    pool = BufferPool(tmp_path / "p", 1 << 20, 16 << 10, linger_ms=1e9, sync_on_seal=False)
     lines = [b"event %d" % i for i in range(300)] + [b"y" * 40_000]      # the last one splits
     data = b"".join(v + b"\n" for v in lines)
     times = np.arange(1_795_000_000_000, 1_795_000_000_000 + len(lines) * 1000, 1000)
-    pool.append("t", Chunk.from_lines(data, times))
-    pool.seal_all()
+    drain, pool = unreachable_drain(tmp_path, data, times, origin=b"agent-7")
     expected = Counter()
-    drain = Drain(pool, {"bootstrap.servers": "127.0.0.1:9"}, LossJournal(tmp_path / "j", metrics),
-                  metrics, tmp_path / "dead", b"agent-7")
     for slot in pool.sealed():
         payload = bytes(slot.payload)
         for offsets, lengths, ts, _keys, headers in drain.block_lists(slot):

@@ -6,21 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.buffer import BufferPool, Chunk
-from agent.drain.drain import Drain
-from agent.journal import LossJournal
-from agent.telemetry import Metrics
+from agent.drain.drain import MAX_INFLIGHT_SLOTS
+from tests.unit.poolkit import unreachable_drain
 
 
-def _drain(tmp_path, records: int) -> tuple[Drain, BufferPool]:
-    metrics = Metrics()
-    pool = BufferPool(tmp_path / "p", 1 << 20, 16 << 10, linger_ms=1e9, sync_on_seal=False)
+def _drain(tmp_path, records: int):
     data = b"".join(b"event %d\n" % i for i in range(records))
-    pool.append("t", Chunk.from_lines(data, np.full(records, 1_795_000_000_000)))
-    pool.seal_all()
-    drain = Drain(pool, {"bootstrap.servers": "127.0.0.1:9"},
-                  LossJournal(tmp_path / "j", metrics), metrics, tmp_path / "dead", b"a")
-    return drain, pool
+    return unreachable_drain(tmp_path, data, np.full(records, 1_795_000_000_000))
 
 
 def test_no_slot_is_freed_while_librdkafka_holds_its_records(tmp_path):
@@ -43,8 +35,6 @@ def test_no_slot_is_freed_while_librdkafka_holds_its_records(tmp_path):
 
 
 def test_the_window_of_slots_in_flight_is_bounded(tmp_path):
-    from agent.drain.drain import MAX_INFLIGHT_SLOTS
-
     drain, pool = _drain(tmp_path, 20_000)
     assert len(pool.sealed()) > MAX_INFLIGHT_SLOTS
     for _ in range(5):
