@@ -66,6 +66,17 @@ def _trigger(opts: JobOptions) -> dict:
     return {"availableNow": True} if opts.once else {"processingTime": f"{opts.trigger_s} seconds"}
 
 
+def _start_counting(rows, name: str, writer: AuditWriter, opts: JobOptions):
+    """The counting query both jobs run: ``rows`` (topic, timestamp, value, origin) counted per
+    (topic, window, origin), the changed groups written to the audit topic each trigger."""
+    return (count_by_window(rows, opts.window_ms)
+            .writeStream.queryName(name).outputMode("update")
+            .option("checkpointLocation", str(opts.checkpoint_dir / "count"))
+            .foreachBatch(emit_batch(writer))
+            .trigger(**_trigger(opts))
+            .start())
+
+
 def run_count(cluster: str, opts: JobOptions) -> None:
     stop = _stop_on_signals()
     spark = spark_session(f"docket-audit-count-{cluster}", opts)
@@ -74,12 +85,7 @@ def run_count(cluster: str, opts: JobOptions) -> None:
     writer = AuditWriter(opts, tier=cluster, emitter=f"{cluster}/count")
     name = f"docket-count-{cluster}"
     spark.streams.addListener(make_progress_listener({name: (writer, writer.emitter, ckpt)}))
-    counts = count_by_window(with_origin(kafka_stream(spark, opts)), opts.window_ms)
-    query = (counts.writeStream.queryName(name).outputMode("update")
-             .option("checkpointLocation", str(ckpt / "count"))
-             .foreachBatch(emit_batch(writer))
-             .trigger(**_trigger(opts))
-             .start())
+    query = _start_counting(with_origin(kafka_stream(spark, opts)), name, writer, opts)
     log.info("counting cluster %s (%s) into %s every %s", cluster, opts.bootstrap_servers,
              opts.audit_topic, "run (once)" if opts.once else f"{opts.trigger_s} s")
     try:
@@ -118,12 +124,7 @@ def run_land(warehouse: Path, opts: JobOptions) -> None:
 
     def start_counting():
         landed = spark.readStream.schema(LANDED_SCHEMA).parquet(str(data))
-        return (count_by_window(landed, opts.window_ms)
-                .writeStream.queryName(count_name).outputMode("update")
-                .option("checkpointLocation", str(ckpt / "count"))
-                .foreachBatch(emit_batch(writer))
-                .trigger(**_trigger(opts))
-                .start())
+        return _start_counting(landed, count_name, writer, opts)
 
     log.info("landing %s into %s; counting what landed into %s", opts.bootstrap_servers, data,
              opts.audit_topic)
