@@ -1,17 +1,23 @@
 """The agent's state database (SQLite under ``state_dir``): file checkpoints.
 
-Table ``files``, one row per file identity the agent has read::
+Table ``files``, one row per *generation*: a stream of file content, from its first byte. A file
+that is truncated in place (copytruncate) starts a new generation on the same inode; a copy of
+old content found later continues the old generation (its row moves to the copy's inode)::
 
     source_id      INTEGER PRIMARY KEY  — the id the buffer pool records in slot positions
     source_index   which [[sources]] block found it
-    dev, ino       identity on disk (with the fingerprint, to tell a reused inode apart)
-    fingerprint    the file's first bytes (up to FINGERPRINT_BYTES)
+    dev, ino       the inode holding the content now
+    fingerprint    the content's first bytes (up to FINGERPRINT_BYTES); it always covers at
+                   least min(sealed_offset, FINGERPRINT_BYTES) bytes: it is stored before the
+                   bytes it covers are handed to the pool
     path           where it was last seen
-    sealed_offset  bytes of the file that are in sealed slots: tailing resumes here
-    acked_offset   bytes of the file Kafka acknowledged (for lag; never ahead of sealed_offset)
-    size_seen      the file's size when last looked at
-    state          active | rotated | done | gone | truncated (an old generation of a file
-                   that was truncated) | copied (that generation's copy was found)
+    sealed_offset  bytes of the content that are in sealed slots: tailing resumes here
+    acked_offset   bytes Kafka acknowledged (for lag; never ahead of sealed_offset)
+    size_seen      the content's size when last looked at (stored at least every second)
+    state          see STATES
+    tail           for an orphan: the bytes just before where reading stopped (a copy must
+                   hold them at the same offset), when known
+    orphaned_ms    when the content lost its inode (state orphaned or lost)
     updated_ms
 
 Checkpoints only move forward, and only once data is sealed (``advance_sealed``). The audit
@@ -23,42 +29,122 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import sqlite_utils
 
 FINGERPRINT_BYTES = 1024
 
+# Generation states.
+ACTIVE = "active"        # at (dev, ino), found under the globs, tailed
+ROTATED = "rotated"      # its inode is no longer under the globs: read to its end through the fd
+DONE = "done"            # read to its end and closed; resumed if the content shows up again
+ORPHANED = "orphaned"    # its inode no longer holds it (truncated in place, or reused): what was
+#                          not read can only come from a copy, awaited for COPY_GRACE
+LOST = "lost"            # an orphan no copy was found for: journaled; a late copy still resumes it
+GONE = "gone"            # vanished while the agent was stopped: journaled
+STATES = (ACTIVE, ROTATED, DONE, ORPHANED, LOST, GONE)
+# Names written by earlier versions, read as today's.
+_LEGACY = {"truncated": ORPHANED, "copied": DONE}
+
+_NEW_COLUMNS = {"tail": "BLOB", "orphaned_ms": "INTEGER"}
+
 
 class StateDB:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, crash_point: Callable[[str], None] | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite_utils.Database(path)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        self._crash_point = crash_point or (lambda name: None)
         self.files = self.db["files"]
         if not self.files.exists():
             self.files.create({
                 "source_id": int, "source_index": int, "dev": int, "ino": int,
                 "fingerprint": bytes, "path": str, "sealed_offset": int, "acked_offset": int,
-                "size_seen": int, "state": str, "updated_ms": int,
+                "size_seen": int, "state": str, "tail": bytes, "orphaned_ms": int,
+                "updated_ms": int,
             }, pk="source_id")
             self.files.create_index(["dev", "ino"])
+        else:
+            have = set(self.files.columns_dict)
+            with self.db.conn:
+                for name, kind in _NEW_COLUMNS.items():
+                    if name not in have:
+                        self.db.execute(f"ALTER TABLE files ADD COLUMN {name} {kind}")
+                for old, new in _LEGACY.items():
+                    self.db.execute("UPDATE files SET state = ? WHERE state = ?", (new, old))
 
+    # -- reading ------------------------------------------------------------------------------
     def all_files(self) -> list[dict]:
         return list(self.files.rows)
 
+    def rows(self, source_index: int, states: Iterable[str]) -> list[dict]:
+        states = list(states)
+        marks = ", ".join("?" * len(states))
+        return list(self.files.rows_where(f"source_index = ? AND state IN ({marks})",
+                                          [source_index, *states], order_by="source_id"))
+
+    def rows_at(self, source_index: int, dev: int, ino: int) -> list[dict]:
+        """The generations recorded on one inode, oldest first."""
+        return list(self.files.rows_where("source_index = ? AND dev = ? AND ino = ?",
+                                          [source_index, dev, ino], order_by="source_id"))
+
+    def get(self, source_id: int) -> dict:
+        return self.files.get(source_id)
+
+    # -- writing ------------------------------------------------------------------------------
     def add_file(self, source_index: int, dev: int, ino: int, fingerprint: bytes, path: str,
-                 start_offset: int = 0) -> int:
-        row = {"source_index": source_index, "dev": dev, "ino": ino, "fingerprint": fingerprint,
-               "path": path, "sealed_offset": start_offset, "acked_offset": start_offset,
-               "size_seen": 0, "state": "active", "updated_ms": _now_ms()}
-        return self.files.insert(row).last_pk
+                 start_offset: int = 0, size_seen: int = 0) -> int:
+        self._crash_point("db:add_file")
+        with self.db.conn:
+            return self._insert(source_index, dev, ino, fingerprint, path, start_offset,
+                                size_seen)
+
+    def _insert(self, source_index, dev, ino, fingerprint, path, start_offset, size_seen) -> int:
+        cur = self.db.conn.execute(
+            "INSERT INTO files (source_index, dev, ino, fingerprint, path, sealed_offset, "
+            "acked_offset, size_seen, state, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (source_index, dev, ino, fingerprint, path, start_offset, start_offset, size_seen,
+             ACTIVE, _now_ms()))
+        return cur.lastrowid
 
     def update(self, source_id: int, **fields) -> None:
+        self._crash_point("db:update")
         fields["updated_ms"] = _now_ms()
-        self.files.update(source_id, fields)
+        names = ", ".join(f"{k} = ?" for k in fields)
+        with self.db.conn:
+            self.db.conn.execute(f"UPDATE files SET {names} WHERE source_id = ?",
+                                 [*fields.values(), source_id])
+
+    def orphan(self, source_id: int, size_seen: int, tail: bytes | None,
+               successor: dict | None = None) -> int | None:
+        """Mark a generation orphaned and, in the same transaction, start the generation that
+        now occupies its inode (``successor``: source_index, dev, ino, fingerprint, path,
+        size_seen). Returns the successor's source_id."""
+        self._crash_point("db:orphan")
+        now = _now_ms()
+        with self.db.conn:
+            self.db.conn.execute(
+                "UPDATE files SET state = ?, size_seen = MAX(size_seen, ?), tail = ?, "
+                "orphaned_ms = ?, updated_ms = ? WHERE source_id = ?",
+                (ORPHANED, size_seen, tail, now, now, source_id))
+            if successor is None:
+                return None
+            s = successor
+            return self._insert(s["source_index"], s["dev"], s["ino"], s["fingerprint"],
+                                s["path"], 0, s["size_seen"])
+
+    def set_sizes(self, sizes: dict[int, int]) -> None:
+        if not sizes:
+            return
+        self._crash_point("db:set_sizes")
+        now = _now_ms()
+        with self.db.conn:
+            self.db.conn.executemany(
+                "UPDATE files SET size_seen = ?, updated_ms = ? WHERE source_id = ?",
+                [(size, now, sid) for sid, size in sizes.items()])
 
     def advance_sealed(self, positions: dict[int, int],
                        also: Callable[[sqlite3.Connection], None] | None = None) -> None:
@@ -74,6 +160,7 @@ class StateDB:
                  also: Callable[[sqlite3.Connection], None] | None = None) -> None:
         if not positions and also is None:
             return
+        self._crash_point("db:advance")
         now = _now_ms()
         with self.db.conn:
             if positions:

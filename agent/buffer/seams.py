@@ -22,6 +22,10 @@ class Clock:
     def monotonic_ns(self) -> int:
         return time.monotonic_ns()
 
+    def time_ms(self) -> int:
+        """Wall time in ms: the read time given to events without one of their own."""
+        return time.time_ns() // 1_000_000
+
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 

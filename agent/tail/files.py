@@ -1,26 +1,33 @@
 """The file source: tail every file matching a source's globs into the buffer pool.
 
-Identity is (device, inode) plus the file's first bytes (its *fingerprint*), so a renamed file is
-the same file and a reused inode is not. What it handles, and how:
+The parts, as the data flows (Fluent Bit's in_tail splits scan / file / db the same way):
+
+- ``discovery.py`` lists the globs' files by identity (device, inode);
+- ``generations.py`` holds the one model of content and its copies — generations, orphans, held
+  copies — and the rules that match a found file to them (read its docstring first);
+- ``reader.py`` reads an open file, checking its first bytes after every read;
+- this module decides, at every scan, what each found file is, and keeps the state database
+  (``agent/state.py``) true: every transition of a generation is one transaction.
+
+What it handles, and how:
 
 - **rename-and-create rotation**: the old inode is no longer at its path; it stays open and is
-  read to its end before it is closed (old files are read before new ones).
-- **copytruncate**: the file shrinks below what was read: reading restarts at 0. When the glob
-  also matches the copy (a new inode whose fingerprint equals the old content's), the copy is
-  read from the old read offset on — only what had not been read. Bytes seen written but never
-  read, and not found in a copy within ``COPY_GRACE_S``, are journaled as ``unaccounted_bytes``.
+  read to its end (old files are read before new ones), then closed.
+- **copytruncate**: the generation on the truncated inode becomes an orphan and a new generation
+  starts there at 0. Its copy, when the globs match it, continues the orphan where reading
+  stopped — also when the copy was seen first (it is held until the truncation) and when both
+  happened while the agent was stopped. Unread bytes no copy accounts for are journaled
+  (``unaccounted_bytes``).
+- **deleted or renamed away while the agent was stopped**: at start the inode is looked for in
+  the globs' folders under any name and read to its end; if it is nowhere, the generation is an
+  orphan (a copy may still hold it) and is then journaled as ``deleted_unread``, open-ended: its
+  content after the last known size is unknown.
+- **a race between listing and opening**: the descriptor is checked to be the inode listed.
 - **symlinks**: globs are resolved; identity is the target's.
-- **late files**: every scan (file events through ``watch.FolderWatch``, and polling every
-  ``poll_interval_ms`` behind them) finds them; one shorter than
-  ``MIN_FINGERPRINT`` bytes waits until it is longer or has not changed for ``SETTLE_S`` (it may
-  be a copy still being written).
-- **deleted files**: an open file is read to its end even after it is unlinked. A file the state
-  database knows but that vanished with unread bytes while the agent was down is journaled as
-  ``deleted_unread``.
+- **unreadable files**: logged once, shown in status, tried again at every scan.
 - **partial last line**: waits for its newline, or ``partial_flush_ms`` of no change.
-- **restart**: reading resumes at max(sealed checkpoint, pool's recovered position). Files the
-  state database knows are opened before new ones, so a copy made while the agent was stopped
-  finds the old content's offset even when the original was renamed to a later name since.
+- **restart**: every inode the database knows resumes at max(sealed checkpoint, pool's recovered
+  position), before any new file is considered.
 
 Reads are large (``read_chunk_bytes``) and handed to the pool as whole chunks.
 """
@@ -28,98 +35,55 @@ Reads are large (``read_chunk_bytes``) and handed to the pool as whole chunks.
 from __future__ import annotations
 
 import errno
-import glob
 import logging
 import os
-import stat
-import time
-from dataclasses import dataclass
 
-import numpy as np
-
-from ..buffer import BufferPool, Chunk
+from ..buffer import BufferPool
 from ..config import SourceConfig
 from ..journal import LossJournal
-from ..state import FINGERPRINT_BYTES, StateDB
+from ..state import ACTIVE, DONE, FINGERPRINT_BYTES, LOST, ORPHANED, ROTATED, StateDB
 from ..telemetry import Metrics
-from .events import apply_fields
+from . import generations as gen
+from .discovery import Ident, Settling, find_outside, list_files
+from .generations import MATCH, MAYBE, Held, Orphan
+from .reader import Reader, ReadStats, Tracked
+from .seams import FsOps
 
 log = logging.getLogger("docket.agent.files")
 
-MIN_FINGERPRINT = 32          # shorter first bytes cannot tell one file from another
-COPY_GRACE_S = 5.0            # how long a truncated file's unread bytes wait for their copy
-MAX_LINE_BYTES = 64 << 20     # a line longer than this is cut here (counted as line_forced)
-ROTATED_IDLE_S = 1.0          # a rotated file at its end this long is closed
-SETTLE_S = 1.0                # a new file shorter than MIN_FINGERPRINT is read once this still
-
-
-@dataclass
-class Tracked:
-    source_id: int
-    path: str
-    fd: int
-    dev: int
-    ino: int
-    fingerprint: bytes
-    offset: int                      # bytes handed to the pool (whole lines)
-    size_seen: int = 0
-    rotated: bool = False            # no glob path leads to this inode any more
-    idle_since: float | None = None  # at EOF since (monotonic)
-    partial_since: float | None = None
-    partial_size: int = 0
-    copied_at: int | None = None     # a copy of this content was matched at this offset:
-    copy_deadline: float = 0.0       # hold reading until the truncation that should follow
-
-
-@dataclass
-class _Truncation:
-    fingerprint: bytes
-    offset: int
-    unread: int
-    path: str
-    deadline: float
-    source_id: int
-
-
-@dataclass
-class ReadStats:
-    bytes: int = 0
-    events: int = 0
-    blocked: bool = False
-
-
-def _same_content(stored: bytes, current: bytes) -> bool:
-    """The file still starts as it did: a file only grows, so its first bytes only lengthen."""
-    return len(current) >= len(stored) and current.startswith(stored)
-
-
-def _prefix_match(a: bytes, b: bytes) -> bool:
-    n = min(len(a), len(b))
-    return n >= MIN_FINGERPRINT and a[:n] == b[:n]
+ROTATED_IDLE_S = 5.0          # a rotated file at its end this long is closed
+SIZE_PERSIST_S = 1.0          # sizes seen are stored at least this often
 
 
 class FileSource:
     def __init__(self, cfg: SourceConfig, pool: BufferPool, db: StateDB, journal: LossJournal,
-                 metrics: Metrics, recovered: dict[int, int]):
+                 metrics: Metrics, recovered: dict[int, int], fs: FsOps | None = None,
+                 clock=None):
         self.cfg = cfg
         self.pool = pool
         self.db = db
         self.journal = journal
         self.metrics = metrics
         self.recovered = recovered
-        self.tracked: dict[tuple[int, int], Tracked] = {}
-        self._truncations: list[_Truncation] = []
-        self._young: dict[tuple[int, int], tuple[int, float]] = {}   # ident → (size, since)
+        self.fs = fs or FsOps()
+        self.clock = clock or pool.clock
+        self.tracked: dict[Ident, Tracked] = {}
+        self.held: dict[Ident, Held] = {}
+        self.settling = Settling(gen.SETTLE_S)
+        self.unreadable: dict[str, str] = {}           # path → why, while it stays so
         self._warned: set[tuple[str, str]] = set()
-        rows = [r for r in db.all_files() if r["source_index"] == cfg.index]
-        self._known_rows = {(r["dev"], r["ino"]): r for r in rows
-                            if r["state"] in ("active", "rotated")}
-        # Old generations of truncated files: a copy of one found after a restart starts where
-        # the reading of that generation stopped.
-        self._old_generations = [r for r in rows if r["state"] == "truncated"]
-        self._startup_checked = False
+        self._sizes_stored: dict[int, int] = {}
+        self._closed: dict[int, int] = {}              # source_id → offset, closed this run
+        self._next_size_store = 0.0
+        self._started = False
+        self.reader = Reader(cfg, pool, self.fs, self.clock, metrics, self._truncated,
+                             self._store_fingerprint)
+        self.orphans = self._load_orphans()
 
-    # -- discovery ----------------------------------------------------------------------------
+    # -- helpers ------------------------------------------------------------------------------
+    def _now(self) -> float:
+        return self.clock.monotonic_ns() / 1e9
+
     def _bad(self, kind: str, count: int = 1) -> None:
         self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
 
@@ -128,169 +92,309 @@ class FileSource:
             self._warned.add((kind, path))
             self._bad(kind)
 
+    def _rotation(self, kind: str) -> None:
+        self.metrics.inc("agent_source_rotations_total", kind=kind, topic=self.cfg.topic)
+
+    def _resume_offset(self, row: dict) -> int:
+        """Where reading of a generation goes on: after what is sealed (the checkpoint, or a
+        slot recovered from the pool), or what this run handed over before closing it."""
+        sid = row["source_id"]
+        return max(row["sealed_offset"], self.recovered.get(sid, 0), self._closed.get(sid, 0))
+
+    def _load_orphans(self) -> list[Orphan]:
+        """Orphans of earlier runs wait again for their copies; journaled ones are still matched
+        until their retention ends."""
+        now, now_ms = self._now(), self.clock.time_ms()
+        out = []
+        for row in self.db.rows(self.cfg.index, (ORPHANED, LOST)):
+            age_s = max(0.0, (now_ms - (row["orphaned_ms"] or now_ms)) / 1000)
+            if age_s >= gen.ORPHAN_RETENTION_S:
+                continue
+            out.append(Orphan(row["source_id"], row["fingerprint"] or b"",
+                              self._resume_offset(row), row["size_seen"], row["tail"] or b"",
+                              row["path"], now + gen.COPY_GRACE_S,
+                              now + gen.ORPHAN_RETENTION_S - age_s,
+                              journaled=row["state"] == LOST, while_stopped=True,
+                              reason="unaccounted_bytes"))
+        return out
+
+    # -- scanning -----------------------------------------------------------------------------
     def scan(self) -> None:
-        # Truncations first, so a copytruncate's copy found below matches the old content.
-        for t in self.tracked.values():
-            self._check_truncated(t)
-        seen: set[tuple[int, int]] = set()
-        found: list[tuple[str, os.stat_result]] = []
-        for pattern in self.cfg.paths:
-            for path in sorted(glob.glob(pattern)):
-                try:
-                    st = os.stat(path)          # follows symlinks: identity is the target's
-                except OSError:
-                    continue                    # vanished between glob and stat
-                if not stat.S_ISREG(st.st_mode):
-                    self._warn_once("not_a_file", path)
-                    continue
-                ident = (st.st_dev, st.st_ino)
-                seen.add(ident)
-                t = self.tracked.get(ident)
-                if t is not None:
-                    t.path, t.rotated = path, False
-                    continue
-                if self._old_enough(ident, st):
-                    found.append((path, st))
-        # Files the state database knows first: one truncated while the agent was stopped then
-        # leaves its old content's offset for a copy of it, whatever names the two have now
-        # (a copy app.log.1 of content now renamed to app.log.2).
-        found.sort(key=lambda f: (f[1].st_dev, f[1].st_ino) not in self._known_rows)
-        for path, st in found:
-            self._open(path, st)
-        for ident, t in self.tracked.items():
-            if ident not in seen and not t.rotated:
-                t.rotated = True
-                self.metrics.inc("agent_source_rotations_total", kind="moved_or_deleted",
-                                 topic=self.cfg.topic)
-                self.db.update(t.source_id, state="rotated", path=t.path)
-        if not self._startup_checked:
-            self._startup_checked = True
-            self._journal_vanished(seen)
-        self._expire_truncations()
+        # Truncations first, so a copy found below finds the old content's orphan.
+        for t in list(self.tracked.values()):
+            self.reader.check(t)
+        found = list_files(self.fs, self.cfg.paths,
+                           lambda path: self._warn_once("not_a_file", path))
+        self._follow_tracked(found)
+        new = []
+        for ident, (path, st) in found.items():
+            if ident in self.tracked or ident in self.held:
+                continue
+            rows = [r for r in self.db.rows_at(self.cfg.index, *ident)
+                    if r["state"] in (ACTIVE, ROTATED, DONE)]
+            if rows:
+                self._open_known(ident, path, st, rows)
+            else:
+                new.append((ident, path, st))
+        if not self._started:
+            self._started = True
+            self._vanished_while_stopped(found)
+        for ident, path, st in new:
+            self._consider(ident, path, st)
+        self.settling.keep_only(set(found))
+        for path in [p for p in self.unreadable if p not in {f[0] for f in found.values()}]:
+            del self.unreadable[path]
+        self._decide_held()
+        self._expire_orphans()
+        self._store_sizes()
         self.metrics.set("agent_source_files", len(self.tracked), topic=self.cfg.topic)
 
-    def _old_enough(self, ident: tuple[int, int], st: os.stat_result) -> bool:
-        """A new file shorter than a fingerprint cannot be told apart yet: it may be a copy
-        being written (copytruncate). Wait until it is long enough, or has kept its size for
-        SETTLE_S (a small file that stays small)."""
-        if st.st_size >= MIN_FINGERPRINT:
-            self._young.pop(ident, None)
-            return True
-        now = time.monotonic()
-        size, since = self._young.get(ident, (None, now))
-        if size != st.st_size:
-            self._young[ident] = (st.st_size, now)
-            return False
-        if now - since >= SETTLE_S:
-            del self._young[ident]
-            return True
-        return False
+    def _follow_tracked(self, found: dict) -> None:
+        for ident, t in self.tracked.items():
+            hit = found.get(ident)
+            if hit is not None:
+                if t.rotated or t.path != hit[0]:
+                    t.path, t.rotated = hit[0], False
+                    self.db.update(t.source_id, state=ACTIVE, path=t.path)
+            elif not t.rotated:
+                t.rotated = True
+                self._rotation("moved_or_deleted")
+                self.db.update(t.source_id, state=ROTATED, path=t.path)
+        for ident in [i for i in self.held if i not in found]:
+            self.fs.close(self.held.pop(ident).fd)
 
-    def _open(self, path: str, st: os.stat_result) -> None:
+    def _open(self, path: str, st: os.stat_result) -> int | None:
+        """A descriptor on the inode that was listed at ``path``, or None."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = self.fs.open(path)
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM):
-                self._warn_once("unreadable", path)
+                if path not in self.unreadable:
+                    log.warning("cannot read %s: %s; trying again at every scan", path,
+                                exc.strerror)
+                    self._bad("unreadable")
+                self.unreadable[path] = exc.strerror or "permission denied"
+            return None
+        self.unreadable.pop(path, None)
+        fst = self.fs.fstat(fd)
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+            # Replaced between the listing and the open (a rename-and-create): the next scan
+            # sees both files as they are now.
+            self.fs.close(fd)
+            return None
+        return fd
+
+    def _track(self, ident: Ident, t: Tracked) -> None:
+        self.tracked[ident] = t
+        self.settling.forget(ident)
+        self._sizes_stored[t.source_id] = t.size_seen
+
+    def _open_known(self, ident: Ident, path: str, st: os.stat_result, rows: list[dict]) -> None:
+        """An inode the database knows: the same content resumes; generations it no longer
+        holds become orphans."""
+        fd = self._open(path, st)
+        if fd is None:
             return
-        self._warned.discard(("unreadable", path))
-        fingerprint = os.pread(fd, FINGERPRINT_BYTES, 0)
-        ident = (st.st_dev, st.st_ino)
-        row = self._known_rows.pop(ident, None)
-        if row is not None and not _same_content(row["fingerprint"], fingerprint):
-            # Truncated (and perhaps written again) while the agent was stopped: the old content
-            # is an old generation, which a copy of it found later resumes.
-            old_offset = max(row["sealed_offset"], self.recovered.get(row["source_id"], 0))
-            self.db.update(row["source_id"], state="truncated")
-            self._old_generations.append({**row, "sealed_offset": old_offset})
-            self._truncations.append(_Truncation(
-                row["fingerprint"], old_offset, max(0, row["size_seen"] - old_offset), path,
-                time.monotonic() + COPY_GRACE_S, row["source_id"]))
-            self.metrics.inc("agent_source_rotations_total", kind="truncated",
-                             topic=self.cfg.topic)
-            log.info("%s (inode %d) was truncated while the agent was stopped, after %d bytes "
-                     "read", path, st.st_ino, old_offset)
-            row = None
-        if row is not None:
-            source_id = row["source_id"]
-            offset = max(row["sealed_offset"], self.recovered.get(source_id, 0))
-            self.db.update(source_id, state="active", path=path)
-            log.info("resuming %s (inode %d, source %d) at offset %d of %d", path, st.st_ino,
-                     source_id, offset, st.st_size)
-        else:
-            offset = self._copy_offset(fingerprint)
-            source_id = self.db.add_file(self.cfg.index, st.st_dev, st.st_ino, fingerprint,
-                                         path, offset)
-            log.info("tailing %s (inode %d, source %d) from offset %d of %d%s", path, st.st_ino,
-                     source_id, offset, st.st_size,
-                     " (a copy of content already read)" if offset else "")
-        if st.st_size == 0:
+        head = self.fs.pread(fd, FINGERPRINT_BYTES, 0)
+        same = [r for r in rows if head.startswith(r["fingerprint"] or b"")]
+        keep = same[-1] if same else None
+        for r in rows:
+            if r is not keep and r["state"] in (ACTIVE, ROTATED):
+                self._orphan_row(r, "unaccounted_bytes")
+        if keep is None:
+            self._consider(ident, path, st, fd)
+            return
+        offset = self._resume_offset(keep)
+        self.db.update(keep["source_id"], state=ACTIVE, path=path)
+        log.info("resuming %s (inode %d, source %d) at offset %d of %d", path, ident[1],
+                 keep["source_id"], offset, st.st_size)
+        self._track(ident, Tracked(keep["source_id"], path, fd, *ident,
+                                   keep["fingerprint"] or b"", offset, size_seen=st.st_size))
+
+    def _orphan_row(self, row: dict, reason: str) -> None:
+        """A generation found at start no longer on its inode."""
+        offset = self._resume_offset(row)
+        now = self._now()
+        self.db.orphan(row["source_id"], row["size_seen"], None)
+        self._rotation("truncated")
+        log.info("%s (source %d) no longer holds the content read to offset %d: waiting for a "
+                 "copy of it", row["path"], row["source_id"], offset)
+        self.orphans.append(Orphan(row["source_id"], row["fingerprint"] or b"", offset,
+                                   row["size_seen"], b"", row["path"], now + gen.COPY_GRACE_S,
+                                   now + gen.ORPHAN_RETENTION_S, while_stopped=True,
+                                   reason=reason))
+
+    def _vanished_while_stopped(self, found: dict) -> None:
+        """At start: known inodes no glob lists any more were renamed away or deleted while the
+        agent was stopped. Read them to their end where they still are; else they are orphans,
+        journaled as ``deleted_unread`` unless a copy of them turns up."""
+        rows = [r for r in self.db.rows(self.cfg.index, (ACTIVE, ROTATED))
+                if (r["dev"], r["ino"]) not in found]
+        where = find_outside(self.fs, self.cfg.paths, {(r["dev"], r["ino"]) for r in rows})
+        for r in rows:
+            ident = (r["dev"], r["ino"])
+            hit = where.get(ident)
+            if hit is not None and ident not in self.tracked:
+                fd = self._open(*hit)
+                if fd is not None:
+                    if self.fs.pread(fd, FINGERPRINT_BYTES, 0).startswith(r["fingerprint"]
+                                                                           or b""):
+                        offset = self._resume_offset(r)
+                        log.info("resuming %s (inode %d, source %d), renamed out of the globs "
+                                 "while the agent was stopped, at offset %d", hit[0], ident[1],
+                                 r["source_id"], offset)
+                        self.db.update(r["source_id"], state=ROTATED, path=hit[0])
+                        self._track(ident, Tracked(r["source_id"], hit[0], fd, *ident,
+                                                   r["fingerprint"] or b"", offset,
+                                                   size_seen=hit[1].st_size, rotated=True))
+                        continue
+                    self.fs.close(fd)
+            self._orphan_row(r, "deleted_unread")
+
+    def _consider(self, ident: Ident, path: str, st: os.stat_result, fd: int | None = None
+                  ) -> None:
+        """A file no generation is known on: a copy of an orphan, a copy of a file being
+        tailed, one that may be a copy still being written, or new content."""
+        if fd is None:
+            fd = self._open(path, st)
+            if fd is None:
+                return
+        size = self.fs.fstat(fd).st_size
+        head = self.fs.pread(fd, FINGERPRINT_BYTES, 0)
+
+        def read_at(offset: int, n: int) -> bytes:
+            return self.fs.pread(fd, n, offset)
+
+        maybe = size == 0
+        for o in reversed(self.orphans):                 # the newest first
+            verdict = gen.orphan_match(head, read_at, size, o)
+            if verdict == MATCH:
+                self._continue(o, ident, path, fd, head, size)
+                return
+            maybe |= verdict == MAYBE
+        for t in list(self.tracked.values()):
+            verdict = gen.by_head(head, t.fingerprint)
+            if verdict == MATCH and self._copy_of_live(t, read_at, size):
+                self._hold(t, ident, path, fd, size)
+                return
+            maybe |= verdict == MAYBE
+        if maybe and not self.settling.settled(ident, size, self._now()):
+            self.fs.close(fd)                           # perhaps a copy still being written
+            return
+        source_id = self.db.add_file(self.cfg.index, *ident, head, path, 0, size)
+        log.info("tailing %s (inode %d, source %d) from offset 0 of %d", path, ident[1],
+                 source_id, size)
+        if size == 0:
             self._bad("empty_file")
-        self.tracked[ident] = Tracked(source_id, path, fd, st.st_dev, st.st_ino, fingerprint,
-                                      offset, size_seen=st.st_size)
+        self._track(ident, Tracked(source_id, path, fd, *ident, head, 0, size_seen=size))
 
-    def _copy_offset(self, fingerprint: bytes) -> int:
-        """A new file that is a copy of content already read starts where that reading stopped."""
-        for i, tr in enumerate(self._truncations):
-            if _prefix_match(tr.fingerprint, fingerprint):
-                del self._truncations[i]
-                self._old_generations = [r for r in self._old_generations
-                                         if r["source_id"] != tr.source_id]
-                self.db.update(tr.source_id, state="copied")
-                self.metrics.inc("agent_source_rotations_total", kind="copytruncate_copy",
-                                 topic=self.cfg.topic)
-                return tr.offset
-        for i, row in enumerate(self._old_generations):
-            if _prefix_match(row["fingerprint"], fingerprint):
-                del self._old_generations[i]
-                self.db.update(row["source_id"], state="copied")
-                self.metrics.inc("agent_source_rotations_total", kind="copytruncate_copy",
-                                 topic=self.cfg.topic)
-                return max(row["sealed_offset"], self.recovered.get(row["source_id"], 0))
-        for t in self.tracked.values():
-            if _prefix_match(t.fingerprint, fingerprint):
-                # Copied before the original was truncated (we may not have seen it shrink yet).
-                # Seal first: the copy starts where the original's *sealed* data ends, so a
-                # crash now re-reads nothing twice and loses nothing.
-                self.pool.seal(self.cfg.topic)
-                self.metrics.inc("agent_source_rotations_total", kind="copytruncate_copy",
-                                 topic=self.cfg.topic)
-                t.copied_at = t.offset
-                t.copy_deadline = time.monotonic() + COPY_GRACE_S
-                return t.offset
-        return 0
+    def _copy_of_live(self, t: Tracked, read_at, size: int) -> bool:
+        if size > self.fs.fstat(t.fd).st_size:
+            return False
+        return gen.same_end(read_at, lambda offset, n: self.fs.pread(t.fd, n, offset), size)
 
-    def _journal_vanished(self, seen: set) -> None:
-        for ident, row in list(self._known_rows.items()):
-            if ident in seen:
+    def _continue(self, o: Orphan, ident: Ident, path: str, fd: int, head: bytes,
+                  size: int) -> None:
+        """The file at ``path`` is a copy of orphan ``o``: it continues ``o``'s generation."""
+        if o in self.orphans:
+            self.orphans.remove(o)
+        fingerprint = head if len(head) > len(o.fingerprint) else o.fingerprint
+        self.db.update(o.source_id, dev=ident[0], ino=ident[1], path=path, state=ACTIVE,
+                       size_seen=size, fingerprint=fingerprint, tail=None, orphaned_ms=None)
+        self._rotation("copytruncate_copy")
+        log.info("tailing %s (inode %d) as the copy of source %d from offset %d of %d%s", path,
+                 ident[1], o.source_id, o.offset, size,
+                 "; its unread bytes had been journaled, wrongly" if o.journaled else "")
+        self._track(ident, Tracked(o.source_id, path, fd, *ident, fingerprint, o.offset,
+                                   size_seen=size, tail=o.tail))
+
+    def _hold(self, t: Tracked, ident: Ident, path: str, fd: int, size: int) -> None:
+        log.info("%s (inode %d) is a copy of %s (source %d), which is still being read: "
+                 "holding it until that file is truncated or it is left as it is", path,
+                 ident[1], t.path, t.source_id)
+        self.held[ident] = Held(t.source_id, path, fd, *ident, size,
+                                self._now() + gen.COPY_GRACE_S)
+
+    def _decide_held(self) -> None:
+        now = self._now()
+        for ident, h in list(self.held.items()):
+            size = self.fs.fstat(h.fd).st_size
+            if size != h.size:                          # still being written
+                h.size, h.deadline = size, now + gen.COPY_GRACE_S
                 continue
-            unread = row["size_seen"] - row["sealed_offset"]
-            if unread > 0:
-                self.journal.record("deleted_unread", self.cfg.topic, -1, nbytes=unread,
-                                    source=row["path"],
-                                    byte_range=(row["sealed_offset"], row["size_seen"]),
-                                    detail="no longer found under the globs after the agent "
-                                    "was stopped, with bytes it had not read")
-            self.db.update(row["source_id"], state="gone")
-            del self._known_rows[ident]
+            if now < h.deadline:
+                continue
+            # The original was not truncated: a plain copy of content read from it. Tail it
+            # from its end, as the same content.
+            del self.held[ident]
+            head = self.fs.pread(h.fd, FINGERPRINT_BYTES, 0)
+            source_id = self.db.add_file(self.cfg.index, *ident, head, h.path, size, size)
+            log.info("tailing %s (inode %d, source %d) from its end, %d: a copy of content "
+                     "read from source %d", h.path, ident[1], source_id, size, h.source_id)
+            self._track(ident, Tracked(source_id, h.path, h.fd, *ident, head, size,
+                                       size_seen=size))
 
-    def _journal_unaccounted(self, path: str, nbytes: int, detail: str,
-                             byte_range=None) -> None:
-        self.journal.record("unaccounted_bytes", self.cfg.topic, -1, nbytes=nbytes, source=path,
-                            byte_range=byte_range, detail=detail)
+    def _expire_orphans(self) -> None:
+        now = self._now()
+        for o in list(self.orphans):
+            if not o.journaled and now >= o.deadline:
+                o.journaled = True
+                self.db.update(o.source_id, state=LOST)
+                unread = max(0, o.size_seen - o.offset)
+                if unread or o.while_stopped:
+                    self._journal_orphan(o, unread)
+            if now >= o.expires:
+                self.orphans.remove(o)
 
-    def _expire_truncations(self) -> None:
-        now = time.monotonic()
-        keep = []
-        for tr in self._truncations:
-            if now < tr.deadline:
-                keep.append(tr)
-            elif tr.unread > 0:
-                self._journal_unaccounted(
-                    tr.path, tr.unread,
-                    "file truncated (copytruncate) with bytes written but not read, and no copy "
-                    "of it matched the globs", (tr.offset, tr.offset + tr.unread))
-        self._truncations = keep
+    def _journal_orphan(self, o: Orphan, unread: int) -> None:
+        if o.reason == "deleted_unread":
+            what = "deleted or moved away while the agent was stopped; no copy of it found"
+        else:
+            what = "truncated (copytruncate) with bytes not read, and no copy of it matched " \
+                   "the globs"
+        if o.while_stopped:
+            what += f"; its content after byte {o.size_seen} is unknown"
+        log.warning("%s (source %d): %s; journaled bytes %d-%d", o.path, o.source_id, what,
+                    o.offset, o.size_seen)
+        self.journal.record(o.reason, self.cfg.topic, -1, nbytes=unread, source=o.path,
+                            byte_range=(o.offset, max(o.offset, o.size_seen)),
+                            source_id=o.source_id, open_ended=o.while_stopped, detail=what)
+
+    # -- truncation ---------------------------------------------------------------------------
+    def _truncated(self, t: Tracked, head: bytes) -> None:
+        """The inode of ``t`` no longer holds its generation: that generation becomes an orphan
+        (continued by a held copy when there is one), and a new generation starts at 0."""
+        size = self.fs.fstat(t.fd).st_size
+        unread = max(0, t.size_seen - t.offset)
+        log.info("%s (inode %d) was truncated after %d bytes read (%d seen unread)", t.path,
+                 t.ino, t.offset, unread)
+        self._rotation("truncated")
+        # Seal what was handed over of the old content: the orphan's offset is then sealed.
+        self.pool.seal(self.cfg.topic)
+        now = self._now()
+        orphan = Orphan(t.source_id, t.fingerprint, t.offset, t.size_seen, t.tail, t.path,
+                        now + gen.COPY_GRACE_S, now + gen.ORPHAN_RETENTION_S,
+                        reason="unaccounted_bytes")
+        new_id = self.db.orphan(t.source_id, t.size_seen, t.tail or None, successor={
+            "source_index": self.cfg.index, "dev": t.dev, "ino": t.ino, "fingerprint": head,
+            "path": t.path, "size_seen": size})
+        t.source_id, t.fingerprint, t.offset, t.tail = new_id, head, 0, b""
+        t.size_seen, t.idle_since, t.partial_since, t.partial_size = size, None, None, 0
+        self._sizes_stored[new_id] = size
+        for ident, h in list(self.held.items()):
+            if h.source_id == orphan.source_id:
+                del self.held[ident]
+                copy_head = self.fs.pread(h.fd, FINGERPRINT_BYTES, 0)
+                copy_size = self.fs.fstat(h.fd).st_size
+                if gen.orphan_match(copy_head, lambda o, n, fd=h.fd: self.fs.pread(fd, n, o),
+                                    copy_size, orphan) == MATCH:
+                    self._continue(orphan, ident, h.path, h.fd, copy_head, copy_size)
+                    return
+                self.fs.close(h.fd)                     # no longer matches: looked at anew
+        self.orphans.append(orphan)
+
+    def _store_fingerprint(self, t: Tracked) -> None:
+        self.db.update(t.source_id, fingerprint=t.fingerprint)
 
     # -- reading ------------------------------------------------------------------------------
     def read_some(self, budget_bytes: int) -> ReadStats:
@@ -300,169 +404,54 @@ class FileSource:
         for t in order:
             if stats.bytes >= budget_bytes or stats.blocked:
                 break
-            self._read_file(t, budget_bytes - stats.bytes, stats)
+            self.reader.read(t, budget_bytes - stats.bytes, stats)
         self._close_finished()
         return stats
 
-    def _check_truncated(self, t: Tracked) -> int:
-        """Detect a truncation — the file shrank below the read offset, or its first bytes
-        changed (truncated and written again past the old offset between two looks) — and
-        return the current size."""
-        size = os.fstat(t.fd).st_size
-        # A shrink only counts once the file had reached the offset: a copy still being
-        # written starts beyond its current end, and grows.
-        shrank = t.offset > size and t.size_seen >= t.offset
-        if t.offset and (shrank or not _same_content(
-                t.fingerprint, os.pread(t.fd, len(t.fingerprint), 0))):
-            self._truncated(t)
-        elif len(t.fingerprint) < FINGERPRINT_BYTES and size > len(t.fingerprint):
-            t.fingerprint = os.pread(t.fd, FINGERPRINT_BYTES, 0)
-            self.db.update(t.source_id, fingerprint=t.fingerprint)
-        t.size_seen = size
-        return size
-
-    def _read_file(self, t: Tracked, budget: int, stats: ReadStats) -> None:
-        self._check_truncated(t)
-        if t.copied_at is not None:
-            if time.monotonic() < t.copy_deadline and os.fstat(t.fd).st_size >= t.offset:
-                return             # the copy holds what follows; the truncation is due
-            if time.monotonic() >= t.copy_deadline:
-                t.copied_at = None     # no truncation came: it was a plain copy; read on
-        while budget > 0:
-            size = os.fstat(t.fd).st_size
-            if size < t.offset:
-                size = self._check_truncated(t)
-            t.size_seen = size
-            if size <= t.offset:
-                if t.idle_since is None:
-                    t.idle_since = time.monotonic()
-                return
-            want = min(self.cfg.read_chunk_bytes, size - t.offset)
-            data = os.pread(t.fd, want, t.offset)
-            if not data:
-                return
-            t.idle_since = None
-            last_nl = data.rfind(b"\n")
-            forced = False
-            if last_nl < 0:
-                data, forced = self._long_or_partial(t, data, size)
-                if data is None:
-                    return
-                last_nl = len(data) - 1
-            t.partial_since = None
-            consumed, done = self._hand_over(t, memoryview(data)[:last_nl + 1], stats, forced)
-            budget -= consumed
-            if not done:
-                stats.blocked = True
-                return
-
-    def _long_or_partial(self, t: Tracked, data: bytes, size: int) -> tuple[bytes | None, bool]:
-        """No newline in what was read: a line longer than a read, or a partial last line.
-
-        Returns the bytes to hand over (ending in a newline) and whether that newline was added
-        by the agent, or None when the line must wait."""
-        if t.offset + len(data) < size or len(data) >= self.cfg.read_chunk_bytes:
-            # More bytes follow: read on until a newline (or the line cap).
-            want = min(size - t.offset, MAX_LINE_BYTES)
-            data = os.pread(t.fd, want, t.offset)
-            nl = data.find(b"\n")
-            if nl >= 0:
-                return data[:nl + 1], False
-            if len(data) >= MAX_LINE_BYTES:
-                self._bad("line_forced")
-                return data + b"\n", True
-        # A partial last line: wait for its newline, or flush it after partial_flush_ms.
-        now = time.monotonic()
-        if t.partial_size != len(data) or t.partial_since is None:
-            t.partial_size, t.partial_since = len(data), now
-            return None, False
-        if self.cfg.partial_flush_ms and now - t.partial_since >= self.cfg.partial_flush_ms / 1e3:
-            self._bad("partial_line_flushed")
-            return data + b"\n", True
-        return None, False
-
-    def _hand_over(self, t: Tracked, view, stats: ReadStats, forced: bool) -> tuple[int, bool]:
-        buf = np.frombuffer(view, np.uint8)
-        read_ms = int(time.time() * 1000)
-        chunk = Chunk.from_lines(buf, read_ms)
-        self._count_oddities(buf, chunk, t)
-        chunk, unparsable = apply_fields(chunk, self.cfg.timestamp_field, self.cfg.key_field,
-                                         read_ms)
-        if unparsable:
-            self._bad("timestamp_unparsable", unparsable)
-        res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
-        end = res.end
-        if forced and res.complete(chunk):
-            end -= 1                      # the newline we added is not in the file
-        t.offset += end
-        stats.bytes += end
-        stats.events += res.records
-        self.metrics.inc("agent_source_read_bytes_total", end, topic=self.cfg.topic)
-        self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
-                         topic=self.cfg.topic)
-        return end, res.complete(chunk)
-
-    def _count_oddities(self, buf: np.ndarray, chunk: Chunk, t: Tracked) -> None:
-        n = len(chunk)
-        if not n:
-            return
-        empty = int(np.count_nonzero(chunk.lengths == 0))
-        if empty:
-            self._bad("empty_line", empty)
-        nl = chunk.ends
-        crlf = int(np.count_nonzero(buf[np.minimum(nl, len(buf) - 1)] == 13))
-        if crlf:
-            self._bad("crlf_line", crlf)
-        try:
-            bytes(buf).decode("utf-8")
-        except UnicodeDecodeError:
-            bad = 0
-            for i in range(n):
-                try:
-                    chunk.value(i).decode("utf-8")
-                except UnicodeDecodeError:
-                    bad += 1
-            self._bad("invalid_utf8", bad)
-        if np.any(buf == 0):
-            self._bad("binary_nul", sum(1 for i in range(n) if b"\0" in chunk.value(i)))
-
-    def _truncated(self, t: Tracked) -> None:
-        """copytruncate: restart at 0 as a new generation. The bytes seen written but not read
-        wait COPY_GRACE_S for a copy to appear, else are journaled."""
-        unread = max(0, t.size_seen - t.offset)
-        log.info("%s (inode %d) was truncated after %d bytes read (%d seen unread)", t.path,
-                 t.ino, t.offset, unread)
-        self.metrics.inc("agent_source_rotations_total", kind="truncated", topic=self.cfg.topic)
-        # Seal what was read of the old content: the offset a copy resumes from is then sealed.
-        self.pool.seal(self.cfg.topic)
-        if t.copied_at is None:
-            self._truncations.append(_Truncation(t.fingerprint, t.offset, unread, t.path,
-                                                 time.monotonic() + COPY_GRACE_S, t.source_id))
-        old_state = "truncated" if t.copied_at is None else "copied"   # its copy is known
-        t.copied_at = None
-        t.offset = 0
-        t.fingerprint = os.pread(t.fd, FINGERPRINT_BYTES, 0)
-        # The new content is a new generation with its own id: checkpoints only move forward,
-        # and the old generation's positions in the pool must not apply to it.
-        self.db.update(t.source_id, state=old_state)
-        t.source_id = self.db.add_file(self.cfg.index, t.dev, t.ino, t.fingerprint, t.path, 0)
-
     def _close_finished(self) -> None:
-        now = time.monotonic()
+        now = self._now()
         for ident, t in list(self.tracked.items()):
             if t.rotated and t.idle_since is not None and now - t.idle_since >= ROTATED_IDLE_S:
-                size = os.fstat(t.fd).st_size
+                size = self.fs.fstat(t.fd).st_size
                 if size > t.offset:
                     continue                  # grew meanwhile: read on
-                os.close(t.fd)
+                self.fs.close(t.fd)
                 del self.tracked[ident]
-                self.db.update(t.source_id, state="done", size_seen=size)
+                self._closed[t.source_id] = t.offset
+                self.db.update(t.source_id, state=DONE, size_seen=size)
+                self._sizes_stored.pop(t.source_id, None)
 
+    def _store_sizes(self, force: bool = False) -> None:
+        """Sizes seen reach the database at least every SIZE_PERSIST_S, so after a SIGKILL a
+        file deleted meanwhile is journaled with what it had that was not read."""
+        now = self._now()
+        if not force and now < self._next_size_store:
+            return
+        self._next_size_store = now + SIZE_PERSIST_S
+        changed = {t.source_id: t.size_seen for t in self.tracked.values()
+                   if self._sizes_stored.get(t.source_id) != t.size_seen}
+        self.db.set_sizes(changed)
+        self._sizes_stored.update(changed)
+
+    # -- status -------------------------------------------------------------------------------
     def lag(self) -> dict[str, int]:
         return {t.path: max(0, t.size_seen - t.offset) for t in self.tracked.values()}
 
+    def waiting(self) -> dict:
+        """What status shows beside the lag: files that cannot be read, orphans waiting for
+        their copy, copies held."""
+        return {"unreadable": dict(self.unreadable),
+                "orphans_waiting": [{"path": o.path, "offset": o.offset,
+                                     "unread_bytes": max(0, o.size_seen - o.offset),
+                                     "journaled": o.journaled} for o in self.orphans],
+                "copies_held": [h.path for h in self.held.values()]}
+
     def close(self) -> None:
+        self._store_sizes(force=True)
         for t in self.tracked.values():
-            os.close(t.fd)
-            self.db.update(t.source_id, size_seen=t.size_seen)
+            self.fs.close(t.fd)
+        for h in self.held.values():
+            self.fs.close(h.fd)
         self.tracked.clear()
+        self.held.clear()
+

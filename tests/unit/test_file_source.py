@@ -1,274 +1,189 @@
-"""The file source on real files in a temp folder, with a real pool and state database:
-rotation both ways, copies, restarts, deletions and partial lines. No Kafka: what reaches the
-pool is what would be sent."""
+"""The file source on real files in a temp folder, with a real pool and state database, a fake
+clock and a scriptable file-system seam: rotation both ways, copies, restarts, deletions and
+partial lines — and one test per interleaving that once lost or doubled lines. No Kafka: what
+reaches the pool is what would be sent.
+
+Each test states what was written and asserts, by id, what was read: every id exactly once,
+unless the test says why some cannot be (and then the loss journal must say so)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import time
 
-import pytest
-
-from agent.buffer import BufferPool
-from agent.config import SourceConfig
-from agent.journal import LossJournal
-from agent.state import StateDB
-from agent.tail import files as files_mod
-from agent.tail.files import FileSource
-from agent.telemetry import Metrics
-
-
-def line(i: int) -> bytes:
-    return (b"id-%09d " % i).ljust(59, b"x") + b"\n"
-
-
-def lines(a: int, b: int) -> bytes:
-    return b"".join(line(i) for i in range(a, b))
-
-
-class Harness:
-    def __init__(self, tmp, pattern="app.log*", **cfg):
-        self.tmp = tmp
-        self.logs = tmp / "logs"
-        self.logs.mkdir(exist_ok=True)
-        self.cfg = SourceConfig(index=0, type="file", topic="t",
-                                paths=[str(self.logs / pattern)], **cfg)
-        self.open()
-
-    def open(self):
-        self.metrics = Metrics()
-        self.pool = BufferPool(self.tmp / "pool", 64 << 20, 1 << 20, linger_ms=1e9,
-                               sync_on_seal=False)
-        self.db = StateDB(self.tmp / "state.db")
-        self.journal = LossJournal(self.tmp / "journal.jsonl", self.metrics)
-        recovered = self.pool.recovered_positions()
-        self.db.advance_sealed(recovered)
-        self.src = FileSource(self.cfg, self.pool, self.db, self.journal, self.metrics,
-                              recovered)
-
-    def step(self, times: int = 2):
-        for _ in range(times):
-            self.src.scan()
-            self.src.read_some(64 << 20)
-
-    def ids(self) -> list[int]:
-        self.pool.seal_all()
-        out = [int(v[3:12]) for s in self.pool.sealed() for _, _, v in s.records()]
-        # Checkpoint what is sealed, as the agent loop does.
-        ends = {}
-        for s in self.pool.sealed():
-            for src, _a, e in s.meta.positions:
-                ends[src] = max(e, ends.get(src, 0))
-        self.db.advance_sealed(ends)
-        return out
-
-    def restart(self):
-        self.src.close()
-        self.pool.close()
-        self.db.close()
-        self.journal.close()
-        self.open()
-
-    def start_again(self):
-        """After the source and the pool were closed or dropped, as a stopped agent leaves them."""
-        self.db.close()
-        self.journal.close()
-        self.open()
-
-    def drain_all(self):
-        for s in self.pool.sealed():
-            self.pool.free(s)
+from agent.state import LOST, ORPHANED
+from tests.unit.tailkit import LINE, Harness, lines
 
 
 def test_rename_rotation_reads_the_old_file_to_its_end_then_the_new_one(tmp_path):
     h = Harness(tmp_path, pattern="app.log")           # the rotated name does not match
-    app = h.logs / "app.log"
-    app.write_bytes(lines(0, 100))
+    h.write(0, 100)
     h.step()
-    with open(app, "ab") as f:
-        f.write(lines(100, 150))                        # written, then rotated before a read
-    os.rename(app, h.logs / "app.log.1")
-    app.write_bytes(lines(150, 200))
+    h.write(100, 150)                                   # written, then rotated before a read
+    os.rename(h.app, h.logs / "app.log.1")
+    h.write(150, 200)
     h.step(3)
     assert h.ids() == list(range(200))
 
 
 def test_copytruncate_with_the_copy_in_the_glob_sends_each_line_once(tmp_path):
     h = Harness(tmp_path)
-    app = h.logs / "app.log"
-    app.write_bytes(lines(0, 100))
+    h.write(0, 100)
     h.step()
-    with open(app, "ab") as f:
-        f.write(lines(100, 130))                        # not read yet when the copy is made
-    shutil.copyfile(app, h.logs / "app.log.1")
-    os.truncate(app, 0)
-    with open(app, "ab") as f:
-        f.write(lines(130, 400))                        # regrows past the old offset
+    h.write(100, 130)                                   # not read yet when the copy is made
+    shutil.copyfile(h.app, h.logs / "app.log.1")
+    os.truncate(h.app, 0)
+    h.write(130, 400)                                   # regrows past the old offset
     h.step(3)
     assert sorted(h.ids()) == list(range(400))
     assert h.metrics.get("agent_source_rotations_total", kind="copytruncate_copy",
                          topic="t") == 1
-    assert h.journal.entries() == []
+    assert h.journal_entries() == []
 
 
-def test_copytruncate_without_a_copy_journals_the_unread_bytes(tmp_path, monkeypatch):
-    monkeypatch.setattr(files_mod, "COPY_GRACE_S", 0.0)
+def test_copytruncate_without_a_copy_journals_the_unread_bytes(tmp_path):
     h = Harness(tmp_path, pattern="app.log")
-    app = h.logs / "app.log"
-    app.write_bytes(lines(0, 100))
+    h.write(0, 100)
     h.step()
-    with open(app, "ab") as f:
-        f.write(lines(100, 130))
+    h.write(100, 130)
     h.src.scan()                                         # sees the growth, does not read it
-    os.truncate(app, 0)
-    app.write_bytes(lines(130, 140))
+    os.truncate(h.app, 0)
+    h.write(130, 140)
     h.step(3)
+    assert h.journal_entries() == []                     # a copy may still turn up
+    h.past_grace()
     assert h.ids() == list(range(100)) + list(range(130, 140))
-    [entry] = h.journal.entries()
-    assert entry["reason"] == "unaccounted_bytes" and entry["bytes"] == 30 * 60
-    assert entry["range"] == [100 * 60, 130 * 60]
+    [entry] = h.journal_entries()
+    assert entry["reason"] == "unaccounted_bytes" and entry["bytes"] == 30 * LINE
+    assert entry["range"] == [100 * LINE, 130 * LINE] and entry["events"] == -1
+    assert h.metrics.get("agent_loss_journal_entries_total", reason="unaccounted_bytes",
+                         topic="t", size="unknown") == 1
 
 
 def test_a_restart_resumes_after_the_sealed_data_without_duplicates(tmp_path):
     h = Harness(tmp_path)
-    app = h.logs / "app.log"
-    app.write_bytes(lines(0, 100))
+    h.write(0, 100)
     h.step()
-    first = h.ids()
     h.drain_all()                                        # acknowledged and freed
-    with open(app, "ab") as f:
-        f.write(lines(100, 150))
+    h.write(100, 150)
     h.restart()
     h.step()
-    assert first + h.ids() == list(range(150))
+    assert h.ids() == list(range(150))
 
 
 def test_a_restart_rereads_what_was_only_in_a_filling_slot(tmp_path):
     h = Harness(tmp_path)
-    app = h.logs / "app.log"
-    app.write_bytes(lines(0, 50))
+    h.write(0, 50)
     h.step()
-    h.ids()                                              # sealed 0..49
-    with open(app, "ab") as f:
-        f.write(lines(50, 80))
+    h.checkpoint()                                       # sealed 0..49
+    h.write(50, 80)
     h.step()                                             # 50..79 only in a filling slot
-    h.src.close()
-    del h.pool                                           # killed: nothing sealed or closed
-    h.start_again()
+    h.restart(crash=True)
     h.step()
     assert h.ids() == list(range(80))
 
 
-def test_a_file_deleted_with_unread_bytes_while_stopped_is_journaled(tmp_path):
-    h = Harness(tmp_path)
-    app = h.logs / "app.log"
-    app.write_bytes(lines(0, 10))
-    h.step()
-    h.ids()
-    with open(app, "ab") as f:
-        f.write(lines(10, 20))
-    h.src.scan()                                         # saw 20 lines' size, read 10
-    h.restart()
-    app.unlink()
-    h.step()
-    [entry] = h.journal.entries()
-    assert entry["reason"] == "deleted_unread" and entry["bytes"] == 10 * 60
-
-
 def test_a_partial_last_line_waits_for_its_newline(tmp_path):
     h = Harness(tmp_path)
-    app = h.logs / "app.log"
-    app.write_bytes(lines(0, 3) + b"id-000000003 half")
+    h.app.write_bytes(lines(0, 3) + b"id-000000003 half")
     h.step()
     assert h.ids() == [0, 1, 2]
-    with open(app, "ab") as f:
+    with open(h.app, "ab") as f:
         f.write(b" and the rest\n")
     h.step()
     assert h.ids() == [0, 1, 2, 3]
 
 
 def test_a_partial_line_is_flushed_after_partial_flush_ms(tmp_path):
-    h = Harness(tmp_path, partial_flush_ms=1)
-    app = h.logs / "app.log"
-    app.write_bytes(b"id-000000000 no newline ever, not even at the end")
+    h = Harness(tmp_path, partial_flush_ms=10)
+    h.app.write_bytes(b"id-000000000 no newline ever, not even at the end")
     h.step()
     assert h.ids() == []                                 # the first look only notes it
-    time.sleep(0.01)
-    h.step()
+    h.step(1, advance_s=0.02)
     assert h.ids() == [0]
     assert h.metrics.get("agent_source_bad_input_total", kind="partial_line_flushed",
                          topic="t") == 1
 
 
-@pytest.mark.parametrize("name", ["current.log"])
-def test_a_symlinked_path_is_followed_to_its_target(tmp_path, name):
-    h = Harness(tmp_path, pattern=name)
+def test_a_symlinked_path_is_followed_to_its_target(tmp_path):
+    h = Harness(tmp_path, pattern="current.log")
     target = tmp_path / "real.log"
     target.write_bytes(lines(0, 5))
-    (h.logs / name).symlink_to(target)
+    (h.logs / "current.log").symlink_to(target)
     h.step()
     assert h.ids() == list(range(5))
 
 
-def _read_100_lines_then_stop(tmp_path) -> tuple[Harness, object, list[int]]:
+def _read_100_lines_then_stop(tmp_path, pattern="app.log*") -> Harness:
     """100 lines read, sealed and sent; the agent stopped; 20 more lines written meanwhile."""
-    h = Harness(tmp_path)
-    app = h.logs / "app.log"
-    app.write_bytes(lines(0, 100))
+    h = Harness(tmp_path, pattern=pattern)
+    h.write(0, 100)
     h.step()
-    first = h.ids()
     h.drain_all()
-    h.src.close()
-    h.pool.close()
-    with open(app, "ab") as f:
-        f.write(lines(100, 120))
-    return h, app, first
+    h.stop()
+    h.write(100, 120)
+    return h
 
 
 def test_a_copytruncate_while_the_agent_was_stopped_resumes_the_copy_where_reading_stopped(
         tmp_path):
-    h, app, first = _read_100_lines_then_stop(tmp_path)
-    shutil.copyfile(app, h.logs / "app.log.1")          # rotated while the agent was down
-    os.truncate(app, 0)
-    with open(app, "ab") as f:
-        f.write(lines(120, 300))
-    h.start_again()
+    h = _read_100_lines_then_stop(tmp_path)
+    shutil.copyfile(h.app, h.logs / "app.log.1")         # rotated while the agent was down
+    os.truncate(h.app, 0)
+    h.write(120, 300)
+    h.open()
     h.step()
-    assert sorted(first + h.ids()) == list(range(300))
-    assert h.journal.entries() == []
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(300))
+    assert h.journal_entries() == []
 
 
-def test_a_copy_found_before_the_truncation_starts_after_the_sealed_data(tmp_path):
+def test_a_copy_seen_before_the_truncation_is_held_and_continues_the_original(tmp_path):
     h = Harness(tmp_path)
-    app = h.logs / "app.log"
-    app.write_bytes(lines(0, 100))
+    h.write(0, 100)
     h.step()                                             # read, in a filling slot
-    shutil.copyfile(app, h.logs / "app.log.1")
-    h.src.scan()                                         # the copy is seen first: seals
-    assert [r for s in h.pool.sealed() for r in s.records()][-1][2].startswith(b"id-000000099")
-    os.truncate(app, 0)
-    app.write_bytes(lines(100, 150))
+    h.write(100, 110)                                    # not read yet
+    shutil.copyfile(h.app, h.logs / "app.log.1")
+    h.src.scan()                                         # the copy is seen first: held
+    assert [x.path for x in h.src.held.values()] == [str(h.logs / "app.log.1")]
+    os.truncate(h.app, 0)
+    h.write(110, 150)
     h.step(3)
     assert sorted(h.ids()) == list(range(150))
+    assert not h.src.held and h.journal_entries() == []
+
+
+def test_a_plain_copy_of_a_file_being_read_is_not_read_again(tmp_path):
+    h = Harness(tmp_path)
+    h.write(0, 100)
+    h.step()
+    shutil.copyfile(h.app, h.logs / "app.log.bak")       # a copy, and no truncation follows
+    h.write(100, 120)
+    h.step()
+    h.past_grace()                                        # the copy is left as it is
+    h.write(120, 130, path=h.logs / "app.log.bak")       # ... and later written to
+    h.write(130, 140)
+    h.step(3)
+    assert sorted(h.ids()) == list(range(140))
 
 
 def test_a_copy_found_while_still_being_written_is_not_taken_for_a_truncation(tmp_path):
     h = Harness(tmp_path)
-    app = h.logs / "app.log"
     content = lines(0, 200)
-    app.write_bytes(content)
+    h.app.write_bytes(content)
     h.step()                                             # all 200 lines read
     copy = h.logs / "app.log.1"
     copy.write_bytes(content[:5000])                     # the copy, a fortieth written so far
-    h.step()                                             # matched: starts at 200 lines' offset
+    h.step()
     with open(copy, "ab") as f:
         f.write(content[5000:])
-    os.truncate(app, 0)
-    app.write_bytes(lines(200, 250))
+    os.truncate(h.app, 0)
+    h.write(200, 250)
     h.step(3)
+    h.past_grace()
     assert sorted(h.ids()) == list(range(250))
     assert h.metrics.get("agent_source_rotations_total", kind="truncated", topic="t") == 1
+    assert h.journal_entries() == []
 
 
 def test_a_copytruncate_then_a_rename_while_stopped_resumes_the_copy_where_reading_stopped(
@@ -276,14 +191,260 @@ def test_a_copytruncate_then_a_rename_while_stopped_resumes_the_copy_where_readi
     """While the agent was down, app.log was copied to app.log.1 and truncated, then renamed
     to app.log.2 and a new app.log begun. app.log.1 sorts before app.log.2, where the old inode
     now is: the copy must still start where reading of the old content stopped."""
-    h, app, first = _read_100_lines_then_stop(tmp_path)
-    shutil.copyfile(app, h.logs / "app.log.1")          # copytruncate ...
-    os.truncate(app, 0)
-    with open(app, "ab") as f:
-        f.write(lines(120, 200))
-    os.rename(app, h.logs / "app.log.2")                 # ... then rename-and-create
-    app.write_bytes(lines(200, 250))
-    h.start_again()
+    h = _read_100_lines_then_stop(tmp_path)
+    shutil.copyfile(h.app, h.logs / "app.log.1")          # copytruncate ...
+    os.truncate(h.app, 0)
+    h.write(120, 200)
+    os.rename(h.app, h.logs / "app.log.2")                # ... then rename-and-create
+    h.write(200, 250)
+    h.open()
     h.step()
-    assert sorted(first + h.ids()) == list(range(250))
-    assert h.journal.entries() == []
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(250))
+    assert h.journal_entries() == []
+
+
+# -- defects found in review, one deterministic test each ---------------------------------------
+
+def test_a_file_truncated_before_its_first_read_is_checked_like_any_other(tmp_path):
+    """D1, the 5-SIGKILL run's loss: a file opened at offset 0 but not read yet is copytruncated
+    and written again; its first read must not take the new content for the old (which then
+    loses the old content's first bytes and reads the new content's twice)."""
+    h = Harness(tmp_path)
+    h.write(0, 50)
+    h.src.scan()                                          # opened at 0, not read
+    shutil.copyfile(h.app, h.logs / "app.log.12")
+    os.truncate(h.app, 0)
+    h.write(50, 60)
+    h.src.read_some(64 << 20)
+    h.step(3)
+    assert sorted(h.ids()) == list(range(60))
+    assert h.journal_entries() == []
+
+
+def test_a_truncation_between_the_check_and_the_read_is_caught_after_the_read(tmp_path):
+    """D1's window: the file is copytruncated and written again after the source looked at it
+    and before it read: the bytes read are the new content's and must not go under the old."""
+    h = Harness(tmp_path)
+    h.write(0, 100)
+    h.step()
+    h.write(100, 200)
+
+    def copytruncate_and_write():
+        shutil.copyfile(h.app, h.logs / "app.log.1")
+        os.truncate(h.app, 0)
+        h.write(200, 400)                                 # longer than the old offset
+
+    h.fs.before_read_at[100 * LINE] = copytruncate_and_write   # at the read of 100..199
+    h.src.read_some(64 << 20)
+    h.step(3)
+    assert sorted(h.ids()) == list(range(400))
+    assert h.journal_entries() == []
+
+
+def test_a_file_replaced_between_listing_and_opening_is_not_read_under_the_old_inode(tmp_path):
+    """D2: app.log is listed, then rotated (rename-and-create) before the source opens it. The
+    descriptor is then the new file's: it must not be filed under the old file's identity."""
+    h = Harness(tmp_path)
+    h.write(0, 50)
+
+    def rotate():
+        os.rename(h.app, h.logs / "app.log.1")
+        h.write(50, 60)
+
+    h.fs.before["open"] = [rotate]
+    h.step(3)
+    assert sorted(h.ids()) == list(range(60))
+
+
+def test_a_known_file_that_is_briefly_short_after_a_restart_is_not_deferred(tmp_path):
+    """D3: while the agent was down app.log was copytruncated and got a few bytes of a new
+    line. A known inode is never deferred for being short: its old content becomes an orphan
+    before the copy is looked at, and the copy resumes it instead of being read from 0."""
+    h = _read_100_lines_then_stop(tmp_path)
+    shutil.copyfile(h.app, h.logs / "app.log.1")
+    os.truncate(h.app, 0)
+    with open(h.app, "ab") as f:
+        f.write(b"id-000")                                # 6 bytes of line 120
+    h.open()
+    h.step()
+    with open(h.app, "ab") as f:
+        f.write(lines(120, 121)[6:] + lines(121, 130))
+    h.step()
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(130))
+    assert h.journal_entries() == []
+
+
+def test_a_new_file_sharing_a_header_is_not_taken_for_a_copy(tmp_path):
+    """Two CSV files start with the same header. The second, seen while it holds only the
+    header, must not be taken for a copy of the first and started at the first's offset."""
+    h = Harness(tmp_path, pattern="*.csv")
+    header = b"timestamp,host,level,message,request_id\n"
+    a = h.logs / "a.csv"
+    a.write_bytes(header + lines(0, 50))
+    h.step()
+    b = h.logs / "b.csv"
+    b.write_bytes(header)
+    h.step()
+    with open(b, "ab") as f:
+        f.write(lines(50, 100))
+    h.step(2, advance_s=0.6)
+    assert sorted(h.ids()) == list(range(100))
+    assert h.values().count(header.rstrip(b"\n")) == 2
+
+
+def test_a_new_file_sharing_a_header_with_a_truncated_one_is_not_its_copy(tmp_path):
+    """The same with the first file copytruncated (its copy not in the globs): its orphan's
+    fingerprint is the header and its first rows; the new file holds the header at the same
+    place but not the orphan's last bytes before its offset, so it is read from 0."""
+    h = Harness(tmp_path, pattern="*.csv")
+    header = b"timestamp,host,level,message,request_id\n"
+    a = h.logs / "a.csv"
+    a.write_bytes(header + lines(0, 10))                  # shorter than a fingerprint
+    h.step()
+    os.truncate(a, 0)                                     # copied elsewhere, then emptied
+    h.step()
+    b = h.logs / "b.csv"
+    b.write_bytes(header + lines(50, 60))
+    h.step()
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(10)) + list(range(50, 60))
+    assert h.values().count(header.rstrip(b"\n")) == 2
+
+
+def test_an_empty_generation_never_takes_a_copy_for_its_own(tmp_path):
+    h = Harness(tmp_path)
+    h.app.write_bytes(b"")
+    h.wait(2)                                             # an empty file, settled, tracked
+    os.truncate(h.app, 0)
+    h.write(0, 10, path=h.logs / "app.log.x")             # an unrelated file in the glob
+    h.write(10, 20)
+    h.step(3)
+    assert sorted(h.ids()) == list(range(20))
+
+
+def test_a_new_file_on_the_inode_of_one_deleted_while_stopped_is_read_from_zero(tmp_path):
+    """A file deleted while the agent was down, and a new one that got its inode number: the
+    old row must not resume on the new content (its offset would skip the new lines)."""
+    h = Harness(tmp_path, pattern="app.log")
+    h.write(0, 100)
+    h.step()
+    h.drain_all()
+    old_ino = os.stat(h.app).st_ino
+    h.stop()
+    h.app.unlink()
+    h.write(100, 180)
+    h.fs.inodes[os.stat(h.app).st_ino] = old_ino         # the inode number is reused
+    h.open()
+    h.step()
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(180))
+
+
+def test_a_file_missing_from_one_listing_is_resumed_not_read_again(tmp_path):
+    """A listing taken during renames can miss a file once. The source must not then read it
+    from 0 when it is listed again (it was marked rotated, then closed when idle)."""
+    h = Harness(tmp_path)
+    h.write(0, 100)
+    h.step()
+    h.fs.hidden = {str(h.app)}
+    h.src.scan()                                          # not listed: taken as rotated
+    h.clock.advance(10)
+    h.src.read_some(64 << 20)                             # idle at its end: closed
+    assert not h.src.tracked
+    h.write(100, 120)
+    h.step(3)
+    assert h.ids() == list(range(120))
+
+
+def test_a_copy_found_after_the_grace_continues_its_orphan_and_is_not_read_twice(tmp_path):
+    h = Harness(tmp_path, pattern="app.log*")
+    h.write(0, 100)
+    h.step()
+    os.truncate(h.app, 0)                                 # copied to a name not listed yet
+    h.step()
+    h.past_grace()
+    h.write(100, 110)
+    late = tmp_path / "app.log.1"
+    late.write_bytes(lines(0, 100))
+    os.rename(late, h.logs / "app.log.1")                 # the copy arrives in the glob late
+    h.step(3)
+    assert sorted(h.ids()) == list(range(110))
+    assert h.journal_entries() == []                      # nothing was unread when truncated
+
+
+def test_sizes_are_stored_while_running_so_a_deletion_after_a_kill_is_journaled(tmp_path):
+    """size_seen was only stored on close: after a SIGKILL, a file deleted meanwhile was
+    journaled with 0 unread bytes though the agent had seen 20 more lines."""
+    h = Harness(tmp_path, pattern="app.log")
+    h.write(0, 100)
+    h.step()
+    h.drain_all()
+    h.write(100, 120)
+    h.clock.advance(2)
+    h.src.scan()                                          # sees them (and stores the size),
+    h.restart(crash=True)                                 # reads nothing before a SIGKILL
+    h.app.unlink()
+    h.step()
+    h.past_grace()
+    [entry] = h.journal_entries()
+    assert entry["reason"] == "deleted_unread" and entry["open_ended"]
+    assert entry["range"] == [100 * LINE, 120 * LINE] and entry["bytes"] == 20 * LINE
+
+
+def test_a_file_deleted_while_stopped_is_journaled_open_ended_even_when_all_was_read(tmp_path):
+    """logrotate's `rotate 0` while the agent was stopped: appended to, then deleted. The agent
+    cannot know how much was written after it stopped, but must say that something may be."""
+    h = _read_100_lines_then_stop(tmp_path, pattern="app.log")
+    h.app.unlink()
+    h.open()
+    h.step()
+    h.past_grace()
+    [entry] = h.journal_entries()
+    assert entry["reason"] == "deleted_unread" and entry["events"] == -1
+    assert entry["open_ended"] and entry["range"] == [100 * LINE, 100 * LINE]
+    assert h.db.get(entry["source_id"])["state"] == LOST
+
+
+def test_a_file_renamed_out_of_the_globs_while_stopped_is_read_to_its_end(tmp_path):
+    h = _read_100_lines_then_stop(tmp_path, pattern="app.log")
+    os.rename(h.app, h.logs / "app.log.1")                # rotated while the agent was down
+    h.write(120, 150)
+    h.open()
+    h.step()
+    h.past_grace()
+    assert h.ids() == list(range(150))
+    assert h.journal_entries() == []
+
+
+def test_an_orphan_waits_for_its_copy_across_a_restart(tmp_path):
+    h = Harness(tmp_path)
+    h.write(0, 100)
+    h.step()
+    h.write(100, 130)
+    h.src.scan()
+    os.truncate(h.app, 0)                                 # truncated; the copy not there yet
+    h.step()
+    [row] = [r for r in h.db.all_files() if r["state"] == ORPHANED]
+    assert row["tail"] == lines(0, 100)[-512:]
+    h.restart(crash=True)
+    (h.logs / "app.log.1").write_bytes(lines(0, 130))     # the copy, found by the next run
+    h.step()
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(130))
+    assert h.journal_entries() == []
+
+
+def test_an_unreadable_file_is_reported_and_read_once_it_can_be(tmp_path):
+    h = Harness(tmp_path)
+    h.write(0, 10)
+    h.fs.refused.add(str(h.app))
+    h.step()
+    h.step()
+    assert h.src.waiting()["unreadable"] == {str(h.app): "Permission denied"}
+    assert h.metrics.get("agent_source_bad_input_total", kind="unreadable", topic="t") == 1
+    h.fs.refused.clear()
+    h.step()
+    assert h.src.waiting()["unreadable"] == {}
+    assert h.ids() == list(range(10))

@@ -1,0 +1,76 @@
+"""Finding files: the globs' regular files by identity, files waiting to settle, and inodes that
+left the globs while the agent was stopped.
+
+A directory listing taken while files are renamed may miss a file for one scan (POSIX leaves it
+unspecified whether an entry renamed during ``readdir`` is returned); nothing here depends on
+one listing being complete: a file missing once and found again resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterable
+
+from .seams import FsOps
+from .watch import glob_folder
+
+Ident = tuple[int, int]          # (device, inode)
+
+
+def list_files(fs: FsOps, patterns: Iterable[str],
+               not_regular: Callable[[str], None]) -> dict[Ident, tuple[str, os.stat_result]]:
+    """Every regular file the globs match, once per identity (the first path found wins)."""
+    found: dict[Ident, tuple[str, os.stat_result]] = {}
+    for pattern in patterns:
+        for path in fs.glob(pattern):
+            try:
+                st = fs.stat(path)
+            except OSError:
+                continue                        # vanished between the listing and the stat
+            if not stat.S_ISREG(st.st_mode):
+                not_regular(path)
+                continue
+            found.setdefault((st.st_dev, st.st_ino), (path, st))
+    return found
+
+
+def find_outside(fs: FsOps, patterns: Iterable[str],
+                 idents: set[Ident]) -> dict[Ident, tuple[str, os.stat_result]]:
+    """Where the given inodes are now, if they are still in a glob's folder under a name the
+    glob does not match (renamed by a rotation while the agent was stopped)."""
+    hits: dict[Ident, tuple[str, os.stat_result]] = {}
+    if not idents:
+        return hits
+    for folder in sorted({str(glob_folder(p)) for p in patterns}):
+        for path in fs.listdir(folder):
+            try:
+                st = fs.stat(path)
+            except OSError:
+                continue
+            ident = (st.st_dev, st.st_ino)
+            if ident in idents and stat.S_ISREG(st.st_mode):
+                hits.setdefault(ident, (path, st))
+    return hits
+
+
+class Settling:
+    """Files that must keep their size for ``settle_s`` before they are decided on."""
+
+    def __init__(self, settle_s: float):
+        self.settle_s = settle_s
+        self._seen: dict[Ident, tuple[int, float]] = {}     # ident → (size, since)
+
+    def settled(self, ident: Ident, size: int, now: float) -> bool:
+        was, since = self._seen.get(ident, (None, now))
+        if was != size:
+            self._seen[ident] = (size, now)
+            return False
+        return now - since >= self.settle_s
+
+    def forget(self, ident: Ident) -> None:
+        self._seen.pop(ident, None)
+
+    def keep_only(self, idents: set[Ident]) -> None:
+        for ident in [i for i in self._seen if i not in idents]:
+            del self._seen[ident]

@@ -1,0 +1,125 @@
+"""Generations of file content, and how a file found under the globs is matched to one.
+
+A *generation* is a stream of content from its first byte (one row of the state database,
+``agent/state.py``). Its identity is its inode plus its first bytes (the *fingerprint*), and
+the inode holding it may change: copytruncate copies the content to a new inode and empties the
+old one, which then holds a new generation. The one model of "old content waiting for its copy"
+is the **orphan**: a generation whose inode no longer holds it. What was read of it is sealed;
+what was not (from ``offset`` on) can only come from a copy. A file found later that *is* such a
+copy continues the orphan's row at its offset: its checkpoints, its positions in the pool and
+its audit counts stay one stream, whatever inode holds the bytes.
+
+How a found file is classified (``FileSource._consider``), in this order:
+
+1. Its inode is one the database knows and it still starts with that generation's fingerprint:
+   the same content; reading resumes at the checkpoint (max of sealed offset and the pool's
+   recovered position). Known inodes are never deferred, whatever their size.
+2. It is a copy of an orphan: it starts with the orphan's whole fingerprint and, where it is
+   long enough, holds the orphan's *tail* (the bytes just before where reading stopped) at the
+   same offset. It continues the orphan at the orphan's offset.
+3. It is a copy of content still being tailed on another inode (a copytruncate caught before the
+   truncation): it starts with that generation's fingerprint and its last bytes equal the
+   original's at the same offsets. It is *held*, not read: if the original is then truncated,
+   the held copy continues the generation (the bytes not yet read are in the copy); if not, it
+   was a plain copy of content read from the original, and it is tailed from its end.
+4. A file that is so far a strict prefix of such a fingerprint may be a copy still being written
+   (``cp`` creates the file, then fills it): it waits until it is longer or has kept its size
+   for ``SETTLE_S``; then, still a strict prefix, it is new (read from 0: at worst a few
+   duplicates, never a loss). An empty file waits likewise.
+5. Anything else is a new generation, read from 0.
+
+Why the tail: a fingerprint alone cannot tell a copy from a new file that starts with the same
+header (a CSV header, a banner). The bytes just before the resume offset can: a copy holds them
+there, a different file does not.
+
+An orphan's unread bytes ``[offset, size_seen)`` are journaled when no copy has matched it within
+``COPY_GRACE_S``; it stays matchable for ``ORPHAN_RETENTION_S`` after that, so a late copy
+(renamed into the globs later, or missed by a listing) still continues it instead of being read
+twice. Orphans live in the database (state ``orphaned``/``lost``), so a restart or a reload keeps
+waiting for their copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+COPY_GRACE_S = 5.0              # an orphan's unread bytes are journaled after this without a copy
+ORPHAN_RETENTION_S = 3600.0     # ... and it is still matched to a late copy this long
+SETTLE_S = 1.0                  # a file that may be a copy in progress waits this long unchanged
+TAIL_BYTES = 512                # bytes before the resume offset a copy must hold
+
+MATCH, MAYBE, NO = "match", "maybe", "no"
+
+
+@dataclass
+class Orphan:
+    """A generation whose inode no longer holds it."""
+
+    source_id: int
+    fingerprint: bytes
+    offset: int                 # where reading of it stopped: everything before is sealed
+    size_seen: int              # its size when last looked at: [offset, size_seen) unread
+    tail: bytes                 # content just before offset (b"" when not known)
+    path: str
+    deadline: float             # monotonic s: journal the unread bytes then
+    expires: float              # monotonic s: no longer matched after this
+    journaled: bool = False
+    while_stopped: bool = False  # found so at start: anything after size_seen is unknown too
+    reason: str = "unaccounted_bytes"    # the loss journal's reason if no copy turns up
+
+
+@dataclass
+class Held:
+    """A file that looks like a copy of a generation still being tailed: not read until the
+    original is truncated (it then continues the generation) or it has not grown for
+    COPY_GRACE_S (a plain copy: tailed from its end)."""
+
+    source_id: int              # the generation it copies
+    path: str
+    fd: int
+    dev: int
+    ino: int
+    size: int
+    deadline: float
+
+
+def by_head(head: bytes, fingerprint: bytes) -> str:
+    """Does content starting with ``head`` (up to FINGERPRINT_BYTES of it) start with
+    ``fingerprint``? MAYBE while ``head`` is a strict prefix of it (perhaps a copy being
+    written)."""
+    if not head:
+        return MAYBE
+    n = min(len(head), len(fingerprint))
+    if head[:n] != fingerprint[:n]:
+        return NO
+    return MAYBE if len(head) < len(fingerprint) else MATCH
+
+
+def holds_tail(read_at: Callable[[int, int], bytes], size: int, offset: int, tail: bytes) -> bool:
+    """Does a file of ``size`` bytes hold ``tail`` just before ``offset`` (as far as it reaches)?"""
+    if not tail:
+        return True
+    lo = offset - len(tail)
+    if size <= lo:
+        return True             # too short to reach the tail: only the fingerprint can tell
+    n = min(size, offset) - lo
+    return read_at(lo, n) == tail[:n]
+
+
+def same_end(read_copy: Callable[[int, int], bytes], read_original: Callable[[int, int], bytes],
+             size: int) -> bool:
+    """A copy of ``size`` bytes ends with the same bytes as the original at the same offsets."""
+    n = min(size, TAIL_BYTES)
+    want = read_copy(size - n, n)
+    return len(want) == n and read_original(size - n, n) == want
+
+
+def orphan_match(head: bytes, read_at: Callable[[int, int], bytes], size: int,
+                 orphan: Orphan) -> str:
+    if not orphan.fingerprint:
+        return NO               # nothing was read of it: a copy is read from 0 all the same
+    verdict = by_head(head, orphan.fingerprint)
+    if verdict == MATCH and not holds_tail(read_at, size, orphan.offset, orphan.tail):
+        return NO
+    return verdict

@@ -1,0 +1,217 @@
+"""Reading one open file into the buffer pool: whole lines, large reads, checked after the fact.
+
+Every read is followed by a look at the file's first bytes. If they no longer start with the
+generation's fingerprint, the file was truncated (and perhaps written again) since the last
+look — possibly between that look and the read — so what was just read may be the *new*
+content: it is discarded, and the truncation is handled before anything else is read
+(``on_truncated``). A file that shrank below the read offset, having reached it, was truncated
+too. Checking after the read, not only before, closes the window between the check and the
+read; checking from offset 0 on (a file not read yet is no exception) means a generation is
+never read under another's row.
+
+While the fingerprint is shorter than ``FINGERPRINT_BYTES`` it grows with the file, and the
+longer one is stored (``on_fingerprint``) before the bytes it covers are handed to the pool: a
+stored fingerprint always covers min(sealed offset, FINGERPRINT_BYTES) bytes, so after a restart
+content that starts with it is the content the checkpoint counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..buffer import BufferPool, Chunk
+from ..buffer.seams import Clock
+from ..config import SourceConfig
+from ..state import FINGERPRINT_BYTES
+from ..telemetry import Metrics
+from .events import apply_fields
+from .generations import TAIL_BYTES
+from .seams import FsOps
+
+log = logging.getLogger("docket.agent.files")
+
+MAX_LINE_BYTES = 64 << 20     # a line longer than this is cut here (counted as line_forced)
+
+
+@dataclass
+class Tracked:
+    """A file open for reading, and the generation being read from it."""
+
+    source_id: int
+    path: str
+    fd: int
+    dev: int
+    ino: int
+    fingerprint: bytes
+    offset: int                      # bytes of the generation handed to the pool (whole lines)
+    size_seen: int = 0
+    tail: bytes = b""                # the last bytes handed over (up to TAIL_BYTES)
+    rotated: bool = False            # no glob path leads to this inode any more
+    idle_since: float | None = None  # at its end since (monotonic s)
+    partial_since: float | None = None
+    partial_size: int = 0
+
+
+@dataclass
+class ReadStats:
+    bytes: int = 0
+    events: int = 0
+    blocked: bool = False
+
+
+class Reader:
+    def __init__(self, cfg: SourceConfig, pool: BufferPool, fs: FsOps, clock: Clock,
+                 metrics: Metrics, on_truncated: Callable[[Tracked, bytes], None],
+                 on_fingerprint: Callable[[Tracked], None]):
+        self.cfg = cfg
+        self.pool = pool
+        self.fs = fs
+        self.clock = clock
+        self.metrics = metrics
+        self.on_truncated = on_truncated
+        self.on_fingerprint = on_fingerprint
+
+    def _now(self) -> float:
+        return self.clock.monotonic_ns() / 1e9
+
+    def _bad(self, kind: str, count: int = 1) -> None:
+        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
+
+    # -- checks -------------------------------------------------------------------------------
+    def head(self, t: Tracked) -> bytes:
+        return self.fs.pread(t.fd, FINGERPRINT_BYTES, 0)
+
+    def check(self, t: Tracked) -> None:
+        """A look between reads: handle a truncation, grow the fingerprint, note the size."""
+        size = self.fs.fstat(t.fd).st_size
+        head = self.head(t)
+        if self._shrank(t, size) or not head.startswith(t.fingerprint):
+            self.on_truncated(t, head)
+            return
+        self._grow_fingerprint(t, head)
+        t.size_seen = size
+
+    def _shrank(self, t: Tracked, size: int) -> bool:
+        # Only once the file had reached the offset: a copy that continues an orphan can be
+        # shorter than where its content was read to, and that is no truncation.
+        return size < t.offset <= t.size_seen
+
+    def _grow_fingerprint(self, t: Tracked, head: bytes) -> None:
+        if len(head) > len(t.fingerprint):
+            t.fingerprint = head
+            self.on_fingerprint(t)
+
+    # -- reading ------------------------------------------------------------------------------
+    def read(self, t: Tracked, budget: int, stats: ReadStats) -> None:
+        while budget > 0:
+            size = self.fs.fstat(t.fd).st_size
+            if self._shrank(t, size):
+                self.on_truncated(t, self.head(t))
+                return
+            t.size_seen = size
+            if size <= t.offset:
+                if t.idle_since is None:
+                    t.idle_since = self._now()
+                return
+            want = min(self.cfg.read_chunk_bytes, size - t.offset)
+            data = self.fs.pread(t.fd, want, t.offset)
+            if not data:
+                return
+            last_nl = data.rfind(b"\n")
+            forced = False
+            if last_nl < 0:
+                data, forced = self._long_or_partial(t, data, size)
+                if data is None:
+                    t.idle_since = None
+                    return
+                last_nl = len(data) - 1
+            # The look after the read: were these bytes the generation's?
+            head = self.head(t)
+            if not head.startswith(t.fingerprint):
+                self.on_truncated(t, head)
+                return
+            self._grow_fingerprint(t, head)
+            t.idle_since = None
+            t.partial_since = None
+            consumed, done = self._hand_over(t, memoryview(data)[:last_nl + 1], stats, forced)
+            budget -= consumed
+            if not done:
+                stats.blocked = True
+                return
+
+    def _long_or_partial(self, t: Tracked, data: bytes, size: int) -> tuple[bytes | None, bool]:
+        """No newline in what was read: a line longer than a read, or a partial last line.
+
+        Returns the bytes to hand over (ending in a newline) and whether that newline was added
+        by the agent, or None when the line must wait."""
+        if t.offset + len(data) < size or len(data) >= self.cfg.read_chunk_bytes:
+            # More bytes follow: read on until a newline (or the line cap).
+            want = min(size - t.offset, MAX_LINE_BYTES)
+            data = self.fs.pread(t.fd, want, t.offset)
+            nl = data.find(b"\n")
+            if nl >= 0:
+                return data[:nl + 1], False
+            if len(data) >= MAX_LINE_BYTES:
+                self._bad("line_forced")
+                return data + b"\n", True
+        # A partial last line: wait for its newline, or flush it after partial_flush_ms.
+        now = self._now()
+        if t.partial_size != len(data) or t.partial_since is None:
+            t.partial_size, t.partial_since = len(data), now
+            return None, False
+        if self.cfg.partial_flush_ms and now - t.partial_since >= self.cfg.partial_flush_ms / 1e3:
+            self._bad("partial_line_flushed")
+            return data + b"\n", True
+        return None, False
+
+    def _hand_over(self, t: Tracked, view, stats: ReadStats, forced: bool) -> tuple[int, bool]:
+        buf = np.frombuffer(view, np.uint8)
+        read_ms = self.clock.time_ms()
+        chunk = Chunk.from_lines(buf, read_ms)
+        self._count_oddities(buf, chunk)
+        chunk, unparsable = apply_fields(chunk, self.cfg.timestamp_field, self.cfg.key_field,
+                                         read_ms)
+        if unparsable:
+            self._bad("timestamp_unparsable", unparsable)
+        res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
+        end = res.end
+        if end:
+            t.tail = (t.tail + bytes(view[max(0, end - TAIL_BYTES):end]))[-TAIL_BYTES:]
+        if forced and res.complete(chunk):
+            end -= 1                      # the newline we added is not in the file
+            t.tail = t.tail[:-1]
+        t.offset += end
+        stats.bytes += end
+        stats.events += res.records
+        self.metrics.inc("agent_source_read_bytes_total", end, topic=self.cfg.topic)
+        self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
+                         topic=self.cfg.topic)
+        return end, res.complete(chunk)
+
+    def _count_oddities(self, buf: np.ndarray, chunk: Chunk) -> None:
+        n = len(chunk)
+        if not n:
+            return
+        empty = int(np.count_nonzero(chunk.lengths == 0))
+        if empty:
+            self._bad("empty_line", empty)
+        nl = chunk.ends
+        crlf = int(np.count_nonzero(buf[np.minimum(nl, len(buf) - 1)] == 13))
+        if crlf:
+            self._bad("crlf_line", crlf)
+        try:
+            bytes(buf).decode("utf-8")
+        except UnicodeDecodeError:
+            bad = 0
+            for i in range(n):
+                try:
+                    chunk.value(i).decode("utf-8")
+                except UnicodeDecodeError:
+                    bad += 1
+            self._bad("invalid_utf8", bad)
+        if np.any(buf == 0):
+            self._bad("binary_nul", sum(1 for i in range(n) if b"\0" in chunk.value(i)))
