@@ -4,8 +4,11 @@ Counted when a slot is sealed (the moment the agent owns the events), from the s
 records, value bytes, the XXH64 checksum (``audit.record``) and late events (read after their
 window had ended). Events the agent then fails to deliver on purpose or by error (dead-lettered,
 dropped from a full pool) are taken out of ``count`` again and shown under ``dropped`` with their
-reason; drops of events never counted (oversized lines, files deleted unread) only add to
-``dropped``. So ``count`` is what Kafka should hold.
+reason; drops of events never counted (oversized lines) only add to ``dropped``. A loss of
+unknown size (a file deleted or truncated before it was read: the loss journal knows its bytes,
+not its events) adds one to ``dropped_unknown[reason]`` of the window it was found in. So
+``count`` is what Kafka should hold, and ``dropped_unknown`` says where it may be short of what
+the applications wrote.
 
 Durability: the tallies of sealed slots are written to the state database in the same
 transaction as the file checkpoints they belong to, together with the pool sequence number of
@@ -57,6 +60,7 @@ class Tally:
     late: int = 0
     dropped: int = 0
     dropped_reasons: dict[str, int] = field(default_factory=dict)
+    dropped_unknown: dict[str, int] = field(default_factory=dict)   # entries, by reason
 
     def add(self, other: Tally) -> None:
         self.count += other.count
@@ -140,17 +144,23 @@ class AuditEmitter:
                 "window_start INTEGER NOT NULL, count INTEGER NOT NULL, bytes INTEGER NOT NULL, "
                 "checksum TEXT NOT NULL, late INTEGER NOT NULL, dropped INTEGER NOT NULL, "
                 "dropped_reasons TEXT NOT NULL, dirty INTEGER NOT NULL, "
-                "updated_ms INTEGER NOT NULL, PRIMARY KEY (topic, window_start))")
+                "updated_ms INTEGER NOT NULL, dropped_unknown TEXT NOT NULL DEFAULT '{}', "
+                "PRIMARY KEY (topic, window_start))")
+            columns = {row[1] for row in self.conn.execute("PRAGMA table_info(audit_windows)")}
+            if "dropped_unknown" not in columns:          # a database of an earlier version
+                self.conn.execute("ALTER TABLE audit_windows ADD COLUMN dropped_unknown TEXT "
+                                  "NOT NULL DEFAULT '{}'")
             self.conn.execute("CREATE TABLE IF NOT EXISTS audit_meta (name TEXT PRIMARY KEY, "
                               "value INTEGER NOT NULL)")
 
     def _load(self) -> None:
-        for topic, w, count, nbytes, checksum, late, dropped, reasons, dirty in \
+        for topic, w, count, nbytes, checksum, late, dropped, reasons, unknown, dirty in \
                 self.conn.execute("SELECT topic, window_start, count, bytes, checksum, late, "
-                                  "dropped, dropped_reasons, dirty FROM audit_windows"):
+                                  "dropped, dropped_reasons, dropped_unknown, dirty "
+                                  "FROM audit_windows"):
             key = (topic, w)
             self._windows[key] = Tally(count, nbytes, int(checksum, 16), late, dropped,
-                                       json.loads(reasons))
+                                       json.loads(reasons), json.loads(unknown))
             self._version[key] = 0
             if dirty:
                 self._dirty.add(key)
@@ -204,8 +214,9 @@ class AuditEmitter:
                                          for w, t in tallies.items()}))
 
     def dropped(self, topic: str, reason: str, events: int, ts_ms: int | None = None) -> None:
-        """A drop the loss journal recorded: shown under ``dropped`` of its window."""
-        if events <= 0 or not self.enabled:
+        """A drop the loss journal recorded: shown under ``dropped`` of its window, or, when
+        its size is unknown (``events`` < 0), under ``dropped_unknown``."""
+        if events == 0 or not self.enabled:
             return
         ts = ts_ms if ts_ms is not None else int(self.clock() * 1000)
         with self._lock:
@@ -232,22 +243,28 @@ class AuditEmitter:
                     self.counted_seq = seq
             for key, reason, events in drops:
                 t = self._windows.setdefault(key, Tally())
-                t.dropped += events
-                t.dropped_reasons[reason] = t.dropped_reasons.get(reason, 0) + events
+                if events < 0:
+                    t.dropped_unknown[reason] = t.dropped_unknown.get(reason, 0) + 1
+                else:
+                    t.dropped += events
+                    t.dropped_reasons[reason] = t.dropped_reasons.get(reason, 0) + events
                 changed.add(key)
             for key in changed:
                 self._version[key] = self._version.get(key, 0) + 1
                 self._dirty.add(key)
             rows = [(k[0], k[1], t.count, t.bytes, f"{t.checksum:016x}", t.late, t.dropped,
-                     json.dumps(t.dropped_reasons, sort_keys=True), self._now_ms())
+                     json.dumps(t.dropped_reasons, sort_keys=True),
+                     json.dumps(t.dropped_unknown, sort_keys=True), self._now_ms())
                     for k in changed for t in (self._windows[k],)]
             counted_seq = self.counted_seq
         conn.executemany(
             "INSERT INTO audit_windows (topic, window_start, count, bytes, checksum, late, "
-            "dropped, dropped_reasons, dirty, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?) "
+            "dropped, dropped_reasons, dropped_unknown, dirty, updated_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?) "
             "ON CONFLICT (topic, window_start) DO UPDATE SET count = excluded.count, "
             "bytes = excluded.bytes, checksum = excluded.checksum, late = excluded.late, "
-            "dropped = excluded.dropped, dropped_reasons = excluded.dropped_reasons, dirty = 1, "
+            "dropped = excluded.dropped, dropped_reasons = excluded.dropped_reasons, "
+            "dropped_unknown = excluded.dropped_unknown, dirty = 1, "
             "updated_ms = excluded.updated_ms", rows)
         if counted_seq is not None:
             conn.execute("INSERT OR REPLACE INTO audit_meta VALUES ('counted_seq', ?)",
@@ -331,7 +348,7 @@ class AuditEmitter:
                                bytes=t.bytes, checksum=t.checksum,
                                emitter=f"{self.agent_id}/agent", seq=seq, emitted_at=now,
                                dropped=t.dropped, dropped_reasons=dict(t.dropped_reasons),
-                               late=t.late).encode()
+                               dropped_unknown=dict(t.dropped_unknown), late=t.late).encode()
                    for key, (t, _version) in snapshot.items()]
         # The windows of records not acknowledged stay marked for the next round.
         acked, errors = deliver(self._producer, self.audit_topic, records, DELIVERY_TIMEOUT_S,
@@ -359,4 +376,5 @@ def _negated(t: Tally) -> Tally:
 
 
 def _copy(t: Tally) -> Tally:
-    return Tally(t.count, t.bytes, t.checksum, t.late, t.dropped, dict(t.dropped_reasons))
+    return Tally(t.count, t.bytes, t.checksum, t.late, t.dropped, dict(t.dropped_reasons),
+                 dict(t.dropped_unknown))

@@ -3,12 +3,21 @@
 ``state_dir/loss-journal.jsonl``, one JSON object per line, fsync'd as it is written::
 
     {"ts_ms": ..., "reason": "oversize_dropped" | "oversize_truncated" | "buffer_full" |
-     "corrupt" | "dead_letter" | "deleted_unread" | "unaccounted_bytes",
+     "corrupt" | "kafka_<error>" | "deleted_unread" | "unaccounted_bytes",
      "topic": ..., "events": N (or -1 if unknown), "bytes": N, "source": path or slot,
-     "range": [start, end] (bytes of the source) or null, "detail": "..."}
+     "range": [start, end] (bytes of the source) or null,
+     "source_id": the file generation's id in the state database, or null,
+     "open_ended": true when bytes after ``range`` may have existed too and are unknown,
+     "detail": "..."}
+
+An entry with ``events`` = -1 is a loss of unknown size: the bytes are gone before the agent
+could count their lines (a file deleted or truncated before it was read). Such entries reach the
+audit as ``dropped_unknown`` of the window they were found in, so the reconciler can flag that
+window as a possible loss although every count agrees.
 
 ``LossJournal.record`` is the one function that both writes the entry and counts it in the
-agent's metrics (``agent_dropped_events_total{reason}``), so no counter exists without its entry.
+agent's metrics (``agent_dropped_events_total{reason}`` for events,
+``agent_loss_journal_entries_total{reason}`` for entries), so no counter exists without its entry.
 """
 
 from __future__ import annotations
@@ -35,16 +44,20 @@ class LossJournal:
 
     def record(self, reason: str, topic: str, events: int, *, nbytes: int = 0,
                source: str = "", byte_range: tuple[int, int] | None = None,
-               detail: str = "", event_ts_ms: int | None = None) -> None:
+               detail: str = "", event_ts_ms: int | None = None, source_id: int | None = None,
+               open_ended: bool = False) -> None:
         entry = {"ts_ms": int(time.time() * 1000), "reason": reason, "topic": topic,
                  "events": events, "bytes": nbytes, "source": source,
-                 "range": list(byte_range) if byte_range else None, "detail": detail}
+                 "range": list(byte_range) if byte_range else None, "source_id": source_id,
+                 "open_ended": open_ended, "detail": detail}
         line = (json.dumps(entry, sort_keys=True) + "\n").encode()
         with self._lock:
             os.write(self._fd, line)
             os.fsync(self._fd)
         self.metrics.dropped(reason, topic, max(events, 0), intentional=reason in INTENTIONAL,
                              nbytes=nbytes)
+        self.metrics.inc("agent_loss_journal_entries_total", reason=reason, topic=topic,
+                         size="unknown" if events < 0 else "known")
         if self._on_record is not None:
             self._on_record(topic, reason, events, event_ts_ms)
 

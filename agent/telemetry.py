@@ -38,6 +38,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "agent_dropped_events_total": ("counter", "Events not delivered, by reason and whether a "
                                    "policy chose it (intentional)."),
     "agent_dropped_bytes_total": ("counter", "Bytes not delivered, by reason."),
+    "agent_loss_journal_entries_total": ("counter", "Entries written to the loss journal, by "
+                                         "reason and whether their event count is known "
+                                         "(size=unknown: a possible loss of unknown size)."),
     "agent_audit_emitted_records_total": ("counter", "Audit records acknowledged by Kafka."),
     "agent_audit_emit_failures_total": ("counter", "Audit rounds with records Kafka did not "
                                         "acknowledge (sent again next round)."),

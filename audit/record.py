@@ -82,6 +82,9 @@ class AuditRecord:
     dropped: int = 0
     dropped_reasons: dict[str, int] = field(default_factory=dict)
     late: int = 0
+    # Losses of unknown size (loss-journal entries: a file deleted or truncated before it was
+    # read), by reason: the window may be short of what was written although counts agree.
+    dropped_unknown: dict[str, int] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -132,7 +135,8 @@ _COUNT_FIELDS = {
     "tier": str, "origin": str, "topic": str, "window_start": int, "window_ms": int,
     "count": int, "bytes": int, "checksum": str, "emitter": str, "seq": int, "emitted_at": int,
 }
-_OPTIONAL = {"dropped": int, "dropped_reasons": dict, "late": int}
+_OPTIONAL = {"dropped": int, "dropped_reasons": dict, "late": int,
+             "dropped_unknown": dict}
 _PROGRESS_FIELDS = {"tier": str, "emitter": str, "batch_id": int, "input_rows_per_s": float,
                     "processed_rows_per_s": float, "batch_duration_ms": int}
 
@@ -170,10 +174,11 @@ def parse(value: bytes | None) -> AuditRecord | Progress:
     checksum = obj["checksum"]
     if len(checksum) != 16 or any(c not in "0123456789abcdef" for c in checksum):
         raise MalformedRecord("bad_value", f"checksum {checksum[:40]!r} is not 16 hex digits")
-    reasons = obj.get("dropped_reasons", {})
-    if not all(isinstance(k, str) and _is_int(v) and v >= 0 for k, v in reasons.items()):
-        raise MalformedRecord("wrong_type", "dropped_reasons must map reasons to counts")
-    fields = {k: obj[k] for k in (*_COUNT_FIELDS, *_OPTIONAL) if k in obj}
+    for name in ("dropped_reasons", "dropped_unknown"):
+        reasons = obj.get(name) or {}
+        if not all(isinstance(k, str) and _is_int(v) and v >= 0 for k, v in reasons.items()):
+            raise MalformedRecord("wrong_type", f"{name} must map reasons to counts")
+    fields = {k: obj[k] for k in (*_COUNT_FIELDS, *_OPTIONAL) if obj.get(k) is not None}
     fields["checksum"] = int(checksum, 16)
     return AuditRecord(**fields)
 

@@ -109,3 +109,23 @@ def test_dead_letters_leave_count_and_appear_as_dropped(tmp_path):
     w = int(ts[0]) // WINDOW * WINDOW
     assert em.snapshot()[("t", w)].dropped_reasons == {"dead_letter": 1}
     db.close()
+
+
+def test_a_loss_of_unknown_size_reaches_dropped_unknown_and_survives_a_restart(tmp_path):
+    """A file deleted before it was read: the journal knows bytes, not events (-1). The window
+    it was found in carries it under dropped_unknown, so the reconciler can flag a possible
+    loss although every count agrees."""
+    db = StateDB(tmp_path / "state.db")
+    em = emitter(tmp_path, db)
+    em.dropped("t", "deleted_unread", -1)
+    em.dropped("t", "deleted_unread", -1)
+    em.dropped("t", "oversize_dropped", 2)
+    db.advance_sealed({}, also=em.persist)
+    w = NOW // WINDOW * WINDOW
+    t = em.snapshot()[("t", w)]
+    assert t.dropped_unknown == {"deleted_unread": 2}
+    assert (t.dropped, t.dropped_reasons, t.count) == (2, {"oversize_dropped": 2}, 0)
+    db.close()
+    db = StateDB(tmp_path / "state.db")
+    assert emitter(tmp_path, db).snapshot()[("t", w)].dropped_unknown == {"deleted_unread": 2}
+    db.close()

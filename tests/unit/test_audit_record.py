@@ -37,6 +37,16 @@ def test_encodes_the_design_example_and_parses_it_back():
     assert parse(value) == record(dropped=2, dropped_reasons={"oversize_dropped": 2}, late=3)
 
 
+def test_losses_of_unknown_size_round_trip_and_old_records_read_as_none():
+    r = record(dropped_unknown={"deleted_unread": 1})
+    assert parse(r.encode()[1]) == r
+    old = json.loads(record().encode()[1])
+    del old["dropped_unknown"]                      # a record from an earlier agent
+    assert parse(json.dumps(old).encode()).dropped_unknown == {}
+    with pytest.raises(MalformedRecord, match="dropped_unknown"):
+        parse(json.dumps({**old, "dropped_unknown": {"x": -1}}).encode())
+
+
 def test_progress_round_trips():
     p = Progress(tier="kafka-local", emitter="kafka-local/count", batch_id=4,
                  input_rows_per_s=10.5, processed_rows_per_s=20, batch_duration_ms=300,
