@@ -5,17 +5,26 @@ checkpoints, send to Kafka and serve delivery reports. Socket connections and th
 server have threads of their own. Signals only set flags that the loop acts on:
 SIGTERM/SIGINT stop (seal, drain up to ``shutdown_timeout_ms``, persist, exit 0), SIGHUP reloads
 the source list from the configuration file.
+
+One agent per state folder: before it opens anything there, the agent takes
+``flock(LOCK_EX | LOCK_NB)`` on ``state_dir/agent.lock`` (holding its pid, for the message a
+second agent gets) and keeps it until it stops; the kernel drops it when the process dies, so a
+SIGKILLed agent never blocks the next one. The buffer pool locks its own file the same way.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
+import os
 import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
+from pathlib import Path
 
 from .audit import AuditEmitter
 from .buffer import BufferPool, DropEvent, SealedSlot
@@ -38,6 +47,25 @@ class StartupError(Exception):
         super().__init__(message)
         self.hint = hint
 
+
+LOCK_FILE = "agent.lock"                  # in state_dir: flock'ed by the running agent, its pid
+
+
+class StateDirLocked(StartupError):
+    """Another agent holds the state folder's lock: this one must not open anything there."""
+
+    def __init__(self, state_dir: Path, pid: int | None):
+        holder = f"pid {pid}" if pid is not None else "pid unknown"
+        super().__init__(
+            f"state folder {state_dir} is already locked by another docket agent ({holder}, "
+            f"lock {state_dir / LOCK_FILE}); this agent touched nothing",
+            hint="stop that agent first, or give this one an agent.state_dir (and a "
+            "buffer.path) of its own: two agents on one state folder would send and free each "
+            "other's slots")
+        self.state_dir = state_dir
+        self.pid = pid
+
+
 READ_BUDGET_BYTES = 8 << 20      # per loop turn, across file sources
 GAUGE_INTERVAL_S = 1.0
 EVENT_SCAN_MIN_S = 0.05          # file events trigger a scan at most this often
@@ -52,6 +80,7 @@ class Agent:
         self.started = time.time()
         state = cfg.state_dir
         state.mkdir(parents=True, exist_ok=True)
+        self._state_lock = lock_state_dir(state)     # before the state DB and the pool
         self.metrics = Metrics()
         self.db = StateDB(state / "state.db")
         self.audit = AuditEmitter(
@@ -223,6 +252,7 @@ class Agent:
         self.pool.close()
         self.journal.close()
         self.db.close()
+        os.close(self._state_lock)              # the next agent may start
         return 0
 
     # -- status -------------------------------------------------------------------------------
@@ -317,6 +347,36 @@ class Agent:
         self.status_address = self._http.server_address
         threading.Thread(target=self._http.serve_forever, name="docket-status",
                          daemon=True).start()
+
+
+def lock_state_dir(state_dir: Path) -> int:
+    """Take the state folder's lock and write this process's pid in the lock file; return the
+    fd that holds it (closing it, or the process ending, releases the lock). Raises
+    StateDirLocked, having changed nothing, when another process holds it."""
+    path = state_dir / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StartupError(f"cannot open the state folder's lock file {path}: {exc.strerror}",
+                           hint="agent.state_dir must be writable by the agent's user") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        pid = _pid_in(fd)
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise StateDirLocked(state_dir, pid) from None
+        raise StartupError(f"cannot lock {path}: {exc.strerror}",
+                           hint="put agent.state_dir on a local file system") from exc
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _pid_in(fd: int) -> int | None:
+    """The pid the lock's holder wrote (None if it has not written it yet)."""
+    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
 
 
 def _topics(sources) -> list[str]:

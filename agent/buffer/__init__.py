@@ -63,9 +63,17 @@ Recovery (``BufferPool.open`` on an existing file)
   → header and payload copied to ``quarantine/``, reported as dropped with reason ``corrupt``,
   made free. Every other sealed slot is replayed, in sequence order.
 - any other state value → treated as a torn header.
+
+Locking
+- A pool holds ``flock(LOCK_EX | LOCK_NB)`` on its file from before the first read of it until
+  ``close()`` (or ``abandon()``, or process death). Another holder — another process, or another
+  open ``BufferPool`` in this one, since the lock belongs to the open file — makes the open fail
+  with ``PoolBusy`` before anything is read, recovered or written: two writers on one pool would
+  send, free or quarantine each other's slots.
 """
 
 from .errors import (
+    PoolBusy,
     PoolCorrupt,
     PoolDiskTooSmall,
     PoolError,
@@ -76,6 +84,6 @@ from .framing import Chunk
 from .pool import AppendResult, BufferPool, DropEvent, SealedSlot
 
 __all__ = [
-    "AppendResult", "BufferPool", "Chunk", "DropEvent", "PoolCorrupt", "PoolDiskTooSmall",
-    "PoolError", "PoolFormatError", "PoolGeometryMismatch", "SealedSlot",
+    "AppendResult", "BufferPool", "Chunk", "DropEvent", "PoolBusy", "PoolCorrupt",
+    "PoolDiskTooSmall", "PoolError", "PoolFormatError", "PoolGeometryMismatch", "SealedSlot",
 ]

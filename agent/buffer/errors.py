@@ -23,3 +23,7 @@ class PoolDiskTooSmall(PoolError):
 
 class PoolCorrupt(PoolError):
     """A slot failed its checks while being read outside recovery."""
+
+
+class PoolBusy(PoolError):
+    """Another process, or another open BufferPool in this one, holds the pool file's lock."""

@@ -5,9 +5,12 @@ See the package docstring for the file layout, invariants and recovery rules.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import mmap
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +19,13 @@ import numpy as np
 from crc32c import crc32c
 
 from . import layout as L
-from .errors import PoolCorrupt, PoolDiskTooSmall, PoolFormatError, PoolGeometryMismatch
+from .errors import (
+    PoolBusy,
+    PoolCorrupt,
+    PoolDiskTooSmall,
+    PoolFormatError,
+    PoolGeometryMismatch,
+)
 from .framing import (
     BLOCK_HEADER_BYTES,
     PER_RECORD_BYTES,
@@ -164,6 +173,20 @@ class BufferPool:
         self._recovered_positions: dict[int, int] = {}
 
         self.geometry = L.Geometry.fit(size_bytes, slot_size_bytes)
+        self._unlock: weakref.finalize | None = None    # closes the fd holding the file's flock
+        try:
+            self._open(first_seq, spill_dir, spill_max_bytes)
+        except BaseException:
+            self._release_file_lock()        # a refused open leaves the file to the next opener
+            raise
+        # Record capacity: the largest value one record may have in an empty slot, or less.
+        self.max_value_bytes = self.geometry.slot_bytes - BLOCK_HEADER_BYTES - PER_RECORD_BYTES - 8
+        if max_record_bytes is not None:
+            self.max_value_bytes = min(self.max_value_bytes, max_record_bytes)
+
+    # -- opening -------------------------------------------------------------------------------
+    def _open(self, first_seq: int, spill_dir: str | Path | None, spill_max_bytes: int) -> None:
+        """Lock and map the file, then recover it (or start a new one's free list)."""
         created = self._open_file(first_seq)
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r+",
                               shape=(self.geometry.file_bytes,))
@@ -183,16 +206,12 @@ class BufferPool:
             self._free = list(range(g.slot_count - 1, -1, -1))
         else:
             self._recover()
-        # Record capacity: the largest value one record may have in an empty slot, or less.
-        self.max_value_bytes = g.slot_bytes - BLOCK_HEADER_BYTES - PER_RECORD_BYTES - 8
-        if max_record_bytes is not None:
-            self.max_value_bytes = min(self.max_value_bytes, max_record_bytes)
 
-    # -- opening -------------------------------------------------------------------------------
     def _open_file(self, first_seq: int) -> bool:
-        """Create and preallocate the file, or check an existing one. True when created."""
+        """Lock the file, then check it, or create and preallocate it. True when created."""
         g = self.geometry
         if self.path.exists() and self.path.stat().st_size > 0:
+            self._lock_file(os.open(self.path, os.O_RDWR))
             self._check_existing()
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -204,27 +223,48 @@ class BufferPool:
                 hint="lower buffer.size_bytes or move buffer.path to a larger file system",
             )
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_file(fd)                  # the fd stays open: it holds the lock
+        if os.fstat(fd).st_size > 0:         # another pool created it between our look and lock
+            self._check_existing()
+            return False
         try:
-            try:
-                self.ops.reserve(fd, g.file_bytes)
-            except OSError as exc:
-                os.close(fd)
-                fd = -1
-                self.path.unlink(missing_ok=True)
-                raise PoolDiskTooSmall(
-                    f"reserving {g.file_bytes} bytes for {self.path} failed: {exc.strerror}",
-                    hint="free space, lower buffer.size_bytes or move buffer.path",
-                ) from exc
-            header = np.zeros(1, L.FILE_HEADER)
-            header[0] = (L.MAGIC, L.VERSION, L.FILE_HEADER_BYTES, g.slot_bytes, g.slot_count,
-                         L.SLOT_HEADER_BYTES, 0, first_seq % L.SEQ_MOD)
-            header[0]["geometry_crc"] = L.geometry_crc(header)
-            os.pwrite(fd, header.tobytes(), 0)
-            os.fsync(fd)
-        finally:
-            if fd >= 0:
-                os.close(fd)
+            self.ops.reserve(fd, g.file_bytes)
+        except OSError as exc:
+            self.path.unlink(missing_ok=True)
+            raise PoolDiskTooSmall(
+                f"reserving {g.file_bytes} bytes for {self.path} failed: {exc.strerror}",
+                hint="free space, lower buffer.size_bytes or move buffer.path",
+            ) from exc
+        header = np.zeros(1, L.FILE_HEADER)
+        header[0] = (L.MAGIC, L.VERSION, L.FILE_HEADER_BYTES, g.slot_bytes, g.slot_count,
+                     L.SLOT_HEADER_BYTES, 0, first_seq % L.SEQ_MOD)
+        header[0]["geometry_crc"] = L.geometry_crc(header)
+        os.pwrite(fd, header.tobytes(), 0)
+        os.fsync(fd)
         return True
+
+    def _lock_file(self, fd: int) -> None:
+        """Hold ``flock(LOCK_EX | LOCK_NB)`` on the pool file through ``fd`` until close(),
+        abandon() or the process ends. The lock belongs to the open file, so a second open in
+        this process conflicts like another process does. If the object is dropped without
+        either (a test simulating a crash), garbage collection closes the fd."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            raise PoolBusy(
+                f"{self.path} is in use by another buffer pool (another docket agent, or a "
+                "pool still open in this process); nothing was read or written",
+                hint="give each agent a buffer.path of its own, or stop the agent that uses "
+                "this pool first",
+            ) from None
+        self._unlock = weakref.finalize(self, os.close, fd)
+
+    def _release_file_lock(self) -> None:
+        if self._unlock is not None:
+            self._unlock()                   # closing the fd drops the lock; runs once
 
     def _check_existing(self) -> None:
         with open(self.path, "rb") as f:
@@ -683,7 +723,8 @@ class BufferPool:
             raise PoolCorrupt(f"slot seq {slot.seq} fails its payload CRC")
 
     def close(self) -> None:
-        """Unmap the file. Filling slots are not sealed (call seal_all() first to keep them)."""
+        """Unmap the file and release its lock. Filling slots are not sealed (call seal_all()
+        first to keep them)."""
         with self._lock:
             if self._mm is None:
                 return
@@ -691,8 +732,17 @@ class BufferPool:
             self._current.clear()
             self._hdr = self._fh = self._mm = None
             mm, self._map = self._map, None
-            mm.flush()
-            mm._mmap.close()
+            try:
+                mm.flush()
+                mm._mmap.close()
+            finally:
+                self._release_file_lock()
+
+    def abandon(self) -> None:
+        """For tests that simulate a crash: release the file's lock as a killed process would,
+        writing nothing — nothing sealed, flushed or unmapped; filling slots stay ``filling``.
+        A new pool may then open the file. Do not use this object afterwards."""
+        self._release_file_lock()
 
     def __enter__(self):
         return self

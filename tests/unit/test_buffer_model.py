@@ -56,7 +56,8 @@ class PoolMachine(RuleBasedStateMachine):
     def _restart(self, clean: bool):
         if clean:
             self.pool.close()
-        # else: the old object is abandoned mid-operation, as a killed process leaves its map
+        else:   # abandoned mid-operation, as a killed process leaves its map; the lock goes
+            self.pool.abandon()
         self.pool = self._open()
         for q in self.queue.values():
             q.clear()                                 # filling slots are discarded on open

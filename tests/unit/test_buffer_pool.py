@@ -2,11 +2,14 @@
 
 No processes and no network: a fake clock drives linger, and CrashingOps raises a simulated
 crash at the pool's named crash points. After a "crash" the pool object is abandoned without
-closing, and a new one opens the same file — as a restarted agent would find it.
+closing (``abandon()`` drops its file lock, as the kernel does for a killed process, and writes
+nothing), and a new one opens the same file — as a restarted agent would find it.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 
 import numpy as np
@@ -15,6 +18,7 @@ import pytest
 from agent.buffer import (
     BufferPool,
     Chunk,
+    PoolBusy,
     PoolDiskTooSmall,
     PoolFormatError,
     PoolGeometryMismatch,
@@ -255,6 +259,7 @@ def test_a_crash_between_payload_write_and_header_write_discards_the_slot(tmp_pa
     pool.append("t", chunk_of(range(10)), source=1)
     with pytest.raises(SimulatedCrash):
         pool.seal("t")
+    pool.abandon()
     again = open_pool(tmp_path)
     assert again.sealed() == [] and again.recovered_positions() == {}
     assert again.counters["filling_discarded"] == 1 and again.drop_events == []
@@ -269,6 +274,7 @@ def test_a_crash_after_the_header_but_before_the_state_byte_discards_the_slot(tm
     pool.append("t", chunk_of(range(5, 10)))
     with pytest.raises(SimulatedCrash):
         pool.seal("t")
+    pool.abandon()
     again = open_pool(tmp_path)
     assert ids_of(values(again)) == list(range(5))
     again.append("t", chunk_of([10]))
@@ -281,6 +287,7 @@ def test_a_crash_right_after_the_state_byte_keeps_the_slot(tmp_path):
     pool.append("t", chunk_of(range(5)), source=2)
     with pytest.raises(SimulatedCrash):
         pool.seal("t")
+    pool.abandon()
     again = open_pool(tmp_path)
     assert ids_of(values(again)) == list(range(5))
     assert again.recovered_positions() == {2: 5 * 41}
@@ -298,6 +305,7 @@ def test_a_crash_during_free_leaves_the_slot_sealed_or_free_never_corrupt(tmp_pa
             pool.free(first)
     else:
         pool.free(first)
+    pool.abandon()                                             # killed right after
     again = open_pool(tmp_path)
     expected = list(range(10)) if crash else list(range(5, 10))   # sent again, or gone
     assert ids_of(values(again)) == expected
@@ -364,6 +372,64 @@ def test_a_slot_size_that_is_not_a_page_multiple_is_refused(tmp_path):
         open_pool(tmp_path, slot=5000)
     with pytest.raises(PoolGeometryMismatch, match="fewer than 2 slots"):
         open_pool(tmp_path, size=SLOT)
+
+
+# -- one pool per file ---------------------------------------------------------------------------
+
+def test_a_second_pool_on_an_open_pool_file_is_refused_and_changes_nothing(tmp_path):
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(10)), source=1)
+    pool.seal("t")
+    pool.append("t", chunk_of(range(10, 15)), source=1, source_start=10 * 41)   # filling
+    before = (tmp_path / "buffer.pool").read_bytes()
+    with pytest.raises(PoolBusy) as info:
+        open_pool(tmp_path)
+    assert "buffer.pool is in use by another buffer pool" in str(info.value)
+    assert "buffer.path" in info.value.hint
+    # Not recovered by the second: the filling slot was not discarded, nothing quarantined.
+    assert (tmp_path / "buffer.pool").read_bytes() == before
+    assert not (tmp_path / "quarantine").exists()
+    pool.seal("t")                                   # the first goes on as if alone
+    assert ids_of(values(pool)) == list(range(15))
+    pool.close()
+    again = open_pool(tmp_path)                      # closed: the file is free again
+    assert ids_of(values(again)) == list(range(15))
+    again.close()
+
+
+def test_a_pool_file_locked_elsewhere_is_refused_until_the_lock_goes(tmp_path):
+    open_pool(tmp_path).close()
+    # Another open file holding the lock: what another agent process does.
+    fd = os.open(tmp_path / "buffer.pool", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(PoolBusy):
+            open_pool(tmp_path)
+    finally:
+        os.close(fd)                                 # as the kernel does when it dies
+    open_pool(tmp_path).close()
+
+
+def test_abandon_drops_the_lock_and_writes_nothing(tmp_path):
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(10)), source=1)
+    pool.seal("t")
+    pool.append("t", chunk_of(range(10, 15)), source=1, source_start=10 * 41)   # filling
+    before = (tmp_path / "buffer.pool").read_bytes()
+    pool.abandon()
+    assert (tmp_path / "buffer.pool").read_bytes() == before
+    again = open_pool(tmp_path)
+    assert ids_of(values(again)) == list(range(10))
+    assert again.counters["filling_discarded"] == 1
+    again.close()
+
+
+def test_a_pool_refused_for_its_contents_leaves_the_file_unlocked(tmp_path):
+    open_pool(tmp_path).close()
+    with pytest.raises(PoolGeometryMismatch) as info:   # `info` keeps the refused pool object
+        open_pool(tmp_path, slot=2 * SLOT, size=2 * SIZE)   # alive, through its traceback
+    assert "buffer.slot_size_bytes" in info.value.hint
+    open_pool(tmp_path).close()
 
 
 # -- oversized lines -----------------------------------------------------------------------------
