@@ -62,7 +62,10 @@ def _status(args) -> int:
           + (f", oldest event {age:.1f} s old" if age is not None else ""))
     print(f"  broker    {broker['state']} ({broker['bootstrap_servers']}), "
           f"{broker['outages']:.0f} outage(s)")
-    print(f"  dropped   {data['dropped_events']:.0f} events (see the loss journal)")
+    journal = data["loss_journal"]
+    print(f"  dropped   {data['dropped_events']:.0f} events; loss journal "
+          f"{journal['entries']:.0f} entries ({journal['unknown_size']:.0f} of unknown size), "
+          f"{journal['path']}")
     audit = data["audit"]
     if not audit["enabled"]:
         print("  audit     off ([audit] enabled = false)")
@@ -73,6 +76,15 @@ def _status(args) -> int:
         print(f"  audit     to {audit['topic']}: last emission {when}, seq {audit['seq']}")
     for path, f in sorted(data["files"].items()):
         print(f"  file      {path}: {f['lag_bytes']} bytes behind")
+    waiting = data["files_waiting"]
+    for path, why in sorted(waiting["unreadable"].items()):
+        print(f"  file      {path}: cannot be read ({why}); tried again at every scan")
+    for o in waiting["orphans_waiting"]:
+        state = "journaled, still matched" if o["journaled"] else "waiting"
+        print(f"  orphan    {o['path']}: truncated or gone after {o['offset']} bytes read, "
+              f"{o['unread_bytes']} unread; a copy of it is awaited ({state})")
+    for path in waiting["copies_held"]:
+        print(f"  copy      {path}: held until its original is truncated or left as is")
     return 0
 
 

@@ -22,12 +22,15 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
 from pathlib import Path
 
 from .audit import AuditEmitter
 from .buffer import BufferPool, DropEvent, SealedSlot
+from .buffer.seams import Clock, FileOps
 from .config import AgentConfig, ConfigError, load
 from .drain.drain import Drain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
@@ -35,6 +38,7 @@ from .journal import LossJournal
 from .notify import Notifier
 from .state import StateDB
 from .tail.files import FileSource
+from .tail.seams import FsOps
 from .tail.sock import SocketSource
 from .tail.watch import FolderWatch
 from .telemetry import Metrics
@@ -73,22 +77,39 @@ IDLE_WAIT_S = 0.002              # nothing read or sent: wait this long for deli
 IDLE_WAIT_BLOCKED_S = 0.05       # ... and this long when the pool is full
 
 
+@dataclass
+class Seams:
+    """What a test replaces to drive the real agent step by step: time, the file system, the
+    pool's file operations (crash points), the Kafka client, crash points of the state database,
+    and file events (off: scans happen on the poll interval alone)."""
+
+    clock: Clock = field(default_factory=Clock)
+    fs: FsOps = field(default_factory=FsOps)
+    pool_ops: FileOps | None = None
+    producer_factory: Callable[[dict], object] | None = None
+    db_crash_point: Callable[[str], None] | None = None
+    file_events: bool = True
+
+
 class Agent:
-    def __init__(self, cfg: AgentConfig, notifier: Notifier | None = None):
+    def __init__(self, cfg: AgentConfig, notifier: Notifier | None = None,
+                 seams: Seams | None = None):
         self.cfg = cfg
         self.notifier = notifier or Notifier()
+        self.seams = seams or Seams()
+        self.clock = self.seams.clock
         self.started = time.time()
         state = cfg.state_dir
         state.mkdir(parents=True, exist_ok=True)
         self._state_lock = lock_state_dir(state)     # before the state DB and the pool
         self.metrics = Metrics()
-        self.db = StateDB(state / "state.db")
+        self.db = StateDB(state / "state.db", crash_point=self.seams.db_crash_point)
         self.audit = AuditEmitter(
             db_path=state / "state.db", conn=self.db.db.conn, agent_id=cfg.agent_id,
             topics=_topics(cfg.sources), audit_topic=cfg["audit.topic"],
             window_ms=cfg["audit.window_ms"], interval_ms=cfg["audit.interval_ms"],
             producer_conf=producer_config(cfg), metrics=self.metrics,
-            enabled=cfg["audit.enabled"])
+            enabled=cfg["audit.enabled"], clock=lambda: self.clock.time_ms() / 1000)
         self.journal = LossJournal(state / "loss-journal.jsonl", self.metrics,
                                    on_record=self.audit.dropped)
         self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
@@ -100,16 +121,18 @@ class Agent:
             oversize=cfg["buffer.oversize"], spill_dir=state / "spill" if spill else None,
             spill_max_bytes=spill, quarantine_dir=state / "quarantine",
             sync_on_seal=cfg["buffer.sync_on_seal"], on_drop=self._pool_dropped,
-            on_seal=self._sealed, max_record_bytes=MAX_RECORD_BYTES)
+            on_seal=self._sealed, max_record_bytes=MAX_RECORD_BYTES, clock=self.clock,
+            ops=self.seams.pool_ops)
         self.recovered = self.pool.recovered_positions()
         self.audit.count_recovered(self.pool.sealed())
         self.db.advance_sealed(self.recovered, also=self.audit.persist)
         for slot in self.pool.sealed():
-            self._seal_times[slot.seq] = time.monotonic()
+            self._seal_times[slot.seq] = self._monotonic()
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
         self.drain = Drain(self.pool, producer_config(cfg), self.journal, self.metrics,
                            state / "dead-letter", origin, on_slot_done=self._slot_done,
-                           on_dead=self.audit.uncount)
+                           on_dead=self.audit.uncount,
+                           producer_factory=self.seams.producer_factory)
         self.file_sources: list[FileSource] = []
         self.socket_sources: list[SocketSource] = []
         self.watch: FolderWatch | None = None
@@ -119,14 +142,21 @@ class Agent:
         self._rates = {"in_events_s": 0.0, "out_events_s": 0.0}
         self._prev_counts = (0.0, 0.0)          # events read / sent at the last gauge update
         self._http: ThreadingHTTPServer | None = None
+        self._next_scan = self._next_gauges = self._next_watchdog = 0.0
+        self._last_gauges = self._last_scan = self._monotonic()
+
+    def _monotonic(self) -> float:
+        return self.clock.monotonic_ns() / 1e9
 
     # -- wiring -------------------------------------------------------------------------------
     def _build_sources(self, cfg: AgentConfig) -> None:
-        self.watch = FolderWatch([p for s in cfg.sources if s.type == "file" for p in s.paths])
+        patterns = [p for s in cfg.sources if s.type == "file" for p in s.paths]
+        self.watch = FolderWatch(patterns if self.seams.file_events else [])
         for src in cfg.sources:
             if src.type == "file":
                 self.file_sources.append(FileSource(src, self.pool, self.db, self.journal,
-                                                    self.metrics, self.recovered))
+                                                    self.metrics, self.recovered,
+                                                    fs=self.seams.fs, clock=self.clock))
             else:
                 self.socket_sources.append(SocketSource(src, self.pool, self.metrics))
 
@@ -148,7 +178,7 @@ class Agent:
     def _sealed(self, slot: SealedSlot) -> None:          # under the pool's lock
         self.audit.count_sealed(slot)
         self._sealed_positions.append(slot.meta.positions)
-        self._seal_times[slot.seq] = time.monotonic()
+        self._seal_times[slot.seq] = self._monotonic()
 
     def _flush_checkpoints(self) -> None:
         if not self._sealed_positions and not self.audit.has_pending():
@@ -176,42 +206,63 @@ class Agent:
     def run(self) -> int:
         self.start_status_server()
         self.audit.start()
-        for f in self.file_sources:
-            f.scan()
-        sealed = self.pool.stats()["sealed_slots"]
-        self.notifier.ready(f"recovered {sealed} sealed slot(s); shipping")
-        log.info("agent %s ready: %d sealed slot(s) recovered", self.cfg.agent_id, sealed)
-        next_scan = next_gauges = next_watchdog = 0.0
-        last_gauges = last_scan = time.monotonic()
+        self.begin()
         while not self._stop.is_set():
-            now = time.monotonic()
-            if self._reload.is_set():
-                self._reload.clear()
-                self._do_reload()
-            if now >= next_scan or (now - last_scan >= EVENT_SCAN_MIN_S
-                                    and self.watch.consume()):
-                last_scan = now
-                for f in self.file_sources:
-                    f.scan()
-                next_scan = now + min((f.cfg.poll_interval_ms for f in self.file_sources),
-                                      default=250) / 1000
-            read, blocked = 0, False
-            for f in self.file_sources:
-                got = f.read_some(READ_BUDGET_BYTES)
-                read += got.bytes
-                blocked |= got.blocked
-            self.pool.seal_due()
-            self._flush_checkpoints()
-            sent = self.drain.pump()
-            if now >= next_gauges:
-                self._update_gauges(now - last_gauges)
-                last_gauges, next_gauges = now, now + GAUGE_INTERVAL_S
-            if self.notifier.watchdog_interval_s and now >= next_watchdog:
-                self.notifier.watchdog()
-                next_watchdog = now + self.notifier.watchdog_interval_s
+            read, sent, blocked = self.turn()
             if not read and not sent:
                 self.drain.wait(IDLE_WAIT_BLOCKED_S if blocked else IDLE_WAIT_S)
         return self.shutdown()
+
+    def begin(self) -> None:
+        """The first scan (every file the state database knows, and what vanished while the
+        agent was stopped), then READY=1."""
+        for f in self.file_sources:
+            f.scan()
+        self._last_scan = self._monotonic()
+        sealed = self.pool.stats()["sealed_slots"]
+        self.notifier.ready(f"recovered {sealed} sealed slot(s); shipping")
+        log.info("agent %s ready: %d sealed slot(s) recovered", self.cfg.agent_id, sealed)
+
+    def turn(self) -> tuple[int, int, bool]:
+        """One turn of the loop: scan when due, read, seal what lingered, checkpoint, send.
+        Returns (bytes read, records sent, whether the pool pushed back)."""
+        now = self._monotonic()
+        if self._reload.is_set():
+            self._reload.clear()
+            self._do_reload()
+        if now >= self._next_scan or (now - self._last_scan >= EVENT_SCAN_MIN_S
+                                      and self.watch.consume()):
+            self._last_scan = now
+            for f in self.file_sources:
+                f.scan()
+            self._next_scan = now + min((f.cfg.poll_interval_ms for f in self.file_sources),
+                                        default=250) / 1000
+        read, blocked = 0, False
+        for f in self.file_sources:
+            got = f.read_some(READ_BUDGET_BYTES)
+            read += got.bytes
+            blocked |= got.blocked
+        self.pool.seal_due()
+        self._flush_checkpoints()
+        sent = self.drain.pump()
+        if now >= self._next_gauges:
+            self._update_gauges(now - self._last_gauges)
+            self._last_gauges, self._next_gauges = now, now + GAUGE_INTERVAL_S
+        if self.notifier.watchdog_interval_s and now >= self._next_watchdog:
+            self.notifier.watchdog()
+            self._next_watchdog = now + self.notifier.watchdog_interval_s
+        return read, sent, blocked
+
+    def abandon(self) -> None:
+        """For tests that simulate a SIGKILL: let go of every descriptor, lock and mapping as
+        the kernel would, writing nothing (no seal, no checkpoint, no size stored)."""
+        for f in self.file_sources:
+            f.abandon()
+        self.watch.stop()
+        self.pool.abandon()
+        self.db.close()                          # an open transaction rolls back
+        self.journal.close()
+        os.close(self._state_lock)
 
     def _do_reload(self) -> None:
         try:
@@ -288,7 +339,7 @@ class Agent:
         if not sealed:
             return 0.0
         t = self._seal_times.get(sealed[0].seq)
-        return time.monotonic() - t if t is not None else 0.0
+        return self._monotonic() - t if t is not None else 0.0
 
     def status(self) -> dict:
         st = self.pool.stats()
@@ -308,10 +359,16 @@ class Agent:
                         if oldest_event_ms is not None else None},
             "files": {p: {"lag_bytes": lag} for f in self.file_sources
                       for p, lag in f.lag().items()},
+            "files_waiting": _merge_waiting(f.waiting() for f in self.file_sources),
             "broker": {"state": self.drain.broker_state,
                        "bootstrap_servers": self.cfg["broker.bootstrap_servers"],
                        "outages": self.metrics.get("agent_drain_outages_total")},
             "dropped_events": self.metrics.get("agent_dropped_events_total"),
+            "loss_journal": {
+                "path": str(self.journal.path),
+                "entries": self.metrics.total("agent_loss_journal_entries_total"),
+                "unknown_size": self.metrics.total("agent_loss_journal_entries_total",
+                                                   size="unknown")},
             "audit": {"enabled": self.cfg["audit.enabled"], "topic": self.cfg["audit.topic"],
                       "last_emission_ms": self.audit.last_emission_ms,
                       "seq": self.audit.seq},
@@ -377,6 +434,15 @@ def _pid_in(fd: int) -> int | None:
     """The pid the lock's holder wrote (None if it has not written it yet)."""
     text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     return int(text) if text.isdigit() else None
+
+
+def _merge_waiting(parts) -> dict:
+    out: dict = {"unreadable": {}, "orphans_waiting": [], "copies_held": []}
+    for part in parts:
+        out["unreadable"].update(part["unreadable"])
+        out["orphans_waiting"] += part["orphans_waiting"]
+        out["copies_held"] += part["copies_held"]
+    return out
 
 
 def _topics(sources) -> list[str]:

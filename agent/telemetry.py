@@ -85,6 +85,12 @@ class Metrics:
                 return series.get(tuple(sorted(labels.items())), 0)
             return sum(series.values())
 
+    def total(self, name: str, **labels) -> float:
+        """The sum over every series of ``name`` that carries ``labels`` (and any others)."""
+        want = set(labels.items())
+        with self._lock:
+            return sum(v for key, v in self._values.get(name, {}).items() if want <= set(key))
+
     def snapshot(self) -> dict[str, list[dict]]:
         with self._lock:
             return {name: [{"labels": dict(k), "value": v} for k, v in series.items()]

@@ -123,6 +123,24 @@ class _Filling:
     positions: dict[int, list[int]] = field(default_factory=dict)
 
 
+def slot_meta(h: np.ndarray, geometry: L.Geometry) -> SlotMeta | None:
+    """The header of one slot (a 1-row view of SLOT_HEADER), or None when it fails its checks."""
+    r = h[0]
+    if int(r["magic"]) != L.SLOT_MAGIC or int(r["header_crc"]) != L.header_crc(h):
+        return None
+    n_pos, topic_len = int(r["n_positions"]), int(r["topic_len"])
+    if n_pos > L.MAX_POSITIONS or topic_len > L.MAX_TOPIC_BYTES or \
+            int(r["used_bytes"]) > geometry.slot_bytes:
+        return None
+    return SlotMeta(
+        seq=int(r["seq"]), topic=bytes(r["topic"])[:topic_len].decode("utf-8", "replace"),
+        record_count=int(r["record_count"]), used_bytes=int(r["used_bytes"]),
+        min_ts=int(r["min_ts"]), max_ts=int(r["max_ts"]), payload_crc=int(r["payload_crc"]),
+        block_count=int(r["block_count"]),
+        positions=tuple(tuple(int(x) for x in p) for p in r["positions"][:n_pos]),
+    )
+
+
 class BufferPool:
     def __init__(
         self,
@@ -346,21 +364,7 @@ class BufferPool:
         self._sealed = dict(sorted(self._sealed.items(), key=lambda kv: key(kv[0])))
 
     def _meta_if_valid(self, index: int) -> SlotMeta | None:
-        h = self._hdr[index:index + 1]
-        r = h[0]
-        if int(r["magic"]) != L.SLOT_MAGIC or int(r["header_crc"]) != L.header_crc(h):
-            return None
-        n_pos, topic_len = int(r["n_positions"]), int(r["topic_len"])
-        if n_pos > L.MAX_POSITIONS or topic_len > L.MAX_TOPIC_BYTES or \
-                int(r["used_bytes"]) > self.geometry.slot_bytes:
-            return None
-        return SlotMeta(
-            seq=int(r["seq"]), topic=bytes(r["topic"])[:topic_len].decode("utf-8", "replace"),
-            record_count=int(r["record_count"]), used_bytes=int(r["used_bytes"]),
-            min_ts=int(r["min_ts"]), max_ts=int(r["max_ts"]), payload_crc=int(r["payload_crc"]),
-            block_count=int(r["block_count"]),
-            positions=tuple(tuple(int(x) for x in p) for p in r["positions"][:n_pos]),
-        )
+        return slot_meta(self._hdr[index:index + 1], self.geometry)
 
     def _payload_view(self, index: int, used: int) -> np.ndarray:
         o = self.geometry.slot_offset(index)

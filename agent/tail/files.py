@@ -446,6 +446,13 @@ class FileSource:
                                      "journaled": o.journaled} for o in self.orphans],
                 "copies_held": [h.path for h in self.held.values()]}
 
+    def abandon(self) -> None:
+        """For tests that simulate a SIGKILL: close the descriptors, store nothing."""
+        for fd in [t.fd for t in self.tracked.values()] + [h.fd for h in self.held.values()]:
+            self.fs.close(fd)
+        self.tracked.clear()
+        self.held.clear()
+
     def close(self) -> None:
         self._store_sizes(force=True)
         for t in self.tracked.values():
