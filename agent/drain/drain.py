@@ -21,6 +21,19 @@ is a failover that librdkafka rides out by itself. If not, the drain purges libr
 RETRY reports, and their data never left its slot), stops producing, and a background thread
 probes the cluster with a metadata request every ``PROBE_INTERVAL_S``. When it answers, sending
 resumes. Measured with the queue purged: 0.01 CPU-seconds in 12 s of outage.
+
+Too large, alone or with its batch: the broker checks ``max.message.bytes`` against a whole
+batch and refuses all of it, so a MSG_SIZE_TOO_LARGE report from the batching producer says
+nothing about one record (measured with librdkafka 2.16: a topic limit of 16 KiB under a
+batch.size of 1 MiB, and 20,000 records of 100 bytes all came back too large). Such a record is
+sent again *alone*, by a second producer that puts one record in each batch
+(``batch.num.messages`` = 1); only a record refused when alone is dead-lettered.
+
+A fatal error replaces the producer. Its reports served within ``PURGE_WAIT_S`` are used; a
+slot with a record handed over after the last zero point, or sent alone and not yet reported,
+has no known completion: it is sent again whole (but for the records already dead-lettered) by
+a new ``SlotSend``, and the old one is retired, so a late report of the old producer changes
+nothing. Duplicates after a fatal error, never a slot freed on a guess.
 """
 
 from __future__ import annotations
@@ -45,6 +58,7 @@ from .outcome import Outcome, classify, reason
 
 OUTAGE_AFTER_S = 2.0
 PROBE_INTERVAL_S = 1.0
+PURGE_WAIT_S = 2.0
 MAX_INFLIGHT_SLOTS = 8
 # produce() takes its arguments positionally here: (topic, value, key, partition, on_delivery,
 # callback, timestamp, headers), the order of confluent-kafka's C keyword list. Keywords cost
@@ -55,6 +69,11 @@ NO_PARTITION = -1
 log = logging.getLogger("docket.agent.drain")
 
 Record = tuple  # (topic, value, key, timestamp_ms, headers)
+
+
+def _real_producer(conf: dict) -> Producer:
+    """The transport: a confluent-kafka Producer logging through docket's logger."""
+    return Producer(conf, logger=logging.getLogger("docket.agent.librdkafka"))
 
 
 class _OneProbe:
@@ -74,25 +93,40 @@ class _OneProbe:
 
 
 class SlotSend:
-    """One sealed slot on its way to Kafka."""
+    """One sealed slot on its way to Kafka.
 
-    __slots__ = ("slot", "drain", "total", "dead", "retry", "pending", "payload", "blocks", "bi",
-                 "ri", "handed", "_originals")
+    ``previous``: the send of the same slot by a producer that a fatal error replaced. That
+    one is retired (reports still coming for it are ignored) and this one sends the slot again
+    from its first record, leaving out what is already dead-lettered."""
 
-    def __init__(self, slot: SealedSlot, drain: Drain):
+    __slots__ = ("slot", "drain", "total", "dead_records", "retry", "alone", "alone_out",
+                 "pending", "payload", "blocks", "bi", "ri", "handed", "retired", "_originals",
+                 "_left_out")
+
+    def __init__(self, slot: SealedSlot, drain: Drain, previous: SlotSend | None = None):
         self.slot = slot
         self.drain = drain
         self.total = slot.record_count
-        self.dead = 0
         self.retry: list[Record] = []
+        self.alone: list[Record] = []           # refused with their batch as too large
+        self.alone_out = 0                      # sent alone, not yet reported
         self.pending: Record | None = None      # refused by a full local queue; next first
-        # The records as plain lists, so the send loop does no numpy work per record.
-        self.payload = bytes(slot.payload)
-        self.blocks = list(drain.block_lists(slot))
-        drain.pool.release_pages(slot)          # copied: the pool's pages can leave memory
         self.bi = self.ri = 0                   # cursor: next block, next record in it
         self.handed = 0                         # the drain's hand-over number of the last record
+        self.retired = False
         self._originals: dict | None = None     # (value, key) → [(timestamp, headers)]
+        if previous is None:
+            self.dead_records: list[Record] = []
+            # The records as plain lists, so the send loop does no numpy work per record.
+            self.payload = bytes(slot.payload)
+            self.blocks = list(drain.block_lists(slot))
+            drain.pool.release_pages(slot)      # copied: the pool's pages can leave memory
+        else:
+            previous.retired = True
+            self.dead_records = previous.dead_records
+            self.payload = previous.payload
+            self.blocks = previous._blocks_without(self.dead_records[previous._left_out:])
+        self._left_out = len(self.dead_records)     # dead records ``blocks`` leaves out
 
     @property
     def unsent(self) -> bool:
@@ -101,14 +135,19 @@ class SlotSend:
     @property
     def done(self) -> bool:
         """Every record handed over before the last zero point, none waiting to go again."""
-        return not self.unsent and not self.retry and self.handed <= self.drain.settled
+        return (not self.unsent and not self.retry and not self.alone and not self.alone_out
+                and self.handed <= self.drain.settled)
+
+    @property
+    def dead(self) -> int:
+        return len(self.dead_records)
 
     @property
     def acked(self) -> int:
         return self.total - self.dead
 
     def ack(self, err, msg) -> None:               # a failed record's report, via poll()
-        if err is None:
+        if err is None or self.retired:
             return                                  # successes are counted in bulk
         value, key = msg.value(), msg.key()
         ts, headers = self._original(value, key)
@@ -116,8 +155,18 @@ class SlotSend:
 
     def ack_record(self, record: Record, err, msg) -> None:
         """The report of a record sent again: it knows its record (resends are few)."""
-        if err is not None:
+        if err is not None and not self.retired:
             self.drain.failed(self, record, err)
+
+    def ack_alone(self, record: Record, err, msg) -> None:
+        """The report, failed or not, of a record sent alone."""
+        if self.retired:
+            return
+        self.alone_out -= 1
+        if err is not None:
+            self.drain.failed(self, record, err, alone=True)
+        else:
+            self.drain.took_alone(record[0])
 
     def _original(self, value: bytes, key: bytes | None) -> tuple[int, list | None]:
         """A report in error carries neither the timestamp nor the headers (librdkafka gives
@@ -139,13 +188,36 @@ class SlotSend:
                                f"{self.slot.seq}")
         return found.pop()
 
+    def _blocks_without(self, records: list[Record]) -> list[tuple]:
+        """The blocks less ``records`` (dead-lettered since this send began), for sending the
+        slot again."""
+        if not records:
+            return self.blocks
+        gone = collections.Counter((v, k, ts, tuple(h or ())) for _t, v, k, ts, h in records)
+        out = []
+        for offsets, lengths, times, keys, headers in self.blocks:
+            keep = []
+            for i, o in enumerate(offsets):
+                ident = (self.payload[o:o + lengths[i]], keys[i] if keys else None, times[i],
+                         tuple(headers or ()))
+                if gone[ident]:
+                    gone[ident] -= 1
+                else:
+                    keep.append(i)
+            out.append(([offsets[i] for i in keep], [lengths[i] for i in keep],
+                        [times[i] for i in keep], [keys[i] for i in keep] if keys else keys,
+                        headers))
+        return out
+
 
 class Drain:
     def __init__(self, pool: BufferPool, producer_conf: dict, journal: LossJournal,
                  metrics: Metrics, dead_letter_dir: Path, origin: bytes | None,
                  on_slot_done: Callable[[SealedSlot], None] | None = None,
-                 on_dead: Callable[[str, int, bytes], None] | None = None):
+                 on_dead: Callable[[str, int, bytes], None] | None = None,
+                 producer_factory: Callable[[dict], Producer] | None = None):
         self.pool = pool
+        self.producer_factory = producer_factory or _real_producer
         self.conf = dict(producer_conf)
         self.journal = journal
         self.metrics = metrics
@@ -155,12 +227,15 @@ class Drain:
         self.on_dead = on_dead                  # the audit emitter takes the record out again
         self.inflight: collections.deque[SlotSend] = collections.deque()
         self.producer = self._new_producer()
+        self.lone: Producer | None = None       # sends records alone; built when first needed
+        self._took_alone: set[str] = set()     # topics warned about
         self.outage = False
         self._fatal: KafkaError | None = None
         self._progress_mark = (0, time.monotonic())
         self._stall_probe: _OneProbe | None = None
         self.handed = 0                 # records handed to librdkafka so far
         self.settled = 0                # ... of which every one is acknowledged or reported
+        self.handed_alone = 0           # records handed to the lone producer so far
         self._probe_ok = threading.Event()
         self._probe_thread: threading.Thread | None = None
         self.broker_state = "up"
@@ -168,13 +243,29 @@ class Drain:
 
     # -- the client ---------------------------------------------------------------------------
     def _new_producer(self) -> Producer:
-        quiet = logging.getLogger("docket.agent.librdkafka")
-        return Producer({**self.conf, "error_cb": self._on_error,
-                         "delivery.report.only.error": True}, logger=quiet)
+        return self.producer_factory({**self.conf, "error_cb": self._on_error,
+                                      "delivery.report.only.error": True})
+
+    def _lone_producer(self) -> Producer:
+        """The producer for records that must go alone: one record per batch, every report
+        served (they are few), so each is counted exactly."""
+        if self.lone is None:
+            self.lone = self.producer_factory({
+                **self.conf, "error_cb": self._on_error, "batch.num.messages": 1,
+                "linger.ms": 0, "delivery.report.only.error": False})
+        return self.lone
+
+    def _producers(self) -> list[Producer]:
+        return [self.producer] if self.lone is None else [self.producer, self.lone]
+
+    def _outstanding(self) -> int:
+        return sum(len(p) for p in self._producers())
 
     def _poll(self, timeout_s: float = 0) -> None:
         """Serve reports; at a zero point, everything handed over so far is settled."""
         self.producer.poll(timeout_s)
+        if self.lone is not None:
+            self.lone.poll(0)
         if len(self.producer) == 0:
             self.settled = self.handed
 
@@ -195,14 +286,29 @@ class Drain:
                    block.keys, headers or None)
 
     # -- outcomes -----------------------------------------------------------------------------
-    def failed(self, send: SlotSend, record: Record, err: KafkaError) -> None:
-        """A delivery report, or ``produce()`` itself, said ``err`` for ``record``."""
-        if classify(err) is Outcome.RETRY:
-            send.retry.append(record)
-            self.metrics.inc("agent_drain_retried_events_total", reason=reason(err),
-                             topic=record[0])
-        else:
+    def failed(self, send: SlotSend, record: Record, err: KafkaError,
+               alone: bool = False) -> None:
+        """A delivery report, or ``produce()`` itself, said ``err`` for ``record``.
+        ``alone``: about this record only (it was sent alone, or ``produce()`` refused it),
+        not about a batch it travelled in."""
+        outcome = classify(err, alone=alone)
+        if outcome is Outcome.DEAD:
             self._dead_letter(send, record, err)
+            return
+        (send.alone if outcome is Outcome.ALONE else send.retry).append(record)
+        self.metrics.inc("agent_drain_retried_events_total", reason=reason(err),
+                         topic=record[0])
+
+    def took_alone(self, topic: str) -> None:
+        """A record refused with its batch as too large was taken alone: the topic's
+        ``max.message.bytes`` is below the batch size. Correct but slow: say so, once."""
+        if topic not in self._took_alone:
+            self._took_alone.add(topic)
+            log.warning("topic %s refused a batch as too large but takes its records one by "
+                        "one: its max.message.bytes is below batch.size (%s). Such records "
+                        "now go one per batch, which is slow; set "
+                        "[broker.librdkafka_options] \"batch.size\" to at most the topic's "
+                        "max.message.bytes", topic, self.conf.get("batch.size", "default"))
 
     def _dead_letter(self, send: SlotSend, record: Record, err: KafkaError) -> None:
         topic, value, key, ts, headers = record
@@ -222,7 +328,7 @@ class Drain:
                             source=f"slot {send.slot.seq}",
                             detail=f"{err.str()}; kept in {self.dead_letter_dir}",
                             event_ts_ms=ts)
-        send.dead += 1
+        send.dead_records.append(record)
 
     # -- sending ------------------------------------------------------------------------------
     def pump(self, budget: int = 20000) -> int:
@@ -239,6 +345,8 @@ class Drain:
         for send in list(self.inflight):
             if send.retry and sent < budget:
                 sent += self._resend(send, budget - sent)
+            if send.alone and sent < budget:
+                sent += self._send_alone(send, budget - sent)
         while sent < budget:
             send = next((s for s in self.inflight if s.unsent), None)
             if send is None:
@@ -291,7 +399,7 @@ class Drain:
                 except KafkaException as exc:
                     self.handed -= 1            # refused at once: never handed over
                     self.failed(send, (topic, payload[o:o + lengths[i]], key, times[i],
-                                       headers), exc.args[0])
+                                       headers), exc.args[0], alone=True)
                 i += 1
             n += i - send.ri
             self.handed += i - first
@@ -311,7 +419,7 @@ class Drain:
             send.pending = record
             return False
         except KafkaException as exc:
-            self.failed(send, record, exc.args[0])
+            self.failed(send, record, exc.args[0], alone=True)
             return True
         self.handed += 1
         send.handed = self.handed
@@ -332,6 +440,29 @@ class Drain:
             n += 1
         return n
 
+    def _send_alone(self, send: SlotSend, budget: int) -> int:
+        """Produce, one per batch, a slot's records refused with their batch as too large:
+        the broker's answer is then about the record. Their reports come one by one."""
+        lone = self._lone_producer()
+        todo, send.alone = send.alone, []
+        for i, record in enumerate(todo):
+            if i >= budget:
+                send.alone = todo[i:] + send.alone
+                return i
+            topic, value, key, ts, headers = record
+            try:
+                lone.produce(topic, value, key, NO_PARTITION,
+                             functools.partial(send.ack_alone, record), None, ts, headers)
+            except BufferError:
+                send.alone = todo[i:] + send.alone
+                return i
+            except KafkaException as exc:
+                self.failed(send, record, exc.args[0], alone=True)
+                continue
+            send.alone_out += 1
+            self.handed_alone += 1
+        return len(todo)
+
     def _complete(self) -> None:
         while self.inflight and self.inflight[0].done:
             self._finish(self.inflight.popleft())
@@ -349,12 +480,12 @@ class Drain:
     # -- outages ------------------------------------------------------------------------------
     def _acked_now(self) -> int:
         """Records librdkafka is done with (acknowledged or reported): progress, in bulk."""
-        return self.handed - len(self.producer)
+        return self.handed + self.handed_alone - self._outstanding()
 
     def _watch_for_outage(self) -> None:
         now = time.monotonic()
         acked = self._acked_now()
-        if acked != self._progress_mark[0] or len(self.producer) == 0:
+        if acked != self._progress_mark[0] or self._outstanding() == 0:
             self._progress_mark = (acked, now)
             return
         if now - self._progress_mark[1] < OUTAGE_AFTER_S:
@@ -388,10 +519,11 @@ class Drain:
         """Empty librdkafka's queue; purged records come back as RETRY reports. Requests
         already in flight are left to finish (the spin needs a queue; an in-flight record
         purged would be sent twice if the broker had written it)."""
-        self.producer.purge(in_queue=True, in_flight=in_flight)
-        before, deadline = -1, time.monotonic() + 2
-        while len(self.producer) != before and time.monotonic() < deadline:
-            before = len(self.producer)
+        for producer in self._producers():
+            producer.purge(in_queue=True, in_flight=in_flight)
+        before, deadline = -1, time.monotonic() + PURGE_WAIT_S
+        while self._outstanding() != before and time.monotonic() < deadline:
+            before = self._outstanding()
             self._poll(0.05)
         for send in self.inflight:       # records never handed to librdkafka go again too
             if send.pending is not None:
@@ -416,10 +548,20 @@ class Drain:
         self._stall_probe = None
 
     def _rebuild(self) -> None:
+        """Replace the producers after a fatal error. A report the old ones never served
+        must not pass for an acknowledgement at the new one's first zero point: every slot
+        whose completion is not known goes again from its first record."""
         log.error("fatal producer error (%s): rebuilding the producer", self._fatal)
         self._fatal = None
-        self._purge(in_flight=True)
+        self._purge(in_flight=True)     # what the old producers still report is known
+        unknown = [s for s in self.inflight if s.handed > self.settled or s.alone_out]
+        if unknown:
+            log.warning("%d slot(s) in flight had records not reported by the old producer: "
+                        "sent again whole (duplicates possible)", len(unknown))
+        self.inflight = collections.deque(SlotSend(s.slot, self, previous=s) if s in unknown
+                                          else s for s in self.inflight)
         self.producer = self._new_producer()
+        self.lone = None
 
     # -- stopping -----------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -437,6 +579,7 @@ class Drain:
     def close(self) -> None:
         """Give up on what is in flight: it stays in its slots for the next start."""
         self.outage = False
-        self.producer.purge(in_queue=True, in_flight=True)
-        self.producer.poll(0)
-        self.producer.flush(0)
+        for producer in self._producers():
+            producer.purge(in_queue=True, in_flight=True)
+            producer.poll(0)
+            producer.flush(0)

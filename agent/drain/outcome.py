@@ -2,6 +2,9 @@
 
 - OK: acknowledged by the cluster (acks=all).
 - RETRY: the record is sent again; the data stays in its slot meanwhile, without limit.
+- ALONE: the batch the record travelled in was refused as too large. The broker checks
+  ``max.message.bytes`` against a whole batch, so this says nothing about the record: it is
+  sent again alone (one record per batch), and only a too-large answer then is DEAD.
 - DEAD: the cluster will never take this record (too large, invalid, not authorised): it goes to
   the dead-letter file with the error and is counted as dropped with that reason.
 """
@@ -16,7 +19,11 @@ from confluent_kafka import KafkaError
 class Outcome(enum.Enum):
     OK = "ok"
     RETRY = "retry"
+    ALONE = "alone"
     DEAD = "dead"
+
+# Answers about a whole batch when they come in a delivery report of a batching producer.
+_TOO_LARGE_CODES = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 
 
 _DEAD_CODES = {
@@ -28,12 +35,16 @@ _DEAD_CODES = {
 }
 
 
-def classify(err: KafkaError | None) -> Outcome:
+def classify(err: KafkaError | None, alone: bool = False) -> Outcome:
+    """``alone``: the answer is about this record only (it was the only record of its batch,
+    or ``produce()`` refused it), not about a batch it travelled in."""
     if err is None:
         return Outcome.OK
     code = err.code()
     if code in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
         return Outcome.RETRY          # our own outage guard emptied librdkafka's queue
+    if code in _TOO_LARGE_CODES and not alone:
+        return Outcome.ALONE
     if code in _DEAD_CODES:
         return Outcome.DEAD
     # Everything else — timeouts, transport, leadership changes, not enough replicas, unknown

@@ -1,8 +1,9 @@
 """The confluent-kafka producer configuration the agent runs with.
 
 acks=all and idempotence always; compression from ``broker.compression``; linger and batch size
-from the buffer settings; librdkafka's own queue kept small (the pool is the buffer, not
-librdkafka's memory); ``broker.librdkafka_options`` last, so an operator can override any of it.
+from the buffer settings (the batch size capped at ``BATCH_MAX_BYTES``); librdkafka's own queue
+kept small (the pool is the buffer, not librdkafka's memory); ``broker.librdkafka_options``
+last, so an operator can override any of it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ from ..config import AgentConfig
 # The largest record value the drain sends; the pool splits or truncates longer lines to this.
 # Kafka's default max.message.bytes is 1048588 for the whole batch, headers and framing included.
 MAX_RECORD_BYTES = 1_000_000
+# The broker refuses a whole batch over the topic's max.message.bytes (measured with librdkafka
+# 2.16: every record of it comes back MSG_SIZE_TOO_LARGE); librdkafka keeps a batch within
+# batch.size but for a single record larger than it, which goes alone. So batches stay within
+# Kafka's default limit whatever the slot size; a topic with a lower limit needs batch.size
+# lowered to it through broker.librdkafka_options (else its records go one by one).
+BATCH_MAX_BYTES = 1 << 20
 
 
 def producer_config(cfg: AgentConfig) -> dict:
@@ -21,7 +28,7 @@ def producer_config(cfg: AgentConfig) -> dict:
         "enable.idempotence": True,
         "compression.type": cfg["broker.compression"],
         "linger.ms": max(1.0, cfg["buffer.linger_ms"]),
-        "batch.size": min(cfg["buffer.slot_size_bytes"], 16 << 20),
+        "batch.size": min(cfg["buffer.slot_size_bytes"], BATCH_MAX_BYTES),
         "queue.buffering.max.kbytes": 64 * 1024,
         "queue.buffering.max.messages": 500_000,
         "message.max.bytes": MAX_RECORD_BYTES + 64 * 1024,

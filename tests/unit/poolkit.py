@@ -1,5 +1,6 @@
 """Helpers for the buffer pool tests: chunks of numbered lines, a fake clock, crashing file ops;
-and for the drain tests, a drain of a small sealed pool toward an address with no broker."""
+and for the drain tests, a drain of a small sealed pool toward an address with no broker or
+into a fake producer."""
 
 from __future__ import annotations
 
@@ -75,6 +76,22 @@ def unreachable_drain(tmp_path, data: bytes, times, origin: bytes = b"a"):
     """The lines of ``data`` (one time each, or one for all) sealed in 16 KiB slots of a small
     pool, and a ``Drain`` of it toward 127.0.0.1:9, where no broker answers: what is produced
     stays in librdkafka's queue until purged. Returns (drain, pool)."""
+    return sealed_drain(tmp_path, data, times, origin, {"bootstrap.servers": "127.0.0.1:9"})
+
+
+def fake_drain(tmp_path, data: bytes, times, origin: bytes = b"a"):
+    """The same pool, drained into a ``FakeKafka`` (``tests/unit/fakeproducer.py``), which
+    answers as the test scripts it. Returns (drain, pool, kafka)."""
+    from tests.unit.fakeproducer import FakeKafka
+
+    kafka = FakeKafka()
+    drain, pool = sealed_drain(tmp_path, data, times, origin,
+                               {"queue.buffering.max.messages": 500_000}, kafka.producer)
+    return drain, pool, kafka
+
+
+def sealed_drain(tmp_path, data: bytes, times, origin: bytes | None, conf: dict,
+                 producer_factory=None):
     from agent.drain.drain import Drain
     from agent.journal import LossJournal
     from agent.telemetry import Metrics
@@ -83,6 +100,6 @@ def unreachable_drain(tmp_path, data: bytes, times, origin: bytes = b"a"):
     pool = BufferPool(tmp_path / "p", 1 << 20, 16 << 10, linger_ms=1e9, sync_on_seal=False)
     pool.append("t", Chunk.from_lines(data, times))
     pool.seal_all()
-    drain = Drain(pool, {"bootstrap.servers": "127.0.0.1:9"},
-                  LossJournal(tmp_path / "j", metrics), metrics, tmp_path / "dead", origin)
+    drain = Drain(pool, conf, LossJournal(tmp_path / "j", metrics), metrics, tmp_path / "dead",
+                  origin, producer_factory=producer_factory)
     return drain, pool

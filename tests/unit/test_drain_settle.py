@@ -1,13 +1,19 @@
 """The drain frees a slot only at a zero point: when librdkafka's queue has been empty since the
 slot's last record was handed over. Against an address where no broker answers, nothing may
-be freed: the records sit in librdkafka's queue, then come back as RETRY when purged."""
+be freed: the records sit in librdkafka's queue, then come back as RETRY when purged. When a
+fatal error replaces the producer (a fake one here), a record the old producer never reported
+must not pass for acknowledged at the new one's first zero point."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
+from confluent_kafka import KafkaError
 
 from agent.drain.drain import MAX_INFLIGHT_SLOTS
-from tests.unit.poolkit import unreachable_drain
+from tests.unit.fakeproducer import HOLD, NEVER, OK
+from tests.unit.poolkit import fake_drain, unreachable_drain
 
 
 def _drain(tmp_path, records: int):
@@ -40,5 +46,84 @@ def test_the_window_of_slots_in_flight_is_bounded(tmp_path):
     for _ in range(5):
         drain.pump()
     assert len(drain.inflight) == MAX_INFLIGHT_SLOTS     # no zero point: no more are taken
+    drain.close()
+    pool.close()
+
+
+# -- a fatal error replaces the producer: what it never reported must not count as settled -------
+
+def _fake(tmp_path, records: int):
+    data = b"".join(b"event %d\n" % i for i in range(records))
+    drain, pool, kafka = fake_drain(tmp_path, data, np.full(records, 1_795_000_000_000))
+    assert len(pool.sealed()) == 1
+    return drain, pool, kafka, [b"event %d" % i for i in range(records)]
+
+
+def _watch_frees(drain, kafka, values):
+    """Record, at each slot freed, which of its values Kafka does not hold."""
+    frees = []
+    drain.on_slot_done = lambda slot: frees.append(set(values) - set(kafka.values()))
+    return frees
+
+
+def _pump_until_freed(drain, pool, turns: int = 20) -> None:
+    for _ in range(turns):
+        drain.pump()
+        if not pool.sealed():
+            return
+
+
+def test_a_record_the_replaced_producer_never_reported_keeps_its_slot(tmp_path):
+    """The old producer took "event 7" and never reported it; after the rebuild, the new
+    producer's first zero point must not count it as acknowledged."""
+    drain, pool, kafka, values = _fake(tmp_path, 100)
+    frees = _watch_frees(drain, kafka, values)
+    kafka.script(b"event 7", NEVER)
+    drain.pump()
+    assert len(kafka.log) == 99 and not frees            # one report outstanding: kept
+    kafka.producers[0].fail_fatally()
+    _pump_until_freed(drain, pool)
+    assert frees == [set()]                              # freed once, everything in Kafka
+    assert not pool.sealed()
+    drain.close()
+    pool.close()
+
+
+def test_late_reports_of_a_replaced_producer_change_nothing(tmp_path):
+    """Reports the old producer serves after its replacement (here: "refused for good") are
+    about sends that no longer count: nothing is dead-lettered, the new sends decide."""
+    drain, pool, kafka, values = _fake(tmp_path, 100)
+    frees = _watch_frees(drain, kafka, values)
+    for v in values:
+        kafka.script(v, NEVER if v in (b"event 7", b"event 8") else OK, HOLD)
+    drain.pump()
+    old = kafka.producers[0]
+    old.fail_fatally()
+    drain.pump()                                         # rebuilt; whatever goes again is held
+    old.answer_lost(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert old.poll(0) == 2                              # the late reports, served
+    for p in kafka.producers[1:]:
+        p.release(OK)
+    _pump_until_freed(drain, pool)
+    assert frees == [set()]
+    assert not (tmp_path / "dead").exists()
+    assert drain.journal.entries() == []
+    assert drain.metrics.get("agent_drain_sent_events_total") == 100
+    drain.close()
+    pool.close()
+
+
+def test_records_purged_in_flight_at_a_rebuild_go_again_once(tmp_path):
+    """Reports that do come before the producer is replaced are used: the acknowledged records
+    are not sent again, the purged ones are, once."""
+    drain, pool, kafka, values = _fake(tmp_path, 100)
+    frees = _watch_frees(drain, kafka, values)
+    kafka.script(b"event 3", HOLD)
+    kafka.script(b"event 50", HOLD)
+    drain.pump()
+    kafka.producers[0].fail_fatally()
+    _pump_until_freed(drain, pool)
+    assert frees == [set()]
+    assert Counter(kafka.values()) == Counter(values)    # each exactly once
     drain.close()
     pool.close()

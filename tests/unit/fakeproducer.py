@@ -1,0 +1,169 @@
+"""A fake confluent-kafka ``Producer`` for the drain's unit tests: the transport seam.
+
+A test makes one ``FakeKafka`` (what the cluster holds, and how it will answer) and passes its
+``producer`` method as ``Drain(producer_factory=...)``: every producer the drain builds (the
+first, a replacement after a fatal error, the one that sends records alone) shares it.
+
+Each message's answer is scripted by its value (``FakeKafka.script``), one outcome per time that
+value is handed to any producer; unscripted hand-overs are acknowledged:
+
+- ``OK``: acknowledged. The message is appended to ``FakeKafka.log`` (what Kafka holds) as
+  ``(topic, value, key, timestamp_ms, headers)``.
+- a ``KafkaError``: reported failed. As librdkafka does, the report carries neither the
+  timestamp (``(TIMESTAMP_NOT_AVAILABLE, -1)``) nor the headers (``None``).
+- ``HOLD``: in flight with no answer yet: ``release()`` lets it be answered at the next poll,
+  ``purge(in_flight=True)`` reports it ``_PURGE_INFLIGHT``.
+- ``NEVER``: in flight, and its report never comes, not even after a purge (a report lost
+  with a producer that is replaced). ``answer_lost()`` makes it come all the same, late.
+
+``poll()`` sends every queued message and serves every report due, as a librdkafka whose
+broker answers at once. With ``delivery.report.only.error`` in the configuration only failures
+call back, as with librdkafka. ``len()`` counts the messages not yet reported (queued, in
+flight, or with a report waiting for a poll). ``purge(in_queue=True)`` reports the messages
+not yet sent as ``_PURGE_QUEUE``; the reports are served by the next poll. ``produce`` raises
+``BufferError`` when ``queue.buffering.max.messages`` are outstanding.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    KafkaException,
+    Message,
+)
+
+OK = "ok"
+HOLD = "hold"
+NEVER = "never"
+
+
+@dataclass
+class _Msg:
+    topic: str
+    value: bytes | None
+    key: bytes | None
+    timestamp: int
+    headers: list | None
+    on_delivery: Callable | None
+    outcome: object = None
+
+
+@dataclass
+class FakeKafka:
+    log: list[tuple] = field(default_factory=list)        # acknowledged, in order
+    producers: list[FakeProducer] = field(default_factory=list)
+    reachable: bool = True                                 # does list_topics answer?
+    _script: dict = field(default_factory=lambda: collections.defaultdict(collections.deque))
+
+    def producer(self, conf: dict) -> FakeProducer:
+        """The ``producer_factory``: a new producer over this cluster."""
+        p = FakeProducer(conf, self)
+        self.producers.append(p)
+        return p
+
+    def script(self, value: bytes, *outcomes) -> None:
+        """The answers to the next hand-overs of ``value``, in order; after them, OK."""
+        self._script[value].extend(outcomes)
+
+    def answer(self, value: bytes | None):
+        todo = self._script.get(value)
+        return todo.popleft() if todo else OK
+
+    def values(self) -> list[bytes]:
+        return [value for _topic, value, _key, _ts, _headers in self.log]
+
+
+class FakeProducer:
+    def __init__(self, conf: dict, kafka: FakeKafka):
+        self.conf = conf
+        self.kafka = kafka
+        self.only_error = bool(conf.get("delivery.report.only.error", False))
+        self.max_messages = int(conf.get("queue.buffering.max.messages", 100_000))
+        self.produced: list[bytes | None] = []     # every value handed to this producer
+        self.queued: list[_Msg] = []
+        self.held: list[_Msg] = []
+        self.lost: list[_Msg] = []
+        self.reports: list[tuple[_Msg, KafkaError | None]] = []
+
+    # -- the Producer methods the drain uses -----------------------------------------------
+    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None,
+                callback=None, timestamp=0, headers=None) -> None:
+        if len(self) >= self.max_messages:
+            raise BufferError("Local: Queue full")
+        self.produced.append(value)
+        self.queued.append(_Msg(topic, value, key, timestamp, headers, on_delivery or callback))
+
+    def poll(self, timeout: float = 0) -> int:
+        sending, self.queued = self.queued, []
+        for msg in sending:
+            outcome = self.kafka.answer(msg.value) if msg.outcome is None else msg.outcome
+            if isinstance(outcome, KafkaError):     # (== with a str sets a TypeError in C)
+                self.reports.append((msg, outcome))
+            elif outcome is HOLD:
+                self.held.append(msg)
+            elif outcome is NEVER:
+                self.lost.append(msg)
+            else:
+                assert outcome is OK, outcome
+                self.kafka.log.append((msg.topic, msg.value, msg.key, msg.timestamp,
+                                       msg.headers))
+                self.reports.append((msg, None))
+        due, self.reports = self.reports, []
+        served = 0
+        for msg, err in due:
+            if msg.on_delivery is not None and (err is not None or not self.only_error):
+                msg.on_delivery(err, _report(msg, err))
+                served += 1
+        return served
+
+    def __len__(self) -> int:
+        return len(self.queued) + len(self.held) + len(self.lost) + len(self.reports)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        if in_queue:
+            self.reports += [(m, KafkaError(KafkaError._PURGE_QUEUE)) for m in self.queued]
+            self.queued = []
+        if in_flight:
+            self.reports += [(m, KafkaError(KafkaError._PURGE_INFLIGHT)) for m in self.held]
+            self.held = []
+
+    def flush(self, timeout: float = -1) -> int:
+        self.poll(0)
+        return len(self)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1):
+        if not self.kafka.reachable:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        return object()
+
+    # -- what a test does to it --------------------------------------------------------------
+    def release(self, outcome=None) -> None:
+        """The messages held in flight are answered at the next poll: ``outcome``, or their
+        next scripted answer."""
+        for msg in self.held:
+            msg.outcome = outcome
+        self.queued, self.held = self.held + self.queued, []
+
+    def answer_lost(self, outcome) -> None:
+        """The reports that were never to come come after all, at the next poll."""
+        for msg in self.lost:
+            msg.outcome = outcome
+        self.queued, self.lost = self.lost + self.queued, []
+
+    def fail_fatally(self, code: int = KafkaError._FATAL) -> None:
+        """librdkafka raised a fatal error: the client must be replaced."""
+        self.conf["error_cb"](KafkaError(code, fatal=True))
+
+
+def _report(msg: _Msg, err: KafkaError | None) -> Message:
+    if err is not None:        # what librdkafka gives for a failed message
+        return Message(topic=msg.topic, value=msg.value, key=msg.key, headers=None,
+                       timestamp=(TIMESTAMP_NOT_AVAILABLE, -1), error=err)
+    return Message(topic=msg.topic, value=msg.value, key=msg.key, headers=msg.headers,
+                   timestamp=(TIMESTAMP_CREATE_TIME, msg.timestamp))
