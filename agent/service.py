@@ -102,6 +102,15 @@ class Agent:
         state = cfg.state_dir
         state.mkdir(parents=True, exist_ok=True)
         self._state_lock = lock_state_dir(state)     # before the state DB and the pool
+        self.db = self.journal = self.pool = None
+        self.file_sources: list[FileSource] = []
+        try:
+            self._open(cfg, state)
+        except BaseException:
+            self.abandon()            # as a process that dies here would: nothing written
+            raise
+
+    def _open(self, cfg: AgentConfig, state: Path) -> None:
         self.metrics = Metrics()
         self.db = StateDB(state / "state.db", crash_point=self.seams.db_crash_point)
         self.audit = AuditEmitter(
@@ -133,7 +142,6 @@ class Agent:
                            state / "dead-letter", origin, on_slot_done=self._slot_done,
                            on_dead=self.audit.uncount,
                            producer_factory=self.seams.producer_factory)
-        self.file_sources: list[FileSource] = []
         self.socket_sources: list[SocketSource] = []
         self.watch: FolderWatch | None = None
         self._build_sources(cfg)
@@ -258,10 +266,14 @@ class Agent:
         the kernel would, writing nothing (no seal, no checkpoint, no size stored)."""
         for f in self.file_sources:
             f.abandon()
-        self.watch.stop()
-        self.pool.abandon()
-        self.db.close()                          # an open transaction rolls back
-        self.journal.close()
+        if getattr(self, "watch", None) is not None:
+            self.watch.stop()
+        if self.pool is not None:
+            self.pool.abandon()
+        if self.db is not None:
+            self.db.close()                      # an open transaction rolls back
+        if self.journal is not None:
+            self.journal.close()
         os.close(self._state_lock)
 
     def _do_reload(self) -> None:

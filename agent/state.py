@@ -18,6 +18,8 @@ old content found later continues the old generation (its row moves to the copy'
     tail           for an orphan: the bytes just before where reading stopped (a copy must
                    hold them at the same offset), when known
     orphaned_ms    when the content lost its inode (state orphaned or lost)
+    orphan_reason  the loss journal's reason if no copy of it turns up: ``unaccounted_bytes``
+                   (truncated in place) or ``deleted_unread`` (gone while the agent was stopped)
     updated_ms
 
 Checkpoints only move forward, and only once data is sealed (``advance_sealed``). The audit
@@ -37,6 +39,8 @@ import sqlite_utils
 FINGERPRINT_BYTES = 1024
 
 # Generation states.
+PENDING = "pending"      # a file just found: open, not read until it is known to be new content
+#                          (not a copy of content read or awaited); at most seconds
 ACTIVE = "active"        # at (dev, ino), found under the globs, tailed
 ROTATED = "rotated"      # its inode is no longer under the globs: read to its end through the fd
 DONE = "done"            # read to its end and closed; resumed if the content shows up again
@@ -44,11 +48,11 @@ ORPHANED = "orphaned"    # its inode no longer holds it (truncated in place, or 
 #                          not read can only come from a copy, awaited for COPY_GRACE
 LOST = "lost"            # an orphan no copy was found for: journaled; a late copy still resumes it
 GONE = "gone"            # vanished while the agent was stopped: journaled
-STATES = (ACTIVE, ROTATED, DONE, ORPHANED, LOST, GONE)
+STATES = (PENDING, ACTIVE, ROTATED, DONE, ORPHANED, LOST, GONE)
 # Names written by earlier versions, read as today's.
 _LEGACY = {"truncated": ORPHANED, "copied": DONE}
 
-_NEW_COLUMNS = {"tail": "BLOB", "orphaned_ms": "INTEGER"}
+_NEW_COLUMNS = {"tail": "BLOB", "orphaned_ms": "INTEGER", "orphan_reason": "TEXT"}
 
 
 class StateDB:
@@ -64,7 +68,7 @@ class StateDB:
                 "source_id": int, "source_index": int, "dev": int, "ino": int,
                 "fingerprint": bytes, "path": str, "sealed_offset": int, "acked_offset": int,
                 "size_seen": int, "state": str, "tail": bytes, "orphaned_ms": int,
-                "updated_ms": int,
+                "orphan_reason": str, "updated_ms": int,
             }, pk="source_id")
             self.files.create_index(["dev", "ino"])
         else:
@@ -96,18 +100,19 @@ class StateDB:
 
     # -- writing ------------------------------------------------------------------------------
     def add_file(self, source_index: int, dev: int, ino: int, fingerprint: bytes, path: str,
-                 start_offset: int = 0, size_seen: int = 0) -> int:
+                 start_offset: int = 0, size_seen: int = 0, state: str = ACTIVE) -> int:
         self._crash_point("db:add_file")
         with self.db.conn:
             return self._insert(source_index, dev, ino, fingerprint, path, start_offset,
-                                size_seen)
+                                size_seen, state)
 
-    def _insert(self, source_index, dev, ino, fingerprint, path, start_offset, size_seen) -> int:
+    def _insert(self, source_index, dev, ino, fingerprint, path, start_offset, size_seen,
+                state=ACTIVE) -> int:
         cur = self.db.conn.execute(
             "INSERT INTO files (source_index, dev, ino, fingerprint, path, sealed_offset, "
             "acked_offset, size_seen, state, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (source_index, dev, ino, fingerprint, path, start_offset, start_offset, size_seen,
-             ACTIVE, _now_ms()))
+             state, _now_ms()))
         return cur.lastrowid
 
     def update(self, source_id: int, **fields) -> None:
@@ -118,7 +123,7 @@ class StateDB:
             self.db.conn.execute(f"UPDATE files SET {names} WHERE source_id = ?",
                                  [*fields.values(), source_id])
 
-    def orphan(self, source_id: int, size_seen: int, tail: bytes | None,
+    def orphan(self, source_id: int, size_seen: int, tail: bytes | None, reason: str,
                successor: dict | None = None) -> int | None:
         """Mark a generation orphaned and, in the same transaction, start the generation that
         now occupies its inode (``successor``: source_index, dev, ino, fingerprint, path,
@@ -128,13 +133,44 @@ class StateDB:
         with self.db.conn:
             self.db.conn.execute(
                 "UPDATE files SET state = ?, size_seen = MAX(size_seen, ?), tail = ?, "
-                "orphaned_ms = ?, updated_ms = ? WHERE source_id = ?",
-                (ORPHANED, size_seen, tail, now, now, source_id))
+                "orphaned_ms = ?, orphan_reason = ?, updated_ms = ? WHERE source_id = ?",
+                (ORPHANED, size_seen, tail, now, reason, now, source_id))
             if successor is None:
                 return None
             s = successor
             return self._insert(s["source_index"], s["dev"], s["ino"], s["fingerprint"],
                                 s["path"], 0, s["size_seen"])
+
+    def relocate(self, source_id: int, dev: int, ino: int, path: str, size_seen: int,
+                 fingerprint: bytes, replaces: int | None) -> None:
+        """A copy of an orphan was found: the orphan's generation now lives on the copy's
+        inode, and the copy's own pending row goes, in one transaction."""
+        self._crash_point("db:relocate")
+        with self.db.conn:
+            self.db.conn.execute(
+                "UPDATE files SET dev = ?, ino = ?, path = ?, state = ?, size_seen = ?, "
+                "fingerprint = ?, tail = NULL, orphaned_ms = NULL, orphan_reason = NULL, "
+                "updated_ms = ? WHERE source_id = ?",
+                (dev, ino, path, ACTIVE, size_seen, fingerprint, _now_ms(), source_id))
+            if replaces is not None:
+                self.db.conn.execute("DELETE FROM files WHERE source_id = ?", (replaces,))
+
+    def start(self, source_id: int, state: str, offset: int, fingerprint: bytes, path: str,
+              size_seen: int) -> None:
+        """A pending file is decided: tailed from ``offset`` (0, or its end for a plain copy
+        of content read elsewhere)."""
+        self._crash_point("db:start")
+        with self.db.conn:
+            self.db.conn.execute(
+                "UPDATE files SET state = ?, sealed_offset = MAX(sealed_offset, ?), "
+                "acked_offset = MAX(acked_offset, ?), fingerprint = ?, path = ?, "
+                "size_seen = ?, updated_ms = ? WHERE source_id = ?",
+                (state, offset, offset, fingerprint, path, size_seen, _now_ms(), source_id))
+
+    def delete(self, source_id: int) -> None:
+        self._crash_point("db:delete")
+        with self.db.conn:
+            self.db.conn.execute("DELETE FROM files WHERE source_id = ?", (source_id,))
 
     def set_sizes(self, sizes: dict[int, int]) -> None:
         if not sizes:

@@ -1,5 +1,5 @@
-"""Finding files: the globs' regular files by identity, files waiting to settle, and inodes that
-left the globs while the agent was stopped.
+"""Finding files: the globs' regular files by identity, and inodes that left the globs while the
+agent was stopped.
 
 A directory listing taken while files are renamed may miss a file for one scan (POSIX leaves it
 unspecified whether an entry renamed during ``readdir`` is returned); nothing here depends on
@@ -52,25 +52,3 @@ def find_outside(fs: FsOps, patterns: Iterable[str],
             if ident in idents and stat.S_ISREG(st.st_mode):
                 hits.setdefault(ident, (path, st))
     return hits
-
-
-class Settling:
-    """Files that must keep their size for ``settle_s`` before they are decided on."""
-
-    def __init__(self, settle_s: float):
-        self.settle_s = settle_s
-        self._seen: dict[Ident, tuple[int, float]] = {}     # ident → (size, since)
-
-    def settled(self, ident: Ident, size: int, now: float) -> bool:
-        was, since = self._seen.get(ident, (None, now))
-        if was != size:
-            self._seen[ident] = (size, now)
-            return False
-        return now - since >= self.settle_s
-
-    def forget(self, ident: Ident) -> None:
-        self._seen.pop(ident, None)
-
-    def keep_only(self, idents: set[Ident]) -> None:
-        for ident in [i for i in self._seen if i not in idents]:
-            del self._seen[ident]

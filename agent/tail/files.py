@@ -41,11 +41,20 @@ import os
 from ..buffer import BufferPool
 from ..config import SourceConfig
 from ..journal import LossJournal
-from ..state import ACTIVE, DONE, FINGERPRINT_BYTES, LOST, ORPHANED, ROTATED, StateDB
+from ..state import (
+    ACTIVE,
+    DONE,
+    FINGERPRINT_BYTES,
+    LOST,
+    ORPHANED,
+    PENDING,
+    ROTATED,
+    StateDB,
+)
 from ..telemetry import Metrics
 from . import generations as gen
-from .discovery import Ident, Settling, find_outside, list_files
-from .generations import MATCH, MAYBE, Held, Orphan
+from .discovery import Ident, find_outside, list_files
+from .generations import MATCH, MAYBE, Orphan, Pending
 from .reader import Reader, ReadStats, Tracked
 from .seams import FsOps
 
@@ -68,8 +77,7 @@ class FileSource:
         self.fs = fs or FsOps()
         self.clock = clock or pool.clock
         self.tracked: dict[Ident, Tracked] = {}
-        self.held: dict[Ident, Held] = {}
-        self.settling = Settling(gen.SETTLE_S)
+        self.pending: dict[Ident, Pending] = {}
         self.unreadable: dict[str, str] = {}           # path → why, while it stays so
         self._warned: set[tuple[str, str]] = set()
         self._sizes_stored: dict[int, int] = {}
@@ -110,41 +118,42 @@ class FileSource:
             age_s = max(0.0, (now_ms - (row["orphaned_ms"] or now_ms)) / 1000)
             if age_s >= gen.ORPHAN_RETENTION_S:
                 continue
-            out.append(Orphan(row["source_id"], row["fingerprint"] or b"",
-                              self._resume_offset(row), row["size_seen"], row["tail"] or b"",
+            offset = self._resume_offset(row)
+            out.append(Orphan(row["source_id"], row["fingerprint"] or b"", offset,
+                              max(offset, row["size_seen"]), row["tail"] or b"",
                               row["path"], now + gen.COPY_GRACE_S,
                               now + gen.ORPHAN_RETENTION_S - age_s,
                               journaled=row["state"] == LOST, while_stopped=True,
-                              reason="unaccounted_bytes"))
+                              reason=row["orphan_reason"] or "unaccounted_bytes"))
         return out
 
     # -- scanning -----------------------------------------------------------------------------
     def scan(self) -> None:
-        # Truncations first, so a copy found below finds the old content's orphan.
+        # Truncations first, so a copy decided on below finds the old content's orphan.
         for t in list(self.tracked.values()):
             self.reader.check(t)
         found = list_files(self.fs, self.cfg.paths,
                            lambda path: self._warn_once("not_a_file", path))
         self._follow_tracked(found)
-        new = []
+        fresh = []
         for ident, (path, st) in found.items():
-            if ident in self.tracked or ident in self.held:
+            if ident in self.tracked or ident in self.pending:
                 continue
             rows = [r for r in self.db.rows_at(self.cfg.index, *ident)
-                    if r["state"] in (ACTIVE, ROTATED, DONE)]
+                    if r["state"] in (PENDING, ACTIVE, ROTATED, DONE)]
             if rows:
                 self._open_known(ident, path, st, rows)
             else:
-                new.append((ident, path, st))
+                fresh.append((ident, path, st))
         if not self._started:
             self._started = True
             self._vanished_while_stopped(found)
-        for ident, path, st in new:
-            self._consider(ident, path, st)
-        self.settling.keep_only(set(found))
-        for path in [p for p in self.unreadable if p not in {f[0] for f in found.values()}]:
+        for ident, path, st in fresh:
+            self._open_new(ident, path, st)
+        listed = {f[0] for f in found.values()}
+        for path in [p for p in self.unreadable if p not in listed]:
             del self.unreadable[path]
-        self._decide_held()
+        self._decide_pending(found)
         self._expire_orphans()
         self._store_sizes()
         self.metrics.set("agent_source_files", len(self.tracked), topic=self.cfg.topic)
@@ -160,8 +169,6 @@ class FileSource:
                 t.rotated = True
                 self._rotation("moved_or_deleted")
                 self.db.update(t.source_id, state=ROTATED, path=t.path)
-        for ident in [i for i in self.held if i not in found]:
-            self.fs.close(self.held.pop(ident).fd)
 
     def _open(self, path: str, st: os.stat_result) -> int | None:
         """A descriptor on the inode that was listed at ``path``, or None."""
@@ -186,41 +193,78 @@ class FileSource:
 
     def _track(self, ident: Ident, t: Tracked) -> None:
         self.tracked[ident] = t
-        self.settling.forget(ident)
         self._sizes_stored[t.source_id] = t.size_seen
 
     def _open_known(self, ident: Ident, path: str, st: os.stat_result, rows: list[dict]) -> None:
         """An inode the database knows: the same content resumes; generations it no longer
-        holds become orphans."""
+        holds become orphans; one still pending, or one whose fingerprint is too short to
+        tell, is decided on like a new file."""
         fd = self._open(path, st)
         if fd is None:
             return
         head = self.fs.pread(fd, FINGERPRINT_BYTES, 0)
-        same = [r for r in rows if head.startswith(r["fingerprint"] or b"")]
-        keep = same[-1] if same else None
+        same = [r for r in rows if r["state"] != PENDING
+                and head.startswith(r["fingerprint"] or b"")]
+        # Of the generations the file starts like, the longest fingerprint says the most.
+        keep = max(same, key=lambda r: (len(r["fingerprint"] or b""), r["source_id"]),
+                   default=None)
+        pending = next((r for r in reversed(rows) if r["state"] == PENDING), None)
         for r in rows:
-            if r is not keep and r["state"] in (ACTIVE, ROTATED):
+            if r is keep or (r is pending and keep is None):
+                continue
+            if r["state"] in (ACTIVE, ROTATED):
                 self._orphan_row(r, "unaccounted_bytes")
-        if keep is None:
-            self._consider(ident, path, st, fd)
+            elif r["state"] == PENDING:
+                self.db.delete(r["source_id"])         # superseded: never read
+        if keep is None or len(keep["fingerprint"] or b"") < FINGERPRINT_BYTES:
+            if keep is not None:
+                row_id = keep["source_id"]
+            elif pending is not None:
+                row_id = pending["source_id"]
+            else:
+                row_id = self.db.add_file(self.cfg.index, *ident, head, path, 0, st.st_size,
+                                          state=PENDING)
+            self.pending[ident] = Pending(row_id, path, fd, *ident, -1, self._now(), weak=keep)
             return
-        offset = self._resume_offset(keep)
-        self.db.update(keep["source_id"], state=ACTIVE, path=path)
-        log.info("resuming %s (inode %d, source %d) at offset %d of %d", path, ident[1],
-                 keep["source_id"], offset, st.st_size)
-        self._track(ident, Tracked(keep["source_id"], path, fd, *ident,
-                                   keep["fingerprint"] or b"", offset, size_seen=st.st_size))
+        self._resume(ident, keep, path, fd, head, st.st_size, rotated=False)
+
+    def _resume(self, ident: Ident, row: dict, path: str, fd: int, head: bytes, size: int,
+                rotated: bool, why: str = "") -> None:
+        """Read on a generation the database knows, on the inode it is on, from where its
+        reading stopped. The file starts with its fingerprint; what the file holds now beyond
+        it becomes the fingerprint (as the next look would make it)."""
+        offset = self._resume_offset(row)
+        fingerprint = row["fingerprint"] or b""
+        if len(head) > len(fingerprint):
+            fingerprint = head
+        self.db.update(row["source_id"], state=ROTATED if rotated else ACTIVE, path=path,
+                       fingerprint=fingerprint)
+        log.info("resuming %s (inode %d, source %d)%s at offset %d of %d", path, ident[1],
+                 row["source_id"], why, offset, size)
+        self._track(ident, Tracked(row["source_id"], path, fd, *ident, fingerprint, offset,
+                                   size_seen=size, rotated=rotated))
+
+    def _open_new(self, ident: Ident, path: str, st: os.stat_result) -> None:
+        """A file no generation is known on: opened and recorded now, decided on below."""
+        fd = self._open(path, st)
+        if fd is None:
+            return
+        head = self.fs.pread(fd, FINGERPRINT_BYTES, 0)
+        row_id = self.db.add_file(self.cfg.index, *ident, head, path, 0, st.st_size,
+                                  state=PENDING)
+        self.pending[ident] = Pending(row_id, path, fd, *ident, -1, self._now())
 
     def _orphan_row(self, row: dict, reason: str) -> None:
         """A generation found at start no longer on its inode."""
         offset = self._resume_offset(row)
         now = self._now()
-        self.db.orphan(row["source_id"], row["size_seen"], None)
-        self._rotation("truncated")
+        self.db.orphan(row["source_id"], row["size_seen"], None, reason)
+        self._rotation("truncated" if reason == "unaccounted_bytes" else "moved_or_deleted")
         log.info("%s (source %d) no longer holds the content read to offset %d: waiting for a "
                  "copy of it", row["path"], row["source_id"], offset)
         self.orphans.append(Orphan(row["source_id"], row["fingerprint"] or b"", offset,
-                                   row["size_seen"], b"", row["path"], now + gen.COPY_GRACE_S,
+                                   max(offset, row["size_seen"]), b"", row["path"],
+                                   now + gen.COPY_GRACE_S,
                                    now + gen.ORPHAN_RETENTION_S, while_stopped=True,
                                    reason=reason))
 
@@ -228,111 +272,161 @@ class FileSource:
         """At start: known inodes no glob lists any more were renamed away or deleted while the
         agent was stopped. Read them to their end where they still are; else they are orphans,
         journaled as ``deleted_unread`` unless a copy of them turns up."""
-        rows = [r for r in self.db.rows(self.cfg.index, (ACTIVE, ROTATED))
+        rows = [r for r in self.db.rows(self.cfg.index, (PENDING, ACTIVE, ROTATED))
                 if (r["dev"], r["ino"]) not in found]
         where = find_outside(self.fs, self.cfg.paths, {(r["dev"], r["ino"]) for r in rows})
         for r in rows:
             ident = (r["dev"], r["ino"])
             hit = where.get(ident)
-            if hit is not None and ident not in self.tracked:
-                fd = self._open(*hit)
-                if fd is not None:
-                    if self.fs.pread(fd, FINGERPRINT_BYTES, 0).startswith(r["fingerprint"]
-                                                                           or b""):
-                        offset = self._resume_offset(r)
-                        log.info("resuming %s (inode %d, source %d), renamed out of the globs "
-                                 "while the agent was stopped, at offset %d", hit[0], ident[1],
-                                 r["source_id"], offset)
-                        self.db.update(r["source_id"], state=ROTATED, path=hit[0])
-                        self._track(ident, Tracked(r["source_id"], hit[0], fd, *ident,
-                                                   r["fingerprint"] or b"", offset,
-                                                   size_seen=hit[1].st_size, rotated=True))
-                        continue
-                    self.fs.close(fd)
+            fd = self._open(*hit) if hit is not None and ident not in self.tracked \
+                and ident not in self.pending else None
+            if fd is not None:
+                if r["state"] == PENDING:
+                    self.pending[ident] = Pending(r["source_id"], hit[0], fd, *ident, -1,
+                                                  self._now())
+                    continue
+                head = self.fs.pread(fd, FINGERPRINT_BYTES, 0)
+                if head.startswith(r["fingerprint"] or b""):
+                    self._resume(ident, r, hit[0], fd, head, hit[1].st_size, rotated=True,
+                                 why=", renamed out of the globs while the agent was stopped,")
+                    continue
+                self.fs.close(fd)
             self._orphan_row(r, "deleted_unread")
 
-    def _consider(self, ident: Ident, path: str, st: os.stat_result, fd: int | None = None
-                  ) -> None:
-        """A file no generation is known on: a copy of an orphan, a copy of a file being
-        tailed, one that may be a copy still being written, or new content."""
-        if fd is None:
-            fd = self._open(path, st)
-            if fd is None:
-                return
-        size = self.fs.fstat(fd).st_size
-        head = self.fs.pread(fd, FINGERPRINT_BYTES, 0)
+    def _decide_pending(self, found: dict) -> None:
+        now = self._now()
+        for ident, p in list(self.pending.items()):
+            listed = found.get(ident)
+            if listed is not None:
+                p.path = listed[0]
+            size = self.fs.fstat(p.fd).st_size
+            if size != p.size:
+                p.size, p.since = size, now
+            head = self.fs.pread(p.fd, FINGERPRINT_BYTES, 0)
+            if p.weak is not None and not head.startswith(p.weak["fingerprint"] or b""):
+                # Truncated and written again since it was opened: the known row's content
+                # is no longer here; the file is new content, pending in a row of its own.
+                if p.weak["state"] in (ACTIVE, ROTATED):
+                    self._orphan_row(p.weak, "unaccounted_bytes")
+                p.weak = None
+                p.row_id = self.db.add_file(self.cfg.index, *ident, head, p.path, 0, size,
+                                            state=PENDING)
+            orphan, original, maybe = self._classify(p, head, size)
+            waited = now - p.since
+            if maybe and listed is not None and waited < gen.SETTLE_S:
+                continue                    # perhaps a copy still being written: wait
+            if orphan is not None:
+                self._continue(orphan, ident, p, head, size)
+                continue
+            if original is not None:
+                if listed is not None and waited < gen.COPY_GRACE_S:
+                    if p.copy_of != original.source_id:
+                        p.copy_of = original.source_id
+                        log.info("%s (inode %d) is a copy of %s (source %d), which is still "
+                                 "being read: holding it until that file is truncated or it "
+                                 "is left as it is", p.path, ident[1], original.path,
+                                 original.source_id)
+                    continue
+                self._start(ident, p, head, size, size, listed is not None,
+                            f"a copy of content read from source {original.source_id}")
+            elif p.weak is not None:
+                del self.pending[ident]
+                self._resume(ident, p.weak, p.path, p.fd, head, size, rotated=listed is None)
+            else:
+                self._start(ident, p, head, size, 0, listed is not None, "")
 
+    def _classify(self, p: Pending, head: bytes, size: int
+                  ) -> tuple[Orphan | None, Tracked | None, bool]:
+        """What the pending file's content is a copy of: an orphan, a file being tailed, or
+        nothing yet known; and whether a longer match may still come (the file is so far a
+        strict prefix of a longer fingerprint: perhaps a copy being written). Of every match
+        the longest fingerprint wins (a header shared by many files says little), then the
+        newest orphan."""
         def read_at(offset: int, n: int) -> bytes:
-            return self.fs.pread(fd, n, offset)
+            return self.fs.pread(p.fd, n, offset)
 
-        maybe = size == 0
-        for o in reversed(self.orphans):                 # the newest first
-            verdict = gen.orphan_match(head, read_at, size, o)
-            if verdict == MATCH:
-                self._continue(o, ident, path, fd, head, size)
-                return
-            maybe |= verdict == MAYBE
-        for t in list(self.tracked.values()):
-            verdict = gen.by_head(head, t.fingerprint)
-            if verdict == MATCH and self._copy_of_live(t, read_at, size):
-                self._hold(t, ident, path, fd, size)
-                return
-            maybe |= verdict == MAYBE
-        if maybe and not self.settling.settled(ident, size, self._now()):
-            self.fs.close(fd)                           # perhaps a copy still being written
-            return
-        source_id = self.db.add_file(self.cfg.index, *ident, head, path, 0, size)
-        log.info("tailing %s (inode %d, source %d) from offset 0 of %d", path, ident[1],
-                 source_id, size)
+        # A known row on this inode (``weak``) competes with its own fingerprint's length.
+        known = len(p.weak["fingerprint"] or b"") if p.weak is not None else -1
+        for attempt in range(2):
+            orphan, original, best, longest_maybe, stale = None, None, known, -1, []
+            for o in reversed(self.orphans):                 # the newest first
+                verdict = gen.orphan_match(head, read_at, size, o)
+                if verdict == MATCH and len(o.fingerprint) > best:
+                    orphan, best = o, len(o.fingerprint)
+                elif verdict == MAYBE:
+                    longest_maybe = max(longest_maybe, len(o.fingerprint))
+            for t in list(self.tracked.values()):
+                verdict = gen.by_head(head, t.fingerprint)
+                if verdict == MAYBE:
+                    longest_maybe = max(longest_maybe, len(t.fingerprint))
+                if verdict != MATCH or len(t.fingerprint) <= best:
+                    continue
+                if self._copy_of_live(t, read_at, size):
+                    orphan, original, best = None, t, len(t.fingerprint)
+                else:
+                    stale.append(t)          # starts like it, no longer matches: truncated?
+            maybe = size == 0 or longest_maybe > best or \
+                (orphan is None and original is None and self._copy_of_pending(p, size))
+            if not stale or attempt:                     # (stale ones beat the best match)
+                return orphan, original, maybe
+            # The original may have been truncated since this scan looked at it: look again
+            # before taking its copy for new content (its orphan is then matched).
+            for t in stale:
+                self.reader.check(t)
+        return orphan, original, maybe
+
+    def _start(self, ident: Ident, p: Pending, head: bytes, size: int, offset: int,
+               listed: bool, why: str) -> None:
+        del self.pending[ident]
+        if p.weak is not None:
+            offset = max(offset, self._resume_offset(p.weak))
+        self.db.start(p.row_id, ACTIVE if listed else ROTATED, offset, head, p.path, size)
+        log.info("tailing %s (inode %d, source %d) from offset %d of %d%s", p.path, ident[1],
+                 p.row_id, offset, size, f": {why}" if why else "")
         if size == 0:
             self._bad("empty_file")
-        self._track(ident, Tracked(source_id, path, fd, *ident, head, 0, size_seen=size))
+        self._track(ident, Tracked(p.row_id, p.path, p.fd, *ident, head, offset,
+                                   size_seen=size, rotated=not listed))
+
+    def _copy_of_pending(self, p: Pending, size: int) -> bool:
+        """Is ``p`` so far a copy of another file not decided on yet (an original and its
+        copy found in one scan)? Then the original is decided first, and ``p`` is judged
+        against it. Of two equal files, the one found later waits."""
+        def read_p(offset: int, n: int) -> bytes:
+            return self.fs.pread(p.fd, n, offset)
+
+        for q in self.pending.values():
+            if q is p or size == 0:
+                continue
+            q_size = self.fs.fstat(q.fd).st_size
+            if q_size < size or (q_size == size and q.row_id > p.row_id):
+                continue
+            if gen.same_end(read_p, lambda offset, n, fd=q.fd: self.fs.pread(fd, n, offset),
+                            size) and read_p(0, min(size, FINGERPRINT_BYTES)) == \
+                    self.fs.pread(q.fd, min(size, FINGERPRINT_BYTES), 0):
+                return True
+        return False
 
     def _copy_of_live(self, t: Tracked, read_at, size: int) -> bool:
         if size > self.fs.fstat(t.fd).st_size:
             return False
         return gen.same_end(read_at, lambda offset, n: self.fs.pread(t.fd, n, offset), size)
 
-    def _continue(self, o: Orphan, ident: Ident, path: str, fd: int, head: bytes,
-                  size: int) -> None:
-        """The file at ``path`` is a copy of orphan ``o``: it continues ``o``'s generation."""
-        if o in self.orphans:
-            self.orphans.remove(o)
+    def _continue(self, o: Orphan, ident: Ident, p: Pending, head: bytes, size: int) -> None:
+        """The pending file ``p`` is a copy of orphan ``o``: it continues ``o``'s generation."""
+        self.orphans.remove(o)
+        del self.pending[ident]
         fingerprint = head if len(head) > len(o.fingerprint) else o.fingerprint
-        self.db.update(o.source_id, dev=ident[0], ino=ident[1], path=path, state=ACTIVE,
-                       size_seen=size, fingerprint=fingerprint, tail=None, orphaned_ms=None)
+        if p.weak is not None and p.weak["state"] in (ACTIVE, ROTATED):
+            self._orphan_row(p.weak, "unaccounted_bytes")   # this inode holds other content
+        self.db.relocate(o.source_id, ident[0], ident[1], p.path, size, fingerprint,
+                         None if p.weak is not None else p.row_id)
         self._rotation("copytruncate_copy")
-        log.info("tailing %s (inode %d) as the copy of source %d from offset %d of %d%s", path,
-                 ident[1], o.source_id, o.offset, size,
+        log.info("tailing %s (inode %d) as the copy of source %d from offset %d of %d%s",
+                 p.path, ident[1], o.source_id, o.offset, size,
                  "; its unread bytes had been journaled, wrongly" if o.journaled else "")
-        self._track(ident, Tracked(o.source_id, path, fd, *ident, fingerprint, o.offset,
+        self._track(ident, Tracked(o.source_id, p.path, p.fd, *ident, fingerprint, o.offset,
                                    size_seen=size, tail=o.tail))
-
-    def _hold(self, t: Tracked, ident: Ident, path: str, fd: int, size: int) -> None:
-        log.info("%s (inode %d) is a copy of %s (source %d), which is still being read: "
-                 "holding it until that file is truncated or it is left as it is", path,
-                 ident[1], t.path, t.source_id)
-        self.held[ident] = Held(t.source_id, path, fd, *ident, size,
-                                self._now() + gen.COPY_GRACE_S)
-
-    def _decide_held(self) -> None:
-        now = self._now()
-        for ident, h in list(self.held.items()):
-            size = self.fs.fstat(h.fd).st_size
-            if size != h.size:                          # still being written
-                h.size, h.deadline = size, now + gen.COPY_GRACE_S
-                continue
-            if now < h.deadline:
-                continue
-            # The original was not truncated: a plain copy of content read from it. Tail it
-            # from its end, as the same content.
-            del self.held[ident]
-            head = self.fs.pread(h.fd, FINGERPRINT_BYTES, 0)
-            source_id = self.db.add_file(self.cfg.index, *ident, head, h.path, size, size)
-            log.info("tailing %s (inode %d, source %d) from its end, %d: a copy of content "
-                     "read from source %d", h.path, ident[1], source_id, size, h.source_id)
-            self._track(ident, Tracked(source_id, h.path, h.fd, *ident, head, size,
-                                       size_seen=size))
 
     def _expire_orphans(self) -> None:
         now = self._now()
@@ -340,9 +434,13 @@ class FileSource:
             if not o.journaled and now >= o.deadline:
                 o.journaled = True
                 self.db.update(o.source_id, state=LOST)
+                self._rotation("copy_not_found")
                 unread = max(0, o.size_seen - o.offset)
                 if unread or o.while_stopped:
                     self._journal_orphan(o, unread)
+                else:
+                    log.info("%s (source %d): no copy of it found; every byte seen of it had "
+                             "been read", o.path, o.source_id)
             if now >= o.expires:
                 self.orphans.remove(o)
 
@@ -352,18 +450,18 @@ class FileSource:
         else:
             what = "truncated (copytruncate) with bytes not read, and no copy of it matched " \
                    "the globs"
-        if o.while_stopped:
-            what += f"; its content after byte {o.size_seen} is unknown"
+        # What was written after the last look, before the truncation or deletion, is unknown.
+        what += f"; its content after byte {o.size_seen} is unknown"
         log.warning("%s (source %d): %s; journaled bytes %d-%d", o.path, o.source_id, what,
                     o.offset, o.size_seen)
         self.journal.record(o.reason, self.cfg.topic, -1, nbytes=unread, source=o.path,
                             byte_range=(o.offset, max(o.offset, o.size_seen)),
-                            source_id=o.source_id, open_ended=o.while_stopped, detail=what)
+                            source_id=o.source_id, open_ended=True, detail=what)
 
     # -- truncation ---------------------------------------------------------------------------
     def _truncated(self, t: Tracked, head: bytes) -> None:
         """The inode of ``t`` no longer holds its generation: that generation becomes an orphan
-        (continued by a held copy when there is one), and a new generation starts at 0."""
+        (a copy of it found now or later continues it), and a new generation starts at 0."""
         size = self.fs.fstat(t.fd).st_size
         unread = max(0, t.size_seen - t.offset)
         log.info("%s (inode %d) was truncated after %d bytes read (%d seen unread)", t.path,
@@ -372,26 +470,16 @@ class FileSource:
         # Seal what was handed over of the old content: the orphan's offset is then sealed.
         self.pool.seal(self.cfg.topic)
         now = self._now()
-        orphan = Orphan(t.source_id, t.fingerprint, t.offset, t.size_seen, t.tail, t.path,
-                        now + gen.COPY_GRACE_S, now + gen.ORPHAN_RETENTION_S,
-                        reason="unaccounted_bytes")
-        new_id = self.db.orphan(t.source_id, t.size_seen, t.tail or None, successor={
-            "source_index": self.cfg.index, "dev": t.dev, "ino": t.ino, "fingerprint": head,
-            "path": t.path, "size_seen": size})
+        self.orphans.append(Orphan(t.source_id, t.fingerprint, t.offset, t.size_seen, t.tail,
+                                   t.path, now + gen.COPY_GRACE_S,
+                                   now + gen.ORPHAN_RETENTION_S))
+        new_id = self.db.orphan(t.source_id, t.size_seen, t.tail or None, "unaccounted_bytes",
+                                successor={"source_index": self.cfg.index, "dev": t.dev,
+                                           "ino": t.ino, "fingerprint": head, "path": t.path,
+                                           "size_seen": size})
         t.source_id, t.fingerprint, t.offset, t.tail = new_id, head, 0, b""
         t.size_seen, t.idle_since, t.partial_since, t.partial_size = size, None, None, 0
         self._sizes_stored[new_id] = size
-        for ident, h in list(self.held.items()):
-            if h.source_id == orphan.source_id:
-                del self.held[ident]
-                copy_head = self.fs.pread(h.fd, FINGERPRINT_BYTES, 0)
-                copy_size = self.fs.fstat(h.fd).st_size
-                if gen.orphan_match(copy_head, lambda o, n, fd=h.fd: self.fs.pread(fd, n, o),
-                                    copy_size, orphan) == MATCH:
-                    self._continue(orphan, ident, h.path, h.fd, copy_head, copy_size)
-                    return
-                self.fs.close(h.fd)                     # no longer matches: looked at anew
-        self.orphans.append(orphan)
 
     def _store_fingerprint(self, t: Tracked) -> None:
         self.db.update(t.source_id, fingerprint=t.fingerprint)
@@ -439,26 +527,27 @@ class FileSource:
 
     def waiting(self) -> dict:
         """What status shows beside the lag: files that cannot be read, orphans waiting for
-        their copy, copies held."""
+        their copy, copies held, files not yet decided on."""
         return {"unreadable": dict(self.unreadable),
                 "orphans_waiting": [{"path": o.path, "offset": o.offset,
                                      "unread_bytes": max(0, o.size_seen - o.offset),
                                      "journaled": o.journaled} for o in self.orphans],
-                "copies_held": [h.path for h in self.held.values()]}
+                "copies_held": [p.path for p in self.pending.values() if p.copy_of is not None],
+                "pending": [p.path for p in self.pending.values() if p.copy_of is None]}
+
+    def _descriptors(self) -> list[int]:
+        return [t.fd for t in self.tracked.values()] + [p.fd for p in self.pending.values()]
 
     def abandon(self) -> None:
         """For tests that simulate a SIGKILL: close the descriptors, store nothing."""
-        for fd in [t.fd for t in self.tracked.values()] + [h.fd for h in self.held.values()]:
+        for fd in self._descriptors():
             self.fs.close(fd)
         self.tracked.clear()
-        self.held.clear()
+        self.pending.clear()
 
     def close(self) -> None:
         self._store_sizes(force=True)
-        for t in self.tracked.values():
-            self.fs.close(t.fd)
-        for h in self.held.values():
-            self.fs.close(h.fd)
+        for fd in self._descriptors():
+            self.fs.close(fd)
         self.tracked.clear()
-        self.held.clear()
-
+        self.pending.clear()

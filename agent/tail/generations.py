@@ -9,24 +9,34 @@ what was not (from ``offset`` on) can only come from a copy. A file found later 
 copy continues the orphan's row at its offset: its checkpoints, its positions in the pool and
 its audit counts stay one stream, whatever inode holds the bytes.
 
-How a found file is classified (``FileSource._consider``), in this order:
+How a found file is classified. Every file the globs list is opened and recorded at once, in
+state ``pending`` (its descriptor then follows it through renames, and a kill leaves a row that
+says it existed); it is not read until it is decided, at this scan or a later one:
 
-1. Its inode is one the database knows and it still starts with that generation's fingerprint:
-   the same content; reading resumes at the checkpoint (max of sealed offset and the pool's
-   recovered position). Known inodes are never deferred, whatever their size.
+1. Its inode is one the database knows and it still starts with that generation's whole
+   fingerprint (``FINGERPRINT_BYTES``): the same content; reading resumes at the checkpoint (max
+   of sealed offset and the pool's recovered position). Known inodes are never deferred,
+   whatever their size. A known row whose fingerprint is shorter (the file was empty, or held
+   only a header, when last looked at) says little — the inode number may since have been
+   reused by a copy of other content that starts the same way — so such a file is classified
+   like a new one, and its row resumed only if nothing below explains the file better.
 2. It is a copy of an orphan: it starts with the orphan's whole fingerprint and, where it is
    long enough, holds the orphan's *tail* (the bytes just before where reading stopped) at the
-   same offset. It continues the orphan at the orphan's offset.
+   same offset. It continues the orphan at the orphan's offset, and its pending row goes.
 3. It is a copy of content still being tailed on another inode (a copytruncate caught before the
    truncation): it starts with that generation's fingerprint and its last bytes equal the
-   original's at the same offsets. It is *held*, not read: if the original is then truncated,
-   the held copy continues the generation (the bytes not yet read are in the copy); if not, it
-   was a plain copy of content read from the original, and it is tailed from its end.
+   original's at the same offsets. It is *held*, not read: if the original is truncated, the
+   copy matches the orphan that leaves (rule 2) and continues it (the bytes not yet read are in
+   the copy); if the copy keeps its size for ``COPY_GRACE_S`` without that, it was a plain copy
+   of content read from the original, and it is tailed from its end.
 4. A file that is so far a strict prefix of such a fingerprint may be a copy still being written
    (``cp`` creates the file, then fills it): it waits until it is longer or has kept its size
    for ``SETTLE_S``; then, still a strict prefix, it is new (read from 0: at worst a few
    duplicates, never a loss). An empty file waits likewise.
 5. Anything else is a new generation, read from 0.
+
+A pending file that leaves the globs (renamed away, deleted) is decided at once, with what it
+holds, and read through its descriptor.
 
 Why the tail: a fingerprint alone cannot tell a copy from a new file that starts with the same
 header (a CSV header, a banner). The bytes just before the resume offset can: a copy holds them
@@ -70,18 +80,19 @@ class Orphan:
 
 
 @dataclass
-class Held:
-    """A file that looks like a copy of a generation still being tailed: not read until the
-    original is truncated (it then continues the generation) or it has not grown for
-    COPY_GRACE_S (a plain copy: tailed from its end)."""
+class Pending:
+    """A file found and opened, not yet decided on (see the rules above)."""
 
-    source_id: int              # the generation it copies
+    row_id: int                 # its row in the state database (state pending)
     path: str
     fd: int
     dev: int
     ino: int
-    size: int
-    deadline: float
+    size: int                   # its size at the last look ...
+    since: float                # ... unchanged since (monotonic s)
+    copy_of: int | None = None  # held: the generation it copies, still being read elsewhere
+    weak: dict | None = None    # a known row on this inode whose short fingerprint the file
+    #                             starts with: resumed if nothing explains the file better
 
 
 def by_head(head: bytes, fingerprint: bytes) -> str:

@@ -192,13 +192,8 @@ class Harness:
 
     def crash(self):
         """SIGKILL: nothing sealed, checkpointed or closed cleanly; descriptors go."""
-        for t in self.src.tracked.values():
-            os.close(t.fd)
-        for h in self.src.held.values():
-            os.close(h.fd)
-        abandon = getattr(self.pool, "abandon", None)
-        if abandon is not None:
-            abandon()
+        self.src.abandon()
+        self.pool.abandon()
         self.db.close()
         self.journal.close()
 

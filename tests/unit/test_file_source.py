@@ -56,6 +56,7 @@ def test_copytruncate_without_a_copy_journals_the_unread_bytes(tmp_path):
     [entry] = h.journal_entries()
     assert entry["reason"] == "unaccounted_bytes" and entry["bytes"] == 30 * LINE
     assert entry["range"] == [100 * LINE, 130 * LINE] and entry["events"] == -1
+    assert entry["open_ended"]              # what came after its last look is unknown
     assert h.metrics.get("agent_loss_journal_entries_total", reason="unaccounted_bytes",
                          topic="t", size="unknown") == 1
 
@@ -145,12 +146,12 @@ def test_a_copy_seen_before_the_truncation_is_held_and_continues_the_original(tm
     h.write(100, 110)                                    # not read yet
     shutil.copyfile(h.app, h.logs / "app.log.1")
     h.src.scan()                                         # the copy is seen first: held
-    assert [x.path for x in h.src.held.values()] == [str(h.logs / "app.log.1")]
+    assert h.src.waiting()["copies_held"] == [str(h.logs / "app.log.1")]
     os.truncate(h.app, 0)
     h.write(110, 150)
     h.step(3)
     assert sorted(h.ids()) == list(range(150))
-    assert not h.src.held and h.journal_entries() == []
+    assert not h.src.pending and h.journal_entries() == []
 
 
 def test_a_plain_copy_of_a_file_being_read_is_not_read_again(tmp_path):
