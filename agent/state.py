@@ -22,7 +22,9 @@ old content found later continues the old generation (its row moves to the copy'
                    (truncated in place) or ``deleted_unread`` (gone while the agent was stopped)
     updated_ms
 
-Checkpoints only move forward, and only once data is sealed (``advance_sealed``). The audit
+Checkpoints only move forward, and only once data is sealed (``advance_sealed``) — but for the
+start self-check (``agent/selfcheck.py``), which moves one back when the pool lost bytes it
+counted as sealed. The audit
 emitter keeps its tables (``audit_windows``, ``audit_meta``) in the same database and writes them
 in the checkpoints' transaction (agent/audit.py).
 """
@@ -124,12 +126,13 @@ class StateDB:
                                  [*fields.values(), source_id])
 
     def orphan(self, source_id: int, size_seen: int, tail: bytes | None, reason: str,
-               successor: dict | None = None) -> int | None:
-        """Mark a generation orphaned and, in the same transaction, start the generation that
+               successor: dict | None = None, now_ms: int | None = None) -> int | None:
+        """Mark a generation orphaned at ``now_ms`` (the agent's clock: its age decides how
+        long a copy is still matched) and, in the same transaction, start the generation that
         now occupies its inode (``successor``: source_index, dev, ino, fingerprint, path,
         size_seen). Returns the successor's source_id."""
         self._crash_point("db:orphan")
-        now = _now_ms()
+        now = _now_ms() if now_ms is None else now_ms
         with self.db.conn:
             self.db.conn.execute(
                 "UPDATE files SET state = ?, size_seen = MAX(size_seen, ?), tail = ?, "
@@ -166,6 +169,15 @@ class StateDB:
                 "acked_offset = MAX(acked_offset, ?), fingerprint = ?, path = ?, "
                 "size_seen = ?, updated_ms = ? WHERE source_id = ?",
                 (state, offset, offset, fingerprint, path, size_seen, _now_ms(), source_id))
+
+    def rewind(self, source_id: int, offset: int, state: str) -> None:
+        """Move a sealed checkpoint *back* (the start self-check, ``agent/selfcheck.py``):
+        the only way it ever moves back."""
+        with self.db.conn:
+            self.db.conn.execute(
+                "UPDATE files SET sealed_offset = ?, acked_offset = MIN(acked_offset, ?), "
+                "state = ?, updated_ms = ? WHERE source_id = ?",
+                (offset, offset, state, _now_ms(), source_id))
 
     def delete(self, source_id: int) -> None:
         self._crash_point("db:delete")

@@ -258,7 +258,8 @@ class FileSource:
         """A generation found at start no longer on its inode."""
         offset = self._resume_offset(row)
         now = self._now()
-        self.db.orphan(row["source_id"], row["size_seen"], None, reason)
+        self.db.orphan(row["source_id"], row["size_seen"], None, reason,
+                       now_ms=self.clock.time_ms())
         self._rotation("truncated" if reason == "unaccounted_bytes" else "moved_or_deleted")
         log.info("%s (source %d) no longer holds the content read to offset %d: waiting for a "
                  "copy of it", row["path"], row["source_id"], offset)
@@ -476,7 +477,7 @@ class FileSource:
         new_id = self.db.orphan(t.source_id, t.size_seen, t.tail or None, "unaccounted_bytes",
                                 successor={"source_index": self.cfg.index, "dev": t.dev,
                                            "ino": t.ino, "fingerprint": head, "path": t.path,
-                                           "size_seen": size})
+                                           "size_seen": size}, now_ms=self.clock.time_ms())
         t.source_id, t.fingerprint, t.offset, t.tail = new_id, head, 0, b""
         t.size_seen, t.idle_since, t.partial_since, t.partial_size = size, None, None, 0
         self._sizes_stored[new_id] = size

@@ -9,7 +9,9 @@ too. Checking after the read, not only before, closes the window between the che
 read; checking from offset 0 on (a file not read yet is no exception) means a generation is
 never read under another's row.
 
-While the fingerprint is shorter than ``FINGERPRINT_BYTES`` it grows with the file, and the
+While the fingerprint is shorter than ``FINGERPRINT_BYTES`` it grows with what is *read* from
+the start of the file (those bytes must agree with the part it already holds), never from a
+look alone: the file may hold another generation by then (truncated and written again). The
 longer one is stored (``on_fingerprint``) before the bytes it covers are handed to the pool: a
 stored fingerprint always covers min(sealed offset, FINGERPRINT_BYTES) bytes, so after a restart
 content that starts with it is the content the checkpoint counts.
@@ -86,13 +88,12 @@ class Reader:
         return self.fs.pread(t.fd, FINGERPRINT_BYTES, 0)
 
     def check(self, t: Tracked) -> None:
-        """A look between reads: handle a truncation, grow the fingerprint, note the size."""
+        """A look between reads: handle a truncation, note the size."""
         size = self.fs.fstat(t.fd).st_size
         head = self.head(t)
         if self._shrank(t, size) or not head.startswith(t.fingerprint):
             self.on_truncated(t, head)
             return
-        self._grow_fingerprint(t, head)
         t.size_seen = size
 
     def _shrank(self, t: Tracked, size: int) -> bool:
@@ -100,10 +101,18 @@ class Reader:
         # shorter than where its content was read to, and that is no truncation.
         return size < t.offset <= t.size_seen
 
-    def _grow_fingerprint(self, t: Tracked, head: bytes) -> None:
-        if len(head) > len(t.fingerprint):
-            t.fingerprint = head
-            self.on_fingerprint(t)
+    @staticmethod
+    def _grown(t: Tracked, data: bytes) -> bytes | None:
+        """The fingerprint with ``data`` (read at ``t.offset``) added where it reaches into the
+        first FINGERPRINT_BYTES; None when ``data`` disagrees with the fingerprint it overlaps
+        (the file holds other content than the generation's)."""
+        fp = t.fingerprint
+        if len(fp) >= FINGERPRINT_BYTES or t.offset >= FINGERPRINT_BYTES:
+            return fp
+        overlap = fp[t.offset:t.offset + len(data)]
+        if data[:len(overlap)] != overlap:
+            return None
+        return max(fp, (fp[:t.offset] + data)[:FINGERPRINT_BYTES], key=len)
 
     # -- reading ------------------------------------------------------------------------------
     def read(self, t: Tracked, budget: int, stats: ReadStats) -> None:
@@ -130,11 +139,14 @@ class Reader:
                     return
                 last_nl = len(data) - 1
             # The look after the read: were these bytes the generation's?
+            fingerprint = self._grown(t, data[:-1] if forced else data)    # the file's bytes
             head = self.head(t)
-            if not head.startswith(t.fingerprint):
+            if fingerprint is None or not head.startswith(fingerprint):
                 self.on_truncated(t, head)
                 return
-            self._grow_fingerprint(t, head)
+            if fingerprint != t.fingerprint:
+                t.fingerprint = fingerprint
+                self.on_fingerprint(t)
             t.idle_since = None
             t.partial_since = None
             consumed, done = self._hand_over(t, memoryview(data)[:last_nl + 1], stats, forced)

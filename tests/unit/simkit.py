@@ -382,7 +382,9 @@ class Simulation:
         self.crasher = Crasher()
         self.clock = FakeClock()
         self.fs = SimFs(self.crasher)
-        self.kafka = SimKafka(self.rng, self.crasher)
+        # Kafka's answers draw from a stream of their own: how often the drain polls while
+        # stopping depends on real time, and must not change the writer's or the kills' draws.
+        self.kafka = SimKafka(random.Random(seed * 7919 + 1), self.crasher)
         self.logs = tmp / "logs"
         self.logs.mkdir()
         self.state = tmp / "state"
