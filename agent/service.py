@@ -36,6 +36,7 @@ from .drain.drain import Drain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .journal import LossJournal
 from .notify import Notifier
+from .selfcheck import rewind_uncovered
 from .state import StateDB
 from .tail.files import FileSource
 from .tail.seams import FsOps
@@ -122,6 +123,8 @@ class Agent:
         self.journal = LossJournal(state / "loss-journal.jsonl", self.metrics,
                                    on_record=self.audit.dropped)
         self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
+        self._acked_ahead: dict[int, int] = {}      # source → end acknowledged, not yet
+        #                                             contiguous (an older slot in flight)
         self._seal_times: dict[int, float] = {}
         spill = cfg["buffer.spill_max_bytes"]
         self.pool = BufferPool(
@@ -135,6 +138,9 @@ class Agent:
         self.recovered = self.pool.recovered_positions()
         self.audit.count_recovered(self.pool.sealed())
         self.db.advance_sealed(self.recovered, also=self.audit.persist)
+        rewound = rewind_uncovered(self.db, self.pool.sealed())
+        if rewound:
+            self.metrics.inc("agent_source_rewound_total", len(rewound))
         for slot in self.pool.sealed():
             self._seal_times[slot.seq] = self._monotonic()
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
@@ -199,8 +205,23 @@ class Agent:
         self.db.advance_sealed(ends, also=self.audit.persist)
 
     def _slot_done(self, slot) -> None:
+        """Kafka acknowledged every record of ``slot``. A source's acknowledged offset moves
+        only over contiguous acknowledged bytes: not past the start of an older slot of the
+        same source still in flight (only in-flight slots can be older: they are taken in
+        sequence order)."""
         self._seal_times.pop(slot.seq, None)
-        self.db.advance_acked({src: end for src, _s, end in slot.meta.positions})
+        ahead = self._acked_ahead
+        for src, _s, end in slot.meta.positions:
+            ahead[src] = max(end, ahead.get(src, 0))
+        ends = dict(ahead)
+        for send in self.drain.inflight:
+            for src, start, _e in send.slot.meta.positions:
+                if src in ends and start < ends[src]:
+                    ends[src] = start
+        for src, end in ends.items():
+            if end >= ahead[src]:
+                del ahead[src]                  # contiguous again
+        self.db.advance_acked(ends)
 
     # -- running ------------------------------------------------------------------------------
     def install_signals(self) -> None:

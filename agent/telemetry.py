@@ -17,6 +17,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "agent_source_bad_input_total": ("counter", "Input oddities, by kind; the events still ship "
                                      "unless a drop says otherwise."),
     "agent_source_rotations_total": ("counter", "File rotations seen, by kind."),
+    "agent_source_rewound_total": ("counter", "Generations whose sealed checkpoint went back at "
+                                   "start: bytes sealed, not acknowledged and not in the pool "
+                                   "(read again)."),
     "agent_source_files": ("gauge", "Files being tailed."),
     "agent_source_lag_bytes": ("gauge", "Per file, bytes written but not yet read."),
     "agent_buffer_size_bytes": ("gauge", "Size of the pool file."),

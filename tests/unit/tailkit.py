@@ -12,6 +12,7 @@ from collections.abc import Callable
 from agent.buffer import BufferPool
 from agent.config import SourceConfig
 from agent.journal import LossJournal
+from agent.selfcheck import rewind_uncovered
 from agent.state import StateDB
 from agent.tail import generations
 from agent.tail.files import FileSource
@@ -138,6 +139,7 @@ class Harness:
         self.journal = LossJournal(self.tmp / "journal.jsonl", self.metrics)
         recovered = self.pool.recovered_positions()
         self.db.advance_sealed(recovered)
+        rewind_uncovered(self.db, self.pool.sealed())         # as the agent does at start
         self.src = FileSource(self.cfg, self.pool, self.db, self.journal, self.metrics,
                               recovered, fs=self.fs)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from agent.selfcheck import first_gap
 from agent.state import LOST, ORPHANED
 from tests.unit.tailkit import LINE, Harness, lines
 
@@ -449,3 +450,48 @@ def test_an_unreadable_file_is_reported_and_read_once_it_can_be(tmp_path):
     h.step()
     assert h.src.waiting()["unreadable"] == {}
     assert h.ids() == list(range(10))
+
+
+# -- the start self-check -----------------------------------------------------------------------
+
+def test_first_gap_finds_the_first_byte_no_slot_holds():
+    assert first_gap(0, 100, [(0, 40), (40, 100)]) is None
+    assert first_gap(0, 100, [(0, 40), (50, 100)]) == 40
+    assert first_gap(10, 100, [(0, 40), (40, 90)]) == 90
+    assert first_gap(0, 100, []) == 0
+    assert first_gap(100, 100, []) is None
+
+
+def test_sealed_bytes_the_pool_lost_are_read_again_at_start(tmp_path):
+    """The checkpoint says 100 lines are sealed, Kafka acknowledged none, and the pool file
+    is gone (moved away by an operator): they must not be skipped."""
+    h = Harness(tmp_path)
+    h.write(0, 100)
+    h.step()
+    h.checkpoint()                                       # sealed, never sent
+    h.stop()
+    (tmp_path / "pool").unlink()
+    h.write(100, 120)
+    h.open()
+    h.step()
+    assert h.ids() == list(range(120))
+    assert h.db.all_files()[0]["sealed_offset"] == 120 * LINE
+
+
+def test_sealed_bytes_the_pool_lost_are_journaled_when_their_file_is_gone_too(tmp_path):
+    h = Harness(tmp_path, pattern="app.log")
+    h.write(0, 100)
+    h.step()
+    h.drain_all()                                        # 0..99 acknowledged
+    h.write(100, 150)
+    h.step()
+    h.checkpoint()                                       # 100..149 sealed, never sent
+    h.stop()
+    (tmp_path / "pool").unlink()
+    h.app.unlink()
+    h.open()
+    h.step()
+    h.past_grace()
+    [entry] = h.journal_entries()
+    assert entry["reason"] == "deleted_unread" and entry["open_ended"]
+    assert entry["range"][0] == 100 * LINE
