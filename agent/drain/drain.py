@@ -558,6 +558,9 @@ class Drain:
         if unknown:
             log.warning("%d slot(s) in flight had records not reported by the old producer: "
                         "sent again whole (duplicates possible)", len(unknown))
+            for s in unknown:            # every record sent again counts as retried
+                self.metrics.inc("agent_drain_retried_events_total", s.total - s.dead,
+                                 reason="producer_rebuilt", topic=s.slot.topic)
         self.inflight = collections.deque(SlotSend(s.slot, self, previous=s) if s in unknown
                                           else s for s in self.inflight)
         self.producer = self._new_producer()
