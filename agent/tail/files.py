@@ -54,7 +54,7 @@ from ..state import (
 from ..telemetry import Metrics
 from . import generations as gen
 from .discovery import Ident, find_outside, list_files
-from .generations import MATCH, MAYBE, Orphan, Pending
+from .generations import MATCH, MAYBE, NO, Orphan, Pending
 from .reader import Reader, ReadStats, Tracked
 from .seams import FsOps
 
@@ -82,8 +82,8 @@ class FileSource:
         self._warned: set[tuple[str, str]] = set()
         self._sizes_stored: dict[int, int] = {}
         self._closed: dict[int, int] = {}              # source_id → offset, closed this run
+        self._unplaced: list[bytes] = []               # see _decide_pending
         self._next_size_store = 0.0
-        self._started = False
         self.reader = Reader(cfg, pool, self.fs, self.clock, metrics, self._truncated,
                              self._store_fingerprint)
         self.orphans = self._load_orphans()
@@ -145,9 +145,7 @@ class FileSource:
                 self._open_known(ident, path, st, rows)
             else:
                 fresh.append((ident, path, st))
-        if not self._started:
-            self._started = True
-            self._vanished_while_stopped(found)
+        self._place_unplaced(found)
         for ident, path, st in fresh:
             self._open_new(ident, path, st)
         listed = {f[0] for f in found.values()}
@@ -269,12 +267,18 @@ class FileSource:
                                    now + gen.ORPHAN_RETENTION_S, while_stopped=True,
                                    reason=reason))
 
-    def _vanished_while_stopped(self, found: dict) -> None:
-        """At start: known inodes no glob lists any more were renamed away or deleted while the
-        agent was stopped. Read them to their end where they still are; else they are orphans,
-        journaled as ``deleted_unread`` unless a copy of them turns up."""
+    def _place_unplaced(self, found: dict) -> None:
+        """Known generations neither read nor listed: at start, those renamed away or deleted
+        while the agent was stopped; later, one whose file was replaced between the listing
+        and the open and then left the globs. Read them to their end where they still are
+        (in a glob's folder under another name); else they are orphans, journaled as
+        ``deleted_unread`` unless a copy of them turns up."""
+        held = {t.source_id for t in self.tracked.values()} | \
+            {p.row_id for p in self.pending.values()}
         rows = [r for r in self.db.rows(self.cfg.index, (PENDING, ACTIVE, ROTATED))
-                if (r["dev"], r["ino"]) not in found]
+                if (r["dev"], r["ino"]) not in found and r["source_id"] not in held]
+        if not rows:
+            return
         where = find_outside(self.fs, self.cfg.paths, {(r["dev"], r["ino"]) for r in rows})
         for r in rows:
             ident = (r["dev"], r["ino"])
@@ -282,12 +286,17 @@ class FileSource:
             fd = self._open(*hit) if hit is not None and ident not in self.tracked \
                 and ident not in self.pending else None
             if fd is not None:
-                if r["state"] == PENDING:
-                    self.pending[ident] = Pending(r["source_id"], hit[0], fd, *ident, -1,
-                                                  self._now())
-                    continue
                 head = self.fs.pread(fd, FINGERPRINT_BYTES, 0)
-                if head.startswith(r["fingerprint"] or b""):
+                fingerprint = r["fingerprint"] or b""
+                if r["state"] == PENDING or (head.startswith(fingerprint)
+                                             and len(fingerprint) < FINGERPRINT_BYTES):
+                    # Decided on like any file: a short fingerprint says little (the inode
+                    # number may be a deleted file's, reused by a copy of other content).
+                    weak = None if r["state"] == PENDING else r
+                    self.pending[ident] = Pending(r["source_id"], hit[0], fd, *ident, -1,
+                                                  self._now(), weak=weak)
+                    continue
+                if head.startswith(fingerprint):
                     self._resume(ident, r, hit[0], fd, head, hit[1].st_size, rotated=True,
                                  why=", renamed out of the globs while the agent was stopped,")
                     continue
@@ -296,6 +305,13 @@ class FileSource:
 
     def _decide_pending(self, found: dict) -> None:
         now = self._now()
+        if self.pending:
+            # Known generations this scan did not place (their inode was not found where it
+            # was listed, or could not be opened): a pending file may be their copy.
+            placed = {t.source_id for t in self.tracked.values()}
+            self._unplaced = [r["fingerprint"] for r in self.db.rows(self.cfg.index,
+                                                                   (ACTIVE, ROTATED))
+                              if r["source_id"] not in placed and r["fingerprint"]]
         for ident, p in list(self.pending.items()):
             listed = found.get(ident)
             if listed is not None:
@@ -314,13 +330,14 @@ class FileSource:
                                             state=PENDING)
             orphan, original, maybe = self._classify(p, head, size)
             waited = now - p.since
-            if maybe and listed is not None and waited < gen.SETTLE_S:
+            # (A file no longer listed waits too: its descriptor holds it.)
+            if maybe and waited < gen.SETTLE_S:
                 continue                    # perhaps a copy still being written: wait
             if orphan is not None:
                 self._continue(orphan, ident, p, head, size)
                 continue
             if original is not None:
-                if listed is not None and waited < gen.COPY_GRACE_S:
+                if waited < gen.COPY_GRACE_S:
                     if p.copy_of != original.source_id:
                         p.copy_of = original.source_id
                         log.info("%s (inode %d) is a copy of %s (source %d), which is still "
@@ -366,6 +383,9 @@ class FileSource:
                     orphan, original, best = None, t, len(t.fingerprint)
                 else:
                     stale.append(t)          # starts like it, no longer matches: truncated?
+            for fingerprint in self._unplaced:         # wait until they are placed
+                if gen.by_head(head, fingerprint) != NO:
+                    longest_maybe = max(longest_maybe, len(fingerprint))
             maybe = size == 0 or longest_maybe > best or \
                 (orphan is None and original is None and self._copy_of_pending(p, size))
             if not stale or attempt:                     # (stale ones beat the best match)

@@ -35,8 +35,8 @@ says it existed); it is not read until it is decided, at this scan or a later on
    duplicates, never a loss). An empty file waits likewise.
 5. Anything else is a new generation, read from 0.
 
-A pending file that leaves the globs (renamed away, deleted) is decided at once, with what it
-holds, and read through its descriptor.
+A pending file that leaves the globs (renamed away, deleted) is decided on by the same rules,
+and read through its descriptor.
 
 Why the tail: a fingerprint alone cannot tell a copy from a new file that starts with the same
 header (a CSV header, a banner). The bytes just before the resume offset can: a copy holds them
