@@ -33,9 +33,8 @@ from agent.buffer.seams import FileOps, SimulatedCrash
 from agent.config import parse
 from agent.drain.drain import MAX_INFLIGHT_SLOTS
 from agent.service import Agent, Seams
-from agent.tail.seams import FsOps
 from tests.unit.fakeproducer import FakeKafka, FakeProducer
-from tests.unit.tailkit import FakeClock
+from tests.unit.tailkit import FakeClock, ScriptedFs
 
 LINE_BYTES = 40
 HEADER = b"time,host,level,message,request\n"          # shared by several files
@@ -89,25 +88,17 @@ class Gen:
         return out[:1024]
 
 
-class SimFs(FsOps):
-    """The real file system, with the crasher's ticks, inode numbers the writer may reuse, and
-    writer steps run just before chosen calls."""
+class SimFs(ScriptedFs):
+    """The scripted file system of the file-source tests, whose every call is also where a kill
+    may come and where a writer step may run (``pending``: call name, countdown, action); the
+    writer chooses the inode numbers (``inodes``)."""
 
     def __init__(self, crasher: Crasher):
+        super().__init__()
         self.crasher = crasher
-        self.vino: dict[int, int] = {}        # real inode → the number reported
-        self.pending: list[tuple[str, int, object]] = []   # (call name, countdown, action)
+        self.pending: list[tuple[str, int, object]] = []
 
-
-    def _virtual(self, st: os.stat_result) -> os.stat_result:
-        v = self.vino.get(st.st_ino)
-        if v is None:
-            return st
-        fields = list(st)
-        fields[1] = v
-        return os.stat_result(fields)
-
-    def _hook(self, name: str) -> None:
+    def _run(self, name: str) -> None:
         self.crasher.tick(name)
         for i, (call, countdown, action) in enumerate(self.pending):
             if call == name:
@@ -117,30 +108,6 @@ class SimFs(FsOps):
                 else:
                     self.pending[i] = (call, countdown - 1, action)
                 break
-
-    def glob(self, pattern):
-        self._hook("glob")
-        return super().glob(pattern)
-
-    def listdir(self, folder):
-        self._hook("listdir")
-        return super().listdir(folder)
-
-    def stat(self, path):
-        self._hook("stat")
-        return self._virtual(super().stat(path))
-
-    def open(self, path):
-        self._hook("open")
-        return super().open(path)
-
-    def fstat(self, fd):
-        self._hook("fstat")
-        return self._virtual(super().fstat(fd))
-
-    def pread(self, fd, n, offset):
-        self._hook("pread")
-        return super().pread(fd, n, offset)
 
 
 class CrashOps(FileOps):
@@ -204,7 +171,7 @@ class Writer:
     # files
     def _ino(self, path: Path) -> int:
         st = os.stat(path)
-        return self.fs.vino.get(st.st_ino, st.st_ino)
+        return self.fs.inodes.get(st.st_ino, st.st_ino)
 
     def _create(self, path: Path) -> None:
         """A new file. Every file gets an inode number of the writer's choosing, unique among
@@ -217,7 +184,7 @@ class Writer:
         else:
             self.inode_numbers += 1
             number = self.inode_numbers
-        self.fs.vino[os.stat(path).st_ino] = number
+        self.fs.inodes[os.stat(path).st_ino] = number
 
     def _reusable(self) -> list[int]:
         """Numbers of deleted files that no descriptor holds any more: as on a real file system,

@@ -93,6 +93,10 @@ class ScriptedFs(FsOps):
         self.hidden = set()
         return found
 
+    def listdir(self, folder):
+        self._run("listdir")
+        return super().listdir(folder)
+
     def stat(self, path):
         self._run("stat")
         return self._fake(super().stat(path))
