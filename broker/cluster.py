@@ -147,8 +147,12 @@ def _reap(pid: int) -> None:
 class LocalCluster:
     """Start, inspect, fault and stop the local cluster kept in ``data_dir``."""
 
-    def __init__(self, data_dir: Path | str | None = None):
+    def __init__(self, data_dir: Path | str | None = None, die_with_parent: bool = False):
+        """``die_with_parent``: brokers this object starts are SIGKILLed by the kernel when the
+        process that started them dies, however it dies (tests: a killed pytest leaves no
+        JVM). ``docket-broker up`` leaves it off: its cluster outlives the command."""
         self.data_dir = Path(data_dir) if data_dir else default_data_dir()
+        self.die_with_parent = die_with_parent
         self.log = logging.getLogger("docket.broker")
         self._children: dict[int, subprocess.Popen] = {}   # brokers this object started
 
@@ -348,6 +352,9 @@ class LocalCluster:
     def _spawn(self, libs: Path, node: Node) -> None:
         d = self.node_dir(node.node_id)
         cmd = self._java(libs, "kafka.Kafka", str(d / "server.properties"), node_dir=d)
+        if self.die_with_parent and shutil.which("setpriv"):
+            # util-linux's setpriv sets PR_SET_PDEATHSIG, then execs java (same pid).
+            cmd = ["setpriv", "--pdeathsig", "KILL", *cmd]
         with open(d / "stdout.log", "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)

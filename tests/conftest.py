@@ -9,6 +9,7 @@ that kill or pause brokers then skip, since they cannot control a cluster they d
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from dataclasses import dataclass
 
@@ -28,8 +29,18 @@ class Kafka:
         return self.cluster
 
 
+def pytest_configure(config):
+    """SIGTERM (what CI runners and ``timeout`` send) ends the session as Ctrl-C does, so the
+    fixtures' teardown stops the brokers. Should pytest die without teardown (SIGKILL), the
+    brokers die with it (``die_with_parent``)."""
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupted)
+
+
 def _start(tmp_path_factory, name: str, brokers: int):
-    cluster = LocalCluster(tmp_path_factory.mktemp(name))
+    cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True)
     layout = cluster.up(brokers=brokers, base_port=0)
     return cluster, layout.bootstrap_servers
 
