@@ -1,6 +1,7 @@
 """A child appending in a tight loop is SIGKILLed 50 times at random moments; after each kill the
-reopened pool holds every slot the child reported sealed (and had not begun to free), intact
-(CRC-verified, no quarantine) and in order, and sources resume exactly after the sealed data."""
+reopened pool holds every slot any run of the child reported sealed (and no run had begun to
+free) and nothing else, intact (CRC-verified, no quarantine, the same ids) and in order, and
+sources resume exactly after the sealed data."""
 
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ def test_sigkill_at_random_moments_never_loses_or_reorders_a_sealed_record(tmp_p
     next_id = 0
     freed_up_to = -1
     sealed_total = 0
+    alive: dict[int, tuple[int, int]] = {}    # every run's sealed slots not yet being freed
+    ever_freeing: set[int] = set()
     for kill in range(KILLS):
         lines = run_child_until_killed(pool_path, next_id, rng)
         reported, freeing = {}, set()
@@ -83,10 +86,19 @@ def test_sigkill_at_random_moments_never_loses_or_reorders_a_sealed_record(tmp_p
                 assert ids[0] > previous, f"kill {kill}: slot {slot.seq} out of order"
                 previous = ids[-1]
                 found[slot.seq] = (ids[0], ids[-1])
-            for seq, span in reported.items():
-                if seq in freeing:
-                    continue
+            alive.update(reported)
+            ever_freeing |= freeing
+            for seq in freeing:
+                alive.pop(seq, None)
+            for seq, span in alive.items():       # sealed in this run or any before
                 assert found.get(seq) == span, f"kill {kill}: reported slot {seq} {span} missing"
+            # Beyond those, only slots whose free the kill cut short (sealed or free, never
+            # torn) and slots sealed after the last report (killed before it).
+            extra = set(found) - set(alive) - ever_freeing
+            newest = max(list(alive) + list(ever_freeing) + list(reported), default=-1)
+            assert all(seq > newest for seq in extra), \
+                f"kill {kill}: slots {sorted(extra)} found that nobody sealed"
+            alive.update({seq: found[seq] for seq in extra})   # checked at every kill after
             sealed_total += len(reported)
             # Resume where a restarted source would: after the last sealed (or freed) record.
             end = pool.recovered_positions().get(1)
