@@ -97,9 +97,10 @@ class Reader:
         t.size_seen = size
 
     def _shrank(self, t: Tracked, size: int) -> bool:
-        # Only once the file had reached the offset: a copy that continues an orphan can be
-        # shorter than where its content was read to, and that is no truncation.
-        return size < t.offset <= t.size_seen
+        """Within a generation a file only grows: smaller than seen is a truncation, read
+        offset or not. (A copy that continues an orphan may be shorter than where its
+        content was read to: its size seen starts at its own size.)"""
+        return size < t.size_seen
 
     @staticmethod
     def _grown(t: Tracked, data: bytes) -> bytes | None:

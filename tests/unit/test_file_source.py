@@ -495,3 +495,20 @@ def test_sealed_bytes_the_pool_lost_are_journaled_when_their_file_is_gone_too(tm
     [entry] = h.journal_entries()
     assert entry["reason"] == "deleted_unread" and entry["open_ended"]
     assert entry["range"][0] == 100 * LINE
+
+
+def test_a_file_emptied_before_its_first_read_is_a_truncation_with_its_bytes_journaled(tmp_path):
+    """Found, its size seen, not read yet, then truncated to 0 (its copy outside the globs):
+    the read that finds it empty must take that for a truncation, not a smaller size seen, or
+    the bytes never read vanish without a journal entry."""
+    h = Harness(tmp_path, pattern="app.log")
+    h.write(0, 20)
+    h.src.scan()                                          # decided on, tracked at 0, not read
+    os.truncate(h.app, 0)
+    h.src.read_some(64 << 20)                             # finds it empty
+    h.write(20, 30)
+    h.step(3)
+    h.past_grace()
+    assert h.ids() == list(range(20, 30))
+    [entry] = h.journal_entries()
+    assert entry["reason"] == "unaccounted_bytes" and entry["range"] == [0, 20 * LINE]
