@@ -358,8 +358,7 @@ class FileSource:
         """What the pending file's content is a copy of: an orphan, a file being tailed, or
         nothing yet known; and whether a longer match may still come (the file is so far a
         strict prefix of a longer fingerprint: perhaps a copy being written). Of every match
-        the longest fingerprint wins (a header shared by many files says little), then the
-        newest orphan."""
+        the one with the most evidence wins (``generations``), then the newest orphan."""
         def read_at(offset: int, n: int) -> bytes:
             return self.fs.pread(p.fd, n, offset)
 
@@ -368,19 +367,20 @@ class FileSource:
         for attempt in range(2):
             orphan, original, best, longest_maybe, stale = None, None, known, -1, []
             for o in reversed(self.orphans):                 # the newest first
-                verdict = gen.orphan_match(head, read_at, size, o)
-                if verdict == MATCH and len(o.fingerprint) > best:
-                    orphan, best = o, len(o.fingerprint)
+                verdict, evidence = gen.orphan_match(head, read_at, size, o)
+                if verdict == MATCH and evidence > best:
+                    orphan, best = o, evidence
                 elif verdict == MAYBE:
                     longest_maybe = max(longest_maybe, len(o.fingerprint))
             for t in list(self.tracked.values()):
                 verdict = gen.by_head(head, t.fingerprint)
                 if verdict == MAYBE:
                     longest_maybe = max(longest_maybe, len(t.fingerprint))
-                if verdict != MATCH or len(t.fingerprint) <= best:
+                evidence = gen.live_evidence(t.fingerprint, size)
+                if verdict != MATCH or evidence <= best:
                     continue
                 if self._copy_of_live(t, read_at, size):
-                    orphan, original, best = None, t, len(t.fingerprint)
+                    orphan, original, best = None, t, evidence
                 else:
                     stale.append(t)          # starts like it, no longer matches: truncated?
             for fingerprint in self._unplaced:         # wait until they are placed

@@ -13,6 +13,10 @@ How a found file is classified. Every file the globs list is opened and recorded
 state ``pending`` (its descriptor then follows it through renames, and a kill leaves a row that
 says it existed); it is not read until it is decided, at this scan or a later one:
 
+Matches are ranked by their evidence, the bytes compared: a fingerprint (the longer the
+better: a header shared by many files, or a file that was empty, says little) plus the bytes a
+copy was found to share beyond it (an orphan's tail, an original's last bytes).
+
 1. Its inode is one the database knows and it still starts with that generation's whole
    fingerprint (``FINGERPRINT_BYTES``): the same content; reading resumes at the checkpoint (max
    of sealed offset and the pool's recovered position). Known inodes are never deferred,
@@ -107,15 +111,15 @@ def by_head(head: bytes, fingerprint: bytes) -> str:
     return MAYBE if len(head) < len(fingerprint) else MATCH
 
 
-def holds_tail(read_at: Callable[[int, int], bytes], size: int, offset: int, tail: bytes) -> bool:
-    """Does a file of ``size`` bytes hold ``tail`` just before ``offset`` (as far as it reaches)?"""
-    if not tail:
-        return True
+def tail_evidence(read_at: Callable[[int, int], bytes], size: int, offset: int,
+                  tail: bytes) -> int | None:
+    """How many bytes of ``tail`` a file of ``size`` bytes holds just before ``offset`` (as far
+    as it reaches: 0 when it is too short to reach them); None when it holds others."""
     lo = offset - len(tail)
-    if size <= lo:
-        return True             # too short to reach the tail: only the fingerprint can tell
+    if not tail or size <= lo:
+        return 0
     n = min(size, offset) - lo
-    return read_at(lo, n) == tail[:n]
+    return n if read_at(lo, n) == tail[:n] else None
 
 
 def same_end(read_copy: Callable[[int, int], bytes], read_original: Callable[[int, int], bytes],
@@ -127,10 +131,19 @@ def same_end(read_copy: Callable[[int, int], bytes], read_original: Callable[[in
 
 
 def orphan_match(head: bytes, read_at: Callable[[int, int], bytes], size: int,
-                 orphan: Orphan) -> str:
+                 orphan: Orphan) -> tuple[str, int]:
+    """The verdict for a file as a copy of ``orphan``, and the evidence for a MATCH: the bytes
+    compared (its fingerprint, and of its tail what the file reaches)."""
     if not orphan.fingerprint:
-        return NO               # nothing was read of it: a copy is read from 0 all the same
+        return NO, 0            # nothing was read of it: a copy is read from 0 all the same
     verdict = by_head(head, orphan.fingerprint)
-    if verdict == MATCH and not holds_tail(read_at, size, orphan.offset, orphan.tail):
-        return NO
-    return verdict
+    if verdict != MATCH:
+        return verdict, 0
+    tail = tail_evidence(read_at, size, orphan.offset, orphan.tail)
+    return (NO, 0) if tail is None else (MATCH, len(orphan.fingerprint) + tail)
+
+
+def live_evidence(fingerprint: bytes, size: int) -> int:
+    """The bytes compared when a file of ``size`` bytes is found to start with ``fingerprint``
+    and to end with the same TAIL_BYTES as the original (``same_end``)."""
+    return len(fingerprint) + max(0, min(TAIL_BYTES, size - len(fingerprint)))
