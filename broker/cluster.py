@@ -150,7 +150,9 @@ class LocalCluster:
     def __init__(self, data_dir: Path | str | None = None, die_with_parent: bool = False):
         """``die_with_parent``: brokers this object starts are SIGKILLed by the kernel when the
         process that started them dies, however it dies (tests: a killed pytest leaves no
-        JVM). ``docket-broker up`` leaves it off: its cluster outlives the command."""
+        JVM). The kernel ties them to the *thread* that started them (PR_SET_PDEATHSIG), so
+        start such a cluster from a thread that lives as long as it should. ``docket-broker up``
+        leaves it off: its cluster outlives the command."""
         self.data_dir = Path(data_dir) if data_dir else default_data_dir()
         self.die_with_parent = die_with_parent
         self.log = logging.getLogger("docket.broker")
@@ -352,9 +354,16 @@ class LocalCluster:
     def _spawn(self, libs: Path, node: Node) -> None:
         d = self.node_dir(node.node_id)
         cmd = self._java(libs, "kafka.Kafka", str(d / "server.properties"), node_dir=d)
-        if self.die_with_parent and shutil.which("setpriv"):
-            # util-linux's setpriv sets PR_SET_PDEATHSIG, then execs java (same pid).
-            cmd = ["setpriv", "--pdeathsig", "KILL", *cmd]
+        if self.die_with_parent:
+            # util-linux's setpriv sets PR_SET_PDEATHSIG, then execs java (same pid). Not
+            # prctl in a preexec_fn: Python code between fork and exec can deadlock in a
+            # process with threads (librdkafka's, in a test session).
+            setpriv = shutil.which("setpriv")
+            if setpriv:
+                cmd = [setpriv, "--pdeathsig", "KILL", *cmd]
+            else:
+                self.log.warning("setpriv (util-linux) not found: broker %d will outlive its "
+                                 "parent if that is killed", node.node_id)
         with open(d / "stdout.log", "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)
