@@ -32,7 +32,105 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--config", help="read status.listen from this configuration")
     st.add_argument("--url", help="status address, default http://127.0.0.1:9464")
     st.add_argument("--json", action="store_true", help="print the JSON as served")
+    loc = sub.add_parser("locate", help="where events came from, by record number (docket-seq)")
+    loc.add_argument("--config", required=True, help="the agent's TOML configuration")
+    loc.add_argument("--seq", required=True, type=_seq_range,
+                     help="a record number N, or a range A-B (inclusive)")
+    loc.add_argument("--json", action="store_true", help="one JSON object per run of records")
     return p
+
+
+def _seq_range(text: str) -> tuple[int, int]:
+    try:
+        a, _, b = text.partition("-")
+        first, last = int(a), int(b or a)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected N or A-B (record numbers)") \
+            from None
+    if first < 0 or last < first:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected A-B with 0 <= A <= B")
+    return first, last
+
+
+def _locate(args) -> int:
+    """Read the agent's state database (read-only; the agent may be running)."""
+    import sqlite3
+
+    from .state import StateDB
+
+    cfg = load(args.config)
+    first, last = args.seq
+    path = cfg.state_dir / "state.db"
+    if not path.exists():
+        print(f"docket-agent: no state database at {path}", file=sys.stderr)
+        return 3
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        incarnation = db.execute("SELECT incarnation, next_record FROM identity").fetchone()
+        runs = StateDB.runs_between(db, first, last)
+        floor = db.execute("SELECT MIN(first_record) FROM locate").fetchone()[0]
+    except sqlite3.OperationalError as exc:
+        print(f"docket-agent: {path} has no record-number map ({exc}); it was written by an "
+              "agent that did not number records", file=sys.stderr)
+        return 3
+    finally:
+        db.close()
+    journal = [e for e in _journal(cfg.state_dir / "loss-journal.jsonl")
+               if e.get("records") and e["records"][0] <= last and e["records"][1] >= first]
+    if args.json:
+        for run in runs:
+            print(json.dumps(run))
+        for e in journal:
+            print(json.dumps({"journal": e}))
+        return 0
+    inc, nxt = incarnation
+    print(f"agent {cfg.agent_id}, incarnation {inc}: records {first}-{last} "
+          f"(numbers given so far: 0-{nxt - 1})")
+    for run in runs:
+        a, b = run["first_record"], run["first_record"] + run["records"] - 1
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(run["sealed_ms"] / 1000))
+        if run["source_id"] is None:
+            where = "a socket source"
+        else:
+            where = (f"{run['path']} (inode {run['ino']}, source {run['source_id']}) bytes "
+                     f"{run['start']}-{run['end']}")
+            if not run["exact"]:
+                where += " (somewhere in: the slot was found at start; its runs were not stored)"
+        print(f"  {a}-{b}  topic {run['topic']}: {where}, sealed {when}")
+    for e in journal:
+        a, b = e["records"]
+        print(f"  {a}-{b}  journalled: {e['reason']} ({e['detail']})")
+    covered = sorted([(r["first_record"], r["first_record"] + r["records"] - 1) for r in runs]
+                     + [tuple(e["records"]) for e in journal])
+    gaps, at = [], first
+    for a, b in covered:
+        if a > at:
+            gaps.append((at, min(a - 1, last)))
+        at = max(at, b + 1)
+    if at <= last:
+        gaps.append((at, last))
+    for a, b in gaps:
+        if b >= nxt:
+            why = "not given yet" if a >= nxt else f"{nxt}-{b} not given yet"
+        elif floor is None or b < floor:
+            why = "older than the map (agent.locate_retention_ms)"
+        else:
+            why = "not in the map"
+        print(f"  {a}-{b}  {why}")
+    return 0
+
+
+def _journal(path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue              # a line cut by a crash mid-write
+    return out
 
 
 def _status(args) -> int:
@@ -97,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "status":
             return _status(args)
+        if args.command == "locate":
+            return _locate(args)
         logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         logging.getLogger("apscheduler").setLevel(logging.WARNING)     # one line per job run

@@ -55,6 +55,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("agent.shutdown_timeout_ms", int, 30000, "On SIGTERM, how long to keep draining "
             "sealed slots to Kafka before exiting; the rest stays in the pool.", minimum=0),
     Setting("agent.origin_header", bool, True, "Add the `docket-origin` header to every record."),
+    Setting("agent.record_numbers", bool, True, "Number every record: headers `docket-seq` "
+            "(the origin's record number) and `docket-incarnation`, so every tier can count "
+            "distinct events and name the missing ones. Needs `agent.origin_header`."),
+    Setting("agent.locate_retention_ms", int, 7 * 24 * 3600 * 1000, "How long the map from "
+            "record numbers to files and byte ranges (`docket-agent locate`) is kept.",
+            minimum=0),
     Setting("buffer.path", str, None, "The pool file. Default: `<state_dir>/buffer.pool`."),
     Setting("buffer.size_bytes", int, 1 << 30, "Size of the preallocated pool file.",
             minimum=2 * 4096),

@@ -8,7 +8,14 @@
      "range": [start, end] (bytes of the source) or null,
      "source_id": the file generation's id in the state database, or null,
      "open_ended": true when bytes after ``range`` may have existed too and are unknown,
+     "records": [first, last] (the events' record numbers, ``docket-seq``, inclusive) or null,
      "detail": "..."}
+
+``records`` is set for every drop of events that had, or took, record numbers: a record
+dead-lettered, a slot dropped under ``drop_oldest`` or quarantined with a readable header, an
+oversized line dropped (it takes a number so the numbers stay dense). So every hole in an
+origin's numbers downstream is either in the journal or a loss. Bytes never read (a file
+deleted or truncated before reading) never had numbers: they are journalled by byte range.
 
 An entry with ``events`` = -1 is a loss of unknown size: the bytes are gone before the agent
 could count their lines (a file deleted or truncated before it was read). Such entries reach the
@@ -45,11 +52,12 @@ class LossJournal:
     def record(self, reason: str, topic: str, events: int, *, nbytes: int = 0,
                source: str = "", byte_range: tuple[int, int] | None = None,
                detail: str = "", event_ts_ms: int | None = None, source_id: int | None = None,
-               open_ended: bool = False) -> None:
+               open_ended: bool = False, records: tuple[int, int] | None = None) -> None:
         entry = {"ts_ms": int(time.time() * 1000), "reason": reason, "topic": topic,
                  "events": events, "bytes": nbytes, "source": source,
                  "range": list(byte_range) if byte_range else None, "source_id": source_id,
-                 "open_ended": open_ended, "detail": detail}
+                 "open_ended": open_ended, "records": list(records) if records else None,
+                 "detail": detail}
         line = (json.dumps(entry, sort_keys=True) + "\n").encode()
         with self._lock:
             os.write(self._fd, line)
@@ -60,6 +68,17 @@ class LossJournal:
                          size="unknown" if events < 0 else "known")
         if self._on_record is not None:
             self._on_record(topic, reason, events, event_ts_ms)
+
+    def dropped_numbers(self) -> list[list[int]]:
+        """The record-number ranges journalled, sorted and merged (inclusive pairs)."""
+        ranges = sorted(tuple(e["records"]) for e in self.entries() if e.get("records"))
+        out: list[list[int]] = []
+        for a, b in ranges:
+            if out and a <= out[-1][1] + 1:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        return out
 
     def entries(self) -> list[dict]:
         with open(self.path) as f:

@@ -114,6 +114,7 @@ class Agent:
     def _open(self, cfg: AgentConfig, state: Path) -> None:
         self.metrics = Metrics()
         self.db = StateDB(state / "state.db", crash_point=self.seams.db_crash_point)
+        self.incarnation, next_record = self.db.identity()
         self.audit = AuditEmitter(
             db_path=state / "state.db", conn=self.db.db.conn, agent_id=cfg.agent_id,
             topics=_topics(cfg.sources), audit_topic=cfg["audit.topic"],
@@ -123,6 +124,8 @@ class Agent:
         self.journal = LossJournal(state / "loss-journal.jsonl", self.metrics,
                                    on_record=self.audit.dropped)
         self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
+        self._sealed_runs: list[tuple] = []         # their locate rows
+        self._next_forget = 0.0
         self._acked_ahead: dict[int, int] = {}      # source → end acknowledged, not yet
         #                                             contiguous (an older slot in flight)
         self._seal_times: dict[int, float] = {}
@@ -134,20 +137,26 @@ class Agent:
             spill_max_bytes=spill, quarantine_dir=state / "quarantine",
             sync_on_seal=cfg["buffer.sync_on_seal"], on_drop=self._pool_dropped,
             on_seal=self._sealed, max_record_bytes=MAX_RECORD_BYTES, clock=self.clock,
-            ops=self.seams.pool_ops)
+            ops=self.seams.pool_ops, first_record=next_record)
         self.recovered = self.pool.recovered_positions()
         self.audit.count_recovered(self.pool.sealed())
-        self.db.advance_sealed(self.recovered, also=self.audit.persist)
+        self.db.advance_sealed(self.recovered, also=self.audit.persist,
+                               next_record=self.pool.next_record)
+        self.db.add_inexact_runs([
+            (slot.first_record, slot.record_count, slot.topic, src, start, end, False)
+            for slot in self.pool.sealed() for src, start, end in slot.meta.positions])
         rewound = rewind_uncovered(self.db, self.pool.sealed())
         if rewound:
             self.metrics.inc("agent_source_rewound_total", len(rewound))
         for slot in self.pool.sealed():
             self._seal_times[slot.seq] = self._monotonic()
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
+        numbered = cfg["agent.record_numbers"] and origin is not None
         self.drain = Drain(self.pool, producer_config(cfg), self.journal, self.metrics,
                            state / "dead-letter", origin, on_slot_done=self._slot_done,
                            on_dead=self.audit.uncount,
-                           producer_factory=self.seams.producer_factory)
+                           producer_factory=self.seams.producer_factory,
+                           incarnation=self.incarnation.encode() if numbered else None)
         self.socket_sources: list[SocketSource] = []
         self.watch: FolderWatch | None = None
         self._build_sources(cfg)
@@ -186,23 +195,35 @@ class Agent:
     def _pool_dropped(self, ev: DropEvent) -> None:
         if ev.slot is not None:                  # a sealed slot, already counted: uncount it
             self.audit.uncount_slot(ev.slot)
+        numbers = None
+        if ev.first_record is not None and ev.records > 0:
+            numbers = (ev.first_record, ev.first_record + ev.records - 1)
         self.journal.record(ev.reason, ev.topic, ev.records, detail=ev.detail,
-                            event_ts_ms=ev.slot.meta.min_ts if ev.slot is not None else None)
+                            event_ts_ms=ev.slot.meta.min_ts if ev.slot is not None else None,
+                            records=numbers)
 
     def _sealed(self, slot: SealedSlot) -> None:          # under the pool's lock
         self.audit.count_sealed(slot)
         self._sealed_positions.append(slot.meta.positions)
+        self._sealed_runs.extend((first, n, slot.topic, src, start, end, True)
+                                 for first, n, src, start, end in slot.segments)
         self._seal_times[slot.seq] = self._monotonic()
 
     def _flush_checkpoints(self) -> None:
+        now = self._monotonic()
+        if now >= self._next_forget:             # the locate map's retention, once a minute
+            self._next_forget = now + 60
+            self.db.forget_runs(self.cfg["agent.locate_retention_ms"])
         if not self._sealed_positions and not self.audit.has_pending():
             return                               # nothing sealed since the last turn
         batch, self._sealed_positions = self._sealed_positions, []
+        runs, self._sealed_runs = self._sealed_runs, []
         ends: dict[int, int] = {}
         for positions in batch:
             for source, _start, end in positions:
                 ends[source] = max(end, ends.get(source, 0))
-        self.db.advance_sealed(ends, also=self.audit.persist)
+        self.db.advance_sealed(ends, also=self.audit.persist,
+                               next_record=self.pool.next_record, runs=runs)
 
     def _slot_done(self, slot) -> None:
         """Kafka acknowledged every record of ``slot``. A source's acknowledged offset moves

@@ -22,6 +22,27 @@ old content found later continues the old generation (its row moves to the copy'
                    (truncated in place) or ``deleted_unread`` (gone while the agent was stopped)
     updated_ms
 
+Table ``identity``, one row: the agent's *incarnation* (created once with the database: its
+creation time in ms and a random part) and ``next_record``, the record number the next sealed
+record takes (stored with every checkpoint; the pool's header keeps it too, the larger wins).
+Record numbers (``docket-seq``) are per (origin, incarnation): an agent whose state was lost
+starts a new incarnation at 0, and nothing of the old one is taken for it.
+
+Table ``locate``, one row per run of records sealed from one source (an append)::
+
+    first_record   INTEGER  the first record number of the run
+    records        how many (numbered on, consecutive)
+    topic
+    source_id      the file generation (NULL for a socket source)
+    path, ino      where that generation was when the run was sealed
+    start, end     the bytes of the source holding exactly those records
+    exact          0 when only the slot's span per source is known (a slot found at start
+                   whose runs were never stored): then the records of [first_record, +records)
+                   lie somewhere in [start, end) of each source listed with the same first_record
+    sealed_ms
+
+Rows older than ``agent.locate_retention_ms`` are deleted (``docket-agent locate``).
+
 Checkpoints only move forward, and only once data is sealed (``advance_sealed``) — but for the
 start self-check (``agent/selfcheck.py``), which moves one back when the pool lost bytes it
 counted as sealed. The audit
@@ -31,6 +52,7 @@ in the checkpoints' transaction (agent/audit.py).
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -81,8 +103,41 @@ class StateDB:
                         self.db.execute(f"ALTER TABLE files ADD COLUMN {name} {kind}")
                 for old, new in _LEGACY.items():
                     self.db.execute("UPDATE files SET state = ? WHERE state = ?", (new, old))
+        with self.db.conn:
+            self.db.execute(
+                "CREATE TABLE IF NOT EXISTS identity (id INTEGER PRIMARY KEY CHECK (id = 0), "
+                "incarnation TEXT NOT NULL, created_ms INTEGER NOT NULL, "
+                "next_record INTEGER NOT NULL)")
+            self.db.execute(
+                "CREATE TABLE IF NOT EXISTS locate (first_record INTEGER NOT NULL, "
+                "records INTEGER NOT NULL, topic TEXT NOT NULL, source_id INTEGER, path TEXT, "
+                "ino INTEGER, start INTEGER, end INTEGER, exact INTEGER NOT NULL, "
+                "sealed_ms INTEGER NOT NULL, PRIMARY KEY (first_record, source_id))")
+            self.db.execute("CREATE INDEX IF NOT EXISTS locate_sealed ON locate (sealed_ms)")
+            if not self.db.execute("SELECT 1 FROM identity").fetchone():
+                now = _now_ms()
+                self.db.execute("INSERT INTO identity VALUES (0, ?, ?, 0)",
+                                (f"{now}-{secrets.token_hex(4)}", now))
 
     # -- reading ------------------------------------------------------------------------------
+    def identity(self) -> tuple[str, int]:
+        """(incarnation, next_record)."""
+        inc, nxt = self.db.execute("SELECT incarnation, next_record FROM identity").fetchone()
+        return inc, nxt
+
+    def locate(self, first: int, last: int) -> list[dict]:
+        return self.runs_between(self.db.conn, first, last)
+
+    @staticmethod
+    def runs_between(conn: sqlite3.Connection, first: int, last: int) -> list[dict]:
+        """The runs holding any record number in [first, last], in number order (also on a
+        read-only connection: ``docket-agent locate``)."""
+        cur = conn.execute(
+            "SELECT * FROM locate WHERE first_record <= ? AND first_record + records > ? "
+            "ORDER BY first_record, source_id", (last, first))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
     def all_files(self) -> list[dict]:
         return list(self.files.rows)
 
@@ -195,10 +250,50 @@ class StateDB:
                 [(size, now, sid) for sid, size in sizes.items()])
 
     def advance_sealed(self, positions: dict[int, int],
-                       also: Callable[[sqlite3.Connection], None] | None = None) -> None:
+                       also: Callable[[sqlite3.Connection], None] | None = None,
+                       next_record: int | None = None, runs: list[tuple] = ()) -> None:
         """Move sealed checkpoints forward (never back) in one transaction; ``also`` writes
-        in the same transaction (the audit counts of the slots these positions were sealed in)."""
-        self._advance("sealed_offset = MAX(sealed_offset, ?)", positions, also)
+        in the same transaction (the audit counts of the slots these positions were sealed in),
+        with the next record number and the locate rows of the runs sealed (first_record,
+        records, topic, source_id, start, end, exact)."""
+        def write(conn: sqlite3.Connection) -> None:
+            if next_record is not None:
+                conn.execute("UPDATE identity SET next_record = MAX(next_record, ?)",
+                             (next_record,))
+            if runs:
+                self._add_runs(conn, runs)
+            if also is not None:
+                also(conn)
+        self._advance("sealed_offset = MAX(sealed_offset, ?)", positions, write)
+
+    def _add_runs(self, conn: sqlite3.Connection, runs: list[tuple]) -> None:
+        ids = {r[3] for r in runs if r[3] is not None}
+        where = {}
+        if ids:
+            marks = ", ".join("?" * len(ids))
+            where = {sid: (path, ino) for sid, path, ino in conn.execute(
+                f"SELECT source_id, path, ino FROM files WHERE source_id IN ({marks})",
+                list(ids))}
+        now = _now_ms()
+        conn.executemany(
+            "INSERT OR IGNORE INTO locate VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(first, n, topic, sid, *where.get(sid, (None, None)), start, end, int(exact), now)
+             for first, n, topic, sid, start, end, exact in runs])
+
+    def add_inexact_runs(self, runs: list[tuple]) -> None:
+        """Runs of slots found at start, unless the runs of their numbers are stored."""
+        keep = [r for r in runs if not self.db.execute(
+            "SELECT 1 FROM locate WHERE first_record = ? AND exact = 1", (r[0],)).fetchone()]
+        if keep:
+            with self.db.conn:
+                self._add_runs(self.db.conn, keep)
+
+    def forget_runs(self, retention_ms: int) -> int:
+        """Delete the locate rows sealed more than ``retention_ms`` ago (wall clock, as
+        ``sealed_ms``)."""
+        with self.db.conn:
+            return self.db.conn.execute("DELETE FROM locate WHERE sealed_ms < ?",
+                                        (_now_ms() - retention_ms,)).rowcount
 
     def advance_acked(self, positions: dict[int, int]) -> None:
         """Move acknowledged offsets forward, never past what is sealed."""

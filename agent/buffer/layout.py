@@ -13,7 +13,9 @@ from crc32c import crc32c
 from .errors import PoolGeometryMismatch
 
 MAGIC = b"DOCKETBP"
-VERSION = 1
+VERSION = 2
+# Version 1 had no record numbers (no first_record / next_record); an empty one is upgraded.
+V1_STATE_OFFSET = 500
 PAGE = 4096
 FILE_HEADER_BYTES = PAGE
 SLOT_HEADER_BYTES = 512
@@ -34,6 +36,7 @@ FILE_HEADER = np.dtype([
     ("slot_header_bytes", "<u4"),
     ("geometry_crc", "<u4"),
     ("next_seq", "<u8"),
+    ("next_record", "<u8"),
 ])
 # Bytes of FILE_HEADER covered by geometry_crc: everything before it.
 GEOMETRY_CRC_SPAN = FILE_HEADER.fields["geometry_crc"][1]
@@ -49,11 +52,12 @@ SLOT_HEADER = np.dtype([
     ("max_ts", "<i8"),
     ("payload_crc", "<u4"),
     ("block_count", "<u4"),
+    ("first_record", "<u8"),
     ("positions", "<u8", (MAX_POSITIONS, 3)),
     ("topic", f"S{MAX_TOPIC_BYTES}"),
     ("header_crc", "<u4"),
     ("state", "u1"),
-    ("pad", "u1", (11,)),
+    ("pad", "u1", (3,)),
 ])
 assert SLOT_HEADER.itemsize == SLOT_HEADER_BYTES
 HEADER_CRC_SPAN = SLOT_HEADER.fields["header_crc"][1]

@@ -5,6 +5,7 @@ See the package docstring for the file layout, invariants and recovery rules.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import mmap
@@ -58,6 +59,7 @@ class DropEvent:
     records: int         # -1 when unknown (a slot whose header is torn)
     detail: str = ""
     slot: SealedSlot | None = None      # buffer_full: the sealed slot dropped, still readable
+    first_record: int | None = None     # the record numbers the events had, from here on
 
 
 @dataclass
@@ -80,6 +82,14 @@ class SealedSlot:
     index: int | None                 # slot index in the pool, None when spilled
     _payload: np.ndarray | None = None
     _loader: Callable[[], bytes] | None = None
+    # Where the records came from, as sealed: (first record number, records, source, start,
+    # end) per append, the bytes [start, end) of the source holding exactly those records.
+    # Empty for a slot found at open (its positions say which sources, not which records).
+    segments: tuple = ()
+
+    @property
+    def first_record(self) -> int:
+        return self.meta.first_record
 
     @property
     def seq(self) -> int:
@@ -121,6 +131,7 @@ class _Filling:
     max_ts: int = -(2**63)
     first_ns: int | None = None
     positions: dict[int, list[int]] = field(default_factory=dict)
+    segments: list[list] = field(default_factory=list)   # see SealedSlot; offsets in the slot
 
 
 def slot_meta(h: np.ndarray, geometry: L.Geometry) -> SlotMeta | None:
@@ -138,6 +149,7 @@ def slot_meta(h: np.ndarray, geometry: L.Geometry) -> SlotMeta | None:
         min_ts=int(r["min_ts"]), max_ts=int(r["max_ts"]), payload_crc=int(r["payload_crc"]),
         block_count=int(r["block_count"]),
         positions=tuple(tuple(int(x) for x in p) for p in r["positions"][:n_pos]),
+        first_record=int(r["first_record"]),
     )
 
 
@@ -161,6 +173,7 @@ class BufferPool:
         on_seal: Callable[[SealedSlot], None] | None = None,
         max_record_bytes: int | None = None,
         first_seq: int = 0,
+        first_record: int = 0,
     ):
         if on_full not in ON_FULL:
             raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
@@ -193,7 +206,7 @@ class BufferPool:
         self.geometry = L.Geometry.fit(size_bytes, slot_size_bytes)
         self._unlock: weakref.finalize | None = None    # closes the fd holding the file's flock
         try:
-            self._open(first_seq, spill_dir, spill_max_bytes)
+            self._open(first_seq, first_record, spill_dir, spill_max_bytes)
         except BaseException:
             self._release_file_lock()        # a refused open leaves the file to the next opener
             raise
@@ -203,7 +216,8 @@ class BufferPool:
             self.max_value_bytes = min(self.max_value_bytes, max_record_bytes)
 
     # -- opening -------------------------------------------------------------------------------
-    def _open(self, first_seq: int, spill_dir: str | Path | None, spill_max_bytes: int) -> None:
+    def _open(self, first_seq: int, first_record: int, spill_dir: str | Path | None,
+              spill_max_bytes: int) -> None:
         """Lock and map the file, then recover it (or start a new one's free list)."""
         created = self._open_file(first_seq)
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r+",
@@ -220,6 +234,8 @@ class BufferPool:
         self._scratch_bytes = self._scratch.view(np.uint8)
         self.spill = SpillStore(spill_dir, spill_max_bytes, self.ops) if spill_dir else None
         self._next_seq = int(self._fh[0]["next_seq"])
+        # Record numbers: never below the caller's (the state database's) nor the header's.
+        self._next_record = max(first_record, int(self._fh[0]["next_record"]))
         if created:
             self._free = list(range(g.slot_count - 1, -1, -1))
         else:
@@ -255,7 +271,7 @@ class BufferPool:
             ) from exc
         header = np.zeros(1, L.FILE_HEADER)
         header[0] = (L.MAGIC, L.VERSION, L.FILE_HEADER_BYTES, g.slot_bytes, g.slot_count,
-                     L.SLOT_HEADER_BYTES, 0, first_seq % L.SEQ_MOD)
+                     L.SLOT_HEADER_BYTES, 0, first_seq % L.SEQ_MOD, 0)
         header[0]["geometry_crc"] = L.geometry_crc(header)
         os.pwrite(fd, header.tobytes(), 0)
         os.fsync(fd)
@@ -295,6 +311,9 @@ class BufferPool:
         if bytes(h["magic"]) != L.MAGIC:
             raise PoolFormatError(f"{self.path} is not a docket buffer pool (bad magic)",
                                   hint="point buffer.path at another file")
+        if int(h["version"]) == 1 and int(h["geometry_crc"]) == L.geometry_crc(header):
+            self._upgrade_v1(header)
+            return
         if int(h["version"]) != L.VERSION:
             raise PoolFormatError(
                 f"{self.path} has pool format version {int(h['version'])}; this agent reads "
@@ -314,6 +333,38 @@ class BufferPool:
         if self.path.stat().st_size < self.geometry.file_bytes:
             raise PoolFormatError(f"{self.path} is shorter than its header says",
                                   hint="the file was truncated; move it away")
+
+    def _upgrade_v1(self, header: np.ndarray) -> None:
+        """A version 1 pool (no record numbers) is rewritten as version 2 when no slot of it
+        is sealed: nothing in it is kept anyway. One with sealed slots is refused."""
+        g = self.geometry
+        if (int(header[0]["slot_bytes"]), int(header[0]["slot_count"])) != \
+                (g.slot_bytes, g.slot_count):
+            raise PoolGeometryMismatch(
+                f"{self.path} (pool format version 1) holds other slots than configured",
+                hint="restore the old buffer settings and drain it with the agent version that "
+                "wrote it, or move it away (its unsent events would be lost)")
+        with open(self.path, "r+b") as f:
+            f.seek(g.slot_headers_offset)
+            raw = f.read(g.slot_count * L.SLOT_HEADER_BYTES)
+            states = np.frombuffer(raw, np.uint8).reshape(g.slot_count, L.SLOT_HEADER_BYTES)[
+                :, L.V1_STATE_OFFSET]
+            if (states == L.SEALED).any():
+                raise PoolFormatError(
+                    f"{self.path} has pool format version 1 with {int((states == L.SEALED).sum())}"
+                    " sealed slot(s); this agent numbers records and reads version 2",
+                    hint="drain it with the agent version that wrote it (stop sources, let it "
+                    "send), then start this version")
+            new = np.zeros(1, L.FILE_HEADER)
+            new[0] = (L.MAGIC, L.VERSION, L.FILE_HEADER_BYTES, g.slot_bytes, g.slot_count,
+                      L.SLOT_HEADER_BYTES, 0, int(header[0]["next_seq"]), 0)
+            new[0]["geometry_crc"] = L.geometry_crc(new)
+            f.seek(g.slot_headers_offset)
+            f.write(bytes(g.slot_count * L.SLOT_HEADER_BYTES))      # every slot free
+            f.seek(0)
+            f.write(new.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
 
     def _recover(self) -> None:
         hdr = self._hdr
@@ -345,9 +396,17 @@ class BufferPool:
             for meta in self.spill.metas():
                 self._sealed[meta.seq] = self._spilled_slot(meta)
                 sealed_seqs.append(meta.seq)
+        numbered = [s.meta.first_record + s.record_count for s in self._sealed.values()
+                    if s.meta.first_record is not None]
+        self._next_record = max([self._next_record, *numbered])
         self._free = [i for i in range(self.geometry.slot_count - 1, -1, -1)
                       if int(states[i]) == L.FREE]
         self._reorder()
+        for seq, slot in self._sealed.items():        # spilled before records had numbers
+            if slot.meta.first_record is None:
+                meta = dataclasses.replace(slot.meta, first_record=self._take_records(
+                    slot.record_count))
+                self._sealed[seq] = self._spilled_slot(meta)
         if sealed_seqs:
             last = next(reversed(self._sealed))
             nxt = (last + 1) % L.SEQ_MOD
@@ -384,7 +443,8 @@ class BufferPool:
         self.counters["slots_quarantined"] += 1
         self._report(DropEvent("corrupt", meta.topic if meta else "",
                                meta.record_count if meta else -1,
-                               f"slot {index} seq {seq}: {why}; copied to {self.quarantine_dir}"))
+                               f"slot {index} seq {seq}: {why}; copied to {self.quarantine_dir}",
+                               first_record=meta.first_record if meta else None))
 
     def _quarantine_file(self, path: Path, why: str) -> None:
         self.quarantine_dir.mkdir(parents=True, exist_ok=True)
@@ -515,7 +575,7 @@ class BufferPool:
             return False
         self._report(DropEvent("buffer_full", slot.topic, slot.record_count,
                                f"slot seq {slot.seq} dropped: pool full (on_full = drop_oldest)",
-                               slot))                # reported before its space is reused
+                               slot, slot.first_record))   # reported before its space is reused
         self._release(slot)
         self.counters["buffer_full_dropped"] += slot.record_count
         return True
@@ -541,6 +601,15 @@ class BufferPool:
             begin = source_start + (int(chunk.starts[a]) if a else 0)
             span = fill.positions.setdefault(source, [begin, begin])
             span[1] = max(span[1], source_start + chunk_stop)
+            end = source_start + chunk_stop
+        else:
+            begin = end = None
+        runs = fill.segments
+        if runs and runs[-1][2] == source and runs[-1][4] == begin:
+            runs[-1][1] += b - a                # continues the last run: one row
+            runs[-1][4] = end
+        else:
+            runs.append([fill.records - (b - a), b - a, source, begin, end])
 
     def _append_oversized(self, topic, chunk, i, source, source_start, result, timeout_s) -> bool:
         length = int(chunk.lengths[i])
@@ -550,8 +619,11 @@ class BufferPool:
         if self.oversize == "drop":
             result.dropped += 1
             self.counters["oversize_dropped"] += 1
+            number = self._next_record        # the line keeps a number: the count stays dense
             self._report(DropEvent("oversize_dropped", topic, 1,
-                                   f"a {length}-byte line over the {limit}-byte record limit"))
+                                   f"a {length}-byte line over the {limit}-byte record limit",
+                                   first_record=number))
+            self._take_records(1)
             return True
         if self.oversize == "truncate":
             pieces = [(start, limit)]
@@ -616,6 +688,7 @@ class BufferPool:
             self.ops.msync(self._map._mmap, o, fill.used)
         self.ops.crash_point("seal:before_header")
         seq = self._next_seq
+        first_record = self._next_record
         tb = topic.encode()
         positions = tuple((src, s, e) for src, (s, e) in fill.positions.items())
         pos = np.zeros((L.MAX_POSITIONS, 3), np.uint64)
@@ -623,14 +696,16 @@ class BufferPool:
             pos[:len(positions)] = positions
         # Build the header aside, then store every byte but the state in one copy.
         self._scratch[0] = (L.SLOT_MAGIC, len(tb), len(positions), seq, fill.records, fill.used,
-                            fill.min_ts, fill.max_ts, fill.crc, fill.blocks, pos, tb, 0, L.FILLING,
-                            0)
+                            fill.min_ts, fill.max_ts, fill.crc, fill.blocks, first_record, pos, tb,
+                            0, L.FILLING, 0)
         self._scratch[0]["header_crc"] = crc32c(self._scratch_bytes[:L.HEADER_CRC_SPAN])
         self._hdr_bytes[index, :L.STATE_OFFSET] = self._scratch_bytes[:L.STATE_OFFSET]
         self.ops.crash_point("seal:before_state")
         self._hdr_bytes[index, L.STATE_OFFSET] = L.SEALED
         self._next_seq = (seq + 1) % L.SEQ_MOD
         self._fh[0]["next_seq"] = self._next_seq
+        self._next_record = first_record + fill.records
+        self._fh[0]["next_record"] = self._next_record
         if self.sync_on_seal:
             self.ops.msync(self._map._mmap, 0, L.FILE_HEADER_BYTES)
             self.ops.msync(self._map._mmap,
@@ -638,8 +713,10 @@ class BufferPool:
                            L.SLOT_HEADER_BYTES)
         self.ops.crash_point("seal:after_state")
         meta = SlotMeta(seq, topic, fill.records, fill.used, fill.min_ts, fill.max_ts, fill.crc,
-                        fill.blocks, positions)
-        slot = self._sealed[seq] = SealedSlot(meta, index, self._payload_view(index, fill.used))
+                        fill.blocks, positions, first_record)
+        segments = tuple((first_record + k, n, src, b, e) for k, n, src, b, e in fill.segments)
+        slot = self._sealed[seq] = SealedSlot(meta, index, self._payload_view(index, fill.used),
+                                              segments=segments)
         del self._current[topic]
         self.counters["slots_sealed"] += 1
         if self._on_seal is not None:
@@ -647,6 +724,19 @@ class BufferPool:
         if len(self._sealed) - len(self._leased) > RESIDENT_WAITING_SLOTS:
             self._release_pages(index)
         return seq
+
+    def _take_records(self, n: int) -> int:
+        """Take ``n`` record numbers for records that are not sealed (a dropped line, a spilled
+        slot from before numbering); the header keeps the count, as a seal does."""
+        first = self._next_record
+        self._next_record += n
+        self._fh[0]["next_record"] = self._next_record
+        return first
+
+    @property
+    def next_record(self) -> int:
+        """The number the next sealed record gets: every lower one was given out."""
+        return self._next_record
 
     # -- draining ------------------------------------------------------------------------------
     def sealed(self) -> list[SealedSlot]:
@@ -718,6 +808,7 @@ class BufferPool:
                 "sealed_bytes": sum(s.meta.used_bytes for s in self._sealed.values()),
                 "spill_bytes": self.spill.used_bytes if self.spill else 0,
                 "next_seq": self._next_seq,
+                "next_record": self._next_record,
                 **self.counters,
             }
 

@@ -45,6 +45,9 @@ class SlotMeta:
     payload_crc: int
     block_count: int
     positions: tuple[tuple[int, int, int], ...]
+    # The record number of the slot's first record (its records are numbered on from it);
+    # None in a spill file written before records were numbered: numbered at recovery.
+    first_record: int | None = None
 
 
 class SpillStore:

@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from ..buffer import BufferPool, SealedSlot
@@ -69,11 +70,27 @@ NO_PARTITION = -1
 log = logging.getLogger("docket.agent.drain")
 
 Record = tuple  # (topic, value, key, timestamp_ms, headers)
+SEQ_HEADER = "docket-seq"
+INCARNATION_HEADER = "docket-incarnation"
+ORIGIN_HEADER = "docket-origin"
+
+
+def record_numbers(first: int, n: int) -> list[bytes]:
+    """``docket-seq`` values of ``n`` records from ``first``: 8-byte big-endian, built in numpy
+    (one Python object per record, no arithmetic per record)."""
+    return np.arange(first, first + n, dtype=np.uint64).astype(">u8").view("V8").tolist()
 
 
 def _real_producer(conf: dict) -> Producer:
     """The transport: a confluent-kafka Producer logging through docket's logger."""
     return Producer(conf, logger=logging.getLogger("docket.agent.librdkafka"))
+
+
+def record_number(headers) -> int | None:
+    for name, value in headers or ():
+        if name == SEQ_HEADER:
+            return int.from_bytes(value, "big")
+    return None
 
 
 class _OneProbe:
@@ -172,8 +189,9 @@ class SlotSend:
         """A report in error carries neither the timestamp nor the headers (librdkafka gives
         none for a failed message; seen: timestamp type 0, -1): find them in the slot. A
         record fails here at most once (its resend reports through ``ack_record``), so each
-        entry is taken once. Records with the same value and key but another time or part
-        header could be swapped; the multiset sent is still the slot's."""
+        entry is taken once. Records with the same value and key but another time or headers
+        could be swapped (and their record numbers with them); the multiset sent is still the
+        slot's."""
         if self._originals is None:
             self._originals = {}
             payload = self.payload
@@ -181,7 +199,7 @@ class SlotSend:
                 for i, o in enumerate(offsets):
                     k = keys[i] if keys else None
                     self._originals.setdefault((payload[o:o + lengths[i]], k), []).append(
-                        (times[i], headers))
+                        (times[i], headers[i]))
         found = self._originals.get((value, key))
         if not found:
             raise RuntimeError(f"a delivery report for a record that is not in slot "
@@ -199,14 +217,14 @@ class SlotSend:
             keep = []
             for i, o in enumerate(offsets):
                 ident = (self.payload[o:o + lengths[i]], keys[i] if keys else None, times[i],
-                         tuple(headers or ()))
+                         tuple(headers[i] or ()))
                 if gone[ident]:
                     gone[ident] -= 1
                 else:
                     keep.append(i)
             out.append(([offsets[i] for i in keep], [lengths[i] for i in keep],
                         [times[i] for i in keep], [keys[i] for i in keep] if keys else keys,
-                        headers))
+                        [headers[i] for i in keep]))
         return out
 
 
@@ -215,14 +233,19 @@ class Drain:
                  metrics: Metrics, dead_letter_dir: Path, origin: bytes | None,
                  on_slot_done: Callable[[SealedSlot], None] | None = None,
                  on_dead: Callable[[str, int, bytes], None] | None = None,
-                 producer_factory: Callable[[dict], Producer] | None = None):
+                 producer_factory: Callable[[dict], Producer] | None = None,
+                 incarnation: bytes | None = None):
         self.pool = pool
         self.producer_factory = producer_factory or _real_producer
         self.conf = dict(producer_conf)
         self.journal = journal
         self.metrics = metrics
         self.dead_letter_dir = dead_letter_dir
-        self.origin_headers = [("docket-origin", origin)] if origin is not None else []
+        # Identity: the origin, and with an incarnation the record number of every record.
+        self.origin_headers = [(ORIGIN_HEADER, origin)] if origin is not None else []
+        self.numbered = origin is not None and incarnation is not None
+        if self.numbered:
+            self.origin_headers.append((INCARNATION_HEADER, incarnation))
         self.on_slot_done = on_slot_done
         self.on_dead = on_dead                  # the audit emitter takes the record out again
         self.inflight: collections.deque[SlotSend] = collections.deque()
@@ -276,14 +299,23 @@ class Drain:
             self.broker_state = "all brokers down"
 
     def block_lists(self, slot: SealedSlot) -> Iterator[tuple]:
-        """Per block: value offsets, lengths, times, keys (or None) and the headers."""
+        """Per block: value offsets, lengths, times, keys (or None) and each record's headers.
+        Record numbers follow the records' order in the slot from its ``first_record``, the
+        same at every send of the slot."""
+        number = slot.meta.first_record
         for block in slot.blocks():
             headers = self.origin_headers
             if block.part_count:
                 headers = headers + [("docket-part",
                                       f"{block.part_index}/{block.part_count}".encode())]
+            n = len(block.offsets)
+            if self.numbered:
+                per_record = [[*headers, (SEQ_HEADER, b)] for b in record_numbers(number, n)]
+            else:
+                per_record = [headers or None] * n
+            number += n
             yield (block.offsets.tolist(), block.lengths.tolist(), block.timestamps.tolist(),
-                   block.keys, headers or None)
+                   block.keys, per_record)
 
     # -- outcomes -----------------------------------------------------------------------------
     def failed(self, send: SlotSend, record: Record, err: KafkaError,
@@ -324,10 +356,12 @@ class Drain:
             os.fsync(f.fileno())
         if self.on_dead is not None:
             self.on_dead(topic, ts, value or b"")
+        number = record_number(headers)
         self.journal.record(reason(err), topic, 1, nbytes=len(value or b""),
                             source=f"slot {send.slot.seq}",
                             detail=f"{err.str()}; kept in {self.dead_letter_dir}",
-                            event_ts_ms=ts)
+                            event_ts_ms=ts,
+                            records=(number, number) if number is not None else None)
         send.dead_records.append(record)
 
     # -- sending ------------------------------------------------------------------------------
@@ -389,7 +423,7 @@ class Drain:
                 key = keys[i] if keys else None
                 try:
                     produce(topic, payload[o:o + lengths[i]], key, NO_PARTITION, cb, None, times[i],
-                            headers)
+                            headers[i])
                 except BufferError:
                     n += i - send.ri
                     send.ri = i
@@ -399,7 +433,7 @@ class Drain:
                 except KafkaException as exc:
                     self.handed -= 1            # refused at once: never handed over
                     self.failed(send, (topic, payload[o:o + lengths[i]], key, times[i],
-                                       headers), exc.args[0], alone=True)
+                                       headers[i]), exc.args[0], alone=True)
                 i += 1
             n += i - send.ri
             self.handed += i - first

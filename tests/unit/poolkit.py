@@ -72,26 +72,30 @@ class CrashingOps(FileOps):
 ENOSPC = errno.ENOSPC
 
 
-def unreachable_drain(tmp_path, data: bytes, times, origin: bytes = b"a"):
+def unreachable_drain(tmp_path, data: bytes, times, origin: bytes = b"a",
+                      incarnation: bytes | None = b"1-test"):
     """The lines of ``data`` (one time each, or one for all) sealed in 16 KiB slots of a small
     pool, and a ``Drain`` of it toward 127.0.0.1:9, where no broker answers: what is produced
     stays in librdkafka's queue until purged. Returns (drain, pool)."""
-    return sealed_drain(tmp_path, data, times, origin, {"bootstrap.servers": "127.0.0.1:9"})
+    return sealed_drain(tmp_path, data, times, origin, {"bootstrap.servers": "127.0.0.1:9"},
+                        incarnation=incarnation)
 
 
-def fake_drain(tmp_path, data: bytes, times, origin: bytes = b"a"):
+def fake_drain(tmp_path, data: bytes, times, origin: bytes = b"a",
+               incarnation: bytes | None = b"1-test"):
     """The same pool, drained into a ``FakeKafka`` (``tests/unit/fakeproducer.py``), which
     answers as the test scripts it. Returns (drain, pool, kafka)."""
     from tests.unit.fakeproducer import FakeKafka
 
     kafka = FakeKafka()
     drain, pool = sealed_drain(tmp_path, data, times, origin,
-                               {"queue.buffering.max.messages": 500_000}, kafka.producer)
+                               {"queue.buffering.max.messages": 500_000}, kafka.producer,
+                               incarnation)
     return drain, pool, kafka
 
 
 def sealed_drain(tmp_path, data: bytes, times, origin: bytes | None, conf: dict,
-                 producer_factory=None):
+                 producer_factory=None, incarnation: bytes | None = None):
     from agent.drain.drain import Drain
     from agent.journal import LossJournal
     from agent.telemetry import Metrics
@@ -101,5 +105,5 @@ def sealed_drain(tmp_path, data: bytes, times, origin: bytes | None, conf: dict,
     pool.append("t", Chunk.from_lines(data, times))
     pool.seal_all()
     drain = Drain(pool, conf, LossJournal(tmp_path / "j", metrics), metrics, tmp_path / "dead",
-                  origin, producer_factory=producer_factory)
+                  origin, producer_factory=producer_factory, incarnation=incarnation)
     return drain, pool

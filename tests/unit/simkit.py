@@ -17,6 +17,11 @@ offset, and on which inodes that content has lived. At the end every id must hav
 Kafka, or lie in a loss-journal entry that covers its generation's bytes; and an id may arrive
 more than once only as often as it was in a slot that could have been in flight at a kill (one
 of the oldest ``MAX_INFLIGHT_SLOTS`` sealed slots in the pool file, read without recovery).
+
+Record numbers (``docket-seq``): every record reaches Kafka numbered; a number always stands for
+the same id (never given to two events, across every kill); an id arrives under one number
+(copies of it are the same record sent again, never the line read twice); and the numbers that
+arrived, with those the loss journal holds, are every number from 0 to the highest.
 """
 
 from __future__ import annotations
@@ -326,15 +331,17 @@ class Outcome:
     crash_sites: list[str]
     journal: list[dict]
     story: list[str]
+    numbering: list[str] = field(default_factory=list)     # broken record-number rules
 
     @property
     def ok(self) -> bool:
-        return not self.lost and not self.excess
+        return not self.lost and not self.excess and not self.numbering
 
     def summary(self) -> str:
         return (f"seed {self.seed}: {self.written} ids, {len(self.lost)} lost "
                 f"(first {self.lost[:8]}), {len(self.excess)} over their duplicate bound "
-                f"(e.g. {list(self.excess.items())[:4]}), {self.kills} kills at "
+                f"(e.g. {list(self.excess.items())[:4]}), numbering {self.numbering[:4]}, "
+                f"{self.kills} kills at "
                 f"{self.crash_sites}; journal "
                 f"{[(j['reason'], j['range'], j['source_id']) for j in self.journal]}"
                 f"\n  story: {'; '.join(self.story[-40:])}")
@@ -458,7 +465,37 @@ class Simulation:
         excess = {i: (c, self.allowance[i]) for i, c in delivered.items()
                   if c - 1 > self.allowance[i]}
         return Outcome(self.seed, self.writer.next_id, delivered, self.allowance, lost, excess,
-                       self.kills, self.crash_sites, journal, self.writer.log)
+                       self.kills, self.crash_sites, journal, self.writer.log,
+                       self._numbering(journal))
+
+    def _numbering(self, journal: list[dict]) -> list[str]:
+        broken = []
+        ids_of: dict[int, set] = {}
+        numbers_of: dict[int, set] = {}
+        for _topic, value, _key, _ts, headers in self.kafka.log:
+            h = dict(headers or ())
+            if "docket-seq" not in h:
+                broken.append(f"no docket-seq on {value[:20]!r}")
+                continue
+            n = int.from_bytes(h["docket-seq"], "big")
+            ids_of.setdefault(n, set()).add(id_of(value))
+            i = id_of(value)
+            if i is not None:
+                numbers_of.setdefault(i, set()).add(n)
+        broken += [f"number {n} given to ids {sorted(ids, key=str)}"
+                   for n, ids in ids_of.items() if len(ids) > 1]
+        broken += [f"id {i} arrived as numbers {sorted(ns)}"
+                   for i, ns in numbers_of.items() if len(ns) > 1]
+        seen = set(ids_of)
+        for e in journal:
+            if e.get("records"):
+                seen.update(range(e["records"][0], e["records"][1] + 1))
+        top = max(seen, default=-1)
+        holes = sorted(set(range(top + 1)) - seen)
+        if holes:
+            broken.append(f"{len(holes)} number(s) neither arrived nor journalled: "
+                          f"{holes[:6]}")
+        return broken
 
     def _never_observable(self, rows: dict) -> set[int]:
         """Ids the agent cannot have known of: past everything its state database recorded of

@@ -18,7 +18,7 @@ from tests.unit.fakeproducer import HOLD, NEVER, OK
 from tests.unit.poolkit import fake_drain
 
 T0 = 1_795_000_000_000
-ORIGIN = [("docket-origin", b"agent-7")]
+ORIGIN = [("docket-origin", b"agent-7"), ("docket-incarnation", b"1-test")]
 RETRIABLE = KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, retriable=True)
 TOO_LARGE = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
 
@@ -51,10 +51,14 @@ def _dead_letters(tmp_path) -> list[dict]:
 
 
 def _assert_kafka_holds(kafka, time_of: dict, values) -> None:
-    """Each of ``values`` exactly once, with its own timestamp and the origin header."""
+    """Each of ``values`` exactly once, with its own timestamp, the origin and incarnation
+    headers, and its own record number (the line's place in the slot: ``time_of`` is in line
+    order), however often it went."""
     assert Counter(kafka.values()) == Counter(values)
+    number_of = {v: i for i, v in enumerate(time_of)}
     for topic, value, key, ts, headers in kafka.log:
-        assert (topic, key, ts, headers) == ("t", None, time_of[value], ORIGIN)
+        seq = ("docket-seq", number_of[value].to_bytes(8, "big"))
+        assert (topic, key, ts, headers) == ("t", None, time_of[value], [*ORIGIN, seq])
 
 
 def test_a_slot_with_mixed_outcomes_is_freed_once_when_its_retried_record_is_acked(tmp_path):
@@ -83,9 +87,12 @@ def test_a_slot_with_mixed_outcomes_is_freed_once_when_its_retried_record_is_ack
     [dead] = _dead_letters(tmp_path)
     assert base64.b64decode(dead["value_b64"]) == b"event 20"
     assert dead["code"] == "MSG_SIZE_TOO_LARGE" and dead["timestamp_ms"] == time_of[b"event 20"]
-    assert dead["headers"] == [["docket-origin", base64.b64encode(b"agent-7").decode()]]
+    number = list(time_of).index(b"event 20")
+    assert dead["headers"] == [[k, base64.b64encode(v).decode()] for k, v in
+                               [*ORIGIN, ("docket-seq", number.to_bytes(8, "big"))]]
     [entry] = drain.journal.entries()
     assert (entry["reason"], entry["events"]) == ("kafka_msg_size_too_large", 1)
+    assert entry["records"] == [number, number]     # the hole downstream is journalled
     assert drain.metrics.get("agent_dropped_events_total", reason="kafka_msg_size_too_large",
                              topic="t", intentional="false") == 1
     assert drain.metrics.get("agent_drain_retried_events_total", reason="kafka_not_enough_replicas",

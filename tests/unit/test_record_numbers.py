@@ -1,0 +1,252 @@
+"""Record numbers (``docket-seq``): given in seal order, dense from 0, kept in the slot so a slot
+sent again carries the same numbers, never given twice across crashes, kept by known drops;
+and the map from numbers to files and byte ranges (``docket-agent locate``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from agent.buffer import BufferPool, PoolFormatError
+from agent.buffer import layout as L
+from agent.buffer.seams import SimulatedCrash
+from agent.cli import main as agent_main
+from agent.state import StateDB
+from tests.unit.fakeproducer import FakeKafka
+from tests.unit.poolkit import SIZE, SLOT, CrashingOps, chunk_of, ids_of
+from tests.unit.tailkit import FakeClock, id_of, lines
+
+
+def _pool(tmp_path, **kw) -> BufferPool:
+    return BufferPool(tmp_path / "pool", SIZE, SLOT, linger_ms=1e9, sync_on_seal=False, **kw)
+
+
+def _numbered(pool: BufferPool) -> dict[int, int]:
+    """record number → id, over the pool's sealed slots."""
+    out = {}
+    for slot in pool.sealed():
+        vals = [v for _t, _k, v in slot.records()]
+        for k, i in enumerate(ids_of(vals)):
+            out[slot.first_record + k] = i
+    return out
+
+
+def test_numbers_are_dense_in_seal_order_across_topics(tmp_path):
+    pool = _pool(tmp_path)
+    pool.append("a", chunk_of(range(0, 30)))
+    pool.append("b", chunk_of(range(100, 110)))
+    pool.seal("b")                                  # b seals first: it gets the first numbers
+    pool.append("a", chunk_of(range(30, 300)))      # a fills and seals several slots
+    pool.seal_all()
+    slots = sorted(pool.sealed(), key=lambda s: s.first_record)
+    assert slots[0].topic == "b" and slots[0].first_record == 0
+    at = 0
+    for s in slots:
+        assert s.first_record == at
+        at += s.record_count
+    assert at == 310 == pool.next_record
+    assert pool.stats()["next_record"] == 310
+    pool.close()
+
+
+@pytest.mark.parametrize("point", ["seal:before_header", "seal:before_state", "seal:after_state",
+                                   "free:before_state"])
+def test_no_number_is_given_twice_across_a_crash(tmp_path, point):
+    """Slot A is sealed (numbers 0..), acknowledged and freed, and being reused when the agent
+    dies at ``point`` of the next seal or free; the state database's count is lost too (a
+    fresh ``first_record`` of 0). The numbers a new pool gives must start after every number
+    any earlier slot had — the freed slot's included — and a slot found sealed keeps its own."""
+    pool = _pool(tmp_path)
+    pool.append("t", chunk_of(range(0, 50)))
+    pool.seal("t")
+    [a] = pool.take()
+    given = _numbered(pool)
+    pool.free(a)
+    ops = CrashingOps(at=point)
+    pool.ops = ops
+    pool.append("t", chunk_of(range(50, 80)))       # reuses A's slot (last freed, first out)
+    try:
+        if point.startswith("free"):
+            pool.seal("t")
+            given |= _numbered(pool)
+            [b] = pool.take()
+            pool.free(b)
+        else:
+            pool.seal("t")
+            given |= _numbered(pool)
+    except SimulatedCrash:
+        pass
+    else:
+        raise AssertionError(f"no crash at {point}")
+    pool.abandon()
+    again = _pool(tmp_path, first_record=0)
+    found = _numbered(again)
+    for n, i in found.items():                      # a slot found sealed keeps its numbers
+        assert given.get(n, i) == i
+    top = max([*given, *found]) + 1 if (given or found) else 0
+    if point == "seal:before_header" or point == "seal:before_state":
+        top = max(given) + 1                        # the slot being sealed gave nothing
+    assert again.next_record >= top
+    again.append("t", chunk_of(range(80, 90)))
+    again.seal("t")
+    fresh = {n for n in _numbered(again) if n not in found}
+    assert min(fresh) >= top and not fresh & set(given)
+    again.close()
+
+
+def test_an_oversized_line_dropped_keeps_its_number(tmp_path):
+    drops = []
+    pool = _pool(tmp_path, oversize="drop", on_drop=drops.append)
+    data = b"".join([b"a\n", b"x" * (SLOT * 2) + b"\n", b"b\n"])
+    pool.append("t", _chunk(data))
+    pool.seal_all()
+    [drop] = drops
+    assert drop.reason == "oversize_dropped" and drop.first_record is not None
+    numbers = sorted(n for s in pool.sealed()
+                     for n in range(s.first_record, s.first_record + s.record_count))
+    assert sorted([*numbers, drop.first_record]) == [0, 1, 2]   # dense, the drop included
+    pool.close()
+
+
+def _chunk(data: bytes):
+    from agent.buffer import Chunk
+    return Chunk.from_lines(data, 1_000)
+
+
+def test_a_version_1_pool_is_upgraded_when_empty_and_refused_when_it_holds_sealed_slots(
+        tmp_path):
+    pool = _pool(tmp_path)
+    pool.close()
+    path = tmp_path / "pool"
+
+    def make_v1(sealed: bool) -> None:
+        raw = bytearray(path.read_bytes())
+        header = np.frombuffer(bytes(raw[:L.FILE_HEADER.itemsize]), L.FILE_HEADER).copy()
+        header[0]["version"] = 1
+        header[0]["geometry_crc"] = L.geometry_crc(header)
+        raw[:L.FILE_HEADER.itemsize] = header.tobytes()
+        raw[L.FILE_HEADER_BYTES + L.V1_STATE_OFFSET] = L.SEALED if sealed else L.FREE
+        path.write_bytes(bytes(raw))
+
+    make_v1(sealed=True)
+    with pytest.raises(PoolFormatError, match="version 1 with 1 sealed slot"):
+        _pool(tmp_path)
+    make_v1(sealed=False)
+    pool = _pool(tmp_path)
+    pool.append("t", chunk_of(range(3)))
+    pool.seal("t")
+    pool.close()
+    header = np.frombuffer(path.read_bytes()[:L.FILE_HEADER.itemsize], L.FILE_HEADER)
+    assert int(header[0]["version"]) == L.VERSION and int(header[0]["next_record"]) == 3
+
+
+# -- through the agent ---------------------------------------------------------------------------
+def _agent(tmp_path, kafka: FakeKafka):
+    from agent.config import parse
+    from agent.service import Agent, Seams
+
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    conf = {
+        "agent": {"id": "h1", "state_dir": str(tmp_path / "state")},
+        "buffer": {"size_bytes": 4096 + 4096 + 16 * SLOT, "slot_size_bytes": SLOT,
+                   "linger_ms": 5, "sync_on_seal": False},
+        "broker": {"bootstrap_servers": "127.0.0.1:9"},
+        "audit": {"enabled": False},
+        "sources": [{"type": "file", "topic": "t", "paths": [str(logs / "*.log")]}],
+    }
+    (tmp_path / "agent.toml").write_text(_toml(conf))
+    agent = Agent(parse(conf), seams=Seams(clock=FakeClock(), producer_factory=kafka.producer,
+                                           file_events=False))
+    agent.begin()
+    return agent
+
+
+def _toml(conf: dict) -> str:
+    out = []
+    for table, values in conf.items():
+        if table == "sources":
+            continue
+        out.append(f"[{table}]")
+        out += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+    for src in conf["sources"]:
+        out.append("[[sources]]")
+        out += [f"{k} = {json.dumps(v)}" for k, v in src.items()]
+    return "\n".join(out) + "\n"
+
+
+def _run(agent, turns: int = 40) -> None:
+    for _ in range(turns):
+        agent.clock.advance(0.3)
+        agent.turn()
+
+
+def _arrived(kafka: FakeKafka) -> dict[int, int]:
+    """record number → id, from what the fake Kafka holds (every copy must agree)."""
+    out: dict[int, int] = {}
+    for _topic, value, _key, _ts, headers in kafka.log:
+        h = dict(headers)
+        n = int.from_bytes(h["docket-seq"], "big")
+        assert out.setdefault(n, id_of(value)) == id_of(value)
+        assert h["docket-origin"] == b"h1"
+    return out
+
+
+def test_numbers_survive_a_restart_and_locate_names_file_and_bytes(tmp_path, capsys):
+    kafka = FakeKafka()
+    agent = _agent(tmp_path, kafka)
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(lines(0, 150))
+    (logs / "b.log").write_bytes(lines(1000, 1100))
+    _run(agent)
+    incarnation = agent.incarnation
+    agent.shutdown()
+    with open(logs / "a.log", "ab") as f:
+        f.write(lines(150, 200))
+    agent = _agent(tmp_path, kafka)
+    assert agent.incarnation == incarnation         # the same state: the same number space
+    _run(agent)
+    agent.shutdown()
+    arrived = _arrived(kafka)
+    assert sorted(arrived) == list(range(300))      # dense from 0, over the restart
+    assert sorted(arrived.values()) == [*range(200), *range(1000, 1100)]
+
+    # Every number maps back to the very line: file and byte range.
+    for first, last in [(0, 299), (7, 7), (120, 260)]:
+        capsys.readouterr()
+        assert agent_main(["locate", "--config", str(tmp_path / "agent.toml"),
+                           "--seq", f"{first}-{last}", "--json"]) == 0
+        runs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        covered = set()
+        for run in runs:
+            assert run["exact"] == 1
+            data = (logs / run["path"].rsplit("/", 1)[1]).read_bytes()[run["start"]:run["end"]]
+            ids = [id_of(x + b"\n") for x in data.split(b"\n")[:-1]]
+            numbers = range(run["first_record"], run["first_record"] + run["records"])
+            assert len(ids) == run["records"]
+            assert [arrived[n] for n in numbers] == ids
+            covered.update(numbers)
+        assert set(range(first, last + 1)) <= covered
+    capsys.readouterr()
+    assert agent_main(["locate", "--config", str(tmp_path / "agent.toml"),
+                       "--seq", "290-400"]) == 0
+    out = capsys.readouterr().out
+    assert "a.log" in out and "300-400  not given yet" in out
+    with pytest.raises(SystemExit) as exit_:
+        agent_main(["locate", "--config", str(tmp_path / "agent.toml"), "--seq", "9-3"])
+    assert exit_.value.code == 2 and "0 <= A <= B" in capsys.readouterr().err
+
+
+def test_a_lost_state_starts_a_new_incarnation(tmp_path):
+    db = StateDB(tmp_path / "one.db")
+    inc, nxt = db.identity()
+    assert nxt == 0 and inc == db.identity()[0]
+    db.advance_sealed({}, next_record=500)
+    db.advance_sealed({}, next_record=400)          # never back
+    db.close()
+    db = StateDB(tmp_path / "one.db")
+    assert db.identity() == (inc, 500)
+    other = StateDB(tmp_path / "two.db")
+    assert other.identity()[0] != inc
