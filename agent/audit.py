@@ -38,7 +38,14 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from confluent_kafka import Producer
 
 from audit.delivery import deliver
-from audit.record import PRODUCER_TIER, AuditRecord, value_hash, value_hashes, window_start
+from audit.record import (
+    PRODUCER_TIER,
+    AuditRecord,
+    Ranges,
+    value_hash,
+    value_hashes,
+    window_start,
+)
 
 from .buffer import SealedSlot
 from .buffer.layout import seq_order_key
@@ -106,7 +113,8 @@ class AuditEmitter:
     def __init__(self, *, db_path: Path, conn: sqlite3.Connection, agent_id: str,
                  topics: list[str], audit_topic: str, window_ms: int, interval_ms: int,
                  producer_conf: dict, metrics: Metrics, enabled: bool = True,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, incarnation: str | None = None,
+                 numbers: Callable[[], tuple[int, list[list[int]]]] | None = None):
         self.db_path = db_path
         self.conn = conn                         # the agent's state database, main thread only
         self.agent_id = agent_id
@@ -117,6 +125,9 @@ class AuditEmitter:
         self.metrics = metrics
         self.enabled = enabled
         self.clock = clock
+        self.incarnation = incarnation
+        # (the last record number given, the journalled ones): a ``ranges`` record each round
+        self.numbers = numbers
         self._lock = threading.Lock()
         self._emit_lock = threading.Lock()
         self._windows: dict[tuple[str, int], Tally] = {}
@@ -348,12 +359,21 @@ class AuditEmitter:
                                bytes=t.bytes, checksum=t.checksum,
                                emitter=f"{self.agent_id}/agent", seq=seq, emitted_at=now,
                                dropped=t.dropped, dropped_reasons=dict(t.dropped_reasons),
-                               dropped_unknown=dict(t.dropped_unknown), late=t.late).encode()
+                               dropped_unknown=dict(t.dropped_unknown), late=t.late,
+                               distinct=t.count, duplicates=0,
+                               incarnation=self.incarnation).encode()
                    for key, (t, _version) in snapshot.items()]
+        if self.numbers is not None and self.incarnation is not None:
+            through, missing = self.numbers()
+            records.append(Ranges.of(
+                tier=PRODUCER_TIER, origin=self.agent_id, origin_incarnation=self.incarnation,
+                emitter=f"{self.agent_id}/agent", incarnation=self.incarnation, seq=seq,
+                emitted_at=now, through=through,
+                missing=[r for r in missing if r[1] <= through]).encode())
         # The windows of records not acknowledged stay marked for the next round.
         acked, errors = deliver(self._producer, self.audit_topic, records, DELIVERY_TIMEOUT_S,
                                 timestamp_ms=now)
-        delivered = [keys[i] for i in sorted(acked)]
+        delivered = [keys[i] for i in sorted(acked) if i < len(keys)]
         self.metrics.inc("agent_audit_emitted_records_total", len(delivered))
         if len(delivered) < len(keys):
             self.metrics.inc("agent_audit_emit_failures_total")

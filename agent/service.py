@@ -120,7 +120,10 @@ class Agent:
             topics=_topics(cfg.sources), audit_topic=cfg["audit.topic"],
             window_ms=cfg["audit.window_ms"], interval_ms=cfg["audit.interval_ms"],
             producer_conf=producer_config(cfg), metrics=self.metrics,
-            enabled=cfg["audit.enabled"], clock=lambda: self.clock.time_ms() / 1000)
+            enabled=cfg["audit.enabled"], clock=lambda: self.clock.time_ms() / 1000,
+            incarnation=self.incarnation,
+            numbers=self._numbers if cfg["agent.record_numbers"] and cfg["agent.origin_header"]
+            else None)
         self.journal = LossJournal(state / "loss-journal.jsonl", self.metrics,
                                    on_record=self.audit.dropped)
         self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
@@ -167,6 +170,11 @@ class Agent:
         self._http: ThreadingHTTPServer | None = None
         self._next_scan = self._next_gauges = self._next_watchdog = 0.0
         self._last_gauges = self._last_scan = self._monotonic()
+
+    def _numbers(self) -> tuple[int, list[list[int]]]:
+        """For the audit's ``ranges`` record: the last record number given, and the journalled
+        ones (known drops)."""
+        return self.pool.next_record - 1, self.journal.dropped_numbers()
 
     def _monotonic(self) -> float:
         return self.clock.monotonic_ns() / 1e9

@@ -114,16 +114,27 @@ def _show(args) -> int:
     state = read_audit_topic(args.bootstrap_servers, args.audit_topic)
     rows = sorted(state.counts.values(), key=lambda r: (r.topic, r.window_start, r.origin,
                                                          r.tier))
+    ranges = sorted(state.ranges.values(), key=lambda r: (r.origin, r.origin_incarnation,
+                                                           r.tier, r.emitter))
     if args.json:
         print(json.dumps({"counts": [r.to_dict() for r in rows],
+                          "ranges": [r.__dict__ for r in ranges],
                           "progress": [p.__dict__ for p in state.progress.values()],
                           "malformed": dict(state.malformed)}))
         return 0
     print(f"{'topic':24} {'window_start':>14} {'origin':16} {'tier':14} {'count':>10} "
-          f"{'bytes':>12} checksum          dropped")
+          f"{'distinct':>10} {'dups':>8} {'bytes':>12} checksum          dropped")
     for r in rows:
+        distinct = "?" if r.distinct is None else r.distinct
+        dups = "?" if r.duplicates is None else r.duplicates
         print(f"{r.topic:24} {r.window_start:>14} {r.origin:16} {r.tier:14} {r.count:>10} "
-              f"{r.bytes:>12} {r.checksum:016x} {r.dropped}")
+              f"{distinct:>10} {dups:>8} {r.bytes:>12} {r.checksum:016x} {r.dropped}")
+    for r in ranges:
+        shown = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in r.missing[:10])
+        more = " ..." if len(r.missing) > 10 or r.missing_truncated else ""
+        print(f"ranges {r.origin} (incarnation {r.origin_incarnation}) at {r.tier} "
+              f"({r.emitter}): through {r.through}, {r.missing_total} missing"
+              + (f": {shown}{more}" if r.missing else ""))
     for p in state.progress.values():
         print(f"progress {p.tier}/{p.emitter}: batch {p.batch_id}, "
               f"{p.processed_rows_per_s:.0f} rows/s, {p.offsets_behind} behind")

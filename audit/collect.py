@@ -1,9 +1,11 @@
 """Read the audit topic into the newest record per identity, skipping malformed ones.
 
-The identity of a count is (tier, emitter, origin, topic, window_start); the record with the
-highest ``seq`` wins (ties: the latest ``emitted_at``), so reading the topic from its start in
-any order of partitions gives the same state. Malformed records are counted by reason and
-logged, never fatal. Progress records are kept apart, the newest per (tier, emitter).
+The identity of a count is (tier, emitter, incarnation, origin, topic, window_start); the record
+with the highest ``seq`` wins (ties: the latest ``emitted_at``), so reading the topic from its
+start in any order of partitions gives the same state. The incarnations of an emitter are
+summed (``by_tier``). Malformed records are counted by reason and logged, never fatal.
+Progress records are kept apart, the newest per (tier, emitter); ``ranges`` records the newest
+per (tier, emitter, incarnation, origin, origin incarnation).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from .errors import MalformedRecord
-from .record import AuditRecord, Progress, parse
+from .record import AuditRecord, Progress, Ranges, combined, parse
 
 log = logging.getLogger("docket.audit.collect")
 
@@ -26,10 +28,12 @@ log = logging.getLogger("docket.audit.collect")
 class AuditState:
     counts: dict[tuple, AuditRecord] = field(default_factory=dict)
     progress: dict[tuple[str, str], Progress] = field(default_factory=dict)
+    ranges: dict[tuple, Ranges] = field(default_factory=dict)
     malformed: Counter = field(default_factory=Counter)
     read: int = 0
 
-    def add(self, value: bytes | None, where: str = "") -> AuditRecord | Progress | None:
+    def add(self, value: bytes | None,
+            where: str = "") -> AuditRecord | Ranges | Progress | None:
         self.read += 1
         try:
             rec = parse(value)
@@ -44,17 +48,24 @@ class AuditState:
             if old is None or (rec.batch_id, rec.emitted_at) >= (old.batch_id, old.emitted_at):
                 self.progress[key] = rec
             return rec
-        old = self.counts.get(rec.identity)
+        table = self.ranges if isinstance(rec, Ranges) else self.counts
+        old = table.get(rec.identity)
         if old is None or rec.newer_than(old):
-            self.counts[rec.identity] = rec
+            table[rec.identity] = rec
         return rec
 
     def by_tier(self) -> dict[str, dict[tuple[str, int, str], AuditRecord]]:
-        """tier → (topic, window_start, origin) → the record (summed over a tier's emitters
-        would double count: one emitter per (tier, origin) is the contract)."""
-        out: dict[str, dict] = {}
+        """tier → (topic, window_start, origin) → the record; an emitter's incarnations are
+        summed (an agent whose state was lost counts on from 0 under a new one). One emitter
+        per (tier, origin) is the contract: emitters are not summed."""
+        groups: dict[tuple, dict[str, list]] = {}
         for rec in self.counts.values():
-            out.setdefault(rec.tier, {})[(rec.topic, rec.window_start, rec.origin)] = rec
+            at = groups.setdefault((rec.tier, rec.topic, rec.window_start, rec.origin), {})
+            at.setdefault(rec.emitter, []).append(rec)
+        out: dict[str, dict] = {}
+        for (tier, topic, window, origin), emitters in groups.items():
+            newest = max(emitters.values(), key=lambda recs: max(r.emitted_at for r in recs))
+            out.setdefault(tier, {})[(topic, window, origin)] = combined(newest)
         return out
 
 

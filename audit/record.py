@@ -14,6 +14,21 @@ Key ``{tier}|{origin}|{topic}|{window_start}``; value one JSON object::
 digits. Spark's ``xxhash64(col)`` is the same function (seed 42, as a signed long), so every tier
 computes it natively; a test checks that the two agree byte for byte.
 
+Record identity (DESIGN.md, "Record identity"): records carry ``docket-seq``, their origin's
+record number, dense from 0 per (origin, origin incarnation). A count record may say how many
+*distinct* (origin, incarnation, seq) it counted — ``distinct``, and ``duplicates`` = count −
+distinct — or null when records without ``docket-seq`` were counted (never guessed); the
+producer tier counts each record once (duplicates 0). Every emitter has an ``incarnation``
+(created once with its state): the newest ``seq`` is kept per (tier, emitter, incarnation,
+origin, topic, window), and an emitter's incarnations are summed, so an agent whose state was
+lost (``seq`` from 1 again) is not hidden behind its former self.
+
+A second kind, ``ranges`` (see :class:`Ranges`), key
+``ranges|{tier}|{origin}|{origin_incarnation}``, says per origin number space which numbers a
+tier has not seen below the highest it has (``through``): the missing ranges, capped at
+``MAX_RANGES`` (smallest first) and totalled. The producer tier's ``through`` is the last
+number sealed and its ``missing`` the numbers the loss journal holds.
+
 Besides counts, the audit jobs publish their progress on the same topic, under the key
 ``progress|{tier}|{emitter}`` with ``"kind": "progress"`` (see :class:`Progress`): the reconciler
 reads how far behind the end of its input each job is. A reader that knows only counts skips
@@ -38,6 +53,7 @@ HASH_SEED = 42
 MASK64 = (1 << 64) - 1
 MAX_RECORD_BYTES = 64 * 1024       # a bigger value is not an audit record: skipped as "huge"
 MAX_NAME_CHARS = 512               # tier, origin, topic, emitter
+MAX_RANGES = 1000                  # missing ranges listed in one ``ranges`` record
 PRODUCER_TIER = "producer"
 WAREHOUSE_TIER = "warehouse"
 
@@ -85,6 +101,9 @@ class AuditRecord:
     # Losses of unknown size (loss-journal entries: a file deleted or truncated before it was
     # read), by reason: the window may be short of what was written although counts agree.
     dropped_unknown: dict[str, int] = field(default_factory=dict)
+    distinct: int | None = None        # distinct (origin, incarnation, seq); None: unknown
+    duplicates: int | None = None      # count - distinct; None: unknown
+    incarnation: str | None = None     # the emitter's; None from emitters before incarnations
 
     @property
     def key(self) -> str:
@@ -93,7 +112,8 @@ class AuditRecord:
     @property
     def identity(self) -> tuple:
         """What the reconciler keeps one record per: the newest ``seq`` of it wins."""
-        return (self.tier, self.emitter, self.origin, self.topic, self.window_start)
+        return (self.tier, self.emitter, self.incarnation or "", self.origin, self.topic,
+                self.window_start)
 
     def newer_than(self, other: AuditRecord) -> bool:
         return (self.seq, self.emitted_at) > (other.seq, other.emitted_at)
@@ -106,6 +126,73 @@ class AuditRecord:
     def encode(self) -> tuple[bytes, bytes]:
         """(key, value) as they go to Kafka."""
         return self.key.encode(), json.dumps(self.to_dict(), separators=(",", ":")).encode()
+
+
+def combined(records: list[AuditRecord]) -> AuditRecord:
+    """One record for the sum of several (an emitter's incarnations, or several emitters of a
+    tier): counts add; ``distinct`` is known only when known for all."""
+    first = records[0]
+    if len(records) == 1:
+        return first
+    out = AuditRecord(tier=first.tier, origin=first.origin, topic=first.topic,
+                      window_start=first.window_start, window_ms=first.window_ms,
+                      count=sum(r.count for r in records), bytes=sum(r.bytes for r in records),
+                      checksum=sum(r.checksum for r in records) & MASK64,
+                      emitter=",".join(sorted({r.emitter for r in records})),
+                      seq=max(r.seq for r in records),
+                      emitted_at=max(r.emitted_at for r in records),
+                      dropped=sum(r.dropped for r in records), late=sum(r.late for r in records))
+    for r in records:
+        for name in ("dropped_reasons", "dropped_unknown"):
+            into = getattr(out, name)
+            for reason, n in getattr(r, name).items():
+                into[reason] = into.get(reason, 0) + n
+    if all(r.distinct is not None for r in records):
+        out.distinct = sum(r.distinct for r in records)
+        out.duplicates = out.count - out.distinct
+    return out
+
+
+@dataclass
+class Ranges:
+    """Which of an origin's record numbers a tier has not seen (kind ``ranges``)."""
+
+    tier: str
+    origin: str
+    origin_incarnation: str            # the number space: the origin's incarnation
+    emitter: str
+    seq: int
+    through: int                       # the highest number seen (producer: given); -1: none
+    missing: list[list[int]]           # inclusive [first, last] up to ``through``, sorted
+    #                                    (only the producer's can end at ``through``: a number
+    #                                    given to an event it dropped)
+    missing_total: int                 # numbers missing in all (listed or not)
+    missing_truncated: bool = False    # more ranges than listed
+    incarnation: str | None = None     # the emitter's
+    emitted_at: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @property
+    def key(self) -> str:
+        return f"ranges|{self.tier}|{self.origin}|{self.origin_incarnation}"
+
+    @property
+    def identity(self) -> tuple:
+        return (self.tier, self.emitter, self.incarnation or "", self.origin,
+                self.origin_incarnation)
+
+    def newer_than(self, other: Ranges) -> bool:
+        return (self.seq, self.emitted_at) > (other.seq, other.emitted_at)
+
+    @classmethod
+    def of(cls, *, missing: list[list[int]], **fields) -> Ranges:
+        """A record listing at most ``MAX_RANGES`` of ``missing`` (sorted, merged)."""
+        total = sum(b - a + 1 for a, b in missing)
+        return cls(missing=[list(r) for r in missing[:MAX_RANGES]], missing_total=total,
+                   missing_truncated=len(missing) > MAX_RANGES, **fields)
+
+    def encode(self) -> tuple[bytes, bytes]:
+        body = {"v": VERSION, "kind": "ranges", **asdict(self)}
+        return self.key.encode(), json.dumps(body, separators=(",", ":")).encode()
 
 
 @dataclass
@@ -136,12 +223,15 @@ _COUNT_FIELDS = {
     "count": int, "bytes": int, "checksum": str, "emitter": str, "seq": int, "emitted_at": int,
 }
 _OPTIONAL = {"dropped": int, "dropped_reasons": dict, "late": int,
-             "dropped_unknown": dict}
+             "dropped_unknown": dict, "distinct": int, "duplicates": int, "incarnation": str}
+_RANGES_FIELDS = {"tier": str, "origin": str, "origin_incarnation": str, "emitter": str,
+                  "seq": int, "emitted_at": int, "through": int, "missing": list,
+                  "missing_total": int, "missing_truncated": bool}
 _PROGRESS_FIELDS = {"tier": str, "emitter": str, "batch_id": int, "input_rows_per_s": float,
                     "processed_rows_per_s": float, "batch_duration_ms": int}
 
 
-def parse(value: bytes | None) -> AuditRecord | Progress:
+def parse(value: bytes | None) -> AuditRecord | Ranges | Progress:
     """Validate one audit-topic value. Raises :class:`MalformedRecord` with a reason
     (``huge``, ``not_json``, ``not_object``, ``version``, ``missing_field``, ``wrong_type``,
     ``bad_value``) that readers count by."""
@@ -161,13 +251,25 @@ def parse(value: bytes | None) -> AuditRecord | Progress:
         _check(obj, _PROGRESS_FIELDS, {"offsets_behind": int, "emitted_at": int})
         return Progress(**{k: obj[k] for k in (*_PROGRESS_FIELDS, "offsets_behind",
                                                "emitted_at") if k in obj})
+    if obj.get("kind", "count") == "ranges":
+        return _parse_ranges(obj)
+    if obj.get("kind", "count") != "count":
+        raise MalformedRecord("bad_value", f"kind {str(obj.get('kind'))[:40]!r} is unknown")
     _check(obj, _COUNT_FIELDS, _OPTIONAL)
     for name in ("tier", "origin", "topic", "emitter"):
         if not obj[name] or len(obj[name]) > MAX_NAME_CHARS:
             raise MalformedRecord("bad_value", f"{name} must have 1 to {MAX_NAME_CHARS} chars")
-    for name in ("count", "bytes", "seq", "dropped", "late", "window_start"):
-        if obj.get(name, 0) < 0:
+    for name in ("count", "bytes", "seq", "dropped", "late", "window_start", "distinct",
+                 "duplicates"):
+        if (obj.get(name) or 0) < 0:
             raise MalformedRecord("bad_value", f"{name} = {obj[name]} is negative")
+    distinct, duplicates = obj.get("distinct"), obj.get("duplicates")
+    if distinct is not None and distinct > obj["count"]:
+        raise MalformedRecord("bad_value", f"distinct {distinct} exceeds count {obj['count']}")
+    if (distinct is None) != (duplicates is None) or \
+            (distinct is not None and distinct + duplicates != obj["count"]):
+        raise MalformedRecord("bad_value", f"duplicates {duplicates} is not count "
+                              f"{obj['count']} - distinct {distinct}")
     if obj["window_ms"] <= 0 or obj["window_start"] % obj["window_ms"]:
         raise MalformedRecord("bad_value", f"window_start {obj['window_start']} is not a "
                               f"multiple of window_ms {obj['window_ms']}")
@@ -181,6 +283,33 @@ def parse(value: bytes | None) -> AuditRecord | Progress:
     fields = {k: obj[k] for k in (*_COUNT_FIELDS, *_OPTIONAL) if obj.get(k) is not None}
     fields["checksum"] = int(checksum, 16)
     return AuditRecord(**fields)
+
+
+def _parse_ranges(obj: dict) -> Ranges:
+    _check(obj, _RANGES_FIELDS, {"incarnation": str})
+    for name in ("tier", "origin", "origin_incarnation", "emitter"):
+        if not obj[name] or len(obj[name]) > MAX_NAME_CHARS:
+            raise MalformedRecord("bad_value", f"{name} must have 1 to {MAX_NAME_CHARS} chars")
+    through, missing = obj["through"], obj["missing"]
+    if through < -1 or obj["seq"] < 0:
+        raise MalformedRecord("bad_value", f"through = {through} (seq {obj['seq']})")
+    if len(missing) > MAX_RANGES:
+        raise MalformedRecord("bad_value", f"{len(missing)} missing ranges, more than "
+                              f"{MAX_RANGES}")
+    last = -1
+    for r in missing:
+        if not (isinstance(r, list) and len(r) == 2 and all(map(_is_int, r))
+                and last < r[0] <= r[1] <= through):
+            raise MalformedRecord("bad_value", f"missing range {str(r)[:60]} is not an "
+                                  "ascending, disjoint [first, last] up to through")
+        last = r[1]
+    listed = sum(b - a + 1 for a, b in missing)
+    if obj["missing_total"] < listed or (obj["missing_total"] > listed) != \
+            obj["missing_truncated"]:
+        raise MalformedRecord("bad_value", f"missing_total {obj['missing_total']} does not "
+                              f"fit the {listed} numbers listed (truncated: "
+                              f"{obj['missing_truncated']})")
+    return Ranges(**{k: obj[k] for k in (*_RANGES_FIELDS, "incarnation") if k in obj})
 
 
 def _is_int(v) -> bool:

@@ -8,13 +8,15 @@ On-disk layout (little-endian; every offset a multiple of 8)::
 
     FileHeader (4096 bytes, at 0)                       layout.FILE_HEADER
         magic        char[8]  "DOCKETBP"
-        version      u32      1
+        version      u32      2 (1: before record numbers; rewritten when it has no sealed slot)
         header_bytes u32      4096
         slot_bytes   u64      slot_size_bytes (a multiple of 4096: the batch-size limit)
         slot_count   u64
         slot_header_bytes u32 512
         geometry_crc u32      CRC32C of the fields above
         next_seq     u64      sequence number the next seal takes (updated at every seal)
+        next_record  u64      record number the next sealed record takes (updated at every seal
+                              and when a dropped line takes one)
 
     SlotHeader[slot_count] (512 bytes each, at 4096)     layout.SLOT_HEADER
         magic        u32      "SLOT"
@@ -27,11 +29,12 @@ On-disk layout (little-endian; every offset a multiple of 8)::
         max_ts       i64
         payload_crc  u32      CRC32C of payload[0:used_bytes]
         block_count  u32
+        first_record u64      the record number of the slot's first record (docket-seq)
         positions    (u64 source, u64 start, u64 end)[8]   source bytes the slot covers
         topic        char[256]
         header_crc   u32      CRC32C of every byte above (state is not covered)
         state        u8       0 free, 1 filling, 2 sealed
-        pad          u8[11]
+        pad          u8[3]
 
     Payload[slot_count] (slot_bytes each, page aligned after the headers)
         Block*       see framing.py: one block per append, columnar:
@@ -55,6 +58,10 @@ Invariants
 - Sequence numbers are assigned at seal, strictly increasing modulo 2^64; sealed slots are
   replayed in that order. Every live sequence lies within 2^63 of the others.
 - Free slots are handed out most recently freed first, so a steady pool reuses warm pages.
+
+- Record numbers are given at seal, dense: a slot's records are numbered from its
+  ``first_record`` in slot order. The highest number given lives in the file header and, until
+  the slot is sealed again, in its slot header; a slot torn before its state byte gave nothing.
 
 Recovery (``BufferPool.open`` on an existing file)
 - filling → discarded (made free); the sources re-read from ``recovered_positions()``, the

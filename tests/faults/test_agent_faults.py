@@ -79,7 +79,9 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
                 hogging.wait()
         figures.update(rate=rate or "max", cpu_hog=hog, folder=str(folder))
         runs.append(figures)
-        if not figures["lost"] and not figures["over_bound"]:
+        figures["numbering_ok"] = (figures["number_holes"] == figures["number_clashes"] == 0
+                                   and figures["duplicates_by_number"] == figures["duplicates"])
+        if not figures["lost"] and not figures["over_bound"] and figures["numbering_ok"]:
             subprocess.run(["rm", "-rf", str(folder)], check=False)
     summary = {"runs": len(runs), "kills": sum(r["kills"] for r in runs),
                "lost": sum(r["lost"] for r in runs),
@@ -90,9 +92,12 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
                "runs_with_loss": [r for r in runs if r["lost"]],
                "by_rate": {str(rate or "max"): sum(1 for r in runs if r["rate"] == (rate or "max"))
                            for rate in (30_000, 100_000, 0)},
-               "with_cpu_hog": sum(1 for r in runs if r["cpu_hog"])}
+               "with_cpu_hog": sum(1 for r in runs if r["cpu_hog"]),
+               "duplicates_by_number": sum(r["duplicates_by_number"] for r in runs),
+               "runs_with_numbering_broken": [r for r in runs if not r["numbering_ok"]]}
     print(json.dumps(summary))
     assert summary["lost"] == 0 and summary["over_bound"] == 0, summary
+    assert not summary["runs_with_numbering_broken"], summary
 
 
 def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
@@ -119,7 +124,9 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
             print(f"kill {done}: {len(ids)} records in slots that may have been in flight")
             agent.start()
         assert writer.wait(timeout=600) == 0
-        counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 600, parse_id)
+        numbers = RecordNumbers()
+        counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 600, parse_id,
+                                on_msg=numbers.see)
         status = agent.status()
     finally:
         rc = agent.stop()
@@ -131,7 +138,8 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
     figures = {"kills": done, "written": total, "lost": len(missing),
                "duplicates": duplicates, "bound": sum(allowance.values()),
                "over_bound": len(over),
-               "max_over_bound": max((c - 1 - a for c, a in over.values()), default=0)}
+               "max_over_bound": max((c - 1 - a for c, a in over.values()), default=0),
+               **numbers.figures()}
     print(json.dumps(figures))
     if missing or over:                    # the agent's file decisions, to tell what happened
         print(file_decisions(tmp_path / "agent.log"))
@@ -147,7 +155,48 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
         f"{sorted(over.items())[:10]}"
     # Every rotation's copy is under the glob: nothing may be lost, so nothing journaled.
     assert entries == [] and status["dropped_events"] == 0, entries[:5]
+    numbers.check(duplicates)
     return figures
+
+
+class RecordNumbers:
+    """What the ``docket-seq`` headers say of a stream: a duplicate is the same record sent
+    again, so counted by record number the duplicates are the ones counted by id, every id has
+    one number, no number stands for two ids, and with nothing journalled the numbers run from 0
+    without a hole."""
+
+    def __init__(self):
+        self.id_of: dict[int, int] = {}
+        self.number_of: dict[int, int] = {}
+        self.records = 0
+        self.clashes: list[tuple] = []
+        self.unnumbered = 0
+        self.incarnations: set[bytes] = set()
+
+    def see(self, msg) -> None:
+        h = dict(msg.headers() or ())
+        if "docket-seq" not in h:
+            self.unnumbered += 1
+            return
+        self.records += 1
+        self.incarnations.add(h.get("docket-incarnation"))
+        n, i = int.from_bytes(h["docket-seq"], "big"), parse_id(msg.value())
+        if self.id_of.setdefault(n, i) != i or self.number_of.setdefault(i, n) != n:
+            self.clashes.append((n, i, self.id_of[n], self.number_of.get(i)))
+
+    def figures(self) -> dict:
+        top = max(self.id_of, default=-1)
+        return {"numbers": len(self.id_of), "number_holes": top + 1 - len(self.id_of),
+                "duplicates_by_number": self.records - len(self.id_of),
+                "number_clashes": len(self.clashes), "unnumbered": self.unnumbered,
+                "incarnations": len(self.incarnations)}
+
+    def check(self, duplicates_by_id: int) -> None:
+        f = self.figures()
+        assert f["unnumbered"] == 0 and f["incarnations"] == 1, f
+        assert not self.clashes, f"(number, id, id before, number before): {self.clashes[:5]}"
+        assert f["number_holes"] == 0, f
+        assert f["duplicates_by_number"] == duplicates_by_id, f
 
 
 @pytest.mark.slow

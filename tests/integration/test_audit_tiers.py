@@ -97,6 +97,20 @@ def test_producer_cluster_and_warehouse_tiers_agree_exactly(kafka, tmp_path):
     producer = state.by_tier()["producer"]
     assert sum(r.late for k, r in producer.items() if k[0] in topics) == RECORDS  # past windows
     assert list((tmp_path / "warehouse" / "data").glob(f"topic={prefix}.t0/date=*/hour=*"))
+    # Identity at the producer tier: each record counted once, under the agent's incarnation;
+    # its ranges record says every number it gave, none journalled.
+    for origin in ORIGINS:
+        db = sqlite3.connect(tmp_path / origin / "state" / "state.db")
+        [(incarnation, next_record)] = db.execute(
+            "SELECT incarnation, next_record FROM identity").fetchall()
+        db.close()
+        mine = [r for k, r in producer.items() if k[2] == origin and k[0] in topics]
+        assert all((r.distinct, r.duplicates, r.incarnation) == (r.count, 0, incarnation)
+                   for r in mine)
+        [numbers] = [r for r in state.ranges.values()
+                     if (r.tier, r.origin) == ("producer", origin)]
+        assert numbers.origin_incarnation == incarnation and numbers.missing == []
+        assert numbers.through + 1 == next_record == sum(r.count for r in mine)
 
     # An agent that restarts re-emits its cumulative counts (here: every window of origin-a,
     # as after a crash between a delivered round and clearing its marks): nothing changes.

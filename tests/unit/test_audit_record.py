@@ -10,9 +10,11 @@ import xxhash
 from audit.collect import AuditState
 from audit.errors import MalformedRecord
 from audit.record import (
+    MAX_RANGES,
     MAX_RECORD_BYTES,
     AuditRecord,
     Progress,
+    Ranges,
     checksum_hex,
     combine_halves,
     parse,
@@ -122,3 +124,86 @@ def test_windows_are_utc_floors():
     assert window_start(1_763_766_599_999) == 1_763_766_000_000
     assert window_start(1_763_766_600_000) == 1_763_766_600_000
     assert window_start(1_763_766_600_000, 60_000) == 1_763_766_600_000
+
+
+# -- record identity: distinct, duplicates, incarnations, ranges --------------------------------
+def ranges(**kw) -> Ranges:
+    base = dict(tier="kafka-local", origin="web-42", origin_incarnation="1-a",
+                emitter="kafka-local/count", incarnation="9-z", seq=3, emitted_at=7,
+                through=5999, missing=[[1000, 1999], [5000, 5000]])
+    return Ranges.of(**{**base, **kw})
+
+
+def test_distinct_and_duplicates_round_trip_and_are_unknown_in_old_records():
+    r = record(distinct=12000, duplicates=345, incarnation="5-b")
+    assert parse(r.encode()[1]) == r
+    assert parse(_bad(GOOD)).distinct is None and parse(_bad(GOOD)).duplicates is None
+    assert parse(_bad({**GOOD, "distinct": None, "duplicates": None})).distinct is None
+
+
+def test_ranges_round_trip_with_the_design_example():
+    r = ranges()
+    key, value = r.encode()
+    assert key == b"ranges|kafka-local|web-42|1-a"
+    assert r.missing_total == 1001 and not r.missing_truncated
+    assert parse(value) == r
+
+
+def test_ranges_list_at_most_a_thousand_and_total_them_all():
+    many = [[k * 10, k * 10 + 1] for k in range(1500)]
+    r = ranges(missing=many, through=20_000)
+    assert len(r.missing) == MAX_RANGES and r.missing_truncated and r.missing_total == 3000
+    assert parse(r.encode()[1]) == r
+
+
+RANGES = json.loads(ranges().encode()[1])
+
+
+@pytest.mark.parametrize("value", [
+    _bad({**GOOD, "distinct": 12346, "duplicates": -1}),              # more than count
+    _bad({**GOOD, "distinct": 12000, "duplicates": 0}),               # not count - distinct
+    _bad({**GOOD, "distinct": 12000}),                                # one without the other
+    _bad({**GOOD, "distinct": -1, "duplicates": 12346}),
+    _bad({**GOOD, "kind": "something"}),
+    _bad({**RANGES, "through": -2}),
+    _bad({**RANGES, "missing": [[1999, 1000]]}),                      # not first <= last
+    _bad({**RANGES, "missing": [[5000, 5000], [1000, 1999]]}),        # not ascending
+    _bad({**RANGES, "missing": [[1000, 1999], [1999, 2000]]}),        # overlapping
+    _bad({**RANGES, "missing": [[1000, 6000]]}),                      # past through
+    _bad({**RANGES, "missing": [[1, "2"]]}),
+    _bad({**RANGES, "missing": [[k, k] for k in range(0, 2002, 2)]}),  # over 1,000 listed
+    _bad({**RANGES, "missing_total": 5}),                             # fewer than listed
+    _bad({**RANGES, "missing_total": 2000}),                          # more, not truncated
+    _bad({**RANGES, "origin_incarnation": ""}),
+    _bad({k: v for k, v in RANGES.items() if k != "through"}),
+])
+def test_malformed_identity_fields_are_refused(value):
+    with pytest.raises(MalformedRecord):
+        parse(value)
+
+
+def test_an_emitters_incarnations_are_summed_not_hidden_by_the_older_seq():
+    """An agent whose state was lost emits again from seq 1 under a new incarnation: its counts
+    add to its former self's, whose seq is higher."""
+    state = AuditState()
+    old = record(seq=40, count=100, distinct=100, duplicates=0, incarnation="1-a",
+                 checksum=5)
+    new = record(seq=1, count=30, distinct=30, duplicates=0, incarnation="2-b", checksum=7)
+    for r in (old, new, record(seq=39, count=90, distinct=90, duplicates=0,
+                               incarnation="1-a")):
+        state.add(r.encode()[1])
+    [got] = state.by_tier()["producer"].values()
+    assert (got.count, got.distinct, got.duplicates, got.checksum) == (130, 130, 0, 12)
+    state.add(record(seq=2, count=40, incarnation="2-b").encode()[1])   # distinct unknown
+    [got] = state.by_tier()["producer"].values()
+    assert got.count == 140 and got.distinct is None and got.duplicates is None
+
+
+def test_ranges_keep_the_newest_per_number_space():
+    state = AuditState()
+    state.add(ranges(seq=3, through=10, missing=[[2, 3]]).encode()[1])
+    state.add(ranges(seq=5, through=20, missing=[]).encode()[1])
+    state.add(ranges(seq=4, through=15, missing=[[1, 1]]).encode()[1])
+    state.add(ranges(seq=1, origin_incarnation="2-b", through=3, missing=[]).encode()[1])
+    spaces = {r.origin_incarnation: (r.through, r.missing) for r in state.ranges.values()}
+    assert spaces == {"1-a": (20, []), "2-b": (3, [])}
