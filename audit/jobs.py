@@ -36,7 +36,8 @@ from .spark import (
 log = logging.getLogger("docket.audit")
 
 LANDED_SCHEMA = ("`partition` INT, `offset` BIGINT, `timestamp` TIMESTAMP, `key` BINARY, "
-                 "`value` BINARY, `origin` STRING, `topic` STRING, `date` STRING, `hour` INT")
+                 "`value` BINARY, `origin` STRING, `incarnation` STRING, `seq` BIGINT, "
+                 "`topic` STRING, `date` STRING, `hour` INT")
 
 
 def _stop_on_signals() -> threading.Event:
@@ -67,8 +68,9 @@ def _trigger(opts: JobOptions) -> dict:
 
 
 def _start_counting(rows, name: str, writer: AuditWriter, opts: JobOptions):
-    """The counting query both jobs run: ``rows`` (topic, timestamp, value, origin) counted per
-    (topic, window, origin), the changed groups written to the audit topic each trigger."""
+    """The counting query both jobs run: ``rows`` (topic, timestamp, value, origin,
+    incarnation, seq) counted per (topic, window, origin) with their record numbers, the
+    changed groups and number spaces written to the audit topic each trigger."""
     return (count_by_window(rows, opts.window_ms)
             .writeStream.queryName(name).outputMode("update")
             .option("checkpointLocation", str(opts.checkpoint_dir / "count"))
@@ -113,7 +115,8 @@ def run_land(warehouse: Path, opts: JobOptions) -> None:
         land_name: (writer, f"{WAREHOUSE_TIER}/land-write", ckpt / "write")}))
 
     rows = (with_origin(kafka_stream(spark, opts))
-            .select("partition", "offset", "timestamp", "key", "value", "origin", "topic",
+            .select("partition", "offset", "timestamp", "key", "value", "origin", "incarnation",
+                    "seq", "topic",
                     F.date_format("timestamp", "yyyy-MM-dd").alias("date"),
                     F.hour("timestamp").alias("hour")))
     land = (rows.writeStream.queryName(land_name).format("parquet")

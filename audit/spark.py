@@ -1,11 +1,21 @@
 """What the two Spark jobs share: the session, the Kafka source, the counting, the emitting.
 
-Counting is plain Spark SQL, no Python UDF: per (topic, window, origin) ``count(*)``, the sum of
-value lengths, and the checksum as two sums (the low and the high 32 bits of each
-``xxhash64(value)``, so no long overflows under ANSI mode for fewer than 2^31 records per group);
-the driver joins the halves (``audit.record.combine_halves``). The aggregation runs in update
-mode without a watermark: every trigger emits the cumulative figures of the windows that
-changed, however late a record comes. Its state lives in RocksDB inside the checkpoint.
+Counting: Spark SQL computes per record its window, value length and the checksum terms (the
+low and the high 32 bits of ``xxhash64(value)``, summed apart so no long overflows; the driver
+joins the halves, ``audit.record.combine_halves``), and reads its identity from the headers
+(``docket-origin``, ``docket-incarnation``, ``docket-seq``). Then one stateful step per origin
+(``applyInPandasWithState``, update mode, no watermark, so however late a record comes it is
+counted) keeps:
+
+- per (topic, window): count, bytes, the checksum halves, duplicates, and records without a
+  number (their window's ``distinct`` is then unknown);
+- per origin incarnation: the set of record numbers seen, as intervals
+  (``audit.intervals``): its size grows with the gaps, not with the records. A number seen
+  before is a duplicate of the window it falls in (the same record has the same timestamp).
+
+Every trigger emits the cumulative figures of the windows that changed, and a ``ranges`` record
+per origin incarnation that changed (highest number seen, missing ranges). The state lives in
+RocksDB inside the checkpoint, written with the batch: a restart is exact.
 
 Each trigger's changed groups are collected on the driver (one row per changed group, not per
 record) and written to the audit topic with an idempotent ``acks=all`` producer; ``seq`` is the
@@ -29,12 +39,16 @@ from confluent_kafka import KafkaException, Producer
 
 from .delivery import deliver
 from .errors import AuditError
-from .record import AuditRecord, Progress, combine_halves
+from .record import AuditRecord, Progress, Ranges, combine_halves
 
 log = logging.getLogger("docket.audit")
 
 ORIGIN_HEADER = "docket-origin"
+INCARNATION_HEADER = "docket-incarnation"
+SEQ_HEADER = "docket-seq"
 NO_ORIGIN = "-"                       # records without a docket-origin header
+NO_INCARNATION = "-"                  # numbered records without a docket-incarnation header
+NO_SEQ = -1                           # records without a (valid) docket-seq header
 DELIVERY_DEADLINE_S = 600.0           # a batch whose counts Kafka refuses this long fails
 
 
@@ -112,28 +126,58 @@ def kafka_stream(spark, opts: JobOptions):
 
 
 def with_origin(df):
-    """Add ``origin``: the first ``docket-origin`` header as text, ``-`` without one."""
+    """Add the record's identity: ``origin`` (the first ``docket-origin`` header as text, ``-``
+    without one), ``incarnation`` (``docket-incarnation``, ``-`` without one) and ``seq`` (the
+    8-byte big-endian ``docket-seq`` as a long, -1 without one)."""
     from pyspark.sql import functions as F
 
-    first = F.expr(f"filter(headers, h -> h.key = '{ORIGIN_HEADER}')[0].value")
-    return df.withColumn("origin", F.coalesce(first.cast("string"), F.lit(NO_ORIGIN)))
+    def header(name: str):      # get(): null, not an error (ANSI), when the header is absent
+        return F.expr(f"get(filter(headers, h -> h.key = '{name}'), 0).value")
+
+    seq = header(SEQ_HEADER)
+    number = F.when(F.length(seq) == 8, F.conv(F.hex(seq), 16, 10).cast("long"))
+    return (df.withColumn("origin", F.coalesce(header(ORIGIN_HEADER).cast("string"),
+                                               F.lit(NO_ORIGIN)))
+            .withColumn("incarnation", F.coalesce(header(INCARNATION_HEADER).cast("string"),
+                                                  F.lit(NO_INCARNATION)))
+            .withColumn("seq", F.coalesce(number, F.lit(NO_SEQ).cast("long"))))
+
+
+TALLY_SCHEMA = ("kind STRING, origin STRING, topic STRING, window_start LONG, n LONG, "
+                "bytes LONG, lo LONG, hi LONG, duplicates LONG, unnumbered LONG, "
+                "incarnation STRING, through LONG, missing STRING, missing_total LONG, "
+                "missing_truncated BOOLEAN")
+TALLY_STATE = "windows STRING, spaces STRING"
 
 
 def count_by_window(df, window_ms: int):
-    """(topic, window_start, origin) → n, bytes, lo, hi; ``df`` has topic, timestamp, value,
-    origin. A missing value counts as empty bytes, as the agent's hash of b"" does."""
+    """Per origin, the changed (topic, window) tallies and number spaces (rows of
+    ``TALLY_SCHEMA``, ``kind`` = count or ranges); ``df`` has topic, timestamp, value, origin,
+    incarnation, seq. A missing value counts as empty bytes, as the agent's hash of b"" does."""
     from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
 
     value = F.coalesce(F.col("value"), F.lit(b"").cast("binary"))
     h = F.xxhash64(value)
-    return (df
-            .withColumn("window_start",
-                        F.expr(f"div(unix_millis(timestamp), {window_ms}) * {window_ms}"))
-            .groupBy("topic", "window_start", "origin")
-            .agg(F.count(F.lit(1)).alias("n"),
-                 F.sum(F.length(value).cast("long")).alias("bytes"),
-                 F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
-                 F.sum(F.shiftrightunsigned(h, 32)).alias("hi")))
+    rows = df.select(
+        "origin", "incarnation", "seq", "topic",
+        F.expr(f"div(unix_millis(timestamp), {window_ms}) * {window_ms}").alias("window_start"),
+        F.length(value).cast("long").alias("len"),
+        h.bitwiseAND(F.lit(0xFFFFFFFF)).alias("lo"),
+        F.shiftrightunsigned(h, 32).alias("hi"))
+    return rows.groupBy("origin").applyInPandasWithState(
+        tally_origin, TALLY_SCHEMA, TALLY_STATE, "update", GroupStateTimeout.NoTimeout)
+
+
+def tally_origin(key, frames, state):
+    """The stateful step of one origin (runs in a Python worker): add a batch's records to
+    its window tallies and number sets; yield what changed."""
+    from .tally import OriginTally
+
+    tally = OriginTally.load(*(state.get if state.exists else (None, None)))
+    out = tally.add_frames(key[0], frames)
+    state.update(tally.dump())
+    yield out
 
 
 class AuditWriter:
@@ -142,6 +186,7 @@ class AuditWriter:
     def __init__(self, opts: JobOptions, tier: str, emitter: str):
         self.tier = tier
         self.emitter = emitter
+        self.incarnation = incarnation_of(opts.checkpoint_dir)
         self.window_ms = opts.window_ms
         self.topic = opts.audit_topic
         self.producer = Producer({
@@ -149,14 +194,29 @@ class AuditWriter:
             "acks": "all", "enable.idempotence": True, "linger.ms": 20,
             "client.id": f"docket-audit-{emitter}", **(opts.kafka_options or {})})
 
-    def records(self, rows, batch_id: int) -> list[AuditRecord]:
+    def records(self, rows, batch_id: int) -> list[AuditRecord | Ranges]:
         now = int(time.time() * 1000)
-        return [AuditRecord(tier=self.tier, origin=r["origin"], topic=r["topic"],
-                            window_start=int(r["window_start"]), window_ms=self.window_ms,
-                            count=int(r["n"]), bytes=int(r["bytes"] or 0),
-                            checksum=combine_halves(int(r["lo"] or 0), int(r["hi"] or 0)),
-                            emitter=self.emitter, seq=batch_id, emitted_at=now)
-                for r in rows]
+        out: list[AuditRecord | Ranges] = []
+        for r in rows:
+            if r["kind"] == "ranges":
+                out.append(Ranges(
+                    tier=self.tier, origin=r["origin"], origin_incarnation=r["incarnation"],
+                    emitter=self.emitter, incarnation=self.incarnation, seq=batch_id,
+                    emitted_at=now, through=int(r["through"]),
+                    missing=json.loads(r["missing"]), missing_total=int(r["missing_total"]),
+                    missing_truncated=bool(r["missing_truncated"])))
+                continue
+            n, dups = int(r["n"]), int(r["duplicates"])
+            known = int(r["unnumbered"]) == 0
+            out.append(AuditRecord(
+                tier=self.tier, origin=r["origin"], topic=r["topic"],
+                window_start=int(r["window_start"]), window_ms=self.window_ms, count=n,
+                bytes=int(r["bytes"] or 0),
+                checksum=combine_halves(int(r["lo"] or 0), int(r["hi"] or 0)),
+                emitter=self.emitter, seq=batch_id, emitted_at=now,
+                distinct=n - dups if known else None, duplicates=dups if known else None,
+                incarnation=self.incarnation))
+        return out
 
     def send(self, encoded: list[tuple[bytes, bytes]]) -> None:
         """Deliver every (key, value) or raise: the batch then fails and runs again."""
@@ -193,13 +253,28 @@ class AuditWriter:
         self.producer.flush(30)
 
 
+def incarnation_of(checkpoint_dir: Path) -> str:
+    """The job's incarnation: created once with its checkpoint (a new checkpoint starts its
+    batch ids, the records' ``seq``, at 0 again)."""
+    path = Path(checkpoint_dir) / "incarnation"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        value = f"{int(time.time() * 1000)}-{os.urandom(4).hex()}"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(value + "\n")
+        tmp.replace(path)
+        return value
+
+
 def emit_batch(writer: AuditWriter) -> Callable:
     """The ``foreachBatch`` function: the changed groups of one trigger → the audit topic."""
     def run(batch_df, batch_id: int) -> None:
         rows = batch_df.collect()
         records = writer.records(rows, batch_id)
         writer.send([r.encode() for r in records])
-        log.info("batch %d: %d count record(s) written for tier %s", batch_id, len(records),
+        log.info("batch %d: %d audit record(s) written for tier %s", batch_id, len(records),
                  writer.tier)
     return run
 

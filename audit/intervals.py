@@ -1,0 +1,112 @@
+"""Sets of record numbers as sorted, disjoint, non-adjacent intervals, in numpy.
+
+What a tier has seen of one origin's numbers (``docket-seq``) is almost always "0 to N, less a
+few gaps": kept as intervals, it costs memory per gap, not per record. ``add`` takes a batch of
+numbers (any order, repeats allowed) and says which of them were seen before — in the set, or
+earlier in the same batch — so the caller can count duplicates where they belong.
+
+Light on purpose (numpy only): the Spark jobs run it in their Python workers, and the tests run
+it without Spark.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_EMPTY = np.empty(0, np.int64)
+
+
+class IntervalSet:
+    __slots__ = ("starts", "ends")
+
+    def __init__(self, starts: np.ndarray = _EMPTY, ends: np.ndarray = _EMPTY):
+        self.starts = np.asarray(starts, np.int64)      # inclusive
+        self.ends = np.asarray(ends, np.int64)          # inclusive
+
+    def __len__(self) -> int:
+        """How many numbers the set holds."""
+        return int((self.ends - self.starts + 1).sum())
+
+    @property
+    def intervals(self) -> int:
+        return len(self.starts)
+
+    @property
+    def through(self) -> int:
+        """The highest number in the set, -1 when empty."""
+        return int(self.ends[-1]) if len(self.ends) else -1
+
+    def contains(self, numbers: np.ndarray) -> np.ndarray:
+        """A boolean per number: is it in the set?"""
+        numbers = np.asarray(numbers, np.int64)
+        if not len(self.starts):
+            return np.zeros(len(numbers), bool)
+        i = np.searchsorted(self.starts, numbers, side="right") - 1
+        inside = i >= 0
+        inside[inside] = numbers[inside] <= self.ends[i[inside]]
+        return inside
+
+    def add(self, numbers: np.ndarray) -> np.ndarray:
+        """Add ``numbers``; returns, per number in the order given, True when it was already
+        seen (in the set, or earlier in ``numbers``): a duplicate."""
+        numbers = np.asarray(numbers, np.int64)
+        if not len(numbers):
+            return np.zeros(0, bool)
+        order = np.argsort(numbers, kind="stable")
+        s = numbers[order]
+        first = np.empty(len(s), bool)
+        first[0] = True
+        np.not_equal(s[1:], s[:-1], out=first[1:])
+        seen = self.contains(s)
+        dup_sorted = ~first | seen
+        dup = np.empty(len(s), bool)
+        dup[order] = dup_sorted
+        fresh = s[~dup_sorted]
+        if len(fresh):
+            self._merge(*_runs(fresh))
+        return dup
+
+    def _merge(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Union with disjoint intervals ``starts``/``ends`` (sorted)."""
+        a = np.concatenate([self.starts, starts])
+        b = np.concatenate([self.ends, ends])
+        order = np.argsort(a, kind="stable")
+        a, b = a[order], b[order]
+        reach = np.maximum.accumulate(b)
+        # A new interval begins where the start is past everything before it by more than 1.
+        begins = np.empty(len(a), bool)
+        begins[0] = True
+        np.greater(a[1:], reach[:-1] + 1, out=begins[1:])
+        idx = np.flatnonzero(begins)
+        self.starts = a[idx]
+        self.ends = reach[np.r_[idx[1:] - 1, len(a) - 1]]
+
+    def missing(self, limit: int) -> tuple[list[list[int]], int]:
+        """The numbers from 0 to ``through`` not in the set: at most ``limit`` inclusive ranges,
+        smallest first, and how many numbers are missing in all."""
+        if not len(self.starts):
+            return [], 0
+        gap_starts = np.r_[0, self.ends[:-1] + 1]
+        gap_ends = self.starts - 1
+        keep = gap_ends >= gap_starts
+        gap_starts, gap_ends = gap_starts[keep], gap_ends[keep]
+        total = int((gap_ends - gap_starts + 1).sum())
+        return np.stack([gap_starts[:limit], gap_ends[:limit]], 1).tolist(), total
+
+    def to_bytes(self) -> bytes:
+        return np.stack([self.starts, self.ends], 1).astype("<i8").tobytes()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | None) -> IntervalSet:
+        if not raw:
+            return cls()
+        pairs = np.frombuffer(raw, "<i8").reshape(-1, 2)
+        return cls(pairs[:, 0].copy(), pairs[:, 1].copy())
+
+
+def _runs(sorted_unique: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive runs of sorted distinct numbers, as (starts, ends)."""
+    breaks = np.flatnonzero(np.diff(sorted_unique) != 1)
+    starts = sorted_unique[np.r_[0, breaks + 1]]
+    ends = sorted_unique[np.r_[breaks, len(sorted_unique) - 1]]
+    return starts, ends
