@@ -44,6 +44,10 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--starting-offsets", default="earliest", choices=("earliest", "latest"),
                    help="where a job without a checkpoint starts")
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument("--no-identity", action="store_true",
+                   help="count without record identity: plain per-window counts, no number "
+                   "sets in the state; distinct and duplicates are reported unknown (null) "
+                   "and no ranges records are written")
     p.add_argument("--kafka-option", action="append", default=[], metavar="NAME=VALUE",
                    help="a Kafka client property for the source and the audit producer "
                    "(repeatable), e.g. security.protocol=SASL_SSL")
@@ -102,7 +106,7 @@ def _job_options(args, default_ckpt: Path):
         audit_bootstrap_servers=args.audit_bootstrap_servers, topics=args.topics,
         window_ms=args.window_ms, trigger_s=args.trigger_s, once=args.once,
         checkpoint_dir=args.checkpoint_dir or default_ckpt, master=args.master,
-        starting_offsets=args.starting_offsets,
+        starting_offsets=args.starting_offsets, identity=not args.no_identity,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         kafka_options=_pairs(args.kafka_option, "--kafka-option"),
         spark_conf=_pairs(args.spark_conf, "--spark-conf"))

@@ -26,6 +26,7 @@ from .spark import (
     AuditWriter,
     JobOptions,
     count_by_window,
+    count_plain,
     emit_batch,
     kafka_stream,
     make_progress_listener,
@@ -71,7 +72,8 @@ def _start_counting(rows, name: str, writer: AuditWriter, opts: JobOptions):
     """The counting query both jobs run: ``rows`` (topic, timestamp, value, origin,
     incarnation, seq) counted per (topic, window, origin) with their record numbers, the
     changed groups and number spaces written to the audit topic each trigger."""
-    return (count_by_window(rows, opts.window_ms)
+    counting = count_by_window if opts.identity else count_plain
+    return (counting(rows, opts.window_ms)
             .writeStream.queryName(name).outputMode("update")
             .option("checkpointLocation", str(opts.checkpoint_dir / "count"))
             .foreachBatch(emit_batch(writer))

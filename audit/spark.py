@@ -65,6 +65,7 @@ class JobOptions:
     master: str = "local[*]"
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
+    identity: bool = True                           # number sets; False: plain counts
     kafka_options: dict | None = None               # passed as kafka.<name>
     spark_conf: dict | None = None
 
@@ -150,6 +151,29 @@ TALLY_SCHEMA = ("kind STRING, origin STRING, topic STRING, window_start LONG, n 
 TALLY_STATE = "windows STRING, spaces STRING"
 
 
+def count_plain(df, window_ms: int):
+    """Counts without identity (``--no-identity``): one SQL aggregation per (topic, window,
+    origin), in ``TALLY_SCHEMA`` rows whose records are all taken as unnumbered."""
+    from pyspark.sql import functions as F
+
+    value = F.coalesce(F.col("value"), F.lit(b"").cast("binary"))
+    h = F.xxhash64(value)
+    return (df
+            .withColumn("window_start",
+                        F.expr(f"div(unix_millis(timestamp), {window_ms}) * {window_ms}"))
+            .groupBy("topic", "window_start", "origin")
+            .agg(F.count(F.lit(1)).alias("n"),
+                 F.sum(F.length(value).cast("long")).alias("bytes"),
+                 F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+                 F.sum(F.shiftrightunsigned(h, 32)).alias("hi"))
+            .select(F.lit("count").alias("kind"), "origin", "topic", "window_start", "n",
+                    "bytes", "lo", "hi", F.lit(0).cast("long").alias("duplicates"),
+                    F.col("n").alias("unnumbered"), F.lit("").alias("incarnation"),
+                    F.lit(0).cast("long").alias("through"), F.lit("").alias("missing"),
+                    F.lit(0).cast("long").alias("missing_total"),
+                    F.lit(False).alias("missing_truncated")))
+
+
 def count_by_window(df, window_ms: int):
     """Per origin, the changed (topic, window) tallies and number spaces (rows of
     ``TALLY_SCHEMA``, ``kind`` = count or ranges); ``df`` has topic, timestamp, value, origin,
@@ -172,12 +196,15 @@ def count_by_window(df, window_ms: int):
 def tally_origin(key, frames, state):
     """The stateful step of one origin (runs in a Python worker): add a batch's records to
     its window tallies and number sets; yield what changed."""
+    import pandas as pd
+
     from .tally import OriginTally
 
     tally = OriginTally.load(*(state.get if state.exists else (None, None)))
     out = tally.add_frames(key[0], frames)
-    state.update(tally.dump())
-    yield out
+    dumped = tally.dump()
+    state.update(dumped)
+    yield pd.concat([out, tally.state_row(key[0], dumped)], ignore_index=True)
 
 
 class AuditWriter:
@@ -198,6 +225,8 @@ class AuditWriter:
         now = int(time.time() * 1000)
         out: list[AuditRecord | Ranges] = []
         for r in rows:
+            if r["kind"] == "state":
+                continue                  # the state's size, logged by emit_batch
             if r["kind"] == "ranges":
                 out.append(Ranges(
                     tier=self.tier, origin=r["origin"], origin_incarnation=r["incarnation"],
@@ -273,6 +302,12 @@ def emit_batch(writer: AuditWriter) -> Callable:
     def run(batch_df, batch_id: int) -> None:
         rows = batch_df.collect()
         records = writer.records(rows, batch_id)
+        sizes = [r for r in rows if r["kind"] == "state"]
+        if sizes:
+            log.info("state after batch %d: %s", batch_id, json.dumps({
+                "origins": len(sizes), "windows": sum(int(r["n"]) for r in sizes),
+                "intervals": sum(int(r["through"]) for r in sizes),
+                "bytes": sum(int(r["bytes"]) for r in sizes)}))
         writer.send([r.encode() for r in records])
         log.info("batch %d: %d audit record(s) written for tier %s", batch_id, len(records),
                  writer.tier)

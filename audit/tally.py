@@ -81,6 +81,16 @@ class OriginTally:
                          json.dumps(missing), total, total > sum(b - a + 1 for a, b in missing)])
         return pd.DataFrame(rows, columns=COLUMNS)
 
+    def state_row(self, origin: str, dumped: tuple[str, str]):
+        """A ``kind`` = state row: windows (n), intervals (through) and bytes of the state
+        (the origin's state after this batch; logged by the job, not an audit record)."""
+        import pandas as pd
+
+        intervals = sum(iv.intervals for iv in self.spaces.values())
+        return pd.DataFrame([["state", origin, "", 0, len(self.windows),
+                              len(dumped[0]) + len(dumped[1]), 0, 0, 0, 0, "", intervals, "",
+                              0, False]], columns=COLUMNS)
+
     def size(self) -> dict:
         """What the state holds: windows, number spaces, intervals, bytes."""
         windows, spaces = self.dump()

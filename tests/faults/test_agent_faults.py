@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -16,7 +17,10 @@ import pytest
 
 from agent.buffer.inspect import inspect_pool
 from agent.drain.drain import MAX_INFLIGHT_SLOTS
+from audit.collect import read_audit_topic
+from broker.admin import ensure_audit_topic
 from tests.agentkit import consume_counts
+from tests.auditkit import AuditJob
 from tests.integration.test_agent_end_to_end import (
     file_decisions,
     parse_id,
@@ -38,7 +42,27 @@ def in_flight_ids(pool_path: Path) -> list[int]:
 @pytest.mark.slow
 def test_sigkill_five_times_loses_nothing_and_duplicates_only_in_flight_slots(
         kafka, tmp_path, topic_name):
-    sigkill_run(kafka, tmp_path, topic_name, kills=5, total=1_000_000, rate=100_000)
+    figures = sigkill_run(kafka, tmp_path, topic_name, kills=5, total=1_000_000, rate=100_000)
+    # The cluster tier (the Spark count job over the same topic) says the same by record
+    # number: its duplicates are the duplicates counted by id, and nothing is missing.
+    audit_topic = f"{topic_name}.audit"
+    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
+    job = AuditJob(["count", "--cluster", "kafka-local", "--bootstrap-servers",
+                    kafka.bootstrap_servers, "--audit-topic", audit_topic,
+                    "--topics", re.escape(topic_name), "--once",
+                    "--checkpoint-dir", str(tmp_path / "ckpt")], tmp_path / "count.log").start()
+    assert job.wait(600) == 0, job.log_text()
+    state = read_audit_topic(kafka.bootstrap_servers, audit_topic)
+    counts = [r for r in state.counts.values() if r.tier == "kafka-local"]
+    [numbers] = [r for r in state.ranges.values() if r.tier == "kafka-local"]
+    cluster = {"records": sum(r.count for r in counts),
+               "distinct": sum(r.distinct for r in counts),
+               "duplicates": sum(r.duplicates for r in counts),
+               "through": numbers.through, "missing": numbers.missing}
+    print(json.dumps({"cluster_tier": cluster}))
+    assert cluster == {"records": 1_000_000 + figures["duplicates"], "distinct": 1_000_000,
+                       "duplicates": figures["duplicates"],
+                       "through": figures["numbers"] - 1, "missing": []}, (cluster, figures)
 
 
 @pytest.mark.soak

@@ -97,6 +97,8 @@ class FakeProducer:
         if len(self) >= self.max_messages:
             raise BufferError("Local: Queue full")
         self.produced.append(value)
+        # librdkafka copies the headers at produce(): the caller may reuse its list.
+        headers = list(headers) if headers is not None else None
         self.queued.append(_Msg(topic, value, key, timestamp, headers, on_delivery or callback))
 
     def poll(self, timeout: float = 0) -> int:
