@@ -93,7 +93,7 @@ def _locate(args) -> int:
             where = "a socket source"
         else:
             where = (f"{run['path']} (inode {run['ino']}, source {run['source_id']}) bytes "
-                     f"{run['start']}-{run['end']}")
+                     f"[{run['start']}, {run['end']})")
             if not run["exact"]:
                 where += " (somewhere in: the slot was found at start; its runs were not stored)"
         print(f"  {a}-{b}  topic {run['topic']}: {where}, sealed {when}")
