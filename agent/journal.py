@@ -48,6 +48,15 @@ class LossJournal:
         self._lock = threading.Lock()
         self._on_record = on_record      # the audit emitter: drops per (topic, window)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        size = os.fstat(self._fd).st_size
+        if size:                          # a line a crash cut short: end it, so the next
+            with open(path, "rb") as f:   # entry starts on a line of its own
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    os.write(self._fd, b"\n")
+                    os.fsync(self._fd)
+        # The record numbers journalled, kept in memory (the audit asks every round).
+        self._numbers = [tuple(e["records"]) for e in self.entries() if e.get("records")]
 
     def record(self, reason: str, topic: str, events: int, *, nbytes: int = 0,
                source: str = "", byte_range: tuple[int, int] | None = None,
@@ -62,6 +71,8 @@ class LossJournal:
         with self._lock:
             os.write(self._fd, line)
             os.fsync(self._fd)
+            if records:
+                self._numbers.append(tuple(records))
         self.metrics.dropped(reason, topic, max(events, 0), intentional=reason in INTENTIONAL,
                              nbytes=nbytes)
         self.metrics.inc("agent_loss_journal_entries_total", reason=reason, topic=topic,
@@ -71,7 +82,8 @@ class LossJournal:
 
     def dropped_numbers(self) -> list[list[int]]:
         """The record-number ranges journalled, sorted and merged (inclusive pairs)."""
-        ranges = sorted(tuple(e["records"]) for e in self.entries() if e.get("records"))
+        with self._lock:
+            ranges = sorted(self._numbers)
         out: list[list[int]] = []
         for a, b in ranges:
             if out and a <= out[-1][1] + 1:
@@ -81,8 +93,17 @@ class LossJournal:
         return out
 
     def entries(self) -> list[dict]:
+        """Every entry; a line a crash cut short (no newline, not JSON) is skipped."""
+        out = []
         with open(self.path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    out.append(entry)
+        return out
 
     def close(self) -> None:
         os.close(self._fd)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from .errors import MalformedRecord
-from .record import AuditRecord, Progress, Ranges, combined, parse
+from .record import PRODUCER_TIER, AuditRecord, Progress, Ranges, combined, parse
 
 log = logging.getLogger("docket.audit.collect")
 
@@ -55,9 +55,15 @@ class AuditState:
         return rec
 
     def by_tier(self) -> dict[str, dict[tuple[str, int, str], AuditRecord]]:
-        """tier → (topic, window_start, origin) → the record; an emitter's incarnations are
-        summed (an agent whose state was lost counts on from 0 under a new one). One emitter
-        per (tier, origin) is the contract: emitters are not summed."""
+        """tier → (topic, window_start, origin) → the record. One emitter per (tier, origin)
+        is the contract: emitters are not summed (the newest emitter wins).
+
+        Incarnations: an agent's are summed — its counts live in its state, so a new
+        incarnation (state lost) counts on from 0 and its counts add to the old ones'. A
+        record without an incarnation (an agent before incarnations) is superseded, not
+        summed, by an incarnation's record with a higher ``seq``: the audit ``seq`` survived,
+        so it is the same state, counted on. A Spark tier counts again from Kafka under a new
+        incarnation (a new checkpoint), so only its newest incarnation is taken."""
         groups: dict[tuple, dict[str, list]] = {}
         for rec in self.counts.values():
             at = groups.setdefault((rec.tier, rec.topic, rec.window_start, rec.origin), {})
@@ -65,8 +71,19 @@ class AuditState:
         out: dict[str, dict] = {}
         for (tier, topic, window, origin), emitters in groups.items():
             newest = max(emitters.values(), key=lambda recs: max(r.emitted_at for r in recs))
-            out.setdefault(tier, {})[(topic, window, origin)] = combined(newest)
+            out.setdefault(tier, {})[(topic, window, origin)] = combined(_current(newest))
         return out
+
+
+def _current(records: list[AuditRecord]) -> list[AuditRecord]:
+    """The records of one emitter's incarnations that count (see ``AuditState.by_tier``)."""
+    if len(records) == 1:
+        return records
+    if records[0].tier != PRODUCER_TIER:
+        return [max(records, key=lambda r: (r.emitted_at, r.seq))]
+    known = [r for r in records if r.incarnation]
+    top = max((r.seq for r in known), default=-1)
+    return known + [r for r in records if not r.incarnation and r.seq >= top]
 
 
 def read_audit_topic(bootstrap: str, topic: str, state: AuditState | None = None,

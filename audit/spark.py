@@ -136,7 +136,10 @@ def with_origin(df):
         return F.expr(f"get(filter(headers, h -> h.key = '{name}'), 0).value")
 
     seq = header(SEQ_HEADER)
-    number = F.when(F.length(seq) == 8, F.conv(F.hex(seq), 16, 10).cast("long"))
+    # try_cast: a number of 2^63 or more (not one docket gives) is "no number", not an error
+    number = F.when(F.length(seq) == 8,
+                    F.expr(f"try_cast(conv(hex(get(filter(headers, h -> h.key = "
+                           f"'{SEQ_HEADER}'), 0).value), 16, 10) as bigint)"))
     return (df.withColumn("origin", F.coalesce(header(ORIGIN_HEADER).cast("string"),
                                                F.lit(NO_ORIGIN)))
             .withColumn("incarnation", F.coalesce(header(INCARNATION_HEADER).cast("string"),

@@ -406,6 +406,7 @@ class BufferPool:
             if slot.meta.first_record is None:
                 meta = dataclasses.replace(slot.meta, first_record=self._take_records(
                     slot.record_count))
+                self.spill.renumber(meta)         # the same numbers at every later start
                 self._sealed[seq] = self._spilled_slot(meta)
         if sealed_seqs:
             last = next(reversed(self._sealed))
@@ -438,6 +439,8 @@ class BufferPool:
         blob = self._mm[ho:ho + L.SLOT_HEADER_BYTES].tobytes() \
             + self._mm[o:o + g.slot_bytes].tobytes()
         seq = int(self._hdr[index]["seq"])
+        if meta is not None:              # its numbers were given: never give them again
+            self._next_record = max(self._next_record, meta.first_record + meta.record_count)
         self.ops.write_file(self.quarantine_dir / f"slot-{index:06d}-seq-{seq}.bin", blob)
         self._hdr[index]["state"] = L.FREE
         self.counters["slots_quarantined"] += 1
@@ -619,11 +622,13 @@ class BufferPool:
         if self.oversize == "drop":
             result.dropped += 1
             self.counters["oversize_dropped"] += 1
-            number = self._next_record        # the line keeps a number: the count stays dense
+            # The line keeps a number, so the numbers stay dense. Taken before the journal
+            # entry: a crash between the two leaves a hole no entry explains — reported as the
+            # loss it is — rather than a journalled number given again to another line.
+            number = self._take_records(1)
             self._report(DropEvent("oversize_dropped", topic, 1,
                                    f"a {length}-byte line over the {limit}-byte record limit",
                                    first_record=number))
-            self._take_records(1)
             return True
         if self.oversize == "truncate":
             pieces = [(start, limit)]

@@ -78,6 +78,17 @@ class SpillStore:
         self._metas[meta.seq] = meta
         return True
 
+    def renumber(self, meta: SlotMeta) -> None:
+        """Write a spilled slot again with ``meta`` (its numbers, given at recovery to a slot
+        spilled before records had numbers), so the next start finds the same numbers."""
+        payload = self.load(meta.seq)
+        head = json.dumps(asdict(meta)).encode()
+        blob = _PREFIX.pack(SPILL_MAGIC, SPILL_VERSION, len(head)) + head + \
+            snappy.compress(payload)
+        self.ops.write_file(self._path(meta.seq), blob)
+        self._sizes[meta.seq] = len(blob)
+        self._metas[meta.seq] = meta
+
     def metas(self) -> list[SlotMeta]:
         return list(self._metas.values())
 

@@ -157,7 +157,7 @@ class SlotSend:
 
     __slots__ = ("slot", "drain", "total", "dead_records", "retry", "alone", "alone_out",
                  "pending", "payload", "blocks", "bi", "ri", "handed", "retired", "_originals",
-                 "_left_out")
+                 "_left_out", "_covered")
 
     def __init__(self, slot: SealedSlot, drain: Drain, previous: SlotSend | None = None):
         self.slot = slot
@@ -171,6 +171,7 @@ class SlotSend:
         self.handed = 0                         # the drain's hand-over number of the last record
         self.retired = False
         self._originals: dict | None = None     # (value, key) → [(timestamp, headers)]
+        self._covered: collections.Counter = collections.Counter()   # reports to skip
         if previous is None:
             self.dead_records: list[Record] = []
             # The records as plain lists, so the send loop does no numpy work per record.
@@ -206,8 +207,11 @@ class SlotSend:
         if err is None or self.retired:
             return                                  # successes are counted in bulk
         value, key = msg.value(), msg.key()
-        ts, headers = self._original(value, key)
-        self.drain.failed(self, (msg.topic(), value, key, ts, headers), err)
+        if self._covered[(value, key)]:             # already sent again with its twins
+            self._covered[(value, key)] -= 1
+            return
+        for ts, headers in self._originals_of(value, key):
+            self.drain.failed(self, (msg.topic(), value, key, ts, headers), err)
 
     def ack_record(self, record: Record, err, msg) -> None:
         """The report of a record sent again: it knows its record (resends are few)."""
@@ -224,13 +228,26 @@ class SlotSend:
         else:
             self.drain.took_alone(record[0])
 
+    def _originals_of(self, value: bytes, key: bytes | None) -> list[tuple[int, list | None]]:
+        """The records a failed report may be about: one, or — when the slot holds the same
+        value and key more than once, under other numbers or times, not yet reported — all of
+        them. A report in error carries no headers, so it cannot say which twin failed: every
+        twin goes again (a twin that had arrived arrives twice, the same record twice), and
+        the twins' own failed reports, if they come, are skipped. Never a twin's number
+        swapped for another's."""
+        first = self._original(value, key)
+        twins = self._originals.get((value, key)) or []
+        if not twins:
+            return [first]
+        self._originals[(value, key)] = []
+        self._covered[(value, key)] += len(twins)
+        return [first, *twins]
+
     def _original(self, value: bytes, key: bytes | None) -> tuple[int, list | None]:
         """A report in error carries neither the timestamp nor the headers (librdkafka gives
         none for a failed message; seen: timestamp type 0, -1): find them in the slot. A
         record fails here at most once (its resend reports through ``ack_record``), so each
-        entry is taken once. Records with the same value and key but another time or headers
-        could be swapped (and their record numbers with them); the multiset sent is still the
-        slot's."""
+        entry is taken once."""
         if self._originals is None:
             self._originals = {}
             payload = self.payload

@@ -207,3 +207,24 @@ def test_ranges_keep_the_newest_per_number_space():
     state.add(ranges(seq=1, origin_incarnation="2-b", through=3, missing=[]).encode()[1])
     spaces = {r.origin_incarnation: (r.through, r.missing) for r in state.ranges.values()}
     assert spaces == {"1-a": (20, []), "2-b": (3, [])}
+
+
+def test_records_from_before_incarnations_are_superseded_by_the_same_state_not_added():
+    """An agent upgraded: its state (and audit seq) survive, its records now carry an
+    incarnation. The window's newer record replaces the old one."""
+    state = AuditState()
+    state.add(record(seq=40, count=100).encode()[1])                       # no incarnation
+    state.add(record(seq=41, count=120, distinct=120, duplicates=0,
+                     incarnation="1-a").encode()[1])
+    [got] = state.by_tier()["producer"].values()
+    assert got.count == 120
+
+
+def test_a_spark_tier_takes_its_newest_incarnation_only():
+    """A new checkpoint counts again from Kafka: adding it to the old one would double."""
+    state = AuditState()
+    for inc, at in (("1-a", 100), ("2-b", 200)):
+        state.add(record(tier="kafka-local", emitter="kafka-local/count", seq=3, count=50,
+                         incarnation=inc, emitted_at=at).encode()[1])
+    [got] = state.by_tier()["kafka-local"].values()
+    assert got.count == 50 and got.incarnation == "2-b"

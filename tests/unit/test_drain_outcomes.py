@@ -168,3 +168,24 @@ def test_a_slot_sent_again_after_rebuilds_leaves_out_only_its_dead_lettered_reco
     assert drain.metrics.get("agent_drain_sent_events_total") == 31
     drain.close()
     pool.close()
+
+
+def test_a_failed_record_with_a_twin_in_its_slot_never_takes_the_twins_number(tmp_path):
+    """A failed report carries no headers: when the slot holds the same value twice (numbers 5
+    and 20), the report cannot say which of them failed. Both go again — a twin that had arrived
+    arrives twice under its own number — and no number goes missing."""
+    lines = _events(30)
+    lines[20] = lines[5]
+    drain, pool, kafka, frees, _time_of = _slot(tmp_path, lines)
+    kafka.script(b"event 5", RETRIABLE)              # the first hand-over of the value fails
+    _pump(drain, pool)
+    for _ in range(3):
+        drain.pump()
+    assert len(frees) == 1 and not pool.sealed()
+    numbers = {}
+    for _topic, value, _key, _ts, headers in kafka.log:
+        numbers.setdefault(int.from_bytes(dict(headers)["docket-seq"], "big"), set()).add(value)
+    assert sorted(numbers) == list(range(30))       # number 5 is not lost to number 20
+    assert numbers[5] == numbers[20] == {b"event 5"}
+    drain.close()
+    pool.close()

@@ -250,3 +250,76 @@ def test_a_lost_state_starts_a_new_incarnation(tmp_path):
     assert db.identity() == (inc, 500)
     other = StateDB(tmp_path / "two.db")
     assert other.identity()[0] != inc
+
+
+def test_a_slot_spilled_before_numbering_gets_its_numbers_once_for_good(tmp_path):
+    """A spill file without ``first_record`` (written by an agent before record numbers) is
+    numbered at recovery and written again: every later start finds the same numbers."""
+    import json as _json
+    import struct
+
+    import snappy
+
+    spill = tmp_path / "spill"
+    pool = _pool(tmp_path, spill_dir=spill, spill_max_bytes=1 << 20)
+    n = 0
+    while not list(spill.glob("*.spill")):
+        n += pool.append("t", chunk_of(range(n, n + 40))).records
+    pool.seal_all()
+    pool.close()
+    for path in spill.glob("*.spill"):                  # as an older agent wrote them
+        blob = path.read_bytes()
+        magic, version, head_len = struct.unpack_from("<8sII", blob)
+        head = _json.loads(blob[16:16 + head_len])
+        del head["first_record"]
+        new_head = _json.dumps(head).encode()
+        path.write_bytes(struct.pack("<8sII", magic, version, len(new_head)) + new_head
+                         + blob[16 + head_len:])
+        assert snappy.decompress(blob[16 + head_len:])
+    seen = []
+    for _ in range(3):
+        again = _pool(tmp_path, spill_dir=spill, spill_max_bytes=1 << 20)
+        seen.append(sorted(_numbered(again).items()))
+        again.close()
+    assert seen[0] == seen[1] == seen[2]
+    numbers = [k for k, _ in seen[0]]
+    assert len(numbers) == len(set(numbers)) == n
+
+
+def test_a_quarantined_slots_numbers_are_never_given_again(tmp_path):
+    """The file header's count lags the seal (as after a crash just after the state byte);
+    the slot's payload is torn: it is quarantined and its numbers journalled — and the next
+    numbers start after them."""
+    drops = []
+    pool = _pool(tmp_path)
+    pool.append("t", chunk_of(range(10)))
+    pool.seal("t")
+    slot = pool.sealed()[0]
+    pool.close()
+    with open(tmp_path / "pool", "r+b") as f:
+        header = np.frombuffer(f.read(L.FILE_HEADER.itemsize), L.FILE_HEADER).copy()
+        header[0]["next_record"] = 0
+        f.seek(0)
+        f.write(header.tobytes())
+        f.seek(pool.geometry.slot_offset(slot.index) + 8)
+        f.write(b"\xff" * 16)                            # the payload no longer fits its CRC
+    again = _pool(tmp_path, on_drop=drops.append)
+    assert [(d.reason, d.first_record, d.records) for d in drops] == [("corrupt", 0, 10)]
+    assert again.next_record == 10
+    again.close()
+
+
+def test_a_cut_journal_line_neither_stops_the_journal_nor_hides_numbers(tmp_path):
+    from agent.journal import LossJournal
+    from agent.telemetry import Metrics
+
+    path = tmp_path / "loss-journal.jsonl"
+    journal = LossJournal(path, Metrics())
+    journal.record("buffer_full", "t", 5, records=(10, 14))
+    journal.close()
+    with open(path, "a") as f:
+        f.write('{"ts_ms": 1, "reason": "kafka_x", "rec')     # a crash mid-write
+    journal = LossJournal(path, Metrics())
+    journal.record("kafka_msg_size_too_large", "t", 1, records=(15, 15))
+    assert journal.dropped_numbers() == [[10, 15]]
+    assert len(journal.entries()) == 2
