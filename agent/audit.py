@@ -1,14 +1,14 @@
 """The producer tier of the audit: what this agent accepted, per (topic, event-time window).
 
 Counted when a slot is sealed (the moment the agent owns the events), from the slot itself:
-records, value bytes, the XXH64 checksum (``audit.record``) and late events (read after their
-window had ended). Events the agent then fails to deliver on purpose or by error (dead-lettered,
-dropped from a full pool) are taken out of ``count`` again and shown under ``dropped`` with their
-reason; drops of events never counted (oversized lines) only add to ``dropped``. A loss of
-unknown size (a file deleted or truncated before it was read: the loss journal knows its bytes,
-not its events) adds one to ``dropped_unknown[reason]`` of the window it was found in. So
-``count`` is what Kafka should hold, and ``dropped_unknown`` says where it may be short of what
-the applications wrote.
+records, value bytes, the XXH64 checksum (``audit.contract.record``) and late events (read after
+their window had ended). Events the agent then fails to deliver on purpose or by error
+(dead-lettered, dropped from a full pool) are taken out of ``count`` again and shown under
+``dropped`` with their reason; drops of events never counted (oversized lines) only add to
+``dropped``. A loss of unknown size (a file deleted or truncated before it was read: the loss
+journal knows its bytes, not its events) adds one to ``dropped_unknown[reason]`` of the window it
+was found in. So ``count`` is what Kafka should hold, and ``dropped_unknown`` says where it may be
+short of what the applications wrote.
 
 Durability: the tallies of sealed slots are written to the state database in the same
 transaction as the file checkpoints they belong to, together with the pool sequence number of
@@ -37,8 +37,8 @@ import numpy as np
 from apscheduler.schedulers.background import BackgroundScheduler
 from confluent_kafka import Producer
 
-from audit.delivery import deliver
-from audit.record import (
+from audit.contract.delivery import deliver
+from audit.contract.record import (
     PRODUCER_TIER,
     AuditRecord,
     Ranges,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from broker.cluster import docket_state_dir
 
-from .errors import AuditError
+from .contract.errors import AuditError
 
 EXIT_USAGE = 64
 
@@ -113,7 +113,7 @@ def _job_options(args, default_ckpt: Path):
 
 
 def _show(args) -> int:
-    from .collect import read_audit_topic
+    from .contract.collect import read_audit_topic
 
     state = read_audit_topic(args.bootstrap_servers, args.audit_topic)
     rows = sorted(state.counts.values(), key=lambda r: (r.topic, r.window_start, r.origin,

@@ -2,7 +2,7 @@
 
 Counting: Spark SQL computes per record its window, value length and the checksum terms (the
 low and the high 32 bits of ``xxhash64(value)``, summed apart so no long overflows; the driver
-joins the halves, ``audit.record.combine_halves``), and reads its identity from the headers
+joins the halves, ``audit.contract.record.combine_halves``), and reads its identity from the headers
 (``docket-origin``, ``docket-incarnation``, ``docket-seq``). Then one stateful step per origin
 (``applyInPandasWithState``, update mode, no watermark, so however late a record comes it is
 counted) keeps:
@@ -37,9 +37,9 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
 
-from .delivery import deliver
-from .errors import AuditError
-from .record import AuditRecord, Progress, Ranges, combine_halves
+from .contract.delivery import deliver
+from .contract.errors import AuditError
+from .contract.record import AuditRecord, Progress, Ranges, combine_halves
 
 log = logging.getLogger("docket.audit")
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .contract.record import MAX_RANGES
 from .intervals import IntervalSet
-from .record import MAX_RANGES
 
 COLUMNS = ["kind", "origin", "topic", "window_start", "n", "bytes", "lo", "hi", "duplicates",
            "unnumbered", "incarnation", "through", "missing", "missing_total",

@@ -11,8 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from audit.collect import AuditState, read_audit_topic
-from audit.record import value_hash
+from audit.contract.collect import AuditState, read_audit_topic
+from audit.contract.record import value_hash
 from tests.agentkit import BIN
 
 WINDOW_MS = 600_000

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from confluent_kafka import Producer  # noqa: E402
 
-from audit.collect import read_audit_topic  # noqa: E402
+from audit.contract.collect import read_audit_topic  # noqa: E402
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics  # noqa: E402
 from tests.auditkit import AuditJob  # noqa: E402
 from tests.kafkautil import bench_kafka  # noqa: E402

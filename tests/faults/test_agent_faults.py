@@ -17,7 +17,7 @@ import pytest
 
 from agent.buffer.inspect import inspect_pool
 from agent.drain.drain import MAX_INFLIGHT_SLOTS
-from audit.collect import read_audit_topic
+from audit.contract.collect import read_audit_topic
 from broker.admin import ensure_audit_topic
 from tests.agentkit import consume_counts
 from tests.auditkit import AuditJob

@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 from confluent_kafka import Producer
 
-from audit.collect import read_audit_topic
+from audit.contract.collect import read_audit_topic
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from tests.auditkit import (
     WINDOW_MS,

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from audit.collect import read_audit_topic
+from audit.contract.collect import read_audit_topic
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from tests.agentkit import AgentProcess, write_config
 from tests.auditkit import AuditJob, known_stream, tier_counts, truth

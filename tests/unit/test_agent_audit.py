@@ -9,7 +9,7 @@ from agent.audit import AuditEmitter, tally_slot
 from agent.buffer import BufferPool, Chunk
 from agent.state import StateDB
 from agent.telemetry import Metrics
-from audit.record import value_hash
+from audit.contract.record import value_hash
 
 WINDOW = 600_000
 NOW = 1_800_000_000_000

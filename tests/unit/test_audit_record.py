@@ -7,9 +7,9 @@ import json
 import pytest
 import xxhash
 
-from audit.collect import AuditState
-from audit.errors import MalformedRecord
-from audit.record import (
+from audit.contract.collect import AuditState
+from audit.contract.errors import MalformedRecord
+from audit.contract.record import (
     MAX_RANGES,
     MAX_RECORD_BYTES,
     AuditRecord,

@@ -1,0 +1,9 @@
+"""The audit contract: what every tier shares, and all an agent host needs of ``audit/``.
+
+- ``record``: the audit record, its key, its checksum, parsing (DESIGN.md, "Audit record").
+- ``delivery``: writing a handful of audit records to Kafka, learning which were acknowledged.
+- ``collect``: reading the audit topic into the newest record per identity.
+- ``errors``: the audit package's errors (a malformed record).
+
+Light on purpose: the standard library, xxhash and confluent-kafka, never PySpark.
+"""
