@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/pom.xml
+$(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml
 	@command -v java >/dev/null || { echo "make setup: java (JDK 17+) is required for the local Kafka and Spark" >&2; exit 1; }
 	@command -v mvn >/dev/null || { echo "make setup: mvn (Maven) is required to fetch the Kafka and Spark connector jars" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

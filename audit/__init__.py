@@ -1,1 +1,3 @@
-"""The docket audit pipeline: per-tier counts (Spark jobs), the audit record, the reconciler."""
+"""The docket audit pipeline: the contract every tier shares (``audit.contract``), the Spark
+jobs that count the cluster and warehouse tiers (``audit.jobs``) and ``docket-audit``; the
+reconciler is to come."""

@@ -89,7 +89,7 @@ def _pairs(items: list[str], flag: str) -> dict:
 
 
 def _job_options(args, default_ckpt: Path):
-    from .spark import JobOptions
+    from .jobs.spark import JobOptions
 
     if not re.fullmatch(r"[A-Za-z0-9._-]+", args.audit_topic):
         raise AuditError(f"--audit-topic {args.audit_topic!r} is not a Kafka topic name")
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         if args.command == "fetch":
-            from .sparklibs import ensure_spark_kafka_libs
+            from .jobs.sparklibs import ensure_spark_kafka_libs
 
             jars = ensure_spark_kafka_libs(quiet=False)
             print(f"Spark Kafka connector: {len(jars)} jar(s) in {jars[0].parent}")
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "show":
             return _show(args)
         if args.command == "count":
-            from .jobs import run_count
+            from .jobs.run import run_count
 
             if not re.fullmatch(r"[A-Za-z0-9._-]+", args.cluster):
                 raise AuditError(f"--cluster {args.cluster!r}: use letters, digits, . _ -")
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             run_count(args.cluster, opts)
             return 0
         if args.command == "land":
-            from .jobs import run_land
+            from .jobs.run import run_land
 
             opts = _job_options(args, args.warehouse / "_checkpoint")
             run_land(args.warehouse, opts)

@@ -1,4 +1,4 @@
-"""``audit.intervals.IntervalSet`` against a plain Python set: the same members, duplicates
+"""``audit.jobs.intervals.IntervalSet`` against a plain Python set: the same members, duplicates
 flagged exactly, gaps listed and totalled, state that round-trips, size in gaps not records."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.intervals import IntervalSet
+from audit.jobs.intervals import IntervalSet
 
 batches = st.lists(st.lists(st.integers(0, 300), max_size=80), max_size=8)
 

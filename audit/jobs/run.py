@@ -21,7 +21,7 @@ import signal
 import threading
 from pathlib import Path
 
-from .contract.record import WAREHOUSE_TIER
+from ..contract.record import WAREHOUSE_TIER
 from .spark import (
     AuditWriter,
     JobOptions,

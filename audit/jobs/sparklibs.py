@@ -12,7 +12,7 @@ from pathlib import Path
 
 from broker.libs import fetch_with_maven, jar_cache_dir
 
-from .contract.errors import AuditError
+from ..contract.errors import AuditError
 
 SPARK_VERSION = "4.0.1"
 POM = Path(__file__).with_name("pom.xml")

@@ -10,7 +10,7 @@ counted) keeps:
 - per (topic, window): count, bytes, the checksum halves, duplicates, and records without a
   number (their window's ``distinct`` is then unknown);
 - per origin incarnation: the set of record numbers seen, as intervals
-  (``audit.intervals``): its size grows with the gaps, not with the records. A number seen
+  (``audit.jobs.intervals``): its size grows with the gaps, not with the records. A number seen
   before is a duplicate of the window it falls in (the same record has the same timestamp).
 
 Every trigger emits the cumulative figures of the windows that changed, and a ``ranges`` record
@@ -37,9 +37,9 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
 
-from .contract.delivery import deliver
-from .contract.errors import AuditError
-from .contract.record import AuditRecord, Progress, Ranges, combine_halves
+from ..contract.delivery import deliver
+from ..contract.errors import AuditError
+from ..contract.record import AuditRecord, Progress, Ranges, combine_halves
 
 log = logging.getLogger("docket.audit")
 

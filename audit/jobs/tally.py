@@ -1,6 +1,6 @@
 """One origin's audit state at a Spark tier, and how a batch of its records changes it.
 
-``OriginTally`` is what ``audit.spark.tally_origin`` keeps per origin in the job's checkpointed
+``OriginTally`` is what ``audit.jobs.spark.tally_origin`` keeps per origin in the job's checkpointed
 state, as two JSON strings (``dump``/``load``):
 
 - ``windows``: ``"topic\\x00window_start"`` → [count, bytes, lo, hi, duplicates, unnumbered],
@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .contract.record import MAX_RANGES
+from ..contract.record import MAX_RANGES
 from .intervals import IntervalSet
 
 COLUMNS = ["kind", "origin", "topic", "window_start", "n", "bytes", "lo", "hi", "duplicates",
