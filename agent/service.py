@@ -28,7 +28,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
 from pathlib import Path
 
-from .audit import AuditEmitter
 from .buffer import BufferPool, DropEvent, SealedSlot
 from .buffer.seams import Clock, FileOps
 from .config import AgentConfig, ConfigError, load
@@ -36,6 +35,7 @@ from .drain.drain import Drain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .journal import LossJournal
 from .notify import Notifier
+from .producer_tally import AuditEmitter
 from .selfcheck import rewind_uncovered
 from .state import StateDB
 from .tail.files import FileSource

@@ -47,7 +47,7 @@ Checkpoints only move forward, and only once data is sealed (``advance_sealed``)
 start self-check (``agent/selfcheck.py``), which moves one back when the pool lost bytes it
 counted as sealed. The audit
 emitter keeps its tables (``audit_windows``, ``audit_meta``) in the same database and writes them
-in the checkpoints' transaction (agent/audit.py).
+in the checkpoints' transaction (agent/producer_tally.py).
 """
 
 from __future__ import annotations

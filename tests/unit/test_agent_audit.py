@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.audit import AuditEmitter, tally_slot
 from agent.buffer import BufferPool, Chunk
+from agent.producer_tally import AuditEmitter, tally_slot
 from agent.state import StateDB
 from agent.telemetry import Metrics
 from audit.contract.record import value_hash
