@@ -10,10 +10,11 @@ journal knows its bytes, not its events) adds one to ``dropped_unknown[reason]``
 was found in. So ``count`` is what Kafka should hold, and ``dropped_unknown`` says where it may be
 short of what the applications wrote.
 
-Durability: the tallies of sealed slots are written to the state database in the same
-transaction as the file checkpoints they belong to, together with the pool sequence number of
-the last slot counted. A slot sealed but not yet counted when the agent died is found sealed at
-the next start and counted then (``count_recovered``). Nothing is counted twice, nothing missed.
+Durability: the tallies of sealed slots are written to the state database (``agent/state.py``,
+which owns the tables) in the same transaction as the file checkpoints they belong to, together
+with the pool sequence number of the last slot counted. A slot sealed but not yet counted when
+the agent died is found sealed at the next start and counted then (``count_recovered``).
+Nothing is counted twice, nothing missed.
 
 Emission: an apscheduler job every ``audit.interval_ms`` (and one at shutdown) sends a record for
 every window that changed since its last confirmed delivery, plus a heartbeat for the current
@@ -24,14 +25,11 @@ that Kafka does not acknowledge leaves its windows marked and the next round sen
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -49,6 +47,7 @@ from audit.contract.record import (
 
 from .buffer import SealedSlot
 from .buffer.layout import seq_order_key
+from .state import AuditUpdate, AuditWindow, StateDB
 from .telemetry import Metrics
 
 log = logging.getLogger("docket.agent.audit")
@@ -110,13 +109,12 @@ def _merge(out: dict[int, Tally], window: int, count: int, nbytes: int, checksum
 
 
 class AuditEmitter:
-    def __init__(self, *, db_path: Path, conn: sqlite3.Connection, agent_id: str,
-                 topics: list[str], audit_topic: str, window_ms: int, interval_ms: int,
-                 producer_conf: dict, metrics: Metrics, enabled: bool = True,
+    def __init__(self, *, db: StateDB, agent_id: str, topics: list[str], audit_topic: str,
+                 window_ms: int, interval_ms: int, producer_conf: dict, metrics: Metrics,
+                 enabled: bool = True,
                  clock: Callable[[], float] = time.time, incarnation: str | None = None,
                  numbers: Callable[[], tuple[int, list[list[int]]]] | None = None):
-        self.db_path = db_path
-        self.conn = conn                         # the agent's state database, main thread only
+        self.db = db                             # the agent's state database
         self.agent_id = agent_id
         self.topics = list(topics)
         self.audit_topic = audit_topic
@@ -144,38 +142,17 @@ class AuditEmitter:
             self._producer_conf.pop(k, None)
         self._producer: Producer | None = None
         self._scheduler: BackgroundScheduler | None = None
-        self._create_tables()
         self._load()
 
-    # -- the database -------------------------------------------------------------------------
-    def _create_tables(self) -> None:
-        with self.conn:
-            self.conn.execute(
-                "CREATE TABLE IF NOT EXISTS audit_windows (topic TEXT NOT NULL, "
-                "window_start INTEGER NOT NULL, count INTEGER NOT NULL, bytes INTEGER NOT NULL, "
-                "checksum TEXT NOT NULL, late INTEGER NOT NULL, dropped INTEGER NOT NULL, "
-                "dropped_reasons TEXT NOT NULL, dirty INTEGER NOT NULL, "
-                "updated_ms INTEGER NOT NULL, dropped_unknown TEXT NOT NULL DEFAULT '{}', "
-                "PRIMARY KEY (topic, window_start))")
-            columns = {row[1] for row in self.conn.execute("PRAGMA table_info(audit_windows)")}
-            if "dropped_unknown" not in columns:          # a database of an earlier version
-                self.conn.execute("ALTER TABLE audit_windows ADD COLUMN dropped_unknown TEXT "
-                                  "NOT NULL DEFAULT '{}'")
-            self.conn.execute("CREATE TABLE IF NOT EXISTS audit_meta (name TEXT PRIMARY KEY, "
-                              "value INTEGER NOT NULL)")
-
     def _load(self) -> None:
-        for topic, w, count, nbytes, checksum, late, dropped, reasons, unknown, dirty in \
-                self.conn.execute("SELECT topic, window_start, count, bytes, checksum, late, "
-                                  "dropped, dropped_reasons, dropped_unknown, dirty "
-                                  "FROM audit_windows"):
-            key = (topic, w)
-            self._windows[key] = Tally(count, nbytes, int(checksum, 16), late, dropped,
-                                       json.loads(reasons), json.loads(unknown))
+        for w in self.db.audit_windows():
+            key = (w.topic, w.window_start)
+            self._windows[key] = Tally(w.count, w.bytes, w.checksum, w.late, w.dropped,
+                                       w.dropped_reasons, w.dropped_unknown)
             self._version[key] = 0
-            if dirty:
+            if w.dirty:
                 self._dirty.add(key)
-        meta = dict(self.conn.execute("SELECT name, value FROM audit_meta"))
+        meta = self.db.audit_meta()
         self.seq = meta.get("seq", 0)
         self.counted_seq: int | None = meta.get("counted_seq")
 
@@ -237,14 +214,15 @@ class AuditEmitter:
     def has_pending(self) -> bool:
         return bool(self._pending or self._pending_drops)
 
-    def persist(self, conn: sqlite3.Connection) -> None:
-        """Apply what was counted since the last call and write it; the caller holds the
-        transaction that also moves the file checkpoints."""
+    def persist(self) -> AuditUpdate | None:
+        """Apply what was counted since the last call; returns what the state database
+        writes, inside the transaction that also moves the file checkpoints (it calls this:
+        ``StateDB.advance_sealed``). None: nothing was counted."""
         with self._lock:
             pending, self._pending = self._pending, []
             drops, self._pending_drops = self._pending_drops, []
             if not pending and not drops:
-                return
+                return None
             changed: set[tuple[str, int]] = set()
             for seq, tallies in pending:
                 for key, t in tallies.items():
@@ -263,23 +241,11 @@ class AuditEmitter:
             for key in changed:
                 self._version[key] = self._version.get(key, 0) + 1
                 self._dirty.add(key)
-            rows = [(k[0], k[1], t.count, t.bytes, f"{t.checksum:016x}", t.late, t.dropped,
-                     json.dumps(t.dropped_reasons, sort_keys=True),
-                     json.dumps(t.dropped_unknown, sort_keys=True), self._now_ms())
-                    for k in changed for t in (self._windows[k],)]
-            counted_seq = self.counted_seq
-        conn.executemany(
-            "INSERT INTO audit_windows (topic, window_start, count, bytes, checksum, late, "
-            "dropped, dropped_reasons, dropped_unknown, dirty, updated_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?) "
-            "ON CONFLICT (topic, window_start) DO UPDATE SET count = excluded.count, "
-            "bytes = excluded.bytes, checksum = excluded.checksum, late = excluded.late, "
-            "dropped = excluded.dropped, dropped_reasons = excluded.dropped_reasons, "
-            "dropped_unknown = excluded.dropped_unknown, dirty = 1, "
-            "updated_ms = excluded.updated_ms", rows)
-        if counted_seq is not None:
-            conn.execute("INSERT OR REPLACE INTO audit_meta VALUES ('counted_seq', ?)",
-                         (counted_seq,))
+            windows = [AuditWindow(k[0], k[1], t.count, t.bytes, t.checksum, t.late, t.dropped,
+                                   dict(t.dropped_reasons), dict(t.dropped_unknown),
+                                   self._now_ms())
+                       for k in changed for t in (self._windows[k],)]
+            return AuditUpdate(windows, self.counted_seq)
 
     # -- emitting (the scheduler's thread, its own database connection) -----------------------
     def start(self) -> None:
@@ -322,24 +288,15 @@ class AuditEmitter:
         if not snapshot:
             return 0
         seq = self.seq + 1
-        db = sqlite3.connect(self.db_path, timeout=30)
-        try:
-            with db:
-                db.execute("INSERT OR REPLACE INTO audit_meta VALUES ('seq', ?)", (seq,))
+        with self.db.audit_round() as db:
+            db.save_seq(seq)
             self.seq = seq
             delivered = self._send(snapshot, seq, now)
             with self._lock:
                 done = [k for k in delivered if self._version.get(k, 0) == snapshot[k][1]]
                 self._dirty.difference_update(done)
-            with db:
-                db.executemany("UPDATE audit_windows SET dirty = 0 WHERE topic = ? AND "
-                               "window_start = ? AND checksum = ? AND count = ? AND dropped = ?",
-                               [(k[0], k[1], f"{snapshot[k][0].checksum:016x}",
-                                 snapshot[k][0].count, snapshot[k][0].dropped) for k in done])
-                db.execute("DELETE FROM audit_windows WHERE dirty = 0 AND window_start < ?",
-                           (current - RETENTION_MS,))
-        finally:
-            db.close()
+            db.settle([(k[0], k[1], snapshot[k][0].checksum, snapshot[k][0].count,
+                        snapshot[k][0].dropped) for k in done], current - RETENTION_MS)
         with self._lock:
             for k in [k for k in self._windows if k[1] < current - RETENTION_MS
                       and k not in self._dirty]:

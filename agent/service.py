@@ -116,8 +116,8 @@ class Agent:
         self.db = StateDB(state / "state.db", crash_point=self.seams.db_crash_point)
         self.incarnation, next_record = self.db.identity()
         self.audit = AuditEmitter(
-            db_path=state / "state.db", conn=self.db.db.conn, agent_id=cfg.agent_id,
-            topics=_topics(cfg.sources), audit_topic=cfg["audit.topic"],
+            db=self.db, agent_id=cfg.agent_id, topics=_topics(cfg.sources),
+            audit_topic=cfg["audit.topic"],
             window_ms=cfg["audit.window_ms"], interval_ms=cfg["audit.interval_ms"],
             producer_conf=producer_config(cfg), metrics=self.metrics,
             enabled=cfg["audit.enabled"], clock=lambda: self.clock.time_ms() / 1000,
@@ -143,7 +143,7 @@ class Agent:
             ops=self.seams.pool_ops, first_record=next_record)
         self.recovered = self.pool.recovered_positions()
         self.audit.count_recovered(self.pool.sealed())
-        self.db.advance_sealed(self.recovered, also=self.audit.persist,
+        self.db.advance_sealed(self.recovered, audit=self.audit.persist,
                                next_record=self.pool.next_record)
         self.db.add_inexact_runs([
             (slot.first_record, slot.record_count, slot.topic, src, start, end, False)
@@ -230,7 +230,7 @@ class Agent:
         for positions in batch:
             for source, _start, end in positions:
                 ends[source] = max(end, ends.get(source, 0))
-        self.db.advance_sealed(ends, also=self.audit.persist,
+        self.db.advance_sealed(ends, audit=self.audit.persist,
                                next_record=self.pool.next_record, runs=runs)
 
     def _slot_done(self, slot) -> None:

@@ -45,18 +45,35 @@ Rows older than ``agent.locate_retention_ms`` are deleted (``docket-agent locate
 
 Checkpoints only move forward, and only once data is sealed (``advance_sealed``) — but for the
 start self-check (``agent/selfcheck.py``), which moves one back when the pool lost bytes it
-counted as sealed. The audit
-emitter keeps its tables (``audit_windows``, ``audit_meta``) in the same database and writes them
-in the checkpoints' transaction (agent/producer_tally.py).
+counted as sealed.
+
+The producer tier's tallies (``agent/producer_tally.py``) live here too, written in the
+checkpoints' transaction (``advance_sealed``). Table ``audit_windows``, one row per (topic,
+window)::
+
+    topic, window_start   PRIMARY KEY
+    count, bytes, late, dropped
+    checksum              the sum mod 2^64 of the values' hashes, as 16 hex digits
+    dropped_reasons       JSON: reason → events dropped
+    dropped_unknown       JSON: reason → loss-journal entries of unknown size
+    dirty                 1 until a round delivered these figures to the audit topic
+    updated_ms            the emitter's clock
+
+Delivered windows older than the emitter's retention are deleted. Table ``audit_meta``, name →
+value: ``seq`` (the last emission round's, stored before the round) and ``counted_seq`` (the
+pool sequence number of the last slot counted). Emission rounds run in the emitter's thread, on
+a connection of their own (``audit_round``).
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import sqlite_utils
 
@@ -79,9 +96,34 @@ _LEGACY = {"truncated": ORPHANED, "copied": DONE}
 _NEW_COLUMNS = {"tail": "BLOB", "orphaned_ms": "INTEGER", "orphan_reason": "TEXT"}
 
 
+class AuditWindow(NamedTuple):
+    """A row of ``audit_windows``: the producer tier's tally of one (topic, window)."""
+
+    topic: str
+    window_start: int
+    count: int
+    bytes: int
+    checksum: int                       # mod 2^64
+    late: int
+    dropped: int
+    dropped_reasons: dict[str, int]
+    dropped_unknown: dict[str, int]
+    updated_ms: int
+    dirty: bool = True
+
+
+class AuditUpdate(NamedTuple):
+    """What the tally writes with a checkpoint: the windows that changed, and the sequence
+    number of the last slot counted (None: none counted yet)."""
+
+    windows: list[AuditWindow]
+    counted_seq: int | None
+
+
 class StateDB:
     def __init__(self, path: Path, crash_point: Callable[[str], None] | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.db = sqlite_utils.Database(path)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -118,6 +160,24 @@ class StateDB:
                 now = _now_ms()
                 self.db.execute("INSERT INTO identity VALUES (0, ?, ?, 0)",
                                 (f"{now}-{secrets.token_hex(4)}", now))
+        self._create_audit_tables()
+
+    def _create_audit_tables(self) -> None:
+        conn = self.db.conn
+        with conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS audit_windows (topic TEXT NOT NULL, "
+                "window_start INTEGER NOT NULL, count INTEGER NOT NULL, bytes INTEGER NOT NULL, "
+                "checksum TEXT NOT NULL, late INTEGER NOT NULL, dropped INTEGER NOT NULL, "
+                "dropped_reasons TEXT NOT NULL, dirty INTEGER NOT NULL, "
+                "updated_ms INTEGER NOT NULL, dropped_unknown TEXT NOT NULL DEFAULT '{}', "
+                "PRIMARY KEY (topic, window_start))")
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(audit_windows)")}
+            if "dropped_unknown" not in columns:          # a database of an earlier version
+                conn.execute("ALTER TABLE audit_windows ADD COLUMN dropped_unknown TEXT "
+                             "NOT NULL DEFAULT '{}'")
+            conn.execute("CREATE TABLE IF NOT EXISTS audit_meta (name TEXT PRIMARY KEY, "
+                         "value INTEGER NOT NULL)")
 
     # -- reading ------------------------------------------------------------------------------
     def identity(self) -> tuple[str, int]:
@@ -137,6 +197,23 @@ class StateDB:
             "ORDER BY first_record, source_id", (last, first))
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def audit_windows(self) -> list[AuditWindow]:
+        """Every tally stored (``audit_windows``)."""
+        return [AuditWindow(topic, w, count, nbytes, int(checksum, 16), late, dropped,
+                            json.loads(reasons), json.loads(unknown), updated, bool(dirty))
+                for topic, w, count, nbytes, checksum, late, dropped, reasons, unknown, dirty,
+                updated in self.db.conn.execute(
+                    "SELECT topic, window_start, count, bytes, checksum, late, dropped, "
+                    "dropped_reasons, dropped_unknown, dirty, updated_ms FROM audit_windows")]
+
+    def audit_meta(self) -> dict[str, int]:
+        """``audit_meta``: ``seq`` and ``counted_seq``, when stored."""
+        return dict(self.db.conn.execute("SELECT name, value FROM audit_meta"))
+
+    def audit_round(self) -> AuditRound:
+        """A connection of its own for one emission round (the emitter's thread)."""
+        return AuditRound(self.path)
 
     def all_files(self) -> list[dict]:
         return list(self.files.rows)
@@ -250,21 +327,42 @@ class StateDB:
                 [(size, now, sid) for sid, size in sizes.items()])
 
     def advance_sealed(self, positions: dict[int, int],
-                       also: Callable[[sqlite3.Connection], None] | None = None,
+                       audit: Callable[[], AuditUpdate | None] | None = None,
                        next_record: int | None = None, runs: list[tuple] = ()) -> None:
-        """Move sealed checkpoints forward (never back) in one transaction; ``also`` writes
-        in the same transaction (the audit counts of the slots these positions were sealed in),
-        with the next record number and the locate rows of the runs sealed (first_record,
-        records, topic, source_id, start, end, exact)."""
+        """Move sealed checkpoints forward (never back) in one transaction, with the next
+        record number, the locate rows of the runs sealed (first_record, records, topic,
+        source_id, start, end, exact) and the tallies ``audit`` gives, called inside the
+        transaction (the audit counts of the slots these positions were sealed in)."""
         def write(conn: sqlite3.Connection) -> None:
             if next_record is not None:
                 conn.execute("UPDATE identity SET next_record = MAX(next_record, ?)",
                              (next_record,))
             if runs:
                 self._add_runs(conn, runs)
-            if also is not None:
-                also(conn)
+            if audit is not None:
+                update = audit()
+                if update is not None:
+                    self._write_audit(conn, update)
         self._advance("sealed_offset = MAX(sealed_offset, ?)", positions, write)
+
+    @staticmethod
+    def _write_audit(conn: sqlite3.Connection, update: AuditUpdate) -> None:
+        conn.executemany(
+            "INSERT INTO audit_windows (topic, window_start, count, bytes, checksum, late, "
+            "dropped, dropped_reasons, dropped_unknown, dirty, updated_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (topic, window_start) DO UPDATE SET count = excluded.count, "
+            "bytes = excluded.bytes, checksum = excluded.checksum, late = excluded.late, "
+            "dropped = excluded.dropped, dropped_reasons = excluded.dropped_reasons, "
+            "dropped_unknown = excluded.dropped_unknown, dirty = excluded.dirty, "
+            "updated_ms = excluded.updated_ms",
+            [(w.topic, w.window_start, w.count, w.bytes, _hex(w.checksum), w.late, w.dropped,
+              json.dumps(w.dropped_reasons, sort_keys=True),
+              json.dumps(w.dropped_unknown, sort_keys=True), int(w.dirty), w.updated_ms)
+             for w in update.windows])
+        if update.counted_seq is not None:
+            conn.execute("INSERT OR REPLACE INTO audit_meta VALUES ('counted_seq', ?)",
+                         (update.counted_seq,))
 
     def _add_runs(self, conn: sqlite3.Connection, runs: list[tuple]) -> None:
         ids = {r[3] for r in runs if r[3] is not None}
@@ -316,6 +414,44 @@ class StateDB:
 
     def close(self) -> None:
         self.db.conn.close()
+
+
+class AuditRound:
+    """The state database as one emission round of the audit emitter sees it: a connection
+    of its own, opened and used in the emitter's thread (the main connection stays in the main
+    thread), closed at the end of the round."""
+
+    def __init__(self, path: Path):
+        self.conn = sqlite3.connect(path, timeout=30)
+
+    def __enter__(self) -> AuditRound:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.conn.close()
+
+    def save_seq(self, seq: int) -> None:
+        """Store the round's ``seq`` before its records are sent: it only grows."""
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO audit_meta VALUES ('seq', ?)", (seq,))
+
+    def settle(self, delivered: Iterable[tuple[str, int, int, int, int]],
+               forget_before_ms: int) -> None:
+        """In one transaction: clear the mark of each window delivered (topic, window_start,
+        checksum, count, dropped) unless its figures changed since, and delete the delivered
+        windows that start before ``forget_before_ms``."""
+        with self.conn:
+            self.conn.executemany(
+                "UPDATE audit_windows SET dirty = 0 WHERE topic = ? AND window_start = ? AND "
+                "checksum = ? AND count = ? AND dropped = ?",
+                [(topic, w, _hex(checksum), count, dropped)
+                 for topic, w, checksum, count, dropped in delivered])
+            self.conn.execute("DELETE FROM audit_windows WHERE dirty = 0 AND window_start < ?",
+                              (forget_before_ms,))
+
+
+def _hex(checksum: int) -> str:
+    return f"{checksum:016x}"
 
 
 def _now_ms() -> int:

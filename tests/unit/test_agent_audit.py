@@ -32,9 +32,9 @@ def truth(data: bytes, ts: np.ndarray) -> dict[int, tuple[int, int, int]]:
     return {w: tuple(c) for w, c in out.items()}
 
 
-def emitter(tmp_path, db: StateDB) -> AuditEmitter:
-    return AuditEmitter(db_path=tmp_path / "state.db", conn=db.db.conn, agent_id="a1",
-                        topics=["t"], audit_topic="docket.audit", window_ms=WINDOW,
+def emitter(db: StateDB) -> AuditEmitter:
+    return AuditEmitter(db=db, agent_id="a1", topics=["t"], audit_topic="docket.audit",
+                        window_ms=WINDOW,
                         interval_ms=60_000, producer_conf={"bootstrap.servers": "127.0.0.1:9"},
                         metrics=Metrics(), clock=lambda: NOW / 1000)
 
@@ -62,30 +62,30 @@ def test_counts_persist_with_checkpoints_and_recovered_slots_are_counted_once(tm
     data, ts = lines(2000)
     more, more_ts = lines(1000, first=2000)
     db = StateDB(tmp_path / "state.db")
-    em = emitter(tmp_path, db)
+    em = emitter(db)
     pool = BufferPool(tmp_path / "p", 8 << 20, 64 << 10, linger_ms=1e9, sync_on_seal=False,
                       on_seal=em.count_sealed)
     pool.append("t", Chunk.from_lines(data, ts))
     pool.seal_all()
-    db.advance_sealed({}, also=em.persist)              # the main loop's flush
+    db.advance_sealed({}, audit=em.persist)             # the main loop's flush
     pool.append("t", Chunk.from_lines(more, more_ts))   # sealed, but the agent dies before
     pool.seal_all()                                     # its counts are written
     pool.close()
     db.close()
 
     db = StateDB(tmp_path / "state.db")
-    again = emitter(tmp_path, db)
+    again = emitter(db)
     assert as_tuples(again) == truth(data, ts)          # what was persisted
     pool = BufferPool(tmp_path / "p", 8 << 20, 64 << 10, linger_ms=1e9, sync_on_seal=False)
     counted = again.count_recovered(pool.sealed())      # only the slots sealed after it
     assert counted == 1000
-    db.advance_sealed({}, also=again.persist)
+    db.advance_sealed({}, audit=again.persist)
     assert as_tuples(again) == truth(data + more, np.concatenate([ts, more_ts]))
     pool.close()
     db.close()
 
     db = StateDB(tmp_path / "state.db")                 # a third start counts nothing again
-    third = emitter(tmp_path, db)
+    third = emitter(db)
     pool = BufferPool(tmp_path / "p", 8 << 20, 64 << 10, linger_ms=1e9, sync_on_seal=False)
     assert third.count_recovered(pool.sealed()) == 0
     pool.close()
@@ -95,7 +95,7 @@ def test_counts_persist_with_checkpoints_and_recovered_slots_are_counted_once(tm
 def test_dead_letters_leave_count_and_appear_as_dropped(tmp_path):
     data, ts = lines(100)
     db = StateDB(tmp_path / "state.db")
-    em = emitter(tmp_path, db)
+    em = emitter(db)
     with BufferPool(tmp_path / "p", 8 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False,
                     on_seal=em.count_sealed) as pool:
         pool.append("t", Chunk.from_lines(data, ts))
@@ -103,7 +103,7 @@ def test_dead_letters_leave_count_and_appear_as_dropped(tmp_path):
     first = data.split(b"\n")[0]
     em.uncount("t", int(ts[0]), first)
     em.dropped("t", "dead_letter", 1, int(ts[0]))
-    db.advance_sealed({}, also=em.persist)
+    db.advance_sealed({}, audit=em.persist)
     expected = truth(data[len(first) + 1:], ts[1:])
     assert as_tuples(em) == expected
     w = int(ts[0]) // WINDOW * WINDOW
@@ -116,16 +116,16 @@ def test_a_loss_of_unknown_size_reaches_dropped_unknown_and_survives_a_restart(t
     it was found in carries it under dropped_unknown, so the reconciler can flag a possible
     loss although every count agrees."""
     db = StateDB(tmp_path / "state.db")
-    em = emitter(tmp_path, db)
+    em = emitter(db)
     em.dropped("t", "deleted_unread", -1)
     em.dropped("t", "deleted_unread", -1)
     em.dropped("t", "oversize_dropped", 2)
-    db.advance_sealed({}, also=em.persist)
+    db.advance_sealed({}, audit=em.persist)
     w = NOW // WINDOW * WINDOW
     t = em.snapshot()[("t", w)]
     assert t.dropped_unknown == {"deleted_unread": 2}
     assert (t.dropped, t.dropped_reasons, t.count) == (2, {"oversize_dropped": 2}, 0)
     db.close()
     db = StateDB(tmp_path / "state.db")
-    assert emitter(tmp_path, db).snapshot()[("t", w)].dropped_unknown == {"deleted_unread": 2}
+    assert emitter(db).snapshot()[("t", w)].dropped_unknown == {"deleted_unread": 2}
     db.close()
