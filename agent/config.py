@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from audit.contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
+
 from .tail.watch import glob_folder
 
 EX_CONFIG = 78
@@ -86,8 +88,9 @@ SETTINGS: tuple[Setting, ...] = (
             "as they are, e.g. `\"security.protocol\" = \"SASL_SSL\"`."),
     Setting("audit.enabled", bool, True, "Count accepted events per (topic, window) and emit "
             "them to the audit topic."),
-    Setting("audit.topic", str, "docket.audit", "Audit topic the counts are written to."),
-    Setting("audit.window_ms", int, 600000, "Event-time window of audit counts.", minimum=1000),
+    Setting("audit.topic", str, AUDIT_TOPIC, "Audit topic the counts are written to."),
+    Setting("audit.window_ms", int, DEFAULT_WINDOW_MS, "Event-time window of audit counts.",
+            minimum=1000),
     Setting("audit.interval_ms", int, 600000, "How often audit counts are emitted.", minimum=1000),
     Setting("status.listen", str, "127.0.0.1:9464", "Address of `/metrics` and `/status`."),
 )

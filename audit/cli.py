@@ -19,18 +19,19 @@ from pathlib import Path
 from broker.cluster import docket_state_dir
 
 from .contract.errors import AuditError
+from .contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
 
 EXIT_USAGE = 64
 
 
 def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-servers", required=True, help="the Kafka cluster to read")
-    p.add_argument("--audit-topic", default="docket.audit")
+    p.add_argument("--audit-topic", default=AUDIT_TOPIC)
     p.add_argument("--audit-bootstrap-servers", default=None,
                    help="where the audit topic lives (default: the cluster read)")
     p.add_argument("--topics", default=".*", help="Java regex of the data topics to read "
                    "(the audit topic and Kafka's internal topics are always left out)")
-    p.add_argument("--window-ms", type=int, default=600_000,
+    p.add_argument("--window-ms", type=int, default=DEFAULT_WINDOW_MS,
                    help="event-time window; the same at every tier")
     p.add_argument("--trigger-s", type=float, default=60.0,
                    help="seconds between micro-batches (each emits the changed windows)")
@@ -73,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     _job_args(w)
     s = sub.add_parser("show", help="the newest count of every (tier, topic, window, origin)")
     s.add_argument("--bootstrap-servers", required=True)
-    s.add_argument("--audit-topic", default="docket.audit")
+    s.add_argument("--audit-topic", default=AUDIT_TOPIC)
     s.add_argument("--json", action="store_true")
     return p
 

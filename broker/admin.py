@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from audit.contract.names import AUDIT_TOPIC
+
 from .errors import BrokerError, TopicConflict
 
-AUDIT_TOPIC = "docket.audit"
 # Audit records are cumulative and small; keep them long enough to replay a month of windows.
 AUDIT_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(30 * 24 * 3600 * 1000)}
 

@@ -52,6 +52,8 @@ from pathlib import Path
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, PART_HEADER, SEQ_HEADER
+
 from ..buffer import BufferPool, SealedSlot
 from ..journal import LossJournal
 from ..telemetry import Metrics
@@ -70,9 +72,6 @@ NO_PARTITION = -1
 log = logging.getLogger("docket.agent.drain")
 
 Record = tuple  # (topic, value, key, timestamp_ms, headers)
-SEQ_HEADER = "docket-seq"
-INCARNATION_HEADER = "docket-incarnation"
-ORIGIN_HEADER = "docket-origin"
 
 
 def record_numbers(first: int, n: int) -> list[bytes]:
@@ -362,7 +361,7 @@ class Drain:
         for block in slot.blocks():
             headers = self.origin_headers
             if block.part_count:
-                headers = headers + [("docket-part",
+                headers = headers + [(PART_HEADER,
                                       f"{block.part_index}/{block.part_count}".encode())]
             yield (block.offsets.tolist(), block.lengths.tolist(), block.timestamps.tolist(),
                    block.keys, BlockHeaders(headers or None,

@@ -1,6 +1,7 @@
 """The audit contract: what every tier shares, and all an agent host needs of ``audit/``.
 
 - ``record``: the audit record, its key, its checksum, parsing (DESIGN.md, "Audit record").
+- ``names``: the audit topic's default name, the default window, the record headers.
 - ``delivery``: writing a handful of audit records to Kafka, learning which were acknowledged.
 - ``collect``: reading the audit topic into the newest record per identity.
 - ``errors``: the audit package's errors (a malformed record).

@@ -46,9 +46,9 @@ from itertools import repeat
 import xxhash
 
 from .errors import MalformedRecord
+from .names import DEFAULT_WINDOW_MS
 
 VERSION = 1
-DEFAULT_WINDOW_MS = 600_000
 HASH_SEED = 42
 MASK64 = (1 << 64) - 1
 MAX_RECORD_BYTES = 64 * 1024       # a bigger value is not an audit record: skipped as "huge"

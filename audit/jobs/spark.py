@@ -39,13 +39,17 @@ from confluent_kafka import KafkaException, Producer
 
 from ..contract.delivery import deliver
 from ..contract.errors import AuditError
+from ..contract.names import (
+    AUDIT_TOPIC,
+    DEFAULT_WINDOW_MS,
+    INCARNATION_HEADER,
+    ORIGIN_HEADER,
+    SEQ_HEADER,
+)
 from ..contract.record import AuditRecord, Progress, Ranges, combine_halves
 
 log = logging.getLogger("docket.audit")
 
-ORIGIN_HEADER = "docket-origin"
-INCARNATION_HEADER = "docket-incarnation"
-SEQ_HEADER = "docket-seq"
 NO_ORIGIN = "-"                       # records without a docket-origin header
 NO_INCARNATION = "-"                  # numbered records without a docket-incarnation header
 NO_SEQ = -1                           # records without a (valid) docket-seq header
@@ -55,10 +59,10 @@ DELIVERY_DEADLINE_S = 600.0           # a batch whose counts Kafka refuses this 
 @dataclass
 class JobOptions:
     bootstrap_servers: str
-    audit_topic: str = "docket.audit"
+    audit_topic: str = AUDIT_TOPIC
     audit_bootstrap_servers: str | None = None     # default: the cluster being counted
     topics: str = ".*"                              # Java regex of the data topics
-    window_ms: int = 600_000
+    window_ms: int = DEFAULT_WINDOW_MS
     trigger_s: float = 60.0
     once: bool = False                              # read what is there now, then stop
     checkpoint_dir: Path = Path(".")

@@ -1,0 +1,15 @@
+"""The names and defaults every tier spells the same way (DESIGN.md, "Audit record" and
+"Record identity"): the audit topic, the event-time window, the headers on every record.
+
+The agent sets the headers on each record it sends to Kafka; the Spark jobs read them back to
+count per origin and record number. A rename here is a change of the contract between tiers.
+"""
+
+AUDIT_TOPIC = "docket.audit"                # the audit topic's default name
+DEFAULT_WINDOW_MS = 600_000                 # window = [floor(ts / w) * w, + w) ms, UTC
+
+# Record headers.
+ORIGIN_HEADER = "docket-origin"             # the agent id (UTF-8)
+INCARNATION_HEADER = "docket-incarnation"   # the origin's incarnation (UTF-8)
+SEQ_HEADER = "docket-seq"                   # the origin's record number: 8 bytes, big-endian
+PART_HEADER = "docket-part"                 # "i/n": a part of a line split in n records
