@@ -11,6 +11,8 @@ import urllib.error
 import urllib.request
 from importlib.metadata import version
 
+from audit.contract.errors import print_error
+
 from .buffer import PoolError
 from .config import EX_CONFIG, ConfigError, load
 
@@ -208,12 +210,10 @@ def main(argv: list[str] | None = None) -> int:
             agent.install_signals()
             return agent.run()
         except (PoolError, StartupError) as exc:
-            print(f"docket-agent: error: {exc}", file=sys.stderr)
-            if exc.hint:
-                print(f"  hint: {exc.hint}", file=sys.stderr)
+            print_error(exc, "docket-agent: error")
             return 1
     except ConfigError as exc:
-        print(exc.render(), file=sys.stderr)
+        print_error(exc)
         return EX_CONFIG
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from audit.contract.errors import DocketError
 from audit.contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
 
 from .tail.watch import glob_folder
@@ -25,13 +26,13 @@ EX_CONFIG = 78
 MiB = 1 << 20
 
 
-class ConfigError(Exception):
-    def __init__(self, path: str, problem: str, hint: str = ""):
-        super().__init__(f"Error in configuration at '{path}': {problem}")
-        self.path, self.problem, self.hint = path, problem, hint
+class ConfigError(DocketError):
+    """A setting that is wrong: its key path, the problem (what was expected, what was found)
+    and a hint. Printed without a prefix (``render()``), exit code 78."""
 
-    def render(self) -> str:
-        return str(self) + (f"\n  hint: {self.hint}" if self.hint else "")
+    def __init__(self, path: str, problem: str, hint: str = ""):
+        super().__init__(f"Error in configuration at '{path}': {problem}", hint)
+        self.path, self.problem = path, problem
 
 
 @dataclass(frozen=True)

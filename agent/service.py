@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
 from pathlib import Path
 
+from audit.contract.errors import DocketError
+
 from .buffer import BufferPool, DropEvent, SealedSlot
 from .buffer.seams import Clock, FileOps
 from .config import AgentConfig, ConfigError, load
@@ -47,10 +49,8 @@ from .telemetry import Metrics
 log = logging.getLogger("docket.agent")
 
 
-class StartupError(Exception):
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
+class StartupError(DocketError):
+    """The agent cannot start here (a port, the state folder's lock): nothing was sent."""
 
 
 LOCK_FILE = "agent.lock"                  # in state_dir: flock'ed by the running agent, its pid

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from broker.cluster import docket_state_dir
 
-from .contract.errors import AuditError
+from .contract.errors import AuditError, print_error
 from .contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
 
 EXIT_USAGE = 64
@@ -181,9 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             run_land(args.warehouse, opts)
             return 0
     except AuditError as exc:
-        print(f"docket-audit: {exc}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+        print_error(exc, "docket-audit")
         return EXIT_USAGE if args.command not in ("count", "land", "fetch") else 1
     except KeyboardInterrupt:
         return 130

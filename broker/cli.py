@@ -9,6 +9,8 @@ from importlib.metadata import version
 
 from confluent_kafka import KafkaException
 
+from audit.contract.errors import print_error
+
 from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, ensure_topics, list_topics
 from .cluster import LocalCluster, default_data_dir
 from .errors import BrokerError
@@ -127,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except BrokerError as exc:
-        print(f"docket-broker: error: {exc}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+        print_error(exc, "docket-broker: error")
         return 1
     except KafkaException as exc:
         print(f"docket-broker: error: Kafka request failed: {exc.args[0].str()}", file=sys.stderr)

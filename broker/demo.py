@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from audit.contract.errors import print_error
+
 from .admin import TopicSpec, ensure_audit_topic, ensure_topics
 from .cluster import LocalCluster, docket_state_dir
 from .errors import BrokerError
@@ -128,9 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return up(args.dir, args.base_port) if args.command == "up" else down(args.dir)
     except BrokerError as exc:
-        print(f"demo: {exc}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+        print_error(exc, "demo")
         return 1
 
 

@@ -1,14 +1,10 @@
 """Named failures of the broker package; the CLI turns them into one clear line each."""
 
+from audit.contract.errors import DocketError
 
-class BrokerError(Exception):
+
+class BrokerError(DocketError):
     """Base class: something about the local cluster or a topic is not as asked."""
-
-    hint: str = ""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
 
 
 class KafkaLibsMissing(BrokerError):

@@ -1,12 +1,10 @@
 """Named failures of the buffer pool; the edges (CLI, status) format them for people."""
 
+from audit.contract.errors import DocketError
 
-class PoolError(Exception):
+
+class PoolError(DocketError):
     """Base class for buffer pool failures."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
 
 
 class PoolFormatError(PoolError):

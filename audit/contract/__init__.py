@@ -4,7 +4,8 @@
 - ``names``: the audit topic's default name, the default window, the record headers.
 - ``delivery``: writing a handful of audit records to Kafka, learning which were acknowledged.
 - ``collect``: reading the audit topic into the newest record per identity.
-- ``errors``: the audit package's errors (a malformed record).
+- ``errors``: ``DocketError`` (a message and a hint), the base of every docket error, and
+  ``print_error``, which every CLI prints them with; the audit package's errors.
 
 Light on purpose: the standard library, xxhash and confluent-kafka, never PySpark.
 """
