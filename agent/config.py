@@ -8,42 +8,29 @@ are errors. An error names the key path, what was expected, what was found, and 
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from audit.contract.errors import DocketError
 from audit.contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
+from audit.contract.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's exit code)
+    EX_CONFIG,
+    ConfigError,
+    Setting,
+    coerce,
+    found,
+    load_toml,
+    parse_sections,
+    reference_row,
+    reference_table,
+)
 
 from .tail.watch import glob_folder
 
-EX_CONFIG = 78
 MiB = 1 << 20
-
-
-class ConfigError(DocketError):
-    """A setting that is wrong: its key path, the problem (what was expected, what was found)
-    and a hint. Printed without a prefix (``render()``), exit code 78."""
-
-    def __init__(self, path: str, problem: str, hint: str = ""):
-        super().__init__(f"Error in configuration at '{path}': {problem}", hint)
-        self.path, self.problem = path, problem
-
-
-@dataclass(frozen=True)
-class Setting:
-    key: str                       # dotted path, e.g. "buffer.size_bytes"
-    type: type                     # int, float, str, bool, list (of str), dict (free-form table)
-    default: Any
-    help: str
-    choices: tuple = ()
-    minimum: float | None = None
-    required: bool = False
 
 
 def _hostname() -> str:
@@ -112,36 +99,6 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             minimum=10),
 )
 
-_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-               list: "a list of strings", dict: "a table"}
-
-
-def _found(value) -> str:
-    kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
-            dict: "table"}.get(type(value), type(value).__name__)
-    shown = repr(value) if not isinstance(value, dict | list) else kind
-    return f"{shown} ({kind})"
-
-
-def _coerce(s: Setting, path: str, value):
-    if s.type is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    ok = isinstance(value, s.type) and not (s.type is int and isinstance(value, bool))
-    if s.type is list and ok:
-        ok = all(isinstance(v, str) for v in value)
-    if not ok:
-        hint = ""
-        if s.type is int and isinstance(value, str):
-            hint = "write the number without quotes or units, e.g. 1048576"
-        raise ConfigError(path, f"expected {_TYPE_NAMES[s.type]}, found {_found(value)}", hint)
-    if s.choices and value not in s.choices:
-        raise ConfigError(path, f"expected one of {', '.join(map(repr, s.choices))}, found "
-                          f"{value!r}", hint=s.help)
-    if s.minimum is not None and value < s.minimum:
-        raise ConfigError(path, f"must be at least {s.minimum:g}, found {value!r}", hint=s.help)
-    return value
-
-
 @dataclass
 class SourceConfig:
     index: int
@@ -178,39 +135,16 @@ class AgentConfig:
         return Path(self.values["buffer.path"])
 
 
-def _section_table(raw: dict, name: str) -> dict:
-    table = raw.get(name, {})
-    if not isinstance(table, dict):
-        raise ConfigError(name, f"expected a table [{name}], found {_found(table)}")
-    return table
-
-
 def parse(raw: dict, file: Path | None = None) -> AgentConfig:
     """Validate a parsed TOML document and fill in defaults."""
-    by_section: dict[str, dict[str, Setting]] = {}
-    for s in SETTINGS:
-        section, key = s.key.split(".", 1)
-        by_section.setdefault(section, {})[key] = s
-    for top in raw:
-        if top not in by_section and top != "sources":
-            raise ConfigError(top, "unknown section",
-                              hint=f"known sections: {', '.join(sorted(by_section))}, sources")
-    values: dict[str, Any] = {}
-    for section, known in by_section.items():
-        table = _section_table(raw, section)
-        for key in table:
-            if key not in known:
-                raise ConfigError(f"{section}.{key}", "unknown key",
-                                  hint=f"known keys in [{section}]: {', '.join(sorted(known))}")
-        for key, s in known.items():
-            values[s.key] = _coerce(s, s.key, table[key]) if key in table else s.default
+    values = parse_sections(raw, SETTINGS, other_sections=("sources",))
     values["agent.id"] = values["agent.id"] or _hostname()
     values["buffer.path"] = values["buffer.path"] or str(
         Path(values["agent.state_dir"]) / "buffer.pool")
     for key, value in values["broker.librdkafka_options"].items():
         if not isinstance(value, str | int | float | bool):
             raise ConfigError(f"broker.librdkafka_options.{key}",
-                              f"expected a string, number or boolean, found {_found(value)}")
+                              f"expected a string, number or boolean, found {found(value)}")
     sources = _parse_sources(raw.get("sources", []))
     _check_combinations(values, sources)
     return AgentConfig(values, sources, file)
@@ -231,7 +165,7 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
         vals = {}
         for key, s in known.items():
             if key in table:
-                vals[key] = _coerce(s, f"{where}.{key}", table[key])
+                vals[key] = coerce(s, f"{where}.{key}", table[key])
             elif s.required:
                 raise ConfigError(f"{where}.{key}", "missing", hint=s.help)
             else:
@@ -306,43 +240,19 @@ def _check_combinations(values: dict, sources: list[SourceConfig]) -> None:
 
 
 def load(path: str | Path) -> AgentConfig:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(str(path), f"cannot read the file: {exc.strerror}") from exc
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
-    return parse(raw, path)
+    return parse(load_toml(path), Path(path))
 
 
 def reference_markdown() -> str:
     """docs/config.md, generated from the declarations."""
-    def row(key, s: Setting) -> str:
-        default = "(required)" if s.required else (
-            "—" if s.default is None else f"`{json.dumps(s.default)}`")
-        kind = s.type.__name__ if s.type is not list else "list[str]"
-        if s.choices:
-            kind = " \\| ".join(f"`{c}`" for c in s.choices)
-        return f"| `{key}` | {kind} | {default} | {s.help} |"
-
     lines = ["# Agent configuration reference", "",
              "Generated from `agent/config.py` by `python -m agent.config`; do not edit by hand.",
              "The file is TOML. Unknown keys are errors; `docket-agent validate --config FILE`",
              "checks a file and exits 78 with the key path and a hint when it is wrong.", ""]
-    section = None
-    for s in SETTINGS:
-        sec = s.key.split(".", 1)[0]
-        if sec != section:
-            section = sec
-            lines += ["", f"## [{sec}]", "", "| key | type | default | meaning |",
-                      "|---|---|---|---|"]
-        lines.append(row(s.key, s))
+    lines += reference_table(SETTINGS)
     lines += ["", "## [[sources]]", "", "One block per source.", "",
               "| key | type | default | meaning |", "|---|---|---|---|"]
-    lines += [row(s.key, s) for s in SOURCE_SETTINGS]
+    lines += [reference_row(s.key, s) for s in SOURCE_SETTINGS]
     return "\n".join(lines) + "\n"
 
 
