@@ -4,6 +4,10 @@
     docket-audit count --cluster NAME --bootstrap-servers HOSTS   the cluster tier (Spark)
     docket-audit land --warehouse DIR --bootstrap-servers HOSTS   the warehouse tier (Spark)
     docket-audit show --bootstrap-servers HOSTS                   the audit topic, newest counts
+    docket-audit reconcile --db FILE [--config FILE]              the tiers compared, alerts
+    docket-audit watermark --db FILE --topic T --tier TIER        the completeness watermark
+    docket-audit validate --config FILE                           check a reconciler config
+    docket-audit alerts --db FILE [--snooze ID | --resolve ID]    list, snooze, resolve alerts
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from broker.cluster import docket_state_dir
 
 from .contract.errors import AuditError, print_error
 from .contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
+from .reconcile.commands import add_parsers as add_reconcile_parsers
 
 EXIT_USAGE = 64
 
@@ -76,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--bootstrap-servers", required=True)
     s.add_argument("--audit-topic", default=AUDIT_TOPIC)
     s.add_argument("--json", action="store_true")
+    add_reconcile_parsers(sub)
     return p
 
 
@@ -166,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "show":
             return _show(args)
+        if args.command in ("reconcile", "watermark", "validate", "alerts"):
+            from .reconcile.commands import run as run_reconcile_command
+
+            return run_reconcile_command(args)
         if args.command == "count":
             from .jobs.run import run_count
 

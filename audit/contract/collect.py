@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -64,15 +65,22 @@ class AuditState:
         summed, by an incarnation's record with a higher ``seq``: the audit ``seq`` survived,
         so it is the same state, counted on. A Spark tier counts again from Kafka under a new
         incarnation (a new checkpoint), so only its newest incarnation is taken."""
-        groups: dict[tuple, dict[str, list]] = {}
-        for rec in self.counts.values():
-            at = groups.setdefault((rec.tier, rec.topic, rec.window_start, rec.origin), {})
-            at.setdefault(rec.emitter, []).append(rec)
-        out: dict[str, dict] = {}
-        for (tier, topic, window, origin), emitters in groups.items():
-            newest = max(emitters.values(), key=lambda recs: max(r.emitted_at for r in recs))
-            out.setdefault(tier, {})[(topic, window, origin)] = combined(_current(newest))
-        return out
+        return current_counts(self.counts.values())
+
+
+def current_counts(records: Iterable[AuditRecord]) -> dict[str, dict[tuple[str, int, str],
+                                                                      AuditRecord]]:
+    """tier → (topic, window_start, origin) → the one record that counts, from the newest
+    record per identity (see ``AuditState.by_tier``; the reconciler calls this too)."""
+    groups: dict[tuple, dict[str, list]] = {}
+    for rec in records:
+        at = groups.setdefault((rec.tier, rec.topic, rec.window_start, rec.origin), {})
+        at.setdefault(rec.emitter, []).append(rec)
+    out: dict[str, dict] = {}
+    for (tier, topic, window, origin), emitters in groups.items():
+        newest = max(emitters.values(), key=lambda recs: max(r.emitted_at for r in recs))
+        out.setdefault(tier, {})[(topic, window, origin)] = combined(_current(newest))
+    return out
 
 
 def _current(records: list[AuditRecord]) -> list[AuditRecord]:

@@ -11,6 +11,7 @@ from agent.cli import _parser as agent_parser
 from agent.config import reference_markdown
 from agent.telemetry import METRICS
 from audit.cli import _parser as audit_parser
+from audit.reconcile.config import reference_markdown as reconcile_reference
 from broker.cli import _parser as broker_parser
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -47,6 +48,8 @@ def test_every_command_and_option_is_documented(prog, command, options, doc):
 def test_the_config_reference_is_generated_from_the_declarations():
     assert (DOCS / "config.md").read_text() == reference_markdown(), \
         "regenerate it: python -m agent.config > docs/config.md"
+    assert (DOCS / "reconcile-config.md").read_text() == reconcile_reference(), \
+        "regenerate it: python -m audit.reconcile.config > docs/reconcile-config.md"
 
 
 def test_every_metric_is_in_the_telemetry_spec():

@@ -1,0 +1,231 @@
+"""Alerts from verdicts: each condition fires once, stays open while it holds, resolves when it
+no longer does (late data caught up, a job came back), and can be snoozed.
+
+Data alerts, per (topic, window, tier, origin), judged only once a window is past its grace:
+
+- ``loss``: the origin is ``incomplete`` at the tier (names expected, actual, the missing
+  count and, when records carry ``docket-seq``, the missing record numbers); at the producer
+  tier, a loss of unknown size the agent journalled (the reason says which);
+- ``duplication``: the tier counted duplicates of the origin's records, or more records than
+  the producer accepted;
+- ``checksum_mismatch``: the counts agree, the content does not.
+
+An origin whose state is ``unknown`` (a tier that has not read that far, a missing report)
+neither fires nor resolves a data alert: a broken audit is not a loss, and not a recovery.
+
+Audit-health alerts: ``audit_lag`` (a tier's newest progress record is older than ``lag_ms``)
+and ``silent_producer`` (an origin's newest producer record is older than ``silent_ms``).
+
+A notification is queued in the outbox for every routed channel when an alert fires (or, when
+its key is snoozed, when the snooze ends while it is still open) and when it resolves (only if
+its firing was notified). Queuing happens in the same transaction as the alert's row, so a
+restart neither loses nor repeats one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from audit.alerts.notification import Notification
+from audit.alerts.outbox import enqueue
+
+from audit.contract.record import PRODUCER_TIER
+
+from .config import ReconcileConfig
+from .store import Store
+from .verdict import COMPLETE, INCOMPLETE, MISMATCH, OVERCOUNT, UNKNOWN, TierVerdict
+from .verdict import utc_iso as _iso
+
+log = logging.getLogger("docket.audit.reconcile")
+
+DATA, HEALTH = "data", "health"
+KINDS = {"loss": DATA, "duplication": DATA, "checksum_mismatch": DATA, "audit_lag": HEALTH,
+         "silent_producer": HEALTH}
+MAX_RANGES_IN_ALERT = 50
+FOREVER = (1 << 63) - 1           # a snooze set by resolving by hand: until the condition clears
+
+
+@dataclass
+class Condition:
+    """Something alert-worthy that holds now."""
+    kind: str
+    topic: str | None
+    window_start: int | None
+    window_ms: int | None
+    tier: str | None
+    origin: str | None
+    summary: str
+    detail: dict
+
+    @property
+    def key(self) -> str:
+        return alert_key(self.kind, self.topic, self.window_start, self.tier, self.origin)
+
+
+def alert_key(kind: str, topic, window_start, tier, origin) -> str:
+    return json.dumps([kind, topic, window_start, tier, origin])
+
+
+def window_conditions(store: Store, verdicts: list[TierVerdict],
+                      window_ms: int) -> tuple[list[Condition], set[str]]:
+    """The data conditions that hold for one window, and the keys it has *judged* (an alert
+    with a judged key that no longer holds resolves; others are left as they are)."""
+    holds: list[Condition] = []
+    judged: set[str] = set()
+    for v in verdicts:
+        if not v.judged:
+            continue
+        for o in v.origins:
+            if o.state == UNKNOWN:
+                continue
+            for kind in ("loss", "duplication", "checksum_mismatch"):
+                judged.add(alert_key(kind, v.topic, v.window_start, v.tier, o.origin))
+            where = f"{v.topic} window {_iso(v.window_start)} tier {v.tier} origin {o.origin}"
+            base = {"expected": o.expected, "actual": o.actual, "count": o.count,
+                    "distinct": o.distinct, "duplicates": o.duplicates}
+
+            def cond(kind: str, summary: str, v=v, o=o, base=base, **extra) -> Condition:
+                return Condition(kind, v.topic, v.window_start, window_ms, v.tier, o.origin,
+                                 summary, {**base, **extra})
+            if o.state == INCOMPLETE and v.tier == PRODUCER_TIER:
+                holds.append(cond("loss", f"possible loss of unknown size at {where}: "
+                                  f"{o.reason}", reason=o.reason,
+                                  dropped_unknown=o.dropped_unknown))
+            elif o.state == INCOMPLETE:
+                ranges, total = store.missing_ranges(v.tier, o.origin)
+                holds.append(cond(
+                    "loss", f"{o.missing} of {o.expected} events missing at {where}",
+                    missing=o.missing, missing_ranges=ranges[:MAX_RANGES_IN_ALERT],
+                    missing_ranges_total=total,
+                    locate=[f"docket-agent locate --seq {a}-{b}"
+                            for a, b in ranges[:MAX_RANGES_IN_ALERT]]))
+            if o.duplicates or o.state == OVERCOUNT:
+                extra = o.duplicates if o.duplicates else o.actual - (o.expected or 0)
+                holds.append(cond("duplication", f"{extra} extra records at {where}",
+                                  extra=extra))
+            if o.checksum == MISMATCH and o.state == COMPLETE:
+                holds.append(cond("checksum_mismatch",
+                                  f"counts agree but the content differs at {where}"))
+    return holds, judged
+
+
+def health_conditions(store: Store, cfg: ReconcileConfig,
+                      now_ms: int) -> tuple[list[Condition], set[str]]:
+    holds: list[Condition] = []
+    judged: set[str] = set()
+    for tier, at in store.progress_at().items():
+        key = alert_key("audit_lag", None, None, tier, None)
+        judged.add(key)
+        if now_ms - at > cfg["alerts.lag_ms"]:
+            holds.append(Condition("audit_lag", None, None, None, tier, None,
+                                   f"audit tier {tier} last reported progress "
+                                   f"{(now_ms - at) // 1000} s ago",
+                                   {"last_progress_at": at, "lag_ms": cfg["alerts.lag_ms"]}))
+    for origin, at in store.producers().items():
+        judged.add(alert_key("silent_producer", None, None, PRODUCER_TIER, origin))
+        if now_ms - at > cfg["alerts.silent_ms"]:
+            holds.append(Condition("silent_producer", None, None, None, PRODUCER_TIER, origin,
+                                   f"producer {origin} last sent audit counts "
+                                   f"{(now_ms - at) // 1000} s ago",
+                                   {"last_seen_at": at, "silent_ms": cfg["alerts.silent_ms"]}))
+    return holds, judged
+
+
+def apply_conditions(store: Store, cfg: ReconcileConfig, holds: list[Condition],
+                     judged: set[str], now_ms: int) -> tuple[int, int]:
+    """Fire what holds and is not open; resolve what is open, judged and no longer holds.
+    Returns (fired, resolved)."""
+    conn = store.conn
+    fired = resolved = 0
+    holding = {c.key: c for c in holds}
+    with conn:
+        open_rows = {k: (i, notified) for i, k, notified in conn.execute(
+            "SELECT id, key, notified FROM alerts WHERE status = 'open'")}
+        by_hand = {k for (k,) in conn.execute("SELECT key FROM snoozes WHERE until = ?",
+                                               (FOREVER,))}
+        cleared = [k for k in judged if k not in holding and k in by_hand]
+        conn.executemany("DELETE FROM snoozes WHERE key = ?", [(k,) for k in cleared])
+        for key, c in holding.items():
+            if key in open_rows or key in by_hand:
+                continue
+            owner, _channels = cfg.route(c.topic)
+            cur = conn.execute(
+                "INSERT INTO alerts (key, kind, alert_class, status, topic, window_start, "
+                "window_ms, tier, origin, owner, summary, detail, fired_at) "
+                "VALUES (?, ?, ?, 'open', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, c.kind, KINDS[c.kind], c.topic, c.window_start, c.window_ms, c.tier,
+                 c.origin, owner, c.summary, json.dumps(c.detail, sort_keys=True), now_ms))
+            fired += 1
+            log.warning("alert %s fired: %s", c.kind, c.summary)
+            open_rows[key] = (cur.lastrowid, 0)
+        for key, (alert_id, notified) in open_rows.items():
+            if key in holding or key not in judged:
+                continue
+            conn.execute("UPDATE alerts SET status = 'resolved', resolved_at = ?, "
+                         "resolved_by = 'condition cleared' WHERE id = ?", (now_ms, alert_id))
+            resolved += 1
+            log.info("alert %s resolved", json.loads(key)[0])
+            if notified:
+                _enqueue(store, cfg, alert_id, "resolved", now_ms)
+        _notify_due(store, cfg, now_ms)
+    return fired, resolved
+
+
+def _notify_due(store: Store, cfg: ReconcileConfig, now_ms: int) -> None:
+    """Queue the firing notification of every open alert not yet notified whose key is not
+    snoozed now."""
+    rows = store.conn.execute(
+        "SELECT a.id FROM alerts a LEFT JOIN snoozes s ON s.key = a.key "
+        "WHERE a.status = 'open' AND a.notified = 0 AND (s.until IS NULL OR s.until <= ?)",
+        (now_ms,)).fetchall()
+    for (alert_id,) in rows:
+        _enqueue(store, cfg, alert_id, "firing", now_ms)
+        store.conn.execute("UPDATE alerts SET notified = 1 WHERE id = ?", (alert_id,))
+
+
+def _enqueue(store: Store, cfg: ReconcileConfig, alert_id: int, event: str, now_ms: int) -> None:
+    n = notification(store, alert_id, event)
+    _owner, channels = cfg.route(n.topic)
+    if channels:
+        enqueue(store.db, n, list(channels), now_ms)
+
+
+def notification(store: Store, alert_id: int, event: str) -> Notification:
+    r = next(store.db.query("SELECT * FROM alerts WHERE id = ?", (alert_id,)))
+    return Notification(alert_id=alert_id, event=event, kind=r["kind"],
+                        alert_class=r["alert_class"], topic=r["topic"],
+                        window_start=r["window_start"], window_ms=r["window_ms"], tier=r["tier"],
+                        origin=r["origin"], owner=r["owner"], summary=r["summary"],
+                        detail=json.loads(r["detail"]), fired_at=r["fired_at"],
+                        resolved_at=r["resolved_at"])
+
+
+def snooze(store: Store, alert_id: int, until_ms: int, by: str, now_ms: int) -> str:
+    """Snooze the condition of alert ``alert_id`` (its key) until ``until_ms``."""
+    row = store.conn.execute("SELECT key FROM alerts WHERE id = ?", (alert_id,)).fetchone()
+    if row is None:
+        raise LookupError(f"no alert with id {alert_id}")
+    with store.conn:
+        store.conn.execute("INSERT OR REPLACE INTO snoozes VALUES (?, ?, ?, ?)",
+                           (row[0], until_ms, by, now_ms))
+    return row[0]
+
+
+def resolve_by_hand(store: Store, cfg: ReconcileConfig, alert_id: int, by: str,
+                    now_ms: int) -> None:
+    """Resolve an open alert; its condition does not fire again until it has cleared once."""
+    with store.conn:
+        row = store.conn.execute("SELECT status, notified FROM alerts WHERE id = ?",
+                                 (alert_id,)).fetchone()
+        if row is None:
+            raise LookupError(f"no alert with id {alert_id}")
+        if row[0] != "open":
+            return
+        store.conn.execute("UPDATE alerts SET status = 'resolved', resolved_at = ?, "
+                           "resolved_by = ? WHERE id = ?", (now_ms, by, alert_id))
+        store.conn.execute("INSERT OR REPLACE INTO snoozes SELECT key, ?, ?, ? FROM alerts "
+                           "WHERE id = ?", (FOREVER, by, now_ms, alert_id))
+        if row[1]:
+            _enqueue(store, cfg, alert_id, "resolved", now_ms)

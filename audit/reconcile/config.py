@@ -1,0 +1,190 @@
+"""The reconciler's configuration: every setting declared once (``SETTINGS``, ``OWNER_SETTINGS``),
+parsed and documented by the contract's settings machinery (``python -m audit.reconcile.config``
+prints the reference, docs/reconcile-config.md). Unknown keys are errors; ``docket-audit
+validate --config FILE`` checks a file and exits 78 with the key path and a hint.
+
+Tables the declarations do not cover: ``[[owners]]`` (topic patterns → owner and channels, the
+first match routes a data alert) and ``[channels.NAME]`` (one table per delivery channel; the
+alerts package validates its keys).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from audit.contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
+from audit.contract.record import PRODUCER_TIER
+from audit.contract.settings import (
+    ConfigError,
+    Setting,
+    coerce,
+    load_toml,
+    parse_sections,
+    reference_row,
+    reference_table,
+)
+
+MINUTE_MS = 60_000
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("reconcile.bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers of "
+            "the cluster holding the audit topic (`--bootstrap-servers` overrides it)."),
+    Setting("reconcile.audit_topic", str, AUDIT_TOPIC, "The audit topic every tier writes to."),
+    Setting("reconcile.group_id", str, "docket-reconcile", "Consumer group under which the "
+            "reconciler commits the offsets it has applied (for lag monitoring; the offsets it "
+            "resumes from are the ones stored in its database)."),
+    Setting("reconcile.librdkafka_options", dict, {}, "librdkafka properties passed to the "
+            "consumer as they are, e.g. `\"security.protocol\" = \"SASL_SSL\"`."),
+    Setting("reconcile.evaluate_interval_ms", int, MINUTE_MS, "How often windows are evaluated "
+            "and alerts raised or resolved.", minimum=1000),
+    Setting("reconcile.deliver_interval_ms", int, 5000, "How often due alert notifications are "
+            "sent (a channel that is down never delays the evaluation).", minimum=100),
+    Setting("windows.window_ms", int, DEFAULT_WINDOW_MS, "Event-time window of the audit "
+            "counts: the same at every tier.", minimum=1000),
+    Setting("windows.grace_ms", int, 30 * MINUTE_MS, "After a window ends, how long it stays "
+            "`pending` (late events, the agents' next emission, the jobs' next batches) before "
+            "a shortfall is called loss.", minimum=0),
+    Setting("windows.final_ms", int, 60 * MINUTE_MS, "After a window ends, when its verdict "
+            "becomes final; a change after that is kept as a revision.", minimum=0),
+    Setting("windows.settle_ms", int, MINUTE_MS, "A tier's silence about an origin counts as "
+            "zero only once the tier reported progress this long after the producer's report; "
+            "before that the window is `unknown` for it.", minimum=0),
+    Setting("windows.tiers", list, [], "The tier graph, in order from `producer` (each Kafka "
+            "cluster, then `warehouse`). Empty: the tiers seen, `producer` first, `warehouse` "
+            "last."),
+    Setting("alerts.lag_ms", int, 30 * MINUTE_MS, "`audit_lag` when a tier's newest progress "
+            "record is older than this.", minimum=1000),
+    Setting("alerts.silent_ms", int, 30 * MINUTE_MS, "`silent_producer` when an origin's newest "
+            "producer record (agents send heartbeats every interval) is older than this.",
+            minimum=1000),
+    Setting("alerts.default_channels", list, [], "Channels of a data alert whose topic matches "
+            "no `[[owners]]` entry."),
+    Setting("alerts.health_channels", list, [], "Channels of the audit-health alerts "
+            "(`audit_lag`, `silent_producer`). Empty: `alerts.default_channels`."),
+)
+
+OWNER_SETTINGS: tuple[Setting, ...] = (
+    Setting("topics", list, None, "Topic patterns (shell globs, e.g. `payments.*`) this entry "
+            "routes.", required=True),
+    Setting("owner", str, None, "Who owns these topics; named in the alert.", required=True),
+    Setting("channels", list, [], "Channels the owner's data alerts go to."),
+)
+
+
+@dataclass(frozen=True)
+class Owner:
+    topics: list[str]
+    owner: str
+    channels: list[str]
+
+    def matches(self, topic: str) -> bool:
+        return any(fnmatch.fnmatchcase(topic, p) for p in self.topics)
+
+
+@dataclass
+class ReconcileConfig:
+    values: dict[str, Any]
+    owners: list[Owner] = field(default_factory=list)
+    channels: dict[str, dict] = field(default_factory=dict)   # name → its raw table
+
+    def __getitem__(self, key: str):
+        return self.values[key]
+
+    def route(self, topic: str | None) -> tuple[str | None, list[str]]:
+        """(owner, channels) of an alert about ``topic`` (None: an audit-health alert)."""
+        if topic is None:
+            return None, (self["alerts.health_channels"] or self["alerts.default_channels"])
+        for o in self.owners:
+            if o.matches(topic):
+                return o.owner, o.channels
+        return None, self["alerts.default_channels"]
+
+
+def parse(raw: dict) -> ReconcileConfig:
+    values = parse_sections(raw, SETTINGS, other_sections=("owners", "channels"))
+    owners = _parse_owners(raw.get("owners", []))
+    channels = raw.get("channels", {})
+    if not isinstance(channels, dict) or not all(isinstance(t, dict) for t in channels.values()):
+        raise ConfigError("channels", "expected one table per channel, [channels.NAME]",
+                          hint='e.g. [channels.ops] with type = "webhook" and url = "..."')
+    _check_channels(channels)
+    named = [("alerts.default_channels", values["alerts.default_channels"]),
+             ("alerts.health_channels", values["alerts.health_channels"])]
+    named += [(f"owners[{i}].channels", o.channels) for i, o in enumerate(owners)]
+    for path, names in named:
+        for name in names:
+            if name not in channels:
+                raise ConfigError(path, f"channel {name!r} is not defined",
+                                  hint=f"add a [channels.{name}] table, or use one of: "
+                                  f"{', '.join(sorted(channels)) or '(none defined)'}")
+    tiers = values["windows.tiers"]
+    if tiers and tiers[0] != PRODUCER_TIER:
+        raise ConfigError("windows.tiers", f"the graph starts at {PRODUCER_TIER!r}, found "
+                          f"{tiers[0]!r}", hint='e.g. ["producer", "kafka-local", "warehouse"]')
+    if len(set(tiers)) != len(tiers):
+        raise ConfigError("windows.tiers", "a tier is named twice")
+    if values["windows.final_ms"] < values["windows.grace_ms"]:
+        raise ConfigError("windows.final_ms", "a window cannot be final before its grace ends",
+                          hint="keep final_ms >= grace_ms")
+    return ReconcileConfig(values, owners, dict(channels))
+
+
+def _parse_owners(raw) -> list[Owner]:
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise ConfigError("owners", "expected an array of tables [[owners]]",
+                          hint='write each as [[owners]] with topics = ["app.*"] and owner')
+    known = {s.key: s for s in OWNER_SETTINGS}
+    out = []
+    for i, table in enumerate(raw):
+        where = f"owners[{i}]"
+        for key in table:
+            if key not in known:
+                raise ConfigError(f"{where}.{key}", "unknown key",
+                                  hint=f"known keys of an owner: {', '.join(sorted(known))}")
+        vals = {}
+        for key, s in known.items():
+            if key in table:
+                vals[key] = coerce(s, f"{where}.{key}", table[key])
+            elif s.required:
+                raise ConfigError(f"{where}.{key}", "missing", hint=s.help)
+            else:
+                vals[key] = s.default
+        out.append(Owner(**vals))
+    return out
+
+
+def _check_channels(channels: dict) -> None:
+    """Each channel's table, checked by the alerts package (key paths ``channels.NAME.key``)."""
+    from audit.alerts.channels import channel_from_config
+    for name, table in channels.items():
+        channel_from_config(name, table)
+
+
+def load(path: str | Path) -> ReconcileConfig:
+    return parse(load_toml(path))
+
+
+def reference_markdown() -> str:
+    """docs/reconcile-config.md, generated from the declarations."""
+    lines = ["# Reconciler configuration reference", "",
+             "Generated from `audit/reconcile/config.py` by `python -m audit.reconcile.config`; "
+             "do not edit by hand.",
+             "The file is TOML. Unknown keys are errors; `docket-audit validate --config FILE` "
+             "checks a file and exits 78 with the key path and a hint when it is wrong.", ""]
+    lines += reference_table(SETTINGS)
+    lines += ["", "## [[owners]]", "", "One block per owner; the first whose topics match "
+              "routes a data alert.", "", "| key | type | default | meaning |",
+              "|---|---|---|---|"]
+    lines += [reference_row(s.key, s) for s in OWNER_SETTINGS]
+    lines += ["", "## [channels.NAME]", "", "One table per delivery channel, named by the "
+              "owners' and alerts' `channels` lists; its keys depend on its `type` "
+              "(`webhook`, `email`, `alertmanager`): see docs/alerts.md.", ""]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(reference_markdown())

@@ -1,0 +1,229 @@
+"""``docket-audit reconcile``: the audit topic into SQLite, windows judged, alerts raised and
+delivered.
+
+Three loops, each with its own SQLite connection (WAL: readers never wait for the writer):
+
+- the consumer (main thread) reads the audit topic from the offsets stored in the database
+  and applies each batch in one transaction with the offsets it reaches, then commits those
+  offsets to the consumer group (for lag monitoring only: the database is what it resumes from);
+- an apscheduler job every ``reconcile.evaluate_interval_ms`` judges the windows that changed
+  or are not final yet, stores the verdicts and fires or resolves alerts, queuing their
+  notifications in the outbox in the same transaction;
+- an apscheduler job every ``reconcile.deliver_interval_ms`` sends due notifications, so a
+  channel that is down or slow never delays the evaluation.
+
+Malformed audit records are counted by reason (table ``malformed``), logged and skipped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from audit.alerts.channels import channel_from_config
+from audit.alerts.outbox import Dispatcher
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from audit.contract.collect import current_counts
+from audit.contract.errors import AuditError, MalformedRecord
+from audit.contract.record import parse
+
+from .alerting import apply_conditions, health_conditions, window_conditions
+from .config import ReconcileConfig
+from .store import Store
+from .verdict import Timing, judge, tier_order
+
+log = logging.getLogger("docket.audit.reconcile")
+
+BATCH_RECORDS = 5000
+METADATA_EVERY_S = 30.0
+
+
+@dataclass
+class Evaluation:
+    windows: int = 0
+    fired: int = 0
+    resolved: int = 0
+
+
+def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
+    """Judge every window that changed or is not final, store the verdicts, fire and resolve
+    alerts. Deterministic for a given database and ``now_ms``."""
+    timing = Timing(cfg["windows.window_ms"], cfg["windows.grace_ms"], cfg["windows.final_ms"],
+                    cfg["windows.settle_ms"])
+    progress = store.progress_at()
+    configured = cfg["windows.tiers"]
+    out = Evaluation()
+    holds, judged = [], set()
+    for topic, window_start in store.windows_to_evaluate():
+        records = store.window_records(topic, window_start)
+        counts: dict[str, dict] = {}
+        for tier, by_key in current_counts(records).items():
+            counts[tier] = {origin: rec for (_t, _w, origin), rec in by_key.items()}
+        tiers = tier_order(set(counts) | store.tiers_of(topic), configured)
+        window_ms = records[0].window_ms if records else timing.window_ms
+        verdicts = judge(topic, window_start, counts, progress, tiers, timing, now_ms)
+        store.save_verdicts(topic, window_start, window_ms, verdicts, now_ms)
+        h, j = window_conditions(store, verdicts, window_ms)
+        holds += h
+        judged |= j
+        out.windows += 1
+    h, j = health_conditions(store, cfg, now_ms)
+    out.fired, out.resolved = apply_conditions(store, cfg, holds + h, judged | j, now_ms)
+    return out
+
+
+class Reconciler:
+    def __init__(self, cfg: ReconcileConfig, db_path, clock=time.time):
+        self.cfg = cfg
+        self.db_path = db_path
+        self.clock = clock
+        self.store = Store(db_path)              # the consumer's connection
+        self.topic = cfg["reconcile.audit_topic"]
+        self.stop_event = threading.Event()
+        self.channels = {name: channel_from_config(name, table)
+                         for name, table in cfg.channels.items()}
+        self.consumer: Consumer | None = None
+        self.partitions: set[int] = set()
+        self.applied = 0
+
+    # -- consuming -----------------------------------------------------------------------------
+    def _consumer(self) -> Consumer:
+        conf = {"bootstrap.servers": self.cfg["reconcile.bootstrap_servers"],
+                "group.id": self.cfg["reconcile.group_id"], "enable.auto.commit": False,
+                "enable.partition.eof": True, "isolation.level": "read_committed",
+                **self.cfg["reconcile.librdkafka_options"]}
+        return Consumer(conf, logger=logging.getLogger("docket.audit.librdkafka"))
+
+    def _assign_new_partitions(self, timeout_s: float = 10.0) -> None:
+        meta = self.consumer.list_topics(self.topic, timeout=timeout_s).topics.get(self.topic)
+        if meta is None or meta.error is not None:
+            return
+        stored = self.store.offsets(self.topic)
+        new = [TopicPartition(self.topic, p, stored.get(p, 0))
+               for p in sorted(meta.partitions) if p not in self.partitions]
+        if new:
+            self.consumer.incremental_assign(new)
+            self.partitions |= {tp.partition for tp in new}
+            log.info("reading %s partitions %s from offsets %s", self.topic,
+                     [tp.partition for tp in new], [tp.offset for tp in new])
+
+    def consume_batch(self, timeout_s: float = 0.5) -> tuple[int, bool]:
+        """Apply one batch; returns (records read, whether every partition is at its end)."""
+        records, malformed, offsets = [], {}, {}
+        bad: Counter = Counter()
+        at_end = True
+        for msg in self.consumer.consume(BATCH_RECORDS, timeout=timeout_s):
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("audit topic read error: %s", err)
+                continue
+            at_end = False
+            offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
+            try:
+                records.append(parse(msg.value()))
+            except MalformedRecord as exc:
+                bad[exc.reason] += 1
+                malformed[exc.reason] = (bad[exc.reason], f"{msg.partition()}@{msg.offset()}: "
+                                         f"{exc}")
+                log.warning("skipping a malformed audit record at %s@%s: %s",
+                            msg.partition(), msg.offset(), exc)
+        if offsets:
+            self.store.apply(records, malformed, offsets, _iso_now(self.clock()))
+            self.applied += len(records)
+            try:
+                self.consumer.commit(offsets=[TopicPartition(t, p, o)
+                                              for (t, p), o in offsets.items()],
+                                     asynchronous=True)
+            except Exception as exc:   # noqa: BLE001 — the database is the record of truth
+                log.debug("offset commit failed: %s", exc)
+        return len(records) + sum(bad.values()), at_end
+
+    def caught_up(self) -> bool:
+        """Every assigned partition read to its current end."""
+        stored = self.store.offsets(self.topic)
+        for p in self.partitions:
+            _lo, hi = self.consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                          timeout=10)
+            if stored.get(p, 0) < hi:
+                return False
+        return True
+
+    # -- the jobs ------------------------------------------------------------------------------
+    def evaluate_job(self) -> Evaluation:
+        store = Store(self.db_path)
+        try:
+            result = evaluate(store, self.cfg, int(self.clock() * 1000))
+        finally:
+            store.close()
+        if result.fired or result.resolved:
+            log.info("evaluated %d windows: %d alerts fired, %d resolved", result.windows,
+                     result.fired, result.resolved)
+        return result
+
+    def deliver_job(self):
+        store = Store(self.db_path)
+        try:
+            return Dispatcher(store.db, self.channels,
+                              clock=self.clock).run_once()
+        finally:
+            store.close()
+
+    # -- running -------------------------------------------------------------------------------
+    def open(self) -> None:
+        self.consumer = self._consumer()
+        self._assign_new_partitions()
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
+        self.store.close()
+
+    def run_once(self, timeout_s: float = 120.0) -> Evaluation:
+        """Read the audit topic to its current end, evaluate, deliver once."""
+        self.open()
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not self.caught_up():
+                if time.monotonic() > deadline:
+                    raise AuditError(f"the audit topic {self.topic} was not read to its end in "
+                                     f"{timeout_s:g} s", hint="is the broker reachable? "
+                                     "check --bootstrap-servers")
+                self.consume_batch()
+            result = self.evaluate_job()
+            self.deliver_job()
+            return result
+        finally:
+            self.close()
+
+    def run(self) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler
+        self.open()
+        scheduler = BackgroundScheduler(timezone=dt.UTC)
+        every = {"max_instances": 1, "coalesce": True, "misfire_grace_time": None}
+        scheduler.add_job(self.evaluate_job, "interval", id="evaluate", **every,
+                          seconds=self.cfg["reconcile.evaluate_interval_ms"] / 1000)
+        scheduler.add_job(self.deliver_job, "interval", id="deliver", **every,
+                          seconds=self.cfg["reconcile.deliver_interval_ms"] / 1000)
+        scheduler.start()
+        log.info("reconciling %s into %s", self.topic, self.db_path)
+        next_metadata = time.monotonic() + METADATA_EVERY_S
+        try:
+            while not self.stop_event.is_set():
+                self.consume_batch()
+                if time.monotonic() >= next_metadata:
+                    self._assign_new_partitions()
+                    next_metadata = time.monotonic() + METADATA_EVERY_S
+        finally:
+            scheduler.shutdown(wait=True)
+            self.close()
+            log.info("stopped after applying %d audit records", self.applied)
+
+
+def _iso_now(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")

@@ -1,0 +1,319 @@
+"""The reconciler's SQLite database, through sqlite-utils: the audit records it applied, the
+offsets it applied them up to, and the verdicts and alerts it derived. docs/reconcile.md
+documents every table; the dashboard and anyone with ``sqlite3`` read them.
+
+Applying a batch of audit records is one transaction: the records (the newest per identity
+wins: highest ``seq``, then latest ``emitted_at``, so the order of arrival does not matter) and
+the next offset of each partition they came from. The reconciler resumes from the stored
+offsets, so a crash between the transaction and the consumer's commit re-applies nothing new,
+and replaying the topic from its start rebuilds the same ``counts``, ``ranges`` and
+``progress`` tables.
+
+Input tables: ``counts``, ``ranges``, ``progress``, ``producers`` (when each origin was last
+heard of), ``malformed`` (skipped records by reason), ``offsets``, ``dirty`` (windows changed
+since their last evaluation). Derived: ``windows`` (one row per topic, window and tier: state,
+completeness, ...), ``window_origins`` (the same per origin), ``window_revisions`` (changes
+after a window was final), ``alerts``, ``snoozes``, and the view ``completeness``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+import sqlite_utils
+
+from audit.contract.record import AuditRecord, Progress, Ranges, checksum_hex
+
+from .verdict import TierVerdict
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS counts (
+    tier TEXT NOT NULL, emitter TEXT NOT NULL, incarnation TEXT NOT NULL, origin TEXT NOT NULL,
+    topic TEXT NOT NULL, window_start INTEGER NOT NULL, window_ms INTEGER NOT NULL,
+    count INTEGER NOT NULL, bytes INTEGER NOT NULL, checksum TEXT NOT NULL,
+    distinct_count INTEGER, duplicates INTEGER, dropped INTEGER NOT NULL,
+    dropped_reasons TEXT NOT NULL, dropped_unknown TEXT NOT NULL, late INTEGER NOT NULL,
+    seq INTEGER NOT NULL, emitted_at INTEGER NOT NULL,
+    PRIMARY KEY (tier, emitter, incarnation, origin, topic, window_start));
+CREATE INDEX IF NOT EXISTS counts_window ON counts (topic, window_start);
+CREATE TABLE IF NOT EXISTS ranges (
+    tier TEXT NOT NULL, emitter TEXT NOT NULL, incarnation TEXT NOT NULL, origin TEXT NOT NULL,
+    origin_incarnation TEXT NOT NULL, through INTEGER NOT NULL, missing TEXT NOT NULL,
+    missing_total INTEGER NOT NULL, missing_truncated INTEGER NOT NULL,
+    seq INTEGER NOT NULL, emitted_at INTEGER NOT NULL,
+    PRIMARY KEY (tier, emitter, incarnation, origin, origin_incarnation));
+CREATE TABLE IF NOT EXISTS progress (
+    tier TEXT NOT NULL, emitter TEXT NOT NULL, batch_id INTEGER NOT NULL,
+    input_rows_per_s REAL NOT NULL, processed_rows_per_s REAL NOT NULL,
+    batch_duration_ms INTEGER NOT NULL, offsets_behind INTEGER, emitted_at INTEGER NOT NULL,
+    PRIMARY KEY (tier, emitter));
+CREATE TABLE IF NOT EXISTS producers (
+    origin TEXT PRIMARY KEY, last_seen_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS malformed (
+    reason TEXT PRIMARY KEY, records INTEGER NOT NULL, last_error TEXT NOT NULL,
+    last_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS offsets (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS dirty (
+    topic TEXT NOT NULL, window_start INTEGER NOT NULL, PRIMARY KEY (topic, window_start));
+CREATE TABLE IF NOT EXISTS windows (
+    topic TEXT NOT NULL, window_start INTEGER NOT NULL, tier TEXT NOT NULL,
+    window_ms INTEGER NOT NULL, state TEXT NOT NULL, final INTEGER NOT NULL,
+    expected INTEGER NOT NULL, count INTEGER NOT NULL, distinct_count INTEGER,
+    duplicates INTEGER, dropped INTEGER NOT NULL, dropped_unknown TEXT NOT NULL,
+    completeness REAL, hop_completeness REAL, checksum TEXT, missing INTEGER NOT NULL,
+    changed_at INTEGER NOT NULL, final_at INTEGER, revision INTEGER NOT NULL,
+    PRIMARY KEY (topic, window_start, tier));
+CREATE INDEX IF NOT EXISTS windows_open ON windows (final, topic, window_start);
+CREATE TABLE IF NOT EXISTS window_origins (
+    topic TEXT NOT NULL, window_start INTEGER NOT NULL, tier TEXT NOT NULL,
+    origin TEXT NOT NULL, state TEXT NOT NULL, expected INTEGER, count INTEGER NOT NULL,
+    distinct_count INTEGER, duplicates INTEGER, missing INTEGER NOT NULL, checksum TEXT,
+    reason TEXT NOT NULL, PRIMARY KEY (topic, window_start, tier, origin));
+CREATE TABLE IF NOT EXISTS window_revisions (
+    topic TEXT NOT NULL, window_start INTEGER NOT NULL, tier TEXT NOT NULL,
+    revision INTEGER NOT NULL, at INTEGER NOT NULL, state TEXT NOT NULL,
+    count INTEGER NOT NULL, distinct_count INTEGER, completeness REAL,
+    previous_state TEXT NOT NULL, previous_count INTEGER NOT NULL,
+    PRIMARY KEY (topic, window_start, tier, revision));
+CREATE TABLE IF NOT EXISTS alerts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, kind TEXT NOT NULL,
+    alert_class TEXT NOT NULL, status TEXT NOT NULL, topic TEXT, window_start INTEGER,
+    window_ms INTEGER, tier TEXT, origin TEXT, owner TEXT, summary TEXT NOT NULL,
+    detail TEXT NOT NULL, fired_at INTEGER NOT NULL, resolved_at INTEGER,
+    notified INTEGER NOT NULL DEFAULT 0, resolved_by TEXT);
+CREATE UNIQUE INDEX IF NOT EXISTS alerts_one_open ON alerts (key) WHERE status = 'open';
+CREATE TABLE IF NOT EXISTS snoozes (
+    key TEXT PRIMARY KEY, until INTEGER NOT NULL, by TEXT NOT NULL, at INTEGER NOT NULL);
+CREATE VIEW IF NOT EXISTS completeness AS
+    SELECT topic, window_start, tier, count, expected AS producer_count, completeness, state,
+           final, distinct_count, duplicates, checksum
+    FROM windows;
+"""
+
+_UPSERT_COUNT = """
+INSERT INTO counts VALUES (:tier, :emitter, :incarnation, :origin, :topic, :window_start,
+    :window_ms, :count, :bytes, :checksum, :distinct_count, :duplicates, :dropped,
+    :dropped_reasons, :dropped_unknown, :late, :seq, :emitted_at)
+ON CONFLICT (tier, emitter, incarnation, origin, topic, window_start) DO UPDATE SET
+    window_ms = excluded.window_ms, count = excluded.count, bytes = excluded.bytes,
+    checksum = excluded.checksum, distinct_count = excluded.distinct_count,
+    duplicates = excluded.duplicates, dropped = excluded.dropped,
+    dropped_reasons = excluded.dropped_reasons, dropped_unknown = excluded.dropped_unknown,
+    late = excluded.late, seq = excluded.seq, emitted_at = excluded.emitted_at
+WHERE excluded.seq > counts.seq
+   OR (excluded.seq = counts.seq AND excluded.emitted_at > counts.emitted_at)
+"""
+
+_UPSERT_RANGES = """
+INSERT INTO ranges VALUES (:tier, :emitter, :incarnation, :origin, :origin_incarnation,
+    :through, :missing, :missing_total, :missing_truncated, :seq, :emitted_at)
+ON CONFLICT (tier, emitter, incarnation, origin, origin_incarnation) DO UPDATE SET
+    through = excluded.through, missing = excluded.missing,
+    missing_total = excluded.missing_total, missing_truncated = excluded.missing_truncated,
+    seq = excluded.seq, emitted_at = excluded.emitted_at
+WHERE excluded.seq > ranges.seq
+   OR (excluded.seq = ranges.seq AND excluded.emitted_at > ranges.emitted_at)
+"""
+
+_UPSERT_PROGRESS = """
+INSERT INTO progress VALUES (:tier, :emitter, :batch_id, :input_rows_per_s,
+    :processed_rows_per_s, :batch_duration_ms, :offsets_behind, :emitted_at)
+ON CONFLICT (tier, emitter) DO UPDATE SET
+    batch_id = excluded.batch_id, input_rows_per_s = excluded.input_rows_per_s,
+    processed_rows_per_s = excluded.processed_rows_per_s,
+    batch_duration_ms = excluded.batch_duration_ms, offsets_behind = excluded.offsets_behind,
+    emitted_at = excluded.emitted_at
+WHERE excluded.batch_id > progress.batch_id
+   OR (excluded.batch_id = progress.batch_id AND excluded.emitted_at > progress.emitted_at)
+"""
+
+
+class Store:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.db = sqlite_utils.Database(str(self.path))
+        self.conn: sqlite3.Connection = self.db.conn
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        self.conn.execute("PRAGMA busy_timeout = 30000")     # the three loops share the file
+        self.conn.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- input ---------------------------------------------------------------------------------
+    def apply(self, records: Iterable[AuditRecord | Ranges | Progress],
+              malformed: dict[str, tuple[int, str]], offsets: dict[tuple[str, int], int],
+              now_iso: str) -> None:
+        """One transaction: the records, the malformed ones' tallies, and the offsets they
+        were read up to (``offsets``: (topic, partition) → the next offset to read)."""
+        with self.conn:
+            for rec in records:
+                if isinstance(rec, AuditRecord):
+                    self.conn.execute(_UPSERT_COUNT, _count_row(rec))
+                    self.conn.execute("INSERT OR IGNORE INTO dirty VALUES (?, ?)",
+                                      (rec.topic, rec.window_start))
+                    if rec.tier == "producer":
+                        self.conn.execute(
+                            "INSERT INTO producers VALUES (?, ?) ON CONFLICT (origin) DO UPDATE "
+                            "SET last_seen_at = max(last_seen_at, excluded.last_seen_at)",
+                            (rec.origin, rec.emitted_at))
+                elif isinstance(rec, Ranges):
+                    row = {**rec.__dict__, "incarnation": rec.incarnation or "",
+                           "missing": json.dumps(rec.missing),
+                           "missing_truncated": int(rec.missing_truncated)}
+                    self.conn.execute(_UPSERT_RANGES, row)
+                else:
+                    self.conn.execute(_UPSERT_PROGRESS, rec.__dict__)
+            for reason, (n, error) in malformed.items():
+                self.conn.execute(
+                    "INSERT INTO malformed VALUES (?, ?, ?, ?) ON CONFLICT (reason) DO UPDATE "
+                    "SET records = records + excluded.records, last_error = excluded.last_error,"
+                    " last_at = excluded.last_at", (reason, n, error[:500], now_iso))
+            self.conn.executemany(
+                "INSERT INTO offsets VALUES (?, ?, ?) ON CONFLICT (topic, partition) DO UPDATE "
+                "SET next_offset = max(next_offset, excluded.next_offset)",
+                [(t, p, o) for (t, p), o in offsets.items()])
+
+    def offsets(self, topic: str) -> dict[int, int]:
+        return dict(self.conn.execute(
+            "SELECT partition, next_offset FROM offsets WHERE topic = ?", (topic,)))
+
+    # -- what evaluation reads -----------------------------------------------------------------
+    def windows_to_evaluate(self) -> list[tuple[str, int]]:
+        """Windows changed since their last evaluation, and every window not yet final."""
+        return sorted(set(self.conn.execute("SELECT topic, window_start FROM dirty")) |
+                      set(self.conn.execute(
+                          "SELECT DISTINCT topic, window_start FROM windows WHERE final = 0")))
+
+    def window_records(self, topic: str, window_start: int) -> list[AuditRecord]:
+        rows = self.conn.execute(
+            "SELECT tier, emitter, incarnation, origin, topic, window_start, window_ms, count, "
+            "bytes, checksum, distinct_count, duplicates, dropped, dropped_reasons, "
+            "dropped_unknown, late, seq, emitted_at FROM counts "
+            "WHERE topic = ? AND window_start = ?", (topic, window_start))
+        return [_count_record(r) for r in rows]
+
+    def progress_at(self) -> dict[str, int]:
+        """tier → ``emitted_at`` of its newest progress record."""
+        return dict(self.conn.execute("SELECT tier, max(emitted_at) FROM progress GROUP BY tier"))
+
+    def tiers_of(self, topic: str) -> set[str]:
+        """The tiers that ever reported on ``topic``: a tier is judged on a topic it counts."""
+        return {t for (t,) in self.conn.execute("SELECT DISTINCT tier FROM counts WHERE topic = ?",
+                                                (topic,))}
+
+    def producers(self) -> dict[str, int]:
+        return dict(self.conn.execute("SELECT origin, last_seen_at FROM producers"))
+
+    def missing_ranges(self, tier: str, origin: str) -> tuple[list[list[int]], int]:
+        """The record numbers of ``origin`` that ``tier`` has not seen and the producer did not
+        journal as dropped (its newest report per number space), and their total."""
+        def newest(t: str) -> dict[str, tuple[list, int]]:
+            out: dict[str, tuple] = {}
+            for oi, missing, total, _at in self.conn.execute(
+                    "SELECT origin_incarnation, missing, missing_total, emitted_at FROM ranges "
+                    "WHERE tier = ? AND origin = ? ORDER BY emitted_at", (t, origin)):
+                out[oi] = (json.loads(missing), total)
+            return out
+        dropped = {oi: m for oi, (m, _t) in newest("producer").items()}
+        ranges, total = [], 0
+        for oi, (missing, _t) in newest(tier).items():
+            for a, b in _subtract(missing, dropped.get(oi, [])):
+                ranges.append([a, b])
+                total += b - a + 1
+        return ranges, total
+
+    # -- verdicts ------------------------------------------------------------------------------
+    def previous(self, topic: str, window_start: int) -> dict[str, dict]:
+        rows = self.db.query("SELECT * FROM windows WHERE topic = ? AND window_start = ?",
+                             (topic, window_start))
+        return {r["tier"]: r for r in rows}
+
+    def save_verdicts(self, topic: str, window_start: int, window_ms: int,
+                      verdicts: list[TierVerdict], now_ms: int) -> list[tuple[dict | None,
+                                                                               TierVerdict]]:
+        """Store the window's verdicts; returns (previous row or None, verdict) per tier. A
+        change to a final window is kept as a revision."""
+        before = self.previous(topic, window_start)
+        out = []
+        with self.conn:
+            for v in verdicts:
+                old = before.get(v.tier)
+                changed = old is None or (old["state"], old["count"], old["distinct_count"],
+                                          old["checksum"]) != (v.state, v.count, v.distinct,
+                                                               v.checksum)
+                revision = old["revision"] if old else 0
+                if old is not None and old["final"] and changed:
+                    revision += 1
+                    self.conn.execute(
+                        "INSERT INTO window_revisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (topic, window_start, v.tier, revision, now_ms, v.state, v.count,
+                         v.distinct, v.completeness, old["state"], old["count"]))
+                final_at = old["final_at"] if old and old["final_at"] else (
+                    now_ms if v.final else None)
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO windows VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (topic, window_start, v.tier, window_ms, v.state, int(v.final), v.expected,
+                     v.count, v.distinct, v.duplicates, v.dropped,
+                     json.dumps(v.dropped_unknown, sort_keys=True), v.completeness,
+                     v.hop_completeness, v.checksum, sum(o.missing for o in v.origins),
+                     now_ms if changed else old["changed_at"], final_at, revision))
+                self.conn.execute("DELETE FROM window_origins WHERE topic = ? AND "
+                                  "window_start = ? AND tier = ?", (topic, window_start, v.tier))
+                self.conn.executemany(
+                    "INSERT INTO window_origins VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(topic, window_start, v.tier, o.origin, o.state, o.expected, o.count,
+                      o.distinct, o.duplicates, o.missing, o.checksum, o.reason)
+                     for o in v.origins])
+                out.append((old, v))
+            self.conn.execute("DELETE FROM dirty WHERE topic = ? AND window_start = ?",
+                              (topic, window_start))
+        return out
+
+
+def _count_row(rec: AuditRecord) -> dict:
+    return {"tier": rec.tier, "emitter": rec.emitter, "incarnation": rec.incarnation or "",
+            "origin": rec.origin, "topic": rec.topic, "window_start": rec.window_start,
+            "window_ms": rec.window_ms, "count": rec.count, "bytes": rec.bytes,
+            "checksum": checksum_hex(rec.checksum), "distinct_count": rec.distinct,
+            "duplicates": rec.duplicates, "dropped": rec.dropped,
+            "dropped_reasons": json.dumps(rec.dropped_reasons, sort_keys=True),
+            "dropped_unknown": json.dumps(rec.dropped_unknown, sort_keys=True),
+            "late": rec.late, "seq": rec.seq, "emitted_at": rec.emitted_at}
+
+
+def _count_record(r: tuple) -> AuditRecord:
+    (tier, emitter, incarnation, origin, topic, window_start, window_ms, count, nbytes, checksum,
+     distinct, duplicates, dropped, dropped_reasons, dropped_unknown, late, seq, emitted_at) = r
+    return AuditRecord(tier=tier, origin=origin, topic=topic, window_start=window_start,
+                       window_ms=window_ms, count=count, bytes=nbytes,
+                       checksum=int(checksum, 16), emitter=emitter, seq=seq,
+                       emitted_at=emitted_at, dropped=dropped,
+                       dropped_reasons=json.loads(dropped_reasons), late=late,
+                       dropped_unknown=json.loads(dropped_unknown), distinct=distinct,
+                       duplicates=duplicates, incarnation=incarnation or None)
+
+
+def _subtract(ranges: list[list[int]], minus: list[list[int]]) -> list[tuple[int, int]]:
+    """Inclusive ranges less the numbers in ``minus`` (both sorted and disjoint)."""
+    out: list[tuple[int, int]] = []
+    j = 0
+    for a, b in ranges:
+        while j < len(minus) and minus[j][1] < a:
+            j += 1
+        k, start = j, a
+        while k < len(minus) and minus[k][0] <= b:
+            if minus[k][0] > start:
+                out.append((start, minus[k][0] - 1))
+            start = max(start, minus[k][1] + 1)
+            k += 1
+        if start <= b:
+            out.append((start, b))
+    return out

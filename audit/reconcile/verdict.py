@@ -1,0 +1,221 @@
+"""The verdict on one (topic, window): for each tier, and within it for each origin, how much of
+what the producers accepted arrived, and what that means. Pure: records and a clock in,
+verdicts out; the store and the alerting are elsewhere.
+
+Per origin, at a tier T other than the producer (``expected`` = the producer's ``count``, which
+already leaves out the events the agent dropped on purpose; ``actual`` = T's ``distinct`` when
+T knows it, else its ``count``):
+
+- no producer report for the origin              → ``unknown`` (an audit fault, never loss);
+- ``actual`` < ``expected``, T current           → ``incomplete`` (loss);
+- ``actual`` < ``expected``, T not current       → ``unknown`` (T may not have read it yet);
+- ``actual`` > ``expected``                      → ``overcount``;
+- otherwise                                      → ``complete`` (duplicates shown apart).
+
+T is *current* for the window when it reported progress at least ``settle_ms`` after the
+producer's newest report on the window (it has read past what the producer had counted), or
+when T publishes no progress at all (then counts alone decide, once the grace is over). The
+checksum is compared when the counts agree and T saw no duplicates.
+
+At the producer tier an origin whose agent journalled a loss of unknown size
+(``dropped_unknown``: a file deleted or truncated before it was read) is ``incomplete``: a
+*possible* loss that no count downstream can show.
+
+The window's phase comes first: ``open`` until it ends; within ``grace_ms`` after its end
+``pending`` unless already ``complete``; then the verdict. ``final`` from ``final_ms`` after
+its end. A tier's state is the worst of its origins' (incomplete, unknown, overcount,
+complete, in that order).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from audit.contract.record import PRODUCER_TIER, WAREHOUSE_TIER, AuditRecord
+
+OPEN, PENDING = "open", "pending"
+COMPLETE, INCOMPLETE, OVERCOUNT, UNKNOWN = "complete", "incomplete", "overcount", "unknown"
+STATES = (OPEN, PENDING, COMPLETE, INCOMPLETE, OVERCOUNT, UNKNOWN)
+_WORST_FIRST = (INCOMPLETE, UNKNOWN, OVERCOUNT, COMPLETE)
+MATCH, MISMATCH = "match", "mismatch"          # checksum states; None: not comparable
+
+
+@dataclass(frozen=True)
+class Timing:
+    window_ms: int
+    grace_ms: int
+    final_ms: int
+    settle_ms: int
+
+
+@dataclass
+class OriginVerdict:
+    origin: str
+    state: str
+    expected: int | None           # the producer's count; None: no producer report
+    count: int                     # records this tier counted (0 when it reported none)
+    distinct: int | None
+    duplicates: int | None
+    checksum: str | None           # match / mismatch / None (not comparable)
+    reason: str = ""
+    dropped: int = 0               # the producer's known drops (producer tier only)
+    dropped_unknown: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def actual(self) -> int:
+        return self.distinct if self.distinct is not None else self.count
+
+    @property
+    def missing(self) -> int:
+        return max(0, (self.expected or 0) - self.actual)
+
+
+@dataclass
+class TierVerdict:
+    topic: str
+    window_start: int
+    tier: str
+    state: str
+    final: bool
+    expected: int
+    count: int
+    distinct: int | None
+    duplicates: int | None
+    dropped: int
+    dropped_unknown: dict[str, int]
+    completeness: float | None     # actual / expected (end to end)
+    hop_completeness: float | None  # actual / the previous tier's actual
+    checksum: str | None           # mismatch if any origin's is, match if all are
+    origins: list[OriginVerdict]
+
+    @property
+    def actual(self) -> int:
+        return self.distinct if self.distinct is not None else self.count
+
+    @property
+    def judged(self) -> bool:
+        """Past the grace: the verdict is what the counts say, alerts may fire."""
+        return self.state not in (OPEN, PENDING)
+
+
+def tier_order(tiers_seen: set[str], configured: list[str]) -> list[str]:
+    """The tier graph: the configured order, then tiers seen but not configured; by default
+    ``producer`` first, ``warehouse`` last, the clusters between, by name."""
+    order = list(configured) or [PRODUCER_TIER]
+    rest = sorted(t for t in tiers_seen if t not in order and t != WAREHOUSE_TIER)
+    order += rest
+    if WAREHOUSE_TIER in tiers_seen and WAREHOUSE_TIER not in order:
+        order.append(WAREHOUSE_TIER)
+    return order
+
+
+def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord]],
+          progress_at: dict[str, int], tiers: list[str], timing: Timing,
+          now_ms: int) -> list[TierVerdict]:
+    """Verdicts of every tier in ``tiers`` on one window. ``counts``: tier → origin → the record
+    that counts (``audit.contract.collect.current_counts``); ``progress_at``: tier → the
+    ``emitted_at`` of its newest progress record (tiers that publish none are absent)."""
+    producer = counts.get(PRODUCER_TIER, {})
+    end = window_start + timing.window_ms
+    final = now_ms >= end + timing.final_ms
+    reported_at = max((r.emitted_at for r in producer.values()), default=0)
+    out: list[TierVerdict] = []
+    previous_actual: int | None = None
+    for tier in tiers:
+        records = counts.get(tier, {})
+        origins = sorted(set(producer) | set(records))
+        if tier == PRODUCER_TIER:
+            verdicts = [_producer_origin(o, producer[o]) for o in origins]
+        else:
+            current = tier not in progress_at or \
+                progress_at[tier] >= reported_at + timing.settle_ms
+            verdicts = [_origin(o, producer.get(o), records.get(o), current) for o in origins]
+        v = _tier(topic, window_start, tier, final, verdicts, previous_actual)
+        v.state = _phase(v.state, now_ms, end, timing)
+        out.append(v)
+        previous_actual = v.actual
+    return out
+
+
+def _producer_origin(origin: str, rec: AuditRecord) -> OriginVerdict:
+    lossy = bool(rec.dropped_unknown)
+    return OriginVerdict(
+        origin, INCOMPLETE if lossy else COMPLETE, rec.count, rec.count, rec.count, 0, MATCH,
+        reason=("possible loss of unknown size: " + ", ".join(
+            f"{n} {reason}" for reason, n in sorted(rec.dropped_unknown.items()))) if lossy
+        else "", dropped=rec.dropped, dropped_unknown=dict(rec.dropped_unknown))
+
+
+def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None,
+            current: bool) -> OriginVerdict:
+    count = r.count if r else 0
+    distinct = r.distinct if r else (0 if current else None)
+    duplicates = r.duplicates if r else (0 if current else None)
+    v = OriginVerdict(origin, UNKNOWN, p.count if p else None, count, distinct, duplicates, None)
+    if p is None:
+        v.reason = "no producer report for this origin"
+        return v
+    if r is None and not current:
+        v.reason = "the tier has not reported it yet"
+        return v
+    if v.actual < p.count:
+        v.state = INCOMPLETE if current else UNKNOWN
+        v.reason = f"{p.count - v.actual} missing" if current else \
+            f"{p.count - v.actual} not seen yet; the tier has not read past the producer's report"
+    elif v.actual > p.count:
+        v.state = OVERCOUNT
+        v.reason = f"{v.actual - p.count} more than the producer accepted"
+    else:
+        v.state = COMPLETE
+    if r is not None and r.count == p.count and not r.duplicates:
+        v.checksum = MATCH if r.checksum == p.checksum else MISMATCH
+        if v.checksum == MISMATCH:
+            v.reason = "counts agree, content differs (checksum)"
+    elif r is None and p.count == 0:
+        v.checksum = MATCH
+    return v
+
+
+def _tier(topic: str, window_start: int, tier: str, final: bool,
+          origins: list[OriginVerdict], previous_actual: int | None) -> TierVerdict:
+    known = [o for o in origins if o.expected is not None]
+    expected = sum(o.expected for o in known)
+    count = sum(o.count for o in origins)
+    distinct = None if any(o.distinct is None for o in origins) else \
+        sum(o.distinct for o in origins)
+    duplicates = None if distinct is None else count - distinct
+    states = {o.state for o in origins}
+    state = next((s for s in _WORST_FIRST if s in states), COMPLETE)
+    checks = {o.checksum for o in origins}
+    checksum = MISMATCH if MISMATCH in checks else (MATCH if checks <= {MATCH} else None)
+    actual = distinct if distinct is not None else count
+    dropped_unknown: dict[str, int] = {}
+    for o in origins:
+        for reason, n in o.dropped_unknown.items():
+            dropped_unknown[reason] = dropped_unknown.get(reason, 0) + n
+    return TierVerdict(
+        topic, window_start, tier, state, final, expected, count, distinct, duplicates,
+        sum(o.dropped for o in origins), dropped_unknown,
+        completeness=_ratio(actual, expected),
+        hop_completeness=_ratio(actual, previous_actual) if previous_actual is not None
+        else _ratio(actual, expected), checksum=checksum, origins=origins)
+
+
+def _ratio(actual: int, expected: int) -> float | None:
+    if expected:
+        return actual / expected
+    return 1.0 if actual == 0 else None
+
+
+def _phase(state: str, now_ms: int, end: int, timing: Timing) -> str:
+    if now_ms < end:
+        return OPEN
+    if now_ms < end + timing.grace_ms and state != COMPLETE:
+        return PENDING
+    return state
+
+
+def utc_iso(ms: int) -> str:
+    """A time in ms since the epoch as people read it: 2026-11-23T07:10:00Z."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

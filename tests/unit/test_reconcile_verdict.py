@@ -1,0 +1,131 @@
+"""The verdict on a window, from audit records and a clock: each state, and what is alerted.
+
+Records are built as each tier would send them; ``judge`` is pure, so every case is a sentence
+with its inputs and the verdict it must give."""
+
+from __future__ import annotations
+
+from audit.contract.record import AuditRecord
+from audit.reconcile.verdict import (
+    COMPLETE,
+    INCOMPLETE,
+    MATCH,
+    MISMATCH,
+    OPEN,
+    OVERCOUNT,
+    PENDING,
+    UNKNOWN,
+    Timing,
+    judge,
+    tier_order,
+)
+
+W = 600_000
+T0 = 1_763_766_000_000                  # a window start
+END = T0 + W
+TIMING = Timing(window_ms=W, grace_ms=1_800_000, final_ms=3_600_000, settle_ms=60_000)
+AFTER_GRACE = END + 1_800_000
+TIERS = ["producer", "kafka-local", "warehouse"]
+
+
+def rec(tier: str, count: int, origin: str = "web-1", *, distinct: int | None = -1,
+        checksum: int = 1000, emitted_at: int = END + 60_000, **kw) -> AuditRecord:
+    if distinct == -1:
+        distinct = count
+    return AuditRecord(tier=tier, origin=origin, topic="app", window_start=T0, window_ms=W,
+                       count=count, bytes=count * 100, checksum=checksum,
+                       emitter=f"{origin}/agent" if tier == "producer" else f"{tier}/count",
+                       seq=1, emitted_at=emitted_at, distinct=distinct,
+                       duplicates=None if distinct is None else count - distinct, **kw)
+
+
+def verdicts(counts: dict, now: int = AFTER_GRACE, progress: dict | None = None) -> dict:
+    by_tier = {}
+    for r in counts:
+        by_tier.setdefault(r.tier, {})[r.origin] = r
+    out = judge("app", T0, by_tier, progress if progress is not None else {}, TIERS, TIMING, now)
+    return {v.tier: v for v in out}
+
+
+def test_every_tier_equal_to_the_producer_is_complete_with_its_checksum_matching():
+    v = verdicts([rec("producer", 100), rec("kafka-local", 100), rec("warehouse", 100)])
+    for tier in TIERS:
+        assert (v[tier].state, v[tier].completeness, v[tier].checksum) == (COMPLETE, 1.0, MATCH)
+    assert v["warehouse"].hop_completeness == 1.0
+
+
+def test_a_window_not_ended_is_open_and_a_short_one_within_the_grace_is_pending():
+    counts = [rec("producer", 100), rec("kafka-local", 99)]
+    assert verdicts(counts, now=END - 1)["kafka-local"].state == OPEN
+    assert verdicts(counts, now=END + 1)["kafka-local"].state == PENDING
+    assert verdicts(counts, now=AFTER_GRACE)["kafka-local"].state == INCOMPLETE
+
+
+def test_a_complete_window_is_complete_within_its_grace_already():
+    assert verdicts([rec("producer", 5), rec("kafka-local", 5)],
+                    now=END + 1)["kafka-local"].state == COMPLETE
+
+
+def test_a_shortfall_is_loss_only_once_the_tier_read_past_the_producers_report():
+    counts = [rec("producer", 1000, emitted_at=END + 60_000), rec("kafka-local", 995)]
+    behind = verdicts(counts, progress={"kafka-local": END + 90_000})["kafka-local"]
+    assert behind.state == UNKNOWN
+    past = verdicts(counts, progress={"kafka-local": END + 200_000})["kafka-local"]
+    assert past.state == INCOMPLETE and past.origins[0].missing == 5
+    assert past.completeness == 0.995
+
+
+def test_a_tier_silent_about_an_origin_counts_zero_only_when_current():
+    counts = [rec("producer", 10, "a"), rec("producer", 10, "b"), rec("kafka-local", 10, "a")]
+    v = verdicts(counts, progress={"kafka-local": END})["kafka-local"]
+    assert {o.origin: o.state for o in v.origins} == {"a": COMPLETE, "b": UNKNOWN}
+    assert v.state == UNKNOWN
+    v = verdicts(counts, progress={"kafka-local": END + 600_000})["kafka-local"]
+    assert {o.origin: o.state for o in v.origins} == {"a": COMPLETE, "b": INCOMPLETE}
+    assert (v.state, v.expected, v.actual) == (INCOMPLETE, 20, 10)
+
+
+def test_duplicates_are_not_loss_and_distinct_decides_completeness():
+    v = verdicts([rec("producer", 100), rec("kafka-local", 130, distinct=100)])["kafka-local"]
+    assert (v.state, v.completeness, v.duplicates) == (COMPLETE, 1.0, 30)
+
+
+def test_duplicates_hiding_a_loss_are_loss():
+    v = verdicts([rec("producer", 100), rec("kafka-local", 104, distinct=98)])["kafka-local"]
+    assert (v.state, v.count, v.actual, v.duplicates) == (INCOMPLETE, 104, 98, 6)
+
+
+def test_more_records_than_accepted_without_record_numbers_is_an_overcount():
+    v = verdicts([rec("producer", 100), rec("kafka-local", 104, distinct=None)])["kafka-local"]
+    assert (v.state, v.distinct, v.checksum) == (OVERCOUNT, None, None)
+
+
+def test_equal_counts_with_other_content_are_a_checksum_mismatch():
+    v = verdicts([rec("producer", 100), rec("kafka-local", 100, checksum=999)])["kafka-local"]
+    assert (v.state, v.checksum) == (COMPLETE, MISMATCH)
+
+
+def test_a_tier_reporting_an_origin_the_producer_did_not_is_unknown_not_loss():
+    v = verdicts([rec("kafka-local", 100, "ghost")])["kafka-local"]
+    assert v.state == UNKNOWN and "no producer report" in v.origins[0].reason
+
+
+def test_a_loss_of_unknown_size_marks_the_producer_tier_incomplete():
+    counts = [rec("producer", 100, dropped_unknown={"deleted_unread": 1}),
+              rec("kafka-local", 100)]
+    v = verdicts(counts)
+    assert v["producer"].state == INCOMPLETE
+    assert "possible loss of unknown size" in v["producer"].origins[0].reason
+    assert v["kafka-local"].state == COMPLETE
+
+
+def test_a_window_is_final_from_final_ms_after_its_end():
+    counts = [rec("producer", 1), rec("kafka-local", 1)]
+    assert not verdicts(counts, now=END + 3_599_999)["kafka-local"].final
+    assert verdicts(counts, now=END + 3_600_000)["kafka-local"].final
+
+
+def test_the_tier_graph_puts_the_producer_first_and_the_warehouse_last():
+    assert tier_order({"warehouse", "b", "producer", "a"}, []) == \
+        ["producer", "a", "b", "warehouse"]
+    assert tier_order({"x"}, ["producer", "y"]) == ["producer", "y", "x"]
