@@ -89,7 +89,8 @@ class DispatchStats:
     deferred: int = 0         # due but left for the next run: their channel failed earlier in
     #                           this run, or the firing event of the same alert is still pending
     unconfigured: int = 0     # due but their channel is not configured (left pending)
-    next_due_at: int | None = None   # ms: the earliest next attempt of a configured channel
+    next_due_at: int | None = None   # ms: when run_once has something to send next (None:
+    #                                  nothing pending on a configured channel)
 
 
 class Dispatcher:
@@ -138,7 +139,7 @@ class Dispatcher:
         firing_pending = {(r["alert_id"], r["channel"]) for r in self.db.query(
             "SELECT alert_id, channel FROM alert_deliveries "
             "WHERE status = 'pending' AND event = 'firing'")}
-        failed_channels: set[str] = set()
+        held: dict[str, int] = {}        # channel failed in this run → the retry time it got
         for row in due:
             name = row["channel"]
             channel = self.channels.get(name)
@@ -149,21 +150,23 @@ class Dispatcher:
                     log.warning("alert deliveries to channel %s wait: no such channel is "
                                 "configured (they stay pending until it is)", name)
                 continue
-            if name in failed_channels or (
+            if name in held or (
                     row["event"] == "resolved" and (row["alert_id"], name) in firing_pending):
                 stats.deferred += 1
                 continue
-            status = self._attempt(row, channel, stats)
+            status, retry_at = self._attempt(row, channel, stats)
             if status != PENDING:
                 firing_pending.discard((row["alert_id"], name))
             else:
-                failed_channels.add(name)
-        stats.next_due_at = self._next_due()
+                held[name] = retry_at
+        stats.next_due_at = self._next_due(held)
         return stats
 
     # -- one row ------------------------------------------------------------------------------
-    def _attempt(self, row: dict, channel: Channel, stats: DispatchStats) -> str:
-        """Send one row and commit its outcome; returns the row's new status."""
+    def _attempt(self, row: dict, channel: Channel,
+                 stats: DispatchStats) -> tuple[str, int | None]:
+        """Send one row and commit its outcome; returns the row's new status and, when it
+        stays pending, the time of its next attempt."""
         key = idempotency_key(row["alert_id"], row["event"], row["channel"])
         what = f"alert {row['alert_id']} {row['event']} to channel {row['channel']}"
         attempts = row["attempts"] + 1
@@ -174,7 +177,7 @@ class Dispatcher:
             self._settle(row["id"], GAVE_UP, row["attempts"],
                          last_error=f"unreadable notification: {exc}")
             stats.gave_up += 1
-            return GAVE_UP
+            return GAVE_UP, None
         at = self.now_ms()
         started = time.monotonic()
         stats.attempted += 1
@@ -193,7 +196,7 @@ class Dispatcher:
                          delivered_at=now)
             stats.delivered += 1
             log.info("%s delivered (attempt %d)", what, attempts)
-            return DELIVERED
+            return DELIVERED, None
         deadline = row["created_at"] + self.give_up_after_ms
         if not retryable or now >= deadline:
             why = "not retryable" if not retryable else \
@@ -202,14 +205,14 @@ class Dispatcher:
                          last_error=error)
             stats.gave_up += 1
             log.error("%s: gave up after %d attempt(s), %s: %s", what, attempts, why, error)
-            return GAVE_UP
+            return GAVE_UP, None
         next_at = min(now + self.backoff_ms(attempts, retry_after), deadline)
         self._settle(row["id"], PENDING, attempts, attempt=(at, False, error, duration_ms),
                      last_error=error, next_attempt_at=next_at)
         stats.retrying += 1
         log.warning("%s failed (attempt %d), trying again in %d ms: %s", what, attempts,
                     next_at - now, error)
-        return PENDING
+        return PENDING, next_at
 
     def _settle(self, delivery_id: int, status: str, attempts: int, *,
                 attempt: tuple[int, bool, str | None, int] | None = None,
@@ -230,11 +233,17 @@ class Dispatcher:
                 "last_error = COALESCE(?, last_error), delivered_at = ? WHERE id = ?",
                 (status, attempts, next_attempt_at, last_error, delivered_at, delivery_id))
 
-    def _next_due(self) -> int | None:
-        if not self.channels:
-            return None
-        marks = ", ".join("?" * len(self.channels))
-        row = self.db.execute(
-            f"SELECT MIN(next_attempt_at) FROM alert_deliveries WHERE status = 'pending' "
-            f"AND channel IN ({marks})", list(self.channels)).fetchone()
-        return row[0]
+    def _next_due(self, held: dict[str, int]) -> int | None:
+        """When the next send can happen: the earliest due pending row of a configured
+        channel, where a resolved row waits for its pending firing row and a channel that
+        failed in this run waits for the retry of the row that failed (``held``)."""
+        pending = [r for r in self.db.query(
+            "SELECT alert_id, event, channel, next_attempt_at FROM alert_deliveries "
+            "WHERE status = 'pending'") if r["channel"] in self.channels]
+        firing_due = {(r["alert_id"], r["channel"]): r["next_attempt_at"]
+                      for r in pending if r["event"] == "firing"}
+        due = [max(r["next_attempt_at"], held.get(r["channel"], 0),
+                   firing_due.get((r["alert_id"], r["channel"]), 0)
+                   if r["event"] == "resolved" else 0)
+               for r in pending]
+        return min(due, default=None)
