@@ -14,6 +14,7 @@ so a receiver can drop what it already has. See docs/alerts.md for the bodies.
 
 from __future__ import annotations
 
+import email.policy
 import json
 import logging
 import smtplib
@@ -203,6 +204,10 @@ class AlertmanagerChannel:
 
 
 # -- e-mail -------------------------------------------------------------------------------------
+# Headers fold only past RFC 5322's hard limit: Python folds a subject just over 78 characters
+# before its first word, which some readers show with a leading space.
+_MAIL_POLICY = email.policy.default.clone(max_line_length=998)
+
 class EmailChannel:
     """One plain-text e-mail per event over SMTP, optionally with STARTTLS and AUTH. The
     ``Message-ID`` is made of the idempotency key; a resolved event refers to its firing one
@@ -223,7 +228,7 @@ class EmailChannel:
         self.domain = parseaddr(sender)[1].rpartition("@")[2] or "docket.invalid"
 
     def message(self, n: Notification, idempotency_key_: str) -> EmailMessage:
-        msg = EmailMessage()
+        msg = EmailMessage(policy=_MAIL_POLICY)
         msg["Subject"] = f"[docket] {n.headline()}"
         msg["From"] = self.sender
         msg["To"] = ", ".join(self.recipients)

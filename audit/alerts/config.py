@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import sys
 from dataclasses import dataclass
 from email.utils import parseaddr
 from typing import Any
@@ -66,8 +65,8 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
     ),
     "email": (
         Setting("host", str, None, "SMTP server.", required=True),
-        Setting("port", int, 25, "SMTP port (587 for submission with `starttls`).", minimum=1,
-                maximum=65535),
+        Setting("port", int, None, "SMTP port: 25 (relay), 587 (submission, with `starttls`).",
+                required=True, minimum=1, maximum=65535),
         Setting("sender", str, None, "The `From` address.", required=True, check="address"),
         Setting("recipients", list, None, "The `To` addresses.", required=True,
                 check="address"),
@@ -168,7 +167,9 @@ def parse(name: str, table: dict) -> tuple[str, dict]:
                                  f"add type = one of {', '.join(map(repr, SETTINGS))}")
     if kind not in SETTINGS:
         raise ChannelConfigError(f"{base}.type", f"expected one of "
-                                 f"{', '.join(map(repr, SETTINGS))}, found {_found(kind)}")
+                                 f"{', '.join(map(repr, SETTINGS))}, found {_found(kind)}",
+                                 "webhook: HTTP POST (JSON or Slack); email: SMTP; "
+                                 "alertmanager: a Prometheus Alertmanager")
     settings = {s.key: s for s in SETTINGS[kind]}
     for key in table:
         if key != "type" and key not in settings:
@@ -220,7 +221,3 @@ def _toml(value) -> str:
     if isinstance(value, dict):
         return "{}"
     return str(value)
-
-
-if __name__ == "__main__":
-    sys.stdout.write(reference_markdown())
