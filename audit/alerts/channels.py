@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from email.message import EmailMessage
 from email.utils import formatdate, parseaddr, parsedate_to_datetime
 from typing import Protocol, runtime_checkable
+from urllib.parse import urljoin, urlsplit
 
 import requests
 
@@ -68,10 +69,21 @@ def _retry_after_ms(value: str | None, now: float) -> int | None:
         return None
 
 
+def shown(url: str, path: bool = False) -> str:
+    """``url`` as errors and logs show it: no user or password, and no path unless ``path``
+    (a webhook's path often holds its secret, as Slack's do)."""
+    parts = urlsplit(url)
+    where = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    if path:
+        return where + parts.path
+    return where + ("/…" if parts.path.strip("/") or parts.query else "")
+
+
 def _post_json(url: str, body, headers: Mapping[str, str], timeout_ms: int,
-               ca_file: str | None) -> None:
+               ca_file: str | None, show_path: bool = False) -> None:
     """POST ``body`` as JSON; 2xx delivers, anything else raises :class:`DeliveryFailed`."""
     timeout_s = timeout_ms / 1000
+    where = shown(url, show_path)
     try:
         response = requests.post(
             url, data=json.dumps(body, separators=(",", ":")).encode(),
@@ -79,20 +91,21 @@ def _post_json(url: str, body, headers: Mapping[str, str], timeout_ms: int,
                      "Content-Type": "application/json"},
             timeout=(timeout_s, timeout_s), allow_redirects=False, verify=ca_file or True)
     except requests.Timeout as exc:
-        raise DeliveryFailed(f"no answer from {url} within {timeout_ms} ms", True) from exc
+        raise DeliveryFailed(f"no answer from {where} within {timeout_ms} ms", True) from exc
     except requests.ConnectionError as exc:
-        raise DeliveryFailed(f"cannot reach {url}: {_root(exc)}", True) from exc
+        raise DeliveryFailed(f"cannot reach {where}: {_root(exc)}", True) from exc
     except requests.RequestException as exc:
-        raise DeliveryFailed(f"cannot send to {url}: {exc}", False) from exc
+        raise DeliveryFailed(f"cannot send to {where}: {type(exc).__name__}", False) from exc
     with response:
         status = response.status_code
         if 200 <= status < 300:
             return
         said = " ".join(response.text[:200].split())
-        message = f"{url} answered {status} {response.reason}" + (f": {said}" if said else "")
+        message = f"{where} answered {status} {response.reason}" + \
+            (f": {said}" if said else "")
         if 300 <= status < 400:
-            where = response.headers.get("Location", "?")
-            raise DeliveryFailed(f"{message} (redirected to {where}; configure the final "
+            to = shown(urljoin(url, response.headers.get("Location", "")), show_path)
+            raise DeliveryFailed(f"{message} (redirected to {to}; configure the final "
                                  "address)", False)
         retryable = status in (408, 429) or status >= 500
         raise DeliveryFailed(message, retryable,
@@ -151,7 +164,7 @@ class WebhookChannel:
                    self.ca_file)
 
     def __repr__(self):
-        return f"WebhookChannel({self.name!r}, {self.url!r}, format={self.format!r})"
+        return f"WebhookChannel({self.name!r}, {shown(self.url)!r}, format={self.format!r})"
 
 
 # -- Alertmanager -------------------------------------------------------------------------------
@@ -197,10 +210,11 @@ class AlertmanagerChannel:
     def send(self, n: Notification, idempotency_key: str) -> None:
         alert = alertmanager_alert(n, int(self._clock() * 1000), self.firing_hold_ms,
                                    self.generator_url)
-        _post_json(f"{self.url}/api/v2/alerts", [alert], {}, self.timeout_ms, self.ca_file)
+        _post_json(f"{self.url}/api/v2/alerts", [alert], {}, self.timeout_ms, self.ca_file,
+                   show_path=True)
 
     def __repr__(self):
-        return f"AlertmanagerChannel({self.name!r}, {self.url!r})"
+        return f"AlertmanagerChannel({self.name!r}, {shown(self.url, True)!r})"
 
 
 # -- e-mail -------------------------------------------------------------------------------------

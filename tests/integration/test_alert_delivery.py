@@ -92,6 +92,8 @@ class HttpReceiver:
                 self.send_response(status)
                 if status == 429:
                     self.send_header("Retry-After", "1")
+                if 300 <= status < 400:
+                    self.send_header("Location", "/moved/here")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -172,17 +174,19 @@ def test_the_slack_webhook_gets_text_and_fields(db, receiver):
     assert hook.requests[0][1]["Idempotency-Key"] == "docket-12-resolved-chat"
 
 
-def test_503_then_200_is_delivered_once_with_two_attempts_recorded(db, receiver):
+def test_503_then_200_is_delivered_once_with_two_attempts_recorded(db, receiver, caplog):
     hook, clock = receiver(503), FakeClock()
     enqueue(db, notification(), ["ops"], clock.ms)
-    d = Dispatcher(db, {"ops": webhook("ops", hook.url)}, clock=clock)
+    secret = "/services/T000/B000/s3cretT0ken"
+    d = Dispatcher(db, {"ops": webhook("ops", hook.url + secret)}, clock=clock)
     stats = d.run_once()
     assert stats.retrying == 1 and rows(db)[0]["last_error"].startswith(
-        f"{hook.url} answered 503 Service Unavailable")
+        f"{hook.url}/… answered 503 Service Unavailable")
+    assert "s3cret" not in rows(db)[0]["last_error"] + caplog.text     # the path is a secret
     clock.ms = stats.next_due_at
     assert d.run_once().delivered == 1
     assert d.run_once().attempted == 0
-    assert len(hook.requests) == 2
+    assert [path for path, _, _ in hook.requests] == [secret, secret]
     assert [(a["ok"], a["error"] is None) for a in attempts(db)] == [(0, False), (1, True)]
     assert (rows(db)[0]["status"], rows(db)[0]["attempts"]) == ("delivered", 2)
 
@@ -228,7 +232,8 @@ def test_a_redirect_gives_up_naming_the_new_address(db, receiver):
     enqueue(db, notification(), ["ops"], T0)
     Dispatcher(db, {"ops": webhook("ops", hook.url)}, clock=FakeClock()).run_once()
     assert rows(db)[0]["status"] == "gave_up"
-    assert "configure the final address" in rows(db)[0]["last_error"]
+    assert f"(redirected to {hook.url}/…; configure the final address)" in \
+        rows(db)[0]["last_error"]
 
 
 def test_a_receiver_that_never_answers_costs_one_timeout_and_delays_no_other_channel(db,
