@@ -1,0 +1,141 @@
+"""One alert event as the reconciler hands it over, and how it reads to people.
+
+A :class:`Notification` is one event of one alert: ``firing`` or ``resolved``. Its JSON form
+(:meth:`Notification.to_json`) is what the outbox stores and what the generic webhook body
+carries, with ``"v": 1`` so receivers can tell the format apart from a later one.
+
+Times are milliseconds since the epoch (UTC). ``headline()`` is the one line every channel
+leads with (the e-mail subject, the Slack text); ``text()`` is the plain-text account of every
+field and every detail.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+
+VERSION = 1
+EVENTS = ("firing", "resolved")
+KINDS = ("loss", "duplication", "checksum_mismatch", "audit_lag", "silent_producer")
+CLASSES = ("data", "health")
+
+
+def idempotency_key(alert_id: int, event: str, channel: str) -> str:
+    """The key of one event of one alert on one channel: the same on every attempt and after a
+    restart, so a receiver can drop a notification it already has."""
+    return f"docket-{alert_id}-{event}-{channel}"
+
+
+def rfc3339(ms: int, *, millis: bool = False) -> str:
+    """``2026-11-23T07:10:00Z`` (``millis``: ``2026-11-23T07:10:00.123Z``), UTC."""
+    at = datetime.fromtimestamp(ms / 1000, UTC)
+    if millis:
+        return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def minute(ms: int) -> str:
+    """``2026-11-23T07:10Z``: a window start, short enough for a subject line."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+@dataclass(frozen=True)
+class Notification:
+    alert_id: int
+    event: str                 # "firing" | "resolved"
+    kind: str                  # one of KINDS
+    alert_class: str           # "data" | "health"
+    topic: str | None
+    window_start: int | None   # ms since epoch (UTC) of the event-time window
+    window_ms: int | None
+    tier: str | None
+    origin: str | None
+    owner: str | None
+    summary: str               # one line for people
+    detail: dict               # JSON-able: expected, actual, missing ranges, reason, ...
+    fired_at: int              # ms
+    resolved_at: int | None    # ms
+
+    def __post_init__(self):
+        problems = []
+        if self.event not in EVENTS:
+            problems.append(f"event must be one of {EVENTS}, not {self.event!r}")
+        if self.kind not in KINDS:
+            problems.append(f"kind must be one of {KINDS}, not {self.kind!r}")
+        if self.alert_class not in CLASSES:
+            problems.append(f"alert_class must be one of {CLASSES}, not {self.alert_class!r}")
+        if self.event == "resolved" and self.resolved_at is None:
+            problems.append("a resolved event needs resolved_at")
+        if "\n" in self.summary:
+            problems.append("summary must be one line")
+        try:
+            json.dumps(self.detail)
+        except (TypeError, ValueError) as exc:
+            problems.append(f"detail must be JSON-able: {exc}")
+        if problems:
+            raise ValueError("invalid notification: " + "; ".join(problems))
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {"v": VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Notification:
+        """The inverse of :meth:`to_json`. Keys it does not know (``idempotency_key`` of a
+        webhook body) are ignored; a missing field or another version is a ``ValueError``."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a notification is a JSON object, not {type(d).__name__}")
+        if d.get("v", VERSION) != VERSION:
+            raise ValueError(f"notification version {d.get('v')!r} is not {VERSION}")
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in d]
+        if missing:
+            raise ValueError(f"notification without {', '.join(missing)}")
+        return cls(**{n: d[n] for n in names})
+
+    # -- for people ---------------------------------------------------------------------------
+    def headline(self) -> str:
+        """``FIRING loss app.events 2026-11-23T07:10Z kafka-local web-42``: what, where, when;
+        absent parts left out."""
+        parts = [self.event.upper(), self.kind, self.topic,
+                 None if self.window_start is None else minute(self.window_start),
+                 self.tier, self.origin]
+        return " ".join(p for p in parts if p)
+
+    def facts(self) -> list[tuple[str, str]]:
+        """(label, value) of every field but the summary and the detail, in reading order."""
+        window = "—"
+        if self.window_start is not None:
+            window = rfc3339(self.window_start)
+            if self.window_ms:
+                window += (f" to {rfc3339(self.window_start + self.window_ms)}"
+                           f" ({self.window_ms} ms)")
+        return [
+            ("Alert", f"{self.alert_id} ({self.alert_class} alert)"),
+            ("Event", self.event),
+            ("Kind", self.kind),
+            ("Topic", self.topic or "—"),
+            ("Window", window),
+            ("Tier", self.tier or "—"),
+            ("Origin", self.origin or "—"),
+            ("Owner", self.owner or "—"),
+            ("Fired at", rfc3339(self.fired_at, millis=True)),
+            ("Resolved at", "—" if self.resolved_at is None
+             else rfc3339(self.resolved_at, millis=True)),
+        ]
+
+    def detail_lines(self) -> list[tuple[str, str]]:
+        """(key, value) of every detail, in key order; lists and tables as compact JSON."""
+        return [(k, v if isinstance(v, str) else json.dumps(v, separators=(",", ":")))
+                for k, v in sorted(self.detail.items())]
+
+    def text(self) -> str:
+        """A plain-text account of the event: the summary, every field, every detail."""
+        width = max(len(label) for label, _ in self.facts()) + 1
+        lines = [f"{self.event.upper()}: {self.summary}", ""]
+        lines += [f"{label + ':':<{width}} {value}" for label, value in self.facts()]
+        if self.detail:
+            lines += ["", "Detail:"]
+            lines += [f"  {key}: {value}" for key, value in self.detail_lines()]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,249 @@
+"""The delivery outbox: one row per (alert, event, channel) in SQLite, sent by a dispatcher.
+
+The tables, their invariants and the recovery rules are described in the package docstring
+(``audit/alerts/__init__.py``). In short: :func:`enqueue` adds rows (in the caller's
+transaction when one is open, so an alert's state change and its deliveries commit together);
+:meth:`Dispatcher.run_once` sends every due row, records every attempt, and marks a row
+delivered in a transaction right after its send succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import sqlite_utils
+
+from .channels import Channel, DeliveryFailed
+from .notification import Notification, idempotency_key
+
+log = logging.getLogger("docket.audit.alerts")
+
+PENDING, DELIVERED, GAVE_UP = "pending", "delivered", "gave_up"
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS alert_deliveries (
+        id INTEGER PRIMARY KEY,
+        alert_id INTEGER NOT NULL,
+        event TEXT NOT NULL CHECK (event IN ('firing', 'resolved')),
+        channel TEXT NOT NULL,
+        notification TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'delivered', 'gave_up')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at INTEGER NOT NULL,
+        last_error TEXT,
+        created_at INTEGER NOT NULL,
+        delivered_at INTEGER,
+        UNIQUE (alert_id, event, channel))""",
+    "CREATE INDEX IF NOT EXISTS alert_deliveries_due "
+    "ON alert_deliveries (status, next_attempt_at)",
+    """CREATE TABLE IF NOT EXISTS alert_delivery_attempts (
+        delivery_id INTEGER NOT NULL REFERENCES alert_deliveries (id),
+        at INTEGER NOT NULL,
+        ok INTEGER NOT NULL,
+        error TEXT,
+        duration_ms INTEGER NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS alert_delivery_attempts_delivery "
+    "ON alert_delivery_attempts (delivery_id)",
+)
+
+
+def ensure_tables(db: sqlite_utils.Database) -> None:
+    """Create the outbox tables and indexes if missing (inside the caller's transaction when
+    one is open)."""
+    with db.atomic():
+        for statement in SCHEMA:
+            db.execute(statement)
+
+
+def enqueue(db: sqlite_utils.Database, n: Notification, channels: Iterable[str],
+            now_ms: int) -> int:
+    """Add one pending delivery of ``n`` per channel, due at once; returns the rows added. A
+    (alert, event, channel) already in the outbox is left as it is, so enqueueing again is a
+    no-op. Inside an open transaction the rows commit with it; otherwise they commit here."""
+    body = json.dumps(n.to_json(), sort_keys=True, separators=(",", ":"))
+    added = 0
+    with db.atomic():
+        ensure_tables(db)
+        for channel in dict.fromkeys(channels):
+            added += db.execute(
+                "INSERT INTO alert_deliveries (alert_id, event, channel, notification, status, "
+                "attempts, next_attempt_at, created_at) VALUES (?, ?, ?, ?, 'pending', 0, ?, ?) "
+                "ON CONFLICT (alert_id, event, channel) DO NOTHING",
+                (n.alert_id, n.event, channel, body, now_ms, now_ms)).rowcount
+    return added
+
+
+@dataclass
+class DispatchStats:
+    """What one :meth:`Dispatcher.run_once` did."""
+    attempted: int = 0        # sends tried
+    delivered: int = 0
+    retrying: int = 0         # failed, another attempt scheduled
+    gave_up: int = 0          # failed for good (not retryable, or too long)
+    deferred: int = 0         # due but left for the next run: their channel failed earlier in
+    #                           this run, or the firing event of the same alert is still pending
+    unconfigured: int = 0     # due but their channel is not configured (left pending)
+    next_due_at: int | None = None   # ms: when run_once has something to send next (None:
+    #                                  nothing pending on a configured channel)
+
+
+class Dispatcher:
+    """Sends the outbox's due rows through the configured channels.
+
+    One dispatcher per database: two would send the same rows. It uses ``db`` from the thread
+    that calls :meth:`run_once`, outside any open transaction (each outcome commits).
+    ``clock`` returns seconds (``time.time``); ``rng`` draws the back-off jitter.
+    """
+
+    def __init__(self, db: sqlite_utils.Database, channels: Mapping[str, Channel],
+                 clock: Callable[[], float] = time.time, backoff_initial_ms: int = 5000,
+                 backoff_max_ms: int = 300_000, give_up_after_ms: int = 24 * 3600 * 1000,
+                 rng: random.Random | None = None):
+        if not 0 < backoff_initial_ms <= backoff_max_ms:
+            raise ValueError("need 0 < backoff_initial_ms <= backoff_max_ms")
+        self.db, self.channels, self.clock = db, dict(channels), clock
+        self.backoff_initial_ms, self.backoff_max_ms = backoff_initial_ms, backoff_max_ms
+        self.give_up_after_ms = give_up_after_ms
+        self._rng = rng or random.Random()
+        self._told_unconfigured: set[str] = set()
+        ensure_tables(db)
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def backoff_ms(self, attempts: int, retry_after_ms: int | None = None) -> int:
+        """The wait after the ``attempts``-th failed attempt: the initial back-off doubled per
+        attempt, capped at the maximum, drawn uniformly from its upper half (jitter, so rows
+        that failed together spread out); never less than the receiver's ``Retry-After``
+        (itself capped at the maximum)."""
+        full = min(self.backoff_max_ms, self.backoff_initial_ms << min(attempts - 1, 40))
+        wait = full // 2 + int(self._rng.random() * (full - full // 2))
+        if retry_after_ms is not None:
+            wait = max(wait, min(retry_after_ms, self.backoff_max_ms))
+        return wait
+
+    def run_once(self) -> DispatchStats:
+        """Try every pending row that is due, oldest first, and record each outcome."""
+        stats = DispatchStats()
+        now = self.now_ms()
+        due = list(self.db.query(
+            "SELECT id, alert_id, event, channel, notification, attempts, created_at "
+            "FROM alert_deliveries WHERE status = 'pending' AND next_attempt_at <= ? "
+            "ORDER BY id", (now,)))
+        firing_pending = {(r["alert_id"], r["channel"]) for r in self.db.query(
+            "SELECT alert_id, channel FROM alert_deliveries "
+            "WHERE status = 'pending' AND event = 'firing'")}
+        held: dict[str, int] = {}        # channel failed in this run → the retry time it got
+        for row in due:
+            name = row["channel"]
+            channel = self.channels.get(name)
+            if channel is None:
+                stats.unconfigured += 1
+                if name not in self._told_unconfigured:
+                    self._told_unconfigured.add(name)
+                    log.warning("alert deliveries to channel %s wait: no such channel is "
+                                "configured (they stay pending until it is)", name)
+                continue
+            if name in held or (
+                    row["event"] == "resolved" and (row["alert_id"], name) in firing_pending):
+                stats.deferred += 1
+                continue
+            status, retry_at = self._attempt(row, channel, stats)
+            if status != PENDING:
+                firing_pending.discard((row["alert_id"], name))
+            else:
+                held[name] = retry_at
+        stats.next_due_at = self._next_due(held)
+        return stats
+
+    # -- one row ------------------------------------------------------------------------------
+    def _attempt(self, row: dict, channel: Channel,
+                 stats: DispatchStats) -> tuple[str, int | None]:
+        """Send one row and commit its outcome; returns the row's new status and, when it
+        stays pending, the time of its next attempt."""
+        key = idempotency_key(row["alert_id"], row["event"], row["channel"])
+        what = f"alert {row['alert_id']} {row['event']} to channel {row['channel']}"
+        attempts = row["attempts"] + 1
+        try:
+            n = Notification.from_json(json.loads(row["notification"]))
+        except (ValueError, TypeError) as exc:
+            log.error("%s: gave up, its stored notification cannot be read: %s", what, exc)
+            self._settle(row["id"], GAVE_UP, row["attempts"],
+                         last_error=f"unreadable notification: {exc}")
+            stats.gave_up += 1
+            return GAVE_UP, None
+        at = self.now_ms()
+        started = time.monotonic()
+        stats.attempted += 1
+        error, retryable, retry_after = None, False, None
+        try:
+            channel.send(n, key)
+        except DeliveryFailed as exc:
+            error, retryable, retry_after = exc.message, exc.retryable, exc.retry_after_ms
+        except Exception as exc:        # a fault in a channel: keep the row, say what broke
+            log.exception("%s: the channel raised an unexpected error", what)
+            error, retryable = f"{type(exc).__name__}: {exc}", True
+        duration_ms = int((time.monotonic() - started) * 1000)
+        now = self.now_ms()
+        if error is None:
+            self._settle(row["id"], DELIVERED, attempts, attempt=(at, True, None, duration_ms),
+                         delivered_at=now)
+            stats.delivered += 1
+            log.info("%s delivered (attempt %d)", what, attempts)
+            return DELIVERED, None
+        deadline = row["created_at"] + self.give_up_after_ms
+        if not retryable or now >= deadline:
+            why = "not retryable" if not retryable else \
+                f"still failing {self.give_up_after_ms} ms after it was enqueued"
+            self._settle(row["id"], GAVE_UP, attempts, attempt=(at, False, error, duration_ms),
+                         last_error=error)
+            stats.gave_up += 1
+            log.error("%s: gave up after %d attempt(s), %s: %s", what, attempts, why, error)
+            return GAVE_UP, None
+        next_at = min(now + self.backoff_ms(attempts, retry_after), deadline)
+        self._settle(row["id"], PENDING, attempts, attempt=(at, False, error, duration_ms),
+                     last_error=error, next_attempt_at=next_at)
+        stats.retrying += 1
+        log.warning("%s failed (attempt %d), trying again in %d ms: %s", what, attempts,
+                    next_at - now, error)
+        return PENDING, next_at
+
+    def _settle(self, delivery_id: int, status: str, attempts: int, *,
+                attempt: tuple[int, bool, str | None, int] | None = None,
+                last_error: str | None = None, next_attempt_at: int | None = None,
+                delivered_at: int | None = None) -> None:
+        """Record one attempt (at, ok, error, duration_ms) and the row's new state in one
+        transaction."""
+        with self.db.atomic():
+            if attempt is not None:
+                at, ok, error, duration_ms = attempt
+                self.db.execute(
+                    "INSERT INTO alert_delivery_attempts (delivery_id, at, ok, error, "
+                    "duration_ms) VALUES (?, ?, ?, ?, ?)",
+                    (delivery_id, at, int(ok), error, duration_ms))
+            self.db.execute(
+                "UPDATE alert_deliveries SET status = ?, attempts = ?, "
+                "next_attempt_at = COALESCE(?, next_attempt_at), "
+                "last_error = COALESCE(?, last_error), delivered_at = ? WHERE id = ?",
+                (status, attempts, next_attempt_at, last_error, delivered_at, delivery_id))
+
+    def _next_due(self, held: dict[str, int]) -> int | None:
+        """When the next send can happen: the earliest due pending row of a configured
+        channel, where a resolved row waits for its pending firing row and a channel that
+        failed in this run waits for the retry of the row that failed (``held``)."""
+        pending = [r for r in self.db.query(
+            "SELECT alert_id, event, channel, next_attempt_at FROM alert_deliveries "
+            "WHERE status = 'pending'") if r["channel"] in self.channels]
+        firing_due = {(r["alert_id"], r["channel"]): r["next_attempt_at"]
+                      for r in pending if r["event"] == "firing"}
+        due = [max(r["next_attempt_at"], held.get(r["channel"], 0),
+                   firing_due.get((r["alert_id"], r["channel"]), 0)
+                   if r["event"] == "resolved" else 0)
+               for r in pending]
+        return min(due, default=None)
