@@ -11,39 +11,17 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 from email.utils import parseaddr
-from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import AuditError
+from ..contract.settings import ConfigError, Setting, found
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 RESERVED_HEADERS = ("content-type", "idempotency-key", "content-length")
 
 
-class ChannelConfigError(AuditError):
+class ChannelConfigError(ConfigError):
     """A channel table that cannot be used; ``path`` is the key at fault."""
-
-    def __init__(self, path: str, problem: str, hint: str = ""):
-        super().__init__(f"Error in configuration at '{path}': {problem}", hint)
-        self.path, self.problem = path, problem
-
-    def render(self) -> str:
-        return str(self) + (f"\n  hint: {self.hint}" if self.hint else "")
-
-
-@dataclass(frozen=True)
-class Setting:
-    key: str
-    type: type                   # int, str, bool, list (of str), dict (str to str)
-    default: Any
-    help: str
-    required: bool = False
-    choices: tuple = ()
-    minimum: int | None = None
-    maximum: int | None = None
-    check: str = ""              # "url", "address": a further check of the value's form
 
 
 _URL_HELP = "`http://` or `https://` address"
@@ -98,13 +76,6 @@ _TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false",
                list: "a list of strings", dict: "a table of strings"}
 
 
-def _found(value) -> str:
-    kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
-            dict: "table"}.get(type(value), type(value).__name__)
-    shown = repr(value) if not isinstance(value, dict | list) else kind
-    return f"{shown} ({kind})" if shown != kind else kind
-
-
 def _check_type(s: Setting, path: str, value) -> None:
     ok = isinstance(value, s.type) and not (s.type is int and isinstance(value, bool))
     if ok and s.type is list:
@@ -118,7 +89,7 @@ def _check_type(s: Setting, path: str, value) -> None:
         hint = f"write a whole number without quotes or units, e.g. {s.default or 5000}"
     elif s.type is list and isinstance(value, str):
         hint = f'write a list, e.g. {s.key} = ["{value}"]'
-    raise ChannelConfigError(path, f"expected {_TYPE_NAMES[s.type]}, found {_found(value)}",
+    raise ChannelConfigError(path, f"expected {_TYPE_NAMES[s.type]}, found {found(value)}",
                              hint)
 
 
@@ -159,7 +130,7 @@ def parse(name: str, table: dict) -> tuple[str, dict]:
         raise ChannelConfigError(base, f"a channel name may hold letters, digits, '_' and '-'; "
                                  f"found {name!r}", "rename the table, e.g. [channels.ops]")
     if not isinstance(table, dict):
-        raise ChannelConfigError(base, f"expected a table, found {_found(table)}",
+        raise ChannelConfigError(base, f"expected a table, found {found(table)}",
                                  f'write [{base}] with type = "webhook" and its url')
     kind = table.get("type")
     if kind is None:
@@ -167,7 +138,7 @@ def parse(name: str, table: dict) -> tuple[str, dict]:
                                  f"add type = one of {', '.join(map(repr, SETTINGS))}")
     if kind not in SETTINGS:
         raise ChannelConfigError(f"{base}.type", f"expected one of "
-                                 f"{', '.join(map(repr, SETTINGS))}, found {_found(kind)}",
+                                 f"{', '.join(map(repr, SETTINGS))}, found {found(kind)}",
                                  "webhook: HTTP POST (JSON or Slack); email: SMTP; "
                                  "alertmanager: a Prometheus Alertmanager")
     settings = {s.key: s for s in SETTINGS[kind]}

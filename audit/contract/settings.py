@@ -39,6 +39,8 @@ class Setting:
     choices: tuple = ()
     minimum: float | None = None
     required: bool = False
+    maximum: float | None = None
+    check: str = ""                # a further check of the value's form, named by its owner
 
 
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
@@ -70,6 +72,8 @@ def coerce(s: Setting, path: str, value):
                           f"{value!r}", hint=s.help)
     if s.minimum is not None and value < s.minimum:
         raise ConfigError(path, f"must be at least {s.minimum:g}, found {value!r}", hint=s.help)
+    if s.maximum is not None and value > s.maximum:
+        raise ConfigError(path, f"must be at most {s.maximum:g}, found {value!r}", hint=s.help)
     return value
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import sqlite_utils
 
+from audit.alerts.outbox import ensure_tables
 from audit.contract.record import AuditRecord, Progress, Ranges, checksum_hex
 
 from .verdict import TierVerdict
@@ -142,6 +143,7 @@ class Store:
         self.conn.execute("PRAGMA synchronous = NORMAL")
         self.conn.execute("PRAGMA busy_timeout = 30000")     # the three loops share the file
         self.conn.executescript(SCHEMA)
+        ensure_tables(self.db)                   # the alerts' outbox lives in the same file
 
     def close(self) -> None:
         self.conn.close()
