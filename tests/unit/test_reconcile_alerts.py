@@ -1,0 +1,182 @@
+"""The reconciler's alerts on a real SQLite file with a fake clock: audit records applied as
+the consumer applies them, windows evaluated at chosen times, notifications read from the
+outbox. No Kafka: what the consumer reads is what ``Store.apply`` is given."""
+
+from __future__ import annotations
+
+import json
+
+from audit.contract.record import AuditRecord, Progress, Ranges
+from audit.reconcile.alerting import resolve_by_hand, snooze
+from audit.reconcile.config import parse
+from audit.reconcile.service import evaluate
+from audit.reconcile.store import Store
+
+W = 600_000
+T0 = 1_763_766_000_000
+END = T0 + W
+JUDGED = END + 1_800_000 + 1          # past the default grace
+MIN = 60_000
+
+
+def cfg(**alerts):
+    alerts = {"silent_ms": 6 * 3_600_000, **alerts}      # the tests send no heartbeats
+    return parse({"channels": {"ops": {"type": "webhook", "url": "http://127.0.0.1:9/x"}},
+                  "alerts": {"default_channels": ["ops"], **alerts},
+                  "windows": {"tiers": ["producer", "kafka-local"]}})
+
+
+def count(tier, n, origin="web-1", *, distinct=None, seq=1, at=END + MIN, checksum=5,
+          window=T0, **kw):
+    distinct = n if distinct is None else distinct
+    return AuditRecord(tier=tier, origin=origin, topic="app", window_start=window, window_ms=W,
+                       count=n, bytes=n, checksum=checksum,
+                       emitter=f"{origin}/agent" if tier == "producer" else f"{tier}/count",
+                       seq=seq, emitted_at=at, distinct=distinct, duplicates=n - distinct,
+                       incarnation="i", **kw)
+
+
+def progress(at, batch=1):
+    return Progress(tier="kafka-local", emitter="kafka-local/count", batch_id=batch,
+                    input_rows_per_s=1.0, processed_rows_per_s=1.0, batch_duration_ms=1,
+                    offsets_behind=0, emitted_at=at)
+
+
+class Reconciler:
+    def __init__(self, tmp_path, **alerts):
+        self.store = Store(tmp_path / "r.db")
+        self.cfg = cfg(**alerts)
+        self.offset = 0
+
+    def apply(self, *records):
+        self.offset += len(records)
+        self.store.apply(records, {}, {("docket.audit", 0): self.offset}, "t")
+
+    def at(self, now):
+        return evaluate(self.store, self.cfg, now)
+
+    def alerts(self, status="open"):
+        return [(r["kind"], r["tier"], r["origin"]) for r in self.store.db.query(
+            "SELECT * FROM alerts WHERE status = ? ORDER BY id", (status,))]
+
+    def sent(self):
+        return [(json.loads(r["notification"])["event"], json.loads(r["notification"])["kind"])
+                for r in self.store.db.query("SELECT * FROM alert_deliveries ORDER BY id")]
+
+
+def test_a_loss_fires_once_names_the_missing_numbers_and_late_data_resolves_it(tmp_path):
+    r = Reconciler(tmp_path)
+    r.apply(count("producer", 1000), count("kafka-local", 995), progress(END + 5 * MIN),
+            Ranges.of(tier="kafka-local", origin="web-1", origin_incarnation="o",
+                      emitter="kafka-local/count", seq=1, through=999, missing=[[10, 14]]))
+    assert r.at(END + 1).fired == 0                       # pending: nothing yet
+    assert r.at(JUDGED).fired == 1
+    assert r.at(JUDGED + MIN).fired == 0                  # fires once
+    [a] = r.store.db.query("SELECT * FROM alerts")
+    detail = json.loads(a["detail"])
+    assert (a["kind"], a["topic"], a["window_start"], a["tier"], a["origin"]) == \
+        ("loss", "app", T0, "kafka-local", "web-1")
+    assert (detail["expected"], detail["actual"], detail["missing"]) == (1000, 995, 5)
+    assert detail["missing_ranges"] == [[10, 14]]
+    assert detail["locate"] == ["docket-agent locate --seq 10-14"]
+    r.apply(count("kafka-local", 1000, seq=2), progress(JUDGED + MIN, batch=2))
+    assert r.at(JUDGED + 2 * MIN).resolved == 1
+    assert r.sent() == [("firing", "loss"), ("resolved", "loss")]
+
+
+def test_a_stopped_count_job_raises_audit_lag_and_leaves_windows_unknown_never_loss(tmp_path):
+    r = Reconciler(tmp_path)
+    r.apply(progress(END - MIN), count("producer", 1000, at=END + MIN),
+            count("kafka-local", 400, at=END - MIN))      # the job stopped mid-window
+    r.at(END + 45 * MIN)
+    assert r.alerts() == [("audit_lag", "kafka-local", None)]
+    [state] = r.store.conn.execute("SELECT state FROM windows WHERE tier = 'kafka-local'")
+    assert state == ("unknown",)
+    r.apply(count("kafka-local", 1000, seq=2, at=END + 46 * MIN),
+            progress(END + 46 * MIN, batch=2))           # restarted: it catches up
+    r.at(END + 47 * MIN)
+    assert r.alerts() == [] and r.alerts("resolved") == [("audit_lag", "kafka-local", None)]
+
+
+def test_duplicates_raise_duplication_not_loss(tmp_path):
+    r = Reconciler(tmp_path)
+    r.apply(count("producer", 1000), count("kafka-local", 1040, distinct=1000),
+            progress(END + 5 * MIN))
+    r.at(JUDGED)
+    assert r.alerts() == [("duplication", "kafka-local", "web-1")]
+
+
+def test_equal_counts_with_other_content_raise_checksum_mismatch(tmp_path):
+    r = Reconciler(tmp_path)
+    r.apply(count("producer", 1000), count("kafka-local", 1000, checksum=6),
+            progress(END + 5 * MIN))
+    r.at(JUDGED)
+    assert r.alerts() == [("checksum_mismatch", "kafka-local", "web-1")]
+
+
+def test_an_agent_that_stops_its_heartbeats_raises_silent_producer(tmp_path):
+    r = Reconciler(tmp_path, silent_ms=30 * MIN)
+    r.apply(count("producer", 10, "web-1", at=END), count("producer", 10, "web-2", at=END),
+            count("kafka-local", 10, "web-1"), count("kafka-local", 10, "web-2"),
+            progress(END + 5 * MIN))
+    r.apply(count("producer", 0, "web-1", window=T0 + 4 * W,
+                  at=END + 35 * MIN))                    # web-1's heartbeat; web-2 is quiet
+    r.at(END + 35 * MIN)
+    assert ("silent_producer", "producer", "web-2") in r.alerts()
+    assert ("silent_producer", "producer", "web-1") not in r.alerts()
+
+
+def test_host_clocks_skewed_by_five_minutes_raise_nothing(tmp_path):
+    r = Reconciler(tmp_path)
+    for skew in (-5 * MIN, 5 * MIN):                     # each agent's clock, either way
+        origin = f"web{skew}"
+        r.apply(count("producer", 500, origin, at=END + MIN + skew),
+                count("kafka-local", 500, origin, at=END + 2 * MIN))
+    for batch, now in enumerate((END + MIN, END + 20 * MIN, JUDGED, END + 2 * 3_600_000)):
+        r.apply(progress(max(now - MIN, END + 10 * MIN), batch))   # the job keeps up
+        r.at(now)
+    assert r.alerts() == [] and r.alerts("resolved") == []
+
+
+def test_a_loss_of_unknown_size_journalled_by_the_agent_raises_a_loss_though_counts_agree(
+        tmp_path):
+    r = Reconciler(tmp_path)
+    r.apply(count("producer", 100, dropped_unknown={"deleted_unread": 1}),
+            count("kafka-local", 100), progress(END + 5 * MIN))
+    r.at(JUDGED)
+    [a] = r.store.db.query("SELECT * FROM alerts")
+    assert (a["kind"], a["tier"]) == ("loss", "producer")
+    assert "possible loss of unknown size: 1 deleted_unread" in a["summary"]
+    [(state,)] = r.store.conn.execute("SELECT state FROM windows WHERE tier = 'producer'")
+    assert state == "incomplete"
+
+
+def test_a_snoozed_alert_is_notified_only_when_its_snooze_ends_while_it_still_holds(tmp_path):
+    r = Reconciler(tmp_path)
+    r.apply(count("producer", 1000), count("kafka-local", 990), progress(END + 5 * MIN))
+    # a former alert of the same key was snoozed for an hour
+    r.store.conn.execute("INSERT INTO alerts (key, kind, alert_class, status, summary, detail, "
+                         "fired_at, resolved_at) VALUES (?, 'loss', 'data', 'resolved', '', "
+                         "'{}', 0, 1)", (json.dumps(["loss", "app", T0, "kafka-local",
+                                                     "web-1"]),))
+    r.store.conn.commit()
+    snooze(r.store, 1, JUDGED + 60 * MIN, "test", JUDGED - 1)
+    r.at(JUDGED)
+    assert r.alerts() == [("loss", "kafka-local", "web-1")] and r.sent() == []
+    r.apply(progress(JUDGED + 60 * MIN, batch=2))
+    r.at(JUDGED + 61 * MIN)
+    assert r.sent() == [("firing", "loss")]
+
+
+def test_an_alert_resolved_by_hand_does_not_fire_again_until_its_condition_cleared(tmp_path):
+    r = Reconciler(tmp_path)
+    r.apply(count("producer", 1000), count("kafka-local", 990), progress(END + 5 * MIN))
+    r.at(JUDGED)
+    [(alert_id,)] = r.store.conn.execute("SELECT id FROM alerts")
+    resolve_by_hand(r.store, r.cfg, alert_id, "ops", JUDGED + 1)
+    assert r.at(JUDGED + MIN).fired == 0
+    r.apply(count("kafka-local", 1000, seq=2), progress(JUDGED + 2 * MIN, batch=2))
+    r.at(JUDGED + 3 * MIN)                                 # cleared
+    r.apply(count("kafka-local", 990, seq=3, distinct=990), progress(JUDGED + 4 * MIN, 3))
+    assert r.at(JUDGED + 5 * MIN).fired == 1               # holds again: a new alert
+    assert r.sent() == [("firing", "loss"), ("resolved", "loss"), ("firing", "loss")]
