@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from audit.alerts.notification import Notification
 from audit.alerts.outbox import enqueue
-
 from audit.contract.record import PRODUCER_TIER
 
 from .config import ReconcileConfig
@@ -115,7 +114,7 @@ def health_conditions(store: Store, cfg: ReconcileConfig,
                       now_ms: int) -> tuple[list[Condition], set[str]]:
     holds: list[Condition] = []
     judged: set[str] = set()
-    for tier, at in store.progress_at().items():
+    for tier, (at, _behind) in store.progress().items():
         key = alert_key("audit_lag", None, None, tier, None)
         judged.add(key)
         if now_ms - at > cfg["alerts.lag_ms"]:
@@ -135,52 +134,57 @@ def health_conditions(store: Store, cfg: ReconcileConfig,
 
 def apply_conditions(store: Store, cfg: ReconcileConfig, holds: list[Condition],
                      judged: set[str], now_ms: int) -> tuple[int, int]:
-    """Fire what holds and is not open; resolve what is open, judged and no longer holds.
-    Returns (fired, resolved)."""
+    """Fire what holds and is not open; resolve what is open, judged and no longer holds; queue
+    the notifications due. In the caller's transaction. Returns (fired, resolved)."""
     conn = store.conn
     fired = resolved = 0
     holding = {c.key: c for c in holds}
-    with conn:
-        open_rows = {k: (i, notified) for i, k, notified in conn.execute(
-            "SELECT id, key, notified FROM alerts WHERE status = 'open'")}
-        by_hand = {k for (k,) in conn.execute("SELECT key FROM snoozes WHERE until = ?",
-                                               (FOREVER,))}
-        cleared = [k for k in judged if k not in holding and k in by_hand]
-        conn.executemany("DELETE FROM snoozes WHERE key = ?", [(k,) for k in cleared])
-        for key, c in holding.items():
-            if key in open_rows or key in by_hand:
-                continue
-            owner, _channels = cfg.route(c.topic)
-            cur = conn.execute(
-                "INSERT INTO alerts (key, kind, alert_class, status, topic, window_start, "
-                "window_ms, tier, origin, owner, summary, detail, fired_at) "
-                "VALUES (?, ?, ?, 'open', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, c.kind, KINDS[c.kind], c.topic, c.window_start, c.window_ms, c.tier,
-                 c.origin, owner, c.summary, json.dumps(c.detail, sort_keys=True), now_ms))
-            fired += 1
-            log.warning("alert %s fired: %s", c.kind, c.summary)
-            open_rows[key] = (cur.lastrowid, 0)
-        for key, (alert_id, notified) in open_rows.items():
-            if key in holding or key not in judged:
-                continue
-            conn.execute("UPDATE alerts SET status = 'resolved', resolved_at = ?, "
-                         "resolved_by = 'condition cleared' WHERE id = ?", (now_ms, alert_id))
-            resolved += 1
-            log.info("alert %s resolved", json.loads(key)[0])
-            if notified:
-                _enqueue(store, cfg, alert_id, "resolved", now_ms)
-        _notify_due(store, cfg, now_ms)
+    keys = set(holding) | judged
+    open_rows = {k: (i, notified) for k in keys for i, notified in conn.execute(
+        "SELECT id, notified FROM alerts WHERE status = 'open' AND key = ?", (k,))}
+    by_hand = {k for k in keys for (_k,) in conn.execute(
+        "SELECT key FROM snoozes WHERE key = ? AND until = ?", (k, FOREVER))}
+    cleared = [k for k in judged if k not in holding and k in by_hand]
+    conn.executemany("DELETE FROM snoozes WHERE key = ?", [(k,) for k in cleared])
+    for key, c in holding.items():
+        if key in open_rows or key in by_hand:
+            continue
+        owner, _channels = cfg.route(c.topic)
+        cur = conn.execute(
+            "INSERT INTO alerts (key, kind, alert_class, status, topic, window_start, "
+            "window_ms, tier, origin, owner, summary, detail, fired_at) "
+            "VALUES (?, ?, ?, 'open', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, c.kind, KINDS[c.kind], c.topic, c.window_start, c.window_ms, c.tier,
+             c.origin, owner, c.summary, json.dumps(c.detail, sort_keys=True), now_ms))
+        fired += 1
+        log.warning("alert %s fired: %s", c.kind, c.summary)
+        open_rows[key] = (cur.lastrowid, 0)
+    for key, (alert_id, notified) in open_rows.items():
+        if key in holding or key not in judged:
+            continue
+        conn.execute("UPDATE alerts SET status = 'resolved', resolved_at = ?, "
+                     "resolved_by = 'condition cleared' WHERE id = ?", (now_ms, alert_id))
+        resolved += 1
+        log.info("alert %s resolved", json.loads(key)[0])
+        if notified:
+            _enqueue(store, cfg, alert_id, "resolved", now_ms)
+    _notify_due(store, cfg, now_ms, [open_rows[k][0] for k in holding
+                                     if k in open_rows and not open_rows[k][1]])
     return fired, resolved
 
 
-def _notify_due(store: Store, cfg: ReconcileConfig, now_ms: int) -> None:
-    """Queue the firing notification of every open alert not yet notified whose key is not
-    snoozed now."""
-    rows = store.conn.execute(
-        "SELECT a.id FROM alerts a LEFT JOIN snoozes s ON s.key = a.key "
-        "WHERE a.status = 'open' AND a.notified = 0 AND (s.until IS NULL OR s.until <= ?)",
-        (now_ms,)).fetchall()
-    for (alert_id,) in rows:
+def _notify_due(store: Store, cfg: ReconcileConfig, now_ms: int,
+                ids: list[int] | None = None) -> None:
+    """Queue the firing notification of the open alerts not yet notified (those of ``ids``,
+    or all) whose key is not snoozed now."""
+    query = ("SELECT a.id FROM alerts a LEFT JOIN snoozes s ON s.key = a.key "
+             "WHERE a.status = 'open' AND a.notified = 0 AND (s.until IS NULL OR s.until <= ?)")
+    if ids is None:
+        due = [i for (i,) in store.conn.execute(query, (now_ms,))]
+    else:
+        due = [i for alert_id in ids
+               for (i,) in store.conn.execute(query + " AND a.id = ?", (now_ms, alert_id))]
+    for alert_id in due:
         _enqueue(store, cfg, alert_id, "firing", now_ms)
         store.conn.execute("UPDATE alerts SET notified = 1 WHERE id = ?", (alert_id,))
 

@@ -24,15 +24,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
 from audit.alerts.channels import channel_from_config
 from audit.alerts.outbox import Dispatcher
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-
 from audit.contract.collect import current_counts
 from audit.contract.errors import AuditError, MalformedRecord
 from audit.contract.record import parse
 
-from .alerting import apply_conditions, health_conditions, window_conditions
+from .alerting import _notify_due, apply_conditions, health_conditions, window_conditions
 from .config import ReconcileConfig
 from .store import Store
 from .verdict import Timing, judge, tier_order
@@ -51,29 +51,37 @@ class Evaluation:
 
 
 def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
-    """Judge every window that changed or is not final, store the verdicts, fire and resolve
-    alerts. Deterministic for a given database and ``now_ms``."""
+    """Judge every window that changed or is not final; per window one transaction holds its
+    dirty mark's removal, the verdicts, the alerts fired or resolved and their notifications.
+    Then the audit-health alerts. Deterministic for a given database and ``now_ms``."""
     timing = Timing(cfg["windows.window_ms"], cfg["windows.grace_ms"], cfg["windows.final_ms"],
                     cfg["windows.settle_ms"])
-    progress = store.progress_at()
+    progress = store.progress()
+    tiers_by_topic = store.tiers_by_topic()
     configured = cfg["windows.tiers"]
     out = Evaluation()
-    holds, judged = [], set()
     for topic, window_start in store.windows_to_evaluate():
-        records = store.window_records(topic, window_start)
-        counts: dict[str, dict] = {}
-        for tier, by_key in current_counts(records).items():
-            counts[tier] = {origin: rec for (_t, _w, origin), rec in by_key.items()}
-        tiers = tier_order(set(counts) | store.tiers_of(topic), configured)
-        window_ms = records[0].window_ms if records else timing.window_ms
-        verdicts = judge(topic, window_start, counts, progress, tiers, timing, now_ms)
-        store.save_verdicts(topic, window_start, window_ms, verdicts, now_ms)
-        h, j = window_conditions(store, verdicts, window_ms)
-        holds += h
-        judged |= j
+        with store.conn:
+            store.take_dirty(topic, window_start)
+            records = store.window_records(topic, window_start)
+            counts: dict[str, dict] = {}
+            for tier, by_key in current_counts(records).items():
+                counts[tier] = {origin: rec for (_t, _w, origin), rec in by_key.items()}
+            tiers = tier_order(set(counts) | tiers_by_topic.get(topic, set()), configured)
+            window_ms = records[0].window_ms if records else timing.window_ms
+            verdicts = judge(topic, window_start, counts, progress, tiers, timing, now_ms)
+            store.save_verdicts(topic, window_start, window_ms, verdicts, now_ms)
+            holds, judged = window_conditions(store, verdicts, window_ms)
+            fired, resolved = apply_conditions(store, cfg, holds, judged, now_ms)
         out.windows += 1
-    h, j = health_conditions(store, cfg, now_ms)
-    out.fired, out.resolved = apply_conditions(store, cfg, holds + h, judged | j, now_ms)
+        out.fired += fired
+        out.resolved += resolved
+    with store.conn:
+        holds, judged = health_conditions(store, cfg, now_ms)
+        fired, resolved = apply_conditions(store, cfg, holds, judged, now_ms)
+        _notify_due(store, cfg, now_ms)              # snoozes that ended
+    out.fired += fired
+    out.resolved += resolved
     return out
 
 
@@ -96,11 +104,19 @@ class Reconciler:
         conf = {"bootstrap.servers": self.cfg["reconcile.bootstrap_servers"],
                 "group.id": self.cfg["reconcile.group_id"], "enable.auto.commit": False,
                 "enable.partition.eof": True, "isolation.level": "read_committed",
+                # An offset below the log's start (retention) restarts at the oldest record:
+                # never at the end, which would skip what is there.
+                "auto.offset.reset": "earliest",
                 **self.cfg["reconcile.librdkafka_options"]}
         return Consumer(conf, logger=logging.getLogger("docket.audit.librdkafka"))
 
     def _assign_new_partitions(self, timeout_s: float = 10.0) -> None:
-        meta = self.consumer.list_topics(self.topic, timeout=timeout_s).topics.get(self.topic)
+        try:
+            meta = self.consumer.list_topics(self.topic, timeout=timeout_s).topics.get(
+                self.topic)
+        except KafkaException as exc:
+            log.warning("cannot read the metadata of %s (trying again): %s", self.topic, exc)
+            return
         if meta is None or meta.error is not None:
             return
         stored = self.store.offsets(self.topic)
@@ -145,12 +161,17 @@ class Reconciler:
         return len(records) + sum(bad.values()), at_end
 
     def caught_up(self) -> bool:
-        """Every assigned partition read to its current end."""
+        """Every assigned partition read to its current end. Positions, not the last offset
+        applied: a transaction marker can end a partition."""
+        if not self.partitions:
+            return False
         stored = self.store.offsets(self.topic)
-        for p in self.partitions:
-            _lo, hi = self.consumer.get_watermark_offsets(TopicPartition(self.topic, p),
-                                                          timeout=10)
-            if stored.get(p, 0) < hi:
+        positions = self.consumer.position([TopicPartition(self.topic, p)
+                                            for p in self.partitions])
+        for tp in positions:
+            _lo, hi = self.consumer.get_watermark_offsets(tp, timeout=10)
+            at = tp.offset if tp.offset >= 0 else stored.get(tp.partition, 0)  # none fetched
+            if at < hi:
                 return False
         return True
 
@@ -190,6 +211,7 @@ class Reconciler:
         try:
             deadline = time.monotonic() + timeout_s
             while not self.caught_up():
+                self._assign_new_partitions()
                 if time.monotonic() > deadline:
                     raise AuditError(f"the audit topic {self.topic} was not read to its end in "
                                      f"{timeout_s:g} s", hint="is the broker reachable? "

@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS ranges (
     missing_total INTEGER NOT NULL, missing_truncated INTEGER NOT NULL,
     seq INTEGER NOT NULL, emitted_at INTEGER NOT NULL,
     PRIMARY KEY (tier, emitter, incarnation, origin, origin_incarnation));
+CREATE INDEX IF NOT EXISTS ranges_origin ON ranges (tier, origin);
 CREATE TABLE IF NOT EXISTS progress (
     tier TEXT NOT NULL, emitter TEXT NOT NULL, batch_id INTEGER NOT NULL,
     input_rows_per_s REAL NOT NULL, processed_rows_per_s REAL NOT NULL,
@@ -88,6 +89,7 @@ CREATE TABLE IF NOT EXISTS alerts (
     detail TEXT NOT NULL, fired_at INTEGER NOT NULL, resolved_at INTEGER,
     notified INTEGER NOT NULL DEFAULT 0, resolved_by TEXT);
 CREATE UNIQUE INDEX IF NOT EXISTS alerts_one_open ON alerts (key) WHERE status = 'open';
+CREATE INDEX IF NOT EXISTS alerts_status ON alerts (status, notified);
 CREATE TABLE IF NOT EXISTS snoozes (
     key TEXT PRIMARY KEY, until INTEGER NOT NULL, by TEXT NOT NULL, at INTEGER NOT NULL);
 CREATE VIEW IF NOT EXISTS completeness AS
@@ -129,8 +131,8 @@ ON CONFLICT (tier, emitter) DO UPDATE SET
     processed_rows_per_s = excluded.processed_rows_per_s,
     batch_duration_ms = excluded.batch_duration_ms, offsets_behind = excluded.offsets_behind,
     emitted_at = excluded.emitted_at
-WHERE excluded.batch_id > progress.batch_id
-   OR (excluded.batch_id = progress.batch_id AND excluded.emitted_at > progress.emitted_at)
+WHERE excluded.emitted_at > progress.emitted_at
+   OR (excluded.emitted_at = progress.emitted_at AND excluded.batch_id > progress.batch_id)
 """
 
 
@@ -157,9 +159,9 @@ class Store:
         with self.conn:
             for rec in records:
                 if isinstance(rec, AuditRecord):
-                    self.conn.execute(_UPSERT_COUNT, _count_row(rec))
-                    self.conn.execute("INSERT OR IGNORE INTO dirty VALUES (?, ?)",
-                                      (rec.topic, rec.window_start))
+                    if self.conn.execute(_UPSERT_COUNT, _count_row(rec)).rowcount:
+                        self.conn.execute("INSERT OR IGNORE INTO dirty VALUES (?, ?)",
+                                          (rec.topic, rec.window_start))
                     if rec.tier == "producer":
                         self.conn.execute(
                             "INSERT INTO producers VALUES (?, ?) ON CONFLICT (origin) DO UPDATE "
@@ -201,14 +203,20 @@ class Store:
             "WHERE topic = ? AND window_start = ?", (topic, window_start))
         return [_count_record(r) for r in rows]
 
-    def progress_at(self) -> dict[str, int]:
-        """tier → ``emitted_at`` of its newest progress record."""
-        return dict(self.conn.execute("SELECT tier, max(emitted_at) FROM progress GROUP BY tier"))
+    def progress(self) -> dict[str, tuple[int, int | None]]:
+        """tier → (``emitted_at``, ``offsets_behind``) of its newest progress record."""
+        out: dict[str, tuple[int, int | None]] = {}
+        for tier, at, behind in self.conn.execute(
+                "SELECT tier, emitted_at, offsets_behind FROM progress ORDER BY emitted_at"):
+            out[tier] = (at, behind)
+        return out
 
-    def tiers_of(self, topic: str) -> set[str]:
-        """The tiers that ever reported on ``topic``: a tier is judged on a topic it counts."""
-        return {t for (t,) in self.conn.execute("SELECT DISTINCT tier FROM counts WHERE topic = ?",
-                                                (topic,))}
+    def tiers_by_topic(self) -> dict[str, set[str]]:
+        """topic → the tiers that ever reported on it (a tier is judged on a topic it counts)."""
+        out: dict[str, set[str]] = {}
+        for topic, tier in self.conn.execute("SELECT DISTINCT topic, tier FROM counts"):
+            out.setdefault(topic, set()).add(tier)
+        return out
 
     def producers(self) -> dict[str, int]:
         return dict(self.conn.execute("SELECT origin, last_seen_at FROM producers"))
@@ -220,7 +228,7 @@ class Store:
             out: dict[str, tuple] = {}
             for oi, missing, total, _at in self.conn.execute(
                     "SELECT origin_incarnation, missing, missing_total, emitted_at FROM ranges "
-                    "WHERE tier = ? AND origin = ? ORDER BY emitted_at", (t, origin)):
+                    "WHERE tier = ? AND origin = ? ORDER BY emitted_at, seq", (t, origin)):
                 out[oi] = (json.loads(missing), total)
             return out
         dropped = {oi: m for oi, (m, _t) in newest("producer").items()}
@@ -237,47 +245,50 @@ class Store:
                              (topic, window_start))
         return {r["tier"]: r for r in rows}
 
+    def take_dirty(self, topic: str, window_start: int) -> None:
+        """The window is being evaluated: records applied from now on mark it again. Call in
+        the evaluation's transaction, before reading the window's records."""
+        self.conn.execute("DELETE FROM dirty WHERE topic = ? AND window_start = ?",
+                          (topic, window_start))
+
     def save_verdicts(self, topic: str, window_start: int, window_ms: int,
-                      verdicts: list[TierVerdict], now_ms: int) -> list[tuple[dict | None,
-                                                                               TierVerdict]]:
-        """Store the window's verdicts; returns (previous row or None, verdict) per tier. A
-        change to a final window is kept as a revision."""
+                      verdicts: list[TierVerdict], now_ms: int) -> None:
+        """Store the window's verdicts (in the caller's transaction); a change to a final
+        window is kept as a revision. Rows that did not change are not written."""
         before = self.previous(topic, window_start)
-        out = []
-        with self.conn:
-            for v in verdicts:
-                old = before.get(v.tier)
-                changed = old is None or (old["state"], old["count"], old["distinct_count"],
-                                          old["checksum"]) != (v.state, v.count, v.distinct,
-                                                               v.checksum)
-                revision = old["revision"] if old else 0
-                if old is not None and old["final"] and changed:
-                    revision += 1
-                    self.conn.execute(
-                        "INSERT INTO window_revisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (topic, window_start, v.tier, revision, now_ms, v.state, v.count,
-                         v.distinct, v.completeness, old["state"], old["count"]))
-                final_at = old["final_at"] if old and old["final_at"] else (
-                    now_ms if v.final else None)
+        for v in verdicts:
+            old = before.get(v.tier)
+            dropped_unknown = json.dumps(v.dropped_unknown, sort_keys=True)
+            missing = sum(o.missing for o in v.origins)
+            if old is not None and (old["state"], old["final"], old["expected"], old["count"],
+                                    old["distinct_count"], old["duplicates"], old["checksum"],
+                                    old["missing"], old["dropped"], old["dropped_unknown"]) == \
+                    (v.state, int(v.final), v.expected, v.count, v.distinct, v.duplicates,
+                     v.checksum, missing, v.dropped, dropped_unknown):
+                continue
+            revision = old["revision"] if old else 0
+            if old is not None and old["final"]:
+                revision += 1
                 self.conn.execute(
-                    "INSERT OR REPLACE INTO windows VALUES "
-                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (topic, window_start, v.tier, window_ms, v.state, int(v.final), v.expected,
-                     v.count, v.distinct, v.duplicates, v.dropped,
-                     json.dumps(v.dropped_unknown, sort_keys=True), v.completeness,
-                     v.hop_completeness, v.checksum, sum(o.missing for o in v.origins),
-                     now_ms if changed else old["changed_at"], final_at, revision))
-                self.conn.execute("DELETE FROM window_origins WHERE topic = ? AND "
-                                  "window_start = ? AND tier = ?", (topic, window_start, v.tier))
-                self.conn.executemany(
-                    "INSERT INTO window_origins VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(topic, window_start, v.tier, o.origin, o.state, o.expected, o.count,
-                      o.distinct, o.duplicates, o.missing, o.checksum, o.reason)
-                     for o in v.origins])
-                out.append((old, v))
-            self.conn.execute("DELETE FROM dirty WHERE topic = ? AND window_start = ?",
-                              (topic, window_start))
-        return out
+                    "INSERT INTO window_revisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (topic, window_start, v.tier, revision, now_ms, v.state, v.count,
+                     v.distinct, v.completeness, old["state"], old["count"]))
+            final_at = old["final_at"] if old and old["final_at"] else (
+                now_ms if v.final else None)
+            self.conn.execute(
+                "INSERT OR REPLACE INTO windows VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (topic, window_start, v.tier, window_ms, v.state, int(v.final or bool(
+                    old and old["final"])), v.expected, v.count, v.distinct, v.duplicates,
+                 v.dropped, dropped_unknown, v.completeness, v.hop_completeness, v.checksum,
+                 missing, now_ms, final_at, revision))
+            self.conn.execute("DELETE FROM window_origins WHERE topic = ? AND "
+                              "window_start = ? AND tier = ?", (topic, window_start, v.tier))
+            self.conn.executemany(
+                "INSERT INTO window_origins VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(topic, window_start, v.tier, o.origin, o.state, o.expected, o.count,
+                  o.distinct, o.duplicates, o.missing, o.checksum, o.reason)
+                 for o in v.origins])
 
 
 def _count_row(rec: AuditRecord) -> dict:

@@ -12,9 +12,12 @@ T knows it, else its ``count``):
 - ``actual`` > ``expected``                      → ``overcount``;
 - otherwise                                      → ``complete`` (duplicates shown apart).
 
-T is *current* for the window when it reported progress at least ``settle_ms`` after the
-producer's newest report on the window (it has read past what the producer had counted), or
-when T publishes no progress at all (then counts alone decide, once the grace is over). The
+T is *current* for an origin's window when its newest progress record came at least
+``settle_ms`` after that origin's report on the window and said it was at the end of its input
+(``offsets_behind`` 0): it has read everything Kafka held after the producer had counted. A tier
+that publishes no progress at all is judged on its counts alone, once the grace is over. When T
+counted more distinct records than the producer reported, and no duplicates, the producer's
+report is behind (its next one will have them): ``unknown`` again, not an overcount. The
 checksum is compared when the counts agree and T saw no duplicates.
 
 At the producer tier an origin whose agent journalled a loss of unknown size
@@ -23,8 +26,9 @@ At the producer tier an origin whose agent journalled a loss of unknown size
 
 The window's phase comes first: ``open`` until it ends; within ``grace_ms`` after its end
 ``pending`` unless already ``complete``; then the verdict. ``final`` from ``final_ms`` after
-its end. A tier's state is the worst of its origins' (incomplete, unknown, overcount,
-complete, in that order).
+its end, unless the verdict is ``unknown`` (a tier that comes back must still be able to call a
+loss): those windows are final only ``UNKNOWN_FINAL_MS`` after their end. A tier's state is
+the worst of its origins' (incomplete, unknown, overcount, complete, in that order).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ COMPLETE, INCOMPLETE, OVERCOUNT, UNKNOWN = "complete", "incomplete", "overcount"
 STATES = (OPEN, PENDING, COMPLETE, INCOMPLETE, OVERCOUNT, UNKNOWN)
 _WORST_FIRST = (INCOMPLETE, UNKNOWN, OVERCOUNT, COMPLETE)
 MATCH, MISMATCH = "match", "mismatch"          # checksum states; None: not comparable
+UNKNOWN_FINAL_MS = 7 * 24 * 3600 * 1000        # an unknown verdict is final only after this
 
 
 @dataclass(frozen=True)
@@ -100,9 +105,10 @@ class TierVerdict:
 
 
 def tier_order(tiers_seen: set[str], configured: list[str]) -> list[str]:
-    """The tier graph: the configured order, then tiers seen but not configured; by default
-    ``producer`` first, ``warehouse`` last, the clusters between, by name."""
-    order = list(configured) or [PRODUCER_TIER]
+    """The tier graph of a topic: the configured tiers that report on it, in their order, then
+    tiers seen but not configured; by default ``producer`` first, ``warehouse`` last, the
+    clusters between, by name. A tier is judged only on the topics it counts."""
+    order = [t for t in configured if t == PRODUCER_TIER or t in tiers_seen] or [PRODUCER_TIER]
     rest = sorted(t for t in tiers_seen if t not in order and t != WAREHOUSE_TIER)
     order += rest
     if WAREHOUSE_TIER in tiers_seen and WAREHOUSE_TIER not in order:
@@ -111,15 +117,14 @@ def tier_order(tiers_seen: set[str], configured: list[str]) -> list[str]:
 
 
 def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord]],
-          progress_at: dict[str, int], tiers: list[str], timing: Timing,
+          progress: dict[str, tuple[int, int | None]], tiers: list[str], timing: Timing,
           now_ms: int) -> list[TierVerdict]:
     """Verdicts of every tier in ``tiers`` on one window. ``counts``: tier → origin → the record
-    that counts (``audit.contract.collect.current_counts``); ``progress_at``: tier → the
-    ``emitted_at`` of its newest progress record (tiers that publish none are absent)."""
+    that counts (``audit.contract.collect.current_counts``); ``progress``: tier → the
+    ``emitted_at`` and ``offsets_behind`` of its newest progress record (tiers that publish
+    none are absent)."""
     producer = counts.get(PRODUCER_TIER, {})
     end = window_start + timing.window_ms
-    final = now_ms >= end + timing.final_ms
-    reported_at = max((r.emitted_at for r in producer.values()), default=0)
     out: list[TierVerdict] = []
     previous_actual: int | None = None
     for tier in tiers:
@@ -128,14 +133,26 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
         if tier == PRODUCER_TIER:
             verdicts = [_producer_origin(o, producer[o]) for o in origins]
         else:
-            current = tier not in progress_at or \
-                progress_at[tier] >= reported_at + timing.settle_ms
-            verdicts = [_origin(o, producer.get(o), records.get(o), current) for o in origins]
-        v = _tier(topic, window_start, tier, final, verdicts, previous_actual)
+            verdicts = [_origin(o, producer.get(o), records.get(o),
+                                _current(progress.get(tier), producer.get(o), timing))
+                        for o in origins]
+        v = _tier(topic, window_start, tier, False, verdicts, previous_actual)
         v.state = _phase(v.state, now_ms, end, timing)
+        v.final = now_ms >= end + (UNKNOWN_FINAL_MS if v.state == UNKNOWN else timing.final_ms)
         out.append(v)
         previous_actual = v.actual
     return out
+
+
+def _current(progress: tuple[int, int | None] | None, reported: AuditRecord | None,
+             timing: Timing) -> bool:
+    """Has the tier read everything Kafka held after the producer's report? (No progress
+    records at all: the tier is judged on its counts.)"""
+    if progress is None:
+        return True
+    at, behind = progress
+    return reported is not None and at >= reported.emitted_at + timing.settle_ms and \
+        not behind
 
 
 def _producer_origin(origin: str, rec: AuditRecord) -> OriginVerdict:
@@ -163,6 +180,10 @@ def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None,
         v.state = INCOMPLETE if current else UNKNOWN
         v.reason = f"{p.count - v.actual} missing" if current else \
             f"{p.count - v.actual} not seen yet; the tier has not read past the producer's report"
+    elif v.actual > p.count and r is not None and r.distinct is not None and \
+            not r.duplicates:
+        v.reason = f"{v.actual - p.count} more distinct records than the producer's report " \
+            "says: its next report will have them"
     elif v.actual > p.count:
         v.state = OVERCOUNT
         v.reason = f"{v.actual - p.count} more than the producer accepted"

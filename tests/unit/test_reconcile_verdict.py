@@ -40,10 +40,12 @@ def rec(tier: str, count: int, origin: str = "web-1", *, distinct: int | None = 
 
 
 def verdicts(counts: dict, now: int = AFTER_GRACE, progress: dict | None = None) -> dict:
+    """``progress``: tier → when it last reported progress, at the end of its input."""
     by_tier = {}
     for r in counts:
         by_tier.setdefault(r.tier, {})[r.origin] = r
-    out = judge("app", T0, by_tier, progress if progress is not None else {}, TIERS, TIMING, now)
+    progress = {t: (at, 0) for t, at in (progress or {}).items()}
+    out = judge("app", T0, by_tier, progress, TIERS, TIMING, now)
     return {v.tier: v for v in out}
 
 
@@ -95,6 +97,27 @@ def test_duplicates_hiding_a_loss_are_loss():
     assert (v.state, v.count, v.actual, v.duplicates) == (INCOMPLETE, 104, 98, 6)
 
 
+def test_a_tier_behind_its_input_is_not_current_however_recent_its_progress():
+    counts = [rec("producer", 1000), rec("kafka-local", 400)]
+    by_tier = {"producer": {"web-1": counts[0]}, "kafka-local": {"web-1": counts[1]}}
+    [_p, v] = judge("app", T0, by_tier, {"kafka-local": (AFTER_GRACE, 5_000_000)},
+                    TIERS[:2], TIMING, AFTER_GRACE)
+    assert v.state == UNKNOWN and not v.final
+
+
+def test_an_unknown_verdict_is_not_final_so_a_tier_that_comes_back_can_still_call_a_loss():
+    counts = [rec("producer", 1000), rec("kafka-local", 990)]
+    late = END + 5 * 3_600_000
+    assert not verdicts(counts, now=late, progress={"kafka-local": END})["kafka-local"].final
+    back = verdicts(counts, now=late, progress={"kafka-local": late})["kafka-local"]
+    assert (back.state, back.final) == (INCOMPLETE, True)
+
+
+def test_more_distinct_records_than_the_producer_reported_means_its_report_is_behind():
+    v = verdicts([rec("producer", 1000), rec("kafka-local", 1050)])["kafka-local"]
+    assert v.state == UNKNOWN and "next report" in v.origins[0].reason
+
+
 def test_more_records_than_accepted_without_record_numbers_is_an_overcount():
     v = verdicts([rec("producer", 100), rec("kafka-local", 104, distinct=None)])["kafka-local"]
     assert (v.state, v.distinct, v.checksum) == (OVERCOUNT, None, None)
@@ -128,4 +151,5 @@ def test_a_window_is_final_from_final_ms_after_its_end():
 def test_the_tier_graph_puts_the_producer_first_and_the_warehouse_last():
     assert tier_order({"warehouse", "b", "producer", "a"}, []) == \
         ["producer", "a", "b", "warehouse"]
-    assert tier_order({"x"}, ["producer", "y"]) == ["producer", "y", "x"]
+    assert tier_order({"x", "y"}, ["producer", "y"]) == ["producer", "y", "x"]
+    assert tier_order({"x"}, ["producer", "y"]) == ["producer", "x"]   # y does not count it
