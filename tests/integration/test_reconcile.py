@@ -94,9 +94,11 @@ def send(bootstrap: str, topic: str, records, raw: list[bytes] = ()) -> None:
 def config(receiver: Receiver | None, bootstrap: str, topic: str, **windows):
     raw = {"reconcile": {"bootstrap_servers": bootstrap, "audit_topic": topic},
            "windows": {"tiers": ["producer", "kafka-local", "warehouse"], **windows}}
+    # The agents' reports lie two hours back and no heartbeat follows: not a silent producer.
+    raw["alerts"] = {"silent_ms": 6 * 3_600_000}
     if receiver is not None:
         raw["channels"] = {"ops": {"type": "webhook", "url": receiver.url}}
-        raw["alerts"] = {"default_channels": ["ops"]}
+        raw["alerts"]["default_channels"] = ["ops"]
     return parse(raw)
 
 
