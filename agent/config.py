@@ -20,10 +20,10 @@ from audit.contract.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's
     EX_CONFIG,
     ConfigError,
     Setting,
-    coerce,
     found,
     load_toml,
     parse_sections,
+    parse_table,
     reference_row,
     reference_table,
 )
@@ -154,22 +154,10 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
     if not isinstance(raw_sources, list) or not all(isinstance(s, dict) for s in raw_sources):
         raise ConfigError("sources", "expected an array of tables [[sources]]",
                           hint="write each source as a [[sources]] block")
-    known = {s.key: s for s in SOURCE_SETTINGS}
     out = []
     for i, table in enumerate(raw_sources):
         where = f"sources[{i}]"
-        for key in table:
-            if key not in known:
-                raise ConfigError(f"{where}.{key}", "unknown key",
-                                  hint=f"known keys of a source: {', '.join(sorted(known))}")
-        vals = {}
-        for key, s in known.items():
-            if key in table:
-                vals[key] = coerce(s, f"{where}.{key}", table[key])
-            elif s.required:
-                raise ConfigError(f"{where}.{key}", "missing", hint=s.help)
-            else:
-                vals[key] = s.default
+        vals = parse_table(table, SOURCE_SETTINGS, where, "a source")
         src = SourceConfig(index=i, **vals)
         if src.type == "file":
             if not src.paths:

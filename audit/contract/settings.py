@@ -113,6 +113,27 @@ def parse_sections(raw: dict, settings: tuple[Setting, ...],
     return values
 
 
+def parse_table(table: dict, settings: tuple[Setting, ...], where: str,
+                what: str) -> dict[str, Any]:
+    """One table of an array of tables (``[[sources]]``, ``[[owners]]``): its values by key,
+    defaults filled in. ``where``: its path (``sources[0]``); ``what``: what one is called in
+    a hint (``a source``)."""
+    known = {s.key: s for s in settings}
+    for key in table:
+        if key not in known:
+            raise ConfigError(f"{where}.{key}", "unknown key",
+                              hint=f"known keys of {what}: {', '.join(sorted(known))}")
+    values = {}
+    for key, s in known.items():
+        if key in table:
+            values[key] = coerce(s, f"{where}.{key}", table[key])
+        elif s.required:
+            raise ConfigError(f"{where}.{key}", "missing", hint=s.help)
+        else:
+            values[key] = s.default
+    return values
+
+
 def load_toml(path: str | Path) -> dict:
     """A configuration file, parsed; unreadable or invalid TOML is a ConfigError."""
     path = Path(path)

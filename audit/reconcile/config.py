@@ -21,9 +21,9 @@ from audit.contract.record import PRODUCER_TIER
 from audit.contract.settings import (
     ConfigError,
     Setting,
-    coerce,
     load_toml,
     parse_sections,
+    parse_table,
     reference_row,
     reference_table,
 )
@@ -137,22 +137,9 @@ def _parse_owners(raw) -> list[Owner]:
     if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
         raise ConfigError("owners", "expected an array of tables [[owners]]",
                           hint='write each as [[owners]] with topics = ["app.*"] and owner')
-    known = {s.key: s for s in OWNER_SETTINGS}
     out = []
     for i, table in enumerate(raw):
-        where = f"owners[{i}]"
-        for key in table:
-            if key not in known:
-                raise ConfigError(f"{where}.{key}", "unknown key",
-                                  hint=f"known keys of an owner: {', '.join(sorted(known))}")
-        vals = {}
-        for key, s in known.items():
-            if key in table:
-                vals[key] = coerce(s, f"{where}.{key}", table[key])
-            elif s.required:
-                raise ConfigError(f"{where}.{key}", "missing", hint=s.help)
-            else:
-                vals[key] = s.default
+        vals = parse_table(table, OWNER_SETTINGS, f"owners[{i}]", "an owner")
         out.append(Owner(**vals))
     return out
 

@@ -24,31 +24,9 @@ import requests
 import sqlite_utils
 
 from audit.alerts import Dispatcher, Notification, channel_from_config, enqueue
+from tests.alertkit import T0, FakeClock, notification
 
 pytestmark = pytest.mark.timeout(60)
-
-T0 = 1_795_418_400_000            # 2026-11-23T07:20:00Z
-
-
-def notification(alert_id=12, event="firing", **over) -> Notification:
-    fields = dict(alert_id=alert_id, event=event, kind="loss", alert_class="data",
-                  topic="app.events", window_start=T0 - 600_000, window_ms=600_000,
-                  tier="kafka-local", origin="web-42", owner="team-a",
-                  summary="1001 events missing at kafka-local",
-                  detail={"expected": 12345, "actual": 11344,
-                          "missing": [[1000, 1999], [5000, 5000]]},
-                  fired_at=T0 + 123, resolved_at=T0 + 900_000 if event == "resolved" else None)
-    fields.update(over)
-    return Notification(**fields)
-
-
-class FakeClock:
-    def __init__(self, ms: int = T0):
-        self.ms = ms
-
-    def __call__(self) -> float:
-        return self.ms / 1000
-
 
 def wait_for(predicate, timeout_s: float = 10, what: str = "the condition"):
     deadline = time.monotonic() + timeout_s
