@@ -1,0 +1,142 @@
+"""The reconciler SIGKILLed while the audit topic fills and alerts fire and resolve: after its
+restarts, every alert reached the webhook receiver, each once by its idempotency key, and the
+database holds each alert once."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from broker.admin import ensure_audit_topic
+from tests.auditkit import AuditJob
+from tests.integration.test_reconcile import ORIGINS, Receiver, count, progress, send
+
+W = 600_000
+NOW = int(time.time() * 1000)
+T0 = (NOW - 3 * 3_600_000) // W * W
+TOPICS = [f"app.t{i}" for i in range(8)]
+WINDOWS = 6
+
+
+def plan(rng: random.Random):
+    """The audit records in the order they are sent, and the alerts they must end with:
+    every (topic, window, origin) reported by the producer and the cluster; some origins short
+    at the cluster (loss), half of which a later report completes (``late``: sent once their
+    alerts fired, so they resolve them)."""
+    batches, late, open_losses, resolved = [], [], set(), set()
+    for topic in TOPICS:
+        batch = []
+        for w in range(WINDOWS):
+            window = T0 + w * W
+            for origin in ORIGINS:
+                n = rng.randrange(100, 1000)
+                short = rng.random() < 0.15
+                batch.append(count("producer", topic, origin, n, window=window))
+                batch.append(count("kafka-local", topic, origin, n - 7 if short else n,
+                                   window=window))
+                if short:
+                    key = (topic, window, origin)
+                    if rng.random() < 0.5:
+                        resolved.add(key)
+                        late.append(count("kafka-local", topic, origin, n, window=window,
+                                          seq=2))
+                    else:
+                        open_losses.add(key)
+        batches.append(batch)
+    return batches, late, open_losses, resolved
+
+
+@pytest.mark.slow
+def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats_none(
+        kafka, tmp_path, topic_name):
+    rng = random.Random(11)
+    audit_topic = f"{topic_name}.audit"
+    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
+    receiver = Receiver()
+    (tmp_path / "reconcile.toml").write_text(
+        f'[reconcile]\nbootstrap_servers = "{kafka.bootstrap_servers}"\n'
+        f'audit_topic = "{audit_topic}"\nevaluate_interval_ms = 1000\n'
+        f'deliver_interval_ms = 200\n\n[windows]\ntiers = ["producer", "kafka-local"]\n\n'
+        f'[alerts]\nsilent_ms = 86400000\ndefault_channels = ["ops"]\n\n'
+        f'[channels.ops]\ntype = "webhook"\nurl = "{receiver.url}"\n')
+    db = tmp_path / "reconcile.db"
+    args = ["reconcile", "--db", str(db), "--config", str(tmp_path / "reconcile.toml")]
+    batches, late, open_losses, resolved = plan(rng)
+    send(kafka.bootstrap_servers, audit_topic, [progress("kafka-local", at=NOW + 600_000)])
+    fired = {("firing", k) for k in open_losses | resolved}
+    all_fired = threading.Event()
+
+    def writer():
+        for batch in batches:                        # one topic every 0.5-1 s
+            send(kafka.bootstrap_servers, audit_topic, batch)
+            time.sleep(rng.uniform(0.5, 1.0))
+        if all_fired.wait(180):
+            for half in (late[::2], late[1::2]):     # the late reports, in two parts
+                send(kafka.bootstrap_servers, audit_topic, half)
+                time.sleep(rng.uniform(0.5, 1.0))
+
+    job = AuditJob(args, tmp_path / "reconcile.log").start()
+    feeding = threading.Thread(target=writer)
+    feeding.start()
+    kills = 0
+    try:
+        while feeding.is_alive() or kills < 4:
+            time.sleep(rng.uniform(1.5, 3.0))           # time to read, judge and send some
+            job.kill()
+            kills += 1
+            job = AuditJob(args, tmp_path / "reconcile.log").start()
+            if _received(receiver) >= fired:
+                all_fired.set()
+        feeding.join()
+        assert all_fired.is_set(), "not every loss alert fired while the writer waited"
+        expected = {("firing", k) for k in open_losses | resolved} | \
+            {("resolved", k) for k in resolved}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if _received(receiver) >= expected and _all_delivered(db):
+                break
+            time.sleep(0.5)
+        assert job.stop() == 0, job.log_text()
+    finally:
+        receiver.close()
+    assert kills >= 4
+    bodies = [b for b in receiver.bodies if b["kind"] == "loss"]
+    got = Counter((b["event"], (b["topic"], b["window_start"], b["origin"])) for b in bodies)
+    assert set(got) == expected, (sorted(set(got) - expected)[:5], sorted(expected - set(got))[:5])
+    # Each notification once by its key; a kill between a send and its commit may send one
+    # again with the same key (the receiver's to drop), at most one per kill.
+    keys = Counter(b["idempotency_key"] for b in bodies)
+    assert len(keys) == len(expected)
+    assert sum(keys.values()) - len(keys) <= kills, keys.most_common(3)
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT status, topic, window_start, origin FROM alerts "
+                        "WHERE kind = 'loss'").fetchall()
+    conn.close()
+    assert Counter((t, w, o) for _s, t, w, o in rows) == Counter(open_losses | resolved)
+    assert {(t, w, o) for s, t, w, o in rows if s == "resolved"} == resolved
+    print(json.dumps({"kills": kills, "alerts": len(rows), "resolved": len(resolved),
+                      "notifications": len(bodies), "sent_again": sum(keys.values()) - len(keys)}))
+
+
+def _received(receiver: Receiver) -> set:
+    return {(b["event"], (b["topic"], b["window_start"], b["origin"]))
+            for b in list(receiver.bodies) if b["kind"] == "loss"}
+
+
+def _all_delivered(db) -> bool:
+    try:
+        conn = sqlite3.connect(db, timeout=5)
+        try:
+            (pending,) = conn.execute("SELECT count(*) FROM alert_deliveries "
+                                      "WHERE status != 'delivered'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:
+        return False
+    return pending == 0
