@@ -22,11 +22,13 @@ from pathlib import Path
 
 from broker.cluster import docket_state_dir
 
-from .contract.errors import AuditError, print_error
+from .contract.errors import AuditError, BrokerUnreachable, print_error
 from .contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
 from .reconcile.commands import add_parsers as add_reconcile_parsers
 
 EXIT_USAGE = 64
+EXIT_UNAVAILABLE = 69             # sysexits' EX_UNAVAILABLE: the Kafka cluster does not answer
+SHOW_CONNECT_TIMEOUT_S = 5.0
 
 
 def _job_args(p: argparse.ArgumentParser) -> None:
@@ -120,9 +122,12 @@ def _job_options(args, default_ckpt: Path):
 
 
 def _show(args) -> int:
-    from .contract.collect import read_audit_topic
+    from .contract.collect import librdkafka_log, read_audit_topic
 
-    state = read_audit_topic(args.bootstrap_servers, args.audit_topic)
+    # librdkafka's lines (one per failed connection) only when asked for
+    librdkafka_log.setLevel(logging.DEBUG if args.log_level == "debug" else logging.CRITICAL)
+    state = read_audit_topic(args.bootstrap_servers, args.audit_topic,
+                             connect_timeout_s=SHOW_CONNECT_TIMEOUT_S)
     rows = sorted(state.counts.values(), key=lambda r: (r.topic, r.window_start, r.origin,
                                                          r.tier))
     ranges = sorted(state.ranges.values(), key=lambda r: (r.origin, r.origin_incarnation,
@@ -190,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             opts = _job_options(args, args.warehouse / "_checkpoint")
             run_land(args.warehouse, opts)
             return 0
+    except BrokerUnreachable as exc:
+        print_error(exc, "docket-audit")
+        return EXIT_UNAVAILABLE
     except AuditError as exc:
         print_error(exc, "docket-audit")
         return EXIT_USAGE if args.command not in ("count", "land", "fetch") else 1
