@@ -22,9 +22,9 @@ def cfg(**alerts):
 
 
 def count(tier, n, origin="web-1", *, distinct=None, seq=1, at=END + MIN, checksum=5,
-          window=T0, **kw):
+          window=T0, topic="app", **kw):
     distinct = n if distinct is None else distinct
-    return AuditRecord(tier=tier, origin=origin, topic="app", window_start=window, window_ms=W,
+    return AuditRecord(tier=tier, origin=origin, topic=topic, window_start=window, window_ms=W,
                        count=n, bytes=n, checksum=checksum,
                        emitter=f"{origin}/agent" if tier == "producer" else f"{tier}/count",
                        seq=seq, emitted_at=at, distinct=distinct, duplicates=n - distinct,
