@@ -77,9 +77,9 @@ def test_windows_every_tier_counted_zero_in_show_only_with_all(db, capsys):
 def test_since_and_topic_select_the_windows(db, capsys):
     rows = show(capsys, "--db", str(db), "--topic", "app", "--since", "4d")
     assert [r.split()[0] for r in rows[2:]] == [window_label(OLD), window_label(T0)]
-    assert show(capsys, "--db", str(db), "--topic", "app", "--since", "1h") == [
-        f"no windows of app since {window_label(NOW - 3_600_000)} with counts (--all shows "
-        "the empty ones)"]
+    [line] = show(capsys, "--db", str(db), "--topic", "app", "--since", "1h")
+    assert line.startswith("no windows of app since ")
+    assert line.endswith("with counts (--all shows the empty ones)")
 
 
 def test_json_gives_the_same_rows(db, capsys):
