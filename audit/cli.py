@@ -3,6 +3,7 @@
     docket-audit fetch                      the Spark Kafka connector jars (make setup runs it)
     docket-audit count --cluster NAME --bootstrap-servers HOSTS   the cluster tier (Spark)
     docket-audit land --warehouse DIR --bootstrap-servers HOSTS   the warehouse tier (Spark)
+    docket-audit show --db FILE [--topic T] [--since 24h] [--all] the tiers side by side, verdicts
     docket-audit show --bootstrap-servers HOSTS                   the audit topic, newest counts
     docket-audit reconcile --db FILE [--config FILE]              the tiers compared, alerts
     docket-audit watermark --db FILE --topic T --tier TIER        the completeness watermark
@@ -16,17 +17,23 @@ import argparse
 import json
 import logging
 import re
+import sqlite3
 import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 
 from broker.cluster import docket_state_dir
 
-from .contract.errors import AuditError, print_error
+from .contract.errors import AuditError, BrokerUnreachable, print_error
 from .contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
+from .reconcile.commands import UNIT_MS
 from .reconcile.commands import add_parsers as add_reconcile_parsers
 
 EXIT_USAGE = 64
+EXIT_UNAVAILABLE = 69             # sysexits' EX_UNAVAILABLE: the Kafka cluster does not answer
+SHOW_CONNECT_TIMEOUT_S = 5.0
+DURATION = re.compile(r"(\d+)([smhd])")
 
 
 def _job_args(p: argparse.ArgumentParser) -> None:
@@ -77,9 +84,19 @@ def _parser() -> argparse.ArgumentParser:
     w = sub.add_parser("land", help="land the data topics as Parquet and count what landed")
     w.add_argument("--warehouse", required=True, type=Path, help="the warehouse folder")
     _job_args(w)
-    s = sub.add_parser("show", help="the newest count of every (tier, topic, window, origin)")
-    s.add_argument("--bootstrap-servers", required=True)
+    s = sub.add_parser("show", help="the tiers side by side per window with a verdict, from "
+                       "the reconciler's database (--db); or the newest count of every (tier, "
+                       "topic, window, origin) on the audit topic (--bootstrap-servers)")
+    source = s.add_mutually_exclusive_group(required=True)
+    source.add_argument("--db", type=Path, help="the reconciler's SQLite database: one row per "
+                        "topic and window, the tiers side by side, and a verdict (no Kafka)")
+    source.add_argument("--bootstrap-servers", help="read the audit topic on this cluster")
     s.add_argument("--audit-topic", default=AUDIT_TOPIC)
+    s.add_argument("--topic", default=None, help="only this data topic")
+    s.add_argument("--since", default=None, metavar="DURATION", help="with --db: the windows "
+                   "that started within this long, e.g. 30m, 2h, 7d (default 24h)")
+    s.add_argument("--all", action="store_true", help="with --db: also the windows every tier "
+                   "counted 0 in (heartbeats only)")
     s.add_argument("--json", action="store_true")
     add_reconcile_parsers(sub)
     return p
@@ -119,12 +136,56 @@ def _job_options(args, default_ckpt: Path):
         spark_conf=_pairs(args.spark_conf, "--spark-conf"))
 
 
-def _show(args) -> int:
-    from .contract.collect import read_audit_topic
+def _duration_ms(text: str, flag: str) -> int:
+    m = DURATION.fullmatch(text)
+    if not m:
+        raise AuditError(f"{flag} {text!r} is not a duration",
+                         hint="a number and a unit: 30m, 2h, 7d (s, m, h, d)")
+    return int(m.group(1)) * UNIT_MS[m.group(2)]
 
-    state = read_audit_topic(args.bootstrap_servers, args.audit_topic)
-    rows = sorted(state.counts.values(), key=lambda r: (r.topic, r.window_start, r.origin,
-                                                         r.tier))
+
+def _show(args) -> int:
+    if args.db is not None:
+        return _show_db(args)
+    if args.since is not None or args.all:
+        raise AuditError("--since and --all select the windows of the reconciler's database",
+                         hint="add --db FILE (and leave out --bootstrap-servers)")
+    return _show_topic(args)
+
+
+def _show_db(args) -> int:
+    from .reconcile.store import Store
+    from .reconcile.view import render_json, render_text, window_label, window_rows
+
+    since_ms = int(time.time() * 1000) - _duration_ms(args.since or "24h", "--since")
+    store = Store(args.db, readonly=True)
+    try:
+        topics = window_rows(store, since_ms, args.topic, include_empty=args.all)
+    except sqlite3.DatabaseError as exc:
+        raise AuditError(f"{args.db} is not a reconciler database ({exc})",
+                         hint="name the --db of docket-audit reconcile") from None
+    finally:
+        store.close()
+    if args.json:
+        print(render_json(topics))
+    elif topics:
+        print(render_text(topics))
+    else:
+        what = f"of {args.topic} " if args.topic else ""
+        print(f"no windows {what}since {window_label(since_ms)}"
+              + ("" if args.all else " with counts (--all shows the empty ones)"))
+    return 0
+
+
+def _show_topic(args) -> int:
+    from .contract.collect import librdkafka_log, read_audit_topic
+
+    # librdkafka's lines (one per failed connection) only when asked for
+    librdkafka_log.setLevel(logging.DEBUG if args.log_level == "debug" else logging.CRITICAL)
+    state = read_audit_topic(args.bootstrap_servers, args.audit_topic,
+                             connect_timeout_s=SHOW_CONNECT_TIMEOUT_S)
+    rows = sorted((r for r in state.counts.values() if args.topic in (None, r.topic)),
+                  key=lambda r: (r.topic, r.window_start, r.origin, r.tier))
     ranges = sorted(state.ranges.values(), key=lambda r: (r.origin, r.origin_incarnation,
                                                            r.tier, r.emitter))
     if args.json:
@@ -190,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
             opts = _job_options(args, args.warehouse / "_checkpoint")
             run_land(args.warehouse, opts)
             return 0
+    except BrokerUnreachable as exc:
+        print_error(exc, "docket-audit")
+        return EXIT_UNAVAILABLE
     except AuditError as exc:
         print_error(exc, "docket-audit")
         return EXIT_USAGE if args.command not in ("count", "land", "fetch") else 1

@@ -17,12 +17,15 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from .errors import MalformedRecord
+from .errors import AuditError, BrokerUnreachable, MalformedRecord
 from .record import PRODUCER_TIER, AuditRecord, Progress, Ranges, combined, parse
 
 log = logging.getLogger("docket.audit.collect")
+# librdkafka's own lines (a broker that refuses connections, one line per retry) go here, not to
+# stderr; docket-audit shows them only with --log-level debug.
+librdkafka_log = logging.getLogger("docket.audit.collect.librdkafka")
 
 
 @dataclass
@@ -95,14 +98,26 @@ def _current(records: list[AuditRecord]) -> list[AuditRecord]:
 
 
 def read_audit_topic(bootstrap: str, topic: str, state: AuditState | None = None,
-                     timeout_s: float = 60, conf: dict | None = None) -> AuditState:
-    """Read ``topic`` from its start to its current end."""
+                     timeout_s: float = 60, conf: dict | None = None,
+                     connect_timeout_s: float | None = None) -> AuditState:
+    """Read ``topic`` from its start to its current end. Raises BrokerUnreachable when no
+    broker answers within ``connect_timeout_s`` (default: ``timeout_s``), AuditError when the
+    topic is not read to its end within ``timeout_s``."""
     state = state or AuditState()
+    connect_timeout_s = timeout_s if connect_timeout_s is None else connect_timeout_s
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"docket-read-{uuid.uuid4()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "isolation.level": "read_committed", **(conf or {})})
+                         "isolation.level": "read_committed", **(conf or {})},
+                        logger=librdkafka_log)
     try:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        try:
+            meta = consumer.list_topics(topic, timeout=connect_timeout_s).topics.get(topic)
+        except KafkaException as exc:
+            raise BrokerUnreachable(
+                f"no answer from the Kafka cluster at {bootstrap} within "
+                f"{connect_timeout_s:g} s ({exc.args[0].str()})",
+                hint="is it up (docket-broker status)? check --bootstrap-servers; "
+                "docket-audit show --db FILE reads the reconciler's database instead") from None
         if meta is None or meta.error is not None:
             return state
         ends = {}
@@ -124,8 +139,10 @@ def read_audit_topic(bootstrap: str, topic: str, state: AuditState | None = None
                 if tp.offset >= ends[tp.partition]:
                     del ends[tp.partition]
         if ends:
-            raise TimeoutError(f"audit topic {topic}: partitions {sorted(ends)} not read to "
-                               f"their end in {timeout_s} s")
+            raise AuditError(f"audit topic {topic}: partitions {sorted(ends)} not read to "
+                             f"their end in {timeout_s:g} s",
+                             hint="is the cluster overloaded or the topic very large? "
+                             "docket-audit show --db FILE reads the reconciler's database")
     finally:
         consumer.close()
     return state

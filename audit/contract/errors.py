@@ -42,3 +42,7 @@ class MalformedRecord(AuditError):
     def __init__(self, reason: str, detail: str):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
+
+
+class BrokerUnreachable(AuditError):
+    """No broker of a Kafka cluster answered in time."""

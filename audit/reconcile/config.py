@@ -43,6 +43,8 @@ SETTINGS: tuple[Setting, ...] = (
             "and alerts raised or resolved.", minimum=1000),
     Setting("reconcile.deliver_interval_ms", int, 5000, "How often due alert notifications are "
             "sent (a channel that is down never delays the evaluation).", minimum=100),
+    Setting("reconcile.listen", str, "127.0.0.1:9465", "Address (HOST:PORT) of `/metrics`, the "
+            "reconciler's Prometheus metrics (docs/telemetry.md). Empty: no metrics server."),
     Setting("windows.window_ms", int, DEFAULT_WINDOW_MS, "Event-time window of the audit "
             "counts: the same at every tier.", minimum=1000),
     Setting("windows.grace_ms", int, 30 * MINUTE_MS, "After a window ends, how long it stays "
@@ -121,6 +123,12 @@ def parse(raw: dict) -> ReconcileConfig:
                 raise ConfigError(path, f"channel {name!r} is not defined",
                                   hint=f"add a [channels.{name}] table, or use one of: "
                                   f"{', '.join(sorted(channels)) or '(none defined)'}")
+    listen = values["reconcile.listen"]
+    if listen:
+        host, sep, port = listen.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError("reconcile.listen", f"expected HOST:PORT, found {listen!r}",
+                              hint='e.g. "127.0.0.1:9465", or "" for no metrics server')
     tiers = values["windows.tiers"]
     if tiers and tiers[0] != PRODUCER_TIER:
         raise ConfigError("windows.tiers", f"the graph starts at {PRODUCER_TIER!r}, found "

@@ -13,6 +13,7 @@ Three loops, each with its own SQLite connection (WAL: readers never wait for th
   channel that is down or slow never delays the evaluation.
 
 Malformed audit records are counted by reason (table ``malformed``), logged and skipped.
+While it runs, ``/metrics`` on ``reconcile.listen`` serves its metrics (``metrics.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from audit.contract.record import parse
 
 from .alerting import _notify_due, apply_conditions, health_conditions, window_conditions
 from .config import ReconcileConfig
+from .metrics import MetricsServer
 from .store import Store
 from .verdict import Timing, judge, tier_order
 
@@ -97,7 +99,9 @@ class Reconciler:
                          for name, table in cfg.channels.items()}
         self.consumer: Consumer | None = None
         self.partitions: set[int] = set()
-        self.applied = 0
+        self.applied = 0                         # audit records applied since start
+        self.last_evaluation_ms: int | None = None
+        self.metrics: MetricsServer | None = None
 
     # -- consuming -----------------------------------------------------------------------------
     def _consumer(self) -> Consumer:
@@ -150,8 +154,7 @@ class Reconciler:
                 log.warning("skipping a malformed audit record at %s@%s: %s",
                             msg.partition(), msg.offset(), exc)
         if offsets:
-            self.store.apply(records, malformed, offsets, _iso_now(self.clock()))
-            self.applied += len(records)
+            self.apply(records, malformed, offsets)
             try:
                 self.consumer.commit(offsets=[TopicPartition(t, p, o)
                                               for (t, p), o in offsets.items()],
@@ -159,6 +162,12 @@ class Reconciler:
             except Exception as exc:   # noqa: BLE001 — the database is the record of truth
                 log.debug("offset commit failed: %s", exc)
         return len(records) + sum(bad.values()), at_end
+
+    def apply(self, records: list, malformed: dict[str, tuple[int, str]],
+              offsets: dict[tuple[str, int], int]) -> None:
+        """One batch as read from the audit topic, in one transaction (``Store.apply``)."""
+        self.store.apply(records, malformed, offsets, _iso_now(self.clock()))
+        self.applied += len(records)
 
     def caught_up(self) -> bool:
         """Every assigned partition read to its current end. Positions, not the last offset
@@ -178,10 +187,12 @@ class Reconciler:
     # -- the jobs ------------------------------------------------------------------------------
     def evaluate_job(self) -> Evaluation:
         store = Store(self.db_path)
+        now_ms = int(self.clock() * 1000)
         try:
-            result = evaluate(store, self.cfg, int(self.clock() * 1000))
+            result = evaluate(store, self.cfg, now_ms)
         finally:
             store.close()
+        self.last_evaluation_ms = now_ms
         if result.fired or result.resolved:
             log.info("evaluated %d windows: %d alerts fired, %d resolved", result.windows,
                      result.fired, result.resolved)
@@ -224,6 +235,18 @@ class Reconciler:
             self.close()
 
     def run(self) -> None:
+        listen = self.cfg["reconcile.listen"]
+        if listen:
+            self.metrics = MetricsServer(listen, self).start()
+            log.info("metrics on http://%s:%d/metrics", self.metrics.host, self.metrics.port)
+        try:
+            self._run()
+        finally:
+            if self.metrics is not None:
+                self.metrics.stop()
+                self.metrics = None
+
+    def _run(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler
         self.open()
         scheduler = BackgroundScheduler(timezone=dt.UTC)

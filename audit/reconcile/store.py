@@ -26,6 +26,7 @@ from pathlib import Path
 import sqlite_utils
 
 from audit.alerts.outbox import ensure_tables
+from audit.contract.errors import AuditError
 from audit.contract.record import AuditRecord, Progress, Ranges, checksum_hex
 
 from .verdict import TierVerdict
@@ -136,9 +137,25 @@ WHERE excluded.emitted_at > progress.emitted_at
 """
 
 
+class StoreMissing(AuditError):
+    """A read-only open of a database file that is not there."""
+
+
 class Store:
-    def __init__(self, path: str | Path):
+    """The database at ``path``. ``readonly``: a connection that cannot write (the metrics
+    endpoint, ``docket-audit show --db``); the file must exist and is left as it is (no
+    schema is created)."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
+        if readonly:
+            if not self.path.is_file():
+                raise StoreMissing(f"no reconciler database at {self.path}",
+                                   hint="name the --db of docket-audit reconcile")
+            self.conn = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True)
+            self.conn.execute("PRAGMA busy_timeout = 30000")
+            self.db = sqlite_utils.Database(self.conn)
+            return
         self.db = sqlite_utils.Database(str(self.path))
         self.conn: sqlite3.Connection = self.db.conn
         self.conn.execute("PRAGMA journal_mode = WAL")

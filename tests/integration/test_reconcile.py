@@ -14,6 +14,7 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+import requests
 from confluent_kafka import Producer
 
 from audit.contract.record import AuditRecord, Progress, Ranges
@@ -220,3 +221,48 @@ def test_a_loss_at_the_cluster_tier_fires_one_alert_and_late_data_resolves_it(
     assert conn.execute("SELECT revision FROM windows WHERE tier = 'kafka-local'").fetchone() \
         == (1,)                                       # the window was final: a revision
     conn.close()
+
+
+@pytest.mark.slow
+def test_a_running_reconciler_serves_its_metrics_until_it_stops(kafka, tmp_path, topic_name):
+    audit_topic = f"{topic_name}.audit"
+    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
+    records = [count("producer", "app.events", o, 100) for o in ORIGINS]
+    records += [count("kafka-local", "app.events", o, 100) for o in ORIGINS]
+    send(kafka.bootstrap_servers, audit_topic, [*records, progress("kafka-local")], [b"junk"])
+    cfg = config(None, kafka.bootstrap_servers, audit_topic)
+    cfg.values.update({"reconcile.listen": "127.0.0.1:0",
+                       "reconcile.evaluate_interval_ms": 1000})
+    started: list[Reconciler] = []
+
+    def run():                                      # its connection lives in this thread
+        started.append(Reconciler(cfg, tmp_path / "r.db"))
+        started[0].run()
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    judged = 'reconcile_windows{tier="kafka-local",state="complete",final="1"}'
+    try:
+        deadline = time.monotonic() + 60
+        while not (started and started[0].metrics) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        port = started[0].metrics.port
+        seen: dict[str, str] = {}
+        while time.monotonic() < deadline:           # read, then evaluated every second
+            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            seen = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                        if not line.startswith("#"))
+            if seen.get(judged) == "1":
+                break
+            time.sleep(0.5)
+        assert seen[judged] == "1"
+        assert seen["reconcile_records_applied_total"] == "7"
+        assert seen['reconcile_records_malformed_total{reason="not_json"}'] == "1"
+        assert "reconcile_last_evaluation_timestamp_seconds" in seen
+    finally:
+        if started:
+            started[0].stop_event.set()
+        runner.join(60)
+    assert not runner.is_alive()
+    with pytest.raises(requests.ConnectionError):         # stopped with the reconciler
+        requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)

@@ -12,6 +12,7 @@ from agent.config import reference_markdown
 from agent.telemetry import METRICS
 from audit.cli import _parser as audit_parser
 from audit.reconcile.config import reference_markdown as reconcile_reference
+from audit.reconcile.metrics import METRICS as RECONCILE_METRICS
 from broker.cli import _parser as broker_parser
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -52,7 +53,8 @@ def test_the_config_reference_is_generated_from_the_declarations():
         "regenerate it: python -m audit.reconcile.config > docs/reconcile-config.md"
 
 
-def test_every_metric_is_in_the_telemetry_spec():
+@pytest.mark.parametrize("metrics", [METRICS, RECONCILE_METRICS], ids=["agent", "reconcile"])
+def test_every_metric_is_in_the_telemetry_spec(metrics):
     text = (DOCS / "telemetry.md").read_text()
-    for name, (kind, _help) in METRICS.items():
+    for name, (kind, _help) in metrics.items():
         assert f"| `{name}` | {kind} |" in text, f"{name} is not in docs/telemetry.md"

@@ -6,40 +6,11 @@ from __future__ import annotations
 
 import json
 
-from audit.contract.record import AuditRecord, Progress, Ranges
+from audit.contract.record import Ranges
 from audit.reconcile.alerting import resolve_by_hand, snooze
-from audit.reconcile.config import parse
 from audit.reconcile.service import evaluate
 from audit.reconcile.store import Store
-
-W = 600_000
-T0 = 1_763_766_000_000
-END = T0 + W
-JUDGED = END + 1_800_000 + 1          # past the default grace
-MIN = 60_000
-
-
-def cfg(**alerts):
-    alerts = {"silent_ms": 6 * 3_600_000, **alerts}      # the tests send no heartbeats
-    return parse({"channels": {"ops": {"type": "webhook", "url": "http://127.0.0.1:9/x"}},
-                  "alerts": {"default_channels": ["ops"], **alerts},
-                  "windows": {"tiers": ["producer", "kafka-local"]}})
-
-
-def count(tier, n, origin="web-1", *, distinct=None, seq=1, at=END + MIN, checksum=5,
-          window=T0, **kw):
-    distinct = n if distinct is None else distinct
-    return AuditRecord(tier=tier, origin=origin, topic="app", window_start=window, window_ms=W,
-                       count=n, bytes=n, checksum=checksum,
-                       emitter=f"{origin}/agent" if tier == "producer" else f"{tier}/count",
-                       seq=seq, emitted_at=at, distinct=distinct, duplicates=n - distinct,
-                       incarnation="i", **kw)
-
-
-def progress(at, batch=1):
-    return Progress(tier="kafka-local", emitter="kafka-local/count", batch_id=batch,
-                    input_rows_per_s=1.0, processed_rows_per_s=1.0, batch_duration_ms=1,
-                    offsets_behind=0, emitted_at=at)
+from tests.unit.reconcilekit import END, JUDGED, MIN, T0, W, cfg, count, progress
 
 
 class Reconciler:

@@ -1,0 +1,196 @@
+"""The reconciler's metrics: ``/metrics`` on ``reconcile.listen``, in the Prometheus text format.
+
+Every value is computed when it is asked for: from the database, through a read-only
+connection of the request's own (the loops' connections are never shared), and from what the
+running reconciler keeps in memory (records applied since it started, when it last evaluated).
+The names are declared once, in ``METRICS``, and described in docs/telemetry.md ("Reconciler
+metrics"). Values are printed exactly: integers as integers, floats as Python's ``repr``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Protocol
+
+from audit.alerts.outbox import DELIVERED, GAVE_UP, PENDING
+from audit.contract.errors import AuditError
+
+from .alerting import KINDS
+from .store import Store
+from .verdict import COMPLETE, INCOMPLETE, OVERCOUNT, STATES, UNKNOWN
+
+log = logging.getLogger("docket.audit.reconcile")
+
+# name → (type, help). The single list of what the reconciler measures.
+METRICS: dict[str, tuple[str, str]] = {
+    "reconcile_windows": ("gauge", "Verdicts stored (rows of the windows table: one per topic, "
+                          "window and tier), by tier, state and final (0 or 1)."),
+    "reconcile_alerts_open": ("gauge", "Open alerts, by kind and alert_class (data, health)."),
+    "reconcile_audit_lag_seconds": ("gauge", "Per tier, the age of its newest progress record "
+                                    "(now minus its emitted_at)."),
+    "reconcile_producer_last_seen_seconds": ("gauge", "Per origin, the age of its newest "
+                                             "producer record (now minus last_seen_at)."),
+    "reconcile_records_applied_total": ("counter", "Audit records applied to the database "
+                                        "since the reconciler started."),
+    "reconcile_records_malformed_total": ("counter", "Malformed audit records skipped, by "
+                                          "reason (the malformed table: since the database "
+                                          "was created)."),
+    "reconcile_notifications": ("gauge", "Alert notifications in the outbox, by status "
+                                "(pending, delivered, gave_up)."),
+    "reconcile_last_evaluation_timestamp_seconds": ("gauge", "When the windows were last "
+                                                    "evaluated (Unix time); absent until the "
+                                                    "first evaluation after start."),
+}
+
+FINAL_STATES = (COMPLETE, INCOMPLETE, OVERCOUNT, UNKNOWN)   # open and pending are never final
+NOTIFICATION_STATUSES = (PENDING, DELIVERED, GAVE_UP)
+
+Sample = tuple[dict[str, str], int | float]
+
+
+class Tally(Protocol):
+    """What the running reconciler keeps in memory (``service.Reconciler``)."""
+
+    db_path: str | Path
+    applied: int
+    last_evaluation_ms: int | None
+
+    def clock(self) -> float: ...
+
+
+class MetricsListenError(AuditError):
+    """``reconcile.listen`` names an address the server cannot bind."""
+
+
+def collect(store: Store, applied: int, last_evaluation_ms: int | None,
+            now_ms: int) -> dict[str, list[Sample]]:
+    """Every metric's samples, from ``store`` and the reconciler's in-memory figures.
+    Series that can be zero are listed with 0 (a state no window is in, a kind of alert that
+    is not open), so a graph or a rule never sees them vanish."""
+    out: dict[str, list[Sample]] = {name: [] for name in METRICS}
+    windows = {(tier, state, str(final)): n for tier, state, final, n in store.conn.execute(
+        "SELECT tier, state, final, count(*) FROM windows GROUP BY tier, state, final")}
+    for tier in sorted({t for t, _s, _f in windows}):
+        keys = [(tier, s, "0") for s in STATES] + [(tier, s, "1") for s in FINAL_STATES]
+        keys += sorted(k for k in windows if k[0] == tier and k not in keys)
+        out["reconcile_windows"] += [({"tier": t, "state": s, "final": f}, windows.get(
+            (t, s, f), 0)) for t, s, f in keys]
+    open_alerts = dict(((kind, cls), n) for kind, cls, n in store.conn.execute(
+        "SELECT kind, alert_class, count(*) FROM alerts WHERE status = 'open' "
+        "GROUP BY kind, alert_class"))
+    for kind, cls in sorted({*KINDS.items(), *open_alerts}):
+        out["reconcile_alerts_open"].append(({"kind": kind, "alert_class": cls},
+                                             open_alerts.get((kind, cls), 0)))
+    for tier, at in store.conn.execute(
+            "SELECT tier, max(emitted_at) FROM progress GROUP BY tier ORDER BY tier"):
+        out["reconcile_audit_lag_seconds"].append(({"tier": tier}, (now_ms - at) / 1000))
+    for origin, at in store.conn.execute(
+            "SELECT origin, last_seen_at FROM producers ORDER BY origin"):
+        out["reconcile_producer_last_seen_seconds"].append(({"origin": origin},
+                                                            (now_ms - at) / 1000))
+    out["reconcile_records_applied_total"].append(({}, applied))
+    for reason, n in store.conn.execute("SELECT reason, records FROM malformed ORDER BY reason"):
+        out["reconcile_records_malformed_total"].append(({"reason": reason}, n))
+    statuses = dict(store.conn.execute(
+        "SELECT status, count(*) FROM alert_deliveries GROUP BY status"))
+    for status in sorted({*NOTIFICATION_STATUSES, *statuses}):
+        out["reconcile_notifications"].append(({"status": status}, statuses.get(status, 0)))
+    if last_evaluation_ms is not None:
+        out["reconcile_last_evaluation_timestamp_seconds"].append(({},
+                                                                   last_evaluation_ms / 1000))
+    return out
+
+
+def render(samples: dict[str, list[Sample]]) -> str:
+    """The Prometheus text format (version 0.0.4) of ``samples``."""
+    lines = []
+    for name, (kind, help_text) in METRICS.items():
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples.get(name, []):
+            shown = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
+            lines.append(f"{name}{{{shown}}} {number(value)}" if shown else
+                         f"{name} {number(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def number(value: int | float) -> str:
+    """A sample's value, exactly: an integer as one, a float as ``repr`` gives it."""
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def escape(value: str) -> str:
+    """A label value as the text format wants it: backslash, double quote, newline escaped."""
+    return value.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
+
+
+class MetricsServer:
+    """A threaded HTTP server on ``listen`` (HOST:PORT; port 0 takes a free one, ``port``
+    tells which) that answers ``GET /metrics`` from ``tally``'s database and figures."""
+
+    def __init__(self, listen: str, tally: Tally):
+        host, _, port = listen.rpartition(":")
+        self.tally = tally
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's naming)
+                if self.path != "/metrics":
+                    self.send_error(404, "try /metrics")
+                    return
+                try:
+                    body = server.page().encode()
+                except Exception as exc:   # noqa: BLE001 — say it to the scraper, keep serving
+                    log.warning("/metrics failed: %s", exc)
+                    self.send_error(500, str(exc).splitlines()[0] if str(exc) else None)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        try:
+            self.http = ThreadingHTTPServer((host, int(port)), Handler)
+        except OSError as exc:
+            raise MetricsListenError(
+                f"cannot listen on reconcile.listen = {listen}: {exc.strerror}",
+                hint='choose a free port in [reconcile] listen, or listen = "" for no '
+                "metrics server") from exc
+        self.host, self.port = self.http.server_address[:2]
+        self._thread = threading.Thread(target=self.http.serve_forever,
+                                        name="docket-reconcile-metrics", daemon=True)
+
+    def page(self) -> str:
+        store = Store(self.tally.db_path, readonly=True)
+        try:
+            samples = collect(store, self.tally.applied, self.tally.last_evaluation_ms,
+                              int(self.tally.clock() * 1000))
+        finally:
+            store.close()
+        return render(samples)
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.http.shutdown()
+            self._thread.join()
+        self.http.server_close()
