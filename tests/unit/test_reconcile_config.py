@@ -1,0 +1,94 @@
+"""The reconciler's configuration and its commands at the edge: `docket-audit validate` exits 78
+naming the key at fault, routing follows the first matching owner, and the watermark stops at
+the first window that is not final and complete."""
+
+from __future__ import annotations
+
+import pytest
+
+from audit.cli import main
+from audit.reconcile.config import parse
+
+GOOD = """
+[reconcile]
+bootstrap_servers = "127.0.0.1:9092"
+
+[windows]
+tiers = ["producer", "kafka-local", "warehouse"]
+
+[alerts]
+default_channels = ["ops"]
+
+[[owners]]
+topics = ["pay.*", "billing"]
+owner = "payments"
+channels = ["mail"]
+
+[channels.ops]
+type = "webhook"
+url = "http://127.0.0.1:9/hook"
+
+[channels.mail]
+type = "email"
+host = "127.0.0.1"
+port = 25
+sender = "docket@example.com"
+recipients = ["payments@example.com"]
+"""
+
+
+@pytest.mark.parametrize("change,path,words", [
+    ('grace_ms = "30m"', "windows.grace_ms", "expected an integer"),
+    ("colour = 1", "windows.colour", "unknown key"),
+    ('tiers = ["kafka-local"]', "windows.tiers", "starts at 'producer'"),
+    ("final_ms = 1000", "windows.final_ms", "cannot be final before its grace ends"),
+])
+def test_validate_exits_78_naming_the_key_at_fault(tmp_path, capsys, change, path, words):
+    text = GOOD.replace("[windows]\n", f"[windows]\n{change}\n")
+    if change.startswith("tiers"):
+        text = text.replace('tiers = ["producer", "kafka-local", "warehouse"]\n', "")
+    (tmp_path / "r.toml").write_text(text)
+    assert main(["validate", "--config", str(tmp_path / "r.toml")]) == 78
+    err = capsys.readouterr().err
+    assert f"Error in configuration at '{path}'" in err and words in err, err
+
+
+def test_a_channel_named_but_not_defined_and_a_bad_channel_key_are_config_errors(tmp_path,
+                                                                                capsys):
+    (tmp_path / "r.toml").write_text(GOOD.replace('default_channels = ["ops"]',
+                                                  'default_channels = ["pager"]'))
+    assert main(["validate", "--config", str(tmp_path / "r.toml")]) == 78
+    assert "'alerts.default_channels'" in capsys.readouterr().err
+    (tmp_path / "r.toml").write_text(GOOD.replace('url = "http://127.0.0.1:9/hook"',
+                                                  'url = "ftp://x"'))
+    assert main(["validate", "--config", str(tmp_path / "r.toml")]) == 78
+    assert "'channels.ops.url'" in capsys.readouterr().err
+
+
+def test_a_good_config_validates_and_routes_by_the_first_matching_owner(tmp_path, capsys):
+    (tmp_path / "r.toml").write_text(GOOD)
+    assert main(["validate", "--config", str(tmp_path / "r.toml")]) == 0
+    assert "OK" in capsys.readouterr().out
+    import tomllib
+    cfg = parse(tomllib.loads(GOOD))
+    assert cfg.route("pay.cards") == ("payments", ["mail"])
+    assert cfg.route("billing") == ("payments", ["mail"])
+    assert cfg.route("app.events") == (None, ["ops"])
+    assert cfg.route(None) == (None, ["ops"])              # health: the default channels
+
+
+def test_the_watermark_stops_at_the_first_window_not_final_and_complete(tmp_path, capsys):
+    from audit.reconcile.store import Store
+    store = Store(tmp_path / "r.db")
+    W = 600_000
+    rows = [(0, "complete", 1), (W, "complete", 1), (2 * W, "incomplete", 1),
+            (3 * W, "complete", 1)]
+    with store.conn:
+        for start, state, final in rows:
+            store.conn.execute(
+                "INSERT INTO windows VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '{}', 1.0, 1.0, "
+                "'match', 0, 0, 0, 0)", ("app", start, "warehouse", W, state, final))
+    store.close()
+    assert main(["watermark", "--db", str(tmp_path / "r.db"), "--topic", "app", "--tier",
+                 "warehouse", "--json"]) == 0
+    assert '"watermark": 1200000' in capsys.readouterr().out
