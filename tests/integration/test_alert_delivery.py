@@ -194,6 +194,28 @@ def test_a_receiver_down_for_a_while_then_up_gets_the_alert_exactly_once(db, rec
     assert [a["ok"] for a in attempts(db)] == [0, 0, 0, 1]
 
 
+def test_a_receiver_down_for_two_minutes_gets_every_alert_once_after_it_returns(db, receiver):
+    """The delivery job's schedule (every 5 s) on a clock the test moves: ten alerts fire
+    while the webhook refuses connections for two minutes; once it listens, each arrives once."""
+    hook, clock = receiver(listening=False), FakeClock()
+    for i in range(10):
+        enqueue(db, notification(alert_id=100 + i), ["ops"], clock.ms + i * 1000)
+    d = Dispatcher(db, {"ops": webhook("ops", hook.url)}, clock=clock)
+    start = clock.ms
+    while clock.ms < start + 120_000:
+        d.run_once()
+        clock.ms += 5_000
+    assert hook.requests == [] and all(r["status"] == "pending" for r in rows(db))
+    hook.listen()
+    while clock.ms < start + 120_000 + 600_000 and \
+            any(r["status"] == "pending" for r in rows(db)):
+        d.run_once()
+        clock.ms += 5_000
+    ids = sorted(json.loads(body)["alert_id"] for _, _, body in hook.requests)
+    assert ids == list(range(100, 110))                   # each once
+    assert all(r["status"] == "delivered" for r in rows(db))
+
+
 def test_400_gives_up(db, receiver):
     hook, clock = receiver(400), FakeClock()
     enqueue(db, notification(), ["ops"], clock.ms)
