@@ -32,3 +32,13 @@ class FakeClock:
     def to(self, ms: int | None) -> None:
         assert ms is not None
         self.ms = max(self.ms, ms)
+
+
+def rows(db) -> list[dict]:
+    """The outbox's deliveries, in order."""
+    return list(db.query("SELECT * FROM alert_deliveries ORDER BY id"))
+
+
+def attempts(db) -> list[dict]:
+    """Every delivery attempt recorded, in order."""
+    return list(db.query("SELECT * FROM alert_delivery_attempts ORDER BY rowid"))

@@ -24,9 +24,16 @@ import requests
 import sqlite_utils
 
 from audit.alerts import Dispatcher, Notification, channel_from_config, enqueue
-from tests.alertkit import T0, FakeClock, notification
+from tests.alertkit import T0, FakeClock, attempts, notification, rows
+
+
+@pytest.fixture
+def db(tmp_path):
+    return sqlite_utils.Database(tmp_path / "reconcile.db")
+
 
 pytestmark = pytest.mark.timeout(60)
+
 
 def wait_for(predicate, timeout_s: float = 10, what: str = "the condition"):
     deadline = time.monotonic() + timeout_s
@@ -37,20 +44,9 @@ def wait_for(predicate, timeout_s: float = 10, what: str = "the condition"):
     return value
 
 
-@pytest.fixture
-def db(tmp_path):
-    return sqlite_utils.Database(tmp_path / "reconcile.db")
-
-
-def rows(db) -> list[dict]:
-    return list(db.query("SELECT * FROM alert_deliveries ORDER BY id"))
-
-
-def attempts(db) -> list[dict]:
-    return list(db.query("SELECT * FROM alert_delivery_attempts ORDER BY rowid"))
-
-
 # -- an HTTP receiver ---------------------------------------------------------------------------
+
+
 class HttpReceiver:
     """Records every POST and answers with the next status of ``answers`` (then 200). Bound at
     once, listening only after :meth:`listen`: until then, connections are refused."""

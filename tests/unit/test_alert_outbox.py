@@ -31,9 +31,17 @@ from audit.alerts import (
 )
 from audit.alerts.channels import alertmanager_alert, slack_body
 from audit.alerts.config import SETTINGS, reference_markdown
-from tests.alertkit import T0, FakeClock, notification
+from tests.alertkit import T0, FakeClock, attempts, notification, rows
+
+
+@pytest.fixture
+def db(tmp_path):
+    return sqlite_utils.Database(tmp_path / "reconcile.db")
+
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
 class Scripted:
     """A channel that answers from a script: "ok", "retry", "fatal" (then "ok" forever),
     records what it was asked to send, and can crash after sending."""
@@ -63,20 +71,9 @@ class SimulatedCrash(BaseException):
     """The process dies here: nothing after it runs."""
 
 
-@pytest.fixture
-def db(tmp_path):
-    return sqlite_utils.Database(tmp_path / "reconcile.db")
-
-
-def rows(db) -> list[dict]:
-    return list(db.query("SELECT * FROM alert_deliveries ORDER BY id"))
-
-
-def attempts(db) -> list[dict]:
-    return list(db.query("SELECT * FROM alert_delivery_attempts ORDER BY rowid"))
-
-
 # -- the notification ---------------------------------------------------------------------------
+
+
 def test_a_notification_round_trips_through_json_and_ignores_the_webhook_key():
     n = notification(event="resolved")
     body = json.loads(json.dumps({**n.to_json(), "idempotency_key": "docket-12-resolved-x"}))
@@ -92,6 +89,8 @@ def test_a_notification_round_trips_through_json_and_ignores_the_webhook_key():
     ({"summary": "two\nlines"}, "summary must be one line"),
     ({"detail": {"at": object()}}, "detail must be JSON-able"),
 ])
+
+
 def test_a_notification_that_breaks_the_contract_is_refused(over, problem):
     with pytest.raises(ValueError, match=problem):
         notification(**over)
@@ -120,6 +119,8 @@ def test_the_text_names_every_field_and_every_detail():
 
 
 # -- the bodies ---------------------------------------------------------------------------------
+
+
 def test_the_webhook_json_body_is_the_notification_plus_its_key():
     body = WebhookChannel("ops", "http://x").body(notification(), "docket-12-firing-ops")
     assert body == {**notification().to_json(), "idempotency_key": "docket-12-firing-ops"}
@@ -164,6 +165,8 @@ def test_the_email_has_the_subject_message_id_and_thread_of_its_alert():
 
 
 # -- enqueue ------------------------------------------------------------------------------------
+
+
 def test_enqueueing_twice_adds_one_row_per_channel(db):
     assert enqueue(db, notification(), ["ops", "mail"], T0) == 2
     assert enqueue(db, notification(), ["ops", "mail", "ops"], T0 + 1) == 0
@@ -186,6 +189,8 @@ def test_enqueue_inside_the_callers_transaction_commits_or_rolls_back_with_it(db
 
 
 # -- the dispatcher -----------------------------------------------------------------------------
+
+
 def test_a_delivered_row_records_one_attempt_and_its_key(db):
     clock, ops = FakeClock(), Scripted("ops")
     enqueue(db, notification(), ["ops"], clock.ms)
@@ -347,6 +352,8 @@ def test_a_crash_between_send_and_commit_sends_again_with_the_same_key(db, tmp_p
 @settings(max_examples=60, deadline=None)
 @given(script=st.lists(st.sampled_from(["ok", "ok", "retry", "fatal"]), max_size=40),
        seed=st.integers(0, 2**32))
+
+
 def test_any_mix_of_answers_ends_delivered_or_given_up_and_every_send_is_recorded(script, seed):
     db = sqlite_utils.Database(memory=True)
     clock = FakeClock()
@@ -380,6 +387,8 @@ def test_any_mix_of_answers_ends_delivered_or_given_up_and_every_send_is_recorde
 
 
 # -- configuration ------------------------------------------------------------------------------
+
+
 def test_channel_tables_build_their_channels():
     hook = channel_from_config("ops", {"type": "webhook", "url": "https://h.example/x",
                                        "format": "slack", "headers": {"Authorization": "t"}})
@@ -431,6 +440,8 @@ def test_channel_tables_build_their_channels():
     ("a.b", {"type": "webhook", "url": "http://x"}, "channels.a.b", "a channel name may hold"),
     ("ops", "http://x", "channels.ops", "expected a table, found 'http://x' (string)"),
 ])
+
+
 def test_a_bad_channel_table_names_the_key_path(name, table, path, problem):
     with pytest.raises(ChannelConfigError) as err:
         channel_from_config(name, table)
@@ -448,6 +459,8 @@ def test_an_unknown_key_suggests_the_right_one():
 
 @pytest.mark.parametrize("kind,cls", [("webhook", WebhookChannel), ("email", EmailChannel),
                                       ("alertmanager", AlertmanagerChannel)])
+
+
 def test_constructor_defaults_match_the_declarations(kind, cls):
     params = inspect.signature(cls).parameters
     for s in SETTINGS[kind]:
