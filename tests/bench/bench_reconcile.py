@@ -1,0 +1,194 @@
+"""Can the reconciler judge a day of a large installation in a minute?
+
+Prints one JSON line. In one run, on a SQLite file in a temporary directory, no Kafka (what the
+consumer reads is handed to ``Store.apply``, in batches of 5,000 records as the consumer applies
+them; ``"input": "Store.apply, no Kafka"`` in the output):
+- the audit records of N topics (``--topics``, default 10,000) × 144 windows (one day of
+  10-minute windows) × 3 tiers (producer, kafka-local, warehouse) × 3 origins: one count record
+  per (tier, origin, topic, window), 9 per window, in the order the emitters send them (window
+  by window, each emitter all its topics). About 1 in 1,000 origin windows loses 5 records at
+  kafka-local (and so at the warehouse), 1 in 1,000 is counted twice at the warehouse in part
+  (duplicates), 1 in 1,000 has equal counts with another checksum at the warehouse; each tier
+  sends a ``ranges`` record per origin naming the lost numbers, and progress records that make
+  both tiers current (the jobs keep up; the last one a minute before each evaluation);
+- apply_s / records_per_s: ``Store.apply`` of all of them;
+- parse_us_per_record: ``audit.contract.record.parse`` of the encoded values of a sample of
+  50,000 of the records: the consumer's parsing cost per record, on top of apply (timed apart);
+- first_evaluation_s: ``evaluate`` once with ``now`` an hour after the last window ended (every
+  window final): every window judged, its verdicts stored, the alerts fired and queued;
+- steady_evaluation_s: ``evaluate`` a minute later: nothing dirty, nothing not final;
+- baseline_select_counts_s: in the same run, a bare ``SELECT`` of every count row (no Python
+  object per row): the floor under the evaluation's reading;
+- target_s = 60 for the first evaluation (the reconciler catching up a whole day at once);
+  target_met says whether it did, as a figure, not an assert. Agents' heartbeats are not
+  simulated: ``alerts.silent_ms`` is 3 hours. The reconciler's log is kept to errors (it logs
+  every alert fired).
+peak_rss_mb is ``ru_maxrss`` after the evaluations (before the parse sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from audit.contract.record import AuditRecord, Progress, Ranges, parse  # noqa: E402
+from audit.reconcile.config import parse as parse_config  # noqa: E402
+from audit.reconcile.service import BATCH_RECORDS, evaluate  # noqa: E402
+from audit.reconcile.store import Store  # noqa: E402
+
+WINDOW_MS = 600_000
+WINDOWS = 144
+T0 = 1_763_683_200_000                     # 2025-11-21T00:00:00Z
+DAY_END = T0 + WINDOWS * WINDOW_MS
+MIN = 60_000
+FIRST_EVALUATION = DAY_END + 60 * MIN + 1  # every window final (windows.final_ms: an hour)
+TIERS = ["producer", "kafka-local", "warehouse"]
+ORIGINS = ["web-1", "web-2", "web-3"]
+EVENTS = 1000                              # per origin, topic and window, about
+LOST = 5                                   # records a loss takes
+SAMPLE = 50_000
+TARGET_S = 60.0
+
+
+def config():
+    return parse_config({
+        "channels": {"ops": {"type": "webhook", "url": "http://127.0.0.1:9/alerts"}},
+        "alerts": {"default_channels": ["ops"], "silent_ms": 3 * 3_600_000},
+        "windows": {"tiers": TIERS}})
+
+
+def _fault(topic: int, window: int, origin: int) -> str | None:
+    i = (topic * WINDOWS + window) * len(ORIGINS) + origin
+    return {0: "loss", 1: "duplicates", 2: "checksum"}.get(i * 7919 % 1000)
+
+
+def records(topics: int) -> Iterator[AuditRecord | Ranges | Progress]:
+    """Every record of the day, in the order the emitters send them."""
+    lost: dict[str, list[list[int]]] = {o: [] for o in ORIGINS}
+    numbered = dict.fromkeys(ORIGINS, 0)         # each origin's record numbers so far
+    for w in range(WINDOWS):
+        start = T0 + w * WINDOW_MS
+        end = start + WINDOW_MS
+        for tier in TIERS:
+            for o, origin in enumerate(ORIGINS):
+                producer = tier == "producer"
+                emitter = f"{origin}/agent" if producer else f"{tier}/count"
+                for t in range(topics):
+                    n = EVENTS + (t * 31 + w * 17 + o) % 97
+                    checksum = (t * 1_000_003 + w * 10_007 + o * 101) << 20
+                    fault = _fault(t, w, o)
+                    count = distinct = n
+                    if producer:
+                        if fault == "loss":
+                            first = numbered[origin] + 100
+                            lost[origin].append([first, first + LOST - 1])
+                        numbered[origin] += n
+                    elif fault == "loss":
+                        count = distinct = n - LOST
+                    elif fault == "duplicates" and tier == "warehouse":
+                        count = n + 12
+                    elif fault == "checksum" and tier == "warehouse":
+                        checksum += 1
+                    yield AuditRecord(
+                        tier=tier, origin=origin, topic=f"bench.t{t:05d}", window_start=start,
+                        window_ms=WINDOW_MS, count=count, bytes=count * 100, checksum=checksum,
+                        emitter=emitter, seq=1, emitted_at=end + (MIN if producer else 2 * MIN),
+                        distinct=distinct, duplicates=count - distinct,
+                        incarnation=f"{origin}-i1" if producer else f"{tier}-c1")
+        for tier in TIERS[1:]:                   # the jobs keep up
+            yield Progress(tier=tier, emitter=f"{tier}/count", batch_id=w,
+                           input_rows_per_s=1e5, processed_rows_per_s=1e5,
+                           batch_duration_ms=1000, offsets_behind=0, emitted_at=end + 3 * MIN)
+    for tier in TIERS[1:]:
+        for origin in ORIGINS:
+            yield Ranges.of(tier=tier, origin=origin, origin_incarnation=f"{origin}-i1",
+                            emitter=f"{tier}/count", seq=1, through=numbered[origin] - 1,
+                            missing=lost[origin], incarnation=f"{tier}-c1",
+                            emitted_at=DAY_END + 3 * MIN)
+        yield Progress(tier=tier, emitter=f"{tier}/count", batch_id=WINDOWS,
+                       input_rows_per_s=1e5, processed_rows_per_s=1e5, batch_duration_ms=1000,
+                       offsets_behind=0, emitted_at=FIRST_EVALUATION - MIN)
+
+
+def apply_all(store: Store, topics: int) -> int:
+    batch: list = []
+    applied = 0
+    for rec in records(topics):
+        batch.append(rec)
+        if len(batch) == BATCH_RECORDS:
+            applied += len(batch)
+            store.apply(batch, {}, {("docket.audit", 0): applied}, "2025-11-22T01:00:00+00:00")
+            batch = []
+    applied += len(batch)
+    store.apply(batch, {}, {("docket.audit", 0): applied}, "2025-11-22T01:00:00+00:00")
+    return applied
+
+
+def parse_cost(topics: int) -> float:
+    """µs per record of ``parse`` on the encoded values of the first ``SAMPLE`` records."""
+    values = []
+    for rec in records(topics):
+        values.append(rec.encode()[1])
+        if len(values) == SAMPLE:
+            break
+    t = time.perf_counter()
+    for v in values:
+        parse(v)
+    return (time.perf_counter() - t) / len(values) * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--topics", type=int, default=10_000)
+    args = ap.parse_args()
+    logging.getLogger("docket").setLevel(logging.ERROR)     # one line per alert fired otherwise
+    cfg = config()
+    with tempfile.TemporaryDirectory(prefix="bench-reconcile-") as d:
+        path = Path(d) / "reconcile.db"
+        store = Store(path)
+        t = time.perf_counter()
+        applied = apply_all(store, args.topics)
+        apply_s = time.perf_counter() - t
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        t = time.perf_counter()
+        first = evaluate(store, cfg, FIRST_EVALUATION)
+        first_s = time.perf_counter() - t
+        t = time.perf_counter()
+        steady = evaluate(store, cfg, FIRST_EVALUATION + MIN)
+        steady_s = time.perf_counter() - t
+        t = time.perf_counter()
+        rows = sum(1 for _ in store.conn.execute("SELECT * FROM counts"))
+        select_s = time.perf_counter() - t
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        kinds = dict(store.conn.execute("SELECT kind, count(*) FROM alerts GROUP BY kind"))
+        queued = store.conn.execute("SELECT count(*) FROM alert_deliveries").fetchone()[0]
+        store.close()
+        db_bytes = sum(p.stat().st_size for p in Path(d).iterdir())
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({
+        "bench": "reconcile_day", "input": "Store.apply, no Kafka",
+        "topics": args.topics, "windows": args.topics * WINDOWS, "tiers": len(TIERS),
+        "origins": len(ORIGINS), "records": applied, "count_rows": rows,
+        "apply_s": round(apply_s, 1), "records_per_s": round(applied / apply_s),
+        "parse_us_per_record": round(parse_cost(args.topics), 2),
+        "first_evaluation_s": round(first_s, 1), "windows_judged": first.windows,
+        "steady_evaluation_s": round(steady_s, 3), "steady_windows_judged": steady.windows,
+        "alerts_fired": first.fired + steady.fired, "alerts_by_kind": kinds,
+        "notifications_queued": queued,
+        "baseline_select_counts_s": round(select_s, 1),
+        "peak_rss_mb": round(peak_rss_mb), "db_bytes": db_bytes,
+        "target_s": TARGET_S, "target_met": first_s <= TARGET_S,
+    }))
+
+
+if __name__ == "__main__":
+    main()
