@@ -33,7 +33,7 @@ from audit.alerts.outbox import enqueue
 from audit.contract.record import PRODUCER_TIER
 
 from .config import ReconcileConfig
-from .store import Store
+from .store import Store, windows_by_topic
 from .verdict import COMPLETE, INCOMPLETE, MISMATCH, OVERCOUNT, UNKNOWN, TierVerdict
 from .verdict import utc_iso as _iso
 
@@ -67,20 +67,29 @@ def alert_key(kind: str, topic, window_start, tier, origin) -> str:
     return json.dumps([kind, topic, window_start, tier, origin])
 
 
-def window_conditions(store: Store, verdicts: list[TierVerdict],
-                      window_ms: int) -> tuple[list[Condition], set[str]]:
-    """The data conditions that hold for one window, and the keys it has *judged* (an alert
-    with a judged key that no longer holds resolves; others are left as they are)."""
+DATA_KINDS = ("loss", "duplication", "checksum_mismatch")
+
+
+def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
+                      ranges: dict | None = None) -> tuple[list[Condition], set[tuple[str, str]]]:
+    """The data conditions that hold for one window, and the (tier, origin) pairs it has
+    *judged* (an alert of the window's on a judged pair that no longer holds resolves; others
+    are left as they are). ``ranges`` caches ``store.missing_ranges`` within a transaction."""
     holds: list[Condition] = []
-    judged: set[str] = set()
+    judged: set[tuple[str, str]] = set()
+    ranges = {} if ranges is None else ranges
     for v in verdicts:
         if not v.judged:
             continue
         for o in v.origins:
             if o.state == UNKNOWN:
                 continue
-            for kind in ("loss", "duplication", "checksum_mismatch"):
-                judged.add(alert_key(kind, v.topic, v.window_start, v.tier, o.origin))
+            judged.add((v.tier, o.origin))
+            loss = o.state == INCOMPLETE
+            duplication = bool(o.duplicates) or o.state == OVERCOUNT
+            mismatch = o.checksum == MISMATCH and o.state == COMPLETE
+            if not (loss or duplication or mismatch):
+                continue
             where = f"{v.topic} window {_iso(v.window_start)} tier {v.tier} origin {o.origin}"
             base = {"expected": o.expected, "actual": o.actual, "count": o.count,
                     "distinct": o.distinct, "duplicates": o.duplicates}
@@ -88,26 +97,68 @@ def window_conditions(store: Store, verdicts: list[TierVerdict],
             def cond(kind: str, summary: str, v=v, o=o, base=base, **extra) -> Condition:
                 return Condition(kind, v.topic, v.window_start, window_ms, v.tier, o.origin,
                                  summary, {**base, **extra})
-            if o.state == INCOMPLETE and v.tier == PRODUCER_TIER:
+            if loss and v.tier == PRODUCER_TIER:
                 holds.append(cond("loss", f"possible loss of unknown size at {where}: "
                                   f"{o.reason}", reason=o.reason,
                                   dropped_unknown=o.dropped_unknown))
-            elif o.state == INCOMPLETE:
-                ranges, total = store.missing_ranges(v.tier, o.origin)
+            elif loss:
+                if (v.tier, o.origin) not in ranges:
+                    ranges[(v.tier, o.origin)] = store.missing_ranges(v.tier, o.origin)
+                missing, total = ranges[(v.tier, o.origin)]
                 holds.append(cond(
                     "loss", f"{o.missing} of {o.expected} events missing at {where}",
-                    missing=o.missing, missing_ranges=ranges[:MAX_RANGES_IN_ALERT],
+                    missing=o.missing, missing_ranges=missing[:MAX_RANGES_IN_ALERT],
                     missing_ranges_total=total,
                     locate=[f"docket-agent locate --seq {a}-{b}"
-                            for a, b in ranges[:MAX_RANGES_IN_ALERT]]))
-            if o.duplicates or o.state == OVERCOUNT:
+                            for a, b in missing[:MAX_RANGES_IN_ALERT]]))
+            if duplication:
                 extra = o.duplicates if o.duplicates else o.actual - (o.expected or 0)
                 holds.append(cond("duplication", f"{extra} extra records at {where}",
                                   extra=extra))
-            if o.checksum == MISMATCH and o.state == COMPLETE:
+            if mismatch:
                 holds.append(cond("checksum_mismatch",
                                   f"counts agree but the content differs at {where}"))
     return holds, judged
+
+
+@dataclass
+class WindowAlerts:
+    """A batch of windows' alerts as ``apply_window_conditions`` needs them, read in the
+    batch's transaction: per window, its open alerts (key → id, notified) and the keys of its
+    alerts resolved by hand whose condition has not cleared since."""
+    open: dict[tuple[str, int], dict[str, tuple[int, int]]]
+    by_hand: dict[tuple[str, int], set[str]]
+
+
+def window_alerts(store: Store, windows: list[tuple[str, int]]) -> WindowAlerts:
+    opened: dict[tuple[str, int], dict[str, tuple[int, int]]] = {}
+    for topic, starts in windows_by_topic(windows):
+        for key, window_start, alert_id, notified in store.conn.execute(
+                "SELECT key, window_start, id, notified FROM alerts WHERE status = 'open' AND "
+                "topic = ? AND window_start IN (SELECT value FROM json_each(?)) ORDER BY id",
+                (topic, starts)):
+            opened.setdefault((topic, window_start), {})[key] = (alert_id, notified)
+    by_hand: dict[tuple[str, int], set[str]] = {}
+    for (key,) in store.conn.execute("SELECT key FROM snoozes WHERE until = ?", (FOREVER,)):
+        _kind, topic, window_start, _tier, _origin = json.loads(key)
+        if topic is not None:
+            by_hand.setdefault((topic, window_start), set()).add(key)
+    return WindowAlerts(opened, by_hand)
+
+
+def apply_window_conditions(store: Store, cfg: ReconcileConfig, window: tuple[str, int],
+                            holds: list[Condition], judged: set[tuple[str, str]],
+                            alerts: WindowAlerts, now_ms: int) -> tuple[int, int]:
+    """``apply_conditions`` for one window, from ``window_conditions`` and its batch's
+    ``window_alerts``. In the caller's transaction. Returns (fired, resolved)."""
+    open_rows = dict(alerts.open.get(window, {}))
+    by_hand = alerts.by_hand.get(window, set())
+    judged_keys = set()
+    for key in set(open_rows) | by_hand:
+        kind, _topic, _window_start, tier, origin = json.loads(key)
+        if kind in DATA_KINDS and (tier, origin) in judged:
+            judged_keys.add(key)
+    return _apply(store, cfg, {c.key: c for c in holds}, judged_keys, open_rows, by_hand, now_ms)
 
 
 def health_conditions(store: Store, cfg: ReconcileConfig,
@@ -137,15 +188,26 @@ def apply_conditions(store: Store, cfg: ReconcileConfig, holds: list[Condition],
     """Fire what holds and is not open; resolve what is open, judged and no longer holds; queue
     the notifications due. In the caller's transaction. Returns (fired, resolved)."""
     conn = store.conn
-    fired = resolved = 0
     holding = {c.key: c for c in holds}
     keys = set(holding) | judged
     open_rows = {k: (i, notified) for k in keys for i, notified in conn.execute(
         "SELECT id, notified FROM alerts WHERE status = 'open' AND key = ?", (k,))}
     by_hand = {k for k in keys for (_k,) in conn.execute(
         "SELECT key FROM snoozes WHERE key = ? AND until = ?", (k, FOREVER))}
+    return _apply(store, cfg, holding, judged, open_rows, by_hand, now_ms)
+
+
+def _apply(store: Store, cfg: ReconcileConfig, holding: dict[str, Condition], judged: set[str],
+           open_rows: dict[str, tuple[int, int]], by_hand: set[str],
+           now_ms: int) -> tuple[int, int]:
+    """``open_rows``: the open alerts (key → id, notified) among the keys ``holding`` or
+    ``judged``, or more; ``by_hand``: the keys resolved by hand whose condition has not cleared
+    since, among those or more."""
+    conn = store.conn
+    fired = resolved = 0
     cleared = [k for k in judged if k not in holding and k in by_hand]
-    conn.executemany("DELETE FROM snoozes WHERE key = ?", [(k,) for k in cleared])
+    if cleared:
+        conn.executemany("DELETE FROM snoozes WHERE key = ?", [(k,) for k in cleared])
     for key, c in holding.items():
         if key in open_rows or key in by_hand:
             continue

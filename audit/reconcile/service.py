@@ -31,9 +31,16 @@ from audit.alerts.channels import channel_from_config
 from audit.alerts.outbox import Dispatcher
 from audit.contract.collect import current_counts
 from audit.contract.errors import AuditError, MalformedRecord
-from audit.contract.record import parse
+from audit.contract.record import AuditRecord, parse
 
-from .alerting import _notify_due, apply_conditions, health_conditions, window_conditions
+from .alerting import (
+    _notify_due,
+    apply_conditions,
+    apply_window_conditions,
+    health_conditions,
+    window_alerts,
+    window_conditions,
+)
 from .config import ReconcileConfig
 from .metrics import MetricsServer
 from .store import Store
@@ -42,6 +49,7 @@ from .verdict import Timing, judge, tier_order
 log = logging.getLogger("docket.audit.reconcile")
 
 BATCH_RECORDS = 5000
+EVALUATE_BATCH_WINDOWS = 500      # windows per evaluation transaction (the consumer waits)
 METADATA_EVERY_S = 30.0
 
 
@@ -53,31 +61,40 @@ class Evaluation:
 
 
 def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
-    """Judge every window that changed or is not final; per window one transaction holds its
-    dirty mark's removal, the verdicts, the alerts fired or resolved and their notifications.
-    Then the audit-health alerts. Deterministic for a given database and ``now_ms``."""
+    """Judge every window that changed or is not final, ``EVALUATE_BATCH_WINDOWS`` windows per
+    transaction: it takes their dirty marks (before reading their records), stores their
+    verdicts, fires or resolves their alerts and queues the notifications. Then the
+    audit-health alerts. Deterministic for a given database and ``now_ms``."""
     timing = Timing(cfg["windows.window_ms"], cfg["windows.grace_ms"], cfg["windows.final_ms"],
                     cfg["windows.settle_ms"])
     progress = store.progress()
     tiers_by_topic = store.tiers_by_topic()
     configured = cfg["windows.tiers"]
     out = Evaluation()
-    for topic, window_start in store.windows_to_evaluate():
+    pending = store.windows_to_evaluate()
+    for i in range(0, len(pending), EVALUATE_BATCH_WINDOWS):
+        batch = pending[i:i + EVALUATE_BATCH_WINDOWS]
         with store.conn:
-            store.take_dirty(topic, window_start)
-            records = store.window_records(topic, window_start)
-            counts: dict[str, dict] = {}
-            for tier, by_key in current_counts(records).items():
-                counts[tier] = {origin: rec for (_t, _w, origin), rec in by_key.items()}
-            tiers = tier_order(set(counts) | tiers_by_topic.get(topic, set()), configured)
-            window_ms = records[0].window_ms if records else timing.window_ms
-            verdicts = judge(topic, window_start, counts, progress, tiers, timing, now_ms)
-            store.save_verdicts(topic, window_start, window_ms, verdicts, now_ms)
-            holds, judged = window_conditions(store, verdicts, window_ms)
-            fired, resolved = apply_conditions(store, cfg, holds, judged, now_ms)
-        out.windows += 1
-        out.fired += fired
-        out.resolved += resolved
+            store.take_dirty(batch)
+            records = store.window_records(batch)
+            writer = store.verdict_writer(store.previous(batch), now_ms)
+            alerts = window_alerts(store, batch)
+            ranges: dict = {}
+            for window in batch:
+                topic, window_start = window
+                window_records = records[window]
+                counts = _current_counts(window_records)
+                tiers = tier_order(set(counts) | tiers_by_topic.get(topic, set()), configured)
+                window_ms = window_records[0].window_ms if window_records else timing.window_ms
+                verdicts = judge(topic, window_start, counts, progress, tiers, timing, now_ms)
+                writer.save(topic, window_start, window_ms, verdicts)
+                holds, judged = window_conditions(store, verdicts, window_ms, ranges)
+                fired, resolved = apply_window_conditions(store, cfg, window, holds, judged,
+                                                          alerts, now_ms)
+                out.fired += fired
+                out.resolved += resolved
+            writer.flush()
+        out.windows += len(batch)
     with store.conn:
         holds, judged = health_conditions(store, cfg, now_ms)
         fired, resolved = apply_conditions(store, cfg, holds, judged, now_ms)
@@ -85,6 +102,21 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
     out.fired += fired
     out.resolved += resolved
     return out
+
+
+def _current_counts(records: list[AuditRecord]) -> dict[str, dict[str, AuditRecord]]:
+    """tier → origin → the record that counts, of one window's records: each record itself
+    when it is the only one of its tier and origin, else ``current_counts``."""
+    counts: dict[str, dict[str, AuditRecord]] = {}
+    for rec in records:
+        by_origin = counts.setdefault(rec.tier, {})
+        if rec.origin in by_origin:
+            counts = {}
+            for tier, by_key in current_counts(records).items():
+                counts[tier] = {origin: r for (_t, _w, origin), r in by_key.items()}
+            return counts
+        by_origin[rec.origin] = rec
+    return counts
 
 
 class Reconciler:

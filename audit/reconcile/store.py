@@ -91,6 +91,8 @@ CREATE TABLE IF NOT EXISTS alerts (
     notified INTEGER NOT NULL DEFAULT 0, resolved_by TEXT);
 CREATE UNIQUE INDEX IF NOT EXISTS alerts_one_open ON alerts (key) WHERE status = 'open';
 CREATE INDEX IF NOT EXISTS alerts_status ON alerts (status, notified);
+CREATE INDEX IF NOT EXISTS alerts_open_window ON alerts (topic, window_start)
+    WHERE status = 'open';
 CREATE TABLE IF NOT EXISTS snoozes (
     key TEXT PRIMARY KEY, until INTEGER NOT NULL, by TEXT NOT NULL, at INTEGER NOT NULL);
 CREATE VIEW IF NOT EXISTS completeness AS
@@ -212,13 +214,19 @@ class Store:
                       set(self.conn.execute(
                           "SELECT DISTINCT topic, window_start FROM windows WHERE final = 0")))
 
-    def window_records(self, topic: str, window_start: int) -> list[AuditRecord]:
-        rows = self.conn.execute(
-            "SELECT tier, emitter, incarnation, origin, topic, window_start, window_ms, count, "
-            "bytes, checksum, distinct_count, duplicates, dropped, dropped_reasons, "
-            "dropped_unknown, late, seq, emitted_at FROM counts "
-            "WHERE topic = ? AND window_start = ?", (topic, window_start))
-        return [_count_record(r) for r in rows]
+    def window_records(self, windows: list[tuple[str, int]]
+                       ) -> dict[tuple[str, int], list[AuditRecord]]:
+        """The count records of each of ``windows`` (one query per topic among them)."""
+        out: dict[tuple[str, int], list[AuditRecord]] = {w: [] for w in windows}
+        for topic, starts in windows_by_topic(windows):
+            for r in self.conn.execute(
+                    "SELECT tier, emitter, incarnation, origin, topic, window_start, window_ms, "
+                    "count, bytes, checksum, distinct_count, duplicates, dropped, "
+                    "dropped_reasons, dropped_unknown, late, seq, emitted_at FROM counts "
+                    "WHERE topic = ? AND window_start IN (SELECT value FROM json_each(?)) "
+                    "ORDER BY window_start, rowid", (topic, starts)):
+                out[(topic, r[5])].append(_count_record(r))
+        return out
 
     def progress(self) -> dict[str, tuple[int, int | None]]:
         """tier → (``emitted_at``, ``offsets_behind``) of its newest progress record."""
@@ -257,25 +265,53 @@ class Store:
         return ranges, total
 
     # -- verdicts ------------------------------------------------------------------------------
-    def previous(self, topic: str, window_start: int) -> dict[str, dict]:
-        rows = self.db.query("SELECT * FROM windows WHERE topic = ? AND window_start = ?",
-                             (topic, window_start))
-        return {r["tier"]: r for r in rows}
+    def previous(self, windows: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, dict]]:
+        """The stored ``windows`` rows of each of ``windows``: (topic, window_start) → tier →
+        row (windows never evaluated are absent)."""
+        out: dict[tuple[str, int], dict[str, dict]] = {}
+        for topic, starts in windows_by_topic(windows):
+            cur = self.conn.execute("SELECT * FROM windows WHERE topic = ? AND window_start IN "
+                                    "(SELECT value FROM json_each(?))", (topic, starts))
+            names = [d[0] for d in cur.description]
+            for row in cur:
+                r = dict(zip(names, row, strict=True))
+                out.setdefault((topic, r["window_start"]), {})[r["tier"]] = r
+        return out
 
-    def take_dirty(self, topic: str, window_start: int) -> None:
-        """The window is being evaluated: records applied from now on mark it again. Call in
-        the evaluation's transaction, before reading the window's records."""
-        self.conn.execute("DELETE FROM dirty WHERE topic = ? AND window_start = ?",
-                          (topic, window_start))
+    def take_dirty(self, windows: list[tuple[str, int]]) -> None:
+        """The windows are being evaluated: records applied from now on mark them again. Call
+        first in the evaluation's transaction, before reading the windows' records."""
+        self.conn.executemany("DELETE FROM dirty WHERE topic = ? AND window_start = ?", windows)
 
-    def save_verdicts(self, topic: str, window_start: int, window_ms: int,
-                      verdicts: list[TierVerdict], now_ms: int) -> None:
-        """Store the window's verdicts (in the caller's transaction); a change to a final
-        window is kept as a revision. Rows that did not change are not written."""
-        before = self.previous(topic, window_start)
+    def verdict_writer(self, previous: dict[tuple[str, int], dict[str, dict]],
+                       now_ms: int) -> VerdictWriter:
+        """Stores the verdicts of a batch of windows whose stored rows are ``previous`` (in
+        the caller's transaction; call ``flush`` before it commits)."""
+        return VerdictWriter(self.conn, previous, now_ms)
+
+
+class VerdictWriter:
+    """Stores windows' verdicts, a change to a final window also as a revision; rows that did
+    not change are not written. Writes are gathered and sent with ``executemany``, each table's
+    in the order they were made."""
+
+    def __init__(self, conn: sqlite3.Connection, previous: dict[tuple[str, int], dict[str, dict]],
+                 now_ms: int):
+        self.conn = conn
+        self.previous = previous
+        self.now_ms = now_ms
+        self.windows: list[tuple] = []
+        self.origins: list[tuple] = []
+        self.revisions: list[tuple] = []
+
+    def save(self, topic: str, window_start: int, window_ms: int,
+             verdicts: list[TierVerdict]) -> None:
+        before = self.previous.get((topic, window_start), {})
+        now_ms = self.now_ms
         for v in verdicts:
             old = before.get(v.tier)
-            dropped_unknown = json.dumps(v.dropped_unknown, sort_keys=True)
+            dropped_unknown = json.dumps(v.dropped_unknown, sort_keys=True) \
+                if v.dropped_unknown else "{}"
             missing = sum(o.missing for o in v.origins)
             if old is not None and (old["state"], old["final"], old["expected"], old["count"],
                                     old["distinct_count"], old["duplicates"], old["checksum"],
@@ -286,26 +322,46 @@ class Store:
             revision = old["revision"] if old else 0
             if old is not None and old["final"]:
                 revision += 1
-                self.conn.execute(
-                    "INSERT INTO window_revisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                self.revisions.append(
                     (topic, window_start, v.tier, revision, now_ms, v.state, v.count,
                      v.distinct, v.completeness, old["state"], old["count"]))
             final_at = old["final_at"] if old and old["final_at"] else (
                 now_ms if v.final else None)
-            self.conn.execute(
-                "INSERT OR REPLACE INTO windows VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self.windows.append(
                 (topic, window_start, v.tier, window_ms, v.state, int(v.final or bool(
                     old and old["final"])), v.expected, v.count, v.distinct, v.duplicates,
                  v.dropped, dropped_unknown, v.completeness, v.hop_completeness, v.checksum,
                  missing, now_ms, final_at, revision))
-            self.conn.execute("DELETE FROM window_origins WHERE topic = ? AND "
-                              "window_start = ? AND tier = ?", (topic, window_start, v.tier))
-            self.conn.executemany(
-                "INSERT INTO window_origins VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(topic, window_start, v.tier, o.origin, o.state, o.expected, o.count,
-                  o.distinct, o.duplicates, o.missing, o.checksum, o.reason)
-                 for o in v.origins])
+            if old is not None:          # its origins' rows go (written with it, or never)
+                self._flush_origins()
+                self.conn.execute("DELETE FROM window_origins WHERE topic = ? AND "
+                                  "window_start = ? AND tier = ?", (topic, window_start, v.tier))
+            self.origins += [(topic, window_start, v.tier, o.origin, o.state, o.expected,
+                              o.count, o.distinct, o.duplicates, o.missing, o.checksum,
+                              o.reason) for o in v.origins]
+
+    def _flush_origins(self) -> None:
+        self.conn.executemany(
+            "INSERT INTO window_origins VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.origins)
+        self.origins = []
+
+    def flush(self) -> None:
+        self.conn.executemany(
+            "INSERT INTO window_revisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self.revisions)
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO windows VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.windows)
+        self._flush_origins()
+        self.revisions, self.windows = [], []
+
+
+def windows_by_topic(windows: list[tuple[str, int]]) -> list[tuple[str, str]]:
+    """(topic, the JSON array of its window starts) for each topic among ``windows``."""
+    starts: dict[str, list[int]] = {}
+    for topic, window_start in windows:
+        starts.setdefault(topic, []).append(window_start)
+    return [(topic, json.dumps(ws)) for topic, ws in starts.items()]
 
 
 def _count_row(rec: AuditRecord) -> dict:
@@ -326,9 +382,13 @@ def _count_record(r: tuple) -> AuditRecord:
                        window_ms=window_ms, count=count, bytes=nbytes,
                        checksum=int(checksum, 16), emitter=emitter, seq=seq,
                        emitted_at=emitted_at, dropped=dropped,
-                       dropped_reasons=json.loads(dropped_reasons), late=late,
-                       dropped_unknown=json.loads(dropped_unknown), distinct=distinct,
+                       dropped_reasons=_json_dict(dropped_reasons), late=late,
+                       dropped_unknown=_json_dict(dropped_unknown), distinct=distinct,
                        duplicates=duplicates, incarnation=incarnation or None)
+
+
+def _json_dict(text: str) -> dict:
+    return {} if text == "{}" else json.loads(text)      # most are empty
 
 
 def _subtract(ranges: list[list[int]], minus: list[list[int]]) -> list[tuple[int, int]]:
