@@ -63,6 +63,14 @@ CREATE TABLE IF NOT EXISTS offsets (
     PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS dirty (
     topic TEXT NOT NULL, window_start INTEGER NOT NULL, PRIMARY KEY (topic, window_start));
+-- A count record stored marks its window dirty. (Not OR IGNORE: in a trigger, the conflict
+-- policy of the statement that fired it, the upsert's ABORT, would apply.)
+CREATE TRIGGER IF NOT EXISTS counts_dirty_insert AFTER INSERT ON counts BEGIN
+    INSERT INTO dirty SELECT new.topic, new.window_start WHERE NOT EXISTS (
+        SELECT 1 FROM dirty WHERE topic = new.topic AND window_start = new.window_start); END;
+CREATE TRIGGER IF NOT EXISTS counts_dirty_update AFTER UPDATE ON counts BEGIN
+    INSERT INTO dirty SELECT new.topic, new.window_start WHERE NOT EXISTS (
+        SELECT 1 FROM dirty WHERE topic = new.topic AND window_start = new.window_start); END;
 CREATE TABLE IF NOT EXISTS windows (
     topic TEXT NOT NULL, window_start INTEGER NOT NULL, tier TEXT NOT NULL,
     window_ms INTEGER NOT NULL, state TEXT NOT NULL, final INTEGER NOT NULL,
@@ -102,9 +110,7 @@ CREATE VIEW IF NOT EXISTS completeness AS
 """
 
 _UPSERT_COUNT = """
-INSERT INTO counts VALUES (:tier, :emitter, :incarnation, :origin, :topic, :window_start,
-    :window_ms, :count, :bytes, :checksum, :distinct_count, :duplicates, :dropped,
-    :dropped_reasons, :dropped_unknown, :late, :seq, :emitted_at)
+INSERT INTO counts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (tier, emitter, incarnation, origin, topic, window_start) DO UPDATE SET
     window_ms = excluded.window_ms, count = excluded.count, bytes = excluded.bytes,
     checksum = excluded.checksum, distinct_count = excluded.distinct_count,
@@ -174,25 +180,31 @@ class Store:
               malformed: dict[str, tuple[int, str]], offsets: dict[tuple[str, int], int],
               now_iso: str) -> None:
         """One transaction: the records, the malformed ones' tallies, and the offsets they
-        were read up to (``offsets``: (topic, partition) → the next offset to read)."""
+        were read up to (``offsets``: (topic, partition) → the next offset to read). A count
+        record stored (new, or newer than the stored one) marks its window dirty: the triggers
+        ``counts_dirty_*`` do."""
+        counts, ranges, progress = [], [], []
+        producers: dict[str, int] = {}          # origin → its newest producer record's time
+        for rec in records:
+            if isinstance(rec, AuditRecord):
+                counts.append(_count_row(rec))
+                if rec.tier == "producer":
+                    producers[rec.origin] = max(rec.emitted_at,
+                                                producers.get(rec.origin, rec.emitted_at))
+            elif isinstance(rec, Ranges):
+                ranges.append({**rec.__dict__, "incarnation": rec.incarnation or "",
+                               "missing": json.dumps(rec.missing),
+                               "missing_truncated": int(rec.missing_truncated)})
+            else:
+                progress.append(rec.__dict__)
         with self.conn:
-            for rec in records:
-                if isinstance(rec, AuditRecord):
-                    if self.conn.execute(_UPSERT_COUNT, _count_row(rec)).rowcount:
-                        self.conn.execute("INSERT OR IGNORE INTO dirty VALUES (?, ?)",
-                                          (rec.topic, rec.window_start))
-                    if rec.tier == "producer":
-                        self.conn.execute(
-                            "INSERT INTO producers VALUES (?, ?) ON CONFLICT (origin) DO UPDATE "
-                            "SET last_seen_at = max(last_seen_at, excluded.last_seen_at)",
-                            (rec.origin, rec.emitted_at))
-                elif isinstance(rec, Ranges):
-                    row = {**rec.__dict__, "incarnation": rec.incarnation or "",
-                           "missing": json.dumps(rec.missing),
-                           "missing_truncated": int(rec.missing_truncated)}
-                    self.conn.execute(_UPSERT_RANGES, row)
-                else:
-                    self.conn.execute(_UPSERT_PROGRESS, rec.__dict__)
+            self.conn.executemany(_UPSERT_COUNT, counts)
+            self.conn.executemany(
+                "INSERT INTO producers VALUES (?, ?) ON CONFLICT (origin) DO UPDATE "
+                "SET last_seen_at = max(last_seen_at, excluded.last_seen_at)",
+                list(producers.items()))
+            self.conn.executemany(_UPSERT_RANGES, ranges)
+            self.conn.executemany(_UPSERT_PROGRESS, progress)
             for reason, (n, error) in malformed.items():
                 self.conn.execute(
                     "INSERT INTO malformed VALUES (?, ?, ?, ?) ON CONFLICT (reason) DO UPDATE "
@@ -364,15 +376,15 @@ def windows_by_topic(windows: list[tuple[str, int]]) -> list[tuple[str, str]]:
     return [(topic, json.dumps(ws)) for topic, ws in starts.items()]
 
 
-def _count_row(rec: AuditRecord) -> dict:
-    return {"tier": rec.tier, "emitter": rec.emitter, "incarnation": rec.incarnation or "",
-            "origin": rec.origin, "topic": rec.topic, "window_start": rec.window_start,
-            "window_ms": rec.window_ms, "count": rec.count, "bytes": rec.bytes,
-            "checksum": checksum_hex(rec.checksum), "distinct_count": rec.distinct,
-            "duplicates": rec.duplicates, "dropped": rec.dropped,
-            "dropped_reasons": json.dumps(rec.dropped_reasons, sort_keys=True),
-            "dropped_unknown": json.dumps(rec.dropped_unknown, sort_keys=True),
-            "late": rec.late, "seq": rec.seq, "emitted_at": rec.emitted_at}
+def _count_row(rec: AuditRecord) -> tuple:
+    return (rec.tier, rec.emitter, rec.incarnation or "", rec.origin, rec.topic,
+            rec.window_start, rec.window_ms, rec.count, rec.bytes, checksum_hex(rec.checksum),
+            rec.distinct, rec.duplicates, rec.dropped, _json_text(rec.dropped_reasons),
+            _json_text(rec.dropped_unknown), rec.late, rec.seq, rec.emitted_at)
+
+
+def _json_text(d: dict) -> str:
+    return json.dumps(d, sort_keys=True) if d else "{}"
 
 
 def _count_record(r: tuple) -> AuditRecord:
