@@ -11,9 +11,11 @@ and replaying the topic from its start rebuilds the same ``counts``, ``ranges`` 
 
 Input tables: ``counts``, ``ranges``, ``progress``, ``producers`` (when each origin was last
 heard of), ``malformed`` (skipped records by reason), ``offsets``, ``dirty`` (windows changed
-since their last evaluation). Derived: ``windows`` (one row per topic, window and tier: state,
-completeness, ...), ``window_origins`` (the same per origin), ``window_revisions`` (changes
-after a window was final), ``alerts``, ``snoozes``, and the view ``completeness``.
+since their last evaluation), ``topic_tiers`` (the tiers that reported on each topic);
+triggers on ``counts`` keep the last two. Derived: ``windows`` (one row per topic, window and
+tier: state, completeness, ...), ``window_origins`` (the same per origin),
+``window_revisions`` (changes after a window was final), ``alerts``, ``snoozes``, and the view
+``completeness``.
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ CREATE TRIGGER IF NOT EXISTS counts_dirty_insert AFTER INSERT ON counts BEGIN
 CREATE TRIGGER IF NOT EXISTS counts_dirty_update AFTER UPDATE ON counts BEGIN
     INSERT INTO dirty SELECT new.topic, new.window_start WHERE NOT EXISTS (
         SELECT 1 FROM dirty WHERE topic = new.topic AND window_start = new.window_start); END;
+CREATE TABLE IF NOT EXISTS topic_tiers (
+    topic TEXT NOT NULL, tier TEXT NOT NULL, PRIMARY KEY (topic, tier)) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS counts_topic_tier AFTER INSERT ON counts BEGIN
+    INSERT INTO topic_tiers SELECT new.topic, new.tier WHERE NOT EXISTS (
+        SELECT 1 FROM topic_tiers WHERE topic = new.topic AND tier = new.tier); END;
 CREATE TABLE IF NOT EXISTS windows (
     topic TEXT NOT NULL, window_start INTEGER NOT NULL, tier TEXT NOT NULL,
     window_ms INTEGER NOT NULL, state TEXT NOT NULL, final INTEGER NOT NULL,
@@ -170,6 +177,11 @@ class Store:
         self.conn.execute("PRAGMA synchronous = NORMAL")
         self.conn.execute("PRAGMA busy_timeout = 30000")     # the three loops share the file
         self.conn.executescript(SCHEMA)
+        if self.conn.execute("SELECT NOT EXISTS (SELECT 1 FROM topic_tiers) AND "
+                             "EXISTS (SELECT 1 FROM counts)").fetchone()[0]:
+            with self.conn:                      # a database from before topic_tiers
+                self.conn.execute("INSERT OR IGNORE INTO topic_tiers "
+                                  "SELECT DISTINCT topic, tier FROM counts")
         ensure_tables(self.db)                   # the alerts' outbox lives in the same file
 
     def close(self) -> None:
@@ -251,7 +263,7 @@ class Store:
     def tiers_by_topic(self) -> dict[str, set[str]]:
         """topic → the tiers that ever reported on it (a tier is judged on a topic it counts)."""
         out: dict[str, set[str]] = {}
-        for topic, tier in self.conn.execute("SELECT DISTINCT topic, tier FROM counts"):
+        for topic, tier in self.conn.execute("SELECT topic, tier FROM topic_tiers"):
             out.setdefault(topic, set()).add(tier)
         return out
 
