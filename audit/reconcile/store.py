@@ -176,6 +176,10 @@ class Store:
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = NORMAL")
         self.conn.execute("PRAGMA busy_timeout = 30000")     # the three loops share the file
+        # Measured (docs/reconcile.md, "Measured here"): a day of 1,000 topics applied 28 %
+        # faster and evaluated 13 % faster than with the defaults (2 MiB, 1,000 pages).
+        self.conn.execute("PRAGMA cache_size = -65536")      # KiB: 64 MiB per connection
+        self.conn.execute("PRAGMA wal_autocheckpoint = 10000")   # pages: fewer checkpoints
         self.conn.executescript(SCHEMA)
         if self.conn.execute("SELECT NOT EXISTS (SELECT 1 FROM topic_tiers) AND "
                              "EXISTS (SELECT 1 FROM counts)").fetchone()[0]:
