@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable
+from dataclasses import fields
 from pathlib import Path
 
 import sqlite_utils
@@ -248,12 +249,10 @@ class Store:
         out: dict[tuple[str, int], list[AuditRecord]] = {w: [] for w in windows}
         for topic, starts in windows_by_topic(windows):
             for r in self.conn.execute(
-                    "SELECT tier, emitter, incarnation, origin, topic, window_start, window_ms, "
-                    "count, bytes, checksum, distinct_count, duplicates, dropped, "
-                    "dropped_reasons, dropped_unknown, late, seq, emitted_at FROM counts "
-                    "WHERE topic = ? AND window_start IN (SELECT value FROM json_each(?)) "
+                    f"SELECT {', '.join(_RECORD_COLUMNS)} FROM counts WHERE topic = ? AND "
+                    "window_start IN (SELECT value FROM json_each(?)) "
                     "ORDER BY window_start, rowid", (topic, starts)):
-                out[(topic, r[5])].append(_count_record(r))
+                out[(topic, r[3])].append(_count_record(r))
         return out
 
     def progress(self) -> dict[str, tuple[int, int | None]]:
@@ -403,20 +402,25 @@ def _json_text(d: dict) -> str:
     return json.dumps(d, sort_keys=True) if d else "{}"
 
 
+# A count row's columns as ``window_records`` reads them: in the order of AuditRecord's fields,
+# so that a row becomes a record positionally (half the cost of keywords, for millions of rows).
+_RECORD_COLUMNS = ("tier", "origin", "topic", "window_start", "window_ms", "count", "bytes",
+                   "checksum", "emitter", "seq", "emitted_at", "dropped", "dropped_reasons",
+                   "late", "dropped_unknown", "distinct_count", "duplicates", "incarnation")
+if tuple(f.name for f in fields(AuditRecord)) != tuple(
+        "distinct" if c == "distinct_count" else c for c in _RECORD_COLUMNS):
+    raise ImportError("AuditRecord's fields changed: update store._RECORD_COLUMNS")
+
+
 def _count_record(r: tuple) -> AuditRecord:
-    (tier, emitter, incarnation, origin, topic, window_start, window_ms, count, nbytes, checksum,
-     distinct, duplicates, dropped, dropped_reasons, dropped_unknown, late, seq, emitted_at) = r
-    return AuditRecord(tier=tier, origin=origin, topic=topic, window_start=window_start,
-                       window_ms=window_ms, count=count, bytes=nbytes,
-                       checksum=int(checksum, 16), emitter=emitter, seq=seq,
-                       emitted_at=emitted_at, dropped=dropped,
-                       dropped_reasons=_json_dict(dropped_reasons), late=late,
-                       dropped_unknown=_json_dict(dropped_unknown), distinct=distinct,
-                       duplicates=duplicates, incarnation=incarnation or None)
-
-
-def _json_dict(text: str) -> dict:
-    return {} if text == "{}" else json.loads(text)      # most are empty
+    (tier, origin, topic, window_start, window_ms, count, nbytes, checksum, emitter, seq,
+     emitted_at, dropped, dropped_reasons, late, dropped_unknown, distinct, duplicates,
+     incarnation) = r
+    return AuditRecord(tier, origin, topic, window_start, window_ms, count, nbytes,
+                       int(checksum, 16), emitter, seq, emitted_at, dropped,
+                       {} if dropped_reasons == "{}" else json.loads(dropped_reasons), late,
+                       {} if dropped_unknown == "{}" else json.loads(dropped_unknown),
+                       distinct, duplicates, incarnation or None)
 
 
 def _subtract(ranges: list[list[int]], minus: list[list[int]]) -> list[tuple[int, int]]:
