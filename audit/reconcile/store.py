@@ -11,8 +11,8 @@ and replaying the topic from its start rebuilds the same ``counts``, ``ranges`` 
 
 Input tables: ``counts``, ``ranges``, ``progress``, ``producers`` (when each origin was last
 heard of), ``malformed`` (skipped records by reason), ``offsets``, ``dirty`` (windows changed
-since their last evaluation), ``topic_tiers`` (the tiers that reported on each topic);
-triggers on ``counts`` keep the last two. Derived: ``windows`` (one row per topic, window and
+since their last evaluation: triggers on ``counts`` mark them), ``topic_tiers`` (the tiers
+that reported on each topic). Derived: ``windows`` (one row per topic, window and
 tier: state, completeness, ...), ``window_origins`` (the same per origin),
 ``window_revisions`` (changes after a window was final), ``alerts``, ``snoozes``, and the view
 ``completeness``.
@@ -76,9 +76,6 @@ CREATE TRIGGER IF NOT EXISTS counts_dirty_update AFTER UPDATE ON counts BEGIN
         SELECT 1 FROM dirty WHERE topic = new.topic AND window_start = new.window_start); END;
 CREATE TABLE IF NOT EXISTS topic_tiers (
     topic TEXT NOT NULL, tier TEXT NOT NULL, PRIMARY KEY (topic, tier)) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS counts_topic_tier AFTER INSERT ON counts BEGIN
-    INSERT INTO topic_tiers SELECT new.topic, new.tier WHERE NOT EXISTS (
-        SELECT 1 FROM topic_tiers WHERE topic = new.topic AND tier = new.tier); END;
 CREATE TABLE IF NOT EXISTS windows (
     topic TEXT NOT NULL, window_start INTEGER NOT NULL, tier TEXT NOT NULL,
     window_ms INTEGER NOT NULL, state TEXT NOT NULL, final INTEGER NOT NULL,
@@ -216,6 +213,8 @@ class Store:
                 progress.append(rec.__dict__)
         with self.conn:
             self.conn.executemany(_UPSERT_COUNT, counts)
+            self.conn.executemany("INSERT OR IGNORE INTO topic_tiers VALUES (?, ?)",
+                                  {(row[4], row[0]) for row in counts})
             self.conn.executemany(
                 "INSERT INTO producers VALUES (?, ?) ON CONFLICT (origin) DO UPDATE "
                 "SET last_seen_at = max(last_seen_at, excluded.last_seen_at)",
