@@ -151,6 +151,8 @@ def apply_window_conditions(store: Store, cfg: ReconcileConfig, window: tuple[st
                             alerts: WindowAlerts, now_ms: int) -> tuple[int, int]:
     """``apply_conditions`` for one window, from ``window_conditions`` and its batch's
     ``window_alerts``. In the caller's transaction. Returns (fired, resolved)."""
+    if not holds and window not in alerts.open and window not in alerts.by_hand:
+        return 0, 0                              # nothing to fire, resolve or clear
     open_rows = dict(alerts.open.get(window, {}))
     by_hand = alerts.by_hand.get(window, set())
     judged_keys = set()
