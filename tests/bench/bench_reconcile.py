@@ -19,8 +19,9 @@ them; ``"input": "Store.apply, no Kafka"`` in the output):
 - steady_evaluation_s: ``evaluate`` a minute later: nothing dirty, nothing not final;
 - baseline_select_counts_s: in the same run, a bare ``SELECT`` of every count row (no Python
   object per row): the floor under the evaluation's reading;
-- target_s = 60 for the first evaluation (the reconciler catching up a whole day at once);
-  target_met says whether it did, as a figure, not an assert. Agents' heartbeats are not
+- target_s = 60 for the first evaluation of 10,000 topics (the reconciler catching up a whole
+  day at once); target_met says whether it did, as a figure, not an assert (null for another
+  number of topics). Agents' heartbeats are not
   simulated: ``alerts.silent_ms`` is 3 hours. The reconciler's log is kept to errors (it logs
   every alert fired).
 peak_rss_mb is ``ru_maxrss`` after the evaluations (before the parse sample).
@@ -56,7 +57,8 @@ ORIGINS = ["web-1", "web-2", "web-3"]
 EVENTS = 1000                              # per origin, topic and window, about
 LOST = 5                                   # records a loss takes
 SAMPLE = 50_000
-TARGET_S = 60.0
+TARGET_S = 60.0                            # the first evaluation of TARGET_TOPICS topics
+TARGET_TOPICS = 10_000
 
 
 def config():
@@ -188,7 +190,8 @@ def main() -> None:
         "notifications_queued": queued,
         "baseline_select_counts_s": round(select_s, 1),
         "peak_rss_mb": round(peak_rss_mb), "db_bytes": db_bytes,
-        "target_s": TARGET_S, "target_met": first_s <= TARGET_S,
+        "target_s": TARGET_S, "target_topics": TARGET_TOPICS,
+        "target_met": first_s <= TARGET_S if args.topics == TARGET_TOPICS else None,
     }))
 
 
