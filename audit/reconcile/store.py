@@ -271,10 +271,14 @@ class Store:
 
     # -- what evaluation reads -----------------------------------------------------------------
     def windows_to_evaluate(self) -> list[tuple[str, int]]:
-        """Windows changed since their last evaluation, and every window not yet final."""
-        return sorted(set(self.conn.execute("SELECT topic, window_start FROM dirty")) |
-                      set(self.conn.execute(
-                          "SELECT DISTINCT topic, window_start FROM windows WHERE final = 0")))
+        """Windows changed since their last evaluation, and every window not yet final, in
+        order (SQLite's ordering of text is Python's); each topic's name is one object."""
+        names: dict[str, str] = {}
+        return [(names.setdefault(topic, topic), window_start)
+                for topic, window_start in self.conn.execute(
+                    "SELECT topic, window_start FROM dirty UNION "
+                    "SELECT topic, window_start FROM windows WHERE final = 0 "
+                    "ORDER BY topic, window_start")]
 
     def window_records(self, windows: list[tuple[str, int]]
                        ) -> dict[tuple[str, int], list[AuditRecord]]:
