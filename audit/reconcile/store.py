@@ -119,7 +119,7 @@ CREATE VIEW IF NOT EXISTS completeness AS
     FROM windows;
 """
 
-LAYOUT = 1        # PRAGMA user_version; 0: counts keyed by tier first (rebuilt when opened)
+LAYOUT = 1        # PRAGMA user_version: the tables' layout, for a later change to be told by
 
 _UPSERT_COUNT = """
 INSERT INTO counts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -185,43 +185,13 @@ class Store:
         # and evaluated 5 % faster than with the defaults (2 MiB, 1,000 pages), for 70 MB.
         self.conn.execute("PRAGMA cache_size = -65536")      # KiB: 64 MiB per connection
         self.conn.execute("PRAGMA wal_autocheckpoint = 10000")   # pages: fewer checkpoints
-        self._rekey_counts()
         self.conn.executescript(SCHEMA)
-        if self.conn.execute("PRAGMA user_version").fetchone()[0] < LAYOUT:     # a new file
+        if self.conn.execute("PRAGMA user_version").fetchone()[0] == 0:     # a new file
             self.conn.execute(f"PRAGMA user_version = {LAYOUT}")
-        if self.conn.execute("SELECT NOT EXISTS (SELECT 1 FROM topic_tiers) AND "
-                             "EXISTS (SELECT 1 FROM counts)").fetchone()[0]:
-            with self.conn:                      # a database from before topic_tiers
-                self.conn.execute("INSERT OR IGNORE INTO topic_tiers "
-                                  "SELECT DISTINCT topic, tier FROM counts")
         ensure_tables(self.db)                   # the alerts' outbox lives in the same file
 
     def close(self) -> None:
         self.conn.close()
-
-    def _rekey_counts(self) -> None:
-        """A database from before ``LAYOUT`` 1 keys ``counts`` by tier first, so the records of
-        a window, arriving topic after topic, land all over its two indexes. Rebuilt once,
-        keyed by window first, with the same rows and rowids (the order records are read in)."""
-        conn = self.conn
-        if conn.execute("PRAGMA user_version").fetchone()[0] >= 1 or conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'counts'"
-        ).fetchone() is None:
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if conn.execute("PRAGMA user_version").fetchone()[0] < 1:   # not done meanwhile
-                log.info("rebuilding the counts table keyed by window (once)")
-                conn.execute(_COUNTS.format(name="counts_rekeyed"))
-                conn.execute(f"INSERT INTO counts_rekeyed (rowid, {_COLUMNS}) "
-                             f"SELECT rowid, {_COLUMNS} FROM counts")
-                conn.execute("DROP TABLE counts")          # its index and triggers too
-                conn.execute("ALTER TABLE counts_rekeyed RENAME TO counts")
-                conn.execute("PRAGMA user_version = 1")
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
 
     # -- input ---------------------------------------------------------------------------------
     def apply(self, records: Iterable[AuditRecord | Ranges | Progress],
