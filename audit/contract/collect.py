@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -74,16 +74,36 @@ class AuditState:
 def current_counts(records: Iterable[AuditRecord]) -> dict[str, dict[tuple[str, int, str],
                                                                       AuditRecord]]:
     """tier → (topic, window_start, origin) → the one record that counts, from the newest
-    record per identity (see ``AuditState.by_tier``; the reconciler calls this too)."""
+    record per identity (see ``AuditState.by_tier``; the reconciler calls this too).
+
+    A tally of copies skipped (``is_skip_tally``: count 0, ``skipped`` given, from a
+    deduplicating job's own emitter) never competes with the tier's counts: its ``skipped``
+    is added to the record that counts."""
     groups: dict[tuple, dict[str, list]] = {}
+    skips: dict[tuple, dict[str, list]] = {}
     for rec in records:
-        at = groups.setdefault((rec.tier, rec.topic, rec.window_start, rec.origin), {})
+        into = skips if is_skip_tally(rec) else groups
+        at = into.setdefault((rec.tier, rec.topic, rec.window_start, rec.origin), {})
         at.setdefault(rec.emitter, []).append(rec)
     out: dict[str, dict] = {}
     for (tier, topic, window, origin), emitters in groups.items():
         newest = max(emitters.values(), key=lambda recs: max(r.emitted_at for r in recs))
         out.setdefault(tier, {})[(topic, window, origin)] = combined(_current(newest))
+    for (tier, topic, window, origin), emitters in skips.items():
+        tallies = [r for recs in emitters.values() for r in _current(recs)]
+        counted = out.setdefault(tier, {}).get((topic, window, origin))
+        if counted is None:
+            out[tier][(topic, window, origin)] = combined(tallies)
+        else:
+            out[tier][(topic, window, origin)] = replace(
+                counted, skipped=(counted.skipped or 0) + sum(r.skipped for r in tallies))
     return out
+
+
+def is_skip_tally(rec: AuditRecord) -> bool:
+    """Does ``rec`` only say how many copies a deduplicating tier skipped (``land --dedup``'s
+    ``warehouse/land-dedup`` records)?"""
+    return rec.count == 0 and rec.skipped is not None
 
 
 def _current(records: list[AuditRecord]) -> list[AuditRecord]:

@@ -21,7 +21,9 @@ distinct — or null when records without ``docket-seq`` were counted (never gue
 producer tier counts each record once (duplicates 0). Every emitter has an ``incarnation``
 (created once with its state): the newest ``seq`` is kept per (tier, emitter, incarnation,
 origin, topic, window), and an emitter's incarnations are summed, so an agent whose state was
-lost (``seq`` from 1 again) is not hidden behind its former self.
+lost (``seq`` from 1 again) is not hidden behind its former self. A tier that deduplicates
+(``land --dedup``) says in ``skipped`` how many copies it read and did not keep; they are not
+part of its ``count``.
 
 A second kind, ``ranges`` (see :class:`Ranges`), key
 ``ranges|{tier}|{origin}|{origin_incarnation}``, says per origin number space which numbers a
@@ -104,6 +106,9 @@ class AuditRecord:
     distinct: int | None = None        # distinct (origin, incarnation, seq); None: unknown
     duplicates: int | None = None      # count - distinct; None: unknown
     incarnation: str | None = None     # the emitter's; None from emitters before incarnations
+    # Copies a deduplicating tier read and did not keep (``land --dedup``): not in ``count``.
+    # None: the tier does not deduplicate.
+    skipped: int | None = None
 
     @property
     def key(self) -> str:
@@ -121,6 +126,8 @@ class AuditRecord:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["checksum"] = checksum_hex(self.checksum)
+        if d["skipped"] is None:        # only a deduplicating tier says it
+            del d["skipped"]
         return {"v": VERSION, **d}
 
     def encode(self) -> tuple[bytes, bytes]:
@@ -150,6 +157,8 @@ def combined(records: list[AuditRecord]) -> AuditRecord:
     if all(r.distinct is not None for r in records):
         out.distinct = sum(r.distinct for r in records)
         out.duplicates = out.count - out.distinct
+    if any(r.skipped is not None for r in records):
+        out.skipped = sum(r.skipped or 0 for r in records)
     return out
 
 
@@ -223,7 +232,8 @@ _COUNT_FIELDS = {
     "count": int, "bytes": int, "checksum": str, "emitter": str, "seq": int, "emitted_at": int,
 }
 _OPTIONAL = {"dropped": int, "dropped_reasons": dict, "late": int,
-             "dropped_unknown": dict, "distinct": int, "duplicates": int, "incarnation": str}
+             "dropped_unknown": dict, "distinct": int, "duplicates": int, "incarnation": str,
+             "skipped": int}
 _RANGES_FIELDS = {"tier": str, "origin": str, "origin_incarnation": str, "emitter": str,
                   "seq": int, "emitted_at": int, "through": int, "missing": list,
                   "missing_total": int, "missing_truncated": bool}
@@ -260,7 +270,7 @@ def parse(value: bytes | None) -> AuditRecord | Ranges | Progress:
         if not obj[name] or len(obj[name]) > MAX_NAME_CHARS:
             raise MalformedRecord("bad_value", f"{name} must have 1 to {MAX_NAME_CHARS} chars")
     for name in ("count", "bytes", "seq", "dropped", "late", "window_start", "distinct",
-                 "duplicates"):
+                 "duplicates", "skipped"):
         if (obj.get(name) or 0) < 0:
             raise MalformedRecord("bad_value", f"{name} = {obj[name]} is negative")
     distinct, duplicates = obj.get("distinct"), obj.get("duplicates")

@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from audit.alerts.channels import channel_from_config
 from audit.alerts.outbox import Dispatcher
-from audit.contract.collect import current_counts
+from audit.contract.collect import current_counts, is_skip_tally
 from audit.contract.errors import AuditError, MalformedRecord
 from audit.contract.record import AuditRecord, parse
 
@@ -126,7 +126,7 @@ def _current_counts(records: list[AuditRecord]) -> dict[str, dict[str, AuditReco
     counts: dict[str, dict[str, AuditRecord]] = {}
     for rec in records:
         by_origin = counts.setdefault(rec.tier, {})
-        if rec.origin in by_origin:
+        if rec.origin in by_origin or is_skip_tally(rec):
             counts = {}
             for tier, by_key in current_counts(records).items():
                 counts[tier] = {origin: r for (_t, _w, origin), r in by_key.items()}
