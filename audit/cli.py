@@ -83,6 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     _job_args(c)
     w = sub.add_parser("land", help="land the data topics as Parquet and count what landed")
     w.add_argument("--warehouse", required=True, type=Path, help="the warehouse folder")
+    w.add_argument("--dedup", action="store_true",
+                   help="land each record (origin, incarnation, docket-seq) once, even when "
+                   "Kafka holds it several times; the audit records say how many copies were "
+                   "skipped. A warehouse is landed with or without it, never both")
     _job_args(w)
     s = sub.add_parser("show", help="the tiers side by side per window with a verdict, from "
                        "the reconciler's database (--db); or the newest count of every (tier, "
@@ -195,12 +199,15 @@ def _show_topic(args) -> int:
                           "malformed": dict(state.malformed)}))
         return 0
     print(f"{'topic':24} {'window_start':>14} {'origin':16} {'tier':14} {'count':>10} "
-          f"{'distinct':>10} {'dups':>8} {'bytes':>12} checksum          dropped")
+          f"{'distinct':>10} {'dups':>8} {'skipped':>8} {'bytes':>12} checksum          "
+          "dropped")
     for r in rows:
         distinct = "?" if r.distinct is None else r.distinct
         dups = "?" if r.duplicates is None else r.duplicates
+        skipped = "-" if r.skipped is None else r.skipped      # "-": the tier keeps copies
         print(f"{r.topic:24} {r.window_start:>14} {r.origin:16} {r.tier:14} {r.count:>10} "
-              f"{distinct:>10} {dups:>8} {r.bytes:>12} {r.checksum:016x} {r.dropped}")
+              f"{distinct:>10} {dups:>8} {skipped:>8} {r.bytes:>12} {r.checksum:016x} "
+              f"{r.dropped}")
     for r in ranges:
         shown = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in r.missing[:10])
         more = " ..." if len(r.missing) > 10 or r.missing_truncated else ""
@@ -249,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             from .jobs.run import run_land
 
             opts = _job_options(args, args.warehouse / "_checkpoint")
-            run_land(args.warehouse, opts)
+            if args.dedup and not opts.identity:
+                raise AuditError("--dedup needs record identity; it cannot go with "
+                                 "--no-identity")
+            run_land(args.warehouse, opts, dedup=args.dedup)
             return 0
     except BrokerUnreachable as exc:
         print_error(exc, "docket-audit")

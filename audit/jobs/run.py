@@ -10,6 +10,13 @@ part of the table only once the sink's log commits it). A second query reads tha
 a stream, which sees committed files only, and counts them: the ``warehouse`` tier counts what
 landed, not what was read from Kafka.
 
+``land --dedup`` lands each record (origin, origin incarnation, ``docket-seq``) once, however
+often Kafka holds it: a stateful step per origin (``audit.jobs.dedup``) lets through the numbers
+it has not landed yet, and each batch is committed by ``audit.jobs.landing`` (Spark's file sink
+cannot also take the copies' tallies). The warehouse tier then counts no duplicates, and
+records of the emitter ``warehouse/land-dedup`` say per (topic, window, origin) how many copies
+were ``skipped``.
+
 Both keep their progress in ``--checkpoint-dir``: stopped or killed at any point and started
 again, they neither lose nor count twice.
 """
@@ -22,11 +29,14 @@ import threading
 from pathlib import Path
 
 from ..contract.record import WAREHOUSE_TIER
+from .dedup import LANDED_COLUMNS, LANDED_SCHEMA
+from .landing import DEDUP_MODE, FILE_SINK_MODE, BatchLanding, claim_mode
 from .spark import (
     AuditWriter,
     JobOptions,
     count_by_window,
     count_plain,
+    dedup_by_origin,
     emit_batch,
     kafka_stream,
     make_progress_listener,
@@ -36,9 +46,6 @@ from .spark import (
 
 log = logging.getLogger("docket.audit")
 
-LANDED_SCHEMA = ("`partition` INT, `offset` BIGINT, `timestamp` TIMESTAMP, `key` BINARY, "
-                 "`value` BINARY, `origin` STRING, `incarnation` STRING, `seq` BIGINT, "
-                 "`topic` STRING, `date` STRING, `hour` INT")
 
 
 def _stop_on_signals() -> threading.Event:
@@ -100,9 +107,10 @@ def run_count(cluster: str, opts: JobOptions) -> None:
         _shut_down(spark, writer, stopping=stop.is_set())
 
 
-def run_land(warehouse: Path, opts: JobOptions) -> None:
+def run_land(warehouse: Path, opts: JobOptions, dedup: bool = False) -> None:
     from pyspark.sql import functions as F
 
+    claim_mode(warehouse, DEDUP_MODE if dedup else FILE_SINK_MODE)
     stop = _stop_on_signals()
     spark = spark_session("docket-audit-land", opts)
     ckpt = opts.checkpoint_dir
@@ -121,18 +129,27 @@ def run_land(warehouse: Path, opts: JobOptions) -> None:
                     "seq", "topic",
                     F.date_format("timestamp", "yyyy-MM-dd").alias("date"),
                     F.hour("timestamp").alias("hour")))
-    land = (rows.writeStream.queryName(land_name).format("parquet")
-            .option("path", str(data))
-            .option("checkpointLocation", str(ckpt / "land"))
-            .partitionBy("topic", "date", "hour")
-            .trigger(**_trigger(opts)))
+    if dedup:
+        skips = AuditWriter(opts, tier=WAREHOUSE_TIER, emitter=f"{WAREHOUSE_TIER}/land-dedup")
+        landing = BatchLanding(warehouse, ckpt, writer.incarnation)
+        land = (dedup_by_origin(rows, opts.window_ms).writeStream.queryName(land_name)
+                .option("checkpointLocation", str(ckpt / "land"))
+                .foreachBatch(land_batch(landing, skips))
+                .trigger(**_trigger(opts)))
+    else:
+        skips = None
+        land = (rows.writeStream.queryName(land_name).format("parquet")
+                .option("path", str(data))
+                .option("checkpointLocation", str(ckpt / "land"))
+                .partitionBy("topic", "date", "hour")
+                .trigger(**_trigger(opts)))
 
     def start_counting():
         landed = spark.readStream.schema(LANDED_SCHEMA).parquet(str(data))
         return _start_counting(landed, count_name, writer, opts)
 
-    log.info("landing %s into %s; counting what landed into %s", opts.bootstrap_servers, data,
-             opts.audit_topic)
+    log.info("landing %s into %s%s; counting what landed into %s", opts.bootstrap_servers,
+             data, " (each record once)" if dedup else "", opts.audit_topic)
     try:
         if opts.once:                              # land everything there is, then count it
             for start in (land.start, start_counting):
@@ -149,7 +166,34 @@ def run_land(warehouse: Path, opts: JobOptions) -> None:
                 if not stop.is_set() and q.exception() is not None:
                     raise q.exception()
     finally:
+        if skips is not None:
+            skips.close()
         _shut_down(spark, writer, stopping=stop.is_set())
+
+
+def land_batch(landing: BatchLanding, skips: AuditWriter):
+    """``land --dedup``'s ``foreachBatch``: the batch's new records into the table (once, see
+    ``audit.jobs.landing``), then the tallies of the copies it skipped to the audit topic."""
+    from pyspark.sql import functions as F
+
+    def run(batch_df, batch_id: int) -> None:
+        batch_df.persist()
+        try:
+            def write(folder: Path) -> None:
+                (batch_df.where(F.col("kind") == "row").select(*LANDED_COLUMNS)
+                 .write.partitionBy("topic", "date", "hour").parquet(str(folder)))
+
+            moved = landing.land(batch_id, write)
+            tallies = batch_df.where(F.col("kind") == "skipped").select(
+                "origin", "topic", "window_start", "skipped").collect()
+        finally:
+            batch_df.unpersist()
+        records = skips.skipped_records(tallies, batch_id)
+        skips.send([r.encode() for r in records])
+        log.info("batch %d: %s; %d copies skipped in %d window(s)", batch_id,
+                 "landed before" if moved is None else f"{moved} file(s) landed",
+                 sum(r.skipped for r in records), len(records))
+    return run
 
 
 def _shut_down(spark, writer, stopping: bool) -> None:

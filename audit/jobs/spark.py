@@ -214,6 +214,31 @@ def tally_origin(key, frames, state):
     yield pd.concat([out, tally.state_row(key[0], dumped)], ignore_index=True)
 
 
+def dedup_by_origin(df, window_ms: int):
+    """``land --dedup``'s step: ``df`` (the landed columns, ``audit.jobs.dedup.LANDED_COLUMNS``)
+    → the records seen for the first time, and per origin the changed tallies of copies
+    skipped (``DEDUP_SCHEMA``). Append mode: a record is emitted once, when first seen."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from .dedup import DEDUP_SCHEMA, DEDUP_STATE
+
+    rows = df.withColumn(
+        "window_start", F.expr(f"div(unix_millis(timestamp), {window_ms}) * {window_ms}"))
+    return rows.groupBy("origin").applyInPandasWithState(
+        dedup_origin, DEDUP_SCHEMA, DEDUP_STATE, "append", GroupStateTimeout.NoTimeout)
+
+
+def dedup_origin(key, frames, state):
+    """The stateful step of one origin under ``--dedup`` (runs in a Python worker)."""
+    from .dedup import OriginDedup
+
+    dedup = OriginDedup.load(*(state.get if state.exists else (None, None)))
+    out = dedup.keep(key[0], frames)
+    state.update(dedup.dump())
+    yield out
+
+
 class AuditWriter:
     """Writes a tier's counts and progress to the audit topic from the driver."""
 
@@ -253,6 +278,17 @@ class AuditWriter:
                 distinct=n - dups if known else None, duplicates=dups if known else None,
                 incarnation=self.incarnation))
         return out
+
+    def skipped_records(self, rows, batch_id: int) -> list[AuditRecord]:
+        """``land --dedup``'s tallies of copies skipped (rows with origin, topic, window_start,
+        skipped): count records that add nothing to the tier's count and say ``skipped``."""
+        now = int(time.time() * 1000)
+        return [AuditRecord(
+            tier=self.tier, origin=r["origin"], topic=r["topic"],
+            window_start=int(r["window_start"]), window_ms=self.window_ms, count=0, bytes=0,
+            checksum=0, emitter=self.emitter, seq=batch_id, emitted_at=now, distinct=0,
+            duplicates=0, incarnation=self.incarnation, skipped=int(r["skipped"]))
+            for r in rows]
 
     def send(self, encoded: list[tuple[bytes, bytes]]) -> None:
         """Deliver every (key, value) or raise: the batch then fails and runs again."""

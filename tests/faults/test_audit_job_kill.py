@@ -1,7 +1,8 @@
 """The audit jobs SIGKILLed mid-stream (driver and JVM at once) and started again on the same
 checkpoint: the final counts are exact, nothing lost, nothing counted twice — and so are the
 record-identity figures (distinct, duplicates, missing ranges) of a numbered stream with a
-known gap and known records sent twice."""
+known gap and known records sent twice. ``land --dedup`` killed the same way still lands each
+(origin, seq) exactly once, read back from its Parquet."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import uuid
 from collections import Counter
 
+import pandas as pd
 import pytest
 from confluent_kafka import Producer
 
@@ -86,7 +88,7 @@ def _progress_batch(folder) -> int:
         return -1
 
 
-@pytest.mark.parametrize("job", ["count", "land"])
+@pytest.mark.parametrize("job", ["count", "land", "land-dedup"])
 def test_job_killed_mid_stream_and_restarted_counts_exactly(kafka, tmp_path, job):
     prefix = f"kill{uuid.uuid4().hex[:6]}"
     topics = [f"{prefix}.t{i}" for i in range(3)]
@@ -94,11 +96,15 @@ def test_job_killed_mid_stream_and_restarted_counts_exactly(kafka, tmp_path, job
     ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=3) for t in topics])
     ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
     stream, numbers, given = _numbered(known_stream(RECORDS, topics, ORIGINS, windows=4, seed=11))
-    expected = truth(stream)
+    dedup = job == "land-dedup"
+    # --dedup lands each record once: the tier counts the stream without its copies
+    expected = truth({k: list(dict.fromkeys(v)) for k, v in stream.items()} if dedup
+                     else stream)
     tier = "kafka-local" if job == "count" else "warehouse"
     ckpt = tmp_path / "ckpt"
-    args = ([job] + (["--cluster", "kafka-local"] if job == "count" else
-                     ["--warehouse", str(tmp_path / "warehouse")])
+    args = ([job.split("-")[0]] + (["--cluster", "kafka-local"] if job == "count" else
+                                   ["--warehouse", str(tmp_path / "warehouse")])
+            + (["--dedup"] if dedup else [])
             + ["--bootstrap-servers", kafka.bootstrap_servers, "--audit-topic", audit_topic,
                "--topics", rf"{prefix}\.t[0-9]+", "--trigger-s", "1",
                "--max-offsets-per-trigger", "4000", "--checkpoint-dir", str(ckpt)])
@@ -145,10 +151,22 @@ def test_job_killed_mid_stream_and_restarted_counts_exactly(kafka, tmp_path, job
     off = {k: (r.distinct, r.duplicates) for k, r in records.items()
            if (r.distinct, r.duplicates) != (distinct[k], r.count - distinct[k])}
     assert not off, list(off.items())[:5]
+    sent_twice = sum(len(v) - len(set(v)) for v in stream.values())
     duplicates = sum(r.duplicates for r in records.values())
-    assert duplicates == sum(len(v) - len(set(v)) for v in stream.values()) > 0
+    if dedup:
+        skipped = sum(r.skipped or 0 for r in records.values())
+        assert (duplicates, skipped) == (0, sent_twice), (duplicates, skipped)
+        # The table itself, record by record: each (origin, seq) exactly once.
+        table = pd.read_parquet(tmp_path / "warehouse" / "data", columns=["origin", "seq"])
+        ids = list(zip(table["origin"], table["seq"], strict=True))
+        assert len(ids) == len(set(ids)) == sum(len(set(v)) for v in stream.values())
+        assert set(ids) == {(o, numbers[line]) for (o, _t), v in stream.items() for line in v}
+        duplicates = skipped
+    else:
+        assert duplicates == sent_twice > 0
     spaces = {r.origin: r for r in state.ranges.values() if r.tier == tier}
     for origin in ORIGINS:
         want = [[GAP[1], GAP[2]]] if origin == GAP[0] else []
         assert (spaces[origin].through, spaces[origin].missing) == (given[origin] - 1, want)
-    print(f"{job}: {duplicates} duplicates, missing {spaces[GAP[0]].missing} — exact")
+    print(f"{job}: {duplicates} {'copies skipped' if dedup else 'duplicates'}, missing "
+          f"{spaces[GAP[0]].missing} — exact")
