@@ -34,7 +34,7 @@ test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check agent broker audit dashboards tests
+	$(BIN)/ruff check agent broker audit dashboards docket_common tests
 
 # Every benchmark runs, also after one fails; the target fails at the end, naming them.
 bench: setup

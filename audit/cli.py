@@ -23,7 +23,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-from broker.cluster import docket_state_dir
+from docket_common.dirs import docket_state_dir
 
 from .contract.errors import AuditError, BrokerUnreachable, print_error
 from .contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS

@@ -33,17 +33,13 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from docket_common.dirs import docket_state_dir
+
 from .errors import BrokerError, ClusterAlreadyRunning, ClusterStartFailed, PortBusy
 from .libs import KAFKA_VERSION, ensure_kafka_libs
 
 DEFAULT_BASE_PORT = 9092
 HEAP = "512m"
-
-
-def docket_state_dir(name: str) -> Path:
-    """``<user state folder>/docket/<name>``: where docket's local tools keep their state."""
-    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return state / "docket" / name
 
 
 def default_data_dir() -> Path:

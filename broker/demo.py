@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 
 from audit.contract.errors import print_error
+from docket_common.dirs import docket_state_dir
 
 from .admin import TopicSpec, ensure_audit_topic, ensure_topics
-from .cluster import LocalCluster, docket_state_dir
+from .cluster import LocalCluster
 from .errors import BrokerError
 
 TOPICS = {"app.events": "app.log*", "web.access": "access.log*"}

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.libs import fetch_with_maven, jar_cache_dir
+from docket_common.dirs import jar_cache_dir
+from docket_common.maven import fetch_with_maven
 
 from ..contract.errors import AuditError
 
