@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import re
 import signal
+import threading
 import sys
 import time
 from pathlib import Path
@@ -83,14 +84,18 @@ def _reconcile(args) -> int:
         cfg.values["reconcile.bootstrap_servers"] = args.bootstrap_servers
     if args.audit_topic:
         cfg.values["reconcile.audit_topic"] = args.audit_topic
-    rec = Reconciler(cfg, args.db)
+    # Asked to stop while it opens its database: it stops cleanly once open (exit 0), not
+    # killed by the signal's default action half-way.
+    stop = threading.Event()
+    if not args.once:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    rec = Reconciler(cfg, args.db, stop_event=stop)
     if args.once:
         result = rec.run_once()
         print(json.dumps({"windows": result.windows, "fired": result.fired,
                           "resolved": result.resolved, "applied": rec.applied}))
         return 0
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: rec.stop_event.set())
     rec.run()
     return 0
 

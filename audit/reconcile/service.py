@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from audit.alerts.channels import channel_from_config
 from audit.alerts.outbox import Dispatcher
-from audit.contract.collect import current_counts, is_skip_tally
+from audit.contract.collect import current_counts
 from audit.contract.errors import AuditError, MalformedRecord
 from audit.contract.record import AuditRecord, parse
 
@@ -126,7 +126,7 @@ def _current_counts(records: list[AuditRecord]) -> dict[str, dict[str, AuditReco
     counts: dict[str, dict[str, AuditRecord]] = {}
     for rec in records:
         by_origin = counts.setdefault(rec.tier, {})
-        if rec.origin in by_origin or is_skip_tally(rec):
+        if rec.origin in by_origin or rec.is_skip_tally:
             counts = {}
             for tier, by_key in current_counts(records).items():
                 counts[tier] = {origin: r for (_t, _w, origin), r in by_key.items()}
@@ -136,13 +136,14 @@ def _current_counts(records: list[AuditRecord]) -> dict[str, dict[str, AuditReco
 
 
 class Reconciler:
-    def __init__(self, cfg: ReconcileConfig, db_path, clock=time.time):
+    def __init__(self, cfg: ReconcileConfig, db_path, clock=time.time,
+                 stop_event: threading.Event | None = None):
         self.cfg = cfg
         self.db_path = db_path
         self.clock = clock
+        self.stop_event = stop_event or threading.Event()    # set: stop at the next turn
         self.store = Store(db_path)              # the consumer's connection
         self.topic = cfg["reconcile.audit_topic"]
-        self.stop_event = threading.Event()
         self.channels = {name: channel_from_config(name, table)
                          for name, table in cfg.channels.items()}
         self.consumer: Consumer | None = None

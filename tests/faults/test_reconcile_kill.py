@@ -102,6 +102,10 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
             if _received(receiver) >= expected and _all_delivered(db):
                 break
             time.sleep(0.5)
+        # The last reconciler may still be starting (its predecessors may have delivered
+        # everything): stop it once it runs, so its exit says how it stops, not how Python
+        # dies of a SIGTERM during its imports.
+        _wait_until_started(tmp_path / "reconcile.log", starts=kills + 1, job=job)
         assert job.stop() == 0, job.log_text()
     finally:
         receiver.close()
@@ -122,6 +126,17 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
     assert {(t, w, o) for s, t, w, o in rows if s == "resolved"} == resolved
     print(json.dumps({"kills": kills, "alerts": len(rows), "resolved": len(resolved),
                       "notifications": len(bodies), "sent_again": sum(keys.values()) - len(keys)}))
+
+
+def _wait_until_started(log, starts: int, job: AuditJob, timeout_s: float = 120) -> None:
+    """Until the shared log holds ``starts`` reconcilers' start lines."""
+    deadline = time.monotonic() + timeout_s
+    while log.read_text(errors="replace").count("INFO docket.audit.reconcile: reconciling ") \
+            < starts:
+        assert job.proc.poll() is None, job.log_text()
+        assert time.monotonic() < deadline, f"reconciler {starts} not started:\n" \
+            + job.log_text()
+        time.sleep(0.2)
 
 
 def _received(receiver: Receiver) -> set:

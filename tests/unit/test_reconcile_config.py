@@ -92,3 +92,37 @@ def test_the_watermark_stops_at_the_first_window_not_final_and_complete(tmp_path
     assert main(["watermark", "--db", str(tmp_path / "r.db"), "--topic", "app", "--tier",
                  "warehouse", "--json"]) == 0
     assert '"watermark": 1200000' in capsys.readouterr().out
+
+
+def test_the_stop_signals_are_handled_before_the_database_is_opened(tmp_path, monkeypatch):
+    """A SIGTERM that comes while ``docket-audit reconcile`` opens its database (seen in the
+    kill test: stopped right after its start, it died of the signal, exit -15) must stop it
+    cleanly: the handlers are in place before the reconciler is made, and a stop asked for
+    then ends its run at once."""
+    import signal
+
+    from audit.reconcile import service
+
+    seen = {}
+
+    class Recorder:
+        def __init__(self, cfg, db, stop_event=None):
+            seen["handler"] = signal.getsignal(signal.SIGTERM)
+            if callable(seen["handler"]):                 # (not with the default: it would
+                signal.raise_signal(signal.SIGTERM)       # end this test run) the stop,
+            self.stop_event = stop_event                  # while "opening"
+
+        def run(self):
+            seen["stopped"] = self.stop_event is not None and self.stop_event.is_set()
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(service, "Reconciler", Recorder)
+    cfg = tmp_path / "r.toml"
+    cfg.write_text('[reconcile]\nbootstrap_servers = "127.0.0.1:1"\n')
+    try:
+        assert main(["reconcile", "--db", str(tmp_path / "r.db"), "--config", str(cfg)]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])
+    assert seen["handler"] not in (signal.SIG_DFL, signal.SIG_IGN, None)
+    assert seen["stopped"] is True
