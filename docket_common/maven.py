@@ -5,8 +5,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from audit.contract.errors import DocketError
+if TYPE_CHECKING:          # the caller passes its own error class; nothing imported at run time
+    from audit.contract.errors import DocketError
 
 
 def fetch_with_maven(pom: Path, libs: Path, marker: str, what: str, *,

@@ -76,13 +76,12 @@ def current_counts(records: Iterable[AuditRecord]) -> dict[str, dict[tuple[str, 
     """tier → (topic, window_start, origin) → the one record that counts, from the newest
     record per identity (see ``AuditState.by_tier``; the reconciler calls this too).
 
-    A tally of copies skipped (``is_skip_tally``: count 0, ``skipped`` given, from a
-    deduplicating job's own emitter) never competes with the tier's counts: its ``skipped``
-    is added to the record that counts."""
+    A tally of copies skipped (kind ``skipped``, ``AuditRecord.is_skip_tally``) never competes
+    with the tier's counts: its ``skipped`` is added to the record that counts."""
     groups: dict[tuple, dict[str, list]] = {}
     skips: dict[tuple, dict[str, list]] = {}
     for rec in records:
-        into = skips if is_skip_tally(rec) else groups
+        into = skips if rec.is_skip_tally else groups
         at = into.setdefault((rec.tier, rec.topic, rec.window_start, rec.origin), {})
         at.setdefault(rec.emitter, []).append(rec)
     out: dict[str, dict] = {}
@@ -98,12 +97,6 @@ def current_counts(records: Iterable[AuditRecord]) -> dict[str, dict[tuple[str, 
             out[tier][(topic, window, origin)] = replace(
                 counted, skipped=(counted.skipped or 0) + sum(r.skipped for r in tallies))
     return out
-
-
-def is_skip_tally(rec: AuditRecord) -> bool:
-    """Does ``rec`` only say how many copies a deduplicating tier skipped (``land --dedup``'s
-    ``warehouse/land-dedup`` records)?"""
-    return rec.count == 0 and rec.skipped is not None
 
 
 def _current(records: list[AuditRecord]) -> list[AuditRecord]:

@@ -22,8 +22,10 @@ producer tier counts each record once (duplicates 0). Every emitter has an ``inc
 (created once with its state): the newest ``seq`` is kept per (tier, emitter, incarnation,
 origin, topic, window), and an emitter's incarnations are summed, so an agent whose state was
 lost (``seq`` from 1 again) is not hidden behind its former self. A tier that deduplicates
-(``land --dedup``) says in ``skipped`` how many copies it read and did not keep; they are not
-part of its ``count``.
+(``land --dedup``) says how many copies it read and did not keep in records of a third kind,
+``skipped`` (key ``skipped|{tier}|{origin}|{topic}|{window_start}``, ``count`` and ``distinct``
+0, the copies in ``skipped``), which readers add to the tier's count record; a reader that does
+not know the kind skips it as malformed rather than take it for a count of 0.
 
 A second kind, ``ranges`` (see :class:`Ranges`), key
 ``ranges|{tier}|{origin}|{origin_incarnation}``, says per origin number space which numbers a
@@ -111,8 +113,16 @@ class AuditRecord:
     skipped: int | None = None
 
     @property
+    def is_skip_tally(self) -> bool:
+        """Does it only say how many copies a deduplicating tier skipped (kind ``skipped``,
+        ``land --dedup``'s ``warehouse/land-dedup`` records)? Such a record never competes
+        with the tier's counts: readers add its ``skipped`` to them."""
+        return self.count == 0 and self.skipped is not None
+
+    @property
     def key(self) -> str:
-        return f"{self.tier}|{self.origin}|{self.topic}|{self.window_start}"
+        key = f"{self.tier}|{self.origin}|{self.topic}|{self.window_start}"
+        return f"skipped|{key}" if self.is_skip_tally else key
 
     @property
     def identity(self) -> tuple:
@@ -128,6 +138,8 @@ class AuditRecord:
         d["checksum"] = checksum_hex(self.checksum)
         if d["skipped"] is None:        # only a deduplicating tier says it
             del d["skipped"]
+        elif self.is_skip_tally:        # a kind of its own: a reader that does not know it
+            return {"v": VERSION, "kind": "skipped", **d}     # skips it, never counts it
         return {"v": VERSION, **d}
 
     def encode(self) -> tuple[bytes, bytes]:
@@ -263,9 +275,14 @@ def parse(value: bytes | None) -> AuditRecord | Ranges | Progress:
                                                "emitted_at") if k in obj})
     if obj.get("kind", "count") == "ranges":
         return _parse_ranges(obj)
-    if obj.get("kind", "count") != "count":
-        raise MalformedRecord("bad_value", f"kind {str(obj.get('kind'))[:40]!r} is unknown")
+    kind = obj.get("kind", "count")
+    if kind not in ("count", "skipped"):
+        raise MalformedRecord("bad_value", f"kind {str(kind)[:40]!r} is unknown")
     _check(obj, _COUNT_FIELDS, _OPTIONAL)
+    if (kind == "skipped") != (obj.get("skipped") is not None) or \
+            (kind == "skipped" and (obj["count"] != 0 or obj.get("distinct") != 0)):
+        raise MalformedRecord("bad_value", "skipped is said only by a kind skipped record, "
+                              "whose count and distinct are 0")
     for name in ("tier", "origin", "topic", "emitter"):
         if not obj[name] or len(obj[name]) > MAX_NAME_CHARS:
             raise MalformedRecord("bad_value", f"{name} must have 1 to {MAX_NAME_CHARS} chars")

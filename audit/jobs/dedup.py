@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -55,38 +55,51 @@ class OriginDedup:
                             for inc, iv in self.spaces.items()}, separators=(",", ":")),
                 json.dumps(self.skipped, separators=(",", ":")))
 
-    def keep(self, origin: str, frames: Iterable):
+    def keep(self, origin: str, frames: Iterable, done: Callable[[], None] = lambda: None
+             ) -> Iterator:
         """The batch's records of ``origin`` (pandas frames of ``LANDED_COLUMNS`` plus
-        ``window_start``) → one frame of ``DEDUP_SCHEMA``: the records to land, then one
-        ``skipped`` row per (topic, window) whose tally this batch changed."""
-        import pandas as pd
-
-        parts = [f for f in frames if len(f)]
-        if not parts:
-            return _frame([], [])
-        batch = pd.concat(parts, ignore_index=True)
-        seq = batch["seq"].to_numpy(np.int64)
-        numbered = seq >= 0
-        copy = np.zeros(len(batch), bool)
-        if numbered.any():
-            incs = batch["incarnation"].to_numpy(object)
-            for inc in pd.unique(incs[numbered]):
-                at = np.flatnonzero(numbered & (incs == inc))
-                copy[at] = self.spaces.setdefault(str(inc), IntervalSet()).add(seq[at])
+        ``window_start``) → frames of ``DEDUP_SCHEMA``: per input frame the records to land
+        (one frame at a time in memory, in the order given), then one frame of ``skipped``
+        rows, one per (topic, window) whose tally this batch changed (cumulative).
+        ``done()`` is called before that last frame, when the state is final."""
+        changed: set[str] = set()
+        for frame in frames:
+            if not len(frame):
+                continue
+            seq = frame["seq"].to_numpy(np.int64)
+            numbered = seq >= 0
+            copy = np.zeros(len(frame), bool)
+            if numbered.any():
+                incs = frame["incarnation"].to_numpy(object)
+                for inc in _unique(incs[numbered]):
+                    at = np.flatnonzero(numbered & (incs == inc))
+                    copy[at] = self.spaces.setdefault(str(inc), IntervalSet()).add(seq[at])
+            if copy.any():
+                counts = frame[copy].groupby(["topic", "window_start"], sort=True).size()
+                for (topic, window), n in counts.items():
+                    key = f"{topic}{_SEP}{int(window)}"
+                    self.skipped[key] = self.skipped.get(key, 0) + int(n)
+                    changed.add(key)
+            if not copy.all():
+                yield _frame(frame[~copy], [])
+        done()
         tallies = []
-        if copy.any():
-            counts = batch[copy].groupby(["topic", "window_start"], sort=True).size()
-            for (topic, window), n in counts.items():
-                key = f"{topic}{_SEP}{int(window)}"
-                self.skipped[key] = self.skipped.get(key, 0) + int(n)
-                tallies.append((origin, topic, int(window), self.skipped[key]))
-        return _frame(batch[~copy], tallies)
+        for key in sorted(changed):
+            topic, window = key.rsplit(_SEP, 1)
+            tallies.append((origin, topic, int(window), self.skipped[key]))
+        yield _frame([], tallies)
 
     def size(self) -> dict:
         spaces, skipped = self.dump()
         return {"spaces": len(self.spaces), "windows": len(self.skipped),
                 "intervals": sum(iv.intervals for iv in self.spaces.values()),
                 "bytes": len(spaces) + len(skipped)}
+
+
+def _unique(values: np.ndarray) -> list:
+    import pandas as pd
+
+    return list(pd.unique(values))
 
 
 def _frame(kept, tallies: list[tuple[str, str, int, int]]):

@@ -4,16 +4,17 @@ Spark's file sink cannot take the deduplicating step's second output (the copies
 for the audit topic), so ``land --dedup`` writes through ``foreachBatch`` and commits each batch
 itself:
 
-1. The batch is written by Spark into ``WAREHOUSE/_staging/{incarnation}-{batch}``, partitioned
-   like the table; Spark's batch commit ends with ``_SUCCESS``.
+1. The batch is written by Spark into ``WAREHOUSE/_staging/{incarnation}-{query}-{batch}``,
+   partitioned like the table; Spark's batch commit ends with ``_SUCCESS``.
 2. Its files are moved, one ``rename`` each (atomic: a reader sees a whole file or none), into
-   ``WAREHOUSE/data/topic=…/date=…/hour=…`` under names that carry the job's incarnation and the
-   batch id, so no two batches, and no two checkpoints, can collide.
-3. ``CHECKPOINT/land-committed`` is replaced (write, then rename) by the batch id, and the
-   staging folder removed.
+   ``WAREHOUSE/data/topic=…/date=…/hour=…`` under names that carry the job's incarnation, the
+   land query's id and the batch id, so no two batches, and no two checkpoints, can collide
+   (and a file of the table is never replaced).
+3. ``docket-landed`` in the land query's checkpoint (``CHECKPOINT/land``) is replaced (write,
+   then rename) by the batch id, and the staging folder removed.
 
 Spark runs a batch again after a crash only if its own commit log does not have it; then:
-``land-committed`` already says it — nothing to do; a staging folder with ``_SUCCESS`` — the
+``docket-landed`` already says it — nothing to do; a staging folder with ``_SUCCESS`` — the
 moves are finished (files moved already are gone from staging, and never written twice); a
 staging folder without ``_SUCCESS`` — nothing of it is in the table: written again. The
 counting query reads ``data/`` as a file stream, which takes each file once: the warehouse
@@ -25,6 +26,7 @@ machine losing power before the file system wrote its metadata (no ``fsync`` her
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -67,13 +69,31 @@ def claim_mode(warehouse: Path, mode: str) -> None:
 
 
 class BatchLanding:
-    def __init__(self, warehouse: Path, checkpoint_dir: Path, incarnation: str):
+    """``query_checkpoint``: the land query's own checkpoint folder. The marker lives in it,
+    and the names of the files landed carry its query id, so a query checkpoint started again
+    (its batch ids from 0) neither skips its batches nor overwrites the earlier files."""
+
+    def __init__(self, warehouse: Path, query_checkpoint: Path, incarnation: str):
         self.data = warehouse / "data"
         self.staging = warehouse / "_staging"
-        self.marker = checkpoint_dir / "land-committed"
+        self.query_checkpoint = query_checkpoint
+        self.marker = query_checkpoint / "docket-landed"
         self.incarnation = incarnation
-        for d in (self.data, self.staging, checkpoint_dir):
+        self._prefix: str | None = None
+        for d in (self.data, self.staging, query_checkpoint):
             d.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def prefix(self) -> str:
+        """``{incarnation}-{query id}``: what the batch's folders and files are named after
+        (Spark writes the query id into the checkpoint's ``metadata`` when it starts)."""
+        if self._prefix is None:
+            try:
+                qid = json.loads((self.query_checkpoint / "metadata").read_text())["id"]
+                self._prefix = f"{self.incarnation}-{qid[:8]}"
+            except (FileNotFoundError, ValueError, KeyError, TypeError):
+                self._prefix = self.incarnation
+        return self._prefix
 
     def committed(self) -> int:
         """The last batch landed, -1 before the first."""
@@ -88,7 +108,7 @@ class BatchLanding:
         before."""
         if batch_id <= self.committed():
             return None
-        stage = self.staging / f"{self.incarnation}-{batch_id}"
+        stage = self.staging / f"{self.prefix}-{batch_id}"
         if not (stage / "_SUCCESS").exists():
             shutil.rmtree(stage, ignore_errors=True)
             write(stage)
@@ -107,15 +127,19 @@ class BatchLanding:
             rel = path.relative_to(stage)
             if not path.is_file() or any(p.startswith(("_", ".")) for p in rel.parts):
                 continue                  # _SUCCESS, Spark's .crc files, _temporary
-            dest = self.data / rel.parent / f"{self.incarnation}-b{batch_id}-{path.name}"
+            dest = self.data / rel.parent / f"{self.prefix}-b{batch_id}-{path.name}"
+            if dest.exists():             # never replace a file of the table
+                raise LandingError(f"{dest} is in the table already; batch {batch_id} of "
+                                   f"{stage} is not landed over it",
+                                   hint="is a second land job writing into this warehouse?")
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.rename(path, dest)
             moved += 1
         return moved
 
     def _clean(self, batch_id: int) -> None:
-        """Remove this incarnation's staging folders up to ``batch_id`` (landed)."""
-        prefix = f"{self.incarnation}-"
+        """Remove this query's staging folders up to ``batch_id`` (landed)."""
+        prefix = f"{self.prefix}-"
         for d in self.staging.iterdir():
             if d.name.startswith(prefix):
                 try:

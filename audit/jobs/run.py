@@ -131,7 +131,7 @@ def run_land(warehouse: Path, opts: JobOptions, dedup: bool = False) -> None:
                     F.hour("timestamp").alias("hour")))
     if dedup:
         skips = AuditWriter(opts, tier=WAREHOUSE_TIER, emitter=f"{WAREHOUSE_TIER}/land-dedup")
-        landing = BatchLanding(warehouse, ckpt, writer.incarnation)
+        landing = BatchLanding(warehouse, ckpt / "land", writer.incarnation)
         land = (dedup_by_origin(rows, opts.window_ms).writeStream.queryName(land_name)
                 .option("checkpointLocation", str(ckpt / "land"))
                 .foreachBatch(land_batch(landing, skips))

@@ -234,9 +234,7 @@ def dedup_origin(key, frames, state):
     from .dedup import OriginDedup
 
     dedup = OriginDedup.load(*(state.get if state.exists else (None, None)))
-    out = dedup.keep(key[0], frames)
-    state.update(dedup.dump())
-    yield out
+    yield from dedup.keep(key[0], frames, done=lambda: state.update(dedup.dump()))
 
 
 class AuditWriter:

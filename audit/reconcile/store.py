@@ -188,7 +188,10 @@ class Store:
         self.conn.execute("PRAGMA cache_size = -65536")      # KiB: 64 MiB per connection
         self.conn.execute("PRAGMA wal_autocheckpoint = 10000")   # pages: fewer checkpoints
         layout = self.conn.execute("PRAGMA user_version").fetchone()[0]
-        if layout == 1:
+        # The column and the version are two statements: a kill between them leaves the column
+        # added under layout 1, so look for it rather than trust the version.
+        columns = {r[1] for r in self.conn.execute("PRAGMA table_info(counts)")}
+        if layout == 1 and "skipped" not in columns:
             self.conn.execute("ALTER TABLE counts ADD COLUMN skipped INTEGER")
         elif layout > LAYOUT:
             raise AuditError(f"{path}: layout {layout} is newer than this reconciler's "

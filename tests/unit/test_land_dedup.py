@@ -4,6 +4,7 @@ the batch commit that lands each batch once however often it runs or wherever it
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +23,11 @@ from audit.jobs.landing import (
 W = 600_000
 
 
+def keep(d: OriginDedup, frames: list) -> pd.DataFrame:
+    outs = list(d.keep("o", frames))
+    return pd.concat([f for f in outs if len(f)] or outs[-1:], ignore_index=True)
+
+
 def frame(rows: list[tuple[str, int, str, int]]) -> pd.DataFrame:
     """(incarnation, seq, topic, window index) → the step's input columns."""
     n = len(rows)
@@ -37,7 +43,7 @@ def frame(rows: list[tuple[str, int, str, int]]) -> pd.DataFrame:
 
 def test_each_number_passes_once_across_batches_and_incarnations():
     d = OriginDedup.load(None, None)
-    first = d.keep("o", [frame([("a", 0, "t", 0), ("a", 1, "t", 0), ("a", 1, "t", 0),
+    first = keep(d, [frame([("a", 0, "t", 0), ("a", 1, "t", 0), ("a", 1, "t", 0),
                                 ("b", 1, "t", 0), ("a", -1, "t", 0), ("a", -1, "t", 0)])])
     rows = first[first["kind"] == "row"]
     # a/1 twice in one batch: once; b/1 is another number space; unnumbered records all pass
@@ -49,7 +55,7 @@ def test_each_number_passes_once_across_batches_and_incarnations():
 
     # The state goes through its text form, as Spark keeps it between batches.
     d = OriginDedup.load(*d.dump())
-    second = d.keep("o", [frame([("a", 0, "t", 0), ("a", 2, "t", 1), ("b", 1, "u", 1)]),
+    second = keep(d, [frame([("a", 0, "t", 0), ("a", 2, "t", 1), ("b", 1, "u", 1)]),
                           frame([("a", 1, "t", 0)])])
     rows = second[second["kind"] == "row"]
     assert list(zip(rows["incarnation"], rows["seq"], strict=True)) == [("a", 2)]
@@ -62,23 +68,48 @@ def test_each_number_passes_once_across_batches_and_incarnations():
 
 def test_a_batch_of_copies_only_lands_nothing_and_tallies_them():
     d = OriginDedup.load(None, None)
-    d.keep("o", [frame([("a", s, "t", 0) for s in range(100)])])
-    out = d.keep("o", [frame([("a", s, "t", 0) for s in range(50, 100)])])
+    keep(d, [frame([("a", s, "t", 0) for s in range(100)])])
+    out = keep(d, [frame([("a", s, "t", 0) for s in range(50, 100)])])
     assert (out["kind"] == "skipped").all() and out["skipped"].tolist() == [50]
-    assert d.keep("o", []).empty
+    assert keep(d, []).empty
+
+
+def test_frames_are_taken_one_at_a_time_and_the_state_is_final_before_the_tallies():
+    """A batch comes as several frames: each is answered before the next is read (memory: one
+    frame), a copy in a later frame of the same batch is still a copy, and ``done`` (where the
+    job saves the state) runs before the tallies are yielded."""
+    d = OriginDedup.load(None, None)
+    read, events = [], []
+
+    def frames():
+        for part in ([("a", 0, "t", 0), ("a", 1, "t", 0)], [("a", 1, "t", 0), ("a", 2, "t", 0)]):
+            read.append(len(part))
+            yield frame(part)
+
+    outs = d.keep("o", frames(), done=lambda: events.append(("done", len(read))))
+    first = next(outs)
+    assert len(read) == 1 and first["seq"].tolist() == [0, 1]
+    second = next(outs)
+    assert second["seq"].tolist() == [2]
+    last = next(outs)
+    assert events == [("done", 2)]
+    assert last[["kind", "skipped"]].values.tolist() == [["skipped", 1]]
+    assert list(outs) == []
 
 
 def _writer(rows_by_partition: dict[str, int], fail_after: int | None = None):
-    """A stand-in for Spark's batch write: partition folders of files, then _SUCCESS (not
-    reached when ``fail_after`` files were written)."""
+    """A stand-in for Spark's batch write: partition folders of files named anew by every
+    attempt (as Spark's are), then _SUCCESS (not reached when ``fail_after`` files were
+    written)."""
     def write(folder: Path) -> None:
         written = 0
+        attempt = uuid.uuid4().hex[:8]
         for part, n in rows_by_partition.items():
             (folder / part).mkdir(parents=True, exist_ok=True)
             for i in range(n):
                 if fail_after is not None and written == fail_after:
                     raise RuntimeError("the job died while writing")
-                (folder / part / f"part-{i:05d}.parquet").write_text(f"{part} {i}")
+                (folder / part / f"part-{i:05d}-{attempt}.parquet").write_text(f"{part} {i}")
                 (folder / part / f".part-{i:05d}.parquet.crc").write_text("crc")
                 written += 1
         (folder / "_SUCCESS").write_text("")
@@ -93,10 +124,10 @@ def test_a_batch_lands_once_however_often_it_runs(tmp_path):
     landing = BatchLanding(tmp_path / "wh", tmp_path / "ckpt", "inc1")
     write = _writer({"topic=t/date=d/hour=1": 2, "topic=u/date=d/hour=1": 1})
     assert landing.land(0, write) == 3
-    assert _table(tmp_path / "wh") == [
-        "data/topic=t/date=d/hour=1/inc1-b0-part-00000.parquet",
-        "data/topic=t/date=d/hour=1/inc1-b0-part-00001.parquet",
-        "data/topic=u/date=d/hour=1/inc1-b0-part-00000.parquet"]
+    table = _table(tmp_path / "wh")
+    assert [t.split("-part")[0] for t in table] == [
+        "data/topic=t/date=d/hour=1/inc1-b0", "data/topic=t/date=d/hour=1/inc1-b0",
+        "data/topic=u/date=d/hour=1/inc1-b0"]
     assert landing.land(0, write) is None         # run again: landed before
     assert landing.land(1, _writer({"topic=t/date=d/hour=2": 1})) == 1
     assert len(_table(tmp_path / "wh")) == 4
@@ -109,6 +140,7 @@ def test_a_write_that_died_is_written_again_and_nothing_of_it_landed(tmp_path):
         landing.land(0, _writer({"topic=t/date=d/hour=1": 3}, fail_after=2))
     assert _table(tmp_path / "wh") == []
     assert landing.land(0, _writer({"topic=t/date=d/hour=1": 3})) == 3
+    # the first attempt's two files were removed, not landed beside the second's three
     assert len(_table(tmp_path / "wh")) == 3
 
 
@@ -139,6 +171,55 @@ def test_moves_cut_short_are_finished_not_redone(tmp_path, monkeypatch):
     assert len(_table(tmp_path / "wh")) == 3 and landing.committed() == 0
 
 
+@pytest.mark.parametrize("dies", ["before_marker", "before_clean"])
+def test_a_kill_after_the_last_move_lands_nothing_twice(tmp_path, monkeypatch, dies):
+    """Killed after every file moved but before the marker (the batch is staged with
+    _SUCCESS and empty: the run again moves nothing and commits), or after the marker but
+    before the staging folder went (the run again is a no-op and the folder is cleaned by the
+    next batch)."""
+    landing = BatchLanding(tmp_path / "wh", tmp_path / "ckpt", "inc1")
+    target = {"before_marker": Path, "before_clean": BatchLanding}[dies]
+    name = {"before_marker": "replace", "before_clean": "_clean"}[dies]
+    real = getattr(target, name)
+
+    def dying(*a, **k):
+        raise KeyboardInterrupt("SIGKILL stand-in")
+
+    monkeypatch.setattr(target, name, dying)
+    with pytest.raises(KeyboardInterrupt):
+        landing.land(0, _writer({"topic=t/date=d/hour=1": 3}))
+    monkeypatch.setattr(target, name, real)
+    assert len(_table(tmp_path / "wh")) == 3
+
+    def must_not_write(folder):
+        raise AssertionError("written again")
+
+    again = BatchLanding(tmp_path / "wh", tmp_path / "ckpt", "inc1")
+    assert again.land(0, must_not_write) == (0 if dies == "before_marker" else None)
+    assert again.committed() == 0 and len(_table(tmp_path / "wh")) == 3
+    again.land(1, _writer({"topic=t/date=d/hour=2": 1}))
+    assert not list((tmp_path / "wh" / "_staging").iterdir())
+    assert len(_table(tmp_path / "wh")) == 4
+
+
+def test_a_new_query_checkpoint_lands_its_batches_beside_the_old_ones(tmp_path):
+    """The land query's checkpoint started again (its batch ids from 0, a new query id): its
+    batch 0 is landed, not taken for the old batch 0, and replaces no file."""
+    qdir = tmp_path / "ckpt" / "land"
+    qdir.mkdir(parents=True)
+    (qdir / "metadata").write_text('{"id":"11111111-aaaa"}')
+    BatchLanding(tmp_path / "wh", qdir, "inc1").land(0, _writer({"topic=t/date=d/hour=1": 2}))
+    import shutil
+    shutil.rmtree(qdir)
+    qdir.mkdir()
+    (qdir / "metadata").write_text('{"id":"22222222-bbbb"}')
+    assert BatchLanding(tmp_path / "wh", qdir, "inc1").land(
+        0, _writer({"topic=t/date=d/hour=1": 2})) == 2
+    table = _table(tmp_path / "wh")
+    assert len(table) == 4
+    assert sum("inc1-11111111-b0" in t for t in table) == 2
+
+
 def test_another_checkpoint_never_collides_with_the_first(tmp_path):
     for inc, ckpt in (("inc1", "c1"), ("inc2", "c2")):
         BatchLanding(tmp_path / "wh", tmp_path / ckpt, inc).land(
@@ -167,12 +248,20 @@ def test_skipped_is_an_optional_field_summed_across_emitters():
                         count=0, bytes=0, checksum=0, emitter="warehouse/land-dedup", seq=7,
                         distinct=0, duplicates=0, skipped=4)
     assert "skipped" not in landed.to_dict()              # only a deduplicating tier says it
-    back = parse(skips.encode()[1])
-    assert back.skipped == 4
+    key, value = skips.encode()
+    assert key == b"skipped|warehouse|o|t|0" and b'"kind":"skipped"' in value
+    back = parse(value)
+    assert back.skipped == 4 and back.is_skip_tally
     both = combined([landed, back])
     assert (both.count, both.distinct, both.duplicates, both.skipped) == (10, 10, 0, 4)
     with pytest.raises(Exception, match="negative"):
-        parse(skips.encode()[1].replace(b'"skipped":4', b'"skipped":-1'))
+        parse(value.replace(b'"skipped":4', b'"skipped":-1'))
+    # skipped only in its own kind, and a tally never counts records
+    with pytest.raises(Exception, match="kind skipped"):
+        parse(value.replace(b'"kind":"skipped",', b""))
+    with pytest.raises(Exception, match="kind skipped"):
+        parse(value.replace(b'"count":0', b'"count":3').replace(b'"distinct":0',
+                                                                 b'"distinct":3'))
 
 
 def test_a_skip_tally_adds_to_the_tier_record_and_never_wins_over_it():

@@ -40,3 +40,15 @@ def test_a_layout_1_file_gains_skipped_and_keeps_its_records(tmp_path):
     rows = store.conn.execute("SELECT emitter, count, skipped FROM counts ORDER BY emitter")
     assert rows.fetchall() == [("warehouse/land", 5, None), ("warehouse/land-dedup", 0, 3)]
     store.close()
+
+
+def test_a_migration_killed_after_adding_the_column_completes_on_the_next_open(tmp_path):
+    path = tmp_path / "r.db"
+    Store(path).close()
+    store = Store(path)
+    store.conn.execute("PRAGMA user_version = 1")        # the column is there, the version not
+    store.conn.commit()
+    store.close()
+    store = Store(path)
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT
+    store.close()
