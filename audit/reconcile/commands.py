@@ -6,8 +6,8 @@ import datetime as dt
 import json
 import re
 import signal
-import threading
 import sys
+import threading
 import time
 from pathlib import Path
 
