@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.docket-setup
 PYTEST_ARGS ?=
 
-.PHONY: setup alertmanager test test-unit lint bench soak demo demo-down clean
+.PHONY: setup debian-tools test test-unit lint bench soak demo demo-down clean
 
 setup: $(STAMP)
 
@@ -16,16 +16,21 @@ $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[audit,dashboard,dev]'
 	$(BIN)/docket-broker fetch
 	$(BIN)/docket-audit fetch
-	@$(MAKE) --no-print-directory alertmanager
+	@$(MAKE) --no-print-directory debian-tools
 	touch $@
 
-# Debian's Alertmanager, for the alert delivery test against a real one (skipped without it).
-alertmanager:
-	@if command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null; then :; \
+# Debian's Alertmanager (the alert delivery test against a real one) and Prometheus' promtool
+# (the alerting rules' and the Grafana dashboard's checks); their tests are skipped without them.
+debian-tools:
+	@need=""; \
+	command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null \
+		|| need="$$need prometheus-alertmanager"; \
+	command -v promtool >/dev/null || need="$$need prometheus"; \
+	if [ -z "$$need" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		(apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus-alertmanager) >/dev/null \
-		|| echo "make setup: could not install prometheus-alertmanager; its test will be skipped" >&2; \
-	else echo "make setup: install Debian's prometheus-alertmanager (as root) for the Alertmanager test" >&2; fi
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null \
+		|| echo "make setup: could not install$$need; their tests will be skipped" >&2; \
+	else echo "make setup: install Debian's$$need (as root) for their tests" >&2; fi
 
 test: setup
 	$(BIN)/pytest $(PYTEST_ARGS)
