@@ -39,7 +39,7 @@ test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check agent broker audit dashboards docket_common tests
+	$(BIN)/ruff check agent broker audit dashboards docket_common demo tests
 
 # Every benchmark runs, also after one fails; the target fails at the end, naming them.
 bench: setup
@@ -55,10 +55,10 @@ soak: setup
 # The whole pipeline on this machine: Kafka, a log-writing application, the agent, the Spark
 # count and land jobs (the reconciler and the dashboard join when they exist). demo-down stops it.
 demo: setup
-	$(BIN)/python -m broker.demo up
+	$(BIN)/python -m demo up
 
 demo-down:
-	$(BIN)/python -m broker.demo down
+	$(BIN)/python -m demo down
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -8,6 +8,7 @@ are errors. An error names the key path, what was expected, what was found, and 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -225,6 +226,50 @@ def _check_combinations(values: dict, sources: list[SourceConfig]) -> None:
     if not sources:
         raise ConfigError("sources", "no [[sources]] configured",
                           hint="add a [[sources]] block with type, topic and paths")
+
+
+def to_toml(values: dict[str, Any], sources: list[dict[str, Any]] = ()) -> str:
+    """A config file for ``values`` (dotted keys of ``SETTINGS``) and ``sources`` (tables of
+    ``SOURCE_SETTINGS`` keys), as a tool writes one (the demo): a key that is not declared is
+    an error here, not a file the agent refuses later, and the text is parsed back through
+    ``parse`` before it is returned."""
+    import tomllib
+
+    declared = {s.key for s in SETTINGS}
+    sections: dict[str, list[str]] = {}
+    for key, value in values.items():
+        if key not in declared:
+            raise ConfigError(key, "is not a setting of the agent",
+                              hint="docs/config.md lists them")
+        section, name = key.split(".", 1)
+        sections.setdefault(section, []).append(f"{name} = {_toml_value(value)}")
+    out = [f"[{section}]\n" + "\n".join(lines) + "\n" for section, lines in sections.items()]
+    source_keys = {s.key for s in SOURCE_SETTINGS}
+    for i, table in enumerate(sources):
+        unknown = set(table) - source_keys
+        if unknown:
+            raise ConfigError(f"sources[{i}].{sorted(unknown)[0]}", "is not a source setting",
+                              hint="docs/config.md lists them")
+        out.append("[[sources]]\n" + "".join(f"{k} = {_toml_value(v)}\n"
+                                              for k, v in table.items()))
+    text = "\n".join(out)
+    parse(tomllib.loads(text))
+    return text
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):          # a TOML basic string: JSON's escapes are TOML's
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}"
+                               for k, v in value.items()) + "}"
+    raise ConfigError("", f"cannot write {found(value)} as TOML")
 
 
 def load(path: str | Path) -> AgentConfig:

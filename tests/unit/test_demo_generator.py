@@ -7,7 +7,7 @@ import random
 from datetime import UTC, datetime
 
 from agent.tail.events import parse_time
-from broker.generator import RotatingFile, access_event, app_event
+from demo.generator import RotatingFile, access_event, app_event
 
 
 def test_events_carry_a_time_the_agent_parses_and_a_user():

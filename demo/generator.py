@@ -1,6 +1,6 @@
 """An application that writes event logs, for the demo: JSON lines into two files, rotated.
 
-``python -m broker.generator DIR [--rate N]`` writes ``DIR/app.log`` (application events) and
+``python -m demo.generator DIR [--rate N]`` writes ``DIR/app.log`` (application events) and
 ``DIR/access.log`` (HTTP access events) at about N lines/s in all, each line with an RFC 3339
 ``ts``, a ``user`` and a few realistic fields. Every ``--rotate-lines`` lines a file is rotated
 the way logrotate's default does it (rename to ``.1``, older ones shifted, three kept, a new file
@@ -67,7 +67,7 @@ def access_event(rng: random.Random, now: datetime) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m broker.generator")
+    p = argparse.ArgumentParser(prog="python -m demo.generator")
     p.add_argument("dir", type=Path)
     p.add_argument("--rate", type=float, default=200.0, help="lines per second, both files")
     p.add_argument("--rotate-lines", type=int, default=20_000)

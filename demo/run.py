@@ -1,11 +1,11 @@
 """``make demo``: the docket pipeline running on this machine, end to end.
 
-``python -m broker.demo up`` starts, under ``$XDG_STATE_HOME/docket/demo`` (or ``--dir``):
-a local Apache Kafka (1 broker, port 9092 unless ``--base-port``), the topics, an application
-writing rotated JSON logs (``broker.generator``), the agent tailing them, the cluster audit job
-and the warehouse landing job. Each runs in a session of its own, its output in ``<name>.log``
-and its pid in ``pids.json``. ``python -m broker.demo down`` stops them all, then the broker.
-Watch the tiers agree with ``docket-audit show --bootstrap-servers 127.0.0.1:9092``.
+``python -m demo up`` (from the checkout) starts, under ``$XDG_STATE_HOME/docket/demo`` (or
+``--dir``): a local Apache Kafka (1 broker, port 9092 unless ``--base-port``), the topics, an
+application writing rotated JSON logs (``demo.generator``), the agent tailing them, the
+cluster audit job and the warehouse landing job. Each runs in a session of its own, its output
+in ``<name>.log`` and its pid in ``pids.json``. ``python -m demo down`` stops them all, then
+the broker. Watch the tiers agree with ``docket-audit show --bootstrap-servers 127.0.0.1:9092``.
 """
 
 from __future__ import annotations
@@ -19,37 +19,38 @@ import sys
 import time
 from pathlib import Path
 
+from agent.config import to_toml
 from audit.contract.errors import print_error
+from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
+from broker.cluster import LocalCluster
+from broker.errors import BrokerError
 from docket_common.dirs import docket_state_dir
-
-from .admin import TopicSpec, ensure_audit_topic, ensure_topics
-from .cluster import LocalCluster
-from .errors import BrokerError
 
 TOPICS = {"app.events": "app.log*", "web.access": "access.log*"}
 BIN = Path(sys.executable).parent
+CHECKOUT = Path(__file__).resolve().parents[1]       # where ``python -m demo.generator`` runs
 
 
 
 
 def agent_config(d: Path, bootstrap: str) -> Path:
-    sources = "".join(
-        f'\n[[sources]]\ntype = "file"\npaths = ["{d / "logs" / glob}"]\ntopic = "{topic}"\n'
-        f'timestamp_field = "ts"\nkey_field = "user"\n'
-        for topic, glob in TOPICS.items())
+    """The demo agent's config, written through the agent's own declarations (``to_toml``
+    refuses a key the agent does not have, and parses the result back)."""
+    (d / "logs").mkdir(parents=True, exist_ok=True)      # the sources' folder must exist
     path = d / "agent.toml"
-    path.write_text(
-        f'[agent]\nid = "demo-host"\nstate_dir = "{d / "agent"}"\n\n'
-        f'[buffer]\nsize_bytes = 134217728\n\n'
-        f'[broker]\nbootstrap_servers = "{bootstrap}"\n\n'
-        f'[audit]\ninterval_ms = 15000\n\n'
-        f'[status]\nlisten = "127.0.0.1:9464"\n{sources}')
+    path.write_text(to_toml(
+        {"agent.id": "demo-host", "agent.state_dir": str(d / "agent"),
+         "buffer.size_bytes": 128 << 20, "broker.bootstrap_servers": bootstrap,
+         "audit.interval_ms": 15000, "status.listen": "127.0.0.1:9464"},
+        [{"type": "file", "paths": [str(d / "logs" / glob)], "topic": topic,
+          "timestamp_field": "ts", "key_field": "user"} for topic, glob in TOPICS.items()]))
     return path
 
 
 def _spawn(d: Path, name: str, cmd: list[str]) -> int:
     with open(d / f"{name}.log", "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True,
+                                cwd=CHECKOUT)
     return proc.pid
 
 
@@ -66,7 +67,7 @@ def up(d: Path, base_port: int | None) -> int:
     jobs = ["--bootstrap-servers", bootstrap, "--trigger-s", "20",
             "--topics", r"app\.events|web\.access"]
     pids = {
-        "generator": _spawn(d, "generator", [sys.executable, "-m", "broker.generator",
+        "generator": _spawn(d, "generator", [sys.executable, "-m", "demo.generator",
                                              str(d / "logs"), "--rate", "300"]),
         "agent": _spawn(d, "agent", [str(BIN / "docket-agent"), "run", "--config", str(config)]),
         "count": _spawn(d, "count", [str(BIN / "docket-audit"), "count", "--cluster",
@@ -123,7 +124,7 @@ def down(d: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m broker.demo")
+    p = argparse.ArgumentParser(prog="python -m demo")
     p.add_argument("command", choices=("up", "down"))
     p.add_argument("--dir", type=Path, default=docket_state_dir("demo"))
     p.add_argument("--base-port", type=int, default=None)
