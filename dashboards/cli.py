@@ -1,25 +1,108 @@
-"""``docket-dashboard``: command-line entry point."""
+"""``docket-dashboard --db FILE [--listen 127.0.0.1:8642]``: the audit dashboard over the
+reconciler's database.
+
+It listens on 127.0.0.1 unless told otherwise, and refuses an address other machines can reach
+unless every request must carry a token (``--token-file``, or ``DOCKET_DASHBOARD_TOKEN``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ipaddress
+import logging
+import os
+import signal
 import sys
 from importlib.metadata import version
+from pathlib import Path
+
+from audit.contract.errors import DocketError, print_error
+from audit.contract.settings import EX_CONFIG
+
+DEFAULT_LISTEN = "127.0.0.1:8642"
+
+
+class DashboardError(DocketError):
+    pass
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="docket-dashboard",
-        description="The docket audit dashboard: completeness per topic, window and tier.",
-    )
+        description="The docket audit dashboard: completeness per topic, window and tier, "
+        "from the reconciler's database.")
     p.add_argument("--version", action="version", version=f"%(prog)s {version('docket')}")
+    p.add_argument("--db", type=Path, required=True, help="the reconciler's SQLite database")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
+    p.add_argument("--token-file", type=Path, default=None,
+                   help="a file holding the token every request must carry (Bearer, or the "
+                   "basic-auth password); or set DOCKET_DASHBOARD_TOKEN")
+    p.add_argument("--config", type=Path, default=None,
+                   help="the reconciler's config: a hand resolution then notifies its channels")
     return p
 
 
+def listen_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DashboardError(f"--listen {text!r}: expected HOST:PORT",
+                             hint=f"e.g. --listen {DEFAULT_LISTEN}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: Path | None) -> str | None:
+    if path is not None:
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            raise DashboardError(f"--token-file {path}: {exc.strerror}") from None
+        if len(token) < 16:
+            raise DashboardError(f"--token-file {path}: the token is shorter than 16 characters")
+        return token
+    return os.environ.get("DOCKET_DASHBOARD_TOKEN") or None
+
+
 def main(argv: list[str] | None = None) -> int:
-    _parser().parse_args(argv)
-    _parser().print_help()
-    return 0
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    try:
+        host, port = listen_address(args.listen)
+        token = read_token(args.token_file)
+        if not is_loopback(host) and not token:
+            raise DashboardError(
+                f"--listen {args.listen} can be reached from other machines, and no token is set",
+                hint="give --token-file FILE (or DOCKET_DASHBOARD_TOKEN), or listen on 127.0.0.1")
+        if not args.db.is_file():
+            raise DashboardError(f"no reconciler database at {args.db}",
+                                 hint="name the --db of docket-audit reconcile")
+    except DashboardError as exc:
+        print_error(exc, "docket-dashboard")
+        return EX_CONFIG
+    import uvicorn
+
+    from .app import create_app
+
+    app = create_app(args.db, token=token, config=args.config)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    # SIGTERM/SIGINT: finish the requests in progress and exit 0 (uvicorn's own handling
+    # raises the signal again once stopped, which ends the process with -15).
+    server.capture_signals = contextlib.nullcontext
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
+    print(f"docket dashboard on http://{host}:{port}/ (database {args.db})", flush=True)
+    server.run()
+    return 0 if server.started else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,290 @@
+"""The audit dashboard: server-rendered pages over the reconciler's database, and the JSON API
+they are built from.
+
+Pages: ``/`` (overview: topics × recent windows of one tier, coloured by state, the tiers'
+totals, the open alerts), ``/topic/{topic}`` (the correlation view), ``/window/{topic}/{start}``
+(per origin, with the missing record numbers and the command that locates them),
+``/alerts`` (open, snoozed, resolved; snooze and resolve), ``/health`` (per tier: the newest
+window, the jobs' lag). API: ``/api/completeness``, ``/api/tiers``, ``/api/alerts``,
+``/api/watermark``, ``/api/window``, ``/api/topic``, ``/api/health``.
+
+Every name from the data goes through Jinja2's autoescaping; the pages load nothing but this
+server's ``/static/`` files. Forms that change something (snooze, resolve) carry a CSRF token
+tied to this process and are refused without it. With ``token`` set, every request needs it:
+``Authorization: Bearer TOKEN``, or HTTP basic auth with the token as password (browsers).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import os
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from audit.reconcile import config as rconfig
+from audit.reconcile.alerting import resolve_by_hand, snooze
+from audit.reconcile.commands import watermark
+from audit.reconcile.store import Store, StoreMissing
+from audit.reconcile.verdict import utc_iso
+
+from . import data
+
+HERE = Path(__file__).parent
+HOUR_MS = 3600 * 1000
+RANGES = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7}      # ?range=: how far back
+DEFAULT_RANGE = "24h"
+SNOOZES = {"1h": 1, "4h": 4, "24h": 24}
+
+
+def create_app(db: Path, token: str | None = None, config: Path | None = None,
+               clock=time.time) -> Starlette:
+    csrf = os.urandom(16).hex()
+    env = Environment(loader=FileSystemLoader(HERE / "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env.globals.update(iso=utc_iso, quote=lambda s: quote(str(s), safe=""), percent=_percent,
+                       ranges=list(RANGES), snoozes=list(SNOOZES))
+
+    def now_ms() -> int:
+        return int(clock() * 1000)
+
+    def store() -> Store:
+        return Store(db, readonly=True)
+
+    def since(request: Request) -> tuple[str, int]:
+        name = request.query_params.get("range", DEFAULT_RANGE)
+        if name not in RANGES:
+            name = DEFAULT_RANGE
+        return name, now_ms() - RANGES[name] * HOUR_MS
+
+    def page(name: str, request: Request, **ctx) -> HTMLResponse:
+        html = env.get_template(name).render(request=request, csrf=csrf, now_ms=now_ms(), **ctx)
+        return HTMLResponse(html, headers=_SECURITY_HEADERS)
+
+    def bad(message: str, status: int = 400) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    # -- pages ---------------------------------------------------------------------------
+    async def overview(request: Request):
+        range_name, since_ms = since(request)
+        with _closing(store()) as s:
+            tier = request.query_params.get("tier") or None
+            view = data.completeness(s, since_ms, tier, request.query_params.get("topic"))
+            open_alerts = data.alerts(s, "open")
+        return page("overview.html", request, view=view, alerts=open_alerts,
+                    range_name=range_name, topic_filter=request.query_params.get("topic", ""))
+
+    async def topic_page(request: Request):
+        range_name, since_ms = since(request)
+        topic = request.path_params["topic"]
+        with _closing(store()) as s:
+            hist = data.topic_history(s, topic, since_ms)
+        if not hist["windows"]:
+            return page("missing.html", request, what=f"topic {topic}")
+        return page("topic.html", request, hist=hist, range_name=range_name)
+
+    async def window_page(request: Request):
+        topic = request.path_params["topic"]
+        try:
+            start = int(request.path_params["start"])
+        except ValueError:
+            return page("missing.html", request, what="that window")
+        with _closing(store()) as s:
+            detail = data.window_detail(s, topic, start)
+        if detail is None:
+            return page("missing.html", request, what=f"window {start} of {topic}")
+        return page("window.html", request, w=detail)
+
+    async def alerts_page(request: Request):
+        status = request.query_params.get("status", "open")
+        if status not in ("open", "snoozed", "resolved", "all"):
+            status = "open"
+        with _closing(store()) as s:
+            rows = data.alerts(s, status)
+        return page("alerts.html", request, alerts=rows, status=status,
+                    message=request.query_params.get("done", ""))
+
+    async def alert_action(request: Request):
+        form = await _form(request)
+        if form is None:
+            return bad("expected a form (application/x-www-form-urlencoded) under 10 KB")
+        if not hmac.compare_digest(str(form.get("csrf", "")), csrf):
+            return bad("missing or wrong CSRF token: reload the page", 403)
+        try:
+            alert_id = int(request.path_params["id"])
+        except ValueError:
+            return bad("no such alert", 404)
+        action = request.path_params["action"]
+        by = str(form.get("by") or "dashboard")[:100]
+        s = Store(db)                  # the only writes: a snooze, a hand resolution
+        try:
+            if action == "snooze":
+                hours = SNOOZES.get(str(form.get("for", "1h")))
+                if hours is None:
+                    return bad(f"snooze for one of {', '.join(SNOOZES)}")
+                snooze(s, alert_id, now_ms() + hours * HOUR_MS, by, now_ms())
+                done = f"alert {alert_id} snoozed for {form.get('for')}"
+            elif action == "resolve":
+                resolve_by_hand(s, rconfig.load(config) if config else rconfig.parse({}),
+                                alert_id, by, now_ms())
+                done = f"alert {alert_id} resolved"
+            else:
+                return bad("unknown action", 404)
+        except LookupError:
+            return bad(f"no alert {alert_id}", 404)
+        finally:
+            s.close()
+        back = str(form.get("status") or "open")
+        return RedirectResponse("/alerts?" + urlencode({"status": back, "done": done}),
+                                status_code=303)
+
+    async def health_page(request: Request):
+        with _closing(store()) as s:
+            rows = data.health(s, now_ms())
+        return page("health.html", request, tiers=rows, now=now_ms())
+
+    # -- API -----------------------------------------------------------------------------
+    async def api_completeness(request: Request):
+        _name, since_ms = since(request)
+        with _closing(store()) as s:
+            return JSONResponse(data.completeness(s, since_ms, request.query_params.get("tier"),
+                                                  request.query_params.get("topic")))
+
+    async def api_tiers(request: Request):
+        with _closing(store()) as s:
+            return JSONResponse({"tiers": data.tiers(s)})
+
+    async def api_alerts(request: Request):
+        status = request.query_params.get("status", "open")
+        if status not in ("open", "snoozed", "resolved", "all"):
+            return bad("status is one of open, snoozed, resolved, all")
+        with _closing(store()) as s:
+            return JSONResponse({"alerts": data.alerts(s, status)})
+
+    async def api_watermark(request: Request):
+        topic, tier = request.query_params.get("topic"), request.query_params.get("tier")
+        if not topic or not tier:
+            return bad("give topic and tier")
+        with _closing(store()) as s:
+            mark = watermark(s, topic, tier)
+        return JSONResponse({"topic": topic, "tier": tier, "watermark_ms": mark,
+                             "watermark": None if mark is None else utc_iso(mark)})
+
+    async def api_window(request: Request):
+        try:
+            topic, start = request.query_params["topic"], int(request.query_params["start"])
+        except (KeyError, ValueError):
+            return bad("give topic and start (window start, ms)")
+        with _closing(store()) as s:
+            detail = data.window_detail(s, topic, start)
+        return JSONResponse(detail) if detail else bad("no such window", 404)
+
+    async def api_topic(request: Request):
+        _name, since_ms = since(request)
+        topic = request.query_params.get("topic")
+        if not topic:
+            return bad("give topic")
+        with _closing(store()) as s:
+            return JSONResponse(data.topic_history(s, topic, since_ms))
+
+    async def api_health(request: Request):
+        with _closing(store()) as s:
+            return JSONResponse({"tiers": data.health(s, now_ms())})
+
+    routes = [
+        Route("/", overview), Route("/topic/{topic:path}", topic_page),
+        Route("/window/{topic}/{start}", window_page), Route("/alerts", alerts_page),
+        Route("/alerts/{id}/{action}", alert_action, methods=["POST"]),
+        Route("/health", health_page),
+        Route("/api/completeness", api_completeness), Route("/api/tiers", api_tiers),
+        Route("/api/alerts", api_alerts), Route("/api/watermark", api_watermark),
+        Route("/api/window", api_window), Route("/api/topic", api_topic),
+        Route("/api/health", api_health),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={StoreMissing: _no_database})
+    if token:
+        app.add_middleware(_TokenAuth, token=token)
+    return app
+
+
+async def _form(request: Request) -> dict[str, str] | None:
+    """A small urlencoded form (the pages' snooze and resolve), without a multipart parser."""
+    if not request.headers.get("content-type", "").startswith(
+            "application/x-www-form-urlencoded"):
+        return None
+    body = await request.body()
+    if len(body) > 10_000:
+        return None
+    try:
+        return {k: v[0] for k, v in parse_qs(body.decode(), max_num_fields=20).items()}
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+class _closing:
+    def __init__(self, store: Store):
+        self.store = store
+
+    def __enter__(self) -> Store:
+        return self.store
+
+    def __exit__(self, *exc) -> None:
+        self.store.close()
+
+
+async def _no_database(request: Request, exc: StoreMissing):
+    return JSONResponse({"error": str(exc), "hint": exc.hint}, status_code=503)
+
+
+_SECURITY_HEADERS = {
+    # Nothing but this server: no CDN, no inline script, no framing.
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class _TokenAuth:
+    """Every request carries the token: as a bearer token, or as the basic-auth password."""
+
+    def __init__(self, app, token: str):
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or self._allowed(dict(scope["headers"])):
+            return await self.app(scope, receive, send)
+        response = Response("a token is needed: Authorization: Bearer TOKEN, or basic auth "
+                            "with it as the password\n", status_code=401,
+                            headers={"WWW-Authenticate": 'Basic realm="docket"'})
+        await response(scope, receive, send)
+
+    def _allowed(self, headers: dict) -> bool:
+        auth = headers.get(b"authorization", b"")
+        scheme, _, value = auth.partition(b" ")
+        if scheme.lower() == b"bearer":
+            return hmac.compare_digest(value.strip(), self.token)
+        if scheme.lower() == b"basic":
+            try:
+                _user, _, password = base64.b64decode(value.strip()).partition(b":")
+            except ValueError:
+                return False
+            return hmac.compare_digest(password, self.token)
+        return False
+
+
+def _percent(value: float | None) -> str:
+    """Rounded down to a tenth of a percent, so a loss never shows 100.0%."""
+    if value is None:
+        return "–"
+    return f"{int(value * 1000) / 10:.1f}%"

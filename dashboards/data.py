@@ -1,0 +1,171 @@
+"""What the dashboard shows, read from the reconciler's SQLite database (read-only: the
+reconciler is the only writer of verdicts; the dashboard writes only a snooze or a hand
+resolution, through ``audit.reconcile.alerting``).
+
+Every function takes an open read-only ``Store`` and returns plain data (dicts and lists), which
+the pages render and ``/api/`` serves as JSON unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from audit.reconcile.commands import watermark
+from audit.reconcile.store import Store
+from audit.reconcile.verdict import tier_order, utc_iso
+
+STATES = ("complete", "incomplete", "overcount", "unknown", "pending", "open")
+
+
+def tiers(store: Store) -> list[str]:
+    """Every tier with a verdict, in the order of the tier graph."""
+    seen = {r[0] for r in store.conn.execute("SELECT DISTINCT tier FROM topic_tiers")}
+    return tier_order(seen, []) if seen else []
+
+
+def completeness(store: Store, since_ms: int, tier: str | None = None,
+                 topic: str | None = None) -> dict:
+    """The overview: per (topic, window) of ``tier`` (default: the last tier of the graph)
+    its state, completeness and finality, since ``since_ms``; and per tier the windows by
+    state over the same time."""
+    all_tiers = tiers(store)
+    tier = tier or (all_tiers[-1] if all_tiers else None)
+    args: list = [since_ms]
+    where = "window_start >= ?"
+    if topic:
+        where += " AND topic = ?"
+        args.append(topic)
+    cells: dict[str, dict[int, dict]] = {}
+    windows: set[int] = set()
+    totals: dict[str, Counter] = {t: Counter() for t in all_tiers}
+    for (t, name, ws, state, final, expected, count, distinct, dups, comp, missing,
+         checksum) in store.conn.execute(
+            "SELECT tier, topic, window_start, state, final, expected, count, distinct_count, "
+            "duplicates, completeness, missing, checksum FROM windows WHERE " + where
+            + " ORDER BY topic, window_start", args):
+        totals.setdefault(t, Counter())[state] += 1
+        if t != tier:
+            continue
+        windows.add(ws)
+        cells.setdefault(name, {})[ws] = {
+            "state": state, "final": bool(final), "expected": expected, "count": count,
+            "distinct": distinct, "duplicates": dups, "completeness": comp,
+            "missing": missing, "checksum": checksum}
+    return {"tier": tier, "tiers": all_tiers, "since_ms": since_ms,
+            "windows": sorted(windows), "topics": cells,
+            "totals": {t: dict(c) for t, c in totals.items()}}
+
+
+def topic_history(store: Store, topic: str, since_ms: int) -> dict:
+    """The correlation view of one topic: per window each tier's count, distinct,
+    completeness and completeness over the hop before it; per tier its watermark; the
+    producer's known drops by reason."""
+    rows: dict[int, dict[str, dict]] = {}
+    seen: set[str] = set()
+    for (ws, t, state, final, expected, count, distinct, dups, dropped, dropped_unknown,
+         comp, hop) in store.conn.execute(
+            "SELECT window_start, tier, state, final, expected, count, distinct_count, "
+            "duplicates, dropped, dropped_unknown, completeness, hop_completeness FROM windows "
+            "WHERE topic = ? AND window_start >= ? ORDER BY window_start", (topic, since_ms)):
+        seen.add(t)
+        rows.setdefault(ws, {})[t] = {
+            "state": state, "final": bool(final), "expected": expected, "count": count,
+            "distinct": distinct, "duplicates": dups, "dropped": dropped,
+            "dropped_unknown": json.loads(dropped_unknown or "{}"), "completeness": comp,
+            "hop_completeness": hop}
+    order = tier_order(seen, []) if seen else []
+    drops: Counter = Counter()
+    for (reasons,) in store.conn.execute(
+            "SELECT dropped_reasons FROM counts WHERE topic = ? AND tier = 'producer' AND "
+            "window_start >= ?", (topic, since_ms)):
+        for reason, n in json.loads(reasons or "{}").items():
+            drops[reason] += n
+    marks = {}
+    for t in order:
+        mark = watermark(store, topic, t)
+        marks[t] = {"watermark_ms": mark, "watermark": None if mark is None else utc_iso(mark)}
+    return {"topic": topic, "tiers": order, "since_ms": since_ms,
+            "windows": [{"window_start": ws, "window_start_iso": utc_iso(ws), "tiers": tiers_}
+                        for ws, tiers_ in sorted(rows.items())],
+            "watermarks": marks, "known_drops": dict(drops)}
+
+
+def window_detail(store: Store, topic: str, window_start: int) -> dict | None:
+    """One window: each tier's verdict, per origin what each tier counted and is missing
+    (with the missing record numbers where a tier reported them), the revisions, the alerts."""
+    tiers_ = {}
+    for r in store.db.query(
+            "SELECT * FROM windows WHERE topic = ? AND window_start = ?", (topic, window_start)):
+        tiers_[r["tier"]] = r
+    if not tiers_:
+        return None
+    order = tier_order(set(tiers_), [])
+    origins: dict[str, dict[str, dict]] = {}
+    for r in store.db.query("SELECT * FROM window_origins WHERE topic = ? AND window_start = ? "
+                            "ORDER BY origin", (topic, window_start)):
+        origins.setdefault(r["origin"], {})[r["tier"]] = {
+            "state": r["state"], "expected": r["expected"], "count": r["count"],
+            "distinct": r["distinct_count"], "duplicates": r["duplicates"],
+            "missing": r["missing"], "checksum": r["checksum"], "reason": r["reason"]}
+    ranges: dict[str, dict[str, list]] = {}
+    for r in store.db.query("SELECT tier, origin, origin_incarnation, missing, missing_total "
+                            "FROM ranges WHERE origin IN (SELECT origin FROM window_origins "
+                            "WHERE topic = ? AND window_start = ?)", (topic, window_start)):
+        missing = json.loads(r["missing"])
+        if missing and r["tier"] != "producer":
+            ranges.setdefault(r["origin"], {})[r["tier"]] = {
+                "incarnation": r["origin_incarnation"], "ranges": missing[:20],
+                "total": r["missing_total"]}
+    revisions = list(store.db.query(
+        "SELECT tier, revision, at, state FROM window_revisions WHERE topic = ? AND "
+        "window_start = ? ORDER BY at, tier", (topic, window_start)))
+    alerts = list(store.db.query(
+        "SELECT id, kind, status, tier, origin, summary, fired_at, resolved_at FROM alerts "
+        "WHERE topic = ? AND window_start = ? ORDER BY id", (topic, window_start)))
+    return {"topic": topic, "window_start": window_start, "window_start_iso":
+            utc_iso(window_start), "tiers": order,
+            "verdicts": {t: {k: v for k, v in tiers_[t].items() if k not in ("topic",)}
+                         for t in order},
+            "origins": origins, "missing_ranges": ranges, "revisions": revisions,
+            "alerts": alerts}
+
+
+def alerts(store: Store, status: str = "open") -> list[dict]:
+    """Alerts by status (``open``, ``resolved``, ``snoozed``: open or resolved with a snooze
+    still running, ``all``), newest first, each with its deliveries."""
+    now_where = {"open": "a.status = 'open'", "resolved": "a.status = 'resolved'",
+                 "all": "1", "snoozed": "s.until > CAST(strftime('%s','now') AS INTEGER) * 1000"}
+    rows = list(store.db.query(
+        "SELECT a.*, s.until AS snoozed_until, s.by AS snoozed_by FROM alerts a "
+        "LEFT JOIN snoozes s ON s.key = a.key WHERE " + now_where[status]
+        + " ORDER BY a.id DESC LIMIT 500"))
+    if rows:
+        ids = [r["id"] for r in rows]
+        marks = ",".join("?" * len(ids))
+        deliveries: dict[int, list] = {}
+        for d in store.db.query(
+                f"SELECT alert_id, event, channel, status, attempts FROM alert_deliveries "
+                f"WHERE alert_id IN ({marks}) ORDER BY id", ids):
+            deliveries.setdefault(d["alert_id"], []).append(d)
+        for r in rows:
+            r["detail"] = json.loads(r["detail"] or "{}")
+            r["deliveries"] = deliveries.get(r["id"], [])
+    return rows
+
+
+def health(store: Store, now_ms: int) -> list[dict]:
+    """Per tier: the newest window it reported on, and its jobs' progress and lag."""
+    out = {}
+    for tier, newest in store.conn.execute(
+            "SELECT tier, max(window_start) FROM windows WHERE count > 0 GROUP BY tier"):
+        out[tier] = {"tier": tier, "newest_window": utc_iso(newest), "jobs": []}
+    for r in store.db.query("SELECT * FROM progress ORDER BY tier, emitter"):
+        entry = out.setdefault(r["tier"], {"tier": r["tier"], "newest_window": None,
+                                           "jobs": []})
+        entry["jobs"].append({"emitter": r["emitter"], "batch_id": r["batch_id"],
+                              "lag_s": round((now_ms - r["emitted_at"]) / 1000, 1),
+                              "offsets_behind": r["offsets_behind"],
+                              "processed_rows_per_s": r["processed_rows_per_s"]})
+    order = tier_order(set(out), [])
+    return [out[t] for t in order if t in out]

@@ -1,0 +1,150 @@
+"""The audit dashboard in process (Starlette's test client, no socket) over a real SQLite
+database filled by the reconciler's own ``Store.apply`` and ``evaluate``: the overview shows the
+window with a loss in red, the window page names the losing host and its missing record numbers,
+an alert is snoozed and resolved through CSRF-guarded forms, the JSON API answers, names from the
+data are escaped, pages reference nothing outside this server, and the token guards every
+request when set."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+
+import pytest
+from starlette.testclient import TestClient
+
+from audit.contract.record import Ranges
+from audit.reconcile.service import evaluate
+from audit.reconcile.store import Store
+from dashboards.app import create_app
+from dashboards.cli import main as dashboard_main
+from tests.unit.reconcilekit import MIN, W, cfg, count, progress
+
+NOW = int(time.time() * 1000)
+T0 = (NOW - 3 * 3_600_000) // W * W
+EVIL = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "r.db"
+    store = Store(path)
+    at = T0 + W + MIN
+    store.apply([
+        count("producer", 1000, "web-1", window=T0, at=at),
+        count("producer", 500, "web-2", window=T0, at=at),
+        count("kafka-local", 1000, "web-1", window=T0, at=at),
+        count("kafka-local", 400, "web-2", window=T0, at=at),           # 100 lost
+        count("producer", 10, window=T0, at=at, topic=EVIL),
+        count("kafka-local", 10, window=T0, at=at, topic=EVIL),
+        Ranges(tier="kafka-local", origin="web-2", origin_incarnation="i",
+               emitter="kafka-local/count", seq=1, through=499, missing=[[300, 399]],
+               missing_total=100, emitted_at=at),
+        progress(NOW - MIN)], {}, {("docket.audit", 0): 8}, "t")
+    evaluate(store, cfg(), NOW)
+    store.close()
+    return path
+
+
+@pytest.fixture
+def client(db):
+    return TestClient(create_app(db))
+
+
+def _no_outside_references(html: str) -> None:
+    assert not re.search(r'(src|href|action)="(https?:)?//', html), "a reference off this server"
+
+
+def test_the_overview_shows_the_lossy_window_in_red_and_escapes_names(client):
+    r = client.get("/?tier=kafka-local")
+    assert r.status_code == 200
+    html = r.text
+    row = re.search(r'<a href="/topic/app\?range=24h">app</a></th>(.*?)</tr>', html, re.S)
+    assert row and "state-incomplete" in row.group(1) and f"/window/app/{T0}" in row.group(1)
+    assert "93.3%" in row.group(1)                     # 1400 of 1500, rounded down
+    assert EVIL not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "open alert" in html and "web-2" in html
+    _no_outside_references(html)
+    assert "default-src 'self'" in r.headers["content-security-policy"]
+
+
+def test_the_window_page_names_the_host_its_missing_numbers_and_how_to_locate_them(client):
+    html = client.get(f"/window/app/{T0}").text
+    origin = re.search(r"<tr><th>web-2</th>(.*?)</tr>", html, re.S).group(1)
+    assert "−100" in origin and "300–399" in origin
+    assert "docket-agent locate --config /etc/docket/agent.toml --seq 300-399" in origin
+    _no_outside_references(html)
+    assert client.get(f"/window/app/{T0 + W * 100}").status_code == 200     # nothing there
+    assert "no verdict" in client.get(f"/window/app/{T0 + W * 100}").text
+
+
+def test_every_page_renders_without_outside_references(client):
+    for path in ("/", "/alerts", "/alerts?status=all", "/health", "/topic/app",
+                 f"/topic/{EVIL}", "/static/docket.css", "/static/docket.js"):
+        r = client.get(path)
+        assert r.status_code == 200, path
+        assert EVIL not in r.text, path
+        _no_outside_references(r.text)
+
+
+def test_an_alert_is_snoozed_and_resolved_only_with_the_csrf_token(client, db):
+    page = client.get("/alerts").text
+    alert_id = int(re.search(r'id="alert-(\d+)"', page).group(1))
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)
+    refused = client.post(f"/alerts/{alert_id}/snooze", data={"for": "1h"})
+    assert refused.status_code == 403
+    r = client.post(f"/alerts/{alert_id}/snooze", data={"for": "4h", "csrf": token},
+                    follow_redirects=False)
+    assert r.status_code == 303
+    assert f"alert {alert_id} snoozed" in client.get(r.headers["location"]).text
+    snoozed = client.get("/api/alerts?status=snoozed").json()["alerts"]
+    assert [a["id"] for a in snoozed] == [alert_id] and snoozed[0]["snoozed_by"] == "dashboard"
+    assert snoozed[0]["snoozed_until"] > NOW + 3 * 3_600_000
+    client.post(f"/alerts/{alert_id}/resolve", data={"csrf": token})
+    resolved = client.get("/api/alerts?status=resolved").json()["alerts"]
+    assert [a["id"] for a in resolved] == [alert_id]
+    assert client.post("/alerts/999/resolve", data={"csrf": token}).status_code == 404
+
+
+def test_the_api(client):
+    c = client.get("/api/completeness?tier=kafka-local").json()
+    assert c["tier"] == "kafka-local" and set(c["topics"]) == {"app", EVIL}
+    assert c["topics"]["app"][str(T0)]["state"] == "incomplete"
+    assert client.get("/api/tiers").json() == {"tiers": ["producer", "kafka-local"]}
+    w = client.get(f"/api/window?topic=app&start={T0}").json()
+    assert w["origins"]["web-2"]["kafka-local"]["missing"] == 100
+    assert w["missing_ranges"]["web-2"]["kafka-local"]["ranges"] == [[300, 399]]
+    mark = client.get("/api/watermark?topic=app&tier=kafka-local").json()
+    assert mark["watermark_ms"] is None                  # its only window is incomplete
+    assert client.get(f"/api/watermark?topic={EVIL}&tier=kafka-local").json()[
+        "watermark_ms"] == T0 + W
+    health = client.get("/api/health").json()["tiers"]
+    assert [t["tier"] for t in health] == ["producer", "kafka-local"]
+    for bad in ("/api/alerts?status=bogus", "/api/watermark?topic=app", "/api/window?topic=x",
+                "/api/topic"):
+        r = client.get(bad)
+        assert r.status_code == 400 and "error" in r.json(), bad
+
+
+def test_the_token_guards_every_request(db):
+    client = TestClient(create_app(db, token="s3cret-token-0123456789"))
+    assert client.get("/").status_code == 401
+    assert client.get("/api/tiers").status_code == 401
+    assert client.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.get("/api/tiers", headers={
+        "Authorization": "Bearer s3cret-token-0123456789"}).status_code == 200
+    basic = base64.b64encode(b"anyone:s3cret-token-0123456789").decode()
+    assert client.get("/", headers={"Authorization": f"Basic {basic}"}).status_code == 200
+
+
+def test_a_reachable_address_without_a_token_is_refused(db, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("DOCKET_DASHBOARD_TOKEN", raising=False)
+    assert dashboard_main(["--db", str(db), "--listen", "0.0.0.0:8642"]) == 78
+    assert "no token is set" in capsys.readouterr().err
+    assert dashboard_main(["--db", str(tmp_path / "none.db")]) == 78
+    assert dashboard_main(["--db", str(db), "--listen", "nonsense"]) == 78
+    short = tmp_path / "t"
+    short.write_text("short")
+    assert dashboard_main(["--db", str(db), "--listen", "0.0.0.0:1",
+                           "--token-file", str(short)]) == 78
