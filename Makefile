@@ -53,7 +53,7 @@ soak: setup
 	$(BIN)/pytest -m soak -s tests/faults $(PYTEST_ARGS)
 
 # The whole pipeline on this machine: Kafka, a log-writing application, the agent, the Spark
-# count and land jobs (the reconciler and the dashboard join when they exist). demo-down stops it.
+# count and land jobs, the reconciler and the dashboard (demo/). demo-down stops it.
 demo: setup
 	$(BIN)/python -m demo up
 

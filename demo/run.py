@@ -27,6 +27,8 @@ from broker.errors import BrokerError
 from docket_common.dirs import docket_state_dir
 
 TOPICS = {"app.events": "app.log*", "web.access": "access.log*"}
+WINDOW_MS = 60_000          # every tier counts in 1-minute windows: verdicts within minutes
+DASHBOARD = "127.0.0.1:8642"
 BIN = Path(sys.executable).parent
 CHECKOUT = Path(__file__).resolve().parents[1]       # where ``python -m demo.generator`` runs
 
@@ -41,9 +43,26 @@ def agent_config(d: Path, bootstrap: str) -> Path:
     path.write_text(to_toml(
         {"agent.id": "demo-host", "agent.state_dir": str(d / "agent"),
          "buffer.size_bytes": 128 << 20, "broker.bootstrap_servers": bootstrap,
-         "audit.interval_ms": 15000, "status.listen": "127.0.0.1:9464"},
+         "audit.interval_ms": 15000, "audit.window_ms": WINDOW_MS,
+         "status.listen": "127.0.0.1:9464"},
         [{"type": "file", "paths": [str(d / "logs" / glob)], "topic": topic,
           "timestamp_field": "ts", "key_field": "user"} for topic, glob in TOPICS.items()]))
+    return path
+
+
+def reconcile_config(d: Path, bootstrap: str) -> Path:
+    """The demo reconciler's config: 1-minute windows judged quickly (final 5 minutes after
+    they end), the three tiers in order; checked by the reconciler's own parser."""
+    from audit.reconcile import config as rconfig
+
+    path = d / "reconcile.toml"
+    path.write_text(
+        f'[reconcile]\nbootstrap_servers = "{bootstrap}"\nevaluate_interval_ms = 10000\n'
+        f'deliver_interval_ms = 2000\nlisten = "127.0.0.1:9465"\n\n'
+        f'[windows]\nwindow_ms = {WINDOW_MS}\ngrace_ms = 120000\nfinal_ms = 300000\n'
+        f'settle_ms = 30000\ntiers = ["producer", "kafka-local", "warehouse"]\n\n'
+        f'[alerts]\nlag_ms = 300000\nsilent_ms = 300000\n')
+    rconfig.load(path)
     return path
 
 
@@ -64,8 +83,9 @@ def up(d: Path, base_port: int | None) -> int:
     ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in TOPICS])
     ensure_audit_topic(bootstrap)
     config = agent_config(d, bootstrap)
-    jobs = ["--bootstrap-servers", bootstrap, "--trigger-s", "20",
-            "--topics", r"app\.events|web\.access"]
+    jobs = ["--bootstrap-servers", bootstrap, "--trigger-s", "20", "--window-ms",
+            str(WINDOW_MS), "--topics", r"app\.events|web\.access"]
+    rconf, rdb = reconcile_config(d, bootstrap), d / "reconcile.db"
     pids = {
         "generator": _spawn(d, "generator", [sys.executable, "-m", "demo.generator",
                                              str(d / "logs"), "--rate", "300"]),
@@ -75,7 +95,15 @@ def up(d: Path, base_port: int | None) -> int:
                                      str(d / "checkpoint-count")]),
         "land": _spawn(d, "land", [str(BIN / "docket-audit"), "land", "--warehouse",
                                    str(d / "warehouse"), *jobs]),
+        "reconcile": _spawn(d, "reconcile", [str(BIN / "docket-audit"), "reconcile", "--db",
+                                             str(rdb), "--config", str(rconf)]),
     }
+    (d / "pids.json").write_text(json.dumps(pids))
+    deadline = time.monotonic() + 60                 # the dashboard reads what it writes
+    while not rdb.exists() and time.monotonic() < deadline and _alive(pids["reconcile"]):
+        time.sleep(0.5)
+    pids["dashboard"] = _spawn(d, "dashboard", [str(BIN / "docket-dashboard"), "--db", str(rdb),
+                                                "--listen", DASHBOARD])
     (d / "pids.json").write_text(json.dumps(pids))
     time.sleep(3)
     dead = [n for n, pid in pids.items() if not _alive(pid)]
@@ -87,10 +115,13 @@ def up(d: Path, base_port: int | None) -> int:
   agent            docket-agent status --config {config}
   cluster audit    Spark, counts every 20 s        ({d}/count.log)
   warehouse        Spark, lands Parquet in {d / 'warehouse'} and counts it ({d}/land.log)
-See the tiers side by side (the Spark jobs need a minute to start):
-  .venv/bin/docket-audit show --bootstrap-servers {bootstrap}
-Stop everything: make demo-down
-Still to come: the reconciler and the dashboard.""")
+  reconciler       1-minute windows, final 5 minutes after they end ({d}/reconcile.log)
+  dashboard        http://{DASHBOARD}/
+
+Open http://{DASHBOARD}/ : the cells fill in as the tiers report (the Spark jobs need a
+minute to start; a window is final 5 minutes after it ends). On the command line:
+  .venv/bin/docket-audit show --db {rdb}
+Stop everything: make demo-down""")
     return 0
 
 

@@ -53,6 +53,9 @@ log = logging.getLogger("docket.audit.reconcile")
 BATCH_RECORDS = 5000
 EVALUATE_BATCH_WINDOWS = 500      # windows per evaluation transaction (the consumer waits)
 METADATA_EVERY_S = 30.0
+# Windows are evaluated once every record on the audit topic has been applied (see
+# ``Reconciler.step``); a topic that never stands still for this long is evaluated anyway.
+CATCH_UP_WAIT_S = 600.0
 
 
 @dataclass
@@ -150,6 +153,7 @@ class Reconciler:
         self.partitions: set[int] = set()
         self.applied = 0                         # audit records applied since start
         self.last_evaluation_ms: int | None = None
+        self._evaluate_due: float | None = None    # monotonic time of the next evaluation
         self.metrics: MetricsServer | None = None
 
     # -- consuming -----------------------------------------------------------------------------
@@ -283,6 +287,28 @@ class Reconciler:
         finally:
             self.close()
 
+    def step(self) -> Evaluation | None:
+        """Apply a batch of the audit topic; then, when an evaluation is due, evaluate — only
+        with every partition read to its current end. A tier's counts and its progress record
+        go to different partitions: judged in between, a tier whose progress says it is
+        current but whose counts are still unread would show as a loss (seen: a reconciler
+        restarted on a backlog fired and resolved a loss alert). Evaluated here, in the
+        consuming thread, nothing is applied while windows are judged."""
+        self.consume_batch()
+        now = time.monotonic()
+        if self._evaluate_due is None:
+            self._evaluate_due = now
+        if now < self._evaluate_due:
+            return None
+        behind_for = now - self._evaluate_due
+        if self.partitions and not self.caught_up():
+            if behind_for < CATCH_UP_WAIT_S:
+                return None
+            log.warning("the audit topic has not been read to its end for %.0f s: evaluating "
+                        "anyway (a tier's counts not yet read may show as missing)", behind_for)
+        self._evaluate_due = now + self.cfg["reconcile.evaluate_interval_ms"] / 1000
+        return self.evaluate_job()
+
     def run(self) -> None:
         listen = self.cfg["reconcile.listen"]
         if listen:
@@ -300,8 +326,6 @@ class Reconciler:
         self.open()
         scheduler = BackgroundScheduler(timezone=dt.UTC)
         every = {"max_instances": 1, "coalesce": True, "misfire_grace_time": None}
-        scheduler.add_job(self.evaluate_job, "interval", id="evaluate", **every,
-                          seconds=self.cfg["reconcile.evaluate_interval_ms"] / 1000)
         scheduler.add_job(self.deliver_job, "interval", id="deliver", **every,
                           seconds=self.cfg["reconcile.deliver_interval_ms"] / 1000)
         scheduler.start()
@@ -309,7 +333,7 @@ class Reconciler:
         next_metadata = time.monotonic() + METADATA_EVERY_S
         try:
             while not self.stop_event.is_set():
-                self.consume_batch()
+                self.step()
                 if time.monotonic() >= next_metadata:
                     self._assign_new_partitions()
                     next_metadata = time.monotonic() + METADATA_EVERY_S

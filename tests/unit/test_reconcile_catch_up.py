@@ -1,0 +1,103 @@
+"""The reconciler judges windows only with the audit topic read to its end. A scripted consumer
+(two partitions; one message per ``consume``) stands in for Kafka: the producer's count is in
+partition 0, the cluster's count and a progress record saying it is current in partition 1,
+the way their keys spread them. Evaluated between the two, the cluster would show a loss it
+does not have (seen in the kill test: a reconciler restarted on a backlog fired and resolved a
+loss alert)."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from audit.reconcile.service import Reconciler
+from tests.unit.reconcilekit import MIN, T0, W, cfg, count, progress
+
+
+class Message:
+    def __init__(self, partition: int, offset: int, value: bytes):
+        self._p, self._o, self._v = partition, offset, value
+
+    def error(self):
+        return None
+
+    def topic(self):
+        return "docket.audit"
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def value(self):
+        return self._v
+
+
+class ScriptedConsumer:
+    """Partitions of encoded records, handed out one message per ``consume``."""
+
+    def __init__(self, partitions: dict[int, list[bytes]]):
+        self.logs = partitions
+        self.next = dict.fromkeys(partitions, 0)
+
+    def consume(self, n, timeout):
+        for p, log in self.logs.items():
+            if self.next[p] < len(log):
+                self.next[p] += 1
+                return [Message(p, self.next[p] - 1, log[self.next[p] - 1])]
+        return []
+
+    def position(self, tps):
+        return [TopicPartition(tp.topic, tp.partition, self.next[tp.partition]) for tp in tps]
+
+    def get_watermark_offsets(self, tp, timeout=None):
+        return 0, len(self.logs[tp.partition])
+
+    def commit(self, offsets=None, asynchronous=True):
+        pass
+
+
+assert KafkaError  # (the real consumer's EOF errors are not scripted: consume returns [])
+
+
+def test_windows_are_judged_only_with_every_partition_read_to_its_end(tmp_path):
+    now = int(time.time() * 1000)
+    window = T0                                        # long over: judged and final at once
+    at = window + W + MIN
+    p0 = [count("producer", 500, "web-3", window=window, at=at).encode()[1]]
+    p1 = [count("producer", 1, "web-9", window=window, at=at).encode()[1],  # read first
+          count("kafka-local", 1, "web-9", window=window, at=at).encode()[1],
+          progress(now).encode()[1],
+          count("kafka-local", 500, "web-3", window=window, at=at).encode()[1]]
+    rec = Reconciler(cfg(), tmp_path / "r.db", clock=lambda: now / 1000)
+    rec.consumer = ScriptedConsumer({0: p0, 1: p1})
+    rec.partitions = {0, 1}
+    evaluations = []
+    for _ in range(len(p0) + len(p1) + 2):
+        rec._evaluate_due = time.monotonic()          # an evaluation is due at every step
+        result = rec.step()
+        if result is not None:
+            evaluations.append(rec.consumer.next.copy())
+    assert evaluations and all(e == {0: 1, 1: 4} for e in evaluations), evaluations
+    alerts = list(rec.store.db.query("SELECT kind, origin FROM alerts WHERE alert_class = "
+                                     "'data'"))
+    states = {(r["tier"], r["state"]) for r in rec.store.db.query("SELECT tier, state FROM "
+                                                                  "windows")}
+    rec.store.close()
+    assert alerts == [] and states == {("producer", "complete"), ("kafka-local", "complete")}
+
+
+def test_a_topic_never_read_to_its_end_is_evaluated_after_the_wait(tmp_path, monkeypatch):
+    from audit.reconcile import service
+
+    now = int(time.time() * 1000)
+    rec = Reconciler(cfg(), tmp_path / "r.db", clock=lambda: now / 1000)
+    endless = ScriptedConsumer({0: [progress(now).encode()[1]] * 1000})
+    rec.consumer, rec.partitions = endless, {0}
+    rec._evaluate_due = time.monotonic()
+    assert rec.step() is None                          # behind, within the wait
+    monkeypatch.setattr(service, "CATCH_UP_WAIT_S", 0.0)
+    assert rec.step() is not None                      # behind past the wait: evaluated
+    rec.store.close()
