@@ -231,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    if args.log_level != "debug":     # apscheduler logs every run of every job at INFO
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         if args.command == "fetch":
             from .jobs.sparklibs import ensure_spark_kafka_libs
