@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -45,8 +46,13 @@ DEFAULT_RANGE = "24h"
 SNOOZES = {"1h": 1, "4h": 4, "24h": 24}
 
 
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1"]
+
+
 def create_app(db: Path, token: str | None = None, config: Path | None = None,
-               clock=time.time) -> Starlette:
+               clock=time.time, hosts: list[str] | None = None) -> Starlette:
+    """``hosts``: the Host headers accepted without a token (default: loopback names), so a
+    page elsewhere whose name was rebound to 127.0.0.1 cannot read or act here."""
     csrf = os.urandom(16).hex()
     env = Environment(loader=FileSystemLoader(HERE / "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
@@ -73,16 +79,16 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         return JSONResponse({"error": message}, status_code=status)
 
     # -- pages ---------------------------------------------------------------------------
-    async def overview(request: Request):
+    def overview(request: Request):
         range_name, since_ms = since(request)
         with _closing(store()) as s:
             tier = request.query_params.get("tier") or None
             view = data.completeness(s, since_ms, tier, request.query_params.get("topic"))
-            open_alerts = data.alerts(s, "open")
+            open_alerts = data.alerts(s, "open", now_ms())
         return page("overview.html", request, view=view, alerts=open_alerts,
                     range_name=range_name, topic_filter=request.query_params.get("topic", ""))
 
-    async def topic_page(request: Request):
+    def topic_page(request: Request):
         range_name, since_ms = since(request)
         topic = request.path_params["topic"]
         with _closing(store()) as s:
@@ -91,11 +97,10 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
             return page("missing.html", request, what=f"topic {topic}")
         return page("topic.html", request, hist=hist, range_name=range_name)
 
-    async def window_page(request: Request):
+    def window_page(request: Request):
         topic = request.path_params["topic"]
-        try:
-            start = int(request.path_params["start"])
-        except ValueError:
+        start = _window_start(request.path_params["start"])
+        if start is None:
             return page("missing.html", request, what="that window")
         with _closing(store()) as s:
             detail = data.window_detail(s, topic, start)
@@ -103,12 +108,12 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
             return page("missing.html", request, what=f"window {start} of {topic}")
         return page("window.html", request, w=detail)
 
-    async def alerts_page(request: Request):
+    def alerts_page(request: Request):
         status = request.query_params.get("status", "open")
         if status not in ("open", "snoozed", "resolved", "all"):
             status = "open"
         with _closing(store()) as s:
-            rows = data.alerts(s, status)
+            rows = data.alerts(s, status, now_ms())
         return page("alerts.html", request, alerts=rows, status=status,
                     message=request.query_params.get("done", ""))
 
@@ -146,30 +151,30 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         return RedirectResponse("/alerts?" + urlencode({"status": back, "done": done}),
                                 status_code=303)
 
-    async def health_page(request: Request):
+    def health_page(request: Request):
         with _closing(store()) as s:
             rows = data.health(s, now_ms())
         return page("health.html", request, tiers=rows, now=now_ms())
 
     # -- API -----------------------------------------------------------------------------
-    async def api_completeness(request: Request):
+    def api_completeness(request: Request):
         _name, since_ms = since(request)
         with _closing(store()) as s:
             return JSONResponse(data.completeness(s, since_ms, request.query_params.get("tier"),
                                                   request.query_params.get("topic")))
 
-    async def api_tiers(request: Request):
+    def api_tiers(request: Request):
         with _closing(store()) as s:
             return JSONResponse({"tiers": data.tiers(s)})
 
-    async def api_alerts(request: Request):
+    def api_alerts(request: Request):
         status = request.query_params.get("status", "open")
         if status not in ("open", "snoozed", "resolved", "all"):
             return bad("status is one of open, snoozed, resolved, all")
         with _closing(store()) as s:
-            return JSONResponse({"alerts": data.alerts(s, status)})
+            return JSONResponse({"alerts": data.alerts(s, status, now_ms())})
 
-    async def api_watermark(request: Request):
+    def api_watermark(request: Request):
         topic, tier = request.query_params.get("topic"), request.query_params.get("tier")
         if not topic or not tier:
             return bad("give topic and tier")
@@ -178,16 +183,16 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         return JSONResponse({"topic": topic, "tier": tier, "watermark_ms": mark,
                              "watermark": None if mark is None else utc_iso(mark)})
 
-    async def api_window(request: Request):
-        try:
-            topic, start = request.query_params["topic"], int(request.query_params["start"])
-        except (KeyError, ValueError):
+    def api_window(request: Request):
+        topic = request.query_params.get("topic")
+        start = _window_start(request.query_params.get("start", ""))
+        if not topic or start is None:
             return bad("give topic and start (window start, ms)")
         with _closing(store()) as s:
             detail = data.window_detail(s, topic, start)
         return JSONResponse(detail) if detail else bad("no such window", 404)
 
-    async def api_topic(request: Request):
+    def api_topic(request: Request):
         _name, since_ms = since(request)
         topic = request.query_params.get("topic")
         if not topic:
@@ -195,7 +200,7 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         with _closing(store()) as s:
             return JSONResponse(data.topic_history(s, topic, since_ms))
 
-    async def api_health(request: Request):
+    def api_health(request: Request):
         with _closing(store()) as s:
             return JSONResponse({"tiers": data.health(s, now_ms())})
 
@@ -213,7 +218,13 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
     app = Starlette(routes=routes, exception_handlers={StoreMissing: _no_database})
     if token:
         app.add_middleware(_TokenAuth, token=token)
+    else:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts or LOOPBACK_HOSTS)
     return app
+
+
+def _window_start(text: str) -> int | None:
+    return int(text) if text.isdigit() and len(text) <= 15 else None
 
 
 async def _form(request: Request) -> dict[str, str] | None:

@@ -66,10 +66,14 @@ def read_token(path: Path | None) -> str | None:
             token = path.read_text().strip()
         except OSError as exc:
             raise DashboardError(f"--token-file {path}: {exc.strerror}") from None
-        if len(token) < 16:
-            raise DashboardError(f"--token-file {path}: the token is shorter than 16 characters")
-        return token
-    return os.environ.get("DOCKET_DASHBOARD_TOKEN") or None
+    else:
+        token = os.environ.get("DOCKET_DASHBOARD_TOKEN", "").strip()
+        if not token:
+            return None
+    if len(token) < 16:
+        raise DashboardError(f"the token ({path or 'DOCKET_DASHBOARD_TOKEN'}) is shorter than "
+                             "16 characters")
+    return token
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,9 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         return EX_CONFIG
     import uvicorn
 
-    from .app import create_app
+    from .app import LOOPBACK_HOSTS, create_app
 
-    app = create_app(args.db, token=token, config=args.config)
+    app = create_app(args.db, token=token, config=args.config,
+                     hosts=sorted({*LOOPBACK_HOSTS, host}))
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     # SIGTERM/SIGINT: finish the requests in progress and exit 0 (uvicorn's own handling
     # raises the signal again once stopped, which ends the process with -15).

@@ -9,6 +9,7 @@ the pages render and ``/api/`` serves as JSON unchanged.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 from audit.reconcile.commands import watermark
@@ -108,15 +109,14 @@ def window_detail(store: Store, topic: str, window_start: int) -> dict | None:
             "state": r["state"], "expected": r["expected"], "count": r["count"],
             "distinct": r["distinct_count"], "duplicates": r["duplicates"],
             "missing": r["missing"], "checksum": r["checksum"], "reason": r["reason"]}
-    ranges: dict[str, dict[str, list]] = {}
-    for r in store.db.query("SELECT tier, origin, origin_incarnation, missing, missing_total "
-                            "FROM ranges WHERE origin IN (SELECT origin FROM window_origins "
-                            "WHERE topic = ? AND window_start = ?)", (topic, window_start)):
-        missing = json.loads(r["missing"])
-        if missing and r["tier"] != "producer":
-            ranges.setdefault(r["origin"], {})[r["tier"]] = {
-                "incarnation": r["origin_incarnation"], "ranges": missing[:20],
-                "total": r["missing_total"]}
+    ranges: dict[str, dict[str, dict]] = {}
+    for origin, by_tier in origins.items():          # the numbers no tier may lack: what the
+        for t, o in by_tier.items():                 # producer journalled as dropped is not
+            if t == "producer" or not o["missing"]:  # listed (store.missing_ranges)
+                continue
+            missing, total = store.missing_ranges(t, origin)
+            if missing:
+                ranges.setdefault(origin, {})[t] = {"ranges": missing[:20], "total": total}
     revisions = list(store.db.query(
         "SELECT tier, revision, at, state FROM window_revisions WHERE topic = ? AND "
         "window_start = ? ORDER BY at, tier", (topic, window_start)))
@@ -131,15 +131,17 @@ def window_detail(store: Store, topic: str, window_start: int) -> dict | None:
             "alerts": alerts}
 
 
-def alerts(store: Store, status: str = "open") -> list[dict]:
-    """Alerts by status (``open``, ``resolved``, ``snoozed``: open or resolved with a snooze
-    still running, ``all``), newest first, each with its deliveries."""
-    now_where = {"open": "a.status = 'open'", "resolved": "a.status = 'resolved'",
-                 "all": "1", "snoozed": "s.until > CAST(strftime('%s','now') AS INTEGER) * 1000"}
+def alerts(store: Store, status: str = "open", now_ms: int | None = None) -> list[dict]:
+    """Alerts by status (``open``, ``resolved``, ``snoozed``: open with a snooze still
+    running at ``now_ms``, ``all``), newest first, each with its deliveries."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    where = {"open": "a.status = 'open'", "resolved": "a.status = 'resolved'", "all": "1",
+             "snoozed": "a.status = 'open' AND s.until > :now"}
     rows = list(store.db.query(
-        "SELECT a.*, s.until AS snoozed_until, s.by AS snoozed_by FROM alerts a "
-        "LEFT JOIN snoozes s ON s.key = a.key WHERE " + now_where[status]
-        + " ORDER BY a.id DESC LIMIT 500"))
+        "SELECT a.*, CASE WHEN s.until > :now THEN s.until END AS snoozed_until, "
+        "CASE WHEN s.until > :now THEN s.by END AS snoozed_by FROM alerts a "
+        "LEFT JOIN snoozes s ON s.key = a.key WHERE " + where[status]
+        + " ORDER BY a.id DESC LIMIT 500", {"now": now_ms}))
     if rows:
         ids = [r["id"] for r in rows]
         marks = ",".join("?" * len(ids))

@@ -56,6 +56,7 @@ METADATA_EVERY_S = 30.0
 # Windows are evaluated once every record on the audit topic has been applied (see
 # ``Reconciler.step``); a topic that never stands still for this long is evaluated anyway.
 CATCH_UP_WAIT_S = 600.0
+CATCH_UP_CHECK_S = 1.0
 
 
 @dataclass
@@ -154,6 +155,7 @@ class Reconciler:
         self.applied = 0                         # audit records applied since start
         self.last_evaluation_ms: int | None = None
         self._evaluate_due: float | None = None    # monotonic time of the next evaluation
+        self._next_catch_up_check = 0.0
         self.metrics: MetricsServer | None = None
 
     # -- consuming -----------------------------------------------------------------------------
@@ -293,21 +295,36 @@ class Reconciler:
         go to different partitions: judged in between, a tier whose progress says it is
         current but whose counts are still unread would show as a loss (seen: a reconciler
         restarted on a backlog fired and resolved a loss alert). Evaluated here, in the
-        consuming thread, nothing is applied while windows are judged."""
+        consuming thread, nothing is applied while windows are judged. Whether the topic is
+        read to its end is asked of the brokers at most every ``CATCH_UP_CHECK_S``; a failed
+        question or a failed evaluation is logged and tried again, never fatal."""
         self.consume_batch()
         now = time.monotonic()
         if self._evaluate_due is None:
             self._evaluate_due = now
-        if now < self._evaluate_due:
+        if now < self._evaluate_due or now < self._next_catch_up_check:
             return None
         behind_for = now - self._evaluate_due
-        if self.partitions and not self.caught_up():
+        if self.partitions and not self._caught_up_or_false():
             if behind_for < CATCH_UP_WAIT_S:
+                self._next_catch_up_check = now + CATCH_UP_CHECK_S
                 return None
             log.warning("the audit topic has not been read to its end for %.0f s: evaluating "
                         "anyway (a tier's counts not yet read may show as missing)", behind_for)
         self._evaluate_due = now + self.cfg["reconcile.evaluate_interval_ms"] / 1000
-        return self.evaluate_job()
+        try:
+            return self.evaluate_job()
+        except Exception:                    # noqa: BLE001 — the next evaluation tries again
+            log.exception("evaluation failed; trying again in %.0f s",
+                          self.cfg["reconcile.evaluate_interval_ms"] / 1000)
+            return None
+
+    def _caught_up_or_false(self) -> bool:
+        try:
+            return self.caught_up()
+        except KafkaException as exc:
+            log.warning("cannot tell whether the audit topic is read to its end: %s", exc)
+            return False
 
     def run(self) -> None:
         listen = self.cfg["reconcile.listen"]

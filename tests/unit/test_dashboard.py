@@ -39,8 +39,11 @@ def db(tmp_path):
         count("producer", 10, window=T0, at=at, topic=EVIL),
         count("kafka-local", 10, window=T0, at=at, topic=EVIL),
         Ranges(tier="kafka-local", origin="web-2", origin_incarnation="i",
-               emitter="kafka-local/count", seq=1, through=499, missing=[[300, 399]],
-               missing_total=100, emitted_at=at),
+               emitter="kafka-local/count", seq=1, through=499, missing=[[290, 399]],
+               missing_total=110, emitted_at=at),
+        # the producer journalled 290-299 as dropped: not a loss, not listed as missing
+        Ranges(tier="producer", origin="web-2", origin_incarnation="i", emitter="web-2/agent",
+               seq=1, through=499, missing=[[290, 299]], missing_total=10, emitted_at=at),
         progress(NOW - MIN)], {}, {("docket.audit", 0): 8}, "t")
     evaluate(store, cfg(), NOW)
     store.close()
@@ -49,7 +52,7 @@ def db(tmp_path):
 
 @pytest.fixture
 def client(db):
-    return TestClient(create_app(db))
+    return TestClient(create_app(db), base_url="http://127.0.0.1")
 
 
 def _no_outside_references(html: str) -> None:
@@ -72,7 +75,7 @@ def test_the_overview_shows_the_lossy_window_in_red_and_escapes_names(client):
 def test_the_window_page_names_the_host_its_missing_numbers_and_how_to_locate_them(client):
     html = client.get(f"/window/app/{T0}").text
     origin = re.search(r"<tr><th>web-2</th>(.*?)</tr>", html, re.S).group(1)
-    assert "−100" in origin and "300–399" in origin
+    assert "−100" in origin and "300–399" in origin and "290" not in origin
     assert "docket-agent locate --config /etc/docket/agent.toml --seq 300-399" in origin
     _no_outside_references(html)
     assert client.get(f"/window/app/{T0 + W * 100}").status_code == 200     # nothing there
@@ -115,6 +118,8 @@ def test_the_api(client):
     w = client.get(f"/api/window?topic=app&start={T0}").json()
     assert w["origins"]["web-2"]["kafka-local"]["missing"] == 100
     assert w["missing_ranges"]["web-2"]["kafka-local"]["ranges"] == [[300, 399]]
+    assert client.get(f"/api/window?topic=app&start={10**20}").status_code == 400
+    assert client.get(f"/window/app/{10**20}").status_code == 200           # "nothing here"
     mark = client.get("/api/watermark?topic=app&tier=kafka-local").json()
     assert mark["watermark_ms"] is None                  # its only window is incomplete
     assert client.get(f"/api/watermark?topic={EVIL}&tier=kafka-local").json()[
@@ -127,8 +132,29 @@ def test_the_api(client):
         assert r.status_code == 400 and "error" in r.json(), bad
 
 
+def test_a_host_name_other_than_loopback_is_refused_without_a_token(db):
+    """A page elsewhere whose name was rebound to 127.0.0.1 sends its own Host header."""
+    client = TestClient(create_app(db), base_url="http://attacker.example")
+    assert client.get("/alerts").status_code == 400
+    assert TestClient(create_app(db), base_url="http://localhost:8642").get("/").status_code \
+        == 200
+
+
+def test_a_snooze_shows_only_while_it_runs(db):
+    client = TestClient(create_app(db), base_url="http://127.0.0.1")
+    page = client.get("/alerts").text
+    alert_id = int(re.search(r'id="alert-(\d+)"', page).group(1))
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)
+    client.post(f"/alerts/{alert_id}/snooze", data={"for": "1h", "csrf": token})
+    later = TestClient(create_app(db, clock=lambda: (NOW + 2 * 3_600_000) / 1000),
+                       base_url="http://127.0.0.1")
+    assert later.get("/api/alerts?status=snoozed").json()["alerts"] == []
+    assert later.get("/api/alerts?status=open").json()["alerts"][0]["snoozed_until"] is None
+
+
 def test_the_token_guards_every_request(db):
-    client = TestClient(create_app(db, token="s3cret-token-0123456789"))
+    client = TestClient(create_app(db, token="s3cret-token-0123456789"),
+                        base_url="http://anywhere.example")
     assert client.get("/").status_code == 401
     assert client.get("/api/tiers").status_code == 401
     assert client.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -146,5 +172,12 @@ def test_a_reachable_address_without_a_token_is_refused(db, tmp_path, capsys, mo
     assert dashboard_main(["--db", str(db), "--listen", "nonsense"]) == 78
     short = tmp_path / "t"
     short.write_text("short")
-    assert dashboard_main(["--db", str(db), "--listen", "0.0.0.0:1",
-                           "--token-file", str(short)]) == 78
+    assert dashboard_main(["--db", str(db), "--token-file", str(short)]) == 78
+    assert "shorter than 16" in capsys.readouterr().err
+    monkeypatch.setenv("DOCKET_DASHBOARD_TOKEN", "short")
+    assert dashboard_main(["--db", str(db)]) == 78
+    for listen in ("[::]:8642", ":8642", "example.org:8642"):
+        monkeypatch.delenv("DOCKET_DASHBOARD_TOKEN")
+        assert dashboard_main(["--db", str(db), "--listen", listen]) == 78, listen
+        assert "no token is set" in capsys.readouterr().err
+        monkeypatch.setenv("DOCKET_DASHBOARD_TOKEN", "short")

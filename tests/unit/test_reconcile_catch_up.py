@@ -76,7 +76,8 @@ def test_windows_are_judged_only_with_every_partition_read_to_its_end(tmp_path):
     rec.partitions = {0, 1}
     evaluations = []
     for _ in range(len(p0) + len(p1) + 2):
-        rec._evaluate_due = time.monotonic()          # an evaluation is due at every step
+        rec._evaluate_due = time.monotonic()          # an evaluation is due at every step,
+        rec._next_catch_up_check = 0.0                 # and the brokers may be asked
         result = rec.step()
         if result is not None:
             evaluations.append(rec.consumer.next.copy())
@@ -99,5 +100,38 @@ def test_a_topic_never_read_to_its_end_is_evaluated_after_the_wait(tmp_path, mon
     rec._evaluate_due = time.monotonic()
     assert rec.step() is None                          # behind, within the wait
     monkeypatch.setattr(service, "CATCH_UP_WAIT_S", 0.0)
+    rec._next_catch_up_check = 0.0
     assert rec.step() is not None                      # behind past the wait: evaluated
+    rec.store.close()
+
+
+def test_evaluations_follow_the_interval_and_survive_failures(tmp_path, monkeypatch):
+    """The first step evaluates (nothing to read), the next not before the interval; a broker
+    that cannot answer whether the topic is read, or an evaluation that fails, is logged and
+    tried again — the reconciler keeps running."""
+    from confluent_kafka import KafkaException
+
+    now = int(time.time() * 1000)
+    rec = Reconciler(cfg(), tmp_path / "r.db", clock=lambda: now / 1000)
+    rec.consumer, rec.partitions = ScriptedConsumer({0: []}), {0}
+    assert rec.step() is not None                      # due at once, caught up
+    assert rec.step() is None                          # the interval (60 s) has not passed
+
+    rec._evaluate_due = time.monotonic()
+
+    def no_answer(*a, **k):
+        raise KafkaException("timed out")
+
+    monkeypatch.setattr(rec.consumer, "get_watermark_offsets", no_answer)
+    assert rec.step() is None                          # unknown: not judged, not fatal
+    assert rec.step() is None                          # asked again only after a second
+    monkeypatch.undo()
+
+    def broken(*a, **k):
+        raise RuntimeError("database is locked")
+
+    rec._evaluate_due, rec._next_catch_up_check = time.monotonic(), 0.0
+    monkeypatch.setattr(rec, "evaluate_job", broken)
+    assert rec.step() is None                          # logged; the next one is scheduled
+    assert rec._evaluate_due > time.monotonic() + 50
     rec.store.close()
