@@ -44,6 +44,7 @@ HOUR_MS = 3600 * 1000
 RANGES = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7}      # ?range=: how far back
 DEFAULT_RANGE = "24h"
 SNOOZES = {"1h": 1, "4h": 4, "24h": 24}
+TOPICS_PER_PAGE = 100           # the overview's rows: 100 topics × a day is 14,400 cells
 
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1"]
@@ -83,7 +84,9 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         range_name, since_ms = since(request)
         with _closing(store()) as s:
             tier = request.query_params.get("tier") or None
-            view = data.completeness(s, since_ms, tier, request.query_params.get("topic"))
+            page_no = _page(request)
+            view = data.completeness(s, since_ms, tier, request.query_params.get("topic"),
+                                     page_no, TOPICS_PER_PAGE)
             open_alerts = data.alerts(s, "open", now_ms())
         return page("overview.html", request, view=view, alerts=open_alerts,
                     range_name=range_name, topic_filter=request.query_params.get("topic", ""))
@@ -160,8 +163,10 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
     def api_completeness(request: Request):
         _name, since_ms = since(request)
         with _closing(store()) as s:
-            return JSONResponse(data.completeness(s, since_ms, request.query_params.get("tier"),
-                                                  request.query_params.get("topic")))
+            per_page = request.query_params.get("per_page", "0")
+            return JSONResponse(data.completeness(
+                s, since_ms, request.query_params.get("tier"), request.query_params.get("topic"),
+                _page(request), int(per_page) if per_page.isdigit() else 0))
 
     def api_tiers(request: Request):
         with _closing(store()) as s:
@@ -221,6 +226,11 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
     else:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts or LOOPBACK_HOSTS)
     return app
+
+
+def _page(request: Request) -> int:
+    text = request.query_params.get("page", "0")
+    return min(int(text), 10**6) if text.isdigit() else 0
 
 
 def _window_start(text: str) -> int | None:

@@ -26,10 +26,11 @@ def tiers(store: Store) -> list[str]:
 
 
 def completeness(store: Store, since_ms: int, tier: str | None = None,
-                 topic: str | None = None) -> dict:
+                 topic: str | None = None, page: int = 0, per_page: int = 0) -> dict:
     """The overview: per (topic, window) of ``tier`` (default: the last tier of the graph)
     its state, completeness and finality, since ``since_ms``; and per tier the windows by
-    state over the same time."""
+    state over the same time. With ``per_page``, the topics of page ``page`` only (sorted by
+    name; ``topics_total`` counts them all), the totals still over every topic."""
     all_tiers = tiers(store)
     tier = tier or (all_tiers[-1] if all_tiers else None)
     args: list = [since_ms]
@@ -37,24 +38,35 @@ def completeness(store: Store, since_ms: int, tier: str | None = None,
     if topic:
         where += " AND topic = ?"
         args.append(topic)
+    totals: dict[str, Counter] = {t: Counter() for t in all_tiers}
+    for t, state, n in store.conn.execute(
+            "SELECT tier, state, count(*) FROM windows WHERE " + where
+            + " GROUP BY tier, state", args):
+        totals.setdefault(t, Counter())[state] += n
+    names = [r[0] for r in store.conn.execute(
+        "SELECT DISTINCT topic FROM windows WHERE tier = ? AND " + where + " ORDER BY topic",
+        [tier, *args])]
+    shown = names[page * per_page:(page + 1) * per_page] if per_page else names
     cells: dict[str, dict[int, dict]] = {}
     windows: set[int] = set()
-    totals: dict[str, Counter] = {t: Counter() for t in all_tiers}
-    for (t, name, ws, state, final, expected, count, distinct, dups, comp, missing,
-         checksum) in store.conn.execute(
+    rows = []
+    if shown:
+        marks = ",".join("?" * len(shown))
+        rows = store.conn.execute(
             "SELECT tier, topic, window_start, state, final, expected, count, distinct_count, "
-            "duplicates, completeness, missing, checksum FROM windows WHERE " + where
-            + " ORDER BY topic, window_start", args):
-        totals.setdefault(t, Counter())[state] += 1
-        if t != tier:
-            continue
+            "duplicates, completeness, missing, checksum FROM windows WHERE tier = ? AND "
+            f"topic IN ({marks}) AND window_start >= ? ORDER BY topic, window_start",
+            [tier, *shown, since_ms])
+    for (_t, name, ws, state, final, expected, count, distinct, dups, comp, missing,
+         checksum) in rows:
         windows.add(ws)
         cells.setdefault(name, {})[ws] = {
             "state": state, "final": bool(final), "expected": expected, "count": count,
             "distinct": distinct, "duplicates": dups, "completeness": comp,
             "missing": missing, "checksum": checksum}
     return {"tier": tier, "tiers": all_tiers, "since_ms": since_ms,
-            "windows": sorted(windows), "topics": cells,
+            "windows": sorted(windows), "topics": cells, "topics_total": len(names),
+            "page": page, "per_page": per_page,
             "totals": {t: dict(c) for t, c in totals.items()}}
 
 

@@ -115,6 +115,9 @@ def test_the_api(client):
     assert c["tier"] == "kafka-local" and set(c["topics"]) == {"app", EVIL}
     assert c["topics"]["app"][str(T0)]["state"] == "incomplete"
     assert client.get("/api/tiers").json() == {"tiers": ["producer", "kafka-local"]}
+    paged = client.get("/api/completeness?tier=kafka-local&per_page=1&page=1").json()
+    assert paged["topics_total"] == 2 and list(paged["topics"]) == ["app"]   # sorted: "<" first
+    assert paged["totals"] == c["totals"]                  # totals over every topic
     w = client.get(f"/api/window?topic=app&start={T0}").json()
     assert w["origins"]["web-2"]["kafka-local"]["missing"] == 100
     assert w["missing_ranges"]["web-2"]["kafka-local"]["ranges"] == [[300, 399]]

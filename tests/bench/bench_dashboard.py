@@ -1,0 +1,102 @@
+"""How long the dashboard's overview takes over 2,000 topics × 144 windows.
+
+Prints one JSON line. In one run, on a SQLite file in a temporary directory: the audit records
+of a day of N topics (``--topics``, default 2,000) × 144 ten-minute windows × 3 tiers × 3
+origins, made and applied as ``bench_reconcile.py`` makes them (with its losses, duplicates and
+checksum mismatches), then evaluated once by the reconciler (every window final). Then, in
+process through Starlette's test client (no socket, no browser):
+- overview_server_s: the median of 5 requests of ``/?tier=warehouse&range=24h`` (the heatmap's
+  first page, 100 topics × all 144 windows, with every topic's totals), from request to the last
+  byte of HTML; overview_html_mb its size;
+- api_completeness_s: the median of 5 requests of ``/api/completeness`` for every topic at once
+  (``cells``: all N × 144);
+- baseline_select_s: in the same run, a bare ``SELECT`` of the same rows of ``windows`` (no
+  object, no HTML per row): the floor under both;
+- browser_load_s: null — no browser drives the page in this benchmark yet (no Chromium set up
+  by the project); the figure is the server's time only.
+Fill and evaluation take a few minutes at 2,000 topics (their figures are printed too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from starlette.testclient import TestClient  # noqa: E402
+
+from audit.reconcile.service import evaluate  # noqa: E402
+from audit.reconcile.store import Store  # noqa: E402
+from dashboards.app import create_app  # noqa: E402
+from tests.bench.bench_reconcile import (  # noqa: E402
+    DAY_END,
+    FIRST_EVALUATION,
+    T0,
+    WINDOWS,
+    apply_all,
+    config,
+)
+
+REPEAT = 5
+
+
+def _median_s(fetch) -> tuple[float, int]:
+    times, size = [], 0
+    for _ in range(REPEAT):
+        t = time.perf_counter()
+        r = fetch()
+        times.append(time.perf_counter() - t)
+        assert r.status_code == 200, r.text[:300]
+        size = len(r.content)
+    return statistics.median(times), size
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--topics", type=int, default=2000)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "reconcile.db"
+        store = Store(db)
+        t = time.perf_counter()
+        applied, _ = apply_all(store, args.topics)
+        fill_s = time.perf_counter() - t
+        t = time.perf_counter()
+        evaluate(store, config(), FIRST_EVALUATION)
+        evaluation_s = time.perf_counter() - t
+        t = time.perf_counter()
+        rows = store.conn.execute(
+            "SELECT topic, window_start, state, final, expected, count, distinct_count, "
+            "duplicates, completeness, missing, checksum FROM windows WHERE tier = ? AND "
+            "window_start >= ?", ("warehouse", T0)).fetchall()
+        baseline_s = time.perf_counter() - t
+        store.close()
+        client = TestClient(create_app(db, clock=lambda: DAY_END / 1000),
+                            base_url="http://127.0.0.1")
+        overview_s, html_bytes = _median_s(
+            lambda: client.get("/?tier=warehouse&range=24h"))
+        api_s, _ = _median_s(lambda: client.get("/api/completeness?tier=warehouse&range=24h"))
+        shown = client.get("/api/completeness?tier=warehouse&range=24h").json()
+    cells = sum(len(w) for w in shown["topics"].values())
+    print(json.dumps({
+        "topics": args.topics, "windows": WINDOWS, "records_applied": applied,
+        "cells": cells, "rows_selected": len(rows),
+        "fill_s": round(fill_s, 1), "first_evaluation_s": round(evaluation_s, 1),
+        "overview_server_s": round(overview_s, 3),
+        "overview_html_mb": round(html_bytes / 1e6, 2),
+        "api_completeness_s": round(api_s, 3), "baseline_select_s": round(baseline_s, 3),
+        "browser_load_s": None,
+        "note": "in process (Starlette test client), no socket and no browser",
+    }))
+
+
+if __name__ == "__main__":
+    main()
