@@ -73,18 +73,25 @@ def identity_stream(topics: list[str], seed: int = 11):
     return sent, truth, numbers
 
 
-def test_every_tier_reports_the_injected_duplicates_and_missing_ranges(kafka, tmp_path):
-    prefix = f"ident{uuid.uuid4().hex[:6]}"
+def _written(kafka, name: str, seed: int):
+    """Two fresh topics and an audit topic, the identity stream written to them: (prefix,
+    topics, audit topic, what ``identity_stream`` returns)."""
+    prefix = f"{name}{uuid.uuid4().hex[:6]}"
     topics = [f"{prefix}.t{i}" for i in range(2)]
     audit_topic = f"{prefix}.audit"
     ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=3) for t in topics])
     ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
-    sent, truth, numbers = identity_stream(topics)
+    stream = identity_stream(topics, seed=seed)
     p = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20})
-    for topic, ts, value, headers in sent:
+    for topic, ts, value, headers in stream[0]:
         p.produce(topic, value, timestamp=ts, headers=headers)
         p.poll(0)
     assert p.flush(60) == 0
+    return prefix, topics, audit_topic, stream
+
+
+def test_every_tier_reports_the_injected_duplicates_and_missing_ranges(kafka, tmp_path):
+    prefix, topics, audit_topic, (sent, truth, numbers) = _written(kafka, "ident", seed=11)
 
     common = ["--bootstrap-servers", kafka.bootstrap_servers, "--audit-topic", audit_topic,
               "--topics", rf"{prefix}\.t[0-9]+", "--once"]
@@ -130,17 +137,7 @@ def test_every_tier_reports_the_injected_duplicates_and_missing_ranges(kafka, tm
 
 
 def test_land_dedup_lands_each_record_once_and_says_what_it_skipped(kafka, tmp_path):
-    prefix = f"dedup{uuid.uuid4().hex[:6]}"
-    topics = [f"{prefix}.t{i}" for i in range(2)]
-    audit_topic = f"{prefix}.audit"
-    ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=3) for t in topics])
-    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
-    sent, truth, numbers = identity_stream(topics, seed=12)
-    p = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20})
-    for topic, ts, value, headers in sent:
-        p.produce(topic, value, timestamp=ts, headers=headers)
-        p.poll(0)
-    assert p.flush(60) == 0
+    prefix, topics, audit_topic, (sent, truth, numbers) = _written(kafka, "dedup", seed=12)
 
     warehouse = tmp_path / "warehouse"
     land = AuditJob(["land", "--dedup", "--warehouse", str(warehouse),
