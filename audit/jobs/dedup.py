@@ -18,13 +18,12 @@ copies skipped. Runs in Spark's Python workers with pandas; the tests run it wit
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .intervals import IntervalSet
+from .intervals import IntervalSet, add_numbered, spaces_from_json, spaces_to_json
 
 # What lands: the Kafka record, its identity and the table's partition columns.
 LANDED_COLUMNS = ["partition", "offset", "timestamp", "key", "value", "origin", "incarnation",
@@ -46,14 +45,10 @@ class OriginDedup:
 
     @classmethod
     def load(cls, spaces: str | None, skipped: str | None) -> OriginDedup:
-        return cls({inc: IntervalSet.from_bytes(base64.b64decode(raw))
-                    for inc, raw in (json.loads(spaces) if spaces else {}).items()},
-                   json.loads(skipped) if skipped else {})
+        return cls(spaces_from_json(spaces), json.loads(skipped) if skipped else {})
 
     def dump(self) -> tuple[str, str]:
-        return (json.dumps({inc: base64.b64encode(iv.to_bytes()).decode()
-                            for inc, iv in self.spaces.items()}, separators=(",", ":")),
-                json.dumps(self.skipped, separators=(",", ":")))
+        return spaces_to_json(self.spaces), json.dumps(self.skipped, separators=(",", ":"))
 
     def keep(self, origin: str, frames: Iterable, done: Callable[[], None] = lambda: None
              ) -> Iterator:
@@ -66,14 +61,8 @@ class OriginDedup:
         for frame in frames:
             if not len(frame):
                 continue
-            seq = frame["seq"].to_numpy(np.int64)
-            numbered = seq >= 0
-            copy = np.zeros(len(frame), bool)
-            if numbered.any():
-                incs = frame["incarnation"].to_numpy(object)
-                for inc in _unique(incs[numbered]):
-                    at = np.flatnonzero(numbered & (incs == inc))
-                    copy[at] = self.spaces.setdefault(str(inc), IntervalSet()).add(seq[at])
+            copy, _changed = add_numbered(self.spaces, frame["incarnation"].to_numpy(object),
+                                          frame["seq"].to_numpy(np.int64))
             if copy.any():
                 counts = frame[copy].groupby(["topic", "window_start"], sort=True).size()
                 for (topic, window), n in counts.items():
@@ -94,12 +83,6 @@ class OriginDedup:
         return {"spaces": len(self.spaces), "windows": len(self.skipped),
                 "intervals": sum(iv.intervals for iv in self.spaces.values()),
                 "bytes": len(spaces) + len(skipped)}
-
-
-def _unique(values: np.ndarray) -> list:
-    import pandas as pd
-
-    return list(pd.unique(values))
 
 
 def _frame(kept, tallies: list[tuple[str, str, int, int]]):

@@ -5,11 +5,18 @@ few gaps": kept as intervals, it costs memory per gap, not per record. ``add`` t
 numbers (any order, repeats allowed) and says which of them were seen before — in the set, or
 earlier in the same batch — so the caller can count duplicates where they belong.
 
-Light on purpose (numpy only): the Spark jobs run it in their Python workers, and the tests run
-it without Spark.
+``add_numbered`` adds a batch to the sets of its number spaces (one per origin incarnation), as
+both Spark steps do (counting, ``land --dedup``); ``spaces_to_json``/``spaces_from_json`` are
+the sets as their checkpointed state keeps them.
+
+Light on purpose (numpy and the standard library only): the Spark jobs run it in their Python
+workers, and the tests run it without Spark.
 """
 
 from __future__ import annotations
+
+import base64
+import json
 
 import numpy as np
 
@@ -102,6 +109,34 @@ class IntervalSet:
             return cls()
         pairs = np.frombuffer(raw, "<i8").reshape(-1, 2)
         return cls(pairs[:, 0].copy(), pairs[:, 1].copy())
+
+
+def add_numbered(spaces: dict[str, IntervalSet], incarnations: np.ndarray,
+                 seq: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Add a batch's record numbers to the sets of their number spaces (``spaces``: origin
+    incarnation → the numbers seen; a record without a number has ``seq`` -1 and is left out).
+    Returns, per record, whether its number was seen before (in the set, or earlier in the
+    batch): a copy; and the number spaces that changed, in the order first met."""
+    numbered = seq >= 0
+    copy = np.zeros(len(seq), bool)
+    changed: list[str] = []
+    if numbered.any():
+        for inc in dict.fromkeys(incarnations[numbered].tolist()):
+            at = np.flatnonzero(numbered & (incarnations == inc))
+            copy[at] = spaces.setdefault(str(inc), IntervalSet()).add(seq[at])
+            changed.append(str(inc))
+    return copy, changed
+
+
+def spaces_to_json(spaces: dict[str, IntervalSet]) -> str:
+    """Number spaces as a job's state keeps them: JSON of incarnation → base64 intervals."""
+    return json.dumps({inc: base64.b64encode(iv.to_bytes()).decode()
+                       for inc, iv in spaces.items()}, separators=(",", ":"))
+
+
+def spaces_from_json(text: str | None) -> dict[str, IntervalSet]:
+    return {inc: IntervalSet.from_bytes(base64.b64decode(raw))
+            for inc, raw in (json.loads(text) if text else {}).items()}
 
 
 def _runs(sorted_unique: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,14 +12,13 @@ Runs in Spark's Python workers with pandas; the tests run it without Spark.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterable
 
 import numpy as np
 
 from ..contract.record import MAX_RANGES
-from .intervals import IntervalSet
+from .intervals import IntervalSet, add_numbered, spaces_from_json, spaces_to_json
 
 COLUMNS = ["kind", "origin", "topic", "window_start", "n", "bytes", "lo", "hi", "duplicates",
            "unnumbered", "incarnation", "through", "missing", "missing_total",
@@ -34,14 +33,10 @@ class OriginTally:
 
     @classmethod
     def load(cls, windows: str | None, spaces: str | None) -> OriginTally:
-        return cls(json.loads(windows) if windows else {},
-                   {inc: IntervalSet.from_bytes(base64.b64decode(raw))
-                    for inc, raw in (json.loads(spaces) if spaces else {}).items()})
+        return cls(json.loads(windows) if windows else {}, spaces_from_json(spaces))
 
     def dump(self) -> tuple[str, str]:
-        return (json.dumps(self.windows, separators=(",", ":")),
-                json.dumps({inc: base64.b64encode(iv.to_bytes()).decode()
-                            for inc, iv in self.spaces.items()}, separators=(",", ":")))
+        return json.dumps(self.windows, separators=(",", ":")), spaces_to_json(self.spaces)
 
     def add_frames(self, origin: str, frames: Iterable):
         """Add the batch's records (pandas frames with incarnation, seq, topic, window_start,
@@ -53,17 +48,9 @@ class OriginTally:
             return pd.DataFrame({c: [] for c in COLUMNS})
         batch = pd.concat(parts, ignore_index=True)
         seq = batch["seq"].to_numpy(np.int64)
-        numbered = seq >= 0
-        dup = np.zeros(len(batch), bool)
-        changed_spaces = []
-        if numbered.any():
-            incs = batch["incarnation"].to_numpy(object)
-            for inc in pd.unique(incs[numbered]):
-                at = np.flatnonzero(numbered & (incs == inc))
-                space = self.spaces.setdefault(str(inc), IntervalSet())
-                dup[at] = space.add(seq[at])
-                changed_spaces.append(str(inc))
-        batch = batch.assign(dup=dup, unnumbered=~numbered)
+        dup, changed_spaces = add_numbered(self.spaces, batch["incarnation"].to_numpy(object),
+                                           seq)
+        batch = batch.assign(dup=dup, unnumbered=seq < 0)
         groups = batch.groupby(["topic", "window_start"], sort=True).agg(
             n=("len", "size"), bytes=("len", "sum"), lo=("lo", "sum"), hi=("hi", "sum"),
             duplicates=("dup", "sum"), unnumbered=("unnumbered", "sum"))
