@@ -22,6 +22,7 @@ from audit.contract.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's
     ConfigError,
     Setting,
     found,
+    host_port,
     load_toml,
     parse_sections,
     parse_table,
@@ -209,8 +210,7 @@ def _check_combinations(values: dict, sources: list[SourceConfig]) -> None:
         raise ConfigError("buffer.slot_size_bytes",
                           f"slots of {slot} bytes leave fewer than 2 in a pool of {size} bytes",
                           hint="raise buffer.size_bytes or lower buffer.slot_size_bytes")
-    host, sep, port = values["status.listen"].rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if host_port(values["status.listen"]) is None:
         raise ConfigError("status.listen", f"expected HOST:PORT, found {values['status.listen']!r}",
                           hint='e.g. "127.0.0.1:9464"')
     if values["audit.interval_ms"] > values["audit.window_ms"] * 6:

@@ -18,7 +18,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from audit.contract.errors import DocketError, print_error
-from audit.contract.settings import EX_CONFIG
+from audit.contract.settings import EX_CONFIG, host_port
 
 DEFAULT_LISTEN = "127.0.0.1:8642"
 
@@ -44,11 +44,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def listen_address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    address = host_port(text)
+    if address is None or address[1] == 0:
         raise DashboardError(f"--listen {text!r}: expected HOST:PORT",
                              hint=f"e.g. --listen {DEFAULT_LISTEN}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return address[0].strip("[]") or "0.0.0.0", address[1]
 
 
 def is_loopback(host: str) -> bool:

@@ -55,6 +55,15 @@ def found(value) -> str:
     return f"{shown} ({kind})"
 
 
+def host_port(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (an IPv6 host in brackets; port 0 to 65535) → (host, port), None when
+    ``text`` is not one. The listen addresses of the agent, the reconciler and the dashboard."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        return None
+    return host, int(port)
+
+
 def coerce(s: Setting, path: str, value):
     """``value`` checked against ``s`` (an integer is taken for a float); raises ConfigError."""
     if s.type is float and isinstance(value, int) and not isinstance(value, bool):

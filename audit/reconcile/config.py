@@ -21,6 +21,7 @@ from audit.contract.record import PRODUCER_TIER
 from audit.contract.settings import (
     ConfigError,
     Setting,
+    host_port,
     load_toml,
     parse_sections,
     parse_table,
@@ -126,8 +127,7 @@ def parse(raw: dict) -> ReconcileConfig:
                                   f"{', '.join(sorted(channels)) or '(none defined)'}")
     listen = values["reconcile.listen"]
     if listen:
-        host, sep, port = listen.rpartition(":")
-        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        if host_port(listen) is None:
             raise ConfigError("reconcile.listen", f"expected HOST:PORT, found {listen!r}",
                               hint='e.g. "127.0.0.1:9465", or "" for no metrics server')
     tiers = values["windows.tiers"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from audit.cli import main
+from audit.contract.settings import ConfigError
 from audit.reconcile.config import parse
 
 GOOD = """
@@ -126,3 +127,10 @@ def test_the_stop_signals_are_handled_before_the_database_is_opened(tmp_path, mo
         signal.signal(signal.SIGINT, before[1])
     assert seen["handler"] not in (signal.SIG_DFL, signal.SIG_IGN, None)
     assert seen["stopped"] is True
+
+
+@pytest.mark.parametrize("listen", ["9465", "127.0.0.1:", "127.0.0.1:70000", "h:x"])
+def test_a_listen_address_that_is_not_host_port_is_a_config_error(listen):
+    with pytest.raises(ConfigError, match="expected HOST:PORT"):
+        parse({"reconcile": {"listen": listen}})
+    assert parse({"reconcile": {"listen": "[::1]:0"}})["reconcile.listen"] == "[::1]:0"
