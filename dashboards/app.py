@@ -20,6 +20,7 @@ import base64
 import hmac
 import os
 import time
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlencode
 
@@ -82,7 +83,7 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
     # -- pages ---------------------------------------------------------------------------
     def overview(request: Request):
         range_name, since_ms = since(request)
-        with _closing(store()) as s:
+        with closing(store()) as s:
             tier = request.query_params.get("tier") or None
             page_no = _page(request)
             view = data.completeness(s, since_ms, tier, request.query_params.get("topic"),
@@ -94,7 +95,7 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
     def topic_page(request: Request):
         range_name, since_ms = since(request)
         topic = request.path_params["topic"]
-        with _closing(store()) as s:
+        with closing(store()) as s:
             hist = data.topic_history(s, topic, since_ms)
         if not hist["windows"]:
             return page("missing.html", request, what=f"topic {topic}")
@@ -105,7 +106,7 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         start = _window_start(request.path_params["start"])
         if start is None:
             return page("missing.html", request, what="that window")
-        with _closing(store()) as s:
+        with closing(store()) as s:
             detail = data.window_detail(s, topic, start)
         if detail is None:
             return page("missing.html", request, what=f"window {start} of {topic}")
@@ -115,7 +116,7 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         status = request.query_params.get("status", "open")
         if status not in ("open", "snoozed", "resolved", "all"):
             status = "open"
-        with _closing(store()) as s:
+        with closing(store()) as s:
             rows = data.alerts(s, status, now_ms())
         return page("alerts.html", request, alerts=rows, status=status,
                     message=request.query_params.get("done", ""))
@@ -155,35 +156,35 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
                                 status_code=303)
 
     def health_page(request: Request):
-        with _closing(store()) as s:
+        with closing(store()) as s:
             rows = data.health(s, now_ms())
         return page("health.html", request, tiers=rows, now=now_ms())
 
     # -- API -----------------------------------------------------------------------------
     def api_completeness(request: Request):
         _name, since_ms = since(request)
-        with _closing(store()) as s:
+        with closing(store()) as s:
             per_page = request.query_params.get("per_page", "0")
             return JSONResponse(data.completeness(
                 s, since_ms, request.query_params.get("tier"), request.query_params.get("topic"),
                 _page(request), int(per_page) if per_page.isdigit() else 0))
 
     def api_tiers(request: Request):
-        with _closing(store()) as s:
+        with closing(store()) as s:
             return JSONResponse({"tiers": data.tiers(s)})
 
     def api_alerts(request: Request):
         status = request.query_params.get("status", "open")
         if status not in ("open", "snoozed", "resolved", "all"):
             return bad("status is one of open, snoozed, resolved, all")
-        with _closing(store()) as s:
+        with closing(store()) as s:
             return JSONResponse({"alerts": data.alerts(s, status, now_ms())})
 
     def api_watermark(request: Request):
         topic, tier = request.query_params.get("topic"), request.query_params.get("tier")
         if not topic or not tier:
             return bad("give topic and tier")
-        with _closing(store()) as s:
+        with closing(store()) as s:
             mark = watermark(s, topic, tier)
         return JSONResponse({"topic": topic, "tier": tier, "watermark_ms": mark,
                              "watermark": None if mark is None else utc_iso(mark)})
@@ -193,7 +194,7 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         start = _window_start(request.query_params.get("start", ""))
         if not topic or start is None:
             return bad("give topic and start (window start, ms)")
-        with _closing(store()) as s:
+        with closing(store()) as s:
             detail = data.window_detail(s, topic, start)
         return JSONResponse(detail) if detail else bad("no such window", 404)
 
@@ -202,11 +203,11 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         topic = request.query_params.get("topic")
         if not topic:
             return bad("give topic")
-        with _closing(store()) as s:
+        with closing(store()) as s:
             return JSONResponse(data.topic_history(s, topic, since_ms))
 
     def api_health(request: Request):
-        with _closing(store()) as s:
+        with closing(store()) as s:
             return JSONResponse({"tiers": data.health(s, now_ms())})
 
     routes = [
@@ -249,17 +250,6 @@ async def _form(request: Request) -> dict[str, str] | None:
         return {k: v[0] for k, v in parse_qs(body.decode(), max_num_fields=20).items()}
     except (UnicodeDecodeError, ValueError):
         return None
-
-
-class _closing:
-    def __init__(self, store: Store):
-        self.store = store
-
-    def __enter__(self) -> Store:
-        return self.store
-
-    def __exit__(self, *exc) -> None:
-        self.store.close()
 
 
 async def _no_database(request: Request, exc: StoreMissing):

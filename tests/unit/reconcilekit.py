@@ -31,6 +31,15 @@ def count(tier, n, origin="web-1", *, distinct=None, seq=1, at=END + MIN, checks
                        incarnation="i", **kw)
 
 
+def lossy_window(window, at):
+    """One window of topic ``app``: web-1 complete (1,000), web-2 short by 100 at kafka-local
+    (500 sent, 400 counted)."""
+    return [count("producer", 1000, "web-1", window=window, at=at),
+            count("producer", 500, "web-2", window=window, at=at),
+            count("kafka-local", 1000, "web-1", window=window, at=at),
+            count("kafka-local", 400, "web-2", window=window, at=at)]
+
+
 def progress(at, batch=1):
     return Progress(tier="kafka-local", emitter="kafka-local/count", batch_id=batch,
                     input_rows_per_s=1.0, processed_rows_per_s=1.0, batch_duration_ms=1,

@@ -14,7 +14,7 @@ from audit.cli import EXIT_UNAVAILABLE, main
 from audit.reconcile.service import evaluate
 from audit.reconcile.store import Store
 from audit.reconcile.view import window_label
-from tests.unit.reconcilekit import MIN, W, cfg, count, progress
+from tests.unit.reconcilekit import MIN, W, cfg, count, lossy_window, progress
 
 NOW = int(time.time() * 1000)
 T0 = (NOW - 3 * 3_600_000) // W * W           # judged and final by now
@@ -28,10 +28,7 @@ def db(tmp_path):
     store = Store(path)
     at = T0 + W + MIN
     store.apply([
-        count("producer", 1000, "web-1", window=T0, at=at),
-        count("producer", 500, "web-2", window=T0, at=at),
-        count("kafka-local", 1000, "web-1", window=T0, at=at),
-        count("kafka-local", 400, "web-2", window=T0, at=at),          # 100 lost
+        *lossy_window(T0, at),                                          # 100 lost
         count("producer", 10, window=T0, at=at, topic="pay"),
         count("kafka-local", 12, distinct=10, window=T0, at=at, topic="pay"),   # 2 twice
         count("producer", 0, "web-1", window=EMPTY, at=EMPTY + W + MIN),

@@ -19,7 +19,7 @@ from audit.reconcile.service import evaluate
 from audit.reconcile.store import Store
 from dashboards.app import create_app
 from dashboards.cli import main as dashboard_main
-from tests.unit.reconcilekit import MIN, W, cfg, count, progress
+from tests.unit.reconcilekit import MIN, W, cfg, count, lossy_window, progress
 
 NOW = int(time.time() * 1000)
 T0 = (NOW - 3 * 3_600_000) // W * W
@@ -32,10 +32,7 @@ def db(tmp_path):
     store = Store(path)
     at = T0 + W + MIN
     store.apply([
-        count("producer", 1000, "web-1", window=T0, at=at),
-        count("producer", 500, "web-2", window=T0, at=at),
-        count("kafka-local", 1000, "web-1", window=T0, at=at),
-        count("kafka-local", 400, "web-2", window=T0, at=at),           # 100 lost
+        *lossy_window(T0, at),                                          # 100 lost
         count("producer", 10, window=T0, at=at, topic=EVIL),
         count("kafka-local", 10, window=T0, at=at, topic=EVIL),
         Ranges(tier="kafka-local", origin="web-2", origin_incarnation="i",
