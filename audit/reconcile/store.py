@@ -37,8 +37,8 @@ from .verdict import TierVerdict
 
 log = logging.getLogger("docket.audit.reconcile")
 
-_COUNTS = """
-CREATE TABLE IF NOT EXISTS {name} (
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS counts (
     tier TEXT NOT NULL, emitter TEXT NOT NULL, incarnation TEXT NOT NULL, origin TEXT NOT NULL,
     topic TEXT NOT NULL, window_start INTEGER NOT NULL, window_ms INTEGER NOT NULL,
     count INTEGER NOT NULL, bytes INTEGER NOT NULL, checksum TEXT NOT NULL,
@@ -46,9 +46,6 @@ CREATE TABLE IF NOT EXISTS {name} (
     dropped_reasons TEXT NOT NULL, dropped_unknown TEXT NOT NULL, late INTEGER NOT NULL,
     seq INTEGER NOT NULL, emitted_at INTEGER NOT NULL, skipped INTEGER,
     PRIMARY KEY (window_start, topic, tier, origin, emitter, incarnation));
-"""
-
-SCHEMA = _COUNTS.format(name="counts") + """
 CREATE TABLE IF NOT EXISTS ranges (
     tier TEXT NOT NULL, emitter TEXT NOT NULL, incarnation TEXT NOT NULL, origin TEXT NOT NULL,
     origin_incarnation TEXT NOT NULL, through INTEGER NOT NULL, missing TEXT NOT NULL,
