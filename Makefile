@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.docket-setup
 PYTEST_ARGS ?=
 
-.PHONY: setup debian-tools test test-unit lint bench soak demo demo-down clean
+.PHONY: setup debian-tools test test-unit lint bench soak demo demo-down screenshots clean
 
 setup: $(STAMP)
 
@@ -19,13 +19,16 @@ $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml
 	@$(MAKE) --no-print-directory debian-tools
 	touch $@
 
-# Debian's Alertmanager (the alert delivery test against a real one) and Prometheus' promtool
-# (the alerting rules' and the Grafana dashboard's checks); their tests are skipped without them.
+# Debian's Alertmanager (the alert delivery test against a real one), Prometheus' promtool
+# (the alerting rules' and the Grafana dashboard's checks) and chromium (the dashboard's browser
+# tests, driven by Playwright: its own browser download cannot work offline); their tests are
+# skipped without them.
 debian-tools:
 	@need=""; \
 	command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null \
 		|| need="$$need prometheus-alertmanager"; \
 	command -v promtool >/dev/null || need="$$need prometheus"; \
+	command -v chromium >/dev/null || need="$$need chromium"; \
 	if [ -z "$$need" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null \
@@ -59,6 +62,10 @@ demo: setup
 
 demo-down:
 	$(BIN)/python -m demo down
+
+# The dashboard's pages as the browser test sees them, into docs/screenshots (the README's).
+screenshots: setup
+	DOCKET_SCREENSHOTS=docs/screenshots $(BIN)/pytest -q tests/integration/test_dashboard_browser.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -273,8 +273,11 @@ class _TokenAuth:
         self.token = token.encode()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or self._allowed(dict(scope["headers"])):
+        # Only the server's own lifespan events pass without it; HTTP and WebSocket need it.
+        if scope["type"] == "lifespan" or self._allowed(dict(scope.get("headers") or [])):
             return await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await send({"type": "websocket.close", "code": 1008})
         response = Response("a token is needed: Authorization: Bearer TOKEN, or basic auth "
                             "with it as the password\n", status_code=401,
                             headers={"WWW-Authenticate": 'Basic realm="docket"'})

@@ -164,6 +164,29 @@ def test_the_token_guards_every_request(db):
     assert client.get("/", headers={"Authorization": f"Basic {basic}"}).status_code == 200
 
 
+def test_the_token_guards_websockets_too():
+    """No page uses one; a WebSocket scope without the token is closed before the app sees it."""
+    import asyncio
+
+    from dashboards.app import _TokenAuth
+
+    reached, sent = [], []
+
+    async def app(scope, receive, send):
+        reached.append(scope["type"])
+
+    async def send(message):
+        sent.append(message)
+
+    guard = _TokenAuth(app, "s3cret-token-0123456789")
+    asyncio.run(guard({"type": "websocket", "headers": []}, None, send))
+    assert reached == [] and sent == [{"type": "websocket.close", "code": 1008}]
+    asyncio.run(guard({"type": "websocket", "headers": [
+        (b"authorization", b"Bearer s3cret-token-0123456789")]}, None, send))
+    asyncio.run(guard({"type": "lifespan"}, None, send))
+    assert reached == ["websocket", "lifespan"]
+
+
 def test_a_reachable_address_without_a_token_is_refused(db, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("DOCKET_DASHBOARD_TOKEN", raising=False)
     assert dashboard_main(["--db", str(db), "--listen", "0.0.0.0:8642"]) == 78
@@ -181,3 +204,17 @@ def test_a_reachable_address_without_a_token_is_refused(db, tmp_path, capsys, mo
         assert dashboard_main(["--db", str(db), "--listen", listen]) == 78, listen
         assert "no token is set" in capsys.readouterr().err
         monkeypatch.setenv("DOCKET_DASHBOARD_TOKEN", "short")
+
+
+def test_the_vendored_libraries_are_the_pinned_npm_files_and_the_pages_load_them(client):
+    from dashboards import vendor
+
+    listed = vendor.manifest()
+    assert {n: p["version"] for n, p in listed["packages"].items()} == \
+        {n: v[0] for n, v in vendor.PINS.items()}
+    for name, digest in listed["files"].items():
+        assert vendor.sha256(vendor.VENDOR / name) == digest, f"{name} differs from npm's"
+    html = client.get("/?tier=kafka-local").text
+    for script in ("htmx.org/htmx.min.js", "uplot/uPlot.iife.min.js"):
+        assert f'src="/static/vendor/{script}"' in html
+        assert client.get(f"/static/vendor/{script}").status_code == 200
