@@ -73,7 +73,7 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
     audit-health alerts. Deterministic for a given database and ``now_ms``."""
     timing = Timing(cfg["windows.window_ms"], cfg["windows.grace_ms"], cfg["windows.final_ms"],
                     cfg["windows.settle_ms"])
-    progress = store.progress()
+    progress = store.current_progress(cfg["alerts.lag_ms"])
     tiers_by_topic = store.tiers_by_topic()
     configured = cfg["windows.tiers"]
     out = Evaluation()

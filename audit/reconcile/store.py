@@ -278,6 +278,27 @@ class Store:
             out[tier] = (at, behind)
         return out
 
+    def current_progress(self, stale_ms: int) -> dict[str, tuple[int, int | None]]:
+        """tier → (``emitted_at``, ``offsets_behind``) that the verdicts take as the tier's
+        progress: of all its emitters together. A tier can have several (the warehouse: the
+        query landing Kafka's records and the one counting the landed files), and it has read
+        everything only when each has: the oldest ``emitted_at`` and the largest
+        ``offsets_behind`` of them. Seen: the landing query at the end of its input while the
+        counting query had not yet counted the files, and whole windows judged lost. An
+        emitter silent for ``stale_ms`` longer than the tier's newest (a query renamed or
+        removed) is left out; the tier's own silence is the ``audit_lag`` alert's."""
+        rows: dict[str, list[tuple[int, int | None]]] = {}
+        for tier, at, behind in self.conn.execute(
+                "SELECT tier, emitted_at, offsets_behind FROM progress"):
+            rows.setdefault(tier, []).append((at, behind))
+        out = {}
+        for tier, marks in rows.items():
+            newest = max(at for at, _ in marks)
+            live = [(at, b) for at, b in marks if at >= newest - stale_ms]
+            behinds = [b for _, b in live if b is not None]
+            out[tier] = (min(at for at, _ in live), max(behinds) if behinds else None)
+        return out
+
     def tiers_by_topic(self) -> dict[str, set[str]]:
         """topic → the tiers that ever reported on it (a tier is judged on a topic it counts)."""
         out: dict[str, set[str]] = {}

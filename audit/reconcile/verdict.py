@@ -12,7 +12,8 @@ T knows it, else its ``count``):
 - ``actual`` > ``expected``                      → ``overcount``;
 - otherwise                                      → ``complete`` (duplicates shown apart).
 
-T is *current* for an origin's window when its newest progress record came at least
+T is *current* for an origin's window when its newest progress record (of each of its emitters:
+``Store.current_progress``) came at least
 ``settle_ms`` after that origin's report on the window and said it was at the end of its input
 (``offsets_behind`` 0): it has read everything Kafka held after the producer had counted. A tier
 that publishes no progress at all is judged on its counts alone, once the grace is over. When T

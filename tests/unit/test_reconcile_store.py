@@ -52,3 +52,35 @@ def test_a_migration_killed_after_adding_the_column_completes_on_the_next_open(t
     store = Store(path)
     assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT
     store.close()
+
+
+def test_a_tier_is_current_only_when_each_of_its_emitters_is(tmp_path):
+    """The warehouse's landing query at the end of its input while its counting query had not
+    yet counted the landed files: judged on the first alone, whole windows showed as lost."""
+    from audit.contract.record import Progress
+    from audit.reconcile.service import evaluate
+    from tests.unit.reconcilekit import END, JUDGED, MIN, T0, cfg, count
+
+    def progress(emitter, at, behind):
+        return Progress(tier="kafka-local", emitter=emitter, batch_id=1, input_rows_per_s=1.0,
+                        processed_rows_per_s=1.0, batch_duration_ms=1, offsets_behind=behind,
+                        emitted_at=at)
+
+    store = Store(tmp_path / "r.db")
+    reported = END + MIN
+    store.apply([count("producer", 1000, at=reported), count("kafka-local", 0, at=reported),
+                 progress("kafka-local/land-write", JUDGED - MIN, 0),      # read it all
+                 progress("kafka-local/land", reported - MIN, None)],       # counted before
+                {}, {}, "t")
+    assert store.current_progress(3_600_000)["kafka-local"] == (reported - MIN, 0)
+    assert store.current_progress(1000)["kafka-local"] == (JUDGED - MIN, 0)   # stale left out
+    evaluate(store, cfg(), JUDGED)
+    state = store.conn.execute("SELECT state FROM windows WHERE tier = 'kafka-local' AND "
+                               "window_start = ?", (T0,)).fetchone()[0]
+    assert state == "unknown"
+    store.apply([progress("kafka-local/land", JUDGED, None)], {}, {}, "t")   # counted now
+    evaluate(store, cfg(), JUDGED + MIN)
+    state = store.conn.execute("SELECT state FROM windows WHERE tier = 'kafka-local' AND "
+                               "window_start = ?", (T0,)).fetchone()[0]
+    assert state == "incomplete"
+    store.close()
