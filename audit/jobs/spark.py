@@ -122,7 +122,12 @@ def kafka_stream(spark, opts: JobOptions):
               .option("subscribePattern", data_topics_pattern(opts.topics, opts.audit_topic))
               .option("startingOffsets", opts.starting_offsets)
               .option("includeHeaders", "true")
-              .option("kafka.isolation.level", "read_committed"))
+              .option("kafka.isolation.level", "read_committed")
+              # Records gone before the job read them (retention, deleted records, a topic
+              # recreated) are the loss this tier exists to report: the job goes on from what
+              # Kafka still holds (Spark logs a warning) and the missing record numbers show
+              # at this tier, instead of the job dying and the tier going blind.
+              .option("failOnDataLoss", "false"))
     if opts.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
     for k, v in (opts.kafka_options or {}).items():
