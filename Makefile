@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.docket-setup
 PYTEST_ARGS ?=
 
-.PHONY: setup debian-tools test test-unit lint bench soak demo demo-down screenshots clean
+.PHONY: setup debian-tools test test-unit lint bench soak demo demo-down demo-fault screenshots clean
 
 setup: $(STAMP)
 
@@ -55,13 +55,19 @@ bench: setup
 soak: setup
 	$(BIN)/pytest -m soak -s tests/faults $(PYTEST_ARGS)
 
-# The whole pipeline on this machine: Kafka, a log-writing application, the agent, the Spark
-# count and land jobs, the reconciler and the dashboard (demo/). demo-down stops it.
+# The whole pipeline on this machine (demo/): Kafka, three hosts each with an application writing
+# rotated logs and its agent, the Spark count and land jobs, the reconciler, the dashboard and an
+# alert receiver, with a live line per part; Ctrl-C or demo-down stops it. demo-fault runs the
+# fault drills against it. DEMO_ARGS: e.g. --dir DIR --base-port PORT.
+DEMO_ARGS ?=
 demo: setup
-	$(BIN)/python -m demo up
+	$(BIN)/python -m demo up $(DEMO_ARGS)
 
 demo-down:
-	$(BIN)/python -m demo down
+	$(BIN)/python -m demo down $(DEMO_ARGS)
+
+demo-fault:
+	$(BIN)/python -m demo fault $(DEMO_ARGS)
 
 # The dashboard's pages as the browser test sees them, into docs/screenshots (the README's).
 screenshots: setup

@@ -1,10 +1,11 @@
 """An application that writes event logs, for the demo: JSON lines into two files, rotated.
 
-``python -m demo.generator DIR [--rate N]`` writes ``DIR/app.log`` (application events) and
-``DIR/access.log`` (HTTP access events) at about N lines/s in all, each line with an RFC 3339
-``ts``, a ``user`` and a few realistic fields. Every ``--rotate-lines`` lines a file is rotated
-the way logrotate's default does it (rename to ``.1``, older ones shifted, three kept, a new file
-created). SIGTERM ends it after the line it is writing.
+``python -m demo.generator DIR [--rate N]`` writes ``DIR/app.log`` (application events),
+``DIR/access.log`` (HTTP access events) and ``DIR/payments.log`` (payment transactions) at
+about N lines/s in all, each line with an RFC 3339 ``ts``, a ``user`` and a few realistic
+fields. Every ``--rotate-lines`` lines a file is rotated the way logrotate's default does it
+(rename to ``.1``, older ones shifted, three kept, a new file created); SIGUSR1 rotates every
+file at once (the demo's fault drill). SIGTERM ends it after the line it is writing.
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ def access_event(rng: random.Random, now: datetime) -> dict:
             "bytes": rng.randrange(200, 40_000)}
 
 
+def payment_event(rng: random.Random, now: datetime) -> dict:
+    return {"ts": now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "user": f"u{rng.randrange(5000)}", "txn": f"t{rng.getrandbits(48):012x}",
+            "amount_cents": rng.randrange(100, 50_000), "currency": rng.choice(("EUR", "USD")),
+            "outcome": rng.choices(("authorised", "declined"), (95, 5))[0]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m demo.generator")
     p.add_argument("dir", type=Path)
@@ -74,27 +82,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None)
     args = p.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
-    stop = []
+    stop, rotate = [], []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGUSR1, lambda *_: rotate.append(1))
     rng = random.Random(args.seed)
-    app = RotatingFile(args.dir / "app.log", args.rotate_lines)
-    access = RotatingFile(args.dir / "access.log", args.rotate_lines)
+    files = [(RotatingFile(args.dir / name, args.rotate_lines), make, share)
+             for name, make, share in (("access.log", access_event, 0.5),
+                                       ("app.log", app_event, 0.35),
+                                       ("payments.log", payment_event, 0.15))]
     start, n = time.monotonic(), 0
     while not stop:
         now = datetime.now(UTC)
-        if rng.random() < 0.6:
-            access.write(json.dumps(access_event(rng, now)).encode() + b"\n")
-        else:
-            app.write(json.dumps(app_event(rng, now)).encode() + b"\n")
+        out, make, _ = rng.choices(files, [share for *_, share in files])[0]
+        out.write(json.dumps(make(rng, now)).encode() + b"\n")
         n += 1
         if n % 50 == 0:
-            app.flush()
-            access.flush()
+            for f, *_ in files:
+                f.flush()
+            if rotate:
+                rotate.clear()
+                for f, *_ in files:
+                    f.rotate()
             ahead = n / args.rate - (time.monotonic() - start)
             if ahead > 0:
                 time.sleep(ahead)
-    app.flush()
-    access.flush()
+    for f, *_ in files:
+        f.flush()
     return 0
 
 

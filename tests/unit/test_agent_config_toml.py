@@ -40,6 +40,8 @@ def test_the_demo_agent_config_is_a_valid_agent_config(tmp_path):
     from agent.config import load
     from demo.run import TOPICS, agent_config
 
-    cfg = load(agent_config(tmp_path, "127.0.0.1:19092"))
-    assert cfg.agent_id == "demo-host" and cfg["broker.bootstrap_servers"] == "127.0.0.1:19092"
+    cfg = load(agent_config(tmp_path, "127.0.0.1:19092", "web-2", 19466))
+    assert cfg.agent_id == "web-2" and cfg["broker.bootstrap_servers"] == "127.0.0.1:19092"
+    assert cfg["status.listen"] == "127.0.0.1:19466"
+    assert cfg.state_dir == tmp_path / "hosts" / "web-2" / "agent"
     assert {s.topic for s in cfg.sources} == set(TOPICS)
