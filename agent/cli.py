@@ -14,7 +14,7 @@ from importlib.metadata import version
 from audit.contract.errors import print_error
 
 from .buffer import PoolError
-from .config import EX_CONFIG, ConfigError, load
+from .config import EX_CONFIG, ConfigError, default_toml, load
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--config", help="read status.listen from this configuration")
     st.add_argument("--url", help="status address, default http://127.0.0.1:9464")
     st.add_argument("--json", action="store_true", help="print the JSON as served")
+    sub.add_parser("default-config", help="print the configuration a package installs: every "
+                   "setting with its default and meaning, one source to edit")
     loc = sub.add_parser("locate", help="where events came from, by record number (docket-seq)")
     loc.add_argument("--config", required=True, help="the agent's TOML configuration")
     loc.add_argument("--seq", required=True, type=_seq_range,
@@ -193,7 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "validate":
             cfg = load(args.config)
+            for where, message in cfg.warnings:
+                print(f"{args.config}: warning: {where}: {message}", file=sys.stderr)
             print(f"{args.config}: ok ({len(cfg.sources)} source(s), agent id {cfg.agent_id})")
+            return 0
+        if args.command == "default-config":
+            print(default_toml(), end="")
             return 0
         if args.command == "status":
             return _status(args)
@@ -205,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         from .service import Agent, StartupError
 
         cfg = load(args.config)
+        for where, message in cfg.warnings:
+            logging.getLogger("docket.agent").warning("config %s: %s", where, message)
         try:
             agent = Agent(cfg)
             agent.install_signals()

@@ -120,6 +120,8 @@ class AgentConfig:
     values: dict[str, Any]
     sources: list[SourceConfig]
     file: Path | None = None
+    # (key path, message): what may work later, e.g. a source folder that does not exist yet
+    warnings: list[tuple[str, str]] = field(default_factory=list)
 
     def __getitem__(self, key: str):
         return self.values[key]
@@ -149,7 +151,20 @@ def parse(raw: dict, file: Path | None = None) -> AgentConfig:
                               f"expected a string, number or boolean, found {found(value)}")
     sources = _parse_sources(raw.get("sources", []))
     _check_combinations(values, sources)
-    return AgentConfig(values, sources, file)
+    return AgentConfig(values, sources, file, _warnings(sources))
+
+
+def _warnings(sources: list[SourceConfig]) -> list[tuple[str, str]]:
+    """A source folder that does not exist yet: an agent started at boot before its
+    application must come up and pick the files up once the folder appears (it is watched)."""
+    out = []
+    for src in sources:
+        for j, pattern in enumerate(src.paths):
+            folder = glob_folder(pattern)
+            if not folder.exists():
+                out.append((f"sources[{src.index}].paths[{j}]",
+                            f"folder {folder} does not exist yet; watched until it appears"))
+    return out
 
 
 def _parse_sources(raw_sources) -> list[SourceConfig]:
@@ -191,12 +206,10 @@ def _check_glob(path: str, pattern: str) -> None:
     if not os.path.isabs(pattern):
         raise ConfigError(path, f"expected an absolute path, found {pattern!r}",
                           hint="relative globs would depend on the agent's working folder")
-    folder = glob_folder(pattern)          # the last folder free of wildcards must exist
-    if not folder.exists():
-        raise ConfigError(path, f"folder {folder} does not exist",
-                          hint="create it, or fix the glob; files that appear later in an "
-                          "existing folder are picked up")
-    if not os.access(folder, os.R_OK | os.X_OK):
+    folder = glob_folder(pattern)          # the last folder free of wildcards
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(path, f"{folder} is not a folder", hint="fix the glob")
+    if folder.exists() and not os.access(folder, os.R_OK | os.X_OK):
         raise ConfigError(path, f"folder {folder} is not readable by this user",
                           hint="grant the agent's user read and execute permission on it")
 
@@ -253,6 +266,44 @@ def to_toml(values: dict[str, Any], sources: list[dict[str, Any]] = ()) -> str:
         out.append("[[sources]]\n" + "".join(f"{k} = {_toml_value(v)}\n"
                                               for k, v in table.items()))
     text = "\n".join(out)
+    parse(tomllib.loads(text))
+    return text
+
+
+DEFAULT_SOURCE = {"type": "file", "paths": ["/var/log/app/*.log"], "topic": "app.events"}
+
+
+def default_toml() -> str:
+    """The configuration a package installs (``/etc/docket/agent.toml``): one source to edit,
+    and every other setting, commented out, with its meaning and its default. Written from
+    the declarations, so it never lists a key the agent does not have; parsed back here."""
+    import textwrap
+    import tomllib
+
+    out = ["# docket-agent configuration. Every setting is listed with its default, commented",
+           "# out; uncomment to change. Check with: docket-agent validate --config FILE",
+           "# Reference: /usr/share/doc/docket-agent/config.md", ""]
+    section = None
+    for s in SETTINGS:
+        head, name = s.key.split(".", 1)
+        if head != section:
+            section = head
+            out += [f"[{section}]"]
+        out += ["# " + line for line in textwrap.wrap(s.help.replace("`", ""), 94)]
+        if s.default is None:
+            out += [f"# {name} =" + ("   # default: the host name" if s.key == "agent.id"
+                                      else "")]
+        else:
+            out += [f"# {name} = {_toml_value(s.default)}"]
+        out += [""]
+    out += ["# One block per source: the files to tail and the topic they go to.", "[[sources]]"]
+    out += [f"{k} = {_toml_value(v)}" for k, v in DEFAULT_SOURCE.items()]
+    for s in SOURCE_SETTINGS:
+        if s.key not in DEFAULT_SOURCE:
+            out += ["# " + line for line in textwrap.wrap(s.help.replace("`", ""), 94)]
+            out += [f"# {s.key} =" if s.default in (None, []) else
+                    f"# {s.key} = {_toml_value(s.default)}"]
+    text = "\n".join(out) + "\n"
     parse(tomllib.loads(text))
     return text
 

@@ -3,7 +3,9 @@
 A watchdog observer (inotify on Linux) watches the folder of every glob; any create, modify,
 move or delete sets ``changed``, and the loop scans at once instead of at its next poll. Polling
 every ``poll_interval_ms`` stays the fallback: when the observer cannot start (no inotify
-instances left, an unsupported file system), the agent runs on polling alone and says so.
+instances left, an unsupported file system), the agent runs on polling alone and says so. A
+folder that does not exist yet (an agent started at boot before its application) is looked for
+at every ``consume`` and watched from when it appears.
 """
 
 from __future__ import annotations
@@ -38,14 +40,18 @@ class FolderWatch:
     def __init__(self, patterns: list[str]):
         self.changed = threading.Event()
         self.observer = None
+        self.handler = _Wake(self.changed)
         folders = sorted({glob_folder(p) for p in patterns})
+        self.missing = [f for f in folders if not f.is_dir()]
+        for folder in self.missing:
+            log.warning("folder %s does not exist yet; watched until it appears", folder)
         if not folders:
             return
         try:
             observer = Observer()
-            handler = _Wake(self.changed)
             for folder in folders:
-                observer.schedule(handler, str(folder), recursive=False)
+                if folder not in self.missing:
+                    observer.schedule(self.handler, str(folder), recursive=False)
             observer.daemon = True
             observer.start()
             self.observer = observer
@@ -53,7 +59,19 @@ class FolderWatch:
             log.warning("file events unavailable (%s): polling only", exc)
 
     def consume(self) -> bool:
-        """True once after any event since the last call."""
+        """True once after any event since the last call, or when a folder awaited appeared."""
+        appeared = [f for f in self.missing if f.is_dir()]
+        for folder in appeared:
+            self.missing.remove(folder)
+            log.info("folder %s appeared; reading its files", folder)
+            if self.observer is not None:
+                try:
+                    self.observer.schedule(self.handler, str(folder), recursive=False)
+                except OSError as exc:
+                    log.warning("file events unavailable for %s (%s): polling it", folder, exc)
+        if appeared:
+            self.changed.clear()
+            return True
         if self.changed.is_set():
             self.changed.clear()
             return True

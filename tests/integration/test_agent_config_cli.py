@@ -44,8 +44,8 @@ CASES = [
     ("[agent]", "[agent]\nshutdown_timeout = 5", "agent.shutdown_timeout", "unknown key"),
     ("[status]", "[stats]", "stats", "unknown section"),
     ('topic = "app.events"', "", "sources[0].topic", "missing"),
-    ('paths = ["{tmp}/logs/*.log"]', 'paths = ["{tmp}/nope/*.log"]', "sources[0].paths[0]",
-     "does not exist"),
+    ('paths = ["{tmp}/logs/*.log"]', 'paths = ["{tmp}/agent.toml/*.log"]', "sources[0].paths[0]",
+     "not a folder"),
     ('paths = ["{tmp}/logs/*.log"]', 'paths = ["{tmp}/locked/*.log"]', "sources[0].paths[0]",
      "not readable"),
     ('paths = ["{tmp}/logs/*.log"]', 'paths = ["logs/*.log"]', "sources[0].paths[0]",
@@ -68,6 +68,15 @@ def tmp(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "locked").mkdir(mode=0o000)
     return tmp_path
+
+
+def test_a_source_folder_not_there_yet_is_a_warning_not_an_error(tmp):
+    """An agent started at boot before its application must come up (ExecStartPre=validate)."""
+    path = tmp / "agent.toml"
+    path.write_text(GOOD.format(tmp=tmp).replace("/logs/", "/later/"))
+    res = validate(path)
+    assert res.returncode == 0, res.stderr
+    assert f"warning: sources[0].paths[0]: folder {tmp}/later does not exist yet" in res.stderr
 
 
 def test_the_good_configuration_validates(tmp):
