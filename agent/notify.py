@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 
 class Notifier:
@@ -25,6 +26,11 @@ class Notifier:
 
     def ready(self, status: str) -> None:
         self.send("READY=1", f"STATUS={status}", f"MAINPID={os.getpid()}")
+
+    def reloading(self) -> None:
+        """Before a reload; ``ready`` follows it (systemd's Type=notify reload protocol)."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        self.send("RELOADING=1", f"MONOTONIC_USEC={usec}")
 
     def status(self, status: str) -> None:
         self.send(f"STATUS={status}")

@@ -327,10 +327,12 @@ class Agent:
         os.close(self._state_lock)
 
     def _do_reload(self) -> None:
+        self.notifier.reloading()
         try:
             cfg = load(self.cfg.file)
         except ConfigError as exc:
             log.error("reload refused, keeping the running sources: %s", exc.render())
+            self.notifier.ready("reload refused, running sources kept")
             return
         self.pool.seal_all()
         self._flush_checkpoints()
@@ -340,7 +342,7 @@ class Agent:
         self.audit.topics = _topics(cfg.sources)     # heartbeats follow the sources
         self._build_sources(cfg)
         log.info("reloaded: %d source(s)", len(cfg.sources))
-        self.notifier.status(f"reloaded {len(cfg.sources)} source(s)")
+        self.notifier.ready(f"reloaded {len(cfg.sources)} source(s)")
 
     def shutdown(self) -> int:
         self.notifier.stopping()

@@ -51,7 +51,8 @@ class AgentProcess:
     """``docket-agent run --config FILE`` in a child process, awaited on its status endpoint."""
 
     def __init__(self, config: Path, log: Path, prefix: list[str] | None = None,
-                 env: dict | None = None):
+                 env: dict | None = None, binary: Path | None = None):
+        self.binary = binary or BIN / "docket-agent"
         self.config = config
         self.log = log
         text = config.read_text()
@@ -62,7 +63,7 @@ class AgentProcess:
 
     def start(self, timeout_s: float = 60) -> AgentProcess:
         out = open(self.log, "ab")
-        self.proc = subprocess.Popen([*self.prefix, str(BIN / "docket-agent"), "run", "--config",
+        self.proc = subprocess.Popen([*self.prefix, str(self.binary), "run", "--config",
                                       str(self.config)], stdout=out, stderr=out, env=self.env)
         out.close()
         deadline = time.monotonic() + timeout_s

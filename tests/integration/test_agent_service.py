@@ -67,6 +67,11 @@ def test_notify_status_reload_and_graceful_stop(kafka, tmp_path, topic_name):
         counts = consume_counts(kafka.bootstrap_servers, topic_name, 4, 60)
         assert counts == {b"one 1": 1, b"one 2": 1, b"one 3": 1, b"two 1": 1}
         notify.wait_for("STATUS=reloaded 2 source(s)")
+        reload_at = next(i for i, m in enumerate(notify.messages) if "RELOADING=1" in m)
+        ready = [i for i, m in enumerate(notify.messages) if "READY=1" in m]
+        assert "MONOTONIC_USEC=" in notify.messages[reload_at]
+        assert ready[0] < reload_at < ready[1], notify.messages
+        assert "STATUS=reloaded 2 source(s)" in notify.messages[ready[1]]
     finally:
         rc = agent.stop()
     assert rc == 0
