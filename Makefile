@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.docket-setup
 PYTEST_ARGS ?=
 
-.PHONY: setup debian-tools test test-unit lint bench soak demo demo-down demo-fault screenshots clean
+.PHONY: setup debian-tools test test-unit lint bench soak demo demo-down demo-fault screenshots deb dist test-packages clean
 
 setup: $(STAMP)
 
@@ -20,15 +20,16 @@ $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml
 	touch $@
 
 # Debian's Alertmanager (the alert delivery test against a real one), Prometheus' promtool
-# (the alerting rules' and the Grafana dashboard's checks) and chromium (the dashboard's browser
-# tests, driven by Playwright: its own browser download cannot work offline); their tests are
-# skipped without them.
+# (the alerting rules' and the Grafana dashboard's checks), chromium (the dashboard's browser
+# tests, driven by Playwright: its own browser download cannot work offline) and dh-virtualenv
+# with debhelper (make deb); their tests are skipped without them.
 debian-tools:
 	@need=""; \
 	command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null \
 		|| need="$$need prometheus-alertmanager"; \
 	command -v promtool >/dev/null || need="$$need prometheus"; \
 	command -v chromium >/dev/null || need="$$need chromium"; \
+	command -v dh_virtualenv >/dev/null || need="$$need dh-virtualenv debhelper dpkg-dev"; \
 	if [ -z "$$need" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null \
@@ -73,5 +74,23 @@ demo-fault:
 screenshots: setup
 	DOCKET_SCREENSHOTS=docs/screenshots $(BIN)/pytest -q tests/integration/test_dashboard_browser.py
 
+# The Debian packages docket-agent and docket-audit (packaging/debian, dh-virtualenv), built
+# from the checkout's files (tracked, or new and not ignored) into dist/.
+deb:
+	rm -rf build/deb && mkdir -p build/deb/src dist
+	git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - | tar -xf - -C build/deb/src
+	cp -r packaging/debian build/deb/src/debian
+	cd build/deb/src && dpkg-buildpackage -us -uc -b
+	mv build/deb/*.deb dist/
+	@ls -l dist/*.deb
+
+# Build both packages, install them, check them, purge them (as root; a few minutes).
+test-packages: setup
+	$(BIN)/pytest -m packages -s tests/integration/test_packages.py $(PYTEST_ARGS)
+
+# The wheel and the sdist (python -m build) into dist/.
+dist: setup
+	$(BIN)/python -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist

@@ -1,0 +1,176 @@
+"""The Debian packages as a user installs them (as root, on this machine): ``make deb`` builds
+``docket-agent`` and ``docket-audit``; ``dpkg -i`` installs them; their files, users, folders
+and units are checked; the installed agent runs its ``--version`` and validates the shipped
+configuration, and its virtualenv holds no PySpark; every installed unit passes
+``systemd-analyze verify`` with nothing on stderr and the agent's unit scores "OK" or better
+in ``systemd-analyze security --offline=true`` (printed); the installed agent speaks the notify
+protocol to a socket this test listens on; ``dpkg --purge`` leaves nothing behind.
+
+PID 1 here is not systemd: the services are not started, the agent is run by hand. Skipped
+when not root or without dh-virtualenv; marked ``packages`` (``make test-packages`` runs them
+alone). A build takes about 1.5 minutes with pip's and Maven's caches warm.
+``DOCKET_DEB_DIR=DIR`` takes the packages ``make deb`` already put in DIR instead."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.agentkit import AgentProcess, write_config
+from tests.integration.test_agent_service import NotifyListener
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT_VENV = Path("/opt/venvs/docket-agent")
+AUDIT_VENV = Path("/opt/venvs/docket-audit")
+UNITS = {"docket-agent": ["docket-agent.service"],
+         "docket-audit": ["docket-audit-count@.service", "docket-audit-land.service",
+                          "docket-audit-reconcile.service", "docket-dashboard.service"]}
+LEFT_BEHIND = [AGENT_VENV, AUDIT_VENV, Path("/etc/docket"), Path("/var/lib/docket"),
+               Path("/var/lib/docket-audit"), Path("/usr/bin/docket-agent"),
+               Path("/usr/bin/docket-audit"), Path("/etc/default/docket-agent"),
+               Path("/lib/systemd/system/docket-agent.service"),
+               Path("/usr/lib/sysusers.d/docket-agent.conf"),
+               Path("/usr/lib/tmpfiles.d/docket-agent.conf"),
+               Path("/etc/systemd/system/multi-user.target.wants/docket-agent.service")]
+
+pytestmark = [
+    pytest.mark.packages,
+    pytest.mark.skipif(os.geteuid() != 0, reason="installs packages: needs root"),
+    pytest.mark.skipif(shutil.which("dh_virtualenv") is None or shutil.which("dpkg") is None,
+                       reason="dh-virtualenv / dpkg not installed (make setup as root)"),
+]
+
+
+def _run(*cmd, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=kw.pop("timeout", 600),
+                          **kw)
+
+
+def _purge() -> subprocess.CompletedProcess:
+    return _run("dpkg", "--purge", "docket-agent", "docket-audit")
+
+
+@pytest.fixture(scope="module")
+def installed():
+    given = os.environ.get("DOCKET_DEB_DIR")
+    if given:
+        debs = Path(given)
+    else:
+        build = _run("make", "--no-print-directory", "deb", cwd=REPO, timeout=2400)
+        assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+        debs = REPO / "dist"
+    packages = {name: next(debs.glob(f"{name}_*.deb")) for name in UNITS}
+    assert not Path("/etc/docket").exists(), "docket is installed already: purge it first"
+    res = _run("dpkg", "-i", *map(str, packages.values()))
+    try:
+        assert res.returncode == 0, res.stdout + res.stderr
+        yield res.stdout + res.stderr
+    finally:
+        purge = _purge()
+        assert purge.returncode == 0, purge.stdout + purge.stderr
+        left = [str(p) for p in LEFT_BEHIND if p.exists() or p.is_symlink()]
+        users = [u for u in ("docket", "docket-audit") if _exists(pwd.getpwnam, u)]
+        groups = [g for g in ("docket", "docket-audit") if _exists(grp.getgrnam, g)]
+        assert not left and not users and not groups, \
+            f"after dpkg --purge: files {left}, users {users}, groups {groups}"
+
+
+def _exists(lookup, name: str) -> bool:
+    try:
+        lookup(name)
+        return True
+    except KeyError:
+        return False
+
+
+def test_the_packages_install_their_files_users_and_a_working_agent(installed):
+    assert "docket-agent: edit /etc/docket/agent.toml" in installed
+    for path in ("/opt/venvs/docket-agent/bin/docket-agent", "/usr/bin/docket-agent",
+                 "/etc/docket/agent.toml", "/etc/default/docket-agent",
+                 "/lib/systemd/system/docket-agent.service",
+                 "/usr/lib/sysusers.d/docket-agent.conf", "/usr/lib/tmpfiles.d/docket-agent.conf",
+                 "/etc/docket/audit.env", "/etc/docket/reconcile.toml",
+                 "/usr/bin/docket-audit", "/usr/bin/docket-dashboard",
+                 "/usr/share/doc/docket-agent/install.md"):
+        assert Path(path).exists(), path
+    conffiles = _run("dpkg-query", "-W", "-f=${Conffiles}", "docket-agent").stdout
+    assert "/etc/docket/agent.toml" in conffiles and "/etc/default/docket-agent" in conffiles
+    user = pwd.getpwnam("docket")
+    assert "docket" in grp.getgrnam("adm").gr_mem
+    state = Path("/var/lib/docket").stat()
+    assert (state.st_uid, state.st_mode & 0o777) == (user.pw_uid, 0o750)
+    assert Path("/etc/systemd/system/multi-user.target.wants/docket-agent.service").is_symlink()
+
+    version = _run(str(AGENT_VENV / "bin/docket-agent"), "--version")
+    assert version.returncode == 0 and re.fullmatch(r"docket-agent \d+\.\d+\.\d+\n",
+                                                    version.stdout), version
+    valid = _run(str(AGENT_VENV / "bin/docket-agent"), "validate", "--config",
+                 "/etc/docket/agent.toml")
+    assert valid.returncode == 0, valid.stderr
+    assert "does not exist yet; watched until it appears" in valid.stderr
+    audit_valid = _run(str(AUDIT_VENV / "bin/docket-audit"), "validate", "--config",
+                       "/etc/docket/reconcile.toml")
+    assert audit_valid.returncode == 0, audit_valid.stderr
+
+    assert not list(AGENT_VENV.glob("lib/python3*/site-packages/pyspark*"))
+    no_spark = _run(str(AGENT_VENV / "bin/python"), "-c", "import pyspark")
+    assert no_spark.returncode != 0 and "No module named 'pyspark'" in no_spark.stderr
+    assert not (AGENT_VENV / "bin/docket-audit").exists()
+    assert list(AUDIT_VENV.glob("lib/python3*/site-packages/pyspark"))
+    assert list(AUDIT_VENV.glob("share/docket/spark-kafka-jars/spark-sql-kafka-*.jar"))
+
+
+def test_every_unit_verifies_cleanly_and_the_agent_unit_is_hardened(installed):
+    for units in UNITS.values():
+        for unit in units:
+            name = unit.replace("@.", "@kafka-local.")      # a template needs an instance
+            res = _run("systemd-analyze", "verify", name)
+            assert res.returncode == 0 and not res.stderr.strip(), f"{name}: {res.stderr}"
+    res = _run("systemd-analyze", "security", "--offline=true",
+               "/lib/systemd/system/docket-agent.service")
+    score = re.search(r"Overall exposure level for docket-agent\.service: ([\d.]+) (\w+)",
+                      res.stdout)
+    assert score, res.stdout[-2000:] + res.stderr
+    print(f"systemd-analyze security docket-agent.service: {score.group(1)} {score.group(2)}")
+    assert score.group(2) in ("OK", "SAFE", "PERFECT"), score.group(0)
+
+
+def test_the_installed_agent_speaks_the_notify_protocol(installed, kafka, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_bytes(b"one\ntwo\n")
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
+                          [{"type": "file", "paths": [str(logs / "*.log")],
+                            "topic": "pkg.notify"}])
+    notify = NotifyListener(tmp_path / "notify.sock")
+    agent = AgentProcess(config, tmp_path / "agent.log", binary=AGENT_VENV / "bin/docket-agent",
+                         env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock"),
+                              "WATCHDOG_USEC": "400000"})
+    agent.start()
+    try:
+        notify.wait_for("READY=1")
+        first = notify.messages[0]
+        assert "READY=1" in first and "STATUS=recovered 0 sealed slot(s)" in first, first
+        assert "agent test-agent ready" in agent.log_text()      # logged after the recovery
+        deadline = time.monotonic() + 60
+        while sum("WATCHDOG=1" in m for m in notify.messages) < 3:
+            assert time.monotonic() < deadline, notify.messages
+            time.sleep(0.05)
+        agent.proc.send_signal(signal.SIGHUP)
+        notify.wait_for("STATUS=reloaded 1 source(s)")
+        reload_at = next(i for i, m in enumerate(notify.messages) if "RELOADING=1" in m)
+        ready = [i for i, m in enumerate(notify.messages) if "READY=1" in m]
+        assert ready[0] < reload_at < ready[1], notify.messages
+    finally:
+        rc = agent.stop()
+    assert rc == 0
+    notify.wait_for("STOPPING=1")
