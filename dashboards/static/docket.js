@@ -3,8 +3,7 @@
 (function () {
   "use strict";
 
-  // Auto-refresh keeps the user's place: not while they are in a form, and the <nav> clock
-  // follows the refreshed page.
+  // Auto-refresh keeps the user's place: not while they are in a form.
   document.addEventListener("htmx:beforeRequest", function (event) {
     const active = document.activeElement;
     if (event.detail.elt.id === "main" && active && active.closest && active.closest("form")) {
