@@ -30,6 +30,7 @@ from broker.admin import ensure_audit_topic
 from tests.integration.test_alert_delivery import HttpReceiver
 from tests.integration.test_dashboard_process import _free_port
 from tests.integration.test_reconcile import send
+from tests.integration.test_reconcile_scenarios import Clock
 from tests.unit.reconcilekit import MIN, W, count, progress
 
 CHROMIUM = shutil.which("chromium")
@@ -42,14 +43,6 @@ FIRST = (NOW - 5 * 3_600_000) // W * W          # 24 windows, the last ended 1 h
 WINDOWS = [FIRST + i * W for i in range(24)]
 LOSS = WINDOWS[17]                              # web.access, web-2: 100 of 500 never arrived
 TOPICS = ["app.orders", "app.payments", "web.access", "web.errors", EVIL]
-
-
-class Clock:
-    def __init__(self, ms: int):
-        self.ms = ms
-
-    def __call__(self) -> float:
-        return self.ms / 1000
 
 
 def _records():
