@@ -181,6 +181,8 @@ def _status(args) -> int:
     waiting = data["files_waiting"]
     for path, why in sorted(waiting["unreadable"].items()):
         print(f"  file      {path}: cannot be read ({why}); tried again at every scan")
+    for folder, why in sorted(waiting.get("folders_away", {}).items()):
+        print(f"  folder    {folder}: {why}; its known files wait for it, resumed when it is back")
     for o in waiting["orphans_waiting"]:
         state = "journaled, still matched" if o["journaled"] else "waiting"
         print(f"  orphan    {o['path']}: truncated or gone after {o['offset']} bytes read, "

@@ -501,9 +501,10 @@ def _pid_in(fd: int) -> int | None:
 
 
 def _merge_waiting(parts) -> dict:
-    out: dict = {"unreadable": {}, "orphans_waiting": [], "copies_held": []}
+    out: dict = {"unreadable": {}, "orphans_waiting": [], "copies_held": [], "folders_away": {}}
     for part in parts:
         out["unreadable"].update(part["unreadable"])
+        out["folders_away"].update(part["folders_away"])
         out["orphans_waiting"] += part["orphans_waiting"]
         out["copies_held"] += part["copies_held"]
     return out

@@ -24,6 +24,8 @@ What it handles, and how:
   content after the last known size is unknown.
 - **a race between listing and opening**: the descriptor is checked to be the inode listed.
 - **symlinks**: globs are resolved; identity is the target's.
+- **a folder away at start** (missing, or a mount point not mounted yet): its known files wait
+  for it, neither orphaned nor journaled, and resume from their checkpoints when it is back.
 - **unreadable files**: logged once, shown in status, tried again at every scan.
 - **partial last line**: waits for its newline, or ``partial_flush_ms`` of no change.
 - **restart**: every inode the database knows resumes at max(sealed checkpoint, pool's recovered
@@ -83,6 +85,7 @@ class FileSource:
         self._sizes_stored: dict[int, int] = {}
         self._closed: dict[int, int] = {}              # source_id → offset, closed this run
         self._unplaced: list[bytes] = []               # see _decide_pending
+        self.folders_away: dict[str, str] = {}         # folder → why its known files wait
         self._next_size_store = 0.0
         self.reader = Reader(cfg, pool, self.fs, self.clock, metrics, self._truncated,
                              self._store_fingerprint)
@@ -277,6 +280,8 @@ class FileSource:
             {p.row_id for p in self.pending.values()}
         rows = [r for r in self.db.rows(self.cfg.index, (PENDING, ACTIVE, ROTATED))
                 if (r["dev"], r["ino"]) not in found and r["source_id"] not in held]
+        away = self._folders_away(rows, found)
+        rows = [r for r in rows if os.path.dirname(r["path"]) not in away]
         if not rows:
             return
         where = find_outside(self.fs, self.cfg.paths, {(r["dev"], r["ino"]) for r in rows})
@@ -302,6 +307,41 @@ class FileSource:
                     continue
                 self.fs.close(fd)
             self._orphan_row(r, "deleted_unread")
+
+    def _folders_away(self, rows: list[dict], found: dict) -> dict[str, str]:
+        """The folders of unplaced generations that are not there to be looked in: missing, or
+        on another file system than their files (a mount point whose file system is not
+        mounted yet). Their files wait, neither orphaned nor journaled, until the folder is
+        back: the agent cannot tell a late mount from a deletion, and a false loss report
+        followed by the same events read again is worse than waiting. (A folder whose files
+        report another device than the folder itself, as on overlayfs, counts as there while
+        any listed file in it is on the generation's device.)"""
+        away: dict[str, str] = {}
+        for folder in sorted({os.path.dirname(r["path"]) for r in rows}):
+            devices = {r["dev"] for r in rows if os.path.dirname(r["path"]) == folder}
+            try:
+                st = self.fs.stat(folder)
+            except FileNotFoundError:
+                away[folder] = "missing"
+                continue
+            except OSError as e:
+                away[folder] = f"cannot be looked at ({e.strerror})"
+                continue
+            if st.st_dev in devices:
+                continue
+            listed = {ident[0] for ident, (path, _st) in found.items()
+                      if os.path.dirname(path) == folder}
+            if not devices & listed:
+                away[folder] = "on another file system than its files (not mounted yet?)"
+        for folder, why in away.items():
+            if self.folders_away.get(folder) != why:
+                count = sum(os.path.dirname(r["path"]) == folder for r in rows)
+                log.warning("folder %s is %s: its %d known file(s) wait for it, nothing is "
+                            "journaled until it is back", folder, why, count)
+        for folder in set(self.folders_away) - set(away):
+            log.info("folder %s is back: its known files are looked for again", folder)
+        self.folders_away = away
+        return away
 
     def _decide_pending(self, found: dict) -> None:
         now = self._now()
@@ -554,6 +594,7 @@ class FileSource:
                                      "unread_bytes": max(0, o.size_seen - o.offset),
                                      "journaled": o.journaled} for o in self.orphans],
                 "copies_held": [p.path for p in self.pending.values() if p.copy_of is not None],
+                "folders_away": dict(self.folders_away),
                 "pending": [p.path for p in self.pending.values() if p.copy_of is None]}
 
     def _descriptors(self) -> list[int]:

@@ -65,7 +65,9 @@ class ScriptedFs(FsOps):
       at that offset (the read of data there, not a look at the first bytes);
     - ``hidden``: paths the next listing leaves out (as a listing racing a rename may);
     - ``refused``: paths whose open fails with EACCES;
-    - ``inodes``: real inode → the inode number reported (to make one reused)."""
+    - ``inodes``: real inode → the inode number reported (to make one reused);
+    - ``devices``: path → the device number its ``stat`` reports (a mount point whose file
+      system is not mounted shows the device of the file system below it)."""
 
     def __init__(self):
         self.before: dict[str, list[Callable[[], None]]] = {}
@@ -73,6 +75,7 @@ class ScriptedFs(FsOps):
         self.hidden: set[str] = set()
         self.refused: set[str] = set()
         self.inodes: dict[int, int] = {}
+        self.devices: dict[str, int] = {}
 
     def _run(self, name: str) -> None:
         todo = self.before.get(name)
@@ -99,7 +102,12 @@ class ScriptedFs(FsOps):
 
     def stat(self, path):
         self._run("stat")
-        return self._fake(super().stat(path))
+        st = self._fake(super().stat(path))
+        if str(path) in self.devices:
+            fields = list(st)
+            fields[2] = self.devices[str(path)]
+            st = os.stat_result(fields)
+        return st
 
     def open(self, path):
         self._run("open")

@@ -420,6 +420,51 @@ def test_a_file_renamed_out_of_the_globs_while_stopped_is_read_to_its_end(tmp_pa
     assert h.journal_entries() == []
 
 
+def test_known_files_in_a_folder_missing_at_start_wait_for_it_and_resume(tmp_path):
+    """A late mount: the agent starts before the file system holding its logs is mounted. The
+    files it has checkpoints for are not deleted; they must neither be journaled as lost nor
+    read again from the start when the folder comes back."""
+    h = _read_100_lines_then_stop(tmp_path, pattern="app.log*")
+    os.rename(h.logs, tmp_path / "unmounted")
+    h.open()
+    h.step()
+    h.past_grace()
+    h.past_grace()
+    assert h.journal_entries() == []
+    assert h.src.waiting()["folders_away"] == {str(h.logs): "missing"}
+    assert {r["state"] for r in h.db.all_files()} <= {"active", "rotated", "done"}
+    os.rename(tmp_path / "unmounted", h.logs)             # mounted; the application wrote on
+    h.write(120, 150)
+    h.step()
+    h.past_grace()
+    assert h.ids() == list(range(150))
+    assert h.journal_entries() == []
+    assert h.src.waiting()["folders_away"] == {}
+
+
+def test_known_files_under_a_mount_point_not_yet_mounted_wait_for_it(tmp_path):
+    """The folder is there (the empty mount point) but on another device than the files the
+    agent knows in it: they wait too, and resume once the mount shows them."""
+    h = _read_100_lines_then_stop(tmp_path, pattern="app.log*")
+    os.rename(h.logs, tmp_path / "unmounted")
+    h.logs.mkdir()                                        # the mount point, empty
+    h.fs.devices[str(h.logs)] = os.stat(tmp_path).st_dev + 1
+    h.open()
+    h.step()
+    h.past_grace()
+    assert h.journal_entries() == []
+    [(folder, why)] = h.src.waiting()["folders_away"].items()
+    assert folder == str(h.logs) and "another file system" in why
+    h.logs.rmdir()
+    os.rename(tmp_path / "unmounted", h.logs)             # mounted: the device is the files'
+    del h.fs.devices[str(h.logs)]
+    h.write(120, 130)
+    h.step()
+    h.past_grace()
+    assert h.ids() == list(range(130))
+    assert h.journal_entries() == []
+
+
 def test_an_orphan_waits_for_its_copy_across_a_restart(tmp_path):
     h = Harness(tmp_path)
     h.write(0, 100)
