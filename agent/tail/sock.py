@@ -37,6 +37,8 @@ class SocketSource:
             os.unlink(cfg.path)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(cfg.path)
+        # Writers connect by group (the agent's UMask would leave the group read-only).
+        os.chmod(cfg.path, 0o660)
         self.server.listen(64)
         self.server.settimeout(0.2)
         self._accept = threading.Thread(target=self._accept_loop, name="docket-socket",

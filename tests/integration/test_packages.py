@@ -109,6 +109,26 @@ def test_the_packages_install_their_files_users_and_a_working_agent(installed):
     state = Path("/var/lib/docket").stat()
     assert (state.st_uid, state.st_mode & 0o777) == (user.pw_uid, 0o750)
     assert Path("/etc/systemd/system/multi-user.target.wants/docket-agent.service").is_symlink()
+    # Configurations that may hold credentials: readable by their service's group only.
+    for path, group in (("/etc/docket/agent.toml", "docket"),
+                        ("/etc/docket/audit.env", "docket-audit"),
+                        ("/etc/docket/reconcile.toml", "docket-audit")):
+        st = Path(path).stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == \
+            (0, grp.getgrnam(group).gr_gid, 0o640), (path, oct(st.st_mode), st.st_gid)
+    # An upgrade restarts running units and leaves stopped ones stopped; a removal stops them.
+    # (PID 1 is not systemd here: the maintainer scripts are read, not seen acting.)
+    for package, units in UNITS.items():
+        postinst = Path(f"/var/lib/dpkg/info/{package}.postinst").read_text()
+        prerm = Path(f"/var/lib/dpkg/info/{package}.prerm").read_text()
+        preinst = Path(f"/var/lib/dpkg/info/{package}.preinst")
+        restarted = " ".join(re.findall(r"try-restart ([^>]*)>", postinst)).replace("'", "")
+        stopped = " ".join(re.findall(r"systemctl stop ([^>]*)>", prerm)).replace("'", "")
+        for unit in units:
+            name = unit.replace("@.", "@*.")
+            assert name in restarted.split(), (package, unit, postinst)
+            assert name in stopped.split(), (package, unit, prerm)
+        assert not preinst.exists() or "stop" not in preinst.read_text(), preinst.read_text()
 
     version = _run(str(AGENT_VENV / "bin/docket-agent"), "--version")
     assert version.returncode == 0 and re.fullmatch(r"docket-agent \d+\.\d+\.\d+\n",
