@@ -2,7 +2,8 @@
 
 Names follow ``agent_<subsystem>_<name>_<unit>[_total]``. Dropped events carry ``reason`` and
 ``intentional``; retried events are counted as retried, never as dropped. ``/metrics`` renders
-the Prometheus text format; ``/status`` and ``docket-agent status`` read ``snapshot()``.
+the Prometheus text format (integers exactly, other values with every digit: see ``sample``);
+``/status`` and ``docket-agent status`` read ``snapshot()``.
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ METRICS: dict[str, tuple[str, str]] = {
                                           "(split, truncate, drop)."),
     "agent_buffer_quarantined_slots_total": ("counter", "Slots that failed their CRC at start "
                                              "and were copied to quarantine/."),
-    "agent_buffer_slots": ("gauge", "Slots by state (free, filling, sealed, spilled, in_flight)."),
+    "agent_buffer_slots": ("gauge", "Pool slots by state: free, filling, sealed (waiting), "
+                           "in_flight (being sent); these add up to the pool's slots. spilled: "
+                           "sealed slots on disk outside the pool."),
     "agent_buffer_backlog_bytes": ("gauge", "Bytes in sealed slots not yet acknowledged."),
-    "agent_buffer_backlog_events": ("gauge", "Events in sealed slots not yet acknowledged."),
+    "agent_buffer_backlog_events": ("gauge", "Events accepted and not yet acknowledged (sealed "
+                                    "and filling slots): events read minus events sent, drops "
+                                    "aside."),
     "agent_buffer_oldest_unacked_age_seconds": ("gauge", "Age of the oldest sealed slot not yet "
                                                 "acknowledged by Kafka."),
     "agent_drain_sent_events_total": ("counter", "Events acknowledged by Kafka."),
@@ -107,8 +112,22 @@ class Metrics:
                 out.append(f"# TYPE {name} {kind}")
                 for key, value in sorted(self._values.get(name, {}).items()):
                     labels = ",".join(f'{k}="{_escape(str(v))}"' for k, v in key)
-                    out.append(f"{name}{{{labels}}} {value:g}" if labels else f"{name} {value:g}")
+                    shown = sample(value)
+                    out.append(f"{name}{{{labels}}} {shown}" if labels else f"{name} {shown}")
         return "\n".join(out) + "\n"
+
+
+def sample(value: float) -> str:
+    """A sample value as Prometheus clients print it: an integer exactly (a byte counter at
+    2,265,270 is not ``2.26527e+06``), any other float with every digit ``repr`` keeps (a Unix
+    time to the millisecond), and ``+Inf`` / ``-Inf`` / ``NaN``."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
 
 
 def _escape(v: str) -> str:
