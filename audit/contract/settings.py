@@ -10,6 +10,7 @@ hint; the CLIs print it and exit 78 (``EX_CONFIG``).
 
 from __future__ import annotations
 
+import difflib
 import json
 import tomllib
 from dataclasses import dataclass
@@ -75,6 +76,8 @@ def coerce(s: Setting, path: str, value):
         hint = ""
         if s.type is int and isinstance(value, str):
             hint = "write the number without quotes or units, e.g. 1048576"
+        if s.type is str and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            hint = f"write one comma-separated string: {json.dumps(','.join(value))}"
         raise ConfigError(path, f"expected {_TYPE_NAMES[s.type]}, found {found(value)}", hint)
     if s.choices and value not in s.choices:
         raise ConfigError(path, f"expected one of {', '.join(map(repr, s.choices))}, found "
@@ -84,6 +87,13 @@ def coerce(s: Setting, path: str, value):
     if s.maximum is not None and value > s.maximum:
         raise ConfigError(path, f"must be at most {s.maximum:g}, found {value!r}", hint=s.help)
     return value
+
+
+def unknown_hint(name: str, known, what: str) -> str:
+    """The hint for an unknown name: the closest known one first, then the whole list."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    listed = f"{what}: {', '.join(sorted(known))}"
+    return f"did you mean {close[0]!r}? {listed}" if close else listed
 
 
 def section_table(raw: dict, name: str) -> dict:
@@ -103,15 +113,15 @@ def parse_sections(raw: dict, settings: tuple[Setting, ...],
         by_section.setdefault(section, {})[key] = s
     for top in raw:
         if top not in by_section and top not in other_sections:
-            raise ConfigError(top, "unknown section", hint="known sections: "
-                              f"{', '.join(sorted([*by_section, *other_sections]))}")
+            raise ConfigError(top, "unknown section", hint=unknown_hint(
+                top, [*by_section, *other_sections], "known sections"))
     values: dict[str, Any] = {}
     for section, known in by_section.items():
         table = section_table(raw, section)
         for key in table:
             if key not in known:
-                raise ConfigError(f"{section}.{key}", "unknown key",
-                                  hint=f"known keys in [{section}]: {', '.join(sorted(known))}")
+                raise ConfigError(f"{section}.{key}", "unknown key", hint=unknown_hint(
+                    key, known, f"known keys in [{section}]"))
         for key, s in known.items():
             if key in table:
                 values[s.key] = coerce(s, s.key, table[key])
@@ -131,7 +141,7 @@ def parse_table(table: dict, settings: tuple[Setting, ...], where: str,
     for key in table:
         if key not in known:
             raise ConfigError(f"{where}.{key}", "unknown key",
-                              hint=f"known keys of {what}: {', '.join(sorted(known))}")
+                              hint=unknown_hint(key, known, f"known keys of {what}"))
     values = {}
     for key, s in known.items():
         if key in table:

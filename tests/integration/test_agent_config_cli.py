@@ -31,6 +31,17 @@ window_ms = 600000
 listen = "127.0.0.1:9464"
 """
 
+PREFLIGHT = [
+    ('"socket.keepalive.enable" = true', '"linger.msx" = 5', "broker.librdkafka_options.linger.msx",
+     "No such configuration property"),
+    ('state_dir = "{tmp}/state"', 'state_dir = "{tmp}/agent.toml/state"', "agent.state_dir",
+     "is not a folder"),
+    ('state_dir = "{tmp}/state"', 'state_dir = "{tmp}/locked/state"', "agent.state_dir",
+     "is not writable"),
+    ("size_bytes = 67108864", "size_bytes = 1125899906842624", "buffer.size_bytes",
+     "free"),
+]
+
 CASES = [
     # (what is replaced, by what, the key path in the message, a word of the problem or hint)
     ("slot_size_bytes = 1048576", 'slot_size_bytes = "1M"', "buffer.slot_size_bytes",
@@ -41,7 +52,8 @@ CASES = [
      "multiple of 4096"),
     ("[buffer]", "[buffer]\nlinger_ms = -1", "buffer.linger_ms", "at least 0"),
     ("[buffer]", '[buffer]\non_full = "wait"', "buffer.on_full", "'block', 'drop_oldest'"),
-    ("[agent]", "[agent]\nshutdown_timeout = 5", "agent.shutdown_timeout", "unknown key"),
+    ("[agent]", "[agent]\nshutdown_timeout = 5", "agent.shutdown_timeout",
+     "did you mean 'shutdown_timeout_ms'?"),
     ("[status]", "[stats]", "stats", "unknown section"),
     ('topic = "app.events"', "", "sources[0].topic", "missing"),
     ('paths = ["{tmp}/logs/*.log"]', 'paths = ["{tmp}/agent.toml/*.log"]', "sources[0].paths[0]",
@@ -55,6 +67,15 @@ CASES = [
     ('"socket.keepalive.enable" = true', '"socket.keepalive.enable" = [1]',
      "broker.librdkafka_options.socket.keepalive.enable", "string, number or boolean"),
     ("[agent]", "[agent\n", "", "not valid TOML"),
+    ('bootstrap_servers = "127.0.0.1:9092"', 'bootstrap_servers = ["a:9092", "b:9092"]',
+     "broker.bootstrap_servers", 'one comma-separated string: "a:9092,b:9092"'),
+    # What only the run used to find (a traceback, then a restart every 2 s under systemd):
+    *PREFLIGHT,
+    # Options that would weaken at-least-once delivery without a word.
+    ('"socket.keepalive.enable" = true', '"acks" = "1"', "broker.librdkafka_options.acks",
+     "unsafe_weaker_delivery = true"),
+    ('"socket.keepalive.enable" = true', '"enable.idempotence" = false',
+     "broker.librdkafka_options.enable.idempotence", "duplicate or reorder"),
 ]
 
 
@@ -84,7 +105,8 @@ def test_the_good_configuration_validates(tmp):
     path.write_text(GOOD.format(tmp=tmp))
     res = validate(path)
     assert res.returncode == 0, res.stderr
-    assert "ok (1 source(s), agent id web-42)" in res.stdout
+    assert "ok (1 source(s), agent id web-42, pool 63 slots of 1,048,576 bytes: a file of " \
+        in res.stdout
 
 
 @pytest.mark.parametrize("old,new,key,words", CASES, ids=[c[2] or "toml" for c in CASES])
@@ -107,3 +129,25 @@ def test_run_refuses_a_bad_configuration_the_same_way(tmp):
     res = subprocess.run([str(BIN / "docket-agent"), "run", "--config", str(path)],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 78 and "'agent.bogus': unknown key" in res.stderr
+
+
+@pytest.mark.parametrize("old,new,key,words", PREFLIGHT, ids=[c[2] for c in PREFLIGHT])
+def test_run_refuses_what_validate_refuses_without_a_traceback(tmp, old, new, key, words):
+    """``ExecStartPre=validate`` protects the service only if ``run`` fails on nothing else."""
+    path = tmp / "agent.toml"
+    path.write_text(GOOD.replace(old, new, 1).format(tmp=tmp))
+    res = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search",
+                          str(BIN / "docket-agent"), "run", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 78, res.stdout + res.stderr
+    assert f"Error in configuration at '{key}" in res.stderr and words in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_the_configuration_defaults_to_where_the_package_installs_it(tmp):
+    if Path("/etc/docket/agent.toml").exists():
+        pytest.skip("docket-agent is installed on this machine")
+    res = subprocess.run([str(BIN / "docket-agent"), "validate"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 78
+    assert "Error in configuration at '/etc/docket/agent.toml': cannot read the file" in res.stderr

@@ -1,0 +1,110 @@
+"""What ``validate`` checks beyond the file's form, so that a configuration it passes does not
+fail at ``run`` (``ExecStartPre=validate`` must protect the service from a restart loop):
+
+- the producer configuration builds: librdkafka knows every property of
+  ``broker.librdkafka_options`` and accepts its value;
+- ``agent.state_dir`` is a folder the agent can write, or can be created;
+- the pool fits: the disk under ``buffer.path`` has room for the part of the pool file not
+  allocated yet.
+
+Each failure is a :class:`ConfigError` naming the key. :func:`pool_geometry` says what the
+pool's size rounds to (whole slots and their headers).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .buffer import layout as L
+from .config import AgentConfig, ConfigError
+
+
+_SILENT = logging.getLogger("docket.agent.preflight.librdkafka")
+_SILENT.propagate = False
+_SILENT.addHandler(logging.NullHandler())
+
+
+def check(cfg: AgentConfig) -> None:
+    check_producer(cfg)
+    check_state_dir(cfg.state_dir)
+    check_pool_space(cfg)
+
+
+def check_producer(cfg: AgentConfig) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    from .drain.producer import producer_config
+
+    # Built without the bootstrap servers, so it connects to nothing: the properties are
+    # checked when the client is created (ssl.* files included), not when it connects.
+    conf = {k: v for k, v in producer_config(cfg).items() if k != "bootstrap.servers"}
+    ours = set(cfg["broker.librdkafka_options"])
+    try:
+        producer = Producer(conf, logger=_SILENT)
+    except (KafkaException, ValueError, TypeError) as exc:
+        text = str(exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc)
+        key = next((k for k in sorted(ours, key=len, reverse=True) if f'"{k}"' in text
+                    or f" {k}" in text), None)
+        where = f"broker.librdkafka_options.{key}" if key else "broker.librdkafka_options"
+        raise ConfigError(where, f"librdkafka refuses the producer configuration: {text}",
+                          hint="see librdkafka's CONFIGURATION.md for the property names and "
+                          "values") from None
+    del producer
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that can be looked at."""
+    path = path.absolute()
+    while path != path.parent:
+        try:
+            os.stat(path)
+            return path
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            path = path.parent
+    return path
+
+
+def check_state_dir(state: Path) -> None:
+    base = _nearest_existing(state)
+    if not base.is_dir():
+        raise ConfigError("agent.state_dir", f"{state} cannot be created: {base} is not a folder",
+                          hint="choose a folder on a local disk, e.g. /var/lib/docket")
+    if not os.access(base, os.W_OK | os.X_OK):
+        what = "is not writable" if base == state.absolute() else \
+            f"cannot be created: {base} is not writable"
+        raise ConfigError("agent.state_dir", f"{state} {what} by this user (uid {os.getuid()})",
+                          hint="run the agent as the folder's owner (the package's unit runs it "
+                          "as docket with StateDirectory=docket), or choose another folder")
+
+
+def check_pool_space(cfg: AgentConfig) -> None:
+    path = cfg.buffer_path
+    geometry = pool_geometry(cfg)
+    try:
+        allocated = path.stat().st_blocks * 512
+    except OSError:
+        allocated = 0
+    need = max(0, geometry.file_bytes - allocated)
+    folder = _nearest_existing(path.parent)
+    try:
+        st = os.statvfs(folder)
+    except OSError as exc:
+        raise ConfigError("buffer.path", f"cannot look at {folder}: {exc.strerror}") from None
+    free = st.f_bavail * st.f_frsize
+    if need > free:
+        raise ConfigError("buffer.size_bytes",
+                          f"the pool file needs {need:,} more bytes, the file system of "
+                          f"{folder} has {free:,} free",
+                          hint="lower buffer.size_bytes or put buffer.path on a larger disk")
+
+
+def pool_geometry(cfg: AgentConfig) -> L.Geometry:
+    return L.Geometry.fit(cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"])
+
+
+def describe_pool(cfg: AgentConfig) -> str:
+    g = pool_geometry(cfg)
+    return (f"pool {g.slot_count} slots of {g.slot_bytes:,} bytes: a file of {g.file_bytes:,} "
+            f"bytes (buffer.size_bytes {cfg['buffer.size_bytes']:,})")
