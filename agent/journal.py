@@ -30,6 +30,7 @@ agent's metrics (``agent_dropped_events_total{reason}`` for events,
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -37,6 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .telemetry import Metrics
+
+log = logging.getLogger("docket.agent.journal")
 
 
 class LossJournal:
@@ -77,6 +80,10 @@ class LossJournal:
                              nbytes=nbytes)
         self.metrics.inc("agent_loss_journal_entries_total", reason=reason, topic=topic,
                          size="unknown" if events < 0 else "known")
+        # One WARNING per entry; a burst of the same kind is held back (agent/logs.py).
+        log.warning("loss journal: %s event(s) of topic %s not delivered (%s)%s; entry in %s",
+                    "an unknown number of" if events < 0 else events, topic, reason,
+                    f" from {source}" if source else "", self.path)
         if self._on_record is not None:
             self._on_record(topic, reason, events, event_ts_ms)
 

@@ -1,0 +1,91 @@
+"""The agent's log output: text or JSON lines, and repeated lines held back.
+
+During a broker outage librdkafka reports every failed connection (about 20 lines a second
+against one broker) and apscheduler every skipped audit round. An operator needs the change of
+state once and then a reminder, not 1.8 million lines a day: :class:`Quieter` lets the first
+line of each kind through, then at most one per ``every_s``, saying how many like it were held
+back. A "kind" is the logger, the level and the message with its numbers blanked, so the
+same failure against another port or after another delay is the same kind.
+
+Messages known to be expected noise (a fresh broker's ``Coordinator load in progress`` while
+the idempotent producer starts) are logged at INFO, not WARNING.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+
+QUIET_EVERY_S = 60.0
+EXPECTED_NOISE = ("Coordinator load in progress", "COORDINATOR_LOAD_IN_PROGRESS")
+_NUMBERS = re.compile(r"\d+")
+_MAX_KINDS = 1000
+
+
+class Quieter(logging.Filter):
+    def __init__(self, every_s: float = QUIET_EVERY_S, clock=time.monotonic):
+        super().__init__()
+        self.every_s = every_s
+        self.clock = clock
+        self._kinds: dict[tuple, list] = {}          # kind → [next line allowed at, held]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.levelno == logging.WARNING and any(n in message for n in EXPECTED_NOISE):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        kind = (record.name, record.levelno, _NUMBERS.sub("#", message))
+        now = self.clock()
+        state = self._kinds.get(kind)
+        if state is not None and now < state[0]:
+            state[1] += 1
+            return False
+        if len(self._kinds) >= _MAX_KINDS:
+            self._kinds.clear()
+        held = state[1] if state is not None else 0
+        self._kinds[kind] = [now + self.every_s, 0]
+        if held:
+            record.msg = f"{message} ({held} more like it held back in the last " \
+                         f"{self.every_s:.0f} s)"
+            record.args = ()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (RFC 3339, UTC, milliseconds), level, logger, message,
+    and the exception's text when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        out = {"ts": f"{ts}.{int(record.msecs):03d}Z", "level": record.levelname,
+               "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+# The loggers whose lines repeat in bursts: librdkafka's (both producers log through it),
+# apscheduler's scheduler (a skipped audit round), the audit emitter's (a round not
+# acknowledged, every round of an outage) and the loss journal's (a slot dropped per turn
+# under drop_oldest). docket's other lines are each about one event and are not held.
+QUIETED = ("docket.agent.librdkafka", "apscheduler.scheduler", "docket.agent.audit",
+           "docket.agent.journal")
+
+
+def setup(level: str, fmt: str = "text") -> None:
+    """Logging for ``docket-agent run``: to stderr (the journal under systemd), as text or
+    JSON lines, with the repeating loggers quieted."""
+    handler = logging.StreamHandler()
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)     # one line per job run
+    for name in QUIETED:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, Quieter) for f in logger.filters):
+            logger.addFilter(Quieter())
