@@ -16,6 +16,8 @@ from audit.contract.errors import print_error
 from .buffer import PoolError
 from .config import EX_CONFIG, ConfigError, default_toml, load
 
+DEFAULT_CONFIG = "/etc/docket/agent.toml"           # where the package installs it
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -26,10 +28,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {version('docket')}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser("run", help="run in the foreground (systemd Type=notify)")
-    run.add_argument("--config", required=True, help="the agent's TOML configuration")
+    run.add_argument("--config", default=DEFAULT_CONFIG,
+                     help=f"the agent's TOML configuration (default {DEFAULT_CONFIG})")
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    val = sub.add_parser("validate", help="check a configuration; exit 0, or 78 with the key")
-    val.add_argument("--config", required=True)
+    run.add_argument("--log-format", default="text", choices=("text", "json"),
+                     help="text lines, or one JSON object per line for log pipelines")
+    val = sub.add_parser("validate", help="check a configuration, the producer settings, the "
+                         "state folder and the disk; exit 0, or 78 with the key")
+    val.add_argument("--config", default=DEFAULT_CONFIG,
+                     help=f"the agent's TOML configuration (default {DEFAULT_CONFIG})")
     st = sub.add_parser("status", help="rates, pool, backlog, files and broker of a running agent")
     st.add_argument("--config", help="read status.listen from this configuration")
     st.add_argument("--url", help="status address, default http://127.0.0.1:9464")
@@ -37,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("default-config", help="print the configuration a package installs: every "
                    "setting with its default and meaning, one source to edit")
     loc = sub.add_parser("locate", help="where events came from, by record number (docket-seq)")
-    loc.add_argument("--config", required=True, help="the agent's TOML configuration")
+    loc.add_argument("--config", default=DEFAULT_CONFIG,
+                     help=f"the agent's TOML configuration (default {DEFAULT_CONFIG})")
     loc.add_argument("--seq", required=True, type=_seq_range,
                      help="a record number N, or a range A-B (inclusive)")
     loc.add_argument("--json", action="store_true", help="one JSON object per run of records")
@@ -155,15 +163,28 @@ def _status(args) -> int:
     print(f"agent {data['agent_id']} (docket {data['version']}), up {data['uptime_s']:.0f} s")
     print(f"  rates     in {data['rates']['in_events_s']:.0f} events/s, "
           f"out {data['rates']['out_events_s']:.0f} events/s")
+    totals = data["totals"]
+    print(f"  totals    read {totals['read_events']:.0f} events ({totals['read_bytes']:.0f} "
+          f"bytes), sent {totals['sent_events']:.0f}, retried {totals['retried_events']:.0f}")
     print(f"  pool      {pool['occupancy']:.1%} occupied: {pool['free_slots']} free, "
-          f"{pool['filling_slots']} filling, {pool['sealed_slots']} sealed, "
-          f"{pool['spilled_slots']} spilled of {pool['slot_count']} slots")
+          f"{pool['filling_slots']} filling, {pool['waiting_slots']} sealed, "
+          f"{pool['sending_slots']} sending of {pool['slot_count']} slots of "
+          f"{pool['slot_size_bytes']} bytes; {pool['spilled_slots']} spilled; file "
+          f"{pool['path']} {pool['file_bytes']} bytes")
     age = backlog["oldest_unacked_event_age_s"]
-    print(f"  backlog   {backlog['events']} events, {backlog['bytes']} bytes, oldest sealed "
-          f"{backlog['oldest_unacked_age_s']:.1f} s ago"
+    print(f"  backlog   {backlog['events']} events not yet acknowledged ("
+          f"{backlog['filling_events']} in filling slots), {backlog['bytes']} sealed bytes, "
+          f"oldest sealed {backlog['oldest_unacked_age_s']:.1f} s ago"
           + (f", oldest event {age:.1f} s old" if age is not None else ""))
     print(f"  broker    {broker['state']} ({broker['bootstrap_servers']}), "
           f"{broker['outages']:.0f} outage(s)")
+    for topic in broker["missing_topics"]:
+        how = "created by its first event" if broker["auto_create_topics"] else \
+            "its events wait in the pool until it is created"
+        print(f"  topic     {topic}: not on the cluster; {how}")
+    if broker["weakened_delivery"]:
+        print(f"  delivery  WEAKENED by librdkafka_options "
+              f"{', '.join(broker['weakened_delivery'])} (broker.unsafe_weaker_delivery)")
     journal = data["loss_journal"]
     print(f"  dropped   {data['dropped_events']:.0f} events; loss journal "
           f"{journal['entries']:.0f} entries ({journal['unknown_size']:.0f} of unknown size), "
@@ -196,10 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "validate":
+            from .preflight import check, describe_pool
+
             cfg = load(args.config)
+            check(cfg)
             for where, message in cfg.warnings:
                 print(f"{args.config}: warning: {where}: {message}", file=sys.stderr)
-            print(f"{args.config}: ok ({len(cfg.sources)} source(s), agent id {cfg.agent_id})")
+            print(f"{args.config}: ok ({len(cfg.sources)} source(s), agent id {cfg.agent_id}, "
+                  f"{describe_pool(cfg)})")
             return 0
         if args.command == "default-config":
             print(default_toml(), end="")
@@ -208,12 +233,14 @@ def main(argv: list[str] | None = None) -> int:
             return _status(args)
         if args.command == "locate":
             return _locate(args)
-        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        logging.getLogger("apscheduler").setLevel(logging.WARNING)     # one line per job run
+        from . import logs
+        from .preflight import check
+
+        logs.setup(args.log_level, args.log_format)
         from .service import Agent, StartupError
 
         cfg = load(args.config)
+        check(cfg)                  # what would fail below fails here, as validate says it
         for where, message in cfg.warnings:
             logging.getLogger("docket.agent").warning("config %s: %s", where, message)
         try:
@@ -222,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
             return agent.run()
         except (PoolError, StartupError) as exc:
             print_error(exc, "docket-agent: error")
+            return 1
+        except OSError as exc:      # the state folder or the pool file, refused by the system
+            logging.getLogger("docket.agent").error(
+                "cannot start: %s%s", exc.strerror or exc,
+                f" ({exc.filename})" if getattr(exc, "filename", None) else "")
             return 1
     except ConfigError as exc:
         print_error(exc)

@@ -33,6 +33,8 @@ from audit.contract.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's
 from .tail.watch import glob_folder
 
 MiB = 1 << 20
+UNIT_STOP_TIMEOUT_MS = 45_000        # systemd/docket-agent.service TimeoutStopSec
+AUDIT_LAST_ROUND_MS = 10_000         # producer_tally.DELIVERY_TIMEOUT_S
 
 
 def _hostname() -> str:
@@ -44,8 +46,10 @@ SETTINGS: tuple[Setting, ...] = (
             "records. Default: the host name."),
     Setting("agent.state_dir", str, "/var/lib/docket", "Folder for the state database "
             "(checkpoints), the loss journal, dead letters and quarantined slots."),
-    Setting("agent.shutdown_timeout_ms", int, 30000, "On SIGTERM, how long to keep draining "
-            "sealed slots to Kafka before exiting; the rest stays in the pool.", minimum=0),
+    Setting("agent.shutdown_timeout_ms", int, 20000, "On SIGTERM, how long to keep draining "
+            "sealed slots to Kafka before exiting; the rest stays in the pool. Not waited for "
+            "while the cluster does not answer. With the last audit round (up to 10 s) it must "
+            "stay within the unit's `TimeoutStopSec` (45 s).", minimum=0),
     Setting("agent.origin_header", bool, True, "Add the `docket-origin` header to every record."),
     Setting("agent.record_numbers", bool, True, "Number every record: headers `docket-seq` "
             "(the origin's record number) and `docket-incarnation`, so every tier can count "
@@ -76,6 +80,10 @@ SETTINGS: tuple[Setting, ...] = (
             choices=("none", "gzip", "snappy", "lz4", "zstd")),
     Setting("broker.librdkafka_options", dict, {}, "librdkafka properties passed to the producer "
             "as they are, e.g. `\"security.protocol\" = \"SASL_SSL\"`."),
+    Setting("broker.unsafe_weaker_delivery", bool, False, "Accept `librdkafka_options` that "
+            "weaken the at-least-once delivery (`acks` other than `all`, "
+            "`enable.idempotence = false`): events the default settings keep can then be lost or "
+            "reordered. Warned at start and shown in status."),
     Setting("audit.enabled", bool, True, "Count accepted events per (topic, window) and emit "
             "them to the audit topic."),
     Setting("audit.topic", str, AUDIT_TOPIC, "Audit topic the counts are written to."),
@@ -149,9 +157,38 @@ def parse(raw: dict, file: Path | None = None) -> AgentConfig:
         if not isinstance(value, str | int | float | bool):
             raise ConfigError(f"broker.librdkafka_options.{key}",
                               f"expected a string, number or boolean, found {found(value)}")
+    weakened = weakened_delivery(values["broker.librdkafka_options"])
+    if weakened and not values["broker.unsafe_weaker_delivery"]:
+        key, why = weakened[0]
+        raise ConfigError(f"broker.librdkafka_options.{key}", why,
+                          hint="remove it (the agent sets acks=all and idempotence itself), or "
+                          "accept the risk with [broker] unsafe_weaker_delivery = true")
     sources = _parse_sources(raw.get("sources", []))
     _check_combinations(values, sources)
-    return AgentConfig(values, sources, file, _warnings(sources))
+    warnings = _warnings(sources)
+    if values["agent.shutdown_timeout_ms"] + AUDIT_LAST_ROUND_MS > UNIT_STOP_TIMEOUT_MS:
+        warnings.append(("agent.shutdown_timeout_ms", f"{values['agent.shutdown_timeout_ms']} ms "
+                         f"plus the last audit round (up to {AUDIT_LAST_ROUND_MS} ms) exceeds "
+                         f"the packaged unit's TimeoutStopSec ({UNIT_STOP_TIMEOUT_MS // 1000} "
+                         "s): systemd would kill the agent mid-drain (the pool keeps the data); "
+                         "raise TimeoutStopSec in a drop-in"))
+    warnings += [(f"broker.librdkafka_options.{key}", f"{why} (accepted: "
+                  "broker.unsafe_weaker_delivery = true)") for key, why in weakened]
+    return AgentConfig(values, sources, file, warnings)
+
+
+def weakened_delivery(options: dict) -> list[tuple[str, str]]:
+    """The librdkafka options that break at-least-once, in-order delivery: (key, why)."""
+    out = []
+    for key, value in options.items():
+        text = str(value).strip().lower()
+        if key in ("acks", "request.required.acks") and text not in ("all", "-1"):
+            out.append((key, f"acks = {value!r} acknowledges a record before every in-sync "
+                        "replica has it: a broker failure then loses acknowledged events"))
+        if key == "enable.idempotence" and text in ("false", "0", "no", "off"):
+            out.append((key, "enable.idempotence = false lets a retry duplicate or reorder "
+                        "records"))
+    return out
 
 
 def _warnings(sources: list[SourceConfig]) -> list[tuple[str, str]]:

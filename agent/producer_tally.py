@@ -256,12 +256,24 @@ class AuditEmitter:
                                 id="docket-audit-emit", max_instances=1, coalesce=True)
         self._scheduler.start()
 
-    def stop(self) -> None:
-        """Stop the schedule and send a last round (after the final counts were persisted)."""
+    def stop(self, last_round: bool = True) -> None:
+        """Stop the schedule and send a last round (after the final counts were persisted).
+        ``last_round`` False (the cluster does not answer): no last round, and a round under
+        way is cut short by purging its records (they stay counted and go next start)."""
         if self._scheduler is not None:
-            self._scheduler.shutdown(wait=True)
+            if last_round:
+                self._scheduler.shutdown(wait=True)
+            else:
+                stopper = threading.Thread(target=self._scheduler.shutdown,
+                                           kwargs={"wait": True}, daemon=True)
+                stopper.start()
+                while stopper.is_alive():
+                    producer = self._producer
+                    if producer is not None:
+                        producer.purge(in_queue=True, in_flight=True)
+                    stopper.join(0.1)
             self._scheduler = None
-        if self.enabled:
+        if self.enabled and last_round:
             self.emit()
         if self._producer is not None:
             self._producer.purge()

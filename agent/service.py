@@ -32,9 +32,10 @@ from audit.contract.errors import DocketError
 
 from .buffer import BufferPool, DropEvent, SealedSlot
 from .buffer.seams import Clock, FileOps
-from .config import AgentConfig, ConfigError, load
+from .config import AgentConfig, ConfigError, load, weakened_delivery
 from .drain.drain import Drain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
+from .drain.topics import TopicWatch
 from .journal import LossJournal
 from .notify import Notifier
 from .producer_tally import AuditEmitter
@@ -160,6 +161,8 @@ class Agent:
                            on_dead=self.audit.uncount,
                            producer_factory=self.seams.producer_factory,
                            incarnation=self.incarnation.encode() if numbered else None)
+        self.topic_watch = TopicWatch(producer_config(cfg), self._topics)
+        self.drain.on_unknown_topic = self.topic_watch.unknown
         self.socket_sources: list[SocketSource] = []
         self.watch: FolderWatch | None = None
         self._build_sources(cfg)
@@ -170,6 +173,11 @@ class Agent:
         self._http: ThreadingHTTPServer | None = None
         self._next_scan = self._next_gauges = self._next_watchdog = 0.0
         self._last_gauges = self._last_scan = self._monotonic()
+
+    def _topics(self) -> list[str]:
+        """Every topic this agent writes: its sources' and, when on, the audit topic."""
+        audit = [self.cfg["audit.topic"]] if self.cfg["audit.enabled"] else []
+        return sorted({*_topics(self.cfg.sources), *audit})
 
     def _numbers(self) -> tuple[int, list[list[int]]]:
         """For the audit's ``ranges`` record: the last record number given, and the journalled
@@ -264,6 +272,7 @@ class Agent:
     def run(self) -> int:
         self.start_status_server()
         self.audit.start()
+        self.topic_watch.start()
         self.begin()
         while not self._stop.is_set():
             read, sent, blocked = self.turn()
@@ -351,10 +360,20 @@ class Agent:
         self.pool.seal_all()
         self._flush_checkpoints()
         deadline = time.monotonic() + self.cfg["agent.shutdown_timeout_ms"] / 1000
-        emptied = self.drain.drain_until(deadline)
+        if self.drain.reachable:
+            emptied = self.drain.drain_until(deadline)
+        else:
+            log.warning("stopping while the cluster is %s: not waiting for it; what is not "
+                        "acknowledged stays in the pool for the next start",
+                        self.drain.broker_state)
+            emptied = self.drain.idle()
+        reachable = self.drain.reachable
+        self.topic_watch.stop()
         self.drain.close()
         self._flush_checkpoints()                # dead letters found while draining
-        self.audit.stop()                        # a last round of counts
+        # A last round of counts, unless the cluster does not answer: the counts are persisted
+        # and the next start sends them.
+        self.audit.stop(last_round=reachable)
         left = self.pool.stats()
         log.info("stopped: %s", "everything acknowledged" if emptied else
                  f"{left['sealed_records']} record(s) stay in the pool for the next start")
@@ -375,14 +394,17 @@ class Agent:
         m = self.metrics
         st = self.pool.stats()
         m.set("agent_buffer_size_bytes", self.pool.geometry.file_bytes)
-        for state in ("free", "filling", "sealed", "spilled", "leased"):
-            m.set("agent_buffer_slots", st[f"{state}_slots"],
-                  state="in_flight" if state == "leased" else state)
+        # Each pool slot in one state (they add up to the pool's slot count); spilled slots
+        # are outside the pool, on disk.
+        for state, key in (("free", "free_slots"), ("filling", "filling_slots"),
+                           ("sealed", "waiting_slots"), ("in_flight", "sending_slots"),
+                           ("spilled", "spilled_slots")):
+            m.set("agent_buffer_slots", st[key], state=state)
         for policy in ("split", "truncated", "dropped"):
             m.set("agent_buffer_oversize_lines_total", st[f"oversize_{policy}"], policy=policy)
         m.set("agent_buffer_quarantined_slots_total", st["slots_quarantined"])
         m.set("agent_buffer_backlog_bytes", st["sealed_bytes"])
-        m.set("agent_buffer_backlog_events", st["sealed_records"])
+        m.set("agent_buffer_backlog_events", _backlog_events(st))
         m.set("agent_buffer_oldest_unacked_age_seconds",
               self._oldest_unacked_age(self.pool.sealed()))
         m.clear("agent_source_lag_bytes")
@@ -397,7 +419,7 @@ class Agent:
         self._prev_counts = (ins, outs)
         self.notifier.status(f"in {self._rates['in_events_s']:.0f}/s, out "
                              f"{self._rates['out_events_s']:.0f}/s, backlog "
-                             f"{st['sealed_records']} events, broker {self.drain.broker_state}")
+                             f"{_backlog_events(st)} events, broker {self.drain.broker_state}")
 
     def _oldest_unacked_age(self, sealed: list) -> float:
         if not sealed:
@@ -407,6 +429,7 @@ class Agent:
 
     def status(self) -> dict:
         st = self.pool.stats()
+        m = self.metrics
         sealed = self.pool.sealed()
         oldest_event_ms = min((s.meta.min_ts for s in sealed), default=None)
         return {
@@ -414,9 +437,17 @@ class Agent:
             "version": version("docket"),
             "uptime_s": round(time.time() - self.started, 1),
             "rates": {k: round(v, 1) for k, v in self._rates.items()},
+            "totals": {"read_events": m.get("agent_source_read_events_total"),
+                       "read_bytes": m.get("agent_source_read_bytes_total"),
+                       "sent_events": m.get("agent_drain_sent_events_total"),
+                       "retried_events": m.get("agent_drain_retried_events_total")},
             "pool": {"path": str(self.cfg.buffer_path),
+                     "file_bytes": self.pool.geometry.file_bytes,
+                     "configured_bytes": self.cfg["buffer.size_bytes"],
                      "occupancy": round(1 - st["free_slots"] / st["slot_count"], 4), **st},
-            "backlog": {"bytes": st["sealed_bytes"], "events": st["sealed_records"],
+            "backlog": {"bytes": st["sealed_bytes"], "events": _backlog_events(st),
+                        "sealed_events": st["sealed_records"],
+                        "filling_events": st["filling_records"],
                         "oldest_unacked_age_s": round(self._oldest_unacked_age(sealed), 3),
                         "oldest_unacked_event_age_s": round(
                             time.time() - oldest_event_ms / 1000, 3)
@@ -426,7 +457,11 @@ class Agent:
             "files_waiting": _merge_waiting(f.waiting() for f in self.file_sources),
             "broker": {"state": self.drain.broker_state,
                        "bootstrap_servers": self.cfg["broker.bootstrap_servers"],
-                       "outages": self.metrics.get("agent_drain_outages_total")},
+                       "outages": self.metrics.get("agent_drain_outages_total"),
+                       "missing_topics": list(self.topic_watch.missing),
+                       "auto_create_topics": self.topic_watch.auto_create,
+                       "weakened_delivery": [k for k, _ in weakened_delivery(
+                           self.cfg["broker.librdkafka_options"])]},
             "dropped_events": self.metrics.get("agent_dropped_events_total"),
             "loss_journal": {
                 "path": str(self.journal.path),
@@ -498,6 +533,12 @@ def _pid_in(fd: int) -> int | None:
     """The pid the lock's holder wrote (None if it has not written it yet)."""
     text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     return int(text) if text.isdigit() else None
+
+
+def _backlog_events(st: dict) -> int:
+    """Events accepted and not yet acknowledged: sealed (waiting or in flight, in the pool or
+    spilled) and in the slots still filling — events read minus events sent, drops aside."""
+    return st["sealed_records"] + st["filling_records"]
 
 
 def _merge_waiting(parts) -> dict:

@@ -143,7 +143,8 @@ def _reap(pid: int) -> None:
 class LocalCluster:
     """Start, inspect, fault and stop the local cluster kept in ``data_dir``."""
 
-    def __init__(self, data_dir: Path | str | None = None, die_with_parent: bool = False):
+    def __init__(self, data_dir: Path | str | None = None, die_with_parent: bool = False,
+                 broker_props: dict | None = None):
         """``die_with_parent``: brokers this object starts are SIGKILLed by the kernel when the
         process that started them dies, however it dies (tests: a killed pytest leaves no
         JVM). The kernel ties them to the *thread* that started them (PR_SET_PDEATHSIG), so
@@ -151,6 +152,8 @@ class LocalCluster:
         leaves it off: its cluster outlives the command."""
         self.data_dir = Path(data_dir) if data_dir else default_data_dir()
         self.die_with_parent = die_with_parent
+        # server.properties set over the defaults (tests: auto.create.topics.enable=false)
+        self.broker_props = dict(broker_props or {})
         self.log = logging.getLogger("docket.broker")
         self._children: dict[int, subprocess.Popen] = {}   # brokers this object started
 
@@ -302,6 +305,7 @@ class LocalCluster:
             "auto.create.topics.enable": "true",
             "broker.session.timeout.ms": 6000,
             "broker.heartbeat.interval.ms": 1000,
+            **self.broker_props,
         }
         (d / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (d / "log4j2.properties").write_text(

@@ -51,8 +51,10 @@ class AgentProcess:
     """``docket-agent run --config FILE`` in a child process, awaited on its status endpoint."""
 
     def __init__(self, config: Path, log: Path, prefix: list[str] | None = None,
-                 env: dict | None = None, binary: Path | None = None):
+                 env: dict | None = None, binary: Path | None = None,
+                 args: list[str] | None = None):
         self.binary = binary or BIN / "docket-agent"
+        self.args = args or []                  # after `run --config FILE`
         self.config = config
         self.log = log
         text = config.read_text()
@@ -64,7 +66,8 @@ class AgentProcess:
     def start(self, timeout_s: float = 60) -> AgentProcess:
         out = open(self.log, "ab")
         self.proc = subprocess.Popen([*self.prefix, str(self.binary), "run", "--config",
-                                      str(self.config)], stdout=out, stderr=out, env=self.env)
+                                      str(self.config), *self.args], stdout=out, stderr=out,
+                                     env=self.env)
         out.close()
         deadline = time.monotonic() + timeout_s
         while self.status() is None:

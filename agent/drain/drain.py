@@ -317,6 +317,7 @@ class Drain:
         self._probe_ok = threading.Event()
         self._probe_thread: threading.Thread | None = None
         self.broker_state = "up"
+        self.on_unknown_topic: Callable[[str], None] | None = None   # see topics.TopicWatch
         metrics.set("agent_drain_broker_up", 1)
 
     # -- the client ---------------------------------------------------------------------------
@@ -374,6 +375,9 @@ class Drain:
         """A delivery report, or ``produce()`` itself, said ``err`` for ``record``.
         ``alone``: about this record only (it was sent alone, or ``produce()`` refused it),
         not about a batch it travelled in."""
+        if err.code() in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART) \
+                and self.on_unknown_topic is not None:
+            self.on_unknown_topic(record[0])
         outcome = classify(err, alone=alone)
         if outcome is Outcome.DEAD:
             self._dead_letter(send, record, err)
@@ -577,6 +581,8 @@ class Drain:
         now = time.monotonic()
         acked = self._acked_now()
         if acked != self._progress_mark[0] or self._outstanding() == 0:
+            if acked != self._progress_mark[0] and self.broker_state == "all brokers down":
+                self.broker_state = "up"             # acknowledgements again
             self._progress_mark = (acked, now)
             return
         if now - self._progress_mark[1] < OUTAGE_AFTER_S:
@@ -662,13 +668,19 @@ class Drain:
         return not self.inflight and not self.pool.sealed()
 
     def drain_until(self, deadline: float) -> bool:
-        """Send until nothing is sealed or in flight, or the deadline passes. True if empty."""
-        while time.monotonic() < deadline:
+        """Send until nothing is sealed or in flight, the deadline passes, or an outage
+        begins (waiting for a cluster that does not answer only delays the stop: the pool
+        keeps the data). True if empty."""
+        while time.monotonic() < deadline and not self.outage:
             self.pump()
             if self.idle():
                 return True
             self._poll(0.01)
         return self.idle()
+
+    @property
+    def reachable(self) -> bool:
+        return not self.outage and self.broker_state == "up"
 
     def close(self) -> None:
         """Give up on what is in flight: it stays in its slots for the next start."""

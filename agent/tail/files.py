@@ -169,6 +169,8 @@ class FileSource:
             elif not t.rotated:
                 t.rotated = True
                 self._rotation("moved_or_deleted")
+                log.info("%s (inode %d, source %d) rotated: no longer under the globs; read "
+                         "to its end from offset %d", t.path, ident[1], t.source_id, t.offset)
                 self.db.update(t.source_id, state=ROTATED, path=t.path)
 
     def _open(self, path: str, st: os.stat_result) -> int | None:

@@ -1,0 +1,113 @@
+"""Which of the agent's topics the cluster does not have.
+
+Checked at start and every ``CHECK_S`` from a thread of its own (a metadata request for all
+topics, which never creates one), and at once when a delivery report says a topic is unknown.
+Whether the cluster creates topics on first use is read from a broker's
+``auto.create.topics.enable``: where it does, a missing topic is only noted (its first event
+creates it, with the broker's default partitions and retention; ``docs/broker.md`` says how to
+create topics with settings of their own); where it does not, or when the answer is unknown,
+the topic is named in a WARNING and in status, and its events wait in the pool until it exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+log = logging.getLogger("docket.agent.topics")
+
+CHECK_S = 30.0
+REQUEST_TIMEOUT_S = 10.0
+# librdkafka properties an admin client needs from the producer's: how to reach and
+# authenticate to the cluster. (Producer-only properties would make it log a warning each.)
+_CONNECTION_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "ssl_", "socket.",
+                        "broker.", "client.", "metadata.", "reconnect.", "api.version",
+                        "resolve.", "connections.", "enable.ssl")
+
+
+def connection_conf(conf: dict) -> dict:
+    return {k: v for k, v in conf.items()
+            if isinstance(k, str) and k.startswith(_CONNECTION_PREFIXES)}
+
+
+class TopicWatch:
+    def __init__(self, conf: dict, topics: Callable[[], list[str]], check_s: float = CHECK_S):
+        self.conf = connection_conf(conf)
+        self.topics = topics
+        self.check_s = check_s
+        self.missing: list[str] = []
+        self.auto_create: bool | None = None       # the cluster's, once read
+        self.checked = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._admin: AdminClient | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="docket-topics", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(REQUEST_TIMEOUT_S + 1)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.check()
+            except KafkaException as exc:
+                log.debug("topic check: the cluster did not answer (%s)", exc)
+            self._stop.wait(self.check_s)
+
+    def check(self) -> list[str]:
+        if self._admin is None:
+            self._admin = AdminClient(self.conf,
+                                      logger=logging.getLogger("docket.agent.librdkafka"))
+        md = self._admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+        if self.auto_create is None and md.brokers:
+            self.auto_create = self._read_auto_create(min(md.brokers))
+        present = {name for name, t in md.topics.items() if t.error is None}
+        self._set(sorted(set(self.topics()) - present))
+        self.checked = True
+        return self.missing
+
+    def _read_auto_create(self, broker_id: int) -> bool | None:
+        resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+        try:
+            configs = self._admin.describe_configs([resource])[resource].result(
+                timeout=REQUEST_TIMEOUT_S)
+        except Exception as exc:               # not authorised to read it, an old broker
+            log.info("cannot read the cluster's auto.create.topics.enable (%s): missing "
+                     "topics are warned about", exc)
+            return None
+        entry = configs.get("auto.create.topics.enable")
+        return None if entry is None else str(entry.value).lower() == "true"
+
+    def unknown(self, topic: str) -> None:
+        """A delivery report said the cluster does not know ``topic``."""
+        with self._lock:
+            if topic in self.missing:
+                return
+            missing = sorted({*self.missing, topic})
+        self._set(missing)
+
+    def _set(self, missing: list[str]) -> None:
+        with self._lock:
+            before, self.missing = set(self.missing), missing
+        for topic in sorted(set(missing) - before):
+            if self.auto_create:
+                log.info("topic %s does not exist yet: the cluster creates it with its "
+                         "first event (broker defaults for partitions and retention)", topic)
+            else:
+                log.warning("topic %s does not exist on the cluster%s: its events wait in the "
+                            "pool until it is created (docket-broker topic ensure, or the "
+                            "cluster's kafka-topics.sh --create); checked every %.0f s", topic,
+                            " (auto.create.topics.enable=false)" if self.auto_create is False
+                            else "", self.check_s)
+        for topic in sorted(before - set(missing)):
+            log.info("topic %s exists now", topic)
