@@ -173,11 +173,13 @@ def _status(args) -> int:
           f"{pool['path']} {pool['file_bytes']} bytes")
     age = backlog["oldest_unacked_event_age_s"]
     print(f"  backlog   {backlog['events']} events not yet acknowledged ("
-          f"{backlog['filling_events']} in filling slots), {backlog['bytes']} sealed bytes, "
+          f"{backlog['filling_events']} in filling slots), {backlog['bytes']} bytes, "
           f"oldest sealed {backlog['oldest_unacked_age_s']:.1f} s ago"
           + (f", oldest event {age:.1f} s old" if age is not None else ""))
     print(f"  broker    {broker['state']} ({broker['bootstrap_servers']}), "
           f"{broker['outages']:.0f} outage(s)")
+    if not broker["topics_checked"]:
+        print("  topics    not checked yet: the cluster has not answered a metadata request")
     for topic in broker["missing_topics"]:
         how = "created by its first event" if broker["auto_create_topics"] else \
             "its events wait in the pool until it is created"

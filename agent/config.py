@@ -8,6 +8,7 @@ are errors. An error names the key path, what was expected, what was found, and 
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import socket
@@ -34,7 +35,7 @@ from .tail.watch import glob_folder
 
 MiB = 1 << 20
 UNIT_STOP_TIMEOUT_MS = 45_000        # systemd/docket-agent.service TimeoutStopSec
-AUDIT_LAST_ROUND_MS = 10_000         # producer_tally.DELIVERY_TIMEOUT_S
+AUDIT_LAST_ROUND_MS = 8_000          # producer_tally.STOP_BUDGET_S: the audit's part of a stop
 
 
 def _hostname() -> str:
@@ -48,7 +49,7 @@ SETTINGS: tuple[Setting, ...] = (
             "(checkpoints), the loss journal, dead letters and quarantined slots."),
     Setting("agent.shutdown_timeout_ms", int, 20000, "On SIGTERM, how long to keep draining "
             "sealed slots to Kafka before exiting; the rest stays in the pool. Not waited for "
-            "while the cluster does not answer. With the last audit round (up to 10 s) it must "
+            "while the cluster does not answer. With the last audit round (up to 8 s) it must "
             "stay within the unit's `TimeoutStopSec` (45 s).", minimum=0),
     Setting("agent.origin_header", bool, True, "Add the `docket-origin` header to every record."),
     Setting("agent.record_numbers", bool, True, "Number every record: headers `docket-seq` "
@@ -99,6 +100,9 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
     Setting("topic", str, None, "Kafka topic of this source's events.", required=True),
     Setting("paths", list, [], "`file`: glob patterns of the files to tail."),
     Setting("path", str, None, "`socket`: path of the unix socket to listen on."),
+    Setting("group", str, None, "`socket`: the group given the socket (mode 0660), so its "
+            "members may write to it; the agent's user must be one of them. Default: the "
+            "agent's own group."),
     Setting("timestamp_field", str, None, "JSON field holding the event time (RFC 3339, epoch "
             "seconds or milliseconds). Absent or unparsable: the read time, counted."),
     Setting("key_field", str, None, "JSON field used as the Kafka record key."),
@@ -116,6 +120,7 @@ class SourceConfig:
     topic: str
     paths: list[str] = field(default_factory=list)
     path: str | None = None
+    group: str | None = None
     timestamp_field: str | None = None
     key_field: str | None = None
     read_chunk_bytes: int = MiB
@@ -185,7 +190,7 @@ def weakened_delivery(options: dict) -> list[tuple[str, str]]:
         if key in ("acks", "request.required.acks") and text not in ("all", "-1"):
             out.append((key, f"acks = {value!r} acknowledges a record before every in-sync "
                         "replica has it: a broker failure then loses acknowledged events"))
-        if key == "enable.idempotence" and text in ("false", "0", "no", "off"):
+        if key == "enable.idempotence" and text in ("false", "f", "0", "no", "off"):
             out.append((key, "enable.idempotence = false lets a retry duplicate or reorder "
                         "records"))
     return out
@@ -217,8 +222,9 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
             if not src.paths:
                 raise ConfigError(f"{where}.paths", "a file source needs at least one glob",
                                   hint='e.g. paths = ["/var/log/app/*.log"]')
-            if src.path is not None:
-                raise ConfigError(f"{where}.path", "only socket sources take `path`",
+            if src.path is not None or src.group is not None:
+                key = "path" if src.path is not None else "group"
+                raise ConfigError(f"{where}.{key}", f"only socket sources take `{key}`",
                                   hint="file sources take `paths`, a list of globs")
             for j, pattern in enumerate(src.paths):
                 _check_glob(f"{where}.paths[{j}]", pattern)
@@ -228,6 +234,13 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
                                   hint='e.g. path = "/run/docket/events.sock"')
             if src.paths:
                 raise ConfigError(f"{where}.paths", "only file sources take `paths`")
+            if src.group is not None:
+                try:
+                    grp.getgrnam(src.group)
+                except KeyError:
+                    raise ConfigError(f"{where}.group", f"no group named {src.group!r}",
+                                      hint="create it (groupadd) and add the agent's user and "
+                                      "the socket's writers to it") from None
             parent = Path(src.path).parent
             if not parent.is_dir():
                 raise ConfigError(f"{where}.path", f"folder {parent} does not exist",

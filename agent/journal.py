@@ -80,7 +80,7 @@ class LossJournal:
                              nbytes=nbytes)
         self.metrics.inc("agent_loss_journal_entries_total", reason=reason, topic=topic,
                          size="unknown" if events < 0 else "known")
-        # One WARNING per entry; a burst of the same kind is held back (agent/logs.py).
+        # One WARNING per entry, never held back (each names what it lost).
         log.warning("loss journal: %s event(s) of topic %s not delivered (%s)%s; entry in %s",
                     "an unknown number of" if events < 0 else events, topic, reason,
                     f" from {source}" if source else "", self.path)

@@ -4,8 +4,9 @@ During a broker outage librdkafka reports every failed connection (about 20 line
 against one broker) and apscheduler every skipped audit round. An operator needs the change of
 state once and then a reminder, not 1.8 million lines a day: :class:`Quieter` lets the first
 line of each kind through, then at most one per ``every_s``, saying how many like it were held
-back. A "kind" is the logger, the level and the message with its numbers blanked, so the
-same failure against another port or after another delay is the same kind.
+back (and :func:`flush_held` says it when no later line comes to carry the count). A "kind" is
+the logger, the level, the message with its numbers blanked (the same failure against another
+port or after another delay is the same kind) and the exception's type.
 
 Messages known to be expected noise (a fresh broker's ``Coordinator load in progress`` while
 the idempotent producer starts) are logged at INFO, not WARNING.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 
 QUIET_EVERY_S = 60.0
@@ -29,27 +31,56 @@ class Quieter(logging.Filter):
         super().__init__()
         self.every_s = every_s
         self.clock = clock
-        self._kinds: dict[tuple, list] = {}          # kind → [next line allowed at, held]
+        self._kinds: dict[tuple, list] = {}   # kind → [next line allowed at, held, a held line]
+        self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "docket_held_summary", False):
+            return True
         message = record.getMessage()
         if record.levelno == logging.WARNING and any(n in message for n in EXPECTED_NOISE):
             record.levelno, record.levelname = logging.INFO, "INFO"
-        kind = (record.name, record.levelno, _NUMBERS.sub("#", message))
+        error = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
+        kind = (record.name, record.levelno, _NUMBERS.sub("#", message), error)
         now = self.clock()
-        state = self._kinds.get(kind)
-        if state is not None and now < state[0]:
-            state[1] += 1
-            return False
-        if len(self._kinds) >= _MAX_KINDS:
-            self._kinds.clear()
-        held = state[1] if state is not None else 0
-        self._kinds[kind] = [now + self.every_s, 0]
+        with self._lock:
+            state = self._kinds.get(kind)
+            if state is not None and now < state[0]:
+                state[1] += 1
+                state[2] = message
+                return False
+            if len(self._kinds) >= _MAX_KINDS:
+                self._kinds.clear()
+            held = state[1] if state is not None else 0
+            self._kinds[kind] = [now + self.every_s, 0, None]
         if held:
-            record.msg = f"{message} ({held} more like it held back in the last " \
-                         f"{self.every_s:.0f} s)"
+            record.msg = f"{message} ({held} more like it held back since the last one shown)"
             record.args = ()
         return True
+
+    def held_due(self) -> list[tuple[str, int, str]]:
+        """Kinds whose quiet time is over with lines still held back and none since to carry
+        their count: (logger, level, a line saying how many, with the last of them)."""
+        now = self.clock()
+        out = []
+        with self._lock:
+            for (name, level, _shape, _error), state in self._kinds.items():
+                if state[1] and now >= state[0]:
+                    out.append((name, level, f"{state[1]} more like this held back: "
+                                f"{state[2]}"))
+                    state[1], state[2] = 0, None
+        return out
+
+
+_QUIETERS: list[Quieter] = []
+
+
+def flush_held() -> None:
+    """Log the counts of held-back lines whose quiet time is over (the agent's loop calls this
+    every second), so a burst that ends is still counted."""
+    for quieter in _QUIETERS:
+        for name, level, text in quieter.held_due():
+            logging.getLogger(name).log(level, "%s", text, extra={"docket_held_summary": True})
 
 
 class JsonFormatter(logging.Formatter):
@@ -66,11 +97,10 @@ class JsonFormatter(logging.Formatter):
 
 
 # The loggers whose lines repeat in bursts: librdkafka's (both producers log through it),
-# apscheduler's scheduler (a skipped audit round), the audit emitter's (a round not
-# acknowledged, every round of an outage) and the loss journal's (a slot dropped per turn
-# under drop_oldest). docket's other lines are each about one event and are not held.
-QUIETED = ("docket.agent.librdkafka", "apscheduler.scheduler", "docket.agent.audit",
-           "docket.agent.journal")
+# apscheduler's scheduler (a skipped audit round) and the audit emitter's (a round not
+# acknowledged, every round of an outage). docket's other lines, the loss journal's among
+# them, each say something of their own and are never held.
+QUIETED = ("docket.agent.librdkafka", "apscheduler.scheduler", "docket.agent.audit")
 
 
 def setup(level: str, fmt: str = "text") -> None:
@@ -88,4 +118,6 @@ def setup(level: str, fmt: str = "text") -> None:
     for name in QUIETED:
         logger = logging.getLogger(name)
         if not any(isinstance(f, Quieter) for f in logger.filters):
-            logger.addFilter(Quieter())
+            quieter = Quieter()
+            logger.addFilter(quieter)
+            _QUIETERS.append(quieter)

@@ -13,13 +13,13 @@ pool's size rounds to (whole slots and their headers).
 
 from __future__ import annotations
 
+import grp
 import logging
 import os
 from pathlib import Path
 
 from .buffer import layout as L
 from .config import AgentConfig, ConfigError
-
 
 _SILENT = logging.getLogger("docket.agent.preflight.librdkafka")
 _SILENT.propagate = False
@@ -30,6 +30,22 @@ def check(cfg: AgentConfig) -> None:
     check_producer(cfg)
     check_state_dir(cfg.state_dir)
     check_pool_space(cfg)
+    check_socket_groups(cfg)
+
+
+def check_socket_groups(cfg: AgentConfig) -> None:
+    """A socket source's group must be one the agent can give its socket: one of its own."""
+    mine = {os.getegid(), *os.getgroups()}
+    for src in cfg.sources:
+        if src.type == "socket" and src.group is not None and os.geteuid() != 0:
+            gid = grp.getgrnam(src.group).gr_gid
+            if gid not in mine:
+                raise ConfigError(f"sources[{src.index}].group",
+                                  f"the agent's user (uid {os.geteuid()}) is not in group "
+                                  f"{src.group!r}, so it cannot give the socket to it",
+                                  hint="add it to the group (usermod -aG GROUP docket) and, "
+                                  "under the packaged unit, to SupplementaryGroups= in a "
+                                  "drop-in")
 
 
 def check_producer(cfg: AgentConfig) -> None:
@@ -83,9 +99,12 @@ def check_pool_space(cfg: AgentConfig) -> None:
     path = cfg.buffer_path
     geometry = pool_geometry(cfg)
     try:
-        allocated = path.stat().st_blocks * 512
+        st = path.stat()
     except OSError:
-        allocated = 0
+        st = None
+    if st is not None and st.st_size >= geometry.file_bytes:
+        return        # the pool exists at its size (perhaps sparse where fallocate is not had)
+    allocated = st.st_blocks * 512 if st is not None else 0
     need = max(0, geometry.file_bytes - allocated)
     folder = _nearest_existing(path.parent)
     try:

@@ -54,6 +54,12 @@ log = logging.getLogger("docket.agent.audit")
 
 RETENTION_MS = 7 * 24 * 3600 * 1000      # delivered windows older than this leave the database
 DELIVERY_TIMEOUT_S = 10.0
+# At stop: a round under way gets this long to end before it is cut short, and the last round
+# this long for its acknowledgements; with the purges, the audit's part of a stop stays within
+# STOP_BUDGET_S (agent.config keeps shutdown_timeout_ms + this within the unit's stop timeout).
+ROUND_UNDER_WAY_S = 2.0
+LAST_ROUND_S = 5.0
+STOP_BUDGET_S = ROUND_UNDER_WAY_S + LAST_ROUND_S + 1.0
 
 
 @dataclass
@@ -141,6 +147,7 @@ class AuditEmitter:
         for k in ("batch.size", "queue.buffering.max.kbytes", "queue.buffering.max.messages"):
             self._producer_conf.pop(k, None)
         self._producer: Producer | None = None
+        self._delivery_timeout_s = DELIVERY_TIMEOUT_S    # LAST_ROUND_S for the last round
         self._scheduler: BackgroundScheduler | None = None
         self._load()
 
@@ -257,23 +264,25 @@ class AuditEmitter:
         self._scheduler.start()
 
     def stop(self, last_round: bool = True) -> None:
-        """Stop the schedule and send a last round (after the final counts were persisted).
-        ``last_round`` False (the cluster does not answer): no last round, and a round under
-        way is cut short by purging its records (they stay counted and go next start)."""
+        """Stop the schedule and send a last round (after the final counts were persisted),
+        within ``STOP_BUDGET_S`` in all: a round under way gets ``ROUND_UNDER_WAY_S`` to end,
+        then is cut short by purging its records, and the last round waits at most
+        ``LAST_ROUND_S`` for its acknowledgements. ``last_round`` False (the cluster does not
+        answer): no wait and no last round. Records not acknowledged stay counted and go at
+        the next start."""
         if self._scheduler is not None:
-            if last_round:
-                self._scheduler.shutdown(wait=True)
-            else:
-                stopper = threading.Thread(target=self._scheduler.shutdown,
-                                           kwargs={"wait": True}, daemon=True)
-                stopper.start()
-                while stopper.is_alive():
-                    producer = self._producer
-                    if producer is not None:
-                        producer.purge(in_queue=True, in_flight=True)
-                    stopper.join(0.1)
+            stopper = threading.Thread(target=self._scheduler.shutdown,
+                                       kwargs={"wait": True}, daemon=True)
+            stopper.start()
+            stopper.join(ROUND_UNDER_WAY_S if last_round else 0)
+            while stopper.is_alive():
+                producer = self._producer
+                if producer is not None:
+                    producer.purge(in_queue=True, in_flight=True)
+                stopper.join(0.1)
             self._scheduler = None
         if self.enabled and last_round:
+            self._delivery_timeout_s = LAST_ROUND_S
             self.emit()
         if self._producer is not None:
             self._producer.purge()
@@ -340,8 +349,8 @@ class AuditEmitter:
                 emitted_at=now, through=through,
                 missing=[r for r in missing if r[1] <= through]).encode())
         # The windows of records not acknowledged stay marked for the next round.
-        acked, errors = deliver(self._producer, self.audit_topic, records, DELIVERY_TIMEOUT_S,
-                                timestamp_ms=now)
+        acked, errors = deliver(self._producer, self.audit_topic, records,
+                                self._delivery_timeout_s, timestamp_ms=now)
         delivered = [keys[i] for i in sorted(acked) if i < len(keys)]
         self.metrics.inc("agent_audit_emitted_records_total", len(delivered))
         if len(delivered) < len(keys):

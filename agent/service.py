@@ -37,6 +37,7 @@ from .drain.drain import Drain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .drain.topics import TopicWatch
 from .journal import LossJournal
+from .logs import flush_held
 from .notify import Notifier
 from .producer_tally import AuditEmitter
 from .selfcheck import rewind_uncovered
@@ -161,7 +162,8 @@ class Agent:
                            on_dead=self.audit.uncount,
                            producer_factory=self.seams.producer_factory,
                            incarnation=self.incarnation.encode() if numbered else None)
-        self.topic_watch = TopicWatch(producer_config(cfg), self._topics)
+        self.topic_watch = TopicWatch(producer_config(cfg), self._topics,
+                                      on_answer=self.drain.cluster_answered)
         self.drain.on_unknown_topic = self.topic_watch.unknown
         self.socket_sources: list[SocketSource] = []
         self.watch: FolderWatch | None = None
@@ -313,6 +315,7 @@ class Agent:
         self._flush_checkpoints()
         sent = self.drain.pump()
         if now >= self._next_gauges:
+            flush_held()
             self._update_gauges(now - self._last_gauges)
             self._last_gauges, self._next_gauges = now, now + GAUGE_INTERVAL_S
         if self.notifier.watchdog_interval_s and now >= self._next_watchdog:
@@ -403,7 +406,7 @@ class Agent:
         for policy in ("split", "truncated", "dropped"):
             m.set("agent_buffer_oversize_lines_total", st[f"oversize_{policy}"], policy=policy)
         m.set("agent_buffer_quarantined_slots_total", st["slots_quarantined"])
-        m.set("agent_buffer_backlog_bytes", st["sealed_bytes"])
+        m.set("agent_buffer_backlog_bytes", st["sealed_bytes"] + st["filling_bytes"])
         m.set("agent_buffer_backlog_events", _backlog_events(st))
         m.set("agent_buffer_oldest_unacked_age_seconds",
               self._oldest_unacked_age(self.pool.sealed()))
@@ -445,7 +448,8 @@ class Agent:
                      "file_bytes": self.pool.geometry.file_bytes,
                      "configured_bytes": self.cfg["buffer.size_bytes"],
                      "occupancy": round(1 - st["free_slots"] / st["slot_count"], 4), **st},
-            "backlog": {"bytes": st["sealed_bytes"], "events": _backlog_events(st),
+            "backlog": {"bytes": st["sealed_bytes"] + st["filling_bytes"],
+                        "events": _backlog_events(st),
                         "sealed_events": st["sealed_records"],
                         "filling_events": st["filling_records"],
                         "oldest_unacked_age_s": round(self._oldest_unacked_age(sealed), 3),
@@ -459,6 +463,7 @@ class Agent:
                        "bootstrap_servers": self.cfg["broker.bootstrap_servers"],
                        "outages": self.metrics.get("agent_drain_outages_total"),
                        "missing_topics": list(self.topic_watch.missing),
+                       "topics_checked": self.topic_watch.checked,
                        "auto_create_topics": self.topic_watch.auto_create,
                        "weakened_delivery": [k for k, _ in weakened_delivery(
                            self.cfg["broker.librdkafka_options"])]},

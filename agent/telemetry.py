@@ -31,7 +31,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "agent_buffer_slots": ("gauge", "Pool slots by state: free, filling, sealed (waiting), "
                            "in_flight (being sent); these add up to the pool's slots. spilled: "
                            "sealed slots on disk outside the pool."),
-    "agent_buffer_backlog_bytes": ("gauge", "Bytes in sealed slots not yet acknowledged."),
+    "agent_buffer_backlog_bytes": ("gauge", "Bytes of the backlog (sealed and filling slots) "
+                                   "not yet acknowledged."),
     "agent_buffer_backlog_events": ("gauge", "Events accepted and not yet acknowledged (sealed "
                                     "and filling slots): events read minus events sent, drops "
                                     "aside."),

@@ -813,6 +813,7 @@ class BufferPool:
                 "sending_slots": sum(1 for s in in_pool if s.seq in self._leased),
                 "waiting_slots": sum(1 for s in in_pool if s.seq not in self._leased),
                 "filling_records": sum(f.records for f in self._current.values()),
+                "filling_bytes": sum(f.used for f in self._current.values()),
                 "sealed_records": sum(s.record_count for s in self._sealed.values()),
                 "sealed_bytes": sum(s.meta.used_bytes for s in self._sealed.values()),
                 "spill_bytes": self.spill.used_bytes if self.spill else 0,

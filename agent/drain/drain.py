@@ -680,7 +680,15 @@ class Drain:
 
     @property
     def reachable(self) -> bool:
-        return not self.outage and self.broker_state == "up"
+        """Not in an outage (declared only after acknowledgements stalled and a metadata
+        probe went unanswered: a passing "all brokers down" report does not count)."""
+        return not self.outage
+
+    def cluster_answered(self) -> None:
+        """Something else (the topic check) heard from the cluster: a passing "all brokers
+        down" report is over, although nothing was sent since."""
+        if self.broker_state == "all brokers down":
+            self.broker_state = "up"
 
     def close(self) -> None:
         """Give up on what is in flight: it stays in its slots for the next start."""

@@ -1,7 +1,8 @@
 """Which of the agent's topics the cluster does not have.
 
 Checked at start and every ``CHECK_S`` from a thread of its own (a metadata request for all
-topics, which never creates one), and at once when a delivery report says a topic is unknown.
+topics, which never creates one), and at once when a delivery report says a topic is unknown
+(which a leader moving can say too: only the metadata decides).
 Whether the cluster creates topics on first use is read from a broker's
 ``auto.create.topics.enable``: where it does, a missing topic is only noted (its first event
 creates it, with the broker's default partitions and retention; ``docs/broker.md`` says how to
@@ -26,7 +27,7 @@ REQUEST_TIMEOUT_S = 10.0
 # authenticate to the cluster. (Producer-only properties would make it log a warning each.)
 _CONNECTION_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "ssl_", "socket.",
                         "broker.", "client.", "metadata.", "reconnect.", "api.version",
-                        "resolve.", "connections.", "enable.ssl")
+                        "resolve.", "connections.", "enable.ssl", "enable.sasl")
 
 
 def connection_conf(conf: dict) -> dict:
@@ -35,15 +36,19 @@ def connection_conf(conf: dict) -> dict:
 
 
 class TopicWatch:
-    def __init__(self, conf: dict, topics: Callable[[], list[str]], check_s: float = CHECK_S):
+    def __init__(self, conf: dict, topics: Callable[[], list[str]], check_s: float = CHECK_S,
+                 on_answer: Callable[[], None] | None = None):
         self.conf = connection_conf(conf)
         self.topics = topics
         self.check_s = check_s
+        self.on_answer = on_answer                 # the cluster answered a check
         self.missing: list[str] = []
         self.auto_create: bool | None = None       # the cluster's, once read
-        self.checked = False
+        self.checked = False                       # a check has been answered
+        self._auto_create_asked = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._admin: AdminClient | None = None
 
@@ -52,9 +57,10 @@ class TopicWatch:
         self._thread.start()
 
     def stop(self) -> None:
+        """Not waited for: a check under way against a cluster that does not answer would
+        hold the stop for its whole timeout (the thread is a daemon)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(REQUEST_TIMEOUT_S + 1)
+        self._wake.set()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -62,14 +68,23 @@ class TopicWatch:
                 self.check()
             except KafkaException as exc:
                 log.debug("topic check: the cluster did not answer (%s)", exc)
-            self._stop.wait(self.check_s)
+            except Exception as exc:                # never let the check's thread die
+                log.warning("topic check failed: %r", exc)
+            finally:
+                if self._admin is not None:
+                    self._admin.poll(0)            # hand its log lines to the logger
+            self._wake.wait(self.check_s)
+            self._wake.clear()
 
     def check(self) -> list[str]:
         if self._admin is None:
             self._admin = AdminClient(self.conf,
                                       logger=logging.getLogger("docket.agent.librdkafka"))
         md = self._admin.list_topics(timeout=REQUEST_TIMEOUT_S)
-        if self.auto_create is None and md.brokers:
+        if self.on_answer is not None:
+            self.on_answer()
+        if not self._auto_create_asked and md.brokers:
+            self._auto_create_asked = True          # asked once: a refusal is not retried
             self.auto_create = self._read_auto_create(min(md.brokers))
         present = {name for name, t in md.topics.items() if t.error is None}
         self._set(sorted(set(self.topics()) - present))
@@ -89,12 +104,9 @@ class TopicWatch:
         return None if entry is None else str(entry.value).lower() == "true"
 
     def unknown(self, topic: str) -> None:
-        """A delivery report said the cluster does not know ``topic``."""
-        with self._lock:
-            if topic in self.missing:
-                return
-            missing = sorted({*self.missing, topic})
-        self._set(missing)
+        """A delivery report said the cluster does not know ``topic``: check now."""
+        if topic not in self.missing:
+            self._wake.set()
 
     def _set(self, missing: list[str]) -> None:
         with self._lock:

@@ -24,8 +24,9 @@ What it handles, and how:
   content after the last known size is unknown.
 - **a race between listing and opening**: the descriptor is checked to be the inode listed.
 - **symlinks**: globs are resolved; identity is the target's.
-- **a folder away at start** (missing, or a mount point not mounted yet): its known files wait
-  for it, neither orphaned nor journaled, and resume from their checkpoints when it is back.
+- **a folder away at start** (missing, or under an fstab mount point not mounted yet): its known
+  files wait for it up to ``FOLDER_AWAY_MAX_S``, neither orphaned nor journaled, and resume from
+  their checkpoints when it is back.
 - **unreadable files**: logged once, shown in status, tried again at every scan.
 - **partial last line**: waits for its newline, or ``partial_flush_ms`` of no change.
 - **restart**: every inode the database knows resumes at max(sealed checkpoint, pool's recovered
@@ -64,6 +65,7 @@ log = logging.getLogger("docket.agent.files")
 
 ROTATED_IDLE_S = 5.0          # a rotated file at its end this long is closed
 SIZE_PERSIST_S = 1.0          # sizes seen are stored at least this often
+FOLDER_AWAY_MAX_S = 600.0     # known files wait this long for their folder (a late mount)
 
 
 class FileSource:
@@ -86,6 +88,8 @@ class FileSource:
         self._closed: dict[int, int] = {}              # source_id → offset, closed this run
         self._unplaced: list[bytes] = []               # see _decide_pending
         self.folders_away: dict[str, str] = {}         # folder → why its known files wait
+        self._away_since: dict[str, float] = {}        # folder → first seen away (monotonic)
+        self._gave_up: set[str] = set()                # ... waited FOLDER_AWAY_MAX_S for
         self._next_size_store = 0.0
         self.reader = Reader(cfg, pool, self.fs, self.clock, metrics, self._truncated,
                              self._store_fingerprint)
@@ -282,12 +286,15 @@ class FileSource:
             {p.row_id for p in self.pending.values()}
         rows = [r for r in self.db.rows(self.cfg.index, (PENDING, ACTIVE, ROTATED))
                 if (r["dev"], r["ino"]) not in found and r["source_id"] not in held]
-        away = self._folders_away(rows, found)
-        rows = [r for r in rows if os.path.dirname(r["path"]) not in away]
         if not rows:
+            if self.folders_away:
+                self._folders_away([])       # every file placed: no folder is awaited
             return
         where = find_outside(self.fs, self.cfg.paths, {(r["dev"], r["ino"]) for r in rows})
+        away = self._folders_away([r for r in rows if (r["dev"], r["ino"]) not in where])
         for r in rows:
+            if (r["dev"], r["ino"]) not in where and os.path.dirname(r["path"]) in away:
+                continue                     # its folder is not there to be looked in: wait
             ident = (r["dev"], r["ino"])
             hit = where.get(ident)
             fd = self._open(*hit) if hit is not None and ident not in self.tracked \
@@ -310,40 +317,68 @@ class FileSource:
                 self.fs.close(fd)
             self._orphan_row(r, "deleted_unread")
 
-    def _folders_away(self, rows: list[dict], found: dict) -> dict[str, str]:
-        """The folders of unplaced generations that are not there to be looked in: missing, or
-        on another file system than their files (a mount point whose file system is not
-        mounted yet). Their files wait, neither orphaned nor journaled, until the folder is
-        back: the agent cannot tell a late mount from a deletion, and a false loss report
-        followed by the same events read again is worse than waiting. (A folder whose files
-        report another device than the folder itself, as on overlayfs, counts as there while
-        any listed file in it is on the generation's device.)"""
+    def _folders_away(self, rows: list[dict]) -> dict[str, str]:
+        """The folders of unplaced generations, found nowhere, that are not there to be looked
+        in: missing, or under a mount point ``/etc/fstab`` declares that is not mounted yet (on
+        the same device as its parent). Their files wait, neither orphaned nor journaled, for
+        up to ``FOLDER_AWAY_MAX_S`` from when this run first saw the folder away: the agent
+        cannot tell a late mount from a deletion, and a false loss report followed by the same
+        events read again is worse than waiting. After that they are taken as deleted (and a
+        copy of them, should the folder come back, still continues them). A folder that is
+        there, on whatever device, is looked in as always: a file system mounted again with a
+        new device number shows its files as copies of the orphans, continued where reading
+        stopped."""
         away: dict[str, str] = {}
+        now = self._now()
+        mounts: set[str] | None = None
         for folder in sorted({os.path.dirname(r["path"]) for r in rows}):
-            devices = {r["dev"] for r in rows if os.path.dirname(r["path"]) == folder}
+            why = None
             try:
-                st = self.fs.stat(folder)
-            except FileNotFoundError:
-                away[folder] = "missing"
-                continue
+                self.fs.stat(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                why = "missing"
             except OSError as e:
-                away[folder] = f"cannot be looked at ({e.strerror})"
+                why = f"not to be looked in ({e.strerror})"
+            else:
+                if mounts is None:
+                    mounts = self.fs.mount_points()
+                point = self._unmounted(folder, mounts)
+                if point is not None:
+                    why = f"under {point}, a mount point in /etc/fstab not mounted yet"
+            if why is None or folder in self._gave_up:
                 continue
-            if st.st_dev in devices:
+            since = self._away_since.setdefault(folder, now)
+            if now - since >= FOLDER_AWAY_MAX_S:
+                self._gave_up.add(folder)
+                log.warning("folder %s is still %s after %.0f s: its known files are taken as "
+                            "deleted", folder, why, now - since)
                 continue
-            listed = {ident[0] for ident, (path, _st) in found.items()
-                      if os.path.dirname(path) == folder}
-            if not devices & listed:
-                away[folder] = "on another file system than its files (not mounted yet?)"
+            away[folder] = why
         for folder, why in away.items():
             if self.folders_away.get(folder) != why:
                 count = sum(os.path.dirname(r["path"]) == folder for r in rows)
-                log.warning("folder %s is %s: its %d known file(s) wait for it, nothing is "
-                            "journaled until it is back", folder, why, count)
+                log.warning("folder %s is %s: its %d known file(s) wait for it up to %.0f s, "
+                            "nothing is journaled meanwhile", folder, why, count,
+                            FOLDER_AWAY_MAX_S)
         for folder in set(self.folders_away) - set(away):
-            log.info("folder %s is back: its known files are looked for again", folder)
+            log.info("folder %s is no longer away", folder)
         self.folders_away = away
         return away
+
+    def _unmounted(self, folder: str, mounts: set[str]) -> str | None:
+        """The fstab mount point holding ``folder`` when it is not mounted now, else None."""
+        path = folder.rstrip("/") or "/"
+        while True:
+            if path in mounts and path != "/":
+                try:
+                    here = self.fs.stat(path).st_dev
+                    parent = self.fs.stat(os.path.dirname(path)).st_dev
+                except OSError:
+                    return path
+                return path if here == parent else None
+            if path == "/":
+                return None
+            path = os.path.dirname(path)
 
     def _decide_pending(self, found: dict) -> None:
         now = self._now()

@@ -38,3 +38,18 @@ class FsOps:
 
     def close(self, fd: int) -> None:
         os.close(fd)
+
+    def mount_points(self) -> set[str]:
+        """The mount points ``/etc/fstab`` declares (a folder whose file system may be mounted
+        after the agent starts)."""
+        try:
+            with open("/etc/fstab") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return set()
+        out = set()
+        for line in lines:
+            fields = line.split()
+            if len(fields) >= 2 and not fields[0].startswith("#"):
+                out.add(fields[1].replace("\\040", " ").rstrip("/") or "/")
+        return out

@@ -8,6 +8,7 @@ the agent is killed are lost (at most ``linger_ms`` of them); a graceful stop se
 
 from __future__ import annotations
 
+import grp
 import logging
 import os
 import socket
@@ -37,7 +38,10 @@ class SocketSource:
             os.unlink(cfg.path)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(cfg.path)
-        # Writers connect by group (the agent's UMask would leave the group read-only).
+        # Writers connect by group (the agent's UMask would leave the group read-only): the
+        # agent's own, or the source's `group`.
+        if cfg.group is not None:
+            os.chown(cfg.path, -1, grp.getgrnam(cfg.group).gr_gid)
         os.chmod(cfg.path, 0o660)
         self.server.listen(64)
         self.server.settimeout(0.2)

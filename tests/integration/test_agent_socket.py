@@ -3,6 +3,7 @@ time and key; with the pool full the client's writes block instead of losing any
 
 from __future__ import annotations
 
+import grp
 import json
 import socket
 import threading
@@ -20,8 +21,10 @@ def test_json_events_over_the_socket_keep_their_time_and_key(kafka, tmp_path, to
     sock_path = tmp_path / "events.sock"
     config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
                           [{"type": "socket", "path": str(sock_path), "topic": topic_name,
-                            "timestamp_field": "ts", "key_field": "user"}])
+                            "timestamp_field": "ts", "key_field": "user", "group": "adm"}])
     agent = AgentProcess(config, tmp_path / "agent.log").start()
+    st = sock_path.stat()                     # writers connect by the source's group
+    assert (st.st_mode & 0o777, st.st_gid) == (0o660, grp.getgrnam("adm").gr_gid)
     events = [
         {"ts": 1763766012345, "user": "u1", "n": 0},          # epoch milliseconds
         {"ts": 1763766013, "user": "u2", "n": 1},             # epoch seconds

@@ -66,8 +66,8 @@ class ScriptedFs(FsOps):
     - ``hidden``: paths the next listing leaves out (as a listing racing a rename may);
     - ``refused``: paths whose open fails with EACCES;
     - ``inodes``: real inode → the inode number reported (to make one reused);
-    - ``devices``: path → the device number its ``stat`` reports (a mount point whose file
-      system is not mounted shows the device of the file system below it)."""
+    - ``devices``: path → the device number its ``stat`` reports;
+    - ``fstab``: the mount points ``mount_points`` reports (``/etc/fstab``'s)."""
 
     def __init__(self):
         self.before: dict[str, list[Callable[[], None]]] = {}
@@ -76,6 +76,7 @@ class ScriptedFs(FsOps):
         self.refused: set[str] = set()
         self.inodes: dict[int, int] = {}
         self.devices: dict[str, int] = {}
+        self.fstab: set[str] = set()
 
     def _run(self, name: str) -> None:
         todo = self.before.get(name)
@@ -114,6 +115,9 @@ class ScriptedFs(FsOps):
         if path in self.refused:
             raise PermissionError(errno.EACCES, "Permission denied", path)
         return super().open(path)
+
+    def mount_points(self):
+        return set(self.fstab)
 
     def fstat(self, fd):
         self._run("fstat")

@@ -74,11 +74,32 @@ def test_a_line_repeating_in_an_outage_is_logged_once_then_once_a_minute_with_a_
         if quiet.filter(rec):
             passed.append(rec.getMessage())
     assert len(passed) == 2, passed
-    assert "more like it held back in the last 60 s" in passed[1]
+    assert "more like it held back since the last one shown" in passed[1]
     held = int(passed[1].rsplit("(", 1)[1].split()[0])
     assert held == 60 * 21 - 1                # every line of the first minute but the first
     other = _record("another failure")
     assert quiet.filter(other)                # another kind of line is not held
+    # The burst ended (at 90 s): what was held since the second line is still counted.
+    assert quiet.held_due() == []             # not before its quiet time is over
+    clock.now = 121
+    [(name, level, text)] = quiet.held_due()
+    assert name == "docket.agent.librdkafka" and level == logging.ERROR
+    assert text.startswith(f"{1900 - 60 * 21 - 1} more like this held back: ")
+    assert quiet.held_due() == []
+
+
+def test_the_same_message_with_another_exception_is_another_kind():
+    quiet = Quieter(every_s=60, clock=_Clock())
+    records = []
+    for error in (ValueError, ValueError, KeyError):
+        try:
+            raise error("x")
+        except Exception:
+            import sys
+            rec = logging.LogRecord("docket.agent.audit", logging.ERROR, __file__, 1,
+                                    "audit emission failed", (), sys.exc_info())
+        records.append(quiet.filter(rec))
+    assert records == [True, False, True]
 
 
 def test_expected_startup_noise_is_info_not_warning():
@@ -92,7 +113,8 @@ BASE = {"agent": {"state_dir": "/tmp/x"}, "sources": [{"type": "socket", "path":
 
 @pytest.mark.parametrize("key,value", [("acks", "1"), ("acks", 0), ("request.required.acks", 1),
                                        ("enable.idempotence", False),
-                                       ("enable.idempotence", "false")])
+                                       ("enable.idempotence", "false"),
+                                       ("enable.idempotence", "F")])
 def test_options_that_weaken_delivery_are_refused_unless_accepted(key, value):
     raw = {**BASE, "broker": {"librdkafka_options": {key: value}}}
     with pytest.raises(ConfigError) as err:
@@ -120,7 +142,7 @@ def test_the_stop_fits_in_the_units_stop_timeout_with_room_to_spare():
     unit = (Path(__file__).parents[2] / "systemd/docket-agent.service").read_text()
     stop_s = int(re.search(r"^TimeoutStopSec=(\d+)$", unit, re.M).group(1))
     assert config.UNIT_STOP_TIMEOUT_MS == stop_s * 1000
-    assert config.AUDIT_LAST_ROUND_MS == producer_tally.DELIVERY_TIMEOUT_S * 1000
+    assert config.AUDIT_LAST_ROUND_MS == producer_tally.STOP_BUDGET_S * 1000
     default = next(s.default for s in config.SETTINGS if s.key == "agent.shutdown_timeout_ms")
     assert default + config.AUDIT_LAST_ROUND_MS <= config.UNIT_STOP_TIMEOUT_MS - 10_000
     cfg = parse({**BASE, "agent": {"state_dir": "/tmp/x", "shutdown_timeout_ms": 40_000}})

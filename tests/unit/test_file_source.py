@@ -8,23 +8,29 @@ unless the test says why some cannot be (and then the loss journal must say so).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 
 from agent.selfcheck import first_gap
 from agent.state import LOST, ORPHANED
+from agent.tail import files
 from tests.unit.tailkit import LINE, Harness, lines
 
 
-def test_rename_rotation_reads_the_old_file_to_its_end_then_the_new_one(tmp_path):
+def test_rename_rotation_reads_the_old_file_to_its_end_then_the_new_one(tmp_path, caplog):
     h = Harness(tmp_path, pattern="app.log")           # the rotated name does not match
     h.write(0, 100)
     h.step()
     h.write(100, 150)                                   # written, then rotated before a read
     os.rename(h.app, h.logs / "app.log.1")
     h.write(150, 200)
-    h.step(3)
+    with caplog.at_level(logging.INFO, logger="docket.agent.files"):
+        h.step(3)
     assert h.ids() == list(range(200))
+    rotated = [r for r in caplog.records if "rotated" in r.getMessage()]
+    assert [r.levelname for r in rotated] == ["INFO"]      # an operator sees rotations
+    assert f"{h.app} (inode" in rotated[0].getMessage()
 
 
 def test_copytruncate_with_the_copy_in_the_glob_sends_each_line_once(tmp_path):
@@ -443,26 +449,77 @@ def test_known_files_in_a_folder_missing_at_start_wait_for_it_and_resume(tmp_pat
 
 
 def test_known_files_under_a_mount_point_not_yet_mounted_wait_for_it(tmp_path):
-    """The folder is there (the empty mount point) but on another device than the files the
-    agent knows in it: they wait too, and resume once the mount shows them."""
+    """The folder is there (the empty mount point /etc/fstab declares, on its parent's device)
+    but its file system is not mounted yet: the known files wait too, and resume once the
+    mount shows them."""
     h = _read_100_lines_then_stop(tmp_path, pattern="app.log*")
     os.rename(h.logs, tmp_path / "unmounted")
     h.logs.mkdir()                                        # the mount point, empty
-    h.fs.devices[str(h.logs)] = os.stat(tmp_path).st_dev + 1
+    h.fs.fstab = {str(h.logs)}
     h.open()
     h.step()
     h.past_grace()
     assert h.journal_entries() == []
     [(folder, why)] = h.src.waiting()["folders_away"].items()
-    assert folder == str(h.logs) and "another file system" in why
+    assert folder == str(h.logs) and "mount point in /etc/fstab not mounted yet" in why
     h.logs.rmdir()
-    os.rename(tmp_path / "unmounted", h.logs)             # mounted: the device is the files'
-    del h.fs.devices[str(h.logs)]
+    os.rename(tmp_path / "unmounted", h.logs)             # mounted: the files are listed
     h.write(120, 130)
     h.step()
     h.past_grace()
     assert h.ids() == list(range(130))
     assert h.journal_entries() == []
+
+
+def test_a_mounted_folder_on_another_device_is_looked_in_as_always(tmp_path):
+    """A folder that is there is not "away" whatever its device (a network file system
+    mounted again gets a new device number): a file deleted from it is journaled as before."""
+    h = _read_100_lines_then_stop(tmp_path, pattern="app.log")
+    h.app.unlink()
+    h.fs.devices[str(h.logs)] = os.stat(tmp_path).st_dev + 1
+    h.fs.fstab = {str(h.logs)}                           # a mount point, mounted
+    h.open()
+    h.step()
+    h.past_grace()
+    [entry] = h.journal_entries()
+    assert entry["reason"] == "deleted_unread"
+    assert h.src.waiting()["folders_away"] == {}
+
+
+def test_a_file_moved_to_another_globbed_folder_whose_own_folder_is_gone_is_read(tmp_path):
+    """While the agent was stopped the file was rotated into another folder of the globs and
+    its own folder removed: it is found and read to its end, not left waiting."""
+    h = Harness(tmp_path, pattern="app.log")
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    h.cfg.paths.append(str(archive / "*.log"))
+    h.write(0, 100)
+    h.step()
+    h.drain_all()
+    h.stop()
+    h.write(100, 120)
+    os.rename(h.app, archive / "app.log.1")
+    os.rmdir(h.logs)
+    h.open()
+    h.step()
+    h.past_grace()
+    assert h.ids() == list(range(120))
+    assert h.journal_entries() == []
+    assert h.src.waiting()["folders_away"] == {}
+
+
+def test_a_folder_away_for_longer_than_the_wait_is_taken_as_deleted(tmp_path):
+    h = _read_100_lines_then_stop(tmp_path, pattern="app.log")
+    shutil.rmtree(h.logs)
+    h.open()
+    h.step()
+    h.past_grace()
+    assert h.journal_entries() == []
+    h.wait(files.FOLDER_AWAY_MAX_S + 1)
+    h.past_grace()
+    [entry] = h.journal_entries()
+    assert entry["reason"] == "deleted_unread" and entry["open_ended"]
+    assert h.src.waiting()["folders_away"] == {}
 
 
 def test_an_orphan_waits_for_its_copy_across_a_restart(tmp_path):
