@@ -38,6 +38,7 @@ RATE = 1000                 # lines per second
 SECONDS = 20
 WARMUP_S = 2
 LINE = 100
+NAGLE_OFF = os.environ.get("BENCH_NAGLE_OFF", "1") == "1"
 
 
 def _line(i: int) -> bytes:
@@ -51,20 +52,21 @@ class Receiver(threading.Thread):
         super().__init__(daemon=True)
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{topic}",
                                   "enable.auto.commit": False, "fetch.wait.max.ms": 1,
-                                  "fetch.min.bytes": 1})
+                                  "fetch.min.bytes": 1, "socket.nagle.disable": True})
         self.consumer.assign([TopicPartition(topic, 0, 0)])
         self.latency_ms: dict[int, float] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
+        # poll(), not consume(n): consume waits for n records or its whole timeout.
         while not self.stop.is_set():
-            for msg in self.consumer.consume(num_messages=1000, timeout=0.05):
-                now = time.time_ns()
-                if msg.error():
-                    continue
-                value = msg.value()
-                i, stamp = int(value[3:12]), int(value[15:34])
-                self.latency_ms.setdefault(i, (now - stamp) / 1e6)
+            msg = self.consumer.poll(0.05)
+            now = time.time_ns()
+            if msg is None or msg.error():
+                continue
+            value = msg.value()
+            i, stamp = int(value[3:12]), int(value[15:34])
+            self.latency_ms.setdefault(i, (now - stamp) / 1e6)
         self.consumer.close()
 
 
@@ -129,7 +131,7 @@ def run_direct(bootstrap: str) -> dict:
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "enable.idempotence": True, "linger.ms": 5,
-                         "compression.type": "snappy"})
+                         "compression.type": "snappy", "socket.nagle.disable": NAGLE_OFF})
     recv = Receiver(bootstrap, topic)
     recv.start()
     time.sleep(1)
