@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.docket-setup
 PYTEST_ARGS ?=
 
-.PHONY: setup debian-tools test test-unit lint bench soak demo demo-down demo-fault screenshots deb dist test-packages clean
+.PHONY: setup debian-tools bench-tools test test-unit lint bench soak demo demo-down demo-fault screenshots deb dist test-packages clean
 
 setup: $(STAMP)
 
@@ -46,7 +46,25 @@ lint: setup
 	$(BIN)/ruff check agent broker audit dashboards docket_common demo tests
 
 # Every benchmark runs, also after one fails; the target fails at the end, naming them.
-bench: setup
+# The peer shippers bench_peers.py runs beside docket (Debian's kcat, rsyslog, rsyslog-kafka),
+# as root. Installing rsyslog must not start the system's syslog: service starts are refused
+# for the install (policy-rc.d), and bench_peers runs its own rsyslogd with its own config.
+bench-tools:
+	@need=""; \
+	command -v kcat >/dev/null || need="$$need kcat"; \
+	command -v rsyslogd >/dev/null || need="$$need rsyslog"; \
+	ls /usr/lib/*/rsyslog/omkafka.so >/dev/null 2>&1 || need="$$need rsyslog-kafka"; \
+	if [ -z "$$need" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		added=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; \
+			chmod 755 /usr/sbin/policy-rc.d; added=1; fi; \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null \
+		|| echo "make bench-tools: could not install$$need; bench_peers leaves them out" >&2; \
+		if [ -n "$$added" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
+	else echo "make bench-tools: install Debian's$$need (as root) for bench_peers" >&2; fi
+
+bench: setup bench-tools
 	@failed=""; for f in tests/bench/bench_*.py; do \
 		$(BIN)/python $$f || failed="$$failed $$f"; \
 	done; \

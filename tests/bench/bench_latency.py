@@ -106,7 +106,7 @@ def run_agent(bootstrap: str, work: Path) -> dict:
     topic = "lat.agent"
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     logs = work / "logs"
-    logs.mkdir()
+    logs.mkdir(parents=True)
     app = logs / "app.log"
     app.touch()
     config = write_config(work / "agent.toml", bootstrap, work / "state",

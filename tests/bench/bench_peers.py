@@ -1,0 +1,255 @@
+"""docket beside the shippers a user would pick, each run as a user runs it, on the same broker
+in the same run, alternating: throughput from a file and append → consumer latency.
+
+Throughput: LINES lines of 100 bytes in one file written beforehand; each shipper sends them to
+a topic of its own (3 partitions) and is timed from its process's start until Kafka holds every
+line (the topics' high watermarks), with its CPU time and peak RSS (VmHWM, sampled):
+
+- docket: ``docket-agent run`` (1 GiB pool, 1 MiB slots, ``sync_on_seal``, audit on);
+- kcat: Debian's ``kcat -P -l FILE`` (librdkafka in C; acks=all, idempotence, snappy,
+  linger.ms 5), a client that sends a file and exits, with no tailing, no buffer and no audit;
+- rsyslog: Debian's ``rsyslogd -n -f CONF -i PIDFILE`` with ``imfile`` (inotify) →
+  ``omkafka`` (acks=all, snappy) through a disk-assisted queue, its own work folder, never the
+  system's syslog.
+
+Each shipper runs ROUNDS times, alternating; the best run of each is kept. Ratios: docket / each.
+The records that arrived are counted per run (a shipper that loses lines shows it).
+
+Latency: a writer appends 1,000 lines a second for 20 s to a file docket and rsyslog tail; a
+consumer stamps each receipt (see ``bench_latency.py``); p50/p99/p99.9 per shipper.
+
+Prints one JSON line. Shippers not installed are named in ``missing`` (``make bench-tools``
+installs them as root) and left out; docket still runs. Uses ``KAFKA_BOOTSTRAP`` when set,
+else starts a 1-broker local cluster for the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from broker.admin import TopicSpec, ensure_topics  # noqa: E402
+from tests.agentkit import AgentProcess, write_config  # noqa: E402
+from tests.bench.bench_latency import (  # noqa: E402
+    RATE,
+    WARMUP_S,
+    Receiver,
+    _drain,
+    _figures,
+    _line,
+    _paced,
+    run_agent,
+)
+from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
+
+LINES = 1_000_000
+LINE = 100
+ROUNDS = 2
+TIMEOUT_S = 600
+RSYSLOGD = shutil.which("rsyslogd") or "/usr/sbin/rsyslogd"
+KCAT = shutil.which("kcat")
+
+
+def write_file(path: Path) -> None:
+    with open(path, "wb") as f:
+        for start in range(0, LINES, 10_000):
+            f.write(b"".join((b"id-%09d " % i).ljust(LINE - 1, b"x") + b"\n"
+                             for i in range(start, start + 10_000)))
+
+
+class Watched:
+    """A shipper's process: CPU seconds and peak RSS read from /proc while it runs."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.cpu_s = 0.0
+        self.hwm_mb = 0.0
+
+    def sample(self) -> None:
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            self.cpu_s = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    self.hwm_mb = int(line.split()[1]) / 1024
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            pass
+
+
+def _wait_for(bootstrap: str, topic: str, watched: Watched, t0: float) -> tuple[float, int]:
+    """Until Kafka holds LINES records of ``topic``: (seconds since t0, records)."""
+    deadline = t0 + TIMEOUT_S
+    held = 0
+    while time.perf_counter() < deadline:
+        watched.sample()
+        held = sum(high_watermarks(bootstrap, topic).values())
+        if held >= LINES:
+            return time.perf_counter() - t0, held
+        time.sleep(0.05)
+    raise AssertionError(f"{topic}: {held} of {LINES} records after {TIMEOUT_S} s")
+
+
+def _result(elapsed: float, held: int, w: Watched) -> dict:
+    return {"events_s": round(LINES / elapsed), "mb_s": round(LINES * LINE / elapsed / 1e6, 1),
+            "cpu_us_per_event": round(w.cpu_s / LINES * 1e6, 2),
+            "peak_rss_mb": round(w.hwm_mb, 1), "records": held}
+
+
+def run_docket(bootstrap: str, topic: str, work: Path, data: Path) -> dict:
+    work.mkdir()
+    config = write_config(work / "agent.toml", bootstrap, work / "state",
+                          [{"type": "file", "paths": [str(data)], "topic": topic}],
+                          buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
+                                  "sync_on_seal": True}, agent={"id": "bench"})
+    agent = AgentProcess(config, work / "agent.log")
+    t0 = time.perf_counter()
+    agent.start()
+    w = Watched(agent.proc)
+    try:
+        elapsed, held = _wait_for(bootstrap, topic, w, t0)
+        w.sample()
+    finally:
+        agent.stop()
+    return _result(elapsed, held, w)
+
+
+def run_kcat(bootstrap: str, topic: str, data: Path) -> dict:
+    cmd = [KCAT, "-P", "-b", bootstrap, "-t", topic, "-l", "-z", "snappy",
+           "-X", "acks=all", "-X", "enable.idempotence=true", "-X", "linger.ms=5",
+           "-X", "queue.buffering.max.kbytes=65536", str(data)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    w = Watched(proc)
+    try:
+        elapsed, held = _wait_for(bootstrap, topic, w, t0)
+        w.sample()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return _result(elapsed, held, w)
+
+
+RSYSLOG_CONF = """\
+global(workDirectory="{work}")
+module(load="imfile" mode="inotify")
+module(load="omkafka")
+template(name="line" type="string" string="%msg%")
+ruleset(name="tokafka" queue.type="LinkedList" queue.filename="q" queue.size="100000"
+        queue.saveOnShutdown="on" queue.dequeueBatchSize="1024") {{
+    action(type="omkafka" topic="{topic}" broker=["{bootstrap}"] template="line"
+           partitions.auto="on" confParam=["compression.codec=snappy", "acks=all",
+           "enable.idempotence=true", "linger.ms=5", "socket.nagle.disable=true"])
+}}
+input(type="imfile" File="{file}" Tag="bench" ruleset="tokafka" freshStartTail="off"
+      readMode="0" maxLinesAtOnce="0")
+"""
+
+
+def start_rsyslog(bootstrap: str, topic: str, work: Path, file: Path) -> subprocess.Popen:
+    work.mkdir(parents=True, exist_ok=True)
+    conf = work / "rsyslog.conf"
+    conf.write_text(RSYSLOG_CONF.format(work=work, topic=topic, bootstrap=bootstrap, file=file))
+    log = open(work / "rsyslogd.out", "wb")
+    proc = subprocess.Popen([RSYSLOGD, "-n", "-f", str(conf), "-i", str(work / "rsyslogd.pid")],
+                            stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def run_rsyslog(bootstrap: str, topic: str, work: Path, data: Path) -> dict:
+    t0 = time.perf_counter()
+    proc = start_rsyslog(bootstrap, topic, work, data)
+    w = Watched(proc)
+    try:
+        elapsed, held = _wait_for(bootstrap, topic, w, t0)
+        w.sample()
+    finally:
+        stop(proc)
+    return _result(elapsed, held, w)
+
+
+def latency_rsyslog(bootstrap: str, work: Path) -> dict:
+    topic = "lat.rsyslog"
+    ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
+    work.mkdir()
+    app = work / "app.log"
+    app.touch()
+    proc = start_rsyslog(bootstrap, topic, work / "rsyslog", app)
+    recv = Receiver(bootstrap, topic)
+    recv.start()
+    fd = os.open(app, os.O_WRONLY | os.O_APPEND)
+    try:
+        time.sleep(2)
+        total = _paced(lambda i: os.write(fd, _line(i)))
+        _drain(recv, total)
+    finally:
+        os.close(fd)
+        stop(proc)
+    return _figures("rsyslog", recv, total)
+
+
+def main() -> None:
+    missing = [name for name, path in (("kcat", KCAT), ("rsyslog", RSYSLOGD))
+               if not path or not os.path.exists(path)]
+    if "rsyslog" not in missing and not Path("/usr/lib/x86_64-linux-gnu/rsyslog/omkafka.so") \
+            .exists() and not list(Path("/usr/lib").glob("*/rsyslog/omkafka.so")):
+        missing.append("rsyslog-kafka")
+    with tempfile.TemporaryDirectory(prefix="bench-peers-") as d:
+        work = Path(d)
+        with bench_kafka(work) as bootstrap:
+            data = work / "events.log"
+            write_file(data)
+            shippers = ["docket"] + [s for s in ("kcat", "rsyslog")
+                                     if s not in missing and not
+                                     (s == "rsyslog" and "rsyslog-kafka" in missing)]
+            topics = [f"peers.{s}.{k}" for s in shippers for k in range(ROUNDS)]
+            ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in topics])
+            runs: dict[str, list[dict]] = {s: [] for s in shippers}
+            for k in range(ROUNDS):
+                for s in shippers:
+                    topic = f"peers.{s}.{k}"
+                    if s == "docket":
+                        runs[s].append(run_docket(bootstrap, topic, work / f"docket{k}", data))
+                    elif s == "kcat":
+                        runs[s].append(run_kcat(bootstrap, topic, data))
+                    else:
+                        runs[s].append(run_rsyslog(bootstrap, topic, work / f"rsyslog{k}",
+                                                   data))
+            best = {s: max(r, key=lambda x: x["events_s"]) for s, r in runs.items()}
+            out = {"bench": "peers", "lines": LINES, "line_bytes": LINE, "rounds": ROUNDS,
+                   "missing": missing, "best": best,
+                   "runs_events_s": {s: [x["events_s"] for x in r] for s, r in runs.items()},
+                   "ratios": {f"docket_vs_{s}": round(best["docket"]["events_s"]
+                                                      / best[s]["events_s"], 2)
+                              for s in shippers if s != "docket"}}
+            lat = work / "lat"
+            lat.mkdir()
+            out.update(run_agent(bootstrap, lat / "docket"))
+            if "rsyslog" in shippers:
+                out.update(latency_rsyslog(bootstrap, lat / "rsyslog"))
+            out["latency_rate_lines_s"], out["latency_warmup_s"] = RATE, WARMUP_S
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
