@@ -113,17 +113,25 @@ def run_agent(bootstrap: str, work: Path) -> dict:
                           [{"type": "file", "paths": [str(logs / "*.log")], "topic": topic}],
                           buffer={"linger_ms": 5, "size_bytes": 256 << 20})
     agent = AgentProcess(config, work / "agent.log").start()
+    try:
+        return tail_latency(bootstrap, topic, app, "agent", settle_s=1)
+    finally:
+        agent.stop()
+
+
+def tail_latency(bootstrap: str, topic: str, app: Path, prefix: str, settle_s: float) -> dict:
+    """With a shipper tailing ``app`` to ``topic``: the paced writer and the receiver, after
+    ``settle_s`` for the shipper to start watching; the figures named ``prefix``_…."""
     recv = Receiver(bootstrap, topic)
     recv.start()
     fd = os.open(app, os.O_WRONLY | os.O_APPEND)
     try:
-        time.sleep(1)
+        time.sleep(settle_s)
         total = _paced(lambda i: os.write(fd, _line(i)))
         _drain(recv, total)
     finally:
         os.close(fd)
-        agent.stop()
-    return _figures("agent", recv, total)
+    return _figures(prefix, recv, total)
 
 
 def run_direct(bootstrap: str) -> dict:

@@ -39,16 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
 from tests.agentkit import AgentProcess, write_config  # noqa: E402
-from tests.bench.bench_latency import (  # noqa: E402
-    RATE,
-    WARMUP_S,
-    Receiver,
-    _drain,
-    _figures,
-    _line,
-    _paced,
-    run_agent,
-)
+from tests.bench.bench_latency import RATE, WARMUP_S, run_agent, tail_latency  # noqa: E402
 from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
 
 LINES = 1_000_000
@@ -195,17 +186,10 @@ def latency_rsyslog(bootstrap: str, work: Path) -> dict:
     app = work / "app.log"
     app.touch()
     proc = start_rsyslog(bootstrap, topic, work / "rsyslog", app)
-    recv = Receiver(bootstrap, topic)
-    recv.start()
-    fd = os.open(app, os.O_WRONLY | os.O_APPEND)
     try:
-        time.sleep(2)
-        total = _paced(lambda i: os.write(fd, _line(i)))
-        _drain(recv, total)
+        return tail_latency(bootstrap, topic, app, "rsyslog", settle_s=2)
     finally:
-        os.close(fd)
         stop(proc)
-    return _figures("rsyslog", recv, total)
 
 
 def main() -> None:
