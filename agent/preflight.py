@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from .buffer import layout as L
+from .buffer.seams import FileOps
 from .config import AgentConfig, ConfigError
 
 _SILENT = logging.getLogger("docket.agent.preflight.librdkafka")
@@ -108,10 +109,9 @@ def check_pool_space(cfg: AgentConfig) -> None:
     need = max(0, geometry.file_bytes - allocated)
     folder = _nearest_existing(path.parent)
     try:
-        st = os.statvfs(folder)
+        free = FileOps().free_bytes(folder)          # what the pool itself checks at creation
     except OSError as exc:
         raise ConfigError("buffer.path", f"cannot look at {folder}: {exc.strerror}") from None
-    free = st.f_bavail * st.f_frsize
     if need > free:
         raise ConfigError("buffer.size_bytes",
                           f"the pool file needs {need:,} more bytes, the file system of "

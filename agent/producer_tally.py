@@ -147,7 +147,6 @@ class AuditEmitter:
         for k in ("batch.size", "queue.buffering.max.kbytes", "queue.buffering.max.messages"):
             self._producer_conf.pop(k, None)
         self._producer: Producer | None = None
-        self._delivery_timeout_s = DELIVERY_TIMEOUT_S    # LAST_ROUND_S for the last round
         self._scheduler: BackgroundScheduler | None = None
         self._load()
 
@@ -282,24 +281,23 @@ class AuditEmitter:
                 stopper.join(0.1)
             self._scheduler = None
         if self.enabled and last_round:
-            self._delivery_timeout_s = LAST_ROUND_S
-            self.emit()
+            self.emit(LAST_ROUND_S)
         if self._producer is not None:
             self._producer.purge()
             self._producer.flush(0)
             self._producer = None
 
-    def emit(self) -> int:
+    def emit(self, timeout_s: float = DELIVERY_TIMEOUT_S) -> int:
         """One round: changed windows plus heartbeats. Returns the records Kafka acknowledged."""
         with self._emit_lock:
             try:
-                return self._emit()
+                return self._emit(timeout_s)
             except Exception:                       # never let a round kill the scheduler
                 log.exception("audit emission failed; the next round sends the counts again")
                 self.metrics.inc("agent_audit_emit_failures_total")
                 return 0
 
-    def _emit(self) -> int:
+    def _emit(self, timeout_s: float) -> int:
         now = self._now_ms()
         current = window_start(now, self.window_ms)
         with self._lock:
@@ -312,7 +310,7 @@ class AuditEmitter:
         with self.db.audit_round() as db:
             db.save_seq(seq)
             self.seq = seq
-            delivered = self._send(snapshot, seq, now)
+            delivered = self._send(snapshot, seq, now, timeout_s)
             with self._lock:
                 done = [k for k in delivered if self._version.get(k, 0) == snapshot[k][1]]
                 self._dirty.difference_update(done)
@@ -327,7 +325,8 @@ class AuditEmitter:
         self.metrics.set("agent_audit_last_emission_timestamp_seconds", now / 1000)
         return len(delivered)
 
-    def _send(self, snapshot: dict, seq: int, now: int) -> list[tuple[str, int]]:
+    def _send(self, snapshot: dict, seq: int, now: int,
+              timeout_s: float) -> list[tuple[str, int]]:
         if self._producer is None:
             self._producer = Producer(self._producer_conf,
                                       logger=logging.getLogger("docket.agent.librdkafka"))
@@ -349,8 +348,8 @@ class AuditEmitter:
                 emitted_at=now, through=through,
                 missing=[r for r in missing if r[1] <= through]).encode())
         # The windows of records not acknowledged stay marked for the next round.
-        acked, errors = deliver(self._producer, self.audit_topic, records,
-                                self._delivery_timeout_s, timestamp_ms=now)
+        acked, errors = deliver(self._producer, self.audit_topic, records, timeout_s,
+                                timestamp_ms=now)
         delivered = [keys[i] for i in sorted(acked) if i < len(keys)]
         self.metrics.inc("agent_audit_emitted_records_total", len(delivered))
         if len(delivered) < len(keys):

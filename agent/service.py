@@ -406,8 +406,9 @@ class Agent:
         for policy in ("split", "truncated", "dropped"):
             m.set("agent_buffer_oversize_lines_total", st[f"oversize_{policy}"], policy=policy)
         m.set("agent_buffer_quarantined_slots_total", st["slots_quarantined"])
-        m.set("agent_buffer_backlog_bytes", st["sealed_bytes"] + st["filling_bytes"])
-        m.set("agent_buffer_backlog_events", _backlog_events(st))
+        events, nbytes = _backlog(st)
+        m.set("agent_buffer_backlog_bytes", nbytes)
+        m.set("agent_buffer_backlog_events", events)
         m.set("agent_buffer_oldest_unacked_age_seconds",
               self._oldest_unacked_age(self.pool.sealed()))
         m.clear("agent_source_lag_bytes")
@@ -422,7 +423,7 @@ class Agent:
         self._prev_counts = (ins, outs)
         self.notifier.status(f"in {self._rates['in_events_s']:.0f}/s, out "
                              f"{self._rates['out_events_s']:.0f}/s, backlog "
-                             f"{_backlog_events(st)} events, broker {self.drain.broker_state}")
+                             f"{events} events, broker {self.drain.broker_state}")
 
     def _oldest_unacked_age(self, sealed: list) -> float:
         if not sealed:
@@ -433,6 +434,7 @@ class Agent:
     def status(self) -> dict:
         st = self.pool.stats()
         m = self.metrics
+        events, nbytes = _backlog(st)
         sealed = self.pool.sealed()
         oldest_event_ms = min((s.meta.min_ts for s in sealed), default=None)
         return {
@@ -448,8 +450,7 @@ class Agent:
                      "file_bytes": self.pool.geometry.file_bytes,
                      "configured_bytes": self.cfg["buffer.size_bytes"],
                      "occupancy": round(1 - st["free_slots"] / st["slot_count"], 4), **st},
-            "backlog": {"bytes": st["sealed_bytes"] + st["filling_bytes"],
-                        "events": _backlog_events(st),
+            "backlog": {"bytes": nbytes, "events": events,
                         "sealed_events": st["sealed_records"],
                         "filling_events": st["filling_records"],
                         "oldest_unacked_age_s": round(self._oldest_unacked_age(sealed), 3),
@@ -540,10 +541,12 @@ def _pid_in(fd: int) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _backlog_events(st: dict) -> int:
-    """Events accepted and not yet acknowledged: sealed (waiting or in flight, in the pool or
-    spilled) and in the slots still filling — events read minus events sent, drops aside."""
-    return st["sealed_records"] + st["filling_records"]
+def _backlog(st: dict) -> tuple[int, int]:
+    """Events and bytes accepted and not yet acknowledged: sealed (waiting or in flight, in
+    the pool or spilled) and in the slots still filling — events read minus events sent,
+    drops aside."""
+    return (st["sealed_records"] + st["filling_records"],
+            st["sealed_bytes"] + st["filling_bytes"])
 
 
 def _merge_waiting(parts) -> dict:

@@ -293,10 +293,10 @@ class FileSource:
         where = find_outside(self.fs, self.cfg.paths, {(r["dev"], r["ino"]) for r in rows})
         away = self._folders_away([r for r in rows if (r["dev"], r["ino"]) not in where])
         for r in rows:
-            if (r["dev"], r["ino"]) not in where and os.path.dirname(r["path"]) in away:
-                continue                     # its folder is not there to be looked in: wait
             ident = (r["dev"], r["ino"])
             hit = where.get(ident)
+            if hit is None and os.path.dirname(r["path"]) in away:
+                continue                     # its folder is not there to be looked in: wait
             fd = self._open(*hit) if hit is not None and ident not in self.tracked \
                 and ident not in self.pending else None
             if fd is not None:
