@@ -117,12 +117,16 @@ class Reader:
 
     # -- reading ------------------------------------------------------------------------------
     def read(self, t: Tracked, budget: int, stats: ReadStats) -> None:
+        """Read up to ``budget`` bytes, no further than the size one ``fstat`` shows at the
+        start of the turn (what is written meanwhile waits for the next turn, which comes at
+        once while there is work). Each read is still followed by its look at the first bytes:
+        the truncation check is per read, the size look per turn."""
+        size = self.fs.fstat(t.fd).st_size
+        if self._shrank(t, size):
+            self.on_truncated(t, self.head(t))
+            return
+        t.size_seen = size
         while budget > 0:
-            size = self.fs.fstat(t.fd).st_size
-            if self._shrank(t, size):
-                self.on_truncated(t, self.head(t))
-                return
-            t.size_seen = size
             if size <= t.offset:
                 if t.idle_since is None:
                     t.idle_since = self._now()

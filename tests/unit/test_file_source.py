@@ -13,7 +13,7 @@ import os
 import shutil
 
 from agent.selfcheck import first_gap
-from agent.state import LOST, ORPHANED
+from agent.state import FINGERPRINT_BYTES, LOST, ORPHANED
 from agent.tail import files
 from tests.unit.tailkit import LINE, Harness, lines
 
@@ -614,3 +614,32 @@ def test_a_file_emptied_before_its_first_read_is_a_truncation_with_its_bytes_jou
     assert h.ids() == list(range(20, 30))
     [entry] = h.journal_entries()
     assert entry["reason"] == "unaccounted_bytes" and entry["range"] == [0, 20 * LINE]
+
+
+def test_one_size_look_per_read_turn_and_a_head_check_per_read(tmp_path):
+    """A turn reading 5 MiB in reads of 1 MiB looks at the size once (it used to be before
+    every read) and checks the first bytes after every read; lines written during the turn
+    are read in the next one."""
+    h = Harness(tmp_path)
+    n = (5 << 20) // LINE
+    h.write(0, n)
+    h.src.scan()
+    fstats, preads = [], []
+    h.fs.before["fstat"] = [lambda: fstats.append(1)] * 50
+    real_pread = h.fs.pread
+
+    def pread(fd, size, offset):
+        preads.append((size, offset))
+        if len(preads) == 3:
+            h.write(n, n + 100)                     # written during the turn
+        return real_pread(fd, size, offset)
+
+    h.fs.pread = pread
+    h.src.read_some(64 << 20)
+    assert len(fstats) == 1, fstats
+    data = [p for p in preads if p[1] > 0 or p[0] > FINGERPRINT_BYTES]
+    heads = [p for p in preads if p == (FINGERPRINT_BYTES, 0)]
+    assert len(data) >= 5 and len(heads) == len(data), preads    # a look after each read
+    assert sorted(h.ids()) == list(range(n))
+    h.step()
+    assert sorted(h.ids()) == list(range(n + 100))
