@@ -11,7 +11,13 @@ Prints one JSON line. In one run, on one local broker:
 - job_wall_s: the job from process start to exit, all included;
 - ratio = job_records_s / agent_events_s: >= 1.0 means one job keeps up with one agent
   (target 1.0), below says by how much it falls short;
-- the counts are checked: the cluster tier must report exactly the agent's 2 million.
+- job_cluster_records_s: the same job over the same records on a Spark standalone cluster on
+  this host (a master and two workers of one core and 1 GiB each, from the venv's PySpark:
+  ``tests/sparkcluster.py``), its executors reading the topic's 3 partitions; ratio_cluster =
+  that / agent_events_s. On this 2-core machine the two executors, the driver and the broker
+  share the same two cores, so it shows the job runs distributed, not a speed-up;
+- the counts are checked: the cluster tier must report exactly the agent's 2 million, in local
+  mode and on the standalone cluster.
 Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
 """
 
@@ -33,8 +39,34 @@ from audit.contract.collect import read_audit_topic  # noqa: E402
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics  # noqa: E402
 from tests.auditkit import AuditJob  # noqa: E402
 from tests.kafkautil import bench_kafka  # noqa: E402
+from tests.sparkcluster import StandaloneSpark  # noqa: E402
 
 BATCH = 500_000
+
+
+def count_job(bootstrap: str, topic: str, audit_topic: str, work: Path,
+              master: str) -> tuple[float, list[float], float]:
+    """``docket-audit count --once`` over the topic on ``master``, under a tier of its own:
+    (the median rate of its batches after the first, every batch's rate, wall seconds). The
+    tier must count exactly LINES."""
+    work.mkdir()
+    tier = "bench-" + work.name
+    t0 = time.perf_counter()
+    job = AuditJob(["count", "--cluster", tier, "--bootstrap-servers", bootstrap,
+                    "--audit-topic", audit_topic, "--topics", topic.replace(".", r"\."),
+                    "--once", "--max-offsets-per-trigger", str(BATCH), "--master", master,
+                    "--checkpoint-dir", str(work / "ckpt")], work / "job.log").start()
+    assert job.wait(900) == 0, job.log_text()
+    wall = time.perf_counter() - t0
+    batches = [json.loads(line.split(" progress ", 1)[1])
+               for line in (work / "job.log").read_text().splitlines()
+               if "docket.audit: progress {" in line]
+    state = read_audit_topic(bootstrap, audit_topic)
+    counted = sum(r.count for r in state.counts.values() if r.tier == tier)
+    assert counted == LINES, f"the job on {master} counted {counted} of {LINES}"
+    rates = [b["processed_rows_per_s"] for b in batches if b["num_input_rows"]]
+    warm = sorted(rates[1:]) or sorted(rates)
+    return warm[len(warm) // 2], rates, wall
 
 
 def main() -> None:
@@ -49,23 +81,15 @@ def main() -> None:
             write_file(data)
             agent_s, agent_cpu, agent_exec_s, _rss = agent_run(bootstrap, topic,
                                                                work / "agent", data)
-            t0 = time.perf_counter()
-            job = AuditJob(["count", "--cluster", "bench", "--bootstrap-servers", bootstrap,
-                            "--audit-topic", audit_topic, "--topics", topic.replace(".", r"\."),
-                            "--once", "--max-offsets-per-trigger", str(BATCH),
-                            "--checkpoint-dir", str(work / "ckpt")],
-                           work / "job.log").start()
-            assert job.wait(900) == 0, job.log_text()
-            wall = time.perf_counter() - t0
-            batches = [json.loads(line.split(" progress ", 1)[1])
-                       for line in (work / "job.log").read_text().splitlines()
-                       if "docket.audit: progress {" in line]
-            state = read_audit_topic(bootstrap, audit_topic)
-            counted = sum(r.count for r in state.counts.values() if r.tier == "bench")
-    assert counted == LINES, f"the job counted {counted} of {LINES}"
-    rates = [b["processed_rows_per_s"] for b in batches if b["num_input_rows"]]
-    warm = sorted(rates[1:]) or sorted(rates)
-    job_s = warm[len(warm) // 2]
+            local = count_job(bootstrap, topic, audit_topic, work / "local", "local[*]")
+            cluster = StandaloneSpark(work / "spark", workers=2).up()
+            try:
+                on_cluster = count_job(bootstrap, topic, audit_topic, work / "standalone",
+                                       cluster.url)
+            finally:
+                cluster.down()
+    job_s, rates, wall = local
+    cluster_s, cluster_rates, cluster_wall = on_cluster
     print(json.dumps({
         "bench": "audit_cluster_job_vs_agent",
         "records": LINES, "line_bytes": 100,
@@ -73,8 +97,10 @@ def main() -> None:
         "agent_cpu_s_per_million": round(agent_cpu, 2),
         "job_records_s": round(job_s), "job_batches": len(rates), "job_batch_rows": BATCH,
         "job_first_batch_records_s": round(rates[0]), "job_best_batch_records_s": round(max(rates)),
-        "job_wall_s": round(wall, 1), "job_counted": counted,
-        "ratio": round(job_s / agent_s, 3),
+        "job_wall_s": round(wall, 1), "job_counted": LINES,
+        "job_cluster_records_s": round(cluster_s), "job_cluster_batches": len(cluster_rates),
+        "job_cluster_wall_s": round(cluster_wall, 1),
+        "ratio": round(job_s / agent_s, 3), "ratio_cluster": round(cluster_s / agent_s, 3),
         "targets": {"ratio": 1.0},
     }))
 

@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 from audit.contract.collect import read_audit_topic
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from tests.auditkit import LATE_MS, WINDOW_MS, AuditJob
+from tests.sparkcluster import StandaloneSpark
 
 pytestmark = pytest.mark.slow
 
@@ -112,28 +113,63 @@ def test_every_tier_reports_the_injected_duplicates_and_missing_ranges(kafka, tm
     batches = count.log_text().count("audit record(s) written for tier kafka-local")
     assert batches >= 5, batches
     for tier in ("kafka-local", "warehouse"):
-        got = {k: r for k, r in state.by_tier()[tier].items() if k[0] in topics}
-        assert set(got) == set(truth), tier
-        for key, (n, distinct) in truth.items():
-            r = got[key]
-            if key[2] == "-":                               # no identity: never guessed
-                assert (r.count, r.distinct, r.duplicates) == (n, None, None), (tier, key)
-            else:
-                assert (r.count, r.distinct, r.duplicates) == (n, distinct, n - distinct), \
-                    (tier, key, r)
-        spaces = {r.origin: r for r in state.ranges.values() if r.tier == tier}
-        assert set(spaces) == set(ORIGINS), tier
-        for origin in ORIGINS:
-            r = spaces[origin]
-            assert r.origin_incarnation == f"inc-{origin}"
-            assert r.through == numbers[origin] - 1 or \
-                any(b == numbers[origin] - 1 for _a, b in LEFT_OUT.get(origin, []))
-            assert r.missing == [list(g) for g in LEFT_OUT.get(origin, [])], (tier, origin)
-            assert r.missing_total == sum(b - a + 1 for a, b in LEFT_OUT.get(origin, []))
-        dups = sum(r.duplicates for k, r in got.items() if k[2] != "-")
-        assert dups == sum(len(s) for s in TWICE.values()), tier
-        print(f"{tier}: {len(got)} groups, {sum(r.count for r in got.values())} records, "
-              f"{dups} duplicates, missing {[(o, spaces[o].missing) for o in ORIGINS]}")
+        _assert_exact(state, tier, topics, truth, numbers)
+
+
+def _assert_exact(state, tier: str, topics: list[str], truth: dict, numbers: dict) -> None:
+    """``tier`` reported exactly the stream's truth: count, distinct and duplicates per
+    (topic, window, origin), the left-out ranges as missing per origin."""
+    got = {k: r for k, r in state.by_tier()[tier].items() if k[0] in topics}
+    assert set(got) == set(truth), tier
+    for key, (n, distinct) in truth.items():
+        r = got[key]
+        if key[2] == "-":                               # no identity: never guessed
+            assert (r.count, r.distinct, r.duplicates) == (n, None, None), (tier, key)
+        else:
+            assert (r.count, r.distinct, r.duplicates) == (n, distinct, n - distinct), \
+                (tier, key, r)
+    spaces = {r.origin: r for r in state.ranges.values() if r.tier == tier}
+    assert set(spaces) == set(ORIGINS), tier
+    for origin in ORIGINS:
+        r = spaces[origin]
+        assert r.origin_incarnation == f"inc-{origin}"
+        assert r.through == numbers[origin] - 1 or \
+            any(b == numbers[origin] - 1 for _a, b in LEFT_OUT.get(origin, []))
+        assert r.missing == [list(g) for g in LEFT_OUT.get(origin, [])], (tier, origin)
+        assert r.missing_total == sum(b - a + 1 for a, b in LEFT_OUT.get(origin, []))
+    dups = sum(r.duplicates for k, r in got.items() if k[2] != "-")
+    assert dups == sum(len(s) for s in TWICE.values()), tier
+    print(f"{tier}: {len(got)} groups, {sum(r.count for r in got.values())} records, "
+          f"{dups} duplicates, missing {[(o, spaces[o].missing) for o in ORIGINS]}")
+
+
+def test_count_job_on_a_spark_standalone_cluster_is_exact(kafka, tmp_path):
+    """The count job on a real standalone cluster (a master and two workers of one core each,
+    started from the venv's PySpark): the topics' six partitions are read by executors in both
+    workers, and the counts are as exact as in local mode."""
+    prefix, topics, audit_topic, (sent, truth, numbers) = _written(kafka, "standalone", seed=13)
+    cluster = StandaloneSpark(tmp_path / "spark", workers=2).up()
+    try:
+        count = AuditJob(["count", "--cluster", "kafka-sa", "--bootstrap-servers",
+                          kafka.bootstrap_servers, "--audit-topic", audit_topic,
+                          "--topics", rf"{prefix}\.t[0-9]+", "--once",
+                          "--master", cluster.url, "--checkpoint-dir", str(tmp_path / "ckpt"),
+                          "--max-offsets-per-trigger", "8000"],
+                         tmp_path / "count.log").start()
+        assert count.wait(600) == 0, count.log_text()
+        apps = cluster.state()["completedapps"] + cluster.state()["activeapps"]
+        logs = cluster.executor_logs()
+    finally:
+        cluster.down()
+    assert [a["name"] for a in apps] == ["docket-audit-count-kafka-sa"], apps
+    # One application, an executor in each worker, and each executor ran tasks.
+    (executors,) = logs.values()
+    assert len(executors) == 2, logs
+    for stderr in executors:
+        assert "Running task" in stderr.read_text(errors="replace"), stderr
+    state = read_audit_topic(kafka.bootstrap_servers, audit_topic)
+    assert not state.malformed
+    _assert_exact(state, "kafka-sa", topics, truth, numbers)
 
 
 def test_land_dedup_lands_each_record_once_and_says_what_it_skipped(kafka, tmp_path):
