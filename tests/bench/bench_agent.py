@@ -77,9 +77,10 @@ def baseline_producer(bootstrap: str) -> Producer:
                      "queue.buffering.max.kbytes": 64 * 1024})
 
 
-def bare_loop(bootstrap: str, topic: str, path: Path, callback: bool,
+def bare_loop(bootstrap: str, topic: str, path: Path | list[Path], callback: bool,
               positional: bool = False) -> tuple[float, float]:
-    values = path.read_bytes().split(b"\n")[:-1]
+    values = [v for p in (path if isinstance(path, list) else [path])
+              for v in p.read_bytes().split(b"\n")[:-1]]
     numbers = np.arange(len(values), dtype=np.uint64).astype(">u8").view("V8").tolist()
     producer = baseline_producer(bootstrap)
     headers = [("docket-origin", b"bench"), ("docket-incarnation", b"1763766000000-0a1b2c3d"), None]
@@ -138,8 +139,9 @@ def batch_loop(bootstrap: str, topic: str, path: Path) -> tuple[float, float]:
     return len(values) / elapsed, cpu / len(values) * 1e6
 
 
-def agent_run(bootstrap: str, topic: str, work: Path, path: Path,
-              numbered: bool = True) -> tuple[float, float, float, dict]:
+def agent_run(bootstrap: str, topic: str, work: Path, path: Path | str,
+              numbered: bool = True, lines: int = LINES) -> tuple[float, float, float, dict]:
+    """The agent shipping ``lines`` lines from ``path`` (a file or a glob)."""
     work.mkdir()
     config = write_config(work / "agent.toml", bootstrap, work / "state",
                           [{"type": "file", "paths": [str(path)], "topic": topic}],
@@ -151,7 +153,7 @@ def agent_run(bootstrap: str, topic: str, work: Path, path: Path,
     agent.start()
     t_ready = time.perf_counter()
     try:
-        while agent.metric("agent_drain_sent_events_total") < LINES:
+        while agent.metric("agent_drain_sent_events_total") < lines:
             time.sleep(0.02)
         t_end = time.perf_counter()
         cpu = agent.cpu_seconds()
@@ -160,7 +162,7 @@ def agent_run(bootstrap: str, topic: str, work: Path, path: Path,
         rss = {k: int(status[k].split()[0]) / 1024 for k in ("VmHWM", "RssAnon", "RssFile")}
     finally:
         agent.stop()
-    return LINES / (t_end - t_ready), cpu / LINES * 1e6, LINES / (t_end - t0), rss
+    return lines / (t_end - t_ready), cpu / lines * 1e6, lines / (t_end - t0), rss
 
 
 def main() -> None:
