@@ -64,10 +64,17 @@ bench-tools:
 		if [ -n "$$added" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
 	else echo "make bench-tools: install Debian's$$need (as root) for bench_peers" >&2; fi
 
+# Every benchmark's JSON line goes to stdout and build/bench/results.jsonl, drawn by plot.py into
+# build/bench/performance.png (docs/performance.png is a copy of one run's).
 bench: setup bench-tools
-	@failed=""; for f in tests/bench/bench_*.py; do \
-		$(BIN)/python $$f || failed="$$failed $$f"; \
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[audit,dashboard,dev,bench]'
+	@mkdir -p build/bench; : > build/bench/results.jsonl; failed=""; \
+	for f in tests/bench/bench_*.py; do \
+		$(BIN)/python $$f > build/bench/last.out || failed="$$failed $$f"; \
+		cat build/bench/last.out; cat build/bench/last.out >> build/bench/results.jsonl; \
 	done; \
+	$(BIN)/python tests/bench/plot.py build/bench/results.jsonl build/bench/performance.png \
+		|| failed="$$failed plot.py"; \
 	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed" >&2; exit 1; fi
 
 # Long fault runs kept out of CI; -s shows each run's figures and the final JSON line.
