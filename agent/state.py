@@ -83,7 +83,9 @@ def _sqlite_utils_without_pandas():
     as TEXT (the agent stores none). Where the agent shares a venv with the audit jobs that
     brought pandas and pyarrow into every agent process (measured in ``bench_agent.py``'s run:
     peak RSS 164–169 MB with them, 99–106 MB without). So sqlite-utils is imported with pandas
-    hidden; a later ``import pandas`` by anything else works as usual."""
+    hidden; a later ``import pandas`` by anything else works as usual. What sqlite-utils does
+    with pandas stays off in that process (it would not store a ``pandas.Timestamp``): no
+    code of docket passes it pandas objects, and the audit side never imports ``agent``."""
     hide = "pandas" not in sys.modules
     if hide:
         sys.modules["pandas"] = None        # ``import pandas`` raises ImportError meanwhile

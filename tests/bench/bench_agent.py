@@ -56,6 +56,7 @@ LINES = 2_000_000
 LINE = 100
 TS = 1_763_766_000_000
 ROUNDS = 2
+RUN_TIMEOUT_S = 600          # one agent run; a run that sends fewer lines fails, never hangs
 
 
 def write_file(path: Path) -> None:
@@ -153,7 +154,11 @@ def agent_run(bootstrap: str, topic: str, work: Path, path: Path | str,
     agent.start()
     t_ready = time.perf_counter()
     try:
-        while agent.metric("agent_drain_sent_events_total") < lines:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while (sent := agent.metric("agent_drain_sent_events_total")) < lines:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the agent sent {sent:.0f} of {lines} lines in "
+                                     f"{RUN_TIMEOUT_S} s; its log: {work / 'agent.log'}")
             time.sleep(0.02)
         t_end = time.perf_counter()
         cpu = agent.cpu_seconds()

@@ -9,7 +9,8 @@ moment it answers on its status endpoint until Kafka acknowledged the last recor
 - ``1KiB_1file``: 200,000 lines of 1,024 bytes in one file;
 - ``100B_10files`` / ``100B_100files``: the 1,000,000 lines of 100 bytes cut into 10 / 100
   files of one glob.
-Every record of every run must reach its topic (high watermarks), or the benchmark fails.
+Every record the agent read must reach its topic (high watermarks), and the bare loop's
+``flush`` must leave none undelivered, or the benchmark fails.
 Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
 """
 

@@ -157,7 +157,8 @@ def test_count_job_on_a_spark_standalone_cluster_is_exact(kafka, tmp_path):
                           "--max-offsets-per-trigger", "8000"],
                          tmp_path / "count.log").start()
         assert count.wait(600) == 0, count.log_text()
-        apps = cluster.state()["completedapps"] + cluster.state()["activeapps"]
+        state = cluster.state() or {}
+        apps = state.get("completedapps", []) + state.get("activeapps", [])
         logs = cluster.executor_logs()
     finally:
         cluster.down()
