@@ -643,3 +643,34 @@ def test_one_size_look_per_read_turn_and_a_head_check_per_read(tmp_path):
     assert sorted(h.ids()) == list(range(n))
     h.step()
     assert sorted(h.ids()) == list(range(n + 100))
+
+
+def test_a_truncation_at_a_later_read_of_a_turn_is_caught_by_that_read(tmp_path):
+    """With one size look per turn, a copytruncate and rewrite that happens between the third
+    and fourth reads of a 5 MiB turn is caught by the look at the first bytes after the fourth
+    read: what the first three read stays the old generation's, the rest goes to the copy and
+    the new file, each line once."""
+    h = Harness(tmp_path)
+    n = (5 << 20) // LINE
+    h.write(0, n)
+    h.src.scan()
+    real_pread = h.fs.pread
+    data_reads = []
+
+    def pread(fd, size, offset):
+        if size > FINGERPRINT_BYTES or offset > 0:
+            data_reads.append(offset)
+            if len(data_reads) == 4:
+                shutil.copyfile(h.app, h.logs / "app.log.1")
+                os.truncate(h.app, 0)
+                h.write(n, n + 2000)                # the new generation, other first bytes
+        return real_pread(fd, size, offset)
+
+    h.fs.pread = pread
+    h.src.read_some(64 << 20)
+    assert len(data_reads) >= 4, data_reads
+    h.fs.pread = real_pread
+    h.step(3)
+    h.wait(60)
+    assert sorted(h.ids()) == list(range(n + 2000))
+    assert h.journal_entries() == []
