@@ -148,19 +148,21 @@ class _OneProbe:
 
 
 class SlotSend:
-    """One sealed slot on its way to Kafka.
+    """One sealed slot on its way to Kafka: a cursor over its records (``blocks``, from
+    ``Drain.block_lists``, and the payload they slice) and what became of them. It knows
+    nothing of the drain: the drain's report handlers take the send as their first argument.
 
     ``previous``: the send of the same slot by a producer that a fatal error replaced. That
     one is retired (reports still coming for it are ignored) and this one sends the slot again
     from its first record, leaving out what is already dead-lettered."""
 
-    __slots__ = ("slot", "drain", "total", "dead_records", "retry", "alone", "alone_out",
+    __slots__ = ("slot", "total", "dead_records", "retry", "alone", "alone_out",
                  "pending", "payload", "blocks", "bi", "ri", "handed", "retired", "_originals",
                  "_left_out", "_covered")
 
-    def __init__(self, slot: SealedSlot, drain: Drain, previous: SlotSend | None = None):
+    def __init__(self, slot: SealedSlot, payload: bytes | None = None,
+                 blocks: list[tuple] | None = None, previous: SlotSend | None = None):
         self.slot = slot
-        self.drain = drain
         self.total = slot.record_count
         self.retry: list[Record] = []
         self.alone: list[Record] = []           # refused with their batch as too large
@@ -173,10 +175,8 @@ class SlotSend:
         self._covered: collections.Counter = collections.Counter()   # reports to skip
         if previous is None:
             self.dead_records: list[Record] = []
-            # The records as plain lists, so the send loop does no numpy work per record.
-            self.payload = bytes(slot.payload)
-            self.blocks = list(drain.block_lists(slot))
-            drain.pool.release_pages(slot)      # copied: the pool's pages can leave memory
+            self.payload = payload
+            self.blocks = blocks
         else:
             previous.retired = True
             self.dead_records = previous.dead_records
@@ -188,11 +188,11 @@ class SlotSend:
     def unsent(self) -> bool:
         return self.bi < len(self.blocks) or self.pending is not None
 
-    @property
-    def done(self) -> bool:
-        """Every record handed over before the last zero point, none waiting to go again."""
+    def finished(self, settled: int) -> bool:
+        """Every record handed over before the last zero point (``settled``: the drain's
+        hand-over number there), none waiting to go again."""
         return (not self.unsent and not self.retry and not self.alone and not self.alone_out
-                and self.handed <= self.drain.settled)
+                and self.handed <= settled)
 
     @property
     def dead(self) -> int:
@@ -202,30 +202,15 @@ class SlotSend:
     def acked(self) -> int:
         return self.total - self.dead
 
-    def ack(self, err, msg) -> None:               # a failed record's report, via poll()
-        if err is None or self.retired:
-            return                                  # successes are counted in bulk
+    def failed_records(self, msg) -> list[Record]:
+        """The records a failed report (of a record from ``blocks``) is about: none when the
+        report is covered by twins already sent again."""
         value, key = msg.value(), msg.key()
         if self._covered[(value, key)]:             # already sent again with its twins
             self._covered[(value, key)] -= 1
-            return
-        for ts, headers in self._originals_of(value, key):
-            self.drain.failed(self, (msg.topic(), value, key, ts, headers), err)
-
-    def ack_record(self, record: Record, err, msg) -> None:
-        """The report of a record sent again: it knows its record (resends are few)."""
-        if err is not None and not self.retired:
-            self.drain.failed(self, record, err)
-
-    def ack_alone(self, record: Record, err, msg) -> None:
-        """The report, failed or not, of a record sent alone."""
-        if self.retired:
-            return
-        self.alone_out -= 1
-        if err is not None:
-            self.drain.failed(self, record, err, alone=True)
-        else:
-            self.drain.took_alone(record[0])
+            return []
+        return [(msg.topic(), value, key, ts, headers)
+                for ts, headers in self._originals_of(value, key)]
 
     def _originals_of(self, value: bytes, key: bytes | None) -> list[tuple[int, list | None]]:
         """The records a failed report may be about: one, or — when the slot holds the same
@@ -370,6 +355,29 @@ class Drain:
             number += len(block.offsets)
 
     # -- outcomes -----------------------------------------------------------------------------
+    def _report(self, send: SlotSend, err, msg) -> None:
+        """A record's report, via poll(): only failures reach Python code (successes are
+        counted in bulk at zero points)."""
+        if err is None or send.retired:
+            return
+        for record in send.failed_records(msg):
+            self.failed(send, record, err)
+
+    def _report_record(self, send: SlotSend, record: Record, err, msg) -> None:
+        """The report of a record sent again: it knows its record (resends are few)."""
+        if err is not None and not send.retired:
+            self.failed(send, record, err)
+
+    def _report_alone(self, send: SlotSend, record: Record, err, msg) -> None:
+        """The report, failed or not, of a record sent alone."""
+        if send.retired:
+            return
+        send.alone_out -= 1
+        if err is not None:
+            self.failed(send, record, err, alone=True)
+        else:
+            self.took_alone(record[0])
+
     def failed(self, send: SlotSend, record: Record, err: KafkaError,
                alone: bool = False) -> None:
         """A delivery report, or ``produce()`` itself, said ``err`` for ``record``.
@@ -444,7 +452,7 @@ class Drain:
                 taken = self.pool.take(1)
                 if not taken:
                     break
-                send = SlotSend(taken[0], self)
+                send = self._start(taken[0])
                 self.inflight.append(send)
             n, blocked = self._produce_new(send, budget - sent)
             sent += n
@@ -454,6 +462,14 @@ class Drain:
         self._complete()
         self._watch_for_outage()
         return sent
+
+    def _start(self, slot: SealedSlot) -> SlotSend:
+        """A send of ``slot`` from its first record. The records become plain lists, so the
+        send loop does no numpy work per record, over a copy of the payload: the pool's pages
+        can leave memory."""
+        send = SlotSend(slot, bytes(slot.payload), list(self.block_lists(slot)))
+        self.pool.release_pages(slot)
+        return send
 
     def wait(self, timeout_s: float) -> None:
         """Nothing to do but wait for reports (the service's idle turn)."""
@@ -467,8 +483,8 @@ class Drain:
             if not self._produce_one(send, record):
                 return 0, True
             n += 1
-        produce, cb, topic, payload = self.producer.produce, send.ack, send.slot.topic, \
-            send.payload
+        produce, cb, topic, payload = self.producer.produce, \
+            functools.partial(self._report, send), send.slot.topic, send.payload
         while send.bi < len(send.blocks) and n < budget:
             offsets, lengths, times, keys, bh = send.blocks[send.bi]
             i, stop = send.ri, min(len(offsets), send.ri + budget - n)
@@ -509,7 +525,8 @@ class Drain:
         topic, value, key, ts, headers = record
         try:
             self.producer.produce(topic, value, key, NO_PARTITION,
-                                  functools.partial(send.ack_record, record), None, ts, headers)
+                                  functools.partial(self._report_record, send, record), None,
+                                  ts, headers)
         except BufferError:
             send.pending = record
             return False
@@ -547,7 +564,8 @@ class Drain:
             topic, value, key, ts, headers = record
             try:
                 lone.produce(topic, value, key, NO_PARTITION,
-                             functools.partial(send.ack_alone, record), None, ts, headers)
+                             functools.partial(self._report_alone, send, record), None, ts,
+                             headers)
             except BufferError:
                 send.alone = todo[i:] + send.alone
                 return i
@@ -559,9 +577,9 @@ class Drain:
         return len(todo)
 
     def _complete(self) -> None:
-        while self.inflight and self.inflight[0].done:
+        while self.inflight and self.inflight[0].finished(self.settled):
             self._finish(self.inflight.popleft())
-        for send in [s for s in self.inflight if s.done]:   # finished out of order
+        for send in [s for s in self.inflight if s.finished(self.settled)]:   # out of order
             self.inflight.remove(send)
             self._finish(send)
 
@@ -658,7 +676,7 @@ class Drain:
             for s in unknown:            # every record sent again counts as retried
                 self.metrics.inc("agent_drain_retried_events_total", s.total - s.dead,
                                  reason="producer_rebuilt", topic=s.slot.topic)
-        self.inflight = collections.deque(SlotSend(s.slot, self, previous=s) if s in unknown
+        self.inflight = collections.deque(SlotSend(s.slot, previous=s) if s in unknown
                                           else s for s in self.inflight)
         self.producer = self._new_producer()
         self.lone = None

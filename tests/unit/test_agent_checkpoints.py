@@ -45,7 +45,7 @@ def test_the_acknowledged_offset_never_passes_an_older_slot_still_in_flight(tmp_
     for _ in range(30):
         agent.clock.advance(0.3)
         agent.turn()
-        waiting = [s for s in agent.drain.inflight if not s.done]
+        waiting = [s for s in agent.drain.inflight if not s.finished(agent.drain.settled)]
         [row] = agent.db.all_files()
         if waiting:
             oldest = min(start for s in waiting for _src, start, _e in s.slot.meta.positions)

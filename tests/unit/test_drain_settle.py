@@ -29,11 +29,12 @@ def test_no_slot_is_freed_while_librdkafka_holds_its_records(tmp_path):
         drain.pump()
     assert drain.handed == sum(s.total for s in drain.inflight) > 0
     assert len(drain.producer) > 0 and drain.settled == 0
-    assert not any(s.done for s in drain.inflight)
+    assert not any(s.finished(drain.settled) for s in drain.inflight)
     assert len(pool.sealed()) == slots                   # nothing freed
     drain._purge()                                       # as at the start of an outage
     assert drain.settled == drain.handed                 # a zero point: all reported ...
-    assert all(s.retry and not s.done for s in drain.inflight)   # ... as failed, to go again
+    # ... as failed, to go again
+    assert all(s.retry and not s.finished(drain.settled) for s in drain.inflight)
     drain._complete()
     assert len(pool.sealed()) == slots
     drain.close()
