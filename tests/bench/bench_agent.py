@@ -59,11 +59,12 @@ ROUNDS = 2
 RUN_TIMEOUT_S = 600          # one agent run; a run that sends fewer lines fails, never hangs
 
 
-def write_file(path: Path) -> None:
+def write_file(path: Path, first: int = 0, lines: int = LINES, size: int = LINE) -> None:
+    """``lines`` lines of ``size`` bytes (newline included) with the ids ``first`` on."""
     with open(path, "wb") as f:
-        for start in range(0, LINES, 10_000):
-            f.write(b"".join((b"id-%09d " % i).ljust(LINE - 1, b"x") + b"\n"
-                             for i in range(start, start + 10_000)))
+        for start in range(first, first + lines, 10_000):
+            f.write(b"".join((b"id-%09d " % i).ljust(size - 1, b"x") + b"\n"
+                             for i in range(start, min(start + 10_000, first + lines))))
 
 
 def cpu_self() -> float:
@@ -140,16 +141,23 @@ def batch_loop(bootstrap: str, topic: str, path: Path) -> tuple[float, float]:
     return len(values) / elapsed, cpu / len(values) * 1e6
 
 
+def throughput_config(bootstrap: str, topic: str, work: Path, path: Path | str,
+                      numbered: bool = True) -> Path:
+    """``work`` (made here) with the agent's configuration of the throughput benchmarks: a 1 GiB
+    pool of 1 MiB slots, ``sync_on_seal``, one file source on ``path``."""
+    work.mkdir()
+    return write_config(work / "agent.toml", bootstrap, work / "state",
+                        [{"type": "file", "paths": [str(path)], "topic": topic}],
+                        buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
+                                "sync_on_seal": True},
+                        agent={"id": "bench", "record_numbers": numbered})
+
+
 def agent_run(bootstrap: str, topic: str, work: Path, path: Path | str,
               numbered: bool = True, lines: int = LINES) -> tuple[float, float, float, dict]:
     """The agent shipping ``lines`` lines from ``path`` (a file or a glob)."""
-    work.mkdir()
-    config = write_config(work / "agent.toml", bootstrap, work / "state",
-                          [{"type": "file", "paths": [str(path)], "topic": topic}],
-                          buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
-                                  "sync_on_seal": True},
-                          agent={"id": "bench", "record_numbers": numbered})
-    agent = AgentProcess(config, work / "agent.log")
+    agent = AgentProcess(throughput_config(bootstrap, topic, work, path, numbered),
+                         work / "agent.log")
     t0 = time.perf_counter()
     agent.start()
     t_ready = time.perf_counter()

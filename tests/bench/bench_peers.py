@@ -38,7 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
-from tests.agentkit import AgentProcess, write_config  # noqa: E402
+from tests.agentkit import AgentProcess  # noqa: E402
+from tests.bench.bench_agent import throughput_config, write_file  # noqa: E402
 from tests.bench.bench_latency import RATE, WARMUP_S, run_agent, tail_latency  # noqa: E402
 from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
 
@@ -48,13 +49,6 @@ ROUNDS = 2
 TIMEOUT_S = 600
 RSYSLOGD = shutil.which("rsyslogd") or "/usr/sbin/rsyslogd"
 KCAT = shutil.which("kcat")
-
-
-def write_file(path: Path) -> None:
-    with open(path, "wb") as f:
-        for start in range(0, LINES, 10_000):
-            f.write(b"".join((b"id-%09d " % i).ljust(LINE - 1, b"x") + b"\n"
-                             for i in range(start, start + 10_000)))
 
 
 class Watched:
@@ -96,12 +90,7 @@ def _result(elapsed: float, held: int, w: Watched) -> dict:
 
 
 def run_docket(bootstrap: str, topic: str, work: Path, data: Path) -> dict:
-    work.mkdir()
-    config = write_config(work / "agent.toml", bootstrap, work / "state",
-                          [{"type": "file", "paths": [str(data)], "topic": topic}],
-                          buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
-                                  "sync_on_seal": True}, agent={"id": "bench"})
-    agent = AgentProcess(config, work / "agent.log")
+    agent = AgentProcess(throughput_config(bootstrap, topic, work, data), work / "agent.log")
     t0 = time.perf_counter()
     agent.start()
     w = Watched(agent.proc)
@@ -202,7 +191,7 @@ def main() -> None:
         work = Path(d)
         with bench_kafka(work) as bootstrap:
             data = work / "events.log"
-            write_file(data)
+            write_file(data, lines=LINES, size=LINE)
             shippers = ["docket"] + [s for s in ("kcat", "rsyslog")
                                      if s not in missing and not
                                      (s == "rsyslog" and "rsyslog-kafka" in missing)]

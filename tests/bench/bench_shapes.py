@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_agent import agent_run, bare_loop  # noqa: E402
+from bench_agent import agent_run, bare_loop, write_file  # noqa: E402
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
 from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
@@ -43,10 +43,7 @@ def write_files(folder: Path, lines: int, size: int, files: int) -> list[Path]:
     paths = [folder / f"events-{k:03d}.log" for k in range(files)]
     per = lines // files
     for k, path in enumerate(paths):
-        with open(path, "wb") as f:
-            for start in range(k * per, (k + 1) * per, 10_000):
-                f.write(b"".join((b"id-%09d " % i).ljust(size - 1, b"x") + b"\n"
-                                 for i in range(start, min(start + 10_000, (k + 1) * per))))
+        write_file(path, first=k * per, lines=per, size=size)
     return paths
 
 
