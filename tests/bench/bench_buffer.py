@@ -34,8 +34,13 @@ CHUNKS = 200               # 2,000,000 lines
 REPEATS = 5
 
 
+def chunk_bytes() -> bytes:
+    """One read's worth of 100-byte lines (~1 MB), as the tail hands them to the pool."""
+    return b"".join(b"%08d " % i + b"x" * (LINE - 10) + b"\n" for i in range(CHUNK_LINES))
+
+
 def make_input() -> tuple[np.ndarray, list[Chunk]]:
-    one = b"".join(b"%08d " % i + b"x" * (LINE - 10) + b"\n" for i in range(CHUNK_LINES))
+    one = chunk_bytes()
     data = np.frombuffer(one * CHUNKS, np.uint8).copy()
     size = len(one)
     template = Chunk.from_lines(one, 0)
