@@ -12,9 +12,10 @@ import json
 import time
 from collections import Counter
 
+from audit.contract.record import PRODUCER_TIER
 from audit.reconcile.commands import watermark
 from audit.reconcile.store import Store
-from audit.reconcile.verdict import tier_order, utc_iso
+from audit.reconcile.verdict import COMPLETE, MATCH, current_by_origin, tier_order, utc_iso
 
 STATES = ("complete", "incomplete", "overcount", "unknown", "pending", "open")
 
@@ -121,6 +122,18 @@ def window_detail(store: Store, topic: str, window_start: int) -> dict | None:
             "state": r["state"], "expected": r["expected"], "count": r["count"],
             "distinct": r["distinct_count"], "duplicates": r["duplicates"],
             "missing": r["missing"], "checksum": r["checksum"], "reason": r["reason"]}
+    # An origin that has exactly what its producer accepted at a tier has no row of its own
+    # (``OriginVerdict.plain``): its figures are its producer's count.
+    records = store.window_records([(topic, window_start)])[(topic, window_start)]
+    producer = current_by_origin(records).get(PRODUCER_TIER, {})
+    for origin, rec in producer.items():
+        for t in order:
+            if t in tiers_ and t not in origins.get(origin, {}):
+                origins.setdefault(origin, {})[t] = {
+                    "state": COMPLETE, "expected": rec.count, "count": rec.count,
+                    "distinct": rec.count, "duplicates": 0, "missing": 0, "checksum": MATCH,
+                    "reason": ""}
+    origins = dict(sorted(origins.items()))
     ranges: dict[str, dict[str, dict]] = {}
     for origin, by_tier in origins.items():          # the numbers no tier may lack: what the
         for t, o in by_tier.items():                 # producer journalled as dropped is not

@@ -24,6 +24,8 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -31,9 +33,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from audit.alerts.channels import channel_from_config
 from audit.alerts.outbox import Dispatcher
-from audit.contract.collect import current_counts
 from audit.contract.errors import AuditError, MalformedRecord
-from audit.contract.record import AuditRecord, parse
+from audit.contract.record import parse
 
 from .alerting import (
     _notify_due,
@@ -45,8 +46,8 @@ from .alerting import (
 )
 from .config import ReconcileConfig
 from .metrics import MetricsServer
-from .store import Store
-from .verdict import Timing, judge, tier_order
+from .store import Store, plain_figures
+from .verdict import COMPLETE, OPEN, Timing, current_by_origin, judge, tier_order
 
 log = logging.getLogger("docket.audit.reconcile")
 
@@ -67,29 +68,50 @@ class Evaluation:
 
 
 def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
-    """Judge every window that changed or is not final, ``EVALUATE_BATCH_WINDOWS`` windows per
-    transaction: it takes their dirty marks (before reading their records), stores their
-    verdicts, fires or resolves their alerts and queues the notifications. Then the
-    audit-health alerts. Deterministic for a given database and ``now_ms``."""
+    """Judge every window that changed or is not final (taken first, in one transaction:
+    ``Store.take_windows_to_evaluate``), ``EVALUATE_BATCH_WINDOWS`` windows per transaction,
+    which stores their verdicts, fires or resolves their alerts and queues the notifications.
+    A *plain* window (``Store.plain_windows``: every tier holds each origin's producer count
+    once, with its checksum; most windows) gets the verdicts ``judge`` would give it from SQL
+    figures alone, unless it has alerts open or resolved by hand; the others are judged from
+    their records. Then the audit-health alerts. Deterministic for a given database and
+    ``now_ms``."""
     timing = Timing(cfg["windows.window_ms"], cfg["windows.grace_ms"], cfg["windows.final_ms"],
                     cfg["windows.settle_ms"])
     progress = store.current_progress(cfg["alerts.lag_ms"])
     tiers_by_topic = store.tiers_by_topic()
     configured = cfg["windows.tiers"]
     out = Evaluation()
-    pending = store.windows_to_evaluate()
-    for i in range(0, len(pending), EVALUATE_BATCH_WINDOWS):
-        batch = pending[i:i + EVALUATE_BATCH_WINDOWS]
+    pending = store.take_windows_to_evaluate()
+    batches = [pending[i:i + EVALUATE_BATCH_WINDOWS]
+               for i in range(0, len(pending), EVALUATE_BATCH_WINDOWS)]
+    for batch, plain in _with_plain_figures(store, batches):
         with store.conn, _cycle_collector_paused():
-            store.take_dirty(batch)
-            records = store.window_records(batch)
+            store.evaluated(batch)
             writer = store.verdict_writer(store.previous(batch), now_ms)
             alerts = window_alerts(store, batch)
+            rest, orders = [], {}
+            for window in batch:             # plain windows: no record to read, nothing to alert
+                topic, window_start = window
+                tiers = orders.get(topic)
+                if tiers is None:
+                    tiers = orders[topic] = tier_order(tiers_by_topic.get(topic, set()),
+                                                       configured)
+                shape = plain.get(window)
+                if shape is None or not shape.plain(len(tiers)) or window in alerts.open or \
+                        window in alerts.by_hand:
+                    rest.append(window)
+                    continue
+                end = window_start + timing.window_ms
+                writer.save_plain(topic, window_start, shape.min_window_ms, tiers, shape,
+                                  OPEN if now_ms < end else COMPLETE,
+                                  now_ms >= end + timing.final_ms)
+            records = store.window_records(rest)
             ranges: dict = {}
-            for window in batch:
+            for window in rest:
                 topic, window_start = window
                 window_records = records[window]
-                counts = _current_counts(window_records)
+                counts = current_by_origin(window_records)
                 tiers = tier_order(set(counts) | tiers_by_topic.get(topic, set()), configured)
                 window_ms = window_records[0].window_ms if window_records else timing.window_ms
                 verdicts = judge(topic, window_start, counts, progress, tiers, timing, now_ms)
@@ -110,6 +132,37 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
     return out
 
 
+def _with_plain_figures(store: Store, batches: list[list[tuple[str, int]]]
+                        ) -> Iterator[tuple[list[tuple[str, int]], dict]]:
+    """Each batch with its ``Store.plain_windows``. The next batch's are read on a second,
+    read-only connection in a thread while the caller judges and stores this one: SQLite lets
+    go of the GIL while it works, and reading them is most of a plain batch's time. The
+    windows were taken (``take_windows_to_evaluate``) before any of them is read: figures read
+    later are as new as that, or newer."""
+    if len(batches) < 2:
+        for batch in batches:
+            yield batch, store.plain_windows(batch)
+        return
+    local: list[Store] = []
+
+    def read(batch: list[tuple[str, int]]) -> str:
+        if not local:                            # a connection belongs to its thread
+            local.append(Store(store.path, readonly=True))
+        return local[0].plain_figures_text(batch)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="docket-plain") as reader:
+        ahead = reader.submit(read, batches[0])
+        try:
+            for i, batch in enumerate(batches):
+                text = ahead.result()
+                if i + 1 < len(batches):
+                    ahead = reader.submit(read, batches[i + 1])
+                yield batch, plain_figures(text)
+        finally:
+            ahead.cancel()
+            reader.submit(lambda: [s.close() for s in local]).result()
+
+
 @contextmanager
 def _cycle_collector_paused():
     """A batch makes millions of short-lived objects (records, verdicts, rows), none in a
@@ -122,21 +175,6 @@ def _cycle_collector_paused():
     finally:
         if enabled:
             gc.enable()
-
-
-def _current_counts(records: list[AuditRecord]) -> dict[str, dict[str, AuditRecord]]:
-    """tier → origin → the record that counts, of one window's records: each record itself
-    when it is the only one of its tier and origin, else ``current_counts``."""
-    counts: dict[str, dict[str, AuditRecord]] = {}
-    for rec in records:
-        by_origin = counts.setdefault(rec.tier, {})
-        if rec.origin in by_origin or rec.is_skip_tally:
-            counts = {}
-            for tier, by_key in current_counts(records).items():
-                counts[tier] = {origin: r for (_t, _w, origin), r in by_key.items()}
-            return counts
-        by_origin[rec.origin] = rec
-    return counts
 
 
 class Reconciler:

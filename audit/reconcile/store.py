@@ -24,16 +24,16 @@ import json
 import logging
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import sqlite_utils
 
 from audit.alerts.outbox import ensure_tables
 from audit.contract.errors import AuditError
-from audit.contract.record import AuditRecord, Progress, Ranges, checksum_hex
+from audit.contract.record import PRODUCER_TIER, AuditRecord, Progress, Ranges, checksum_hex
 
-from .verdict import TierVerdict
+from .verdict import MATCH, TierVerdict
 
 log = logging.getLogger("docket.audit.reconcile")
 
@@ -76,6 +76,11 @@ CREATE TRIGGER IF NOT EXISTS counts_dirty_insert AFTER INSERT ON counts BEGIN
 CREATE TRIGGER IF NOT EXISTS counts_dirty_update AFTER UPDATE ON counts BEGIN
     INSERT INTO dirty SELECT new.topic, new.window_start WHERE NOT EXISTS (
         SELECT 1 FROM dirty WHERE topic = new.topic AND window_start = new.window_start); END;
+-- Windows an evaluation took from ``dirty`` (and the windows not final yet), until the
+-- transaction that stores each one's verdicts: what a killed evaluation left is taken again.
+CREATE TABLE IF NOT EXISTS evaluating (
+    topic TEXT NOT NULL, window_start INTEGER NOT NULL,
+    PRIMARY KEY (topic, window_start)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS topic_tiers (
     topic TEXT NOT NULL, tier TEXT NOT NULL, PRIMARY KEY (topic, tier)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS windows (
@@ -248,15 +253,27 @@ class Store:
             "SELECT partition, next_offset FROM offsets WHERE topic = ?", (topic,)))
 
     # -- what evaluation reads -----------------------------------------------------------------
-    def windows_to_evaluate(self) -> list[tuple[str, int]]:
-        """Windows changed since their last evaluation, and every window not yet final, in
-        order (SQLite's ordering of text is Python's); each topic's name is one object."""
+    def take_windows_to_evaluate(self) -> list[tuple[str, int]]:
+        """The windows changed since their last evaluation, and every window not yet final,
+        in order (SQLite's ordering of text is Python's; each topic's name is one object).
+        In one transaction they move from ``dirty`` to ``evaluating``, where each stays until
+        ``evaluated`` in the transaction that stores its verdicts: a record applied from now
+        on marks its window dirty again (for the next evaluation), and what an evaluation that
+        was killed left is taken by the next."""
+        with self.conn:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO evaluating SELECT topic, window_start FROM dirty UNION "
+                "SELECT topic, window_start FROM windows WHERE final = 0")
+            self.conn.execute("DELETE FROM dirty")
         names: dict[str, str] = {}
         return [(names.setdefault(topic, topic), window_start)
                 for topic, window_start in self.conn.execute(
-                    "SELECT topic, window_start FROM dirty UNION "
-                    "SELECT topic, window_start FROM windows WHERE final = 0 "
-                    "ORDER BY topic, window_start")]
+                    "SELECT topic, window_start FROM evaluating ORDER BY topic, window_start")]
+
+    def evaluated(self, windows: list[tuple[str, int]]) -> None:
+        """``windows``' verdicts are stored by the caller's transaction."""
+        self.conn.executemany("DELETE FROM evaluating WHERE topic = ? AND window_start = ?",
+                              windows)
 
     def window_records(self, windows: list[tuple[str, int]]
                        ) -> dict[tuple[str, int], list[AuditRecord]]:
@@ -269,6 +286,18 @@ class Store:
                     "ORDER BY window_start, rowid", (topic, starts)):
                 out[(topic, r[3])].append(_count_record(r))
         return out
+
+    def plain_windows(self, windows: list[tuple[str, int]]) -> dict[tuple[str, int], PlainWindow]:
+        """What SQLite can tell of each of ``windows`` without making a record of its rows:
+        their number, how many (tier, origin) pairs and how many (origin, count, checksum)
+        triples they hold, the producer's rows and sums; enough to find the *plain* windows
+        (``PlainWindow.plain``), most of them, whose verdicts need no record read."""
+        return plain_figures(self.plain_figures_text(windows))
+
+    def plain_figures_text(self, windows: list[tuple[str, int]]) -> str:
+        """``plain_windows``' figures as SQLite gives them, one JSON text (``plain_figures``
+        makes them into ``PlainWindow`` objects)."""
+        return self.conn.execute(_PLAIN_QUERY, (json.dumps(windows),)).fetchone()[0]
 
     def progress(self) -> dict[str, tuple[int, int | None]]:
         """tier → (``emitted_at``, ``offsets_behind``) of its newest progress record."""
@@ -341,11 +370,6 @@ class Store:
                 out.setdefault((topic, r["window_start"]), {})[r["tier"]] = r
         return out
 
-    def take_dirty(self, windows: list[tuple[str, int]]) -> None:
-        """The windows are being evaluated: records applied from now on mark them again. Call
-        first in the evaluation's transaction, before reading the windows' records."""
-        self.conn.executemany("DELETE FROM dirty WHERE topic = ? AND window_start = ?", windows)
-
     def verdict_writer(self, previous: dict[tuple[str, int], dict[str, dict]],
                        now_ms: int) -> VerdictWriter:
         """Stores the verdicts of a batch of windows whose stored rows are ``previous`` (in
@@ -370,38 +394,62 @@ class VerdictWriter:
     def save(self, topic: str, window_start: int, window_ms: int,
              verdicts: list[TierVerdict]) -> None:
         before = self.previous.get((topic, window_start), {})
-        now_ms = self.now_ms
         for v in verdicts:
-            old = before.get(v.tier)
             dropped_unknown = json.dumps(v.dropped_unknown, sort_keys=True) \
                 if v.dropped_unknown else "{}"
-            missing = sum(o.missing for o in v.origins)
-            if old is not None and (old["state"], old["final"], old["expected"], old["count"],
-                                    old["distinct_count"], old["duplicates"], old["checksum"],
-                                    old["missing"], old["dropped"], old["dropped_unknown"]) == \
-                    (v.state, int(v.final), v.expected, v.count, v.distinct, v.duplicates,
-                     v.checksum, missing, v.dropped, dropped_unknown):
-                continue
-            revision = old["revision"] if old else 0
-            if old is not None and old["final"]:
-                revision += 1
-                self.revisions.append(
-                    (topic, window_start, v.tier, revision, now_ms, v.state, v.count,
-                     v.distinct, v.completeness, old["state"], old["count"]))
-            final_at = old["final_at"] if old and old["final_at"] else (
-                now_ms if v.final else None)
-            self.windows.append(
-                (topic, window_start, v.tier, window_ms, v.state, int(v.final or bool(
-                    old and old["final"])), v.expected, v.count, v.distinct, v.duplicates,
-                 v.dropped, dropped_unknown, v.completeness, v.hop_completeness, v.checksum,
-                 missing, now_ms, final_at, revision))
-            if old is not None:          # its origins' rows go (written with it, or never)
-                self._flush_origins()
-                self.conn.execute("DELETE FROM window_origins WHERE topic = ? AND "
-                                  "window_start = ? AND tier = ?", (topic, window_start, v.tier))
-            self.origins += [(topic, window_start, v.tier, o.origin, o.state, o.expected,
-                              o.count, o.distinct, o.duplicates, o.missing, o.checksum,
-                              o.reason) for o in v.origins]
+            self._save(topic, window_start, window_ms, before.get(v.tier), (
+                v.tier, window_ms, v.state, v.final, v.expected, v.count, v.distinct,
+                v.duplicates, v.dropped, dropped_unknown, v.completeness, v.hop_completeness,
+                v.checksum, sum(o.missing for o in v.origins)),
+                [(topic, window_start, v.tier, o.origin, o.state, o.expected, o.count,
+                  o.distinct, o.duplicates, o.missing, o.checksum, o.reason)
+                 for o in v.origins if not o.plain])
+
+    def save_plain(self, topic: str, window_start: int, window_ms: int, tiers: list[str],
+                   plain: PlainWindow, state: str, final: bool) -> None:
+        """The verdicts of a window whose records are plain (``Store.plain_windows``): what
+        ``judge`` makes of them, without the records: every tier has each origin's producer
+        count, distinct, and its checksum (state ``complete`` once the window has ended)."""
+        before = self.previous.get((topic, window_start), {})
+        p = plain.producer_count
+        for tier in tiers:
+            self._save(topic, window_start, window_ms, before.get(tier), (
+                tier, window_ms, state, final, p, p, p, 0,
+                plain.producer_dropped if tier == PRODUCER_TIER else 0, "{}", 1.0, 1.0, MATCH,
+                0), [])
+
+    def _save(self, topic: str, window_start: int, window_ms: int, old: dict | None,
+              row: tuple, origins: list[tuple]) -> None:
+        """One tier's verdict ``row`` (tier, window_ms, state, final, expected, count, distinct,
+        duplicates, dropped, dropped_unknown, completeness, hop_completeness, checksum,
+        missing) and its origins' rows that are not plain, unless the stored row says the
+        same."""
+        (tier, window_ms, state, final, expected, count, distinct, duplicates, dropped,
+         dropped_unknown, completeness, hop_completeness, checksum, missing) = row
+        now_ms = self.now_ms
+        if old is not None and (old["state"], old["final"], old["expected"], old["count"],
+                                old["distinct_count"], old["duplicates"], old["checksum"],
+                                old["missing"], old["dropped"], old["dropped_unknown"]) == \
+                (state, int(final), expected, count, distinct, duplicates, checksum, missing,
+                 dropped, dropped_unknown):
+            return
+        revision = old["revision"] if old else 0
+        if old is not None and old["final"]:
+            revision += 1
+            self.revisions.append(
+                (topic, window_start, tier, revision, now_ms, state, count, distinct,
+                 completeness, old["state"], old["count"]))
+        final_at = old["final_at"] if old and old["final_at"] else (now_ms if final else None)
+        self.windows.append(
+            (topic, window_start, tier, window_ms, state,
+             int(final or bool(old and old["final"])), expected, count, distinct, duplicates,
+             dropped, dropped_unknown, completeness, hop_completeness, checksum, missing,
+             now_ms, final_at, revision))
+        if old is not None:          # its origins' rows go (written with it, or never)
+            self._flush_origins()
+            self.conn.execute("DELETE FROM window_origins WHERE topic = ? AND "
+                              "window_start = ? AND tier = ?", (topic, window_start, tier))
+        self.origins += origins
 
     def _flush_origins(self) -> None:
         self.conn.executemany(
@@ -426,6 +474,58 @@ def windows_by_topic(windows: list[tuple[str, int]]) -> list[tuple[str, str]]:
         starts.setdefault(topic, []).append(window_start)
     return [(topic, json.dumps(ws)) for topic, ws in starts.items()]
 
+
+# Per window of a JSON array of [topic, window_start]: rows; (tier, origin) pairs (length-prefixed:
+# no two pairs make one text); (origin, count, checksum) triples (count and checksum hold no
+# '|'); rows whose distinct is not their count or that say duplicates; whether a producer row
+# journalled a loss of unknown size; the producer's rows, count and known drops; the window
+# lengths. One JSON array of them all: one step of SQLite, which holds the GIL only to return.
+_PLAIN_QUERY = """
+SELECT json_group_array(json_array(topic, window_start, rows, pairs, triples, not_distinct,
+    unknown_loss, producer_rows, producer_count, producer_dropped, min_ms, max_ms)) FROM (
+SELECT c.topic AS topic, c.window_start AS window_start, count(*) AS rows,
+    count(DISTINCT length(c.tier) || ':' || c.tier || c.origin) AS pairs,
+    count(DISTINCT c.origin || '|' || c.count || '|' || c.checksum) AS triples,
+    sum(c.distinct_count IS NOT c.count OR c.duplicates IS NOT 0) AS not_distinct,
+    max(c.dropped_unknown != '{}') AS unknown_loss, sum(c.tier = 'producer') AS producer_rows,
+    sum(CASE WHEN c.tier = 'producer' THEN c.count END) AS producer_count,
+    sum(CASE WHEN c.tier = 'producer' THEN c.dropped END) AS producer_dropped,
+    min(c.window_ms) AS min_ms, max(c.window_ms) AS max_ms
+FROM json_each(?) AS w
+JOIN counts AS c ON c.window_start = w.value ->> 1 AND c.topic = w.value ->> 0
+GROUP BY c.topic, c.window_start)
+"""
+
+
+def plain_figures(text: str) -> dict[tuple[str, int], PlainWindow]:
+    return {(topic, window_start): PlainWindow(*rest)
+            for topic, window_start, *rest in json.loads(text)}
+
+
+@dataclass(frozen=True)
+class PlainWindow:
+    """One window's figures from ``_PLAIN_QUERY``."""
+    rows: int
+    pairs: int
+    triples: int
+    not_distinct: int
+    unknown_loss: int
+    producer_rows: int
+    producer_count: int | None
+    producer_dropped: int | None
+    min_window_ms: int
+    max_window_ms: int
+
+    def plain(self, tiers: int) -> bool:
+        """Are the window's records plain for a topic judged at ``tiers`` tiers: one record
+        per tier and producer origin and none other, each origin's count and checksum the
+        same at every tier, distinct the count and no duplicates, no loss of unknown size, one
+        window length? Then ``judge`` finds every origin complete at every tier, checksums
+        matching (``VerdictWriter.save_plain``). Anything else is judged from the records."""
+        n = self.producer_rows
+        return n > 0 and self.rows == self.pairs == tiers * n and self.triples == n and \
+            not self.not_distinct and not self.unknown_loss and \
+            self.min_window_ms == self.max_window_ms
 
 def _count_row(rec: AuditRecord) -> tuple:
     return (rec.tier, rec.emitter, rec.incarnation or "", rec.origin, rec.topic,

@@ -37,6 +37,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from audit.contract.collect import current_counts
 from audit.contract.record import PRODUCER_TIER, WAREHOUSE_TIER, AuditRecord
 
 OPEN, PENDING = "open", "pending"
@@ -75,6 +76,13 @@ class OriginVerdict:
     @property
     def missing(self) -> int:
         return max(0, (self.expected or 0) - self.actual)
+
+    @property
+    def plain(self) -> bool:
+        """Exactly what the producer accepted, each record once, the same content: nothing to
+        say beyond the producer's count (such an origin has no ``window_origins`` row)."""
+        return self.state == COMPLETE and self.checksum == MATCH and not self.duplicates and \
+            self.distinct == self.count == self.expected
 
 
 @dataclass
@@ -143,6 +151,21 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
         out.append(v)
         previous_actual = v.actual
     return out
+
+
+def current_by_origin(records: list[AuditRecord]) -> dict[str, dict[str, AuditRecord]]:
+    """tier → origin → the record that counts, of one window's records: each record itself
+    when it is the only one of its tier and origin, else ``current_counts``."""
+    counts: dict[str, dict[str, AuditRecord]] = {}
+    for rec in records:
+        by_origin = counts.setdefault(rec.tier, {})
+        if rec.origin in by_origin or rec.is_skip_tally:
+            counts = {}
+            for tier, by_key in current_counts(records).items():
+                counts[tier] = {origin: r for (_t, _w, origin), r in by_key.items()}
+            return counts
+        by_origin[rec.origin] = rec
+    return counts
 
 
 def _current(progress: tuple[int, int | None] | None, reported: AuditRecord | None,

@@ -117,6 +117,11 @@ def test_the_api(client):
     assert paged["totals"] == c["totals"]                  # totals over every topic
     w = client.get(f"/api/window?topic=app&start={T0}").json()
     assert w["origins"]["web-2"]["kafka-local"]["missing"] == 100
+    # web-1 has exactly what its producer accepted: no row of its own, its producer's figures
+    assert w["origins"]["web-1"]["kafka-local"] == {
+        "state": "complete", "expected": 1000, "count": 1000, "distinct": 1000,
+        "duplicates": 0, "missing": 0, "checksum": "match", "reason": ""}
+    assert w["origins"]["web-2"]["producer"]["count"] == 500
     assert w["missing_ranges"]["web-2"]["kafka-local"]["ranges"] == [[300, 399]]
     assert client.get(f"/api/window?topic=app&start={10**20}").status_code == 400
     assert client.get(f"/window/app/{10**20}").status_code == 200           # "nothing here"
