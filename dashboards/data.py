@@ -122,9 +122,15 @@ def window_detail(store: Store, topic: str, window_start: int) -> dict | None:
             "state": r["state"], "expected": r["expected"], "count": r["count"],
             "distinct": r["distinct_count"], "duplicates": r["duplicates"],
             "missing": r["missing"], "checksum": r["checksum"], "reason": r["reason"]}
-    # An origin that has exactly what its producer accepted at a tier has no row of its own
-    # (``OriginVerdict.plain``): its figures are its producer's count.
-    records = store.window_records([(topic, window_start)])[(topic, window_start)]
+    # An origin that had exactly what its producer accepted at a tier has no row of its own
+    # (``OriginVerdict.plain``): its figures were its producer's count, which are the count
+    # records' now unless the window changed since it was judged (then those are left out).
+    changed = store.conn.execute(
+        "SELECT 1 FROM dirty WHERE topic = ? AND window_start = ? UNION ALL "
+        "SELECT 1 FROM evaluating WHERE topic = ? AND window_start = ?",
+        (topic, window_start, topic, window_start)).fetchone()
+    records = [] if changed else \
+        store.window_records([(topic, window_start)])[(topic, window_start)]
     producer = current_by_origin(records).get(PRODUCER_TIER, {})
     for origin, rec in producer.items():
         for t in order:

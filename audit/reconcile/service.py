@@ -79,7 +79,6 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
     timing = Timing(cfg["windows.window_ms"], cfg["windows.grace_ms"], cfg["windows.final_ms"],
                     cfg["windows.settle_ms"])
     progress = store.current_progress(cfg["alerts.lag_ms"])
-    tiers_by_topic = store.tiers_by_topic()
     configured = cfg["windows.tiers"]
     out = Evaluation()
     pending = store.take_windows_to_evaluate()
@@ -88,6 +87,9 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
     for batch, plain in _with_plain_figures(store, batches):
         with store.conn, _cycle_collector_paused():
             store.evaluated(batch)
+            # The topics' tiers as of now, in the batch's transaction: at least those of the
+            # figures, read before (a tier new to a topic is in both, or only here).
+            tiers_by_topic = store.tiers_of(list(dict.fromkeys(t for t, _w in batch)))
             writer = store.verdict_writer(store.previous(batch), now_ms)
             alerts = window_alerts(store, batch)
             rest, orders = [], {}
@@ -139,7 +141,7 @@ def _with_plain_figures(store: Store, batches: list[list[tuple[str, int]]]
     go of the GIL while it works, and reading them is most of a plain batch's time. The
     windows were taken (``take_windows_to_evaluate``) before any of them is read: figures read
     later are as new as that, or newer."""
-    if len(batches) < 2:
+    if len(batches) < 2 or not store.path.is_file():     # (a database in memory: one reader)
         for batch in batches:
             yield batch, store.plain_windows(batch)
         return

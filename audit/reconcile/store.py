@@ -121,8 +121,10 @@ CREATE VIEW IF NOT EXISTS completeness AS
     FROM windows;
 """
 
-LAYOUT = 2        # PRAGMA user_version: the tables' layout, for a later change to be told by
+LAYOUT = 3        # PRAGMA user_version: the tables' layout, for a later change to be told by
 # Layout 1 → 2: ``counts.skipped`` (copies a deduplicating tier did not keep), added in place.
+# Layout 2 → 3: ``evaluating`` (windows an evaluation took from ``dirty``), created on open: a
+# reconciler of layout 2 would not see the windows a killed evaluation left there.
 
 _UPSERT_COUNT = """
 INSERT INTO counts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -335,6 +337,15 @@ class Store:
             out.setdefault(topic, set()).add(tier)
         return out
 
+    def tiers_of(self, topics: list[str]) -> dict[str, set[str]]:
+        """``tiers_by_topic`` for ``topics`` only."""
+        out: dict[str, set[str]] = {}
+        for topic, tier in self.conn.execute(
+                "SELECT topic, tier FROM topic_tiers WHERE topic IN "
+                "(SELECT value FROM json_each(?))", (json.dumps(topics),)):
+            out.setdefault(topic, set()).add(tier)
+        return out
+
     def producers(self) -> dict[str, int]:
         return dict(self.conn.execute("SELECT origin, last_seen_at FROM producers"))
 
@@ -475,11 +486,12 @@ def windows_by_topic(windows: list[tuple[str, int]]) -> list[tuple[str, str]]:
     return [(topic, json.dumps(ws)) for topic, ws in starts.items()]
 
 
-# Per window of a JSON array of [topic, window_start]: rows; (tier, origin) pairs (length-prefixed:
-# no two pairs make one text); (origin, count, checksum) triples (count and checksum hold no
-# '|'); rows whose distinct is not their count or that say duplicates; whether a producer row
-# journalled a loss of unknown size; the producer's rows, count and known drops; the window
-# lengths. One JSON array of them all: one step of SQLite, which holds the GIL only to return.
+# Per window of a JSON array of [topic, window_start]: rows; (tier, origin) pairs (length-
+# prefixed; were two pairs ever one text, pairs would fall short of rows: not plain, judged
+# from the records); (origin, count, checksum) triples (count and checksum hold no '|'); rows
+# whose distinct is not their count or that say duplicates; whether a producer row journalled
+# a loss of unknown size; the producer's rows, count and known drops; the window lengths. One
+# JSON array of them all: one step of SQLite, which holds the GIL only to return.
 _PLAIN_QUERY = """
 SELECT json_group_array(json_array(topic, window_start, rows, pairs, triples, not_distinct,
     unknown_loss, producer_rows, producer_count, producer_dropped, min_ms, max_ms)) FROM (
@@ -492,7 +504,8 @@ SELECT c.topic AS topic, c.window_start AS window_start, count(*) AS rows,
     sum(CASE WHEN c.tier = 'producer' THEN c.dropped END) AS producer_dropped,
     min(c.window_ms) AS min_ms, max(c.window_ms) AS max_ms
 FROM json_each(?) AS w
-JOIN counts AS c ON c.window_start = w.value ->> 1 AND c.topic = w.value ->> 0
+JOIN counts AS c ON c.window_start = json_extract(w.value, '$[1]')
+    AND c.topic = json_extract(w.value, '$[0]')
 GROUP BY c.topic, c.window_start)
 """
 

@@ -13,9 +13,9 @@ import sqlite3
 import pytest
 
 from audit.contract.record import AuditRecord, Progress
+from audit.reconcile import service
 from audit.reconcile import store as store_module
 from audit.reconcile.config import parse
-from audit.reconcile import service
 from audit.reconcile.service import evaluate
 from audit.reconcile.store import Store
 
@@ -244,3 +244,68 @@ def test_windows_an_evaluation_killed_midway_did_not_store_are_judged_by_the_nex
     evaluate(store, config(), now)
     assert len({(t, w) for t, w, _tier in _states(store)}) == 2 * WINDOWS
     assert store.conn.execute("SELECT count(*) FROM evaluating").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("when", ["before_the_take", "after_the_figures"])
+def test_a_tier_new_to_a_topic_during_an_evaluation_is_judged_with_it(tmp_path, monkeypatch,
+                                                                     when):
+    """The topic's first warehouse record arrives while an evaluation runs: before it takes
+    its windows, or after the window's figures were read (the next batch's, in the thread).
+    The window then has 2 rows for 2 tiers (producer, warehouse), which looks plain at the
+    tiers known before it (producer, kafka-local): kafka-local, which lost the window's
+    records, must still be judged incomplete, with a loss alert."""
+    monkeypatch.setattr(service, "EVALUATE_BATCH_WINDOWS", 1)
+    store = Store(tmp_path / "r.db")
+    consumer = Store(tmp_path / "r.db")
+    now = T0 + 20 * W
+    store.apply([rec("producer", "web-1", "app.0", 0, 100),
+                 rec("kafka-local", "web-1", "app.0", 0, 100),
+                 rec("producer", "web-1", "app.0", 1, 100),
+                 progress("kafka-local", now)], {}, {("a", 0): 1}, "t")
+    first_warehouse = rec("warehouse", "web-1", "app.0", 1, 100)
+    window = ("app.0", T0 + W)
+    if when == "before_the_take":
+        real_take = store.take_windows_to_evaluate
+
+        def take():
+            consumer.apply([first_warehouse], {}, {("a", 0): 2}, "t")
+            return real_take()
+        monkeypatch.setattr(store, "take_windows_to_evaluate", take)
+    else:
+        real = service._with_plain_figures
+
+        def applying(st, batches):
+            for batch, figures in real(st, batches):
+                if window in batch:
+                    assert figures[window].rows == 1     # read before the record came
+                    consumer.apply([first_warehouse], {}, {("a", 0): 2}, "t")
+                yield batch, figures
+        monkeypatch.setattr(service, "_with_plain_figures", applying)
+    evaluate(store, config(), now)
+    states = _states(store)
+    assert states[(*window, "kafka-local")] == "incomplete"
+    assert states[(*window, "warehouse")] == "complete"
+    assert ("loss", "kafka-local") in {(r[2], r[8]) for r in store.conn.execute(
+        "SELECT * FROM alerts WHERE window_start = ?", (T0 + W,))}
+    consumer.close()
+
+
+def test_the_dashboard_shows_plain_origins_only_as_they_were_judged(tmp_path):
+    from dashboards.data import window_detail
+
+    store = Store(tmp_path / "r.db")
+    store.apply([rec(tier, "web-1", "app.0", 0, 100) for tier in TIERS], {}, {("a", 0): 1}, "t")
+    evaluate(store, config(), T0 + 20 * W)
+    detail = window_detail(store, "app.0", T0)
+    assert detail["origins"]["web-1"]["kafka-local"]["count"] == 100     # from the producer
+    assert store.conn.execute("SELECT count(*) FROM window_origins").fetchone() == (0,)
+    store.apply([rec("producer", "web-1", "app.0", 0, 103, seq=2),
+                 rec("producer", "web-2", "app.0", 0, 50)], {}, {("a", 0): 2}, "t")
+    assert window_detail(store, "app.0", T0)["origins"] == {}          # not judged yet
+    evaluate(store, config(), T0 + 20 * W + MIN)
+    origins = window_detail(store, "app.0", T0)["origins"]
+    assert origins["web-1"]["kafka-local"]["state"] == "incomplete"
+    assert origins["web-2"]["kafka-local"]["count"] == 0
+    assert origins["web-2"]["producer"] == {
+        "state": "complete", "expected": 50, "count": 50, "distinct": 50, "duplicates": 0,
+        "missing": 0, "checksum": "match", "reason": ""}

@@ -31,7 +31,8 @@ def test_a_layout_1_file_gains_skipped_and_keeps_its_records(tmp_path):
     store.close()
 
     store = Store(path)
-    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 2
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 3
+    assert store.conn.execute("SELECT count(*) FROM evaluating").fetchone() == (0,)
     rec = AuditRecord(tier="warehouse", origin="o", topic="t", window_start=0,
                       window_ms=600000, count=0, bytes=0, checksum=0,
                       emitter="warehouse/land-dedup", seq=4, distinct=0, duplicates=0,
