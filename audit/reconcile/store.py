@@ -330,15 +330,9 @@ class Store:
             out[tier] = (min(at for at, _ in live), max(behinds) if behinds else None)
         return out
 
-    def tiers_by_topic(self) -> dict[str, set[str]]:
-        """topic → the tiers that ever reported on it (a tier is judged on a topic it counts)."""
-        out: dict[str, set[str]] = {}
-        for topic, tier in self.conn.execute("SELECT topic, tier FROM topic_tiers"):
-            out.setdefault(topic, set()).add(tier)
-        return out
-
     def tiers_of(self, topics: list[str]) -> dict[str, set[str]]:
-        """``tiers_by_topic`` for ``topics`` only."""
+        """topic → the tiers that ever reported on it (a tier is judged on a topic it counts),
+        for ``topics``."""
         out: dict[str, set[str]] = {}
         for topic, tier in self.conn.execute(
                 "SELECT topic, tier FROM topic_tiers WHERE topic IN "
