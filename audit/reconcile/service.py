@@ -47,7 +47,7 @@ from .alerting import (
 from .config import ReconcileConfig
 from .metrics import MetricsServer
 from .store import Store, plain_figures
-from .verdict import COMPLETE, OPEN, Timing, current_by_origin, judge, tier_order
+from .verdict import Timing, complete_phase, current_by_origin, judge, tier_order
 
 log = logging.getLogger("docket.audit.reconcile")
 
@@ -104,10 +104,8 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
                         window in alerts.by_hand:
                     rest.append(window)
                     continue
-                end = window_start + timing.window_ms
-                writer.save_plain(topic, window_start, shape.min_window_ms, tiers, shape,
-                                  OPEN if now_ms < end else COMPLETE,
-                                  now_ms >= end + timing.final_ms)
+                writer.save_plain(topic, window_start, tiers, shape,
+                                  *complete_phase(window_start, timing, now_ms))
             records = store.window_records(rest)
             ranges: dict = {}
             for window in rest:

@@ -410,13 +410,13 @@ class VerdictWriter:
                   o.distinct, o.duplicates, o.missing, o.checksum, o.reason)
                  for o in v.origins if not o.plain])
 
-    def save_plain(self, topic: str, window_start: int, window_ms: int, tiers: list[str],
-                   plain: PlainWindow, state: str, final: bool) -> None:
+    def save_plain(self, topic: str, window_start: int, tiers: list[str], plain: PlainWindow,
+                   state: str, final: bool) -> None:
         """The verdicts of a window whose records are plain (``Store.plain_windows``): what
         ``judge`` makes of them, without the records: every tier has each origin's producer
         count, distinct, and its checksum (state ``complete`` once the window has ended)."""
         before = self.previous.get((topic, window_start), {})
-        p = plain.producer_count
+        p, window_ms = plain.producer_count, plain.min_window_ms
         for tier in tiers:
             self._save(topic, window_start, window_ms, before.get(tier), (
                 tier, window_ms, state, final, p, p, p, 0,
@@ -533,6 +533,7 @@ class PlainWindow:
         return n > 0 and self.rows == self.pairs == tiers * n and self.triples == n and \
             not self.not_distinct and not self.unknown_loss and \
             self.min_window_ms == self.max_window_ms
+
 
 def _count_row(rec: AuditRecord) -> tuple:
     return (rec.tier, rec.emitter, rec.incarnation or "", rec.origin, rec.topic,

@@ -147,7 +147,7 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
                         for o in origins]
         v = _tier(topic, window_start, tier, False, verdicts, previous_actual)
         v.state = _phase(v.state, now_ms, end, timing)
-        v.final = now_ms >= end + (UNKNOWN_FINAL_MS if v.state == UNKNOWN else timing.final_ms)
+        v.final = _final(v.state, now_ms, end, timing)
         out.append(v)
         previous_actual = v.actual
     return out
@@ -251,6 +251,18 @@ def _ratio(actual: int, expected: int) -> float | None:
     if expected:
         return actual / expected
     return 1.0 if actual == 0 else None
+
+
+def complete_phase(window_start: int, timing: Timing, now_ms: int) -> tuple[str, bool]:
+    """The state and finality ``judge`` gives a window whose every origin is complete at
+    every tier (a plain window: ``Store.plain_windows``)."""
+    end = window_start + timing.window_ms
+    state = _phase(COMPLETE, now_ms, end, timing)
+    return state, _final(state, now_ms, end, timing)
+
+
+def _final(state: str, now_ms: int, end: int, timing: Timing) -> bool:
+    return now_ms >= end + (UNKNOWN_FINAL_MS if state == UNKNOWN else timing.final_ms)
 
 
 def _phase(state: str, now_ms: int, end: int, timing: Timing) -> str:
