@@ -25,7 +25,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -45,6 +44,7 @@ from .alerting import (
     window_conditions,
 )
 from .config import ReconcileConfig
+from .figures import FiguresProcess
 from .metrics import MetricsServer
 from .store import Store, plain_figures
 from .verdict import Timing, complete_phase, current_by_origin, judge, tier_order
@@ -53,6 +53,7 @@ log = logging.getLogger("docket.audit.reconcile")
 
 BATCH_RECORDS = 5000
 EVALUATE_BATCH_WINDOWS = 500      # windows per evaluation transaction (the consumer waits)
+FIGURES_PROCESS_BATCHES = 4       # from this many batches on, their figures are read apart
 METADATA_EVERY_S = 30.0
 # Windows are evaluated once every record on the audit topic has been applied (see
 # ``Reconciler.step``); a topic that never stands still for this long is evaluated anyway.
@@ -134,33 +135,37 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
 
 def _with_plain_figures(store: Store, batches: list[list[tuple[str, int]]]
                         ) -> Iterator[tuple[list[tuple[str, int]], dict]]:
-    """Each batch with its ``Store.plain_windows``. The next batch's are read on a second,
-    read-only connection in a thread while the caller judges and stores this one: SQLite lets
-    go of the GIL while it works, and reading them is most of a plain batch's time. The
-    windows were taken (``take_windows_to_evaluate``) before any of them is read: figures read
-    later are as new as that, or newer."""
-    if len(batches) < 2 or not store.path.is_file():     # (a database in memory: one reader)
+    """Each batch with its ``Store.plain_windows``. With ``FIGURES_PROCESS_BATCHES`` batches or
+    more (and a database file), they are read ahead by a process of their own
+    (``figures.FiguresProcess``) while the caller judges and stores the batch before: reading
+    them is most of a plain batch's time. The windows were taken
+    (``take_windows_to_evaluate``) before any of them is read: figures read later are as new
+    as that, or newer. Should the process end early, the rest are read here."""
+    if len(batches) < FIGURES_PROCESS_BATCHES or not store.path.is_file():
         for batch in batches:
             yield batch, store.plain_windows(batch)
         return
-    local: list[Store] = []
-
-    def read(batch: list[tuple[str, int]]) -> str:
-        if not local:                            # a connection belongs to its thread
-            local.append(Store(store.path, readonly=True))
-        return local[0].plain_figures_text(batch)
-
-    with ThreadPoolExecutor(1, thread_name_prefix="docket-plain") as reader:
-        ahead = reader.submit(read, batches[0])
-        try:
-            for i, batch in enumerate(batches):
-                text = ahead.result()
-                if i + 1 < len(batches):
-                    ahead = reader.submit(read, batches[i + 1])
+    try:
+        reader: FiguresProcess | None = FiguresProcess(store.path, batches)
+    except OSError as exc:
+        log.warning("cannot start the process reading the windows' figures (reading them "
+                    "here): %s", exc)
+        reader = None
+    try:
+        for batch in batches:
+            text = reader.next_text() if reader is not None else None
+            if text is None:
+                if reader is not None:
+                    log.warning("the process reading the windows' figures ended early (exit "
+                                "status %s): reading the rest here", reader.proc.wait())
+                    reader.close()
+                    reader = None
+                yield batch, store.plain_windows(batch)
+            else:
                 yield batch, plain_figures(text)
-        finally:
-            ahead.cancel()
-            reader.submit(lambda: [s.close() for s in local]).result()
+    finally:
+        if reader is not None:
+            reader.close()
 
 
 @contextmanager

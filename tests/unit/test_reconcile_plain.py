@@ -150,8 +150,16 @@ def run(tmp_path, name, seed) -> dict:
 @pytest.mark.parametrize("seed,batch", [(1, 500), (2, 500), (3, 7)])
 def test_the_plain_path_stores_what_judging_the_records_stores(tmp_path, monkeypatch, seed,
                                                                batch):
-    """(A batch of 7 windows: the figures of the next batch are read in a thread.)"""
+    """(A batch of 7 windows: the figures are read by a process of their own.)"""
     monkeypatch.setattr(service, "EVALUATE_BATCH_WINDOWS", batch)
+    started = []
+
+    class Counted(service.FiguresProcess):
+        def __init__(self, *args):
+            super().__init__(*args)
+            started.append(self)
+
+    monkeypatch.setattr(service, "FiguresProcess", Counted)
     taken = {"plain": 0, "judged": 0}
     real = store_module.PlainWindow.plain
 
@@ -163,6 +171,7 @@ def test_the_plain_path_stores_what_judging_the_records_stores(tmp_path, monkeyp
     monkeypatch.setattr(store_module.PlainWindow, "plain", counted)
     fast = run(tmp_path, "fast", seed)
     assert taken["plain"] > 20 and taken["judged"] > 20, taken   # both paths really ran
+    assert bool(started) == (batch == 7)
 
     monkeypatch.setattr(store_module.PlainWindow, "plain", lambda self, tiers: False)
     judged = run(tmp_path, "judged", seed)
@@ -170,6 +179,30 @@ def test_the_plain_path_stores_what_judging_the_records_stores(tmp_path, monkeyp
     assert fast["alerts"] and fast["window_revisions"] and fast["window_origins"]
     kinds = {row[2] for row in fast["alerts"]}
     assert {"loss", "duplication", "checksum_mismatch"} <= kinds, kinds
+
+
+def test_figures_the_reading_process_did_not_give_are_read_by_the_evaluation(
+        tmp_path, monkeypatch, caplog):
+    """The process reading the figures is killed after giving those of the first batch: the
+    evaluation reads the rest itself and stores what it stores when the process lives."""
+    monkeypatch.setattr(service, "EVALUATE_BATCH_WINDOWS", 7)
+    killed = []
+
+    class Dying(service.FiguresProcess):
+        def next_text(self):
+            text = super().next_text()
+            if not killed:
+                self.proc.kill()
+                killed.append(self.proc.wait())
+            return text
+
+    living = run(tmp_path, "living", 4)
+    monkeypatch.setattr(service, "FiguresProcess", Dying)
+    with caplog.at_level("WARNING", logger="docket.audit.reconcile"):
+        dying = run(tmp_path, "dying", 4)
+    assert killed and killed[0] != 0
+    assert "ended early" in caplog.text
+    assert dying == living
 
 
 def _plain_day(store: Store) -> None:

@@ -1,9 +1,15 @@
 """The reconciler's database file: a new one is stamped with its layout, and its count
 records are keyed by window first (a window's records, arriving topic after topic, go to the
-end of one index)."""
+end of one index); files of older layouts are brought to the current one, keeping what they
+hold."""
 
 from __future__ import annotations
 
+import sqlite3
+
+import pytest
+
+from audit.reconcile import store as store_module
 from audit.reconcile.store import LAYOUT, Store
 
 
@@ -11,7 +17,8 @@ def test_a_new_file_has_the_current_layout(tmp_path):
     store = Store(tmp_path / "r.db")
     assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT
     [(sql,)] = store.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'counts'")
-    assert "PRIMARY KEY (window_start, topic, tier, origin, emitter, incarnation)" in sql
+    assert "PRIMARY KEY (window_start, topic, tier, origin, emitter, incarnation)) " \
+        "WITHOUT ROWID" in sql
     store.close()
 
 
@@ -31,7 +38,7 @@ def test_a_layout_1_file_gains_skipped_and_keeps_its_records(tmp_path):
     store.close()
 
     store = Store(path)
-    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 3
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 4
     assert store.conn.execute("SELECT count(*) FROM evaluating").fetchone() == (0,)
     rec = AuditRecord(tier="warehouse", origin="o", topic="t", window_start=0,
                       window_ms=600000, count=0, bytes=0, checksum=0,
@@ -84,4 +91,96 @@ def test_a_tier_is_current_only_when_each_of_its_emitters_is(tmp_path):
     state = store.conn.execute("SELECT state FROM windows WHERE tier = 'kafka-local' AND "
                                "window_start = ?", (T0,)).fetchone()[0]
     assert state == "incomplete"
+    store.close()
+
+
+# Layout 3's two tables that layout 4 clusters, as layout 3 made them.
+_LAYOUT_3 = """
+CREATE TABLE counts (
+    tier TEXT NOT NULL, emitter TEXT NOT NULL, incarnation TEXT NOT NULL, origin TEXT NOT NULL,
+    topic TEXT NOT NULL, window_start INTEGER NOT NULL, window_ms INTEGER NOT NULL,
+    count INTEGER NOT NULL, bytes INTEGER NOT NULL, checksum TEXT NOT NULL,
+    distinct_count INTEGER, duplicates INTEGER, dropped INTEGER NOT NULL,
+    dropped_reasons TEXT NOT NULL, dropped_unknown TEXT NOT NULL, late INTEGER NOT NULL,
+    seq INTEGER NOT NULL, emitted_at INTEGER NOT NULL, skipped INTEGER,
+    PRIMARY KEY (window_start, topic, tier, origin, emitter, incarnation));
+CREATE TABLE windows (
+    topic TEXT NOT NULL, window_start INTEGER NOT NULL, tier TEXT NOT NULL,
+    window_ms INTEGER NOT NULL, state TEXT NOT NULL, final INTEGER NOT NULL,
+    expected INTEGER NOT NULL, count INTEGER NOT NULL, distinct_count INTEGER,
+    duplicates INTEGER, dropped INTEGER NOT NULL, dropped_unknown TEXT NOT NULL,
+    completeness REAL, hop_completeness REAL, checksum TEXT, missing INTEGER NOT NULL,
+    changed_at INTEGER NOT NULL, final_at INTEGER, revision INTEGER NOT NULL,
+    PRIMARY KEY (topic, window_start, tier));
+CREATE INDEX windows_open ON windows (final, topic, window_start);
+"""
+
+
+def _layout_3_file(path):
+    """A layout-3 file holding two count rows and two verdict rows, one of them not final."""
+    conn = sqlite3.connect(path)
+    conn.executescript(_LAYOUT_3)
+    for i, (topic, final) in enumerate((("a", 1), ("b", 0))):
+        conn.execute("INSERT INTO counts VALUES ('producer', 'o/agent', 'i1', 'o', ?, 0, "
+                     "600000, ?, 50, '0000000000000001', ?, 0, 0, '{}', '{}', 0, 1, 1, NULL)",
+                     (topic, 5 + i, 5 + i))
+        conn.execute("INSERT INTO windows VALUES (?, 0, 'producer', 600000, 'complete', ?, "
+                     "?, ?, ?, 0, 0, '{}', 1.0, 1.0, 'match', 0, 1, NULL, 0)",
+                     (topic, final, 5 + i, 5 + i, 5 + i))
+    conn.execute("PRAGMA user_version = 3")
+    conn.commit()
+    conn.close()
+    return [(t, n) for t, n in (("a", 5), ("b", 6))]
+
+
+def _table_sql(store, name):
+    return store.conn.execute("SELECT sql FROM sqlite_master WHERE name = ?",
+                              (name,)).fetchone()
+
+
+def test_a_layout_3_file_is_clustered_and_keeps_its_rows(tmp_path):
+    """Opened, a layout-3 file's ``counts`` and ``windows`` become clustered tables holding the
+    same rows; ``windows_open`` gives way to ``windows_not_final``; the triggers and the view
+    that went with the old tables work again."""
+    path = tmp_path / "r.db"
+    held = _layout_3_file(path)
+    store = Store(path)
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 4
+    for name in ("counts", "windows"):
+        assert _table_sql(store, name)[0].endswith("WITHOUT ROWID")
+    assert _table_sql(store, "windows_open") is None
+    assert _table_sql(store, "windows_not_final") is not None
+    assert store.conn.execute("SELECT topic, count FROM counts ORDER BY topic").fetchall() == held
+    assert store.conn.execute("SELECT topic, producer_count FROM completeness "
+                              "ORDER BY topic").fetchall() == held
+    assert store.take_windows_to_evaluate() == [("b", 0)]       # not final: judged again
+    store.evaluated([("b", 0)])
+    from audit.contract.record import AuditRecord
+    store.apply([AuditRecord(tier="producer", origin="o", topic="c", window_start=0,
+                             window_ms=600000, count=1, bytes=1, checksum=1, emitter="o/agent",
+                             seq=1, distinct=1, duplicates=0)], {}, {}, "t")
+    assert store.conn.execute("SELECT topic FROM dirty").fetchall() == [("c",)]   # triggers
+    store.close()
+
+
+def test_a_layout_3_file_is_left_whole_when_the_rebuild_fails(tmp_path, monkeypatch):
+    """The rebuild is one transaction: failing after ``counts`` was rebuilt (here: ``windows``'
+    copy cannot be made), the file is still layout 3 with both old tables, and a later open
+    rebuilds it."""
+    path = tmp_path / "r.db"
+    held = _layout_3_file(path)
+    monkeypatch.setattr(store_module, "_WINDOWS", "CREATE TABLE IF NOT EXISTS windows (x)")
+    with pytest.raises(sqlite3.OperationalError):
+        Store(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert "WITHOUT ROWID" not in conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'counts'").fetchone()[0]
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%clustered'"
+                        ).fetchall() == []
+    conn.close()
+    monkeypatch.undo()
+    store = Store(path)
+    assert store.conn.execute("SELECT topic, count FROM counts ORDER BY topic").fetchall() == held
+    assert store.conn.execute("SELECT count(*) FROM windows").fetchone() == (2,)
     store.close()
