@@ -8,7 +8,8 @@ the reading thread as alone (docs/reconcile.md, "Measured here").
 ``python -m audit.reconcile.figures DB`` reads batches of windows from stdin, one JSON array of
 [topic, window_start] per line, and writes each batch's figures to stdout, one line each, in the
 same order: the text ``Store.plain_figures_text`` returns. It ends at the end of its input.
-``FiguresProcess`` is the reconciler's side.
+``FiguresProcess`` is the reconciler's side. The process imports nothing but the standard
+library (``store`` brings sqlite-utils, and with it pandas: 0.6 s).
 """
 
 from __future__ import annotations
@@ -16,14 +17,36 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from .store import Store
-
 log = logging.getLogger("docket.audit.reconcile")
+
+# Per window of a JSON array of [topic, window_start]: rows; (tier, origin) pairs (length-
+# prefixed; were two pairs ever one text, pairs would fall short of rows: not plain, judged
+# from the records); (origin, count, checksum) triples (count and checksum hold no '|'); rows
+# whose distinct is not their count or that say duplicates; whether a producer row journalled
+# a loss of unknown size; the producer's rows, count and known drops; the window lengths. One
+# JSON array of them all: one step of SQLite. An aggregate per window rather than one GROUP BY
+# of the batch: the join's rows are not sorted through a temporary B-tree (a fifth faster).
+PLAIN_QUERY = """
+SELECT json_group_array(json_array(json_extract(w.value, '$[0]'), json_extract(w.value, '$[1]'), (
+    SELECT json_array(count(*),
+        count(DISTINCT length(c.tier) || ':' || c.tier || c.origin),
+        count(DISTINCT c.origin || '|' || c.count || '|' || c.checksum),
+        sum(c.distinct_count IS NOT c.count OR c.duplicates IS NOT 0),
+        max(c.dropped_unknown != '{}'), sum(c.tier = 'producer'),
+        sum(CASE WHEN c.tier = 'producer' THEN c.count END),
+        sum(CASE WHEN c.tier = 'producer' THEN c.dropped END),
+        min(c.window_ms), max(c.window_ms))
+    FROM counts AS c
+    WHERE c.window_start = json_extract(w.value, '$[1]')
+        AND c.topic = json_extract(w.value, '$[0]'))))
+FROM json_each(?) AS w
+"""
 
 
 class FiguresProcess:
@@ -67,17 +90,18 @@ class FiguresProcess:
 
 def main(argv: list[str] | None = None) -> int:
     [path] = argv if argv is not None else sys.argv[1:]
-    store = Store(path, readonly=True)
+    conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+    conn.execute("PRAGMA busy_timeout = 30000")
     out = sys.stdout.buffer
     try:
         for line in sys.stdin.buffer:
-            windows = [(topic, window_start) for topic, window_start in json.loads(line)]
-            out.write(store.plain_figures_text(windows).encode() + b"\n")
+            out.write(conn.execute(PLAIN_QUERY, (line.decode(),)).fetchone()[0].encode()
+                      + b"\n")
             out.flush()
     except BrokenPipeError:                   # the reconciler stopped reading: its choice
         pass
     finally:
-        store.close()
+        conn.close()
     return 0
 
 

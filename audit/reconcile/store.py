@@ -33,6 +33,7 @@ from audit.alerts.outbox import ensure_tables
 from audit.contract.errors import AuditError
 from audit.contract.record import PRODUCER_TIER, AuditRecord, Progress, Ranges, checksum_hex
 
+from .figures import PLAIN_QUERY
 from .verdict import MATCH, TierVerdict
 
 log = logging.getLogger("docket.audit.reconcile")
@@ -339,7 +340,7 @@ class Store:
     def plain_figures_text(self, windows: list[tuple[str, int]]) -> str:
         """``plain_windows``' figures as SQLite gives them, one JSON text (``plain_figures``
         makes them into ``PlainWindow`` objects)."""
-        return self.conn.execute(_PLAIN_QUERY, (json.dumps(windows),)).fetchone()[0]
+        return self.conn.execute(PLAIN_QUERY, (json.dumps(windows),)).fetchone()[0]
 
     def progress(self) -> dict[str, tuple[int, int | None]]:
         """tier → (``emitted_at``, ``offsets_behind``) of its newest progress record."""
@@ -520,39 +521,15 @@ def windows_by_topic(windows: list[tuple[str, int]]) -> list[tuple[str, str]]:
     return [(topic, json.dumps(ws)) for topic, ws in starts.items()]
 
 
-# Per window of a JSON array of [topic, window_start]: rows; (tier, origin) pairs (length-
-# prefixed; were two pairs ever one text, pairs would fall short of rows: not plain, judged
-# from the records); (origin, count, checksum) triples (count and checksum hold no '|'); rows
-# whose distinct is not their count or that say duplicates; whether a producer row journalled
-# a loss of unknown size; the producer's rows, count and known drops; the window lengths. One
-# JSON array of them all: one step of SQLite. An aggregate per window rather than one GROUP BY
-# of the batch: the join's rows are not sorted through a temporary B-tree (a fifth faster).
-_PLAIN_QUERY = """
-SELECT json_group_array(json_array(json_extract(w.value, '$[0]'), json_extract(w.value, '$[1]'), (
-    SELECT json_array(count(*),
-        count(DISTINCT length(c.tier) || ':' || c.tier || c.origin),
-        count(DISTINCT c.origin || '|' || c.count || '|' || c.checksum),
-        sum(c.distinct_count IS NOT c.count OR c.duplicates IS NOT 0),
-        max(c.dropped_unknown != '{}'), sum(c.tier = 'producer'),
-        sum(CASE WHEN c.tier = 'producer' THEN c.count END),
-        sum(CASE WHEN c.tier = 'producer' THEN c.dropped END),
-        min(c.window_ms), max(c.window_ms))
-    FROM counts AS c
-    WHERE c.window_start = json_extract(w.value, '$[1]')
-        AND c.topic = json_extract(w.value, '$[0]'))))
-FROM json_each(?) AS w
-"""
-
-
 def plain_figures(text: str) -> dict[tuple[str, int], PlainWindow]:
-    """``_PLAIN_QUERY``'s text made into figures, for the windows that have count rows."""
+    """``figures.PLAIN_QUERY``'s text made into figures, for the windows that have count rows."""
     return {(topic, window_start): PlainWindow(*figures)
             for topic, window_start, figures in json.loads(text) if figures[0]}
 
 
 @dataclass(frozen=True)
 class PlainWindow:
-    """One window's figures from ``_PLAIN_QUERY``."""
+    """One window's figures from ``figures.PLAIN_QUERY``."""
     rows: int
     pairs: int
     triples: int
