@@ -86,7 +86,10 @@ def current_counts(records: Iterable[AuditRecord]) -> dict[str, dict[tuple[str, 
         at.setdefault(rec.emitter, []).append(rec)
     out: dict[str, dict] = {}
     for (tier, topic, window, origin), emitters in groups.items():
-        newest = max(emitters.values(), key=lambda recs: max(r.emitted_at for r in recs))
+        # The emitter with the newest record; of two as new, the first by name, whatever the
+        # order the records came in.
+        newest = max((emitters[e] for e in sorted(emitters)),
+                     key=lambda recs: max(r.emitted_at for r in recs))
         out.setdefault(tier, {})[(topic, window, origin)] = combined(_current(newest))
     for (tier, topic, window, origin), emitters in skips.items():
         tallies = [r for recs in emitters.values() for r in _current(recs)]
@@ -103,8 +106,9 @@ def _current(records: list[AuditRecord]) -> list[AuditRecord]:
     """The records of one emitter's incarnations that count (see ``AuditState.by_tier``)."""
     if len(records) == 1:
         return records
-    if records[0].tier != PRODUCER_TIER:
-        return [max(records, key=lambda r: (r.emitted_at, r.seq))]
+    if records[0].tier != PRODUCER_TIER:                # ties: the first incarnation by name
+        return [max(sorted(records, key=lambda r: r.incarnation or ""),
+                    key=lambda r: (r.emitted_at, r.seq))]
     known = [r for r in records if r.incarnation]
     top = max((r.seq for r in known), default=-1)
     return known + [r for r in records if not r.incarnation and r.seq >= top]

@@ -5,9 +5,13 @@ In a thread of the reconciler the read was as fast, but the two connections, sha
 process, slowed each other inside SQLite: the verdicts' inserts took 2.5 times as long beside
 the reading thread as alone (docs/reconcile.md, "Measured here").
 
-``python -m audit.reconcile.figures DB`` reads batches of windows from stdin, one JSON array of
-[topic, window_start] per line, and writes each batch's figures to stdout, one line each, in the
-same order: the text ``Store.plain_figures_text`` returns. It ends at the end of its input.
+``python -m audit.reconcile.figures DB`` reads from stdin, one JSON text per line, the query
+(the reconciler's own ``PLAIN_QUERY``: a process started from files a package upgrade replaced
+still runs the query its reconciler parses), then batches of windows, each an array of
+[topic, window_start], and writes each batch's figures to stdout, one line each, in the same
+order: the text ``Store.plain_figures_text`` returns. It ends at the end of its input, or when
+its output is closed; it ignores SIGINT and SIGTERM, which reach it with its reconciler (a
+terminal's Ctrl-C, systemd's stop): the reconciler ends it.
 ``FiguresProcess`` is the reconciler's side. The process imports nothing but the standard
 library (``store`` brings sqlite-utils, and with it pandas: 0.6 s).
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -32,9 +37,11 @@ log = logging.getLogger("docket.audit.reconcile")
 # a loss of unknown size; the producer's rows, count and known drops; the window lengths. One
 # JSON array of them all: one step of SQLite. An aggregate per window rather than one GROUP BY
 # of the batch: the join's rows are not sorted through a temporary B-tree (a fifth faster).
+# (``json(…)``: a subquery's value loses its JSON subtype in SQLite 3.54, and would be nested as
+# a string.)
 PLAIN_QUERY = """
-SELECT json_group_array(json_array(json_extract(w.value, '$[0]'), json_extract(w.value, '$[1]'), (
-    SELECT json_array(count(*),
+SELECT json_group_array(json_array(json_extract(w.value, '$[0]'), json_extract(w.value, '$[1]'),
+    json((SELECT json_array(count(*),
         count(DISTINCT length(c.tier) || ':' || c.tier || c.origin),
         count(DISTINCT c.origin || '|' || c.count || '|' || c.checksum),
         sum(c.distinct_count IS NOT c.count OR c.duplicates IS NOT 0),
@@ -44,7 +51,7 @@ SELECT json_group_array(json_array(json_extract(w.value, '$[0]'), json_extract(w
         min(c.window_ms), max(c.window_ms))
     FROM counts AS c
     WHERE c.window_start = json_extract(w.value, '$[1]')
-        AND c.topic = json_extract(w.value, '$[0]'))))
+        AND c.topic = json_extract(w.value, '$[0]')))))
 FROM json_each(?) AS w
 """
 
@@ -59,8 +66,8 @@ class FiguresProcess:
         env = dict(os.environ)
         here = str(Path(__file__).resolve().parents[2])        # where ``audit`` is
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "audit.reconcile.figures", str(path)],
+        self.proc = subprocess.Popen(                 # -P: not the working directory first
+            [sys.executable, "-P", "-m", "audit.reconcile.figures", str(path)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self._sender = threading.Thread(target=self._send, args=(batches,),
                                         name="docket-figures-send", daemon=True)
@@ -68,6 +75,7 @@ class FiguresProcess:
 
     def _send(self, batches: list[list[tuple[str, int]]]) -> None:
         try:
+            self.proc.stdin.write(json.dumps(PLAIN_QUERY).encode() + b"\n")
             for batch in batches:
                 self.proc.stdin.write(json.dumps(batch).encode() + b"\n")
             self.proc.stdin.close()
@@ -86,17 +94,25 @@ class FiguresProcess:
         self.proc.wait()
         self._sender.join()
         self.proc.stdout.close()
+        try:
+            self.proc.stdin.close()
+        except OSError:                           # what was left unsent
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
     [path] = argv if argv is not None else sys.argv[1:]
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
     conn.execute("PRAGMA busy_timeout = 30000")
-    out = sys.stdout.buffer
+    lines, out = sys.stdin.buffer, sys.stdout.buffer
     try:
-        for line in sys.stdin.buffer:
-            out.write(conn.execute(PLAIN_QUERY, (line.decode(),)).fetchone()[0].encode()
-                      + b"\n")
+        query = json.loads(lines.readline() or "null")
+        if query is None:
+            return 0
+        for line in lines:
+            out.write(conn.execute(query, (line.decode(),)).fetchone()[0].encode() + b"\n")
             out.flush()
     except BrokenPipeError:                   # the reconciler stopped reading: its choice
         pass

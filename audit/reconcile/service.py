@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from audit.alerts.channels import channel_from_config
 from audit.alerts.outbox import Dispatcher
 from audit.contract.errors import AuditError, MalformedRecord
-from audit.contract.record import parse
+from audit.contract.record import PRODUCER_TIER, parse
 
 from .alerting import (
     _notify_due,
@@ -114,7 +114,9 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
                 window_records = records[window]
                 counts = current_by_origin(window_records)
                 tiers = tier_order(set(counts) | tiers_by_topic.get(topic, set()), configured)
-                window_ms = window_records[0].window_ms if window_records else timing.window_ms
+                window_ms = next((r.window_ms for r in window_records if r.tier == PRODUCER_TIER),
+                                 window_records[0].window_ms if window_records
+                                 else timing.window_ms)
                 verdicts = judge(topic, window_start, counts, progress, tiers, timing, now_ms)
                 writer.save(topic, window_start, window_ms, verdicts)
                 holds, judged = window_conditions(store, verdicts, window_ms, ranges)

@@ -228,3 +228,21 @@ def test_a_spark_tier_takes_its_newest_incarnation_only():
                          incarnation=inc, emitted_at=at).encode()[1])
     [got] = state.by_tier()["kafka-local"].values()
     assert got.count == 50 and got.incarnation == "2-b"
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_ties_are_broken_by_name_whatever_the_order_of_arrival(reverse):
+    """Two emitters of one tier and origin whose newest records are as new, and two
+    incarnations of a Spark tier's emitter as new: the first by name counts, in whichever order
+    the records came (the reconciler reads a window's rows in key order, ``docket-audit show``
+    in the topic's)."""
+    from audit.contract.collect import current_counts
+
+    emitters = [record(tier="kafka-local", emitter=e, seq=3, count=n, emitted_at=100)
+                for e, n in (("kafka-local/a", 10), ("kafka-local/b", 20))]
+    incarnations = [record(tier="warehouse", emitter="warehouse/land", seq=3, count=n,
+                           incarnation=i, emitted_at=100) for i, n in (("1-a", 30), ("2-b", 40))]
+    records = emitters + incarnations
+    got = current_counts(records[::-1] if reverse else records)
+    assert [r.count for r in got["kafka-local"].values()] == [10]
+    assert [r.count for r in got["warehouse"].values()] == [30]

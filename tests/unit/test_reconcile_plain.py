@@ -157,7 +157,13 @@ def test_the_plain_path_stores_what_judging_the_records_stores(tmp_path, monkeyp
     class Counted(service.FiguresProcess):
         def __init__(self, *args):
             super().__init__(*args)
-            started.append(self)
+            started.append(0)
+
+        def next_text(self):
+            text = super().next_text()
+            assert text is not None                      # the process gave every batch's
+            started[-1] += 1
+            return text
 
     monkeypatch.setattr(service, "FiguresProcess", Counted)
     taken = {"plain": 0, "judged": 0}
@@ -171,7 +177,7 @@ def test_the_plain_path_stores_what_judging_the_records_stores(tmp_path, monkeyp
     monkeypatch.setattr(store_module.PlainWindow, "plain", counted)
     fast = run(tmp_path, "fast", seed)
     assert taken["plain"] > 20 and taken["judged"] > 20, taken   # both paths really ran
-    assert bool(started) == (batch == 7)
+    assert bool(started) == (batch == 7) and all(n >= 4 for n in started), started
 
     monkeypatch.setattr(store_module.PlainWindow, "plain", lambda self, tiers: False)
     judged = run(tmp_path, "judged", seed)
@@ -196,7 +202,9 @@ def test_figures_the_reading_process_did_not_give_are_read_by_the_evaluation(
                 killed.append(self.proc.wait())
             return text
 
-    living = run(tmp_path, "living", 4)
+    with caplog.at_level("WARNING", logger="docket.audit.reconcile"):
+        living = run(tmp_path, "living", 4)
+    assert "ended early" not in caplog.text
     monkeypatch.setattr(service, "FiguresProcess", Dying)
     with caplog.at_level("WARNING", logger="docket.audit.reconcile"):
         dying = run(tmp_path, "dying", 4)
@@ -356,3 +364,15 @@ def test_the_figures_process_imports_only_the_standard_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_figures_that_are_not_what_the_query_gives_make_no_plain_window():
+    """A window without count rows, and figures nested as a string (what SQLite 3.54 makes of
+    a subquery's JSON without ``json(…)``), give no figures: the window is judged from its
+    records."""
+    from audit.reconcile.store import plain_figures
+
+    ok = [9, 9, 3, 0, 0, 3, 300, 0, 600000, 600000]
+    text = ('[["a", 0, %s], ["b", 0, [0, 0, 0, null, null, null, null, null, null, null]], '
+            '["c", 0, "%s"]]' % (ok, ok))
+    assert list(plain_figures(text)) == [("a", 0)]

@@ -113,6 +113,18 @@ CREATE TABLE windows (
     changed_at INTEGER NOT NULL, final_at INTEGER, revision INTEGER NOT NULL,
     PRIMARY KEY (topic, window_start, tier));
 CREATE INDEX windows_open ON windows (final, topic, window_start);
+CREATE TABLE dirty (
+    topic TEXT NOT NULL, window_start INTEGER NOT NULL, PRIMARY KEY (topic, window_start));
+CREATE TRIGGER counts_dirty_insert AFTER INSERT ON counts BEGIN
+    INSERT INTO dirty SELECT new.topic, new.window_start WHERE NOT EXISTS (
+        SELECT 1 FROM dirty WHERE topic = new.topic AND window_start = new.window_start); END;
+CREATE TRIGGER counts_dirty_update AFTER UPDATE ON counts BEGIN
+    INSERT INTO dirty SELECT new.topic, new.window_start WHERE NOT EXISTS (
+        SELECT 1 FROM dirty WHERE topic = new.topic AND window_start = new.window_start); END;
+CREATE VIEW completeness AS
+    SELECT topic, window_start, tier, count, expected AS producer_count, completeness, state,
+           final, distinct_count, duplicates, checksum
+    FROM windows;
 """
 
 
@@ -127,10 +139,16 @@ def _layout_3_file(path):
         conn.execute("INSERT INTO windows VALUES (?, 0, 'producer', 600000, 'complete', ?, "
                      "?, ?, ?, 0, 0, '{}', 1.0, 1.0, 'match', 0, 1, NULL, 0)",
                      (topic, final, 5 + i, 5 + i, 5 + i))
+    conn.execute("DELETE FROM dirty")
     conn.execute("PRAGMA user_version = 3")
     conn.commit()
     conn.close()
     return [(t, n) for t, n in (("a", 5), ("b", 6))]
+
+
+def _rows(conn) -> dict:
+    return {t: conn.execute(f"SELECT * FROM {t} ORDER BY topic").fetchall()
+            for t in ("counts", "windows")}
 
 
 def _table_sql(store, name):
@@ -144,7 +162,11 @@ def test_a_layout_3_file_is_clustered_and_keeps_its_rows(tmp_path):
     that went with the old tables work again."""
     path = tmp_path / "r.db"
     held = _layout_3_file(path)
+    conn = sqlite3.connect(path)
+    before = _rows(conn)
+    conn.close()
     store = Store(path)
+    assert _rows(store.conn) == before
     assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 4
     for name in ("counts", "windows"):
         assert _table_sql(store, name)[0].endswith("WITHOUT ROWID")
@@ -184,3 +206,38 @@ def test_a_layout_3_file_is_left_whole_when_the_rebuild_fails(tmp_path, monkeypa
     assert store.conn.execute("SELECT topic, count FROM counts ORDER BY topic").fetchall() == held
     assert store.conn.execute("SELECT count(*) FROM windows").fetchone() == (2,)
     store.close()
+
+
+def test_a_file_another_opener_rebuilt_meanwhile_is_not_rebuilt_again(tmp_path):
+    """Two openers read layout 3; the second to get the write lock finds layout 4 and leaves
+    the tables as the first made them (rebuilt again, they would be new tables, and the
+    running reconciler's count records would meanwhile mark no window dirty)."""
+    path = tmp_path / "r.db"
+    _layout_3_file(path)
+    late = Store.__new__(Store)                 # an opener that read layout 3, then waited
+    first = Store(path)
+
+    def roots():
+        return first.conn.execute("SELECT name, rootpage FROM sqlite_master WHERE name IN "
+                                  "('counts', 'windows') ORDER BY name").fetchall()
+    made = roots()
+    late.path, late.conn = path, sqlite3.connect(path)
+    late._cluster()
+    assert roots() == made
+    late.conn.close()
+    first.close()
+
+
+def test_a_rebuilt_file_is_whole_without_the_schema_run_after(tmp_path, monkeypatch):
+    """Killed after the rebuild's commit, before the open's own ``executescript``: the file
+    already has the triggers, the view and the index of layout 4."""
+    path = tmp_path / "r.db"
+    _layout_3_file(path)
+    store = Store.__new__(Store)
+    store.path, store.conn = path, sqlite3.connect(path)
+    store._cluster()
+    names = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master")}
+    assert {"counts_dirty_insert", "counts_dirty_update", "completeness",
+            "windows_not_final", "evaluating"} <= names
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    store.conn.close()
