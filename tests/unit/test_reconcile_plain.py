@@ -373,6 +373,6 @@ def test_figures_that_are_not_what_the_query_gives_make_no_plain_window():
     from audit.reconcile.store import plain_figures
 
     ok = [9, 9, 3, 0, 0, 3, 300, 0, 600000, 600000]
-    text = ('[["a", 0, %s], ["b", 0, [0, 0, 0, null, null, null, null, null, null, null]], '
-            '["c", 0, "%s"]]' % (ok, ok))
+    text = (f'[["a", 0, {ok}], ["b", 0, [0, 0, 0, null, null, null, null, null, null, null]], '
+            f'["c", 0, "{ok}"]]')
     assert list(plain_figures(text)) == [("a", 0)]
