@@ -82,6 +82,7 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
     progress = store.current_progress(cfg["alerts.lag_ms"])
     configured = cfg["windows.tiers"]
     out = Evaluation()
+    phases: dict[int, tuple[str, bool]] = {}     # window_start → a plain window's phase
     pending = store.take_windows_to_evaluate()
     batches = [pending[i:i + EVALUATE_BATCH_WINDOWS]
                for i in range(0, len(pending), EVALUATE_BATCH_WINDOWS)]
@@ -105,8 +106,10 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
                         window in alerts.by_hand:
                     rest.append(window)
                     continue
-                writer.save_plain(topic, window_start, tiers, shape,
-                                  *complete_phase(window_start, timing, now_ms))
+                phase = phases.get(window_start)
+                if phase is None:
+                    phase = phases[window_start] = complete_phase(window_start, timing, now_ms)
+                writer.save_plain(topic, window_start, tiers, shape, *phase)
             records = store.window_records(rest)
             ranges: dict = {}
             for window in rest:

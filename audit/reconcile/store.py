@@ -24,8 +24,9 @@ import json
 import logging
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
+from typing import NamedTuple
 
 import sqlite_utils
 
@@ -542,15 +543,15 @@ def windows_by_topic(windows: list[tuple[str, int]]) -> list[tuple[str, str]]:
 def plain_figures(text: str) -> dict[tuple[str, int], PlainWindow]:
     """``figures.PLAIN_QUERY``'s text made into figures, for the windows that have count rows
     (anything else it might hold: no figures, and the window is judged from its records)."""
-    width = len(fields(PlainWindow))
+    width = len(PlainWindow._fields)
     return {(topic, window_start): PlainWindow(*figures)
             for topic, window_start, figures in json.loads(text)
             if isinstance(figures, list) and len(figures) == width and figures[0]}
 
 
-@dataclass(frozen=True)
-class PlainWindow:
-    """One window's figures from ``figures.PLAIN_QUERY``."""
+class PlainWindow(NamedTuple):
+    """One window's figures from ``figures.PLAIN_QUERY`` (a tuple: made for every window of an
+    evaluation: 0.6 µs against 2.4 µs for a frozen dataclass of ten fields)."""
     rows: int
     pairs: int
     triples: int
