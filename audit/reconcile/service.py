@@ -161,9 +161,9 @@ def _with_plain_figures(store: Store, batches: list[list[tuple[str, int]]]
             text = reader.next_text() if reader is not None else None
             if text is None:
                 if reader is not None:
-                    log.warning("the process reading the windows' figures ended early (exit "
-                                "status %s): reading the rest here", reader.proc.wait())
                     reader.close()
+                    log.warning("the process reading the windows' figures ended early (exit "
+                                "status %s): reading the rest here", reader.proc.returncode)
                     reader = None
                 yield batch, store.plain_windows(batch)
             else:
