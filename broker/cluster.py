@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from docket_common.dirs import docket_state_dir
+from docket_common.procs import process_state, reap
 
 from .errors import BrokerError, ClusterAlreadyRunning, ClusterStartFailed, PortBusy
 from .libs import KAFKA_VERSION, ensure_kafka_libs
@@ -120,26 +121,6 @@ def _port_answers(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _process_state(pid: int) -> str:
-    """'running', 'paused' (SIGSTOP) or 'stopped' (gone or a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return "stopped"
-    state = stat.rsplit(")", 1)[1].split()[0]
-    if state in ("Z", "X"):
-        return "stopped"
-    return "paused" if state in ("T", "t") else "running"
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status of a broker that is our own child, so it leaves no zombie."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
 class LocalCluster:
     """Start, inspect, fault and stop the local cluster kept in ``data_dir``."""
 
@@ -194,7 +175,7 @@ class LocalCluster:
         child = self._children.get(node_id)
         if child is not None and child.pid == pid:
             return pid if child.poll() is None else None
-        _reap(pid)
+        reap(pid)
         cmdline = [b""]
         for _ in range(10):   # empty for an instant while the java launcher re-execs itself
             try:
@@ -206,7 +187,7 @@ class LocalCluster:
             time.sleep(0.05)
         here = str(self.node_dir(node_id)).encode()
         ours = b"kafka.Kafka" in cmdline and here in b" ".join(cmdline)
-        return pid if ours and _process_state(pid) != "stopped" else None
+        return pid if ours and process_state(pid) != "stopped" else None
 
     def running_nodes(self) -> list[int]:
         layout = self.layout()
@@ -439,7 +420,7 @@ class LocalCluster:
         rows = []
         for n in layout.nodes:
             pid = self.pid(n.node_id)
-            state = "stopped" if pid is None else _process_state(pid)
+            state = "stopped" if pid is None else process_state(pid)
             if state == "running" and not _port_answers(n.port):
                 state = "starting"
             rows.append({"node_id": n.node_id, "pid": pid, "port": n.port,
@@ -470,8 +451,8 @@ class LocalCluster:
 def _wait_gone(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
-        _reap(pid)
-        if _process_state(pid) == "stopped":
+        reap(pid)
+        if process_state(pid) == "stopped":
             return True
         if time.monotonic() > deadline:
             return False

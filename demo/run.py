@@ -36,6 +36,7 @@ from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.cluster import LocalCluster
 from broker.errors import BrokerError
 from docket_common.dirs import docket_state_dir
+from docket_common.procs import alive, reap
 
 from .receiver import describe, received
 
@@ -148,28 +149,10 @@ class Demo:
             os.killpg(pid, signal.SIGKILL)
             while alive(pid):
                 time.sleep(0.1)
-        _reap(pid)
+        reap(pid)
 
     def cluster(self) -> LocalCluster:
         return LocalCluster(self.d / "kafka")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:                        # our own child that has exited: a zombie until reaped
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def up(d: Path, base_port: int | None, detach: bool) -> int:
