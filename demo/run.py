@@ -36,7 +36,7 @@ from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.cluster import LocalCluster
 from broker.errors import BrokerError
 from docket_common.dirs import docket_state_dir
-from docket_common.procs import alive, reap
+from docket_common.procs import alive, group_alive, reap
 
 from .receiver import describe, received
 
@@ -137,22 +137,36 @@ class Demo:
         return proc.pid
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout_s: float = 40) -> None:
-        """Stop one part and everything in its session (Spark's JVM with its Python)."""
+        """Stop one part and everything in its session (Spark's JVM with its Python): ``sig``
+        to the group, then SIGKILL to what is left of it after ``timeout_s``; it returns when
+        nothing of the group runs."""
         pid = self.pids.get(name)
-        if pid is None or not alive(pid):
+        if pid is None or not (alive(pid) or group_alive(pid)):
             return
-        os.killpg(pid, sig)
+        _signal_group(pid, sig)
         deadline = time.monotonic() + timeout_s
-        while alive(pid) and time.monotonic() < deadline:
+        while self._running(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if alive(pid):
-            os.killpg(pid, signal.SIGKILL)
-            while alive(pid):
+        if self._running(pid):
+            _signal_group(pid, signal.SIGKILL)
+            while self._running(pid):
                 time.sleep(0.1)
         reap(pid)
 
+    @staticmethod
+    def _running(pid: int) -> bool:
+        reap(pid)                       # our own child that exited: no zombie left in the group
+        return alive(pid) or group_alive(pid)
+
     def cluster(self) -> LocalCluster:
         return LocalCluster(self.d / "kafka")
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:                  # the group ended meanwhile
+        pass
 
 
 def up(d: Path, base_port: int | None, detach: bool) -> int:

@@ -1,5 +1,6 @@
 """Processes a tool started and keeps by pid (the local cluster's brokers, the demo's parts):
-whether one still runs, and collecting the exit status of one that is our own child."""
+whether one still runs, whether anything of its process group does, and collecting the exit
+status of one that is our own child."""
 
 from __future__ import annotations
 
@@ -10,14 +11,29 @@ from pathlib import Path
 def process_state(pid: int) -> str:
     """'running', 'paused' (SIGSTOP) or 'stopped' (gone, or a zombie: our own child that exited
     and was not reaped yet)."""
+    stat = _stat(pid)
+    if stat is None or stat[0] in ("Z", "X"):
+        return "stopped"
+    return "paused" if stat[0] in ("T", "t") else "running"
+
+
+def group_alive(pgid: int) -> bool:
+    """Does any process of group ``pgid`` still run (zombies left out)? A part started in a
+    session of its own may leave processes behind its leader: Spark's JVM, its Python workers."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None and stat[0] not in ("Z", "X") and int(stat[2]) == pgid:
+                return True
+    return False
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name: state, ppid, pgrp, ..."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
-        return "stopped"
-    state = stat.rsplit(")", 1)[1].split()[0]
-    if state in ("Z", "X"):
-        return "stopped"
-    return "paused" if state in ("T", "t") else "running"
+        return None
 
 
 def alive(pid: int) -> bool:
