@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from docket_common.dirs import docket_state_dir
-from docket_common.procs import process_state, reap
+from docket_common.procs import alive, process_state, reap
 
 from .errors import BrokerError, ClusterAlreadyRunning, ClusterStartFailed, PortBusy
 from .libs import KAFKA_VERSION, ensure_kafka_libs
@@ -187,7 +187,7 @@ class LocalCluster:
             time.sleep(0.05)
         here = str(self.node_dir(node_id)).encode()
         ours = b"kafka.Kafka" in cmdline and here in b" ".join(cmdline)
-        return pid if ours and process_state(pid) != "stopped" else None
+        return pid if ours and alive(pid) else None
 
     def running_nodes(self) -> list[int]:
         layout = self.layout()
@@ -452,7 +452,7 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
         reap(pid)
-        if process_state(pid) == "stopped":
+        if not alive(pid):
             return True
         if time.monotonic() > deadline:
             return False

@@ -140,8 +140,8 @@ class Demo:
         """Stop one part and everything in its session (Spark's JVM with its Python): ``sig``
         to the group, then SIGKILL to what is left of it after ``timeout_s``; it returns when
         nothing of the group runs."""
-        pid = self.pids.get(name)
-        if pid is None or not (alive(pid) or group_alive(pid)):
+        pid = self.pids.get(name)              # the leader of its group (a session of its own)
+        if pid is None or not group_alive(pid):
             return
         _signal_group(pid, sig)
         deadline = time.monotonic() + timeout_s
@@ -156,7 +156,7 @@ class Demo:
     @staticmethod
     def _running(pid: int) -> bool:
         reap(pid)                       # our own child that exited: no zombie left in the group
-        return alive(pid) or group_alive(pid)
+        return group_alive(pid)
 
     def cluster(self) -> LocalCluster:
         return LocalCluster(self.d / "kafka")

@@ -97,12 +97,19 @@ class FiguresProcess:
             pass
 
 
+def read_only(path: Path) -> sqlite3.Connection:
+    """A connection to the database at ``path`` that cannot write (``Store`` opened read-only
+    uses it too), waiting up to 30 s for a writer's lock."""
+    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    return conn
+
+
 def main(argv: list[str] | None = None) -> int:
     [path] = argv if argv is not None else sys.argv[1:]
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
-    conn.execute("PRAGMA busy_timeout = 30000")
+    conn = read_only(Path(path))
     lines, out = sys.stdin.buffer, sys.stdout.buffer
     try:
         query = json.loads(lines.readline() or "null")

@@ -34,7 +34,7 @@ from audit.alerts.outbox import ensure_tables
 from audit.contract.errors import AuditError
 from audit.contract.record import PRODUCER_TIER, AuditRecord, Progress, Ranges, checksum_hex
 
-from .figures import PLAIN_QUERY
+from .figures import PLAIN_QUERY, read_only
 from .verdict import MATCH, TierVerdict
 
 log = logging.getLogger("docket.audit.reconcile")
@@ -192,8 +192,7 @@ class Store:
             if not self.path.is_file():
                 raise StoreMissing(f"no reconciler database at {self.path}",
                                    hint="name the --db of docket-audit reconcile")
-            self.conn = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True)
-            self.conn.execute("PRAGMA busy_timeout = 30000")
+            self.conn = read_only(self.path)
             self.db = sqlite_utils.Database(self.conn)
             return
         self.db = sqlite_utils.Database(str(self.path))
