@@ -5,7 +5,8 @@ with the highest ``seq`` wins (ties: the latest ``emitted_at``), so reading the 
 start in any order of partitions gives the same state. The incarnations of an emitter are
 summed (``by_tier``). Malformed records are counted by reason and logged, never fatal.
 Progress records are kept apart, the newest per (tier, emitter); ``ranges`` records the newest
-per (tier, emitter, incarnation, origin, origin incarnation).
+per (tier, emitter, incarnation, origin, origin incarnation); ``caught_up`` records the newest
+per key (each says as much as any before it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from .errors import AuditError, BrokerUnreachable, MalformedRecord
-from .record import PRODUCER_TIER, AuditRecord, Progress, Ranges, combined, parse
+from .record import PRODUCER_TIER, AuditRecord, CaughtUp, Progress, Ranges, Record, combined, parse
 
 log = logging.getLogger("docket.audit.collect")
 # librdkafka's own lines (a broker that refuses connections, one line per retry) go here, not to
@@ -33,11 +34,11 @@ class AuditState:
     counts: dict[tuple, AuditRecord] = field(default_factory=dict)
     progress: dict[tuple[str, str], Progress] = field(default_factory=dict)
     ranges: dict[tuple, Ranges] = field(default_factory=dict)
+    caught_up: dict[str, CaughtUp] = field(default_factory=dict)
     malformed: Counter = field(default_factory=Counter)
     read: int = 0
 
-    def add(self, value: bytes | None,
-            where: str = "") -> AuditRecord | Ranges | Progress | None:
+    def add(self, value: bytes | None, where: str = "") -> Record | None:
         self.read += 1
         try:
             rec = parse(value)
@@ -51,6 +52,11 @@ class AuditState:
             old = self.progress.get(key)
             if old is None or (rec.batch_id, rec.emitted_at) >= (old.batch_id, old.emitted_at):
                 self.progress[key] = rec
+            return rec
+        if isinstance(rec, CaughtUp):
+            old = self.caught_up.get(rec.key)
+            if old is None or (rec.source_seq, rec.seq) >= (old.source_seq, old.seq):
+                self.caught_up[rec.key] = rec
             return rec
         table = self.ranges if isinstance(rec, Ranges) else self.counts
         old = table.get(rec.identity)

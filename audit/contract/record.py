@@ -31,7 +31,16 @@ A second kind, ``ranges`` (see :class:`Ranges`), key
 ``ranges|{tier}|{origin}|{origin_incarnation}``, says per origin number space which numbers a
 tier has not seen below the highest it has (``through``): the missing ranges, capped at
 ``MAX_RANGES`` (smallest first) and totalled. The producer tier's ``through`` is the last
-number sealed and its ``missing`` the numbers the loss journal holds.
+number sealed, its ``missing`` the numbers the loss journal holds, and its ``delivered`` the
+highest number up to which every number is acknowledged by Kafka or journalled. Its count
+records say ``sealed_through``: no record they count has a higher number.
+
+A third kind, ``caught_up`` (see :class:`CaughtUp`), key
+``caught_up|{tier}|{emitter}|{source}|{source_incarnation}``, is how a tier says, in positions
+and never in clocks, how far it has read: its job has read every record its cluster held when
+the audit record ``source_seq`` of the emitter ``source`` was there (and, for an agent's
+reports, every record numbered up to ``source_delivered``). The reconciler's caught-up rule
+(docs/reconcile.md, "Caught up") is built on it.
 
 Besides counts, the audit jobs publish their progress on the same topic, under the key
 ``progress|{tier}|{emitter}`` with ``"kind": "progress"`` (see :class:`Progress`): the reconciler
@@ -111,6 +120,12 @@ class AuditRecord:
     # Copies a deduplicating tier read and did not keep (``land --dedup``): not in ``count``.
     # None: the tier does not deduplicate.
     skipped: int | None = None
+    # The producer's: the origin's last record number sealed when the counts were taken; every
+    # record counted has a number up to it. None: records without numbers, or another tier.
+    sealed_through: int | None = None
+    # Not on the wire: when the reader got the record (the broker's append time, or the
+    # reader's own clock when the topic's records carry their senders' time).
+    arrived_at: int | None = field(default=None, compare=False)
 
     @property
     def is_skip_tally(self) -> bool:
@@ -135,7 +150,10 @@ class AuditRecord:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        del d["arrived_at"]
         d["checksum"] = checksum_hex(self.checksum)
+        if d["sealed_through"] is None:   # only a producer with record numbers says it
+            del d["sealed_through"]
         if d["skipped"] is None:        # only a deduplicating tier says it
             del d["skipped"]
         elif self.is_skip_tally:        # a kind of its own: a reader that does not know it
@@ -160,7 +178,9 @@ def combined(records: list[AuditRecord]) -> AuditRecord:
                       emitter=",".join(sorted({r.emitter for r in records})),
                       seq=max(r.seq for r in records),
                       emitted_at=max(r.emitted_at for r in records),
-                      dropped=sum(r.dropped for r in records), late=sum(r.late for r in records))
+                      dropped=sum(r.dropped for r in records), late=sum(r.late for r in records),
+                      arrived_at=max((r.arrived_at for r in records if r.arrived_at is not None),
+                                     default=None))
     for r in records:
         for name in ("dropped_reasons", "dropped_unknown"):
             into = getattr(out, name)
@@ -191,6 +211,9 @@ class Ranges:
     missing_truncated: bool = False    # more ranges than listed
     incarnation: str | None = None     # the emitter's
     emitted_at: int = field(default_factory=lambda: int(time.time() * 1000))
+    # The producer's: every number up to this one is acknowledged by Kafka or journalled
+    # (numbers above it may still be in the agent's pool). None: not said.
+    delivered: int | None = None
 
     @property
     def key(self) -> str:
@@ -213,6 +236,8 @@ class Ranges:
 
     def encode(self) -> tuple[bytes, bytes]:
         body = {"v": VERSION, "kind": "ranges", **asdict(self)}
+        if self.delivered is None:
+            del body["delivered"]
         return self.key.encode(), json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -228,13 +253,54 @@ class Progress:
     batch_duration_ms: int
     offsets_behind: int | None          # records between the job and the end of its input
     emitted_at: int = field(default_factory=lambda: int(time.time() * 1000))
+    # The job publishes ``caught_up`` records: its tier is judged by them alone, and is not
+    # caught up with anything before its first (False: a job that does not, judged by its
+    # progress records' arrival).
+    publishes_caught_up: bool = False
+    # Not on the wire: when the reader got the record (see AuditRecord.arrived_at).
+    arrived_at: int | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
         return f"progress|{self.tier}|{self.emitter}"
 
-    def encode(self) -> tuple[bytes, bytes]:
+    def to_dict(self) -> dict:
         body = {"v": VERSION, "kind": "progress", **asdict(self)}
+        del body["arrived_at"]
+        return body
+
+    def encode(self) -> tuple[bytes, bytes]:
+        return self.key.encode(), json.dumps(self.to_dict(), separators=(",", ":")).encode()
+
+
+@dataclass
+class CaughtUp:
+    """A tier's job has read everything its cluster held when the audit record ``source_seq``
+    of ``source`` (an emitter, in its incarnation ``source_incarnation``) was there: the job
+    read that record in a batch that also read every data partition to the offsets Kafka gave
+    at the batch's start. ``source_delivered``: the highest ``delivered`` of ``source``'s
+    ``ranges`` records read so far (an agent's: every record it numbered up to it was in Kafka
+    before that record, so the tier has read it, or it is lost). Published when it grows."""
+
+    tier: str
+    emitter: str
+    incarnation: str                   # the job's
+    seq: int                           # the job's batch that proved it
+    source: str
+    source_incarnation: str
+    source_seq: int
+    source_delivered: int | None = None
+    emitted_at: int = field(default_factory=lambda: int(time.time() * 1000))
+    # Not on the wire: when the reader got the record (see AuditRecord.arrived_at).
+    arrived_at: int | None = field(default=None, compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"caught_up|{self.tier}|{self.emitter}|{self.source}|{self.source_incarnation}"
+
+    def encode(self) -> tuple[bytes, bytes]:
+        body = {"v": VERSION, "kind": "caught_up", **asdict(self)}
+        del body["arrived_at"]
         return self.key.encode(), json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -245,15 +311,20 @@ _COUNT_FIELDS = {
 }
 _OPTIONAL = {"dropped": int, "dropped_reasons": dict, "late": int,
              "dropped_unknown": dict, "distinct": int, "duplicates": int, "incarnation": str,
-             "skipped": int}
+             "skipped": int, "sealed_through": int}
 _RANGES_FIELDS = {"tier": str, "origin": str, "origin_incarnation": str, "emitter": str,
                   "seq": int, "emitted_at": int, "through": int, "missing": list,
                   "missing_total": int, "missing_truncated": bool}
 _PROGRESS_FIELDS = {"tier": str, "emitter": str, "batch_id": int, "input_rows_per_s": float,
                     "processed_rows_per_s": float, "batch_duration_ms": int}
+_CAUGHT_UP_FIELDS = {"tier": str, "emitter": str, "incarnation": str, "seq": int,
+                     "source": str, "source_incarnation": str, "source_seq": int,
+                     "emitted_at": int}
+
+Record = AuditRecord | Ranges | Progress | CaughtUp
 
 
-def parse(value: bytes | None) -> AuditRecord | Ranges | Progress:
+def parse(value: bytes | None) -> Record:
     """Validate one audit-topic value. Raises :class:`MalformedRecord` with a reason
     (``huge``, ``not_json``, ``not_object``, ``version``, ``missing_field``, ``wrong_type``,
     ``bad_value``) that readers count by."""
@@ -269,12 +340,24 @@ def parse(value: bytes | None) -> AuditRecord | Ranges | Progress:
         raise MalformedRecord("not_object", f"a JSON {type(obj).__name__}, not an object")
     if obj.get("v") != VERSION:
         raise MalformedRecord("version", f"v = {obj.get('v')!r}; this reader knows {VERSION}")
+    try:
+        return _parse_object(obj)
+    except (TypeError, ValueError, AttributeError) as exc:   # what the checks did not foresee
+        raise MalformedRecord("bad_value", f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _parse_object(obj: dict) -> Record:
     if obj.get("kind", "count") == "progress":
-        _check(obj, _PROGRESS_FIELDS, {"offsets_behind": int, "emitted_at": int})
-        return Progress(**{k: obj[k] for k in (*_PROGRESS_FIELDS, "offsets_behind",
-                                               "emitted_at") if k in obj})
+        _check(obj, _PROGRESS_FIELDS, {"offsets_behind": int, "emitted_at": int,
+                                       "publishes_caught_up": bool})
+        return Progress(**{k: obj[k] for k in (*_PROGRESS_FIELDS, "emitted_at",
+                                               "publishes_caught_up")
+                           if obj.get(k) is not None},
+                        offsets_behind=obj.get("offsets_behind"))
     if obj.get("kind", "count") == "ranges":
         return _parse_ranges(obj)
+    if obj.get("kind", "count") == "caught_up":
+        return _parse_caught_up(obj)
     kind = obj.get("kind", "count")
     if kind not in ("count", "skipped"):
         raise MalformedRecord("bad_value", f"kind {str(kind)[:40]!r} is unknown")
@@ -290,6 +373,8 @@ def parse(value: bytes | None) -> AuditRecord | Ranges | Progress:
                  "duplicates", "skipped"):
         if (obj.get(name) or 0) < 0:
             raise MalformedRecord("bad_value", f"{name} = {obj[name]} is negative")
+    if (obj.get("sealed_through") or 0) < -1:
+        raise MalformedRecord("bad_value", f"sealed_through = {obj['sealed_through']}")
     distinct, duplicates = obj.get("distinct"), obj.get("duplicates")
     if distinct is not None and distinct > obj["count"]:
         raise MalformedRecord("bad_value", f"distinct {distinct} exceeds count {obj['count']}")
@@ -312,14 +397,30 @@ def parse(value: bytes | None) -> AuditRecord | Ranges | Progress:
     return AuditRecord(**fields)
 
 
+def _parse_caught_up(obj: dict) -> CaughtUp:
+    _check(obj, _CAUGHT_UP_FIELDS, {"source_delivered": int})
+    for name in ("tier", "emitter", "incarnation", "source", "source_incarnation"):
+        if not obj[name] or len(obj[name]) > MAX_NAME_CHARS:
+            raise MalformedRecord("bad_value", f"{name} must have 1 to {MAX_NAME_CHARS} chars")
+    if obj["seq"] < 0 or obj["source_seq"] < 0 or (obj.get("source_delivered") or 0) < -1:
+        raise MalformedRecord("bad_value", f"seq {obj['seq']}, source_seq {obj['source_seq']}"
+                              f", source_delivered {obj.get('source_delivered')}")
+    return CaughtUp(**{k: obj[k] for k in (*_CAUGHT_UP_FIELDS, "source_delivered")
+                       if obj.get(k) is not None})
+
+
 def _parse_ranges(obj: dict) -> Ranges:
-    _check(obj, _RANGES_FIELDS, {"incarnation": str})
+    _check(obj, _RANGES_FIELDS, {"incarnation": str, "delivered": int})
     for name in ("tier", "origin", "origin_incarnation", "emitter"):
         if not obj[name] or len(obj[name]) > MAX_NAME_CHARS:
             raise MalformedRecord("bad_value", f"{name} must have 1 to {MAX_NAME_CHARS} chars")
     through, missing = obj["through"], obj["missing"]
     if through < -1 or obj["seq"] < 0:
         raise MalformedRecord("bad_value", f"through = {through} (seq {obj['seq']})")
+    delivered = obj.get("delivered")
+    if delivered is not None and not -1 <= delivered <= through:
+        raise MalformedRecord("bad_value", f"delivered = {delivered} is not between -1 and "
+                              f"through {through}")
     if len(missing) > MAX_RANGES:
         raise MalformedRecord("bad_value", f"{len(missing)} missing ranges, more than "
                               f"{MAX_RANGES}")
@@ -336,7 +437,8 @@ def _parse_ranges(obj: dict) -> Ranges:
         raise MalformedRecord("bad_value", f"missing_total {obj['missing_total']} does not "
                               f"fit the {listed} numbers listed (truncated: "
                               f"{obj['missing_truncated']})")
-    return Ranges(**{k: obj[k] for k in (*_RANGES_FIELDS, "incarnation") if k in obj})
+    return Ranges(**{k: obj[k] for k in (*_RANGES_FIELDS, "incarnation", "delivered")
+                     if obj.get(k) is not None})
 
 
 def _is_int(v) -> bool:

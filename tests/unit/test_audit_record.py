@@ -13,6 +13,7 @@ from audit.contract.record import (
     MAX_RANGES,
     MAX_RECORD_BYTES,
     AuditRecord,
+    CaughtUp,
     Progress,
     Ranges,
     checksum_hex,
@@ -56,6 +57,50 @@ def test_progress_round_trips():
     key, value = p.encode()
     assert key == b"progress|kafka-local|kafka-local/count"
     assert parse(value) == p
+
+
+def test_a_progress_record_says_whether_its_job_publishes_caught_up_records():
+    p = Progress(tier="warehouse", emitter="warehouse/land", batch_id=4, input_rows_per_s=1.0,
+                 processed_rows_per_s=1.0, batch_duration_ms=3, offsets_behind=None,
+                 emitted_at=5, publishes_caught_up=True)
+    assert parse(p.encode()[1]) == p
+    old = json.loads(p.encode()[1])
+    del old["publishes_caught_up"]                  # a job before caught_up records
+    assert parse(json.dumps(old).encode()).publishes_caught_up is False
+
+
+def test_caught_up_records_round_trip_and_are_checked():
+    c = CaughtUp(tier="kafka-local", emitter="kafka-local/count", incarnation="j1", seq=42,
+                 source="web-42/agent", source_incarnation="a1", source_seq=18,
+                 source_delivered=1234000, emitted_at=7)
+    key, value = c.encode()
+    assert key == b"caught_up|kafka-local|kafka-local/count|web-42/agent|a1"
+    assert parse(value) == c
+    assert "arrived_at" not in json.loads(value)
+    body = json.loads(value)
+    for change, reason in (({"source_seq": -1}, "bad_value"), ({"source": ""}, "bad_value"),
+                           ({"source_delivered": "9"}, "wrong_type"),
+                           ({"incarnation": None}, "wrong_type")):
+        with pytest.raises(MalformedRecord) as exc:
+            parse(json.dumps({**body, **change}).encode())
+        assert exc.value.reason == reason, change
+    del body["source_delivered"]
+    assert parse(json.dumps(body).encode()).source_delivered is None
+
+
+def test_the_agents_record_numbers_round_trip_and_delivered_cannot_pass_through():
+    r = record(sealed_through=1233)
+    assert parse(r.encode()[1]) == r
+    assert "sealed_through" not in json.loads(record().encode()[1])   # only when said
+    ranges = Ranges.of(tier="producer", origin="web-42", origin_incarnation="a1",
+                       emitter="web-42/agent", seq=3, through=99, delivered=90, missing=[],
+                       incarnation="a1")
+    assert parse(ranges.encode()[1]) == ranges
+    body = json.loads(ranges.encode()[1])
+    with pytest.raises(MalformedRecord, match="delivered"):
+        parse(json.dumps({**body, "delivered": 100}).encode())
+    with pytest.raises(MalformedRecord, match="sealed_through"):
+        parse(json.dumps({**json.loads(r.encode()[1]), "sealed_through": -2}).encode())
 
 
 def _bad(obj) -> bytes:
