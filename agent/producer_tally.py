@@ -21,6 +21,13 @@ every window that changed since its last confirmed delivery, plus a heartbeat fo
 window of every configured topic. Records are cumulative, so sending again is harmless; a round
 that Kafka does not acknowledge leaves its windows marked and the next round sends them again.
 ``seq`` is persisted before each round, so it only grows across restarts.
+
+With record numbers on, each round also says where its numbers stand, read after the counts
+were taken: every count record carries ``sealed_through`` (the last number given: no record it
+counts has a higher one), and the round's ``ranges`` record ``delivered`` (every number up to it
+is acknowledged by Kafka or journalled). A tier that has read past a round whose ``delivered``
+reaches a window's ``sealed_through`` holds every record of that count, or has lost it: that,
+not any clock, is how the reconciler knows the tier has caught up (docs/reconcile.md).
 """
 
 from __future__ import annotations
@@ -60,6 +67,15 @@ DELIVERY_TIMEOUT_S = 10.0
 ROUND_UNDER_WAY_S = 2.0
 LAST_ROUND_S = 5.0
 STOP_BUDGET_S = ROUND_UNDER_WAY_S + LAST_ROUND_S + 1.0
+
+
+@dataclass(frozen=True)
+class RecordNumbers:
+    """Where an agent's record numbers stand, read at once (``AgentService._numbers``)."""
+
+    through: int                       # the last number given
+    delivered: int                     # every number up to it acknowledged or dropped
+    dropped: list[list[int]]           # the journalled ones, inclusive ranges
 
 
 @dataclass
@@ -119,7 +135,7 @@ class AuditEmitter:
                  window_ms: int, interval_ms: int, producer_conf: dict, metrics: Metrics,
                  enabled: bool = True,
                  clock: Callable[[], float] = time.time, incarnation: str | None = None,
-                 numbers: Callable[[], tuple[int, list[list[int]]]] | None = None):
+                 numbers: Callable[[], RecordNumbers] | None = None):
         self.db = db                             # the agent's state database
         self.agent_id = agent_id
         self.topics = list(topics)
@@ -130,7 +146,7 @@ class AuditEmitter:
         self.enabled = enabled
         self.clock = clock
         self.incarnation = incarnation
-        # (the last record number given, the journalled ones): a ``ranges`` record each round
+        # where the record numbers stand: a ``ranges`` record each round
         self.numbers = numbers
         self._lock = threading.Lock()
         self._emit_lock = threading.Lock()
@@ -331,22 +347,24 @@ class AuditEmitter:
             self._producer = Producer(self._producer_conf,
                                       logger=logging.getLogger("docket.agent.librdkafka"))
         keys = list(snapshot)
+        # Read after the counts were taken: no record they count has a number past ``through``.
+        numbers = self.numbers() if self.numbers is not None and self.incarnation is not None \
+            else None
         records = [AuditRecord(tier=PRODUCER_TIER, origin=self.agent_id, topic=key[0],
                                window_start=key[1], window_ms=self.window_ms, count=t.count,
                                bytes=t.bytes, checksum=t.checksum,
                                emitter=f"{self.agent_id}/agent", seq=seq, emitted_at=now,
                                dropped=t.dropped, dropped_reasons=dict(t.dropped_reasons),
                                dropped_unknown=dict(t.dropped_unknown), late=t.late,
-                               distinct=t.count, duplicates=0,
-                               incarnation=self.incarnation).encode()
+                               distinct=t.count, duplicates=0, incarnation=self.incarnation,
+                               sealed_through=numbers.through if numbers else None).encode()
                    for key, (t, _version) in snapshot.items()]
-        if self.numbers is not None and self.incarnation is not None:
-            through, missing = self.numbers()
+        if numbers is not None:
             records.append(Ranges.of(
                 tier=PRODUCER_TIER, origin=self.agent_id, origin_incarnation=self.incarnation,
                 emitter=f"{self.agent_id}/agent", incarnation=self.incarnation, seq=seq,
-                emitted_at=now, through=through,
-                missing=[r for r in missing if r[1] <= through]).encode())
+                emitted_at=now, through=numbers.through, delivered=numbers.delivered,
+                missing=[r for r in numbers.dropped if r[1] <= numbers.through]).encode())
         # The windows of records not acknowledged stay marked for the next round.
         acked, errors = deliver(self._producer, self.audit_topic, records, timeout_s,
                                 timestamp_ms=now)

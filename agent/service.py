@@ -39,7 +39,7 @@ from .drain.topics import TopicWatch
 from .journal import LossJournal
 from .logs import flush_held
 from .notify import Notifier
-from .producer_tally import AuditEmitter
+from .producer_tally import AuditEmitter, RecordNumbers
 from .selfcheck import rewind_uncovered
 from .state import StateDB
 from .tail.files import FileSource
@@ -181,10 +181,12 @@ class Agent:
         audit = [self.cfg["audit.topic"]] if self.cfg["audit.enabled"] else []
         return sorted({*_topics(self.cfg.sources), *audit})
 
-    def _numbers(self) -> tuple[int, list[list[int]]]:
-        """For the audit's ``ranges`` record: the last record number given, and the journalled
+    def _numbers(self) -> RecordNumbers:
+        """For the audit's records: the last record number given, the highest up to which
+        every one is acknowledged or dropped (``BufferPool.record_marks``), and the journalled
         ones (known drops)."""
-        return self.pool.next_record - 1, self.journal.dropped_numbers()
+        through, delivered = self.pool.record_marks()
+        return RecordNumbers(through, delivered, self.journal.dropped_numbers())
 
     def _monotonic(self) -> float:
         return self.clock.monotonic_ns() / 1e9

@@ -743,6 +743,17 @@ class BufferPool:
         """The number the next sealed record gets: every lower one was given out."""
         return self._next_record
 
+    def record_marks(self) -> tuple[int, int]:
+        """(the last record number given, the highest number up to which every one is
+        settled), read together: a number is settled once its slot was freed (Kafka
+        acknowledged every record of it, or the slot was dropped and journalled) or when it
+        was never sealed (a dropped line's number, journalled). Numbers of sealed slots that
+        are waiting, in flight or spilled are not."""
+        with self._lock:
+            waiting = min((s.first_record for s in self._sealed.values() if s.record_count),
+                          default=self._next_record)
+            return self._next_record - 1, min(waiting, self._next_record) - 1
+
     # -- draining ------------------------------------------------------------------------------
     def sealed(self) -> list[SealedSlot]:
         """Every sealed slot, in sequence order (in flight or not)."""

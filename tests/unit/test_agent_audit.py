@@ -129,3 +129,43 @@ def test_a_loss_of_unknown_size_reaches_dropped_unknown_and_survives_a_restart(t
     db = StateDB(tmp_path / "state.db")
     assert emitter(db).snapshot()[("t", w)].dropped_unknown == {"deleted_unread": 2}
     db.close()
+
+
+def test_a_round_says_where_the_record_numbers_stand(tmp_path, monkeypatch):
+    """Each count record carries ``sealed_through`` and the round's ``ranges`` record
+    ``delivered``, both read after the counts were taken: what lets a tier be judged caught
+    up with this round by positions alone."""
+    from agent import producer_tally
+    from agent.producer_tally import RecordNumbers
+    from audit.contract.record import AuditRecord, Ranges, parse
+
+    sent: list = []
+
+    def deliver(producer, topic, records, timeout_s, timestamp_ms=0):
+        sent.extend(parse(value) for _key, value in records)
+        return set(range(len(records))), []
+    monkeypatch.setattr(producer_tally, "deliver", deliver)
+    monkeypatch.setattr(producer_tally, "Producer", lambda conf, logger=None: object())
+    data, ts = lines(50)
+    db = StateDB(tmp_path / "state.db")
+    asked = []
+
+    def numbers():
+        asked.append(len(em.snapshot()))              # the counts were taken before
+        return RecordNumbers(through=49, delivered=39, dropped=[[7, 7]])
+    em = AuditEmitter(db=db, agent_id="a1", topics=["t"], audit_topic="docket.audit",
+                      window_ms=WINDOW, interval_ms=60_000, producer_conf={},
+                      metrics=Metrics(), clock=lambda: NOW / 1000, incarnation="inc-1",
+                      numbers=numbers)
+    with BufferPool(tmp_path / "p", 8 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False,
+                    on_seal=em.count_sealed) as pool:
+        pool.append("t", Chunk.from_lines(data, ts))
+        pool.seal_all()
+    db.advance_sealed({}, audit=em.persist)
+    assert em.emit() == len(truth(data, ts))           # every window (one the heartbeat's)
+    counts = [r for r in sent if isinstance(r, AuditRecord)]
+    [ranges] = [r for r in sent if isinstance(r, Ranges)]
+    assert counts and {r.sealed_through for r in counts} == {49}
+    assert (ranges.through, ranges.delivered, ranges.missing) == (49, 39, [[7, 7]])
+    assert asked and asked[0] > 0
+    db.close()

@@ -323,3 +323,45 @@ def test_a_cut_journal_line_neither_stops_the_journal_nor_hides_numbers(tmp_path
     journal.record("kafka_msg_size_too_large", "t", 1, records=(15, 15))
     assert journal.dropped_numbers() == [[10, 15]]
     assert len(journal.entries()) == 2
+
+
+def test_numbers_are_settled_up_to_the_oldest_slot_not_yet_freed(tmp_path):
+    """``record_marks``: (the last number given, the highest up to which every number is
+    acknowledged or dropped). A slot freed out of order settles nothing past an older one
+    still in flight; a spilled slot is not settled; a dropped one is."""
+    pool = _pool(tmp_path)
+    pool.append("a", chunk_of(range(0, 10)))
+    pool.seal("a")
+    pool.append("b", chunk_of(range(10, 30)))
+    pool.seal("b")
+    pool.append("c", chunk_of(range(30, 35)))
+    pool.seal("c")
+    first, second, third = sorted(pool.take(), key=lambda s: s.first_record)
+    assert pool.record_marks() == (34, -1)                # nothing acknowledged yet
+    pool.free(second)                                     # acknowledged out of order
+    assert pool.record_marks() == (34, -1)
+    pool.free(first)
+    assert pool.record_marks() == (34, 29)                # up to the third slot
+    pool.free(third)
+    assert pool.record_marks() == (34, 34)
+    pool.append("a", chunk_of(range(35, 40)))             # filling: no numbers given yet
+    assert pool.record_marks() == (34, 34)
+    pool.close()
+
+
+def test_a_dropped_slot_is_settled_and_a_spilled_one_is_not(tmp_path):
+    dropped = _pool(tmp_path / "d", on_full="drop_oldest")
+    for i in range(0, 10_000, 100):                       # more than the pool holds
+        dropped.append("a", chunk_of(range(i, i + 100)))
+        dropped.seal("a")
+    oldest = min(s.first_record for s in dropped.sealed())
+    assert oldest > 0                                     # the first slots were dropped
+    assert dropped.record_marks() == (dropped.next_record - 1, oldest - 1)
+    dropped.close()
+    spilling = _pool(tmp_path / "s", spill_dir=tmp_path / "spill", spill_max_bytes=64 << 20)
+    for i in range(0, 10_000, 100):
+        spilling.append("a", chunk_of(range(i, i + 100)))
+        spilling.seal("a")
+    assert spilling.stats()["slots_spilled"] > 0
+    assert spilling.record_marks() == (spilling.next_record - 1, -1)
+    spilling.close()
