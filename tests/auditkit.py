@@ -100,6 +100,16 @@ class AuditJob:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")[-5000:]
 
+    def stopped_cleanly(self) -> bool:
+        """Stopped (``stop``: SIGTERM to its process group, as a service manager does) with
+        exit status 0 and no traceback, nor any error of Spark's, in its whole log."""
+        code = self.stop()
+        text = self.log.read_text(errors="replace")
+        problems = [line for line in text.splitlines()
+                    if line.startswith("Traceback") or " ERROR " in line]
+        assert code == 0 and not problems, f"exit {code}: {problems[:5]}\n{self.log_text()}"
+        return True
+
 
 def wait_for_tier(bootstrap: str, audit_topic: str, tier: str,
                   expected: dict[Key, tuple[int, int, int]], timeout_s: float,

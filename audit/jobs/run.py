@@ -26,9 +26,11 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from pathlib import Path
 
 from ..contract.record import WAREHOUSE_TIER
+from .catchup import CatchUp
 from .dedup import LANDED_COLUMNS, LANDED_SCHEMA
 from .landing import DEDUP_MODE, FILE_SINK_MODE, BatchLanding, claim_mode
 from .spark import (
@@ -36,6 +38,7 @@ from .spark import (
     JobOptions,
     count_by_window,
     count_plain,
+    data_records,
     dedup_by_origin,
     emit_batch,
     kafka_stream,
@@ -45,6 +48,8 @@ from .spark import (
 )
 
 log = logging.getLogger("docket.audit")
+
+BETWEEN_BATCHES_WAIT_S = 30.0     # at a stop: how long a batch under way may take to end
 
 
 
@@ -88,6 +93,23 @@ def _start_counting(rows, name: str, writer: AuditWriter, opts: JobOptions):
             .start())
 
 
+def _catch_up(opts: JobOptions, writer: AuditWriter, reading: str,
+              counting: str | None) -> CatchUp:
+    """The job's ``caught_up`` records (``audit.jobs.catchup``): the audit topic is read on
+    the cluster the job counts, where the data is."""
+    return CatchUp(tier=writer.tier, emitter=writer.emitter, incarnation=writer.incarnation,
+                   audit_topic=opts.audit_topic, bootstrap_servers=opts.bootstrap_servers,
+                   reading=reading, counting=counting, publish=writer.send,
+                   client_options=opts.kafka_options)
+
+
+def _settle(catch_up: CatchUp, query) -> None:
+    """A job run ``--once``: its last batch's marks published before it stops."""
+    last = query.lastProgress
+    if last is not None and not catch_up.settle(query.name, int(last["batchId"])):
+        log.warning("the caught-up marks of %s's last batch were not published", query.name)
+
+
 def run_count(cluster: str, opts: JobOptions) -> None:
     stop = _stop_on_signals()
     spark = spark_session(f"docket-audit-count-{cluster}", opts)
@@ -95,15 +117,21 @@ def run_count(cluster: str, opts: JobOptions) -> None:
     ckpt.mkdir(parents=True, exist_ok=True)
     writer = AuditWriter(opts, tier=cluster, emitter=f"{cluster}/count")
     name = f"docket-count-{cluster}"
-    spark.streams.addListener(make_progress_listener({name: (writer, writer.emitter, ckpt)}))
-    query = _start_counting(with_origin(kafka_stream(spark, opts)), name, writer, opts)
+    catch_up = _catch_up(opts, writer, name, None)
+    spark.streams.addListener(make_progress_listener({name: (writer, writer.emitter, ckpt)},
+                                                     catch_up))
+    query = _start_counting(with_origin(data_records(kafka_stream(spark, opts),
+                                                     opts.audit_topic)), name, writer, opts)
     log.info("counting cluster %s (%s) into %s every %s", cluster, opts.bootstrap_servers,
              opts.audit_topic, "run (once)" if opts.once else f"{opts.trigger_s} s")
     try:
         _await(spark, stop, query)
         if not stop.is_set() and query.exception() is not None:
             raise query.exception()
+        if opts.once and not stop.is_set():
+            _settle(catch_up, query)
     finally:
+        catch_up.close()
         _shut_down(spark, writer, stopping=stop.is_set())
 
 
@@ -120,11 +148,12 @@ def run_land(warehouse: Path, opts: JobOptions, dedup: bool = False) -> None:
     writer = AuditWriter(opts, tier=WAREHOUSE_TIER, emitter=f"{WAREHOUSE_TIER}/land")
     land_name, count_name = "docket-land", "docket-land-count"
     (ckpt / "write").mkdir(exist_ok=True)
+    catch_up = _catch_up(opts, writer, land_name, count_name)
     spark.streams.addListener(make_progress_listener({
         count_name: (writer, writer.emitter, ckpt),
-        land_name: (writer, f"{WAREHOUSE_TIER}/land-write", ckpt / "write")}))
+        land_name: (writer, f"{WAREHOUSE_TIER}/land-write", ckpt / "write")}, catch_up))
 
-    rows = (with_origin(kafka_stream(spark, opts))
+    rows = (with_origin(data_records(kafka_stream(spark, opts), opts.audit_topic))
             .select("partition", "offset", "timestamp", "key", "value", "origin", "incarnation",
                     "seq", "topic",
                     F.date_format("timestamp", "yyyy-MM-dd").alias("date"),
@@ -159,6 +188,7 @@ def run_land(warehouse: Path, opts: JobOptions, dedup: bool = False) -> None:
                     break
                 if query.exception() is not None:
                     raise query.exception()
+                _settle(catch_up, query)
         else:
             queries = [land.start(), start_counting()]
             _await(spark, stop)
@@ -166,6 +196,7 @@ def run_land(warehouse: Path, opts: JobOptions, dedup: bool = False) -> None:
                 if not stop.is_set() and q.exception() is not None:
                     raise q.exception()
     finally:
+        catch_up.close()
         if skips is not None:
             skips.close()
         _shut_down(spark, writer, stopping=stop.is_set())
@@ -197,12 +228,17 @@ def land_batch(landing: BatchLanding, skips: AuditWriter):
 
 
 def _shut_down(spark, writer, stopping: bool) -> None:
-    """Stop the queries and the session. Under a service manager the JVM gets the same SIGTERM
-    and may already be shutting down: then there is nothing left to stop, and that is fine
-    (the checkpoint is consistent at every point)."""
+    """Stop the queries, each between two batches when one ends within
+    ``BETWEEN_BATCHES_WAIT_S`` (stopped mid-batch, Spark logs the batch it cut short as
+    errors; the checkpoint is consistent either way), then the session. The JVM ignores
+    SIGTERM (``spark.spark_session``); should it be gone all the same (killed), there is
+    nothing left to stop, and that is fine."""
     writer.close()
     try:
         for q in spark.streams.active:
+            deadline = time.monotonic() + BETWEEN_BATCHES_WAIT_S
+            while q.status.get("isTriggerActive") and time.monotonic() < deadline:
+                time.sleep(0.05)
             q.stop()
         spark.stop()
     except Exception as exc:

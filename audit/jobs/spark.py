@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from ..contract.names import (
     AUDIT_TOPIC,
     DEFAULT_WINDOW_MS,
     INCARNATION_HEADER,
+    NO_INCARNATION,
     ORIGIN_HEADER,
     SEQ_HEADER,
 )
@@ -51,7 +53,6 @@ from ..contract.record import AuditRecord, Progress, Ranges, combine_halves
 log = logging.getLogger("docket.audit")
 
 NO_ORIGIN = "-"                       # records without a docket-origin header
-NO_INCARNATION = "-"                  # numbered records without a docket-incarnation header
 NO_SEQ = -1                           # records without a (valid) docket-seq header
 DELIVERY_DEADLINE_S = 600.0           # a batch whose counts Kafka refuses this long fails
 
@@ -104,22 +105,43 @@ def spark_session(app: str, opts: JobOptions):
                .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN"))
     for k, v in (opts.spark_conf or {}).items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    # The JVM is started with SIGTERM ignored, which it keeps (HotSpot leaves an inherited
+    # SIG_IGN of its shutdown signals alone): a SIGTERM to the job's process group (a service
+    # manager stopping it, Ctrl-C's cousin) reaches the driver alone, which stops the queries
+    # and then the JVM. Otherwise the JVM shuts down under the driver's feet, mid-call, and
+    # the stop is a page of py4j tracebacks. (Its stdin closing still ends it if the driver
+    # dies.) The caller installs the job's own handler after.
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
 
-def data_topics_pattern(topics: str, audit_topic: str) -> str:
-    """The topics regex without the audit topic and Kafka's internal topics. Anchored: Spark
-    filters topic names with a partial match (``findFirstIn``), so without ``^`` the audit
-    topic would match from its second letter on."""
-    return f"^(?!{re.escape(audit_topic)}$)(?!__)(?:{topics})$"
+def source_pattern(topics: str, audit_topic: str) -> str:
+    """What the jobs subscribe to: the data topics (``topics``, less the audit topic and
+    Kafka's internal topics) and the audit topic, read in one source so that each batch has
+    one snapshot of both (``audit.jobs.catchup``). Anchored: Spark filters topic names with a
+    partial match (``findFirstIn``), so without ``^`` a name would match from any letter on."""
+    audit = re.escape(audit_topic)
+    return f"^(?:{audit}|(?!{audit}$)(?!__)(?:{topics}))$"
+
+
+def data_records(df, audit_topic: str):
+    """The source's records without the audit topic's: what a tier counts and lands."""
+    from pyspark.sql import functions as F
+
+    return df.where(F.col("topic") != F.lit(audit_topic))
 
 
 def kafka_stream(spark, opts: JobOptions):
+    """The Kafka source of a job: the data topics and the audit topic (``source_pattern``);
+    ``data_records`` leaves the audit topic's out."""
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", opts.bootstrap_servers)
-              .option("subscribePattern", data_topics_pattern(opts.topics, opts.audit_topic))
+              .option("subscribePattern", source_pattern(opts.topics, opts.audit_topic))
               .option("startingOffsets", opts.starting_offsets)
               .option("includeHeaders", "true")
               .option("kafka.isolation.level", "read_committed")
@@ -360,9 +382,11 @@ def emit_batch(writer: AuditWriter) -> Callable:
     return run
 
 
-def make_progress_listener(queries: dict[str, tuple[AuditWriter, str, Path]]):
+def make_progress_listener(queries: dict[str, tuple[AuditWriter, str, Path]],
+                           catch_up=None):
     """A listener publishing each query's progress (query name → writer, the emitter name to
-    publish it under, the folder for ``progress.json``)."""
+    publish it under, the folder for ``progress.json``), and handing it to ``catch_up``
+    (``audit.jobs.catchup.CatchUp``)."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     class ProgressListener(StreamingQueryListener):
@@ -379,9 +403,12 @@ def make_progress_listener(queries: dict[str, tuple[AuditWriter, str, Path]]):
                            input_rows_per_s=float(p.inputRowsPerSecond or 0.0),
                            processed_rows_per_s=float(p.processedRowsPerSecond or 0.0),
                            batch_duration_ms=int(p.batchDuration or 0),
-                           offsets_behind=offsets_behind(p.sources))
+                           offsets_behind=offsets_behind(p.sources),
+                           publishes_caught_up=catch_up is not None)
+            if catch_up is not None:
+                catch_up.progressed(p, rec.offsets_behind)
             writer.progress(rec)
-            body = {**rec.__dict__, "query": p.name, "num_input_rows": p.numInputRows}
+            body = {**rec.to_dict(), "query": p.name, "num_input_rows": p.numInputRows}
             tmp = folder / "progress.json.tmp"
             tmp.write_text(json.dumps(body) + "\n")
             tmp.replace(folder / "progress.json")

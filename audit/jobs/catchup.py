@@ -1,0 +1,303 @@
+"""How far a tier has read, in positions: the ``caught_up`` records of a Spark job.
+
+The jobs read the audit topic of the cluster they count along with its data topics (one Kafka
+source, so one snapshot of end offsets per micro-batch), and leave its records out of what they
+count or land. A batch that read its data to the end offsets Kafka gave at its start
+(``offsets_behind`` 0) has read every data record appended before any audit record it read:
+the tier has *caught up* with those records' emitters up to their ``seq``, and with an agent's
+records numbered up to the highest ``delivered`` its ``ranges`` records said. No clock is
+compared: an agent whose clock is ten minutes off is caught up with exactly when it is.
+
+After each batch of the query that reads Kafka, the worker here reads that batch's range of
+the audit topic (the offsets come from the query's progress) with a consumer of its own and
+keeps, per (emitter, incarnation), the highest ``seq`` and ``delivered``. They are *proven*
+by the first batch from then on with nothing behind. The count job publishes them then: its
+counts of that batch were written before its progress was posted. The land job counts what it
+landed with a second query, over the files: there a mark is published once a counting batch
+that *started* after the landing batch had been committed (both times read in this one
+process) has ended. Marks are published, as ``CaughtUp`` records, when they grow.
+
+A batch range that cannot be read within ``READ_TIMEOUT_S`` (the cluster away) gives no marks:
+marks only ever say less than the truth, and the next rounds of the emitters say it again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from ..contract.errors import MalformedRecord
+from ..contract.names import NO_INCARNATION
+from ..contract.record import PRODUCER_TIER, AuditRecord, CaughtUp, Ranges, parse
+
+log = logging.getLogger("docket.audit")
+
+READ_TIMEOUT_S = 60.0
+CLOSE_TIMEOUT_S = 30.0
+
+Source = tuple[str, str]                       # (emitter, incarnation)
+
+
+@dataclass
+class Mark:
+    seq: int
+    delivered: int | None = None
+
+    def merge(self, other: Mark) -> bool:
+        """Take the higher of each; True when this mark grew."""
+        grew = other.seq > self.seq or (other.delivered is not None and (
+            self.delivered is None or other.delivered > self.delivered))
+        self.seq = max(self.seq, other.seq)
+        if other.delivered is not None:
+            self.delivered = max(self.delivered if self.delivered is not None else -1,
+                                 other.delivered)
+        return grew
+
+
+@dataclass
+class Batch:
+    """What a query's progress says, as the worker needs it."""
+
+    query: str
+    batch_id: int
+    started_ms: int                    # the trigger's start, this process's clock
+    ended_ms: int                      # when the progress reached this process
+    behind: int | None
+    audit_ranges: dict[int, tuple[int | None, int]] = field(default_factory=dict)
+
+
+def audit_ranges(sources, audit_topic: str) -> dict[int, tuple[int | None, int]]:
+    """partition → (start offset or None for the log's start, end offset) of the audit topic
+    in one batch's Kafka sources (their offsets as Spark reports them: JSON text)."""
+    out: dict[int, tuple[int | None, int]] = {}
+    for s in sources:
+        try:
+            end = json.loads(s.endOffset) if s.endOffset else {}
+        except (TypeError, ValueError):
+            continue
+        try:                        # a query's first batch has none (PySpark says "None")
+            start = json.loads(s.startOffset) if s.startOffset else {}
+        except (TypeError, ValueError):
+            start = {}
+        if not isinstance(end, dict) or not isinstance(end.get(audit_topic), dict):
+            continue
+        begun = start.get(audit_topic, {}) if isinstance(start, dict) else {}
+        for part, off in end[audit_topic].items():
+            first = begun.get(part) if isinstance(begun, dict) else None
+            out[int(part)] = (None if first is None or first < 0 else int(first), int(off))
+    return out
+
+
+def marks_of(records, own_emitter: str) -> dict[Source, Mark]:
+    """The highest ``seq`` (and an agent's highest ``delivered``) per (emitter, incarnation)
+    among audit records (``Progress`` records name no incarnation: left out)."""
+    out: dict[Source, Mark] = {}
+    for rec in records:
+        if not isinstance(rec, (AuditRecord, Ranges, CaughtUp)) or rec.emitter == own_emitter:
+            continue
+        delivered = rec.delivered if isinstance(rec, Ranges) and \
+            rec.tier == PRODUCER_TIER else None
+        mark = Mark(rec.seq, delivered)
+        key = (rec.emitter, rec.incarnation or NO_INCARNATION)
+        if key in out:
+            out[key].merge(mark)
+        else:
+            out[key] = mark
+    return out
+
+
+class CatchUp:
+    """The ``caught_up`` records of one job. ``reading``: the query that reads Kafka;
+    ``counting``: the query that counts what it landed (the land job), or None when the
+    reading query counts (the count job). ``publish`` sends the records (``AuditWriter.send``
+    of the encoded records: it retries, or raises)."""
+
+    def __init__(self, *, tier: str, emitter: str, incarnation: str, audit_topic: str,
+                 reading: str, counting: str | None, publish, read=None,
+                 bootstrap_servers: str = "", client_options: dict | None = None):
+        """``read(ranges)``: the audit records of a batch's ranges (partition → (start or
+        None, end)), None when they could not be read; by default an ``AuditRangeReader`` on
+        ``bootstrap_servers``."""
+        self.tier, self.emitter, self.incarnation = tier, emitter, incarnation
+        self.audit_topic = audit_topic
+        self.reading, self.counting = reading, counting
+        self.publish = publish
+        self._reader = read or AuditRangeReader(audit_topic, bootstrap_servers, client_options)
+        self._unproven: dict[Source, Mark] = {}
+        self._proven: list[tuple[int, int, dict[Source, Mark]]] = []  # (ended, batch, marks)
+        self._published: dict[Source, Mark] = {}
+        self._seen: dict[str, int] = {}        # query → the last batch id handled
+        self._events: queue.Queue = queue.Queue()
+        self._done = threading.Condition()
+        self._worker = threading.Thread(target=self._run, name="docket-caught-up",
+                                        daemon=True)
+        self._worker.start()
+
+    # -- the listener's side (Spark's listener thread: quick) ----------------------------------
+    def progressed(self, progress, behind: int | None) -> None:
+        """A query's progress (``StreamingQueryProgress``); ``behind`` its offsets behind."""
+        if progress.name not in (self.reading, self.counting):
+            return
+        self._events.put(Batch(
+            progress.name, int(progress.batchId), _epoch_ms(progress.timestamp),
+            int(time.time() * 1000), behind,
+            audit_ranges(progress.sources, self.audit_topic)
+            if progress.name == self.reading else {}))
+
+    def settle(self, query: str, batch_id: int, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
+        """Wait until the progress of ``query``'s batch ``batch_id`` was handled (a job run
+        ``--once`` ends right after its last batch)."""
+        deadline = time.monotonic() + timeout_s
+        with self._done:
+            while self._seen.get(query, -1) < batch_id:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._worker.is_alive():
+                    return False
+                self._done.wait(left)
+        return True
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        self._events.put(None)
+        self._worker.join(timeout_s)
+
+    # -- the worker ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while (batch := self._events.get()) is not None:
+                try:
+                    if batch.query == self.reading:
+                        self._read(batch)
+                    else:
+                        self._counted(batch)
+                except Exception:            # noqa: BLE001 — marks say less, never wrong
+                    log.exception("caught-up marks of %s batch %d not taken", batch.query,
+                                  batch.batch_id)
+                with self._done:
+                    self._seen[batch.query] = max(batch.batch_id,
+                                                  self._seen.get(batch.query, -1))
+                    self._done.notify_all()
+        finally:
+            close = getattr(self._reader, "close", None)
+            if close is not None:
+                close()
+
+    def _read(self, batch: Batch) -> None:
+        records = self._reader(batch.audit_ranges)
+        if records is not None:
+            for key, mark in marks_of(records, self.emitter).items():
+                if key in self._unproven:
+                    self._unproven[key].merge(mark)
+                else:
+                    self._unproven[key] = mark
+        if batch.behind != 0 or not self._unproven:
+            return
+        proven, self._unproven = self._unproven, {}
+        if self.counting is None:
+            self._send(batch.batch_id, proven)
+        else:
+            self._proven.append((batch.ended_ms, batch.batch_id, proven))
+
+    def _counted(self, batch: Batch) -> None:
+        """A counting batch ended: publish what was landed before it started."""
+        due = [p for p in self._proven if p[0] < batch.started_ms]
+        if not due:
+            return
+        self._proven = [p for p in self._proven if p[0] >= batch.started_ms]
+        merged: dict[Source, Mark] = {}
+        for _ended, _batch, marks in due:
+            for key, mark in marks.items():
+                if key in merged:
+                    merged[key].merge(mark)
+                else:
+                    merged[key] = Mark(mark.seq, mark.delivered)
+        self._send(due[-1][1], merged)
+
+    def _send(self, batch_id: int, marks: dict[Source, Mark]) -> None:
+        """Publish the marks that grew; remembered as published once Kafka has them."""
+        grown: dict[Source, Mark] = {}
+        for key, mark in marks.items():
+            old = self._published.get(key)
+            new = Mark(old.seq, old.delivered) if old is not None else Mark(mark.seq,
+                                                                            mark.delivered)
+            if old is None or new.merge(mark):
+                grown[key] = new
+        if not grown:
+            return
+        now = int(time.time() * 1000)
+        self.publish([CaughtUp(tier=self.tier, emitter=self.emitter,
+                               incarnation=self.incarnation, seq=batch_id, source=emitter,
+                               source_incarnation=incarnation, source_seq=mark.seq,
+                               source_delivered=mark.delivered, emitted_at=now).encode()
+                      for (emitter, incarnation), mark in sorted(grown.items())])
+        self._published.update(grown)
+        log.info("batch %d: caught up with %d emitter(s)", batch_id, len(grown))
+
+
+class AuditRangeReader:
+    """Reads ranges of the audit topic with a consumer of its own (made at the first call)."""
+
+    def __init__(self, audit_topic: str, bootstrap_servers: str,
+                 client_options: dict | None = None):
+        self.audit_topic = audit_topic
+        self._conf = {"bootstrap.servers": bootstrap_servers,
+                      "group.id": f"docket-caught-up-{uuid.uuid4()}",
+                      "enable.auto.commit": False, "enable.partition.eof": True,
+                      "isolation.level": "read_committed", **(client_options or {})}
+        self._consumer: Consumer | None = None
+
+    def __call__(self, ranges: dict[int, tuple[int | None, int]]):
+        """The audit records in ``ranges`` (malformed ones left out), or None when they were
+        not all read within ``READ_TIMEOUT_S``."""
+        todo = {p: end for p, (start, end) in ranges.items() if start is None or start < end}
+        if not todo:
+            return []
+        if self._consumer is None:
+            self._consumer = Consumer(self._conf, logger=log)
+        consumer = self._consumer
+        consumer.assign([TopicPartition(self.audit_topic, p,
+                                        OFFSET_BEGINNING if ranges[p][0] is None
+                                        else ranges[p][0]) for p in todo])
+        out = []
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        try:
+            while todo and time.monotonic() < deadline:
+                for msg in consumer.consume(1000, timeout=0.5):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            todo.pop(msg.partition(), None)
+                        continue
+                    if msg.offset() >= todo.get(msg.partition(), -1):
+                        continue                     # past the batch's end: not proven
+                    try:
+                        out.append(parse(msg.value()))
+                    except MalformedRecord:
+                        continue
+                for tp in consumer.position([TopicPartition(self.audit_topic, p)
+                                             for p in list(todo)]):
+                    if tp.offset >= todo[tp.partition]:
+                        del todo[tp.partition]
+        finally:
+            consumer.unassign()
+        if todo:
+            log.warning("audit topic %s partitions %s not read in %.0f s: no caught-up marks "
+                        "from this batch", self.audit_topic, sorted(todo), READ_TIMEOUT_S)
+            return None
+        return out
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+
+
+def _epoch_ms(timestamp: str) -> int:
+    """A progress timestamp (``2026-11-24T10:00:00.123Z``) in ms since the epoch."""
+    return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
