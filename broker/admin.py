@@ -20,7 +20,11 @@ from audit.contract.names import AUDIT_TOPIC
 from .errors import BrokerError, TopicConflict
 
 # Audit records are cumulative and small; keep them long enough to replay a month of windows.
-AUDIT_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(30 * 24 * 3600 * 1000)}
+# The broker stamps each one when it appends it (``LogAppendTime``): the reconciler measures
+# audit lag, silence and each producer's clock offset against that one clock, never against
+# the time a sender's clock wrote.
+AUDIT_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(30 * 24 * 3600 * 1000),
+                      "message.timestamp.type": "LogAppendTime"}
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,8 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
     def health_page(request: Request):
         with closing(store()) as s:
             rows = data.health(s, now_ms())
-        return page("health.html", request, tiers=rows, now=now_ms())
+            hosts = data.producers(s, now_ms())
+        return page("health.html", request, tiers=rows, producers=hosts, now=now_ms())
 
     # -- API -----------------------------------------------------------------------------
     def api_completeness(request: Request):
@@ -208,7 +209,8 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
 
     def api_health(request: Request):
         with closing(store()) as s:
-            return JSONResponse({"tiers": data.health(s, now_ms())})
+            return JSONResponse({"tiers": data.health(s, now_ms()),
+                                 "producers": data.producers(s, now_ms())})
 
     routes = [
         Route("/", overview), Route("/topic/{topic:path}", topic_page),

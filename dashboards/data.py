@@ -188,7 +188,8 @@ def alerts(store: Store, status: str = "open", now_ms: int | None = None) -> lis
 
 
 def health(store: Store, now_ms: int) -> list[dict]:
-    """Per tier: the newest window it reported on, and its jobs' progress and lag."""
+    """Per tier: the newest window it reported on, and its jobs' progress and lag (since their
+    newest progress record arrived)."""
     out = {}
     for tier, newest in store.conn.execute(
             "SELECT tier, max(window_start) FROM windows WHERE count > 0 GROUP BY tier"):
@@ -196,9 +197,27 @@ def health(store: Store, now_ms: int) -> list[dict]:
     for r in store.db.query("SELECT * FROM progress ORDER BY tier, emitter"):
         entry = out.setdefault(r["tier"], {"tier": r["tier"], "newest_window": None,
                                            "jobs": []})
+        arrived = r["arrived_at"] if r["arrived_at"] is not None else r["emitted_at"]
         entry["jobs"].append({"emitter": r["emitter"], "batch_id": r["batch_id"],
-                              "lag_s": round((now_ms - r["emitted_at"]) / 1000, 1),
+                              "lag_s": round((now_ms - arrived) / 1000, 1),
                               "offsets_behind": r["offsets_behind"],
                               "processed_rows_per_s": r["processed_rows_per_s"]})
     order = tier_order(set(out), [])
     return [out[t] for t in order if t in out]
+
+
+def producers(store: Store, now_ms: int) -> list[dict]:
+    """Per origin: how long ago its newest audit record arrived, how far its clock is from
+    the broker's (None: not measured), and its open health alerts (``silent_producer``,
+    ``clock_skew``): a clock that is off is a fact shown here, not a loss."""
+    open_alerts: dict[str, list[str]] = {}
+    for origin, kind in store.conn.execute(
+            "SELECT origin, kind FROM alerts WHERE status = 'open' AND tier = ? AND kind IN "
+            "('silent_producer', 'clock_skew') ORDER BY kind", (PRODUCER_TIER,)):
+        open_alerts.setdefault(origin, []).append(kind)
+    offsets = store.clock_offsets()
+    return [{"origin": origin, "last_seen_s": round((now_ms - at) / 1000, 1),
+             "clock_offset_s": None if origin not in offsets
+             else round(offsets[origin][0] / 1000, 1),
+             "alerts": open_alerts.get(origin, [])}
+            for origin, at in sorted(store.producers().items())]

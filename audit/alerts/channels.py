@@ -178,7 +178,8 @@ def alertmanager_alert(n: Notification, now_ms: int, firing_hold_ms: int,
     """One alert of Alertmanager's API v2. Its labels identify it (the same for the firing and
     the resolved event, so Alertmanager merges them); a firing alert ends ``firing_hold_ms``
     after ``now_ms``, a resolved one at ``resolved_at``."""
-    labels = {"alertname": alertname(n.kind), "alert_class": n.alert_class, "topic": n.topic,
+    labels = {"alertname": alertname(n.kind), "alert_class": n.alert_class,
+              "severity": n.severity, "topic": n.topic,
               "window": None if n.window_start is None else rfc3339(n.window_start),
               "tier": n.tier, "origin": n.origin, "owner": n.owner}
     alert = {

@@ -17,8 +17,13 @@ from datetime import UTC, datetime
 
 VERSION = 1
 EVENTS = ("firing", "resolved")
-KINDS = ("loss", "duplication", "checksum_mismatch", "audit_lag", "silent_producer")
+KINDS = ("loss", "duplication", "checksum_mismatch", "audit_lag", "silent_producer",
+         "clock_skew")
 CLASSES = ("data", "health")
+# How urgent each kind is, for routing (Alertmanager's ``severity`` label): data that did not
+# arrive, or arrived changed, first; an audit pipeline that cannot tell, next; a fact to fix.
+SEVERITIES = {"loss": "critical", "duplication": "critical", "checksum_mismatch": "critical",
+              "audit_lag": "warning", "silent_producer": "warning", "clock_skew": "info"}
 
 
 def idempotency_key(alert_id: int, event: str, channel: str) -> str:
@@ -76,11 +81,17 @@ class Notification:
         if problems:
             raise ValueError("invalid notification: " + "; ".join(problems))
 
+    @property
+    def severity(self) -> str:
+        """``critical``, ``warning`` or ``info``: the kind's (``SEVERITIES``)."""
+        return SEVERITIES[self.kind]
+
     # -- JSON ---------------------------------------------------------------------------------
     def to_json(self) -> dict:
         """The fields as they are (``detail`` is not copied: ``asdict``'s deep copy of its
-        missing ranges was most of the cost of queuing an alert)."""
-        return {"v": VERSION, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        missing ranges was most of the cost of queuing an alert), and the severity."""
+        return {"v": VERSION, **{f.name: getattr(self, f.name) for f in fields(self)},
+                "severity": self.severity}
 
     @classmethod
     def from_json(cls, d: dict) -> Notification:
@@ -114,7 +125,7 @@ class Notification:
                 window += (f" to {rfc3339(self.window_start + self.window_ms)}"
                            f" ({self.window_ms} ms)")
         return [
-            ("Alert", f"{self.alert_id} ({self.alert_class} alert)"),
+            ("Alert", f"{self.alert_id} ({self.alert_class} alert, {self.severity})"),
             ("Event", self.event),
             ("Kind", self.kind),
             ("Topic", self.topic or "—"),

@@ -13,8 +13,12 @@ Data alerts, per (topic, window, tier, origin), judged only once a window is pas
 An origin whose state is ``unknown`` (a tier that has not read that far, a missing report)
 neither fires nor resolves a data alert: a broken audit is not a loss, and not a recovery.
 
-Audit-health alerts: ``audit_lag`` (a tier's newest progress record is older than ``lag_ms``)
-and ``silent_producer`` (an origin's newest producer record is older than ``silent_ms``).
+Audit-health alerts: ``audit_lag`` (a tier's newest progress record arrived more than
+``lag_ms`` ago), ``silent_producer`` (an origin's newest producer record arrived more than
+``silent_ms`` ago) and ``clock_skew`` (an origin that is heard from has a clock further than
+``clock_skew_ms`` from the broker's: a fact worth fixing, of low severity, never a loss).
+Arrivals are the broker's append times (or the reconciler's clock when it read a record), so a
+producer whose clock is off is neither silent nor lagging for it.
 
 A notification is queued in the outbox for every routed channel when an alert fires (or, when
 its key is snoozed, when the snooze ends while it is still open) and when it resolves (only if
@@ -41,7 +45,7 @@ log = logging.getLogger("docket.audit.reconcile")
 
 DATA, HEALTH = "data", "health"
 KINDS = {"loss": DATA, "duplication": DATA, "checksum_mismatch": DATA, "audit_lag": HEALTH,
-         "silent_producer": HEALTH}
+         "silent_producer": HEALTH, "clock_skew": HEALTH}
 MAX_RANGES_IN_ALERT = 50
 FOREVER = (1 << 63) - 1           # a snooze set by resolving by hand: until the condition clears
 
@@ -175,13 +179,26 @@ def health_conditions(store: Store, cfg: ReconcileConfig,
                                    f"audit tier {tier} last reported progress "
                                    f"{(now_ms - at) // 1000} s ago",
                                    {"last_progress_at": at, "lag_ms": cfg["alerts.lag_ms"]}))
+    offsets = store.clock_offsets()
+    bound = cfg["alerts.clock_skew_ms"]
     for origin, at in store.producers().items():
         judged.add(alert_key("silent_producer", None, None, PRODUCER_TIER, origin))
+        judged.add(alert_key("clock_skew", None, None, PRODUCER_TIER, origin))
         if now_ms - at > cfg["alerts.silent_ms"]:
             holds.append(Condition("silent_producer", None, None, None, PRODUCER_TIER, origin,
-                                   f"producer {origin} last sent audit counts "
+                                   f"producer {origin}'s last audit counts arrived "
                                    f"{(now_ms - at) // 1000} s ago",
                                    {"last_seen_at": at, "silent_ms": cfg["alerts.silent_ms"]}))
+            continue
+        offset, measured_at = offsets.get(origin, (0, None))
+        if abs(offset) > bound:
+            holds.append(Condition(
+                "clock_skew", None, None, None, PRODUCER_TIER, origin,
+                f"producer {origin}'s clock is {abs(offset) / 1000:.0f} s "
+                f"{'ahead of' if offset > 0 else 'behind'} the broker's (more than "
+                f"{bound // 1000} s): its events land in the windows its clock names",
+                {"clock_offset_ms": offset, "measured_at": measured_at,
+                 "clock_skew_ms": bound}))
     return holds, judged
 
 

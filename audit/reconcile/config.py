@@ -54,21 +54,27 @@ SETTINGS: tuple[Setting, ...] = (
             "a shortfall is called loss.", minimum=0),
     Setting("windows.final_ms", int, 60 * MINUTE_MS, "After a window ends, when its verdict "
             "becomes final; a change after that is kept as a revision.", minimum=0),
-    Setting("windows.settle_ms", int, MINUTE_MS, "A tier's silence about an origin counts as "
-            "zero only once the tier reported progress this long after the producer's report; "
+    Setting("windows.settle_ms", int, MINUTE_MS, "For a tier that publishes no `caught_up` "
+            "marks (docs/reconcile.md, \"Caught up\"): its silence about an origin counts as "
+            "zero only once its progress arrived this long after the producer's report did; "
             "before that the window is `unknown` for it.", minimum=0),
     Setting("windows.tiers", list, [], "The tier graph, in order from `producer` (each Kafka "
             "cluster, then `warehouse`). Empty: the tiers seen, `producer` first, `warehouse` "
             "last."),
     Setting("alerts.lag_ms", int, 30 * MINUTE_MS, "`audit_lag` when a tier's newest progress "
-            "record is older than this.", minimum=1000),
+            "record arrived longer ago than this (by the broker's append time, or this "
+            "reconciler's clock when it read it; never the job's own clock).", minimum=1000),
     Setting("alerts.silent_ms", int, 30 * MINUTE_MS, "`silent_producer` when an origin's newest "
-            "producer record (agents send heartbeats every interval) is older than this.",
-            minimum=1000),
+            "producer record (agents send heartbeats every interval) arrived longer ago than "
+            "this (measured as `alerts.lag_ms` is: never by the agent's clock).", minimum=1000),
+    Setting("alerts.clock_skew_ms", int, 2 * MINUTE_MS, "`clock_skew` (a low-severity health "
+            "condition, never a loss) when an origin's clock is further than this from the "
+            "broker's, measured on its audit records (the audit topic must be stamped "
+            "`LogAppendTime`).", minimum=1000),
     Setting("alerts.default_channels", list, [], "Channels of a data alert whose topic matches "
             "no `[[owners]]` entry."),
     Setting("alerts.health_channels", list, [], "Channels of the audit-health alerts "
-            "(`audit_lag`, `silent_producer`). Empty: `alerts.default_channels`."),
+            "(`audit_lag`, `silent_producer`, `clock_skew`). Empty: `alerts.default_channels`."),
 )
 
 OWNER_SETTINGS: tuple[Setting, ...] = (

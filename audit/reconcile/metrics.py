@@ -30,10 +30,15 @@ METRICS: dict[str, tuple[str, str]] = {
     "reconcile_windows": ("gauge", "Verdicts stored (rows of the windows table: one per topic, "
                           "window and tier), by tier, state and final (0 or 1)."),
     "reconcile_alerts_open": ("gauge", "Open alerts, by kind and alert_class (data, health)."),
-    "reconcile_audit_lag_seconds": ("gauge", "Per tier, the age of its newest progress record "
-                                    "(now minus its emitted_at)."),
-    "reconcile_producer_last_seen_seconds": ("gauge", "Per origin, the age of its newest "
-                                             "producer record (now minus last_seen_at)."),
+    "reconcile_audit_lag_seconds": ("gauge", "Per tier, how long ago its newest progress "
+                                    "record arrived (the broker's append time)."),
+    "reconcile_producer_last_seen_seconds": ("gauge", "Per origin, how long ago its newest "
+                                             "producer record arrived (now minus "
+                                             "last_seen_at)."),
+    "reconcile_producer_clock_offset_seconds": ("gauge", "Per origin, how far its clock is "
+                                                "ahead of the broker's (negative: behind), "
+                                                "measured on its newest audit record the "
+                                                "broker stamped."),
     "reconcile_records_applied_total": ("counter", "Audit records applied to the database "
                                         "since the reconciler started."),
     "reconcile_records_malformed_total": ("counter", "Malformed audit records skipped, by "
@@ -85,13 +90,14 @@ def collect(store: Store, applied: int, last_evaluation_ms: int | None,
     for kind, cls in sorted({*KINDS.items(), *open_alerts}):
         out["reconcile_alerts_open"].append(({"kind": kind, "alert_class": cls},
                                              open_alerts.get((kind, cls), 0)))
-    for tier, at in store.conn.execute(
-            "SELECT tier, max(emitted_at) FROM progress GROUP BY tier ORDER BY tier"):
-        out["reconcile_audit_lag_seconds"].append(({"tier": tier}, (now_ms - at) / 1000))
-    for origin, at in store.conn.execute(
-            "SELECT origin, last_seen_at FROM producers ORDER BY origin"):
+    for tier, at in sorted(store.progress().items()):
+        out["reconcile_audit_lag_seconds"].append(({"tier": tier}, (now_ms - at[0]) / 1000))
+    for origin, at in sorted(store.producers().items()):
         out["reconcile_producer_last_seen_seconds"].append(({"origin": origin},
                                                             (now_ms - at) / 1000))
+    for origin, (offset, _at) in sorted(store.clock_offsets().items()):
+        out["reconcile_producer_clock_offset_seconds"].append(({"origin": origin},
+                                                               offset / 1000))
     out["reconcile_records_applied_total"].append(({}, applied))
     for reason, n in store.conn.execute("SELECT reason, records FROM malformed ORDER BY reason"):
         out["reconcile_records_malformed_total"].append(({"reason": reason}, n))

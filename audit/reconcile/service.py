@@ -28,12 +28,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from audit.alerts.channels import channel_from_config
 from audit.alerts.outbox import Dispatcher
 from audit.contract.errors import AuditError, MalformedRecord
-from audit.contract.record import PRODUCER_TIER, parse
+from audit.contract.record import PRODUCER_TIER, AuditRecord, Ranges, parse
 
 from .alerting import (
     _notify_due,
@@ -47,7 +53,15 @@ from .config import ReconcileConfig
 from .figures import FiguresProcess
 from .metrics import MetricsServer
 from .store import Store, plain_figures
-from .verdict import Timing, complete_phase, current_by_origin, judge, tier_order
+from .verdict import (
+    Currency,
+    Timing,
+    complete_phase,
+    current_by_origin,
+    judge,
+    producer_reports,
+    tier_order,
+)
 
 log = logging.getLogger("docket.audit.reconcile")
 
@@ -79,7 +93,8 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
     ``now_ms``."""
     timing = Timing(cfg["windows.window_ms"], cfg["windows.grace_ms"], cfg["windows.final_ms"],
                     cfg["windows.settle_ms"])
-    progress = store.current_progress(cfg["alerts.lag_ms"])
+    currency = Currency(store.caught_up(cfg["alerts.lag_ms"]),
+                        store.current_progress(cfg["alerts.lag_ms"]), cfg["windows.settle_ms"])
     configured = cfg["windows.tiers"]
     out = Evaluation()
     phases: dict[int, tuple[str, bool]] = {}     # window_start → a plain window's phase
@@ -120,7 +135,10 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
                 window_ms = next((r.window_ms for r in window_records if r.tier == PRODUCER_TIER),
                                  window_records[0].window_ms if window_records
                                  else timing.window_ms)
-                verdicts = judge(topic, window_start, counts, progress, tiers, timing, now_ms)
+                reports = producer_reports(window_records)
+                verdicts = judge(topic, window_start, counts,
+                                 lambda tier, origin, r=reports: currency.current(
+                                     tier, r.get(origin, [])), tiers, timing, now_ms)
                 writer.save(topic, window_start, window_ms, verdicts)
                 holds, judged = window_conditions(store, verdicts, window_ms, ranges)
                 fired, resolved = apply_window_conditions(store, cfg, window, holds, judged,
@@ -204,6 +222,7 @@ class Reconciler:
         self.last_evaluation_ms: int | None = None
         self._evaluate_due: float | None = None    # monotonic time of the next evaluation
         self._next_catch_up_check = 0.0
+        self._unstamped_said = False           # the warning about a topic without LogAppendTime
         self.metrics: MetricsServer | None = None
 
     # -- consuming -----------------------------------------------------------------------------
@@ -236,10 +255,16 @@ class Reconciler:
                      [tp.partition for tp in new], [tp.offset for tp in new])
 
     def consume_batch(self, timeout_s: float = 0.5) -> tuple[int, bool]:
-        """Apply one batch; returns (records read, whether every partition is at its end)."""
+        """Apply one batch; returns (records read, whether every partition is at its end).
+        Each record is applied with the time it arrived: the broker's append time when the
+        audit topic stamps its records (``LogAppendTime``), else now on this reconciler's
+        clock. A producer record the broker stamped also measures its origin's clock: how far
+        its ``emitted_at`` is ahead of the broker's time."""
         records, malformed, offsets = [], {}, {}
+        clock_offsets: dict[str, tuple[int, int]] = {}
         bad: Counter = Counter()
         at_end = True
+        now_ms = int(self.clock() * 1000)
         for msg in self.consumer.consume(BATCH_RECORDS, timeout=timeout_s):
             err = msg.error()
             if err is not None:
@@ -249,15 +274,30 @@ class Reconciler:
             at_end = False
             offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
             try:
-                records.append(parse(msg.value()))
+                rec = parse(msg.value())
             except MalformedRecord as exc:
                 bad[exc.reason] += 1
                 malformed[exc.reason] = (bad[exc.reason], f"{msg.partition()}@{msg.offset()}: "
                                          f"{exc}")
                 log.warning("skipping a malformed audit record at %s@%s: %s",
                             msg.partition(), msg.offset(), exc)
+                continue
+            stamp, ts = msg.timestamp()
+            stamped = stamp == TIMESTAMP_LOG_APPEND_TIME
+            if not stamped and not self._unstamped_said:
+                self._unstamped_said = True
+                log.warning("the audit topic %s keeps the time its senders wrote (not "
+                            "message.timestamp.type=LogAppendTime): audit lag and silence are "
+                            "measured from when this reconciler reads each record, and the "
+                            "producers' clock offsets are not measured", self.topic)
+            if not isinstance(rec, Ranges):
+                rec.arrived_at = ts if stamped else now_ms
+            if stamped and isinstance(rec, AuditRecord) and rec.tier == PRODUCER_TIER and \
+                    ts >= clock_offsets.get(rec.origin, (ts, 0))[0]:
+                clock_offsets[rec.origin] = (ts, rec.emitted_at - ts)
+            records.append(rec)
         if offsets:
-            self.apply(records, malformed, offsets)
+            self.apply(records, malformed, offsets, clock_offsets)
             try:
                 self.consumer.commit(offsets=[TopicPartition(t, p, o)
                                               for (t, p), o in offsets.items()],
@@ -267,9 +307,10 @@ class Reconciler:
         return len(records) + sum(bad.values()), at_end
 
     def apply(self, records: list, malformed: dict[str, tuple[int, str]],
-              offsets: dict[tuple[str, int], int]) -> None:
+              offsets: dict[tuple[str, int], int],
+              clock_offsets: dict[str, tuple[int, int]] | None = None) -> None:
         """One batch as read from the audit topic, in one transaction (``Store.apply``)."""
-        self.store.apply(records, malformed, offsets, _iso_now(self.clock()))
+        self.store.apply(records, malformed, offsets, _iso_now(self.clock()), clock_offsets)
         self.applied += len(records)
 
     def caught_up(self) -> bool:

@@ -9,13 +9,19 @@ offsets, so a crash between the transaction and the consumer's commit re-applies
 and replaying the topic from its start rebuilds the same ``counts``, ``ranges`` and
 ``progress`` tables.
 
-Input tables: ``counts``, ``ranges``, ``progress``, ``producers`` (when each origin was last
-heard of), ``malformed`` (skipped records by reason), ``offsets``, ``dirty`` (windows changed
-since their last evaluation: triggers on ``counts`` mark them), ``topic_tiers`` (the tiers
-that reported on each topic). Derived: ``windows`` (one row per topic, window and
-tier: state, completeness, ...), ``window_origins`` (the same per origin),
+Input tables: ``counts``, ``ranges``, ``progress``, ``caught_up`` (how far each tier's jobs
+have read, in positions), ``producers`` (when each origin was last heard of, and how far its
+clock is off the broker's), ``malformed`` (skipped records by reason), ``offsets``, ``dirty``
+(windows changed since their last evaluation: triggers on ``counts`` mark them),
+``topic_tiers`` (the tiers that reported on each topic). Derived: ``windows`` (one row per
+topic, window and tier: state, completeness, ...), ``window_origins`` (the same per origin),
 ``window_revisions`` (changes after a window was final), ``alerts``, ``snoozes``, and the view
 ``completeness``.
+
+Every record is kept with the time it *arrived* (``arrived_at``): the broker's append time
+when the audit topic stamps it (``LogAppendTime``), else this reconciler's clock when it read
+it. Audit lag and silence are measured against arrivals, never against the ``emitted_at`` a
+sender's clock wrote.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import logging
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
+from functools import reduce
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,10 +39,20 @@ import sqlite_utils
 
 from audit.alerts.outbox import ensure_tables
 from audit.contract.errors import AuditError
-from audit.contract.record import PRODUCER_TIER, AuditRecord, Progress, Ranges, checksum_hex
+from audit.contract.record import (
+    PRODUCER_TIER,
+    AuditRecord,
+    CaughtUp,
+    Ranges,
+    Record,
+    checksum_hex,
+)
 
 from .figures import PLAIN_QUERY, read_only
-from .verdict import MATCH, TierVerdict
+from .verdict import MATCH, Mark, TierVerdict
+
+# A progress record's arrival; rows of layout 4 have none: their sender's time stands in.
+_ARRIVED = "coalesce(arrived_at, emitted_at)"
 
 log = logging.getLogger("docket.audit.reconcile")
 
@@ -49,6 +66,7 @@ CREATE TABLE IF NOT EXISTS counts (
     distinct_count INTEGER, duplicates INTEGER, dropped INTEGER NOT NULL,
     dropped_reasons TEXT NOT NULL, dropped_unknown TEXT NOT NULL, late INTEGER NOT NULL,
     seq INTEGER NOT NULL, emitted_at INTEGER NOT NULL, skipped INTEGER,
+    sealed_through INTEGER, arrived_at INTEGER,
     PRIMARY KEY (window_start, topic, tier, origin, emitter, incarnation)) WITHOUT ROWID;
 """
 
@@ -75,9 +93,16 @@ CREATE TABLE IF NOT EXISTS progress (
     tier TEXT NOT NULL, emitter TEXT NOT NULL, batch_id INTEGER NOT NULL,
     input_rows_per_s REAL NOT NULL, processed_rows_per_s REAL NOT NULL,
     batch_duration_ms INTEGER NOT NULL, offsets_behind INTEGER, emitted_at INTEGER NOT NULL,
+    arrived_at INTEGER, publishes_caught_up INTEGER,
     PRIMARY KEY (tier, emitter));
+CREATE TABLE IF NOT EXISTS caught_up (
+    tier TEXT NOT NULL, emitter TEXT NOT NULL, incarnation TEXT NOT NULL, source TEXT NOT NULL,
+    source_incarnation TEXT NOT NULL, source_seq INTEGER NOT NULL, source_delivered INTEGER,
+    seq INTEGER NOT NULL, emitted_at INTEGER NOT NULL, arrived_at INTEGER NOT NULL,
+    PRIMARY KEY (tier, emitter, incarnation, source, source_incarnation)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS producers (
-    origin TEXT PRIMARY KEY, last_seen_at INTEGER NOT NULL);
+    origin TEXT PRIMARY KEY, last_seen_at INTEGER NOT NULL, emitted_at INTEGER,
+    clock_offset_ms INTEGER, clock_offset_at INTEGER);
 CREATE TABLE IF NOT EXISTS malformed (
     reason TEXT PRIMARY KEY, records INTEGER NOT NULL, last_error TEXT NOT NULL,
     last_at TEXT NOT NULL);
@@ -132,23 +157,33 @@ CREATE VIEW IF NOT EXISTS completeness AS
     FROM windows;
 """
 
-LAYOUT = 4        # PRAGMA user_version: the tables' layout, for a later change to be told by
+LAYOUT = 5        # PRAGMA user_version: the tables' layout, for a later change to be told by
 # Layout 1 → 2: ``counts.skipped`` (copies a deduplicating tier did not keep), added in place.
 # Layout 2 → 3: ``evaluating`` (windows an evaluation took from ``dirty``), created on open: a
 # reconciler of layout 2 would not see the windows a killed evaluation left there.
 # Layout 3 → 4: ``counts`` and ``windows`` rebuilt clustered by their keys (``WITHOUT ROWID``),
 # and ``windows_open`` (every window, by finality) replaced by ``windows_not_final`` (only the
 # windows not final): one transaction (``_cluster``), so a kill leaves layout 3 whole.
+# Layout 4 → 5: arrival times (``counts.arrived_at``, ``progress.arrived_at``), the producers'
+# ``sealed_through`` and clock offsets, and ``caught_up``: columns added in place (``_arrivals``,
+# each one looked for first), the table created with the schema.
+_LAYOUT_5_COLUMNS = (("counts", "sealed_through INTEGER"), ("counts", "arrived_at INTEGER"),
+                     ("progress", "arrived_at INTEGER"),
+                     ("progress", "publishes_caught_up INTEGER"),
+                     ("producers", "emitted_at INTEGER"),
+                     ("producers", "clock_offset_ms INTEGER"),
+                     ("producers", "clock_offset_at INTEGER"))
 
 _UPSERT_COUNT = """
-INSERT INTO counts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO counts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (window_start, topic, tier, origin, emitter, incarnation) DO UPDATE SET
     window_ms = excluded.window_ms, count = excluded.count, bytes = excluded.bytes,
     checksum = excluded.checksum, distinct_count = excluded.distinct_count,
     duplicates = excluded.duplicates, dropped = excluded.dropped,
     dropped_reasons = excluded.dropped_reasons, dropped_unknown = excluded.dropped_unknown,
     late = excluded.late, seq = excluded.seq, emitted_at = excluded.emitted_at,
-    skipped = excluded.skipped
+    skipped = excluded.skipped, sealed_through = excluded.sealed_through,
+    arrived_at = excluded.arrived_at
 WHERE excluded.seq > counts.seq
    OR (excluded.seq = counts.seq AND excluded.emitted_at > counts.emitted_at)
 """
@@ -166,14 +201,43 @@ WHERE excluded.seq > ranges.seq
 
 _UPSERT_PROGRESS = """
 INSERT INTO progress VALUES (:tier, :emitter, :batch_id, :input_rows_per_s,
-    :processed_rows_per_s, :batch_duration_ms, :offsets_behind, :emitted_at)
+    :processed_rows_per_s, :batch_duration_ms, :offsets_behind, :emitted_at, :arrived_at,
+    :publishes_caught_up)
 ON CONFLICT (tier, emitter) DO UPDATE SET
     batch_id = excluded.batch_id, input_rows_per_s = excluded.input_rows_per_s,
     processed_rows_per_s = excluded.processed_rows_per_s,
     batch_duration_ms = excluded.batch_duration_ms, offsets_behind = excluded.offsets_behind,
-    emitted_at = excluded.emitted_at
+    emitted_at = excluded.emitted_at, arrived_at = excluded.arrived_at,
+    publishes_caught_up = excluded.publishes_caught_up
 WHERE excluded.emitted_at > progress.emitted_at
    OR (excluded.emitted_at = progress.emitted_at AND excluded.batch_id > progress.batch_id)
+"""
+
+# A mark only grows: each figure the higher of the stored and the new.
+_UPSERT_CAUGHT_UP = """
+INSERT INTO caught_up VALUES (:tier, :emitter, :incarnation, :source, :source_incarnation,
+    :source_seq, :source_delivered, :seq, :emitted_at, :arrived_at)
+ON CONFLICT (tier, emitter, incarnation, source, source_incarnation) DO UPDATE SET
+    source_seq = max(source_seq, excluded.source_seq),
+    source_delivered = CASE WHEN source_delivered IS NULL THEN excluded.source_delivered
+        WHEN excluded.source_delivered IS NULL THEN source_delivered
+        ELSE max(source_delivered, excluded.source_delivered) END,
+    seq = max(seq, excluded.seq), emitted_at = max(emitted_at, excluded.emitted_at),
+    arrived_at = max(arrived_at, excluded.arrived_at)
+"""
+
+# An origin last heard of at the newest arrival; its clock's offset from the newest record the
+# broker stamped (``clock_offsets``), kept when a later batch has none.
+_UPSERT_PRODUCER = """
+INSERT INTO producers VALUES (:origin, :arrived_at, :emitted_at, :offset, :offset_at)
+ON CONFLICT (origin) DO UPDATE SET
+    last_seen_at = max(last_seen_at, excluded.last_seen_at),
+    emitted_at = CASE WHEN excluded.last_seen_at >= last_seen_at THEN excluded.emitted_at
+        ELSE emitted_at END,
+    clock_offset_ms = CASE WHEN excluded.clock_offset_at >= coalesce(clock_offset_at, 0)
+        THEN excluded.clock_offset_ms ELSE clock_offset_ms END,
+    clock_offset_at = CASE WHEN excluded.clock_offset_at >= coalesce(clock_offset_at, 0)
+        THEN excluded.clock_offset_at ELSE clock_offset_at END
 """
 
 
@@ -215,6 +279,8 @@ class Store:
                              f"({LAYOUT})", hint="run the docket version that wrote it")
         if columns and layout < 4:
             self._cluster()
+        if columns and layout < 5:
+            self._arrivals()
         self.conn.executescript(SCHEMA)
         if layout != LAYOUT:
             self.conn.execute(f"PRAGMA user_version = {LAYOUT}")
@@ -226,10 +292,11 @@ class Store:
     def _cluster(self) -> None:
         """Layout 3 → 4: ``counts`` and ``windows`` copied into tables clustered by their keys,
         and the triggers, the view and the indexes that went with the old tables made again,
-        in one transaction with the new layout number (a file is at one layout or the other,
-        whole). Measured: 3.9 s for a day of 1,000 topics (1.3 M count rows; applying them took
-        14 s). The old tables' pages stay in the file, free, for the rows to come; the write-
-        ahead log, as large as the new tables, is emptied after."""
+        in one transaction with the layout number 4 (a file is at one layout or the other,
+        whole; layout 5's columns are then added in place, ``_arrivals``). Measured: 3.9 s for
+        a day of 1,000 topics (1.3 M count rows; applying them took 14 s). The old tables'
+        pages stay in the file, free, for the rows to come; the write-ahead log, as large as
+        the new tables, is emptied after."""
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -247,45 +314,64 @@ class Store:
                 conn.execute(f"ALTER TABLE {name}_clustered RENAME TO {name}")
             for statement in _statements(SCHEMA):
                 conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {LAYOUT}")
+            conn.execute("PRAGMA user_version = 4")    # what follows it is added in place
             conn.commit()
         except BaseException:
             conn.rollback()
             raise
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
+    def _arrivals(self) -> None:
+        """Layout 4 → 5: the columns it adds, each only where it is not there yet (a kill
+        between two of them leaves the others to the next open)."""
+        for table, column in _LAYOUT_5_COLUMNS:
+            have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+            if have and column.split()[0] not in have:
+                self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+
     # -- input ---------------------------------------------------------------------------------
-    def apply(self, records: Iterable[AuditRecord | Ranges | Progress],
-              malformed: dict[str, tuple[int, str]], offsets: dict[tuple[str, int], int],
-              now_iso: str) -> None:
-        """One transaction: the records, the malformed ones' tallies, and the offsets they
-        were read up to (``offsets``: (topic, partition) → the next offset to read). A count
-        record stored (new, or newer than the stored one) marks its window dirty: the triggers
+    def apply(self, records: Iterable[Record], malformed: dict[str, tuple[int, str]],
+              offsets: dict[tuple[str, int], int], now_iso: str,
+              clock_offsets: dict[str, tuple[int, int]] | None = None) -> None:
+        """One transaction: the records (each with its ``arrived_at``), the malformed ones'
+        tallies, and the offsets they were read up to (``offsets``: (topic, partition) → the
+        next offset to read); ``clock_offsets``: origin → (when, how many ms its clock is
+        ahead of the broker's) as measured on records the broker stamped. A count record
+        stored (new, or newer than the stored one) marks its window dirty: the triggers
         ``counts_dirty_*`` do."""
-        counts, ranges, progress = [], [], []
-        producers: dict[str, int] = {}          # origin → its newest producer record's time
+        counts, ranges, progress, marks = [], [], [], []
+        producers: dict[str, dict] = {}          # origin → its newest arrival
         for rec in records:
             if isinstance(rec, AuditRecord):
                 counts.append(_count_row(rec))
-                if rec.tier == "producer":
-                    producers[rec.origin] = max(rec.emitted_at,
-                                                producers.get(rec.origin, rec.emitted_at))
+                if rec.tier == PRODUCER_TIER:
+                    arrived = rec.arrived_at if rec.arrived_at is not None else rec.emitted_at
+                    seen = producers.get(rec.origin)
+                    if seen is None or arrived >= seen["arrived_at"]:
+                        producers[rec.origin] = {"origin": rec.origin, "arrived_at": arrived,
+                                                 "emitted_at": rec.emitted_at, "offset": None,
+                                                 "offset_at": None}
             elif isinstance(rec, Ranges):
                 ranges.append({**rec.__dict__, "incarnation": rec.incarnation or "",
                                "missing": json.dumps(rec.missing),
                                "missing_truncated": int(rec.missing_truncated)})
+            elif isinstance(rec, CaughtUp):
+                marks.append({**rec.__dict__, "arrived_at": rec.arrived_at
+                              if rec.arrived_at is not None else rec.emitted_at})
             else:
                 progress.append(rec.__dict__)
+        for origin, (at, offset) in (clock_offsets or {}).items():
+            row = producers.setdefault(origin, {"origin": origin, "arrived_at": at,
+                                                "emitted_at": at + offset})
+            row["offset"], row["offset_at"] = offset, at
         with self.conn:
             self.conn.executemany(_UPSERT_COUNT, counts)
             self.conn.executemany("INSERT OR IGNORE INTO topic_tiers VALUES (?, ?)",
                                   {(row[4], row[0]) for row in counts})
-            self.conn.executemany(
-                "INSERT INTO producers VALUES (?, ?) ON CONFLICT (origin) DO UPDATE "
-                "SET last_seen_at = max(last_seen_at, excluded.last_seen_at)",
-                list(producers.items()))
+            self.conn.executemany(_UPSERT_PRODUCER, list(producers.values()))
             self.conn.executemany(_UPSERT_RANGES, ranges)
             self.conn.executemany(_UPSERT_PROGRESS, progress)
+            self.conn.executemany(_UPSERT_CAUGHT_UP, marks)
             for reason, (n, error) in malformed.items():
                 self.conn.execute(
                     "INSERT INTO malformed VALUES (?, ?, ?, ?) ON CONFLICT (reason) DO UPDATE "
@@ -350,25 +436,26 @@ class Store:
         return self.conn.execute(PLAIN_QUERY, (json.dumps(windows),)).fetchone()[0]
 
     def progress(self) -> dict[str, tuple[int, int | None]]:
-        """tier → (``emitted_at``, ``offsets_behind``) of its newest progress record."""
+        """tier → (when its newest progress record arrived, its ``offsets_behind``)."""
         out: dict[str, tuple[int, int | None]] = {}
         for tier, at, behind in self.conn.execute(
-                "SELECT tier, emitted_at, offsets_behind FROM progress ORDER BY emitted_at"):
+                f"SELECT tier, {_ARRIVED} AS at, offsets_behind FROM progress ORDER BY at"):
             out[tier] = (at, behind)
         return out
 
     def current_progress(self, stale_ms: int) -> dict[str, tuple[int, int | None]]:
-        """tier → (``emitted_at``, ``offsets_behind``) that the verdicts take as the tier's
-        progress: of all its emitters together. A tier can have several (the warehouse: the
-        query landing Kafka's records and the one counting the landed files), and it has read
-        everything only when each has: the oldest ``emitted_at`` and the largest
-        ``offsets_behind`` of them. Seen: the landing query at the end of its input while the
-        counting query had not yet counted the files, and whole windows judged lost. An
-        emitter silent for ``stale_ms`` longer than the tier's newest (a query renamed or
-        removed) is left out; the tier's own silence is the ``audit_lag`` alert's."""
+        """tier → (arrival, ``offsets_behind``) that the verdicts take as the tier's progress
+        when the tier publishes no ``caught_up`` marks (``verdict.Currency``): of all its
+        emitters together. A tier can have several (the warehouse: the query landing Kafka's
+        records and the one counting the landed files), and it has read everything only when
+        each has: the oldest arrival and the largest ``offsets_behind`` of them. Seen: the
+        landing query at the end of its input while the counting query had not yet counted the
+        files, and whole windows judged lost. An emitter whose progress arrived ``stale_ms``
+        before the tier's newest (a query renamed or removed) is left out; the tier's own
+        silence is the ``audit_lag`` alert's."""
         rows: dict[str, list[tuple[int, int | None]]] = {}
         for tier, at, behind in self.conn.execute(
-                "SELECT tier, emitted_at, offsets_behind FROM progress"):
+                f"SELECT tier, {_ARRIVED}, offsets_behind FROM progress"):
             rows.setdefault(tier, []).append((at, behind))
         out = {}
         for tier, marks in rows.items():
@@ -376,6 +463,45 @@ class Store:
             live = [(at, b) for at, b in marks if at >= newest - stale_ms]
             behinds = [b for _, b in live if b is not None]
             out[tier] = (min(at for at, _ in live), max(behinds) if behinds else None)
+        return out
+
+    def caught_up(self, stale_ms: int) -> dict[str, dict[tuple[str, str], Mark]]:
+        """tier → (source emitter, its incarnation) → how far the tier has caught up with it
+        (``CaughtUp`` records): of each emitter of the tier its newest incarnation (a job
+        started on a new checkpoint counts again from nothing); of several emitters, those
+        heard from within ``stale_ms`` of the tier's newest, and a source counts only as far
+        as every one of them has caught up with it. A tier whose jobs say they publish marks
+        (``progress.publishes_caught_up``) is here before its first: caught up with nothing
+        yet, never judged by its progress alone."""
+        emitters: dict[tuple[str, str], dict[str, int]] = {}
+        for tier, emitter, incarnation, at in self.conn.execute(
+                "SELECT tier, emitter, incarnation, max(arrived_at) FROM caught_up "
+                "GROUP BY tier, emitter, incarnation"):
+            emitters.setdefault((tier, emitter), {})[incarnation] = at
+        newest: dict[tuple[str, str], tuple[str, int]] = {
+            key: max(incs.items(), key=lambda kv: (kv[1], kv[0]))
+            for key, incs in emitters.items()}
+        out: dict[str, dict[tuple[str, str], Mark]] = {
+            tier: {} for (tier,) in self.conn.execute(
+                "SELECT DISTINCT tier FROM progress WHERE publishes_caught_up")}
+        tier_newest: dict[str, int] = {}
+        for (tier, _e), (_i, at) in newest.items():
+            tier_newest[tier] = max(at, tier_newest.get(tier, at))
+        live = {key: inc for key, (inc, at) in newest.items()
+                if at >= tier_newest[key[0]] - stale_ms}
+        per_emitter: dict[tuple[str, str], dict[tuple[str, str], Mark]] = {}
+        for tier, emitter, incarnation, source, source_inc, seq, delivered in self.conn.execute(
+                "SELECT tier, emitter, incarnation, source, source_incarnation, source_seq, "
+                "source_delivered FROM caught_up"):
+            if live.get((tier, emitter)) == incarnation:
+                per_emitter.setdefault((tier, emitter), {})[(source, source_inc)] = \
+                    Mark(seq, delivered)
+        by_tier: dict[str, list[dict[tuple[str, str], Mark]]] = {}
+        for tier, emitter in live:
+            by_tier.setdefault(tier, []).append(per_emitter.get((tier, emitter), {}))
+        for tier, (first, *rest) in by_tier.items():
+            out[tier] = {key: reduce(Mark.least, (marks[key] for marks in rest), mark)
+                         for key, mark in first.items() if all(key in m for m in rest)}
         return out
 
     def tiers_of(self, topics: list[str]) -> dict[str, set[str]]:
@@ -389,7 +515,15 @@ class Store:
         return out
 
     def producers(self) -> dict[str, int]:
+        """origin → when its newest producer record arrived."""
         return dict(self.conn.execute("SELECT origin, last_seen_at FROM producers"))
+
+    def clock_offsets(self) -> dict[str, tuple[int, int]]:
+        """origin → (ms its clock is ahead of the broker's, when that was measured), for the
+        origins measured (records the broker stamped)."""
+        return {origin: (offset, at) for origin, offset, at in self.conn.execute(
+            "SELECT origin, clock_offset_ms, clock_offset_at FROM producers "
+            "WHERE clock_offset_ms IS NOT NULL")}
 
     def missing_ranges(self, tier: str, origin: str) -> tuple[list[list[int]], int]:
         """The record numbers of ``origin`` that ``tier`` has not seen and the producer did not
@@ -578,7 +712,8 @@ def _count_row(rec: AuditRecord) -> tuple:
     return (rec.tier, rec.emitter, rec.incarnation or "", rec.origin, rec.topic,
             rec.window_start, rec.window_ms, rec.count, rec.bytes, checksum_hex(rec.checksum),
             rec.distinct, rec.duplicates, rec.dropped, _json_text(rec.dropped_reasons),
-            _json_text(rec.dropped_unknown), rec.late, rec.seq, rec.emitted_at, rec.skipped)
+            _json_text(rec.dropped_unknown), rec.late, rec.seq, rec.emitted_at, rec.skipped,
+            rec.sealed_through, rec.arrived_at)
 
 
 def _json_text(d: dict) -> str:
@@ -590,7 +725,7 @@ def _json_text(d: dict) -> str:
 _RECORD_COLUMNS = ("tier", "origin", "topic", "window_start", "window_ms", "count", "bytes",
                    "checksum", "emitter", "seq", "emitted_at", "dropped", "dropped_reasons",
                    "late", "dropped_unknown", "distinct_count", "duplicates", "incarnation",
-                   "skipped")
+                   "skipped", "sealed_through", "arrived_at")
 _COLUMNS = ", ".join(_RECORD_COLUMNS)
 if tuple(f.name for f in fields(AuditRecord)) != tuple(
         "distinct" if c == "distinct_count" else c for c in _RECORD_COLUMNS):
@@ -600,12 +735,13 @@ if tuple(f.name for f in fields(AuditRecord)) != tuple(
 def _count_record(r: tuple) -> AuditRecord:
     (tier, origin, topic, window_start, window_ms, count, nbytes, checksum, emitter, seq,
      emitted_at, dropped, dropped_reasons, late, dropped_unknown, distinct, duplicates,
-     incarnation, skipped) = r
+     incarnation, skipped, sealed_through, arrived_at) = r
     return AuditRecord(tier, origin, topic, window_start, window_ms, count, nbytes,
                        int(checksum, 16), emitter, seq, emitted_at, dropped,
                        {} if dropped_reasons == "{}" else json.loads(dropped_reasons), late,
                        {} if dropped_unknown == "{}" else json.loads(dropped_unknown),
-                       distinct, duplicates, incarnation or None, skipped)
+                       distinct, duplicates, incarnation or None, skipped, sealed_through,
+                       arrived_at)
 
 
 def _subtract(ranges: list[list[int]], minus: list[list[int]]) -> list[tuple[int, int]]:

@@ -12,14 +12,18 @@ T knows it, else its ``count``):
 - ``actual`` > ``expected``                      → ``overcount``;
 - otherwise                                      → ``complete`` (duplicates shown apart).
 
-T is *current* for an origin's window when its newest progress record (of each of its emitters:
-``Store.current_progress``) came at least
-``settle_ms`` after that origin's report on the window and said it was at the end of its input
-(``offsets_behind`` 0): it has read everything Kafka held after the producer had counted. A tier
-that publishes no progress at all is judged on its counts alone, once the grace is over. When T
-counted more distinct records than the producer reported, and no duplicates, the producer's
-report is behind (its next one will have them): ``unknown`` again, not an overcount. The
-checksum is compared when the counts agree and T saw no duplicates.
+T is *current* for an origin's window (:class:`Currency`) when it has caught up with the
+producer's report on the window, in positions, never in clocks: T's jobs have read past a
+report of that origin whose ``delivered`` reaches the window report's ``sealed_through`` (every
+record the count holds was in Kafka before it), or, for reports without record numbers, past
+the window report itself (``caught_up`` records, ``Store.caught_up``). A tier that publishes
+no ``caught_up`` marks is current when its newest progress (of each of its emitters:
+``Store.current_progress``) *arrived* at least ``settle_ms`` after the origin's report arrived
+(one clock: the broker's, or the reconciler's) and said it was at the end of its input; a tier
+that publishes neither is judged on its counts alone, once the grace is over. When T counted
+more distinct records than the producer reported, and no duplicates, the producer's report is
+behind (its next one will have them): ``unknown`` again, not an overcount. The checksum is
+compared when the counts agree and T saw no duplicates.
 
 At the producer tier an origin whose agent journalled a loss of unknown size
 (``dropped_unknown``: a file deleted or truncated before it was read) is ``incomplete``: a
@@ -35,9 +39,11 @@ the worst of its origins' (incomplete, unknown, overcount, complete, in that ord
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from audit.contract.collect import current_counts
+from audit.contract.names import NO_INCARNATION
 from audit.contract.record import PRODUCER_TIER, WAREHOUSE_TIER, AuditRecord
 
 OPEN, PENDING = "open", "pending"
@@ -54,6 +60,55 @@ class Timing:
     grace_ms: int
     final_ms: int
     settle_ms: int
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How far a tier has caught up with one emitter: the highest ``seq`` of its audit records
+    read past, and of its ``ranges`` records the highest ``delivered`` (an agent's; None:
+    none said)."""
+
+    seq: int
+    delivered: int | None = None
+
+    def least(self, other: Mark) -> Mark:
+        """As far as both have caught up (a tier of several emitters)."""
+        delivered = None if self.delivered is None or other.delivered is None else \
+            min(self.delivered, other.delivered)
+        return Mark(min(self.seq, other.seq), delivered)
+
+    def past(self, report: AuditRecord) -> bool:
+        """Has the tier read every record ``report`` counts (or lost it)?"""
+        if report.sealed_through is not None:
+            return self.delivered is not None and self.delivered >= report.sealed_through
+        return self.seq >= report.seq
+
+
+@dataclass(frozen=True)
+class Currency:
+    """The caught-up rule, for one evaluation. ``marks``: tier → (emitter, incarnation) →
+    ``Mark`` (``Store.caught_up``); ``progress``: tier → (arrival, ``offsets_behind``) of its
+    newest progress (``Store.current_progress``), for the tiers without marks."""
+
+    marks: dict[str, dict[tuple[str, str], Mark]]
+    progress: dict[str, tuple[int, int | None]]
+    settle_ms: int
+
+    def current(self, tier: str, reports: list[AuditRecord]) -> bool:
+        """Has ``tier`` read everything the producer's ``reports`` (of one origin and window,
+        one per incarnation) count?"""
+        marks = self.marks.get(tier)
+        if marks is not None:
+            return bool(reports) and all(
+                (m := marks.get((r.emitter, r.incarnation or NO_INCARNATION))) is not None
+                and m.past(r) for r in reports)
+        progress = self.progress.get(tier)
+        if progress is None:
+            return True                           # judged on its counts alone
+        at, behind = progress
+        arrived = max((r.arrived_at if r.arrived_at is not None else r.emitted_at
+                       for r in reports), default=None)
+        return arrived is not None and at >= arrived + self.settle_ms and not behind
 
 
 @dataclass
@@ -126,12 +181,11 @@ def tier_order(tiers_seen: set[str], configured: list[str]) -> list[str]:
 
 
 def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord]],
-          progress: dict[str, tuple[int, int | None]], tiers: list[str], timing: Timing,
+          current: Callable[[str, str], bool], tiers: list[str], timing: Timing,
           now_ms: int) -> list[TierVerdict]:
     """Verdicts of every tier in ``tiers`` on one window. ``counts``: tier → origin → the record
-    that counts (``audit.contract.collect.current_counts``); ``progress``: tier → the
-    ``emitted_at`` and ``offsets_behind`` of its newest progress record (tiers that publish
-    none are absent)."""
+    that counts (``audit.contract.collect.current_counts``); ``current(tier, origin)``: has the
+    tier caught up with the origin's report on the window (``Currency``)?"""
     producer = counts.get(PRODUCER_TIER, {})
     end = window_start + timing.window_ms
     out: list[TierVerdict] = []
@@ -143,8 +197,7 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
             verdicts = [_producer_origin(o, producer[o]) for o in origins]
         else:
             verdicts = [_origin(o, producer.get(o), records.get(o),
-                                _current(progress.get(tier), producer.get(o), timing))
-                        for o in origins]
+                                o in producer and current(tier, o)) for o in origins]
         v = _tier(topic, window_start, tier, False, verdicts, previous_actual)
         v.state = _phase(v.state, now_ms, end, timing)
         v.final = _final(v.state, now_ms, end, timing)
@@ -168,15 +221,14 @@ def current_by_origin(records: list[AuditRecord]) -> dict[str, dict[str, AuditRe
     return counts
 
 
-def _current(progress: tuple[int, int | None] | None, reported: AuditRecord | None,
-             timing: Timing) -> bool:
-    """Has the tier read everything Kafka held after the producer's report? (No progress
-    records at all: the tier is judged on its counts.)"""
-    if progress is None:
-        return True
-    at, behind = progress
-    return reported is not None and at >= reported.emitted_at + timing.settle_ms and \
-        not behind
+def producer_reports(records: list[AuditRecord]) -> dict[str, list[AuditRecord]]:
+    """origin → the producer's count records of one window, one per emitter incarnation (the
+    newest of each): what ``Currency.current`` asks a tier to have caught up with."""
+    out: dict[str, list[AuditRecord]] = {}
+    for rec in records:
+        if rec.tier == PRODUCER_TIER and not rec.is_skip_tally:
+            out.setdefault(rec.origin, []).append(rec)
+    return out
 
 
 def _producer_origin(origin: str, rec: AuditRecord) -> OriginVerdict:

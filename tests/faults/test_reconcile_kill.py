@@ -15,7 +15,14 @@ import pytest
 
 from broker.admin import ensure_audit_topic
 from tests.auditkit import AuditJob
-from tests.integration.test_reconcile import ORIGINS, Receiver, count, progress, send
+from tests.integration.test_reconcile import (
+    ORIGINS,
+    Receiver,
+    caught_up,
+    count,
+    progress,
+    send,
+)
 
 W = 600_000
 NOW = int(time.time() * 1000)
@@ -63,12 +70,15 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
         f'[reconcile]\nbootstrap_servers = "{kafka.bootstrap_servers}"\n'
         f'audit_topic = "{audit_topic}"\nevaluate_interval_ms = 1000\n'
         f'deliver_interval_ms = 200\n\n[windows]\ntiers = ["producer", "kafka-local"]\n\n'
-        f'[alerts]\nsilent_ms = 86400000\ndefault_channels = ["ops"]\n\n'
+        f'[alerts]\nsilent_ms = 86400000\nclock_skew_ms = 86400000\n'
+        f'default_channels = ["ops"]\n\n'
         f'[channels.ops]\ntype = "webhook"\nurl = "{receiver.url}"\n')
     db = tmp_path / "reconcile.db"
     args = ["reconcile", "--db", str(db), "--config", str(tmp_path / "reconcile.toml")]
     batches, late, open_losses, resolved = plan(rng)
-    send(kafka.bootstrap_servers, audit_topic, [progress("kafka-local", at=NOW + 600_000)])
+    send(kafka.bootstrap_servers, audit_topic,       # the count job has read past them all
+         [progress("kafka-local", at=NOW + 600_000),
+          *(caught_up("kafka-local", o, seq=2) for o in ORIGINS)])
     fired = {("firing", k) for k in open_losses | resolved}
     all_fired = threading.Event()
 

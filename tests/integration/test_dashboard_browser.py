@@ -31,7 +31,7 @@ from tests.integration.test_alert_delivery import HttpReceiver
 from tests.integration.test_dashboard_process import _free_port
 from tests.integration.test_reconcile import send
 from tests.integration.test_reconcile_scenarios import Clock
-from tests.unit.reconcilekit import MIN, W, count, progress
+from tests.unit.reconcilekit import MIN, W, caught_up, count, progress
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
@@ -60,6 +60,7 @@ def _records():
                       emitter="kafka-local/count", seq=1, through=n_loss + 99,
                       missing=[[300, 399]], missing_total=100, emitted_at=LOSS + W + MIN))
     out.append(progress(NOW - MIN))
+    out += [caught_up(origin) for origin in ("web-1", "web-2")]
     return out
 
 
@@ -74,7 +75,8 @@ def dashboard(kafka, tmp_path_factory):
     cfg = parse({"reconcile": {"bootstrap_servers": kafka.bootstrap_servers,
                                "audit_topic": audit_topic},
                  "windows": {"tiers": ["producer", "kafka-local"]},
-                 "alerts": {"default_channels": ["ops"], "silent_ms": 24 * 3_600_000},
+                 "alerts": {"default_channels": ["ops"], "silent_ms": 24 * 3_600_000,
+                            "clock_skew_ms": 24 * 3_600_000},
                  "channels": {"ops": {"type": "webhook", "url": hook.url}}})
     Reconciler(cfg, d / "r.db", clock=Clock(NOW)).run_once()
     port = _free_port()

@@ -17,7 +17,7 @@ import pytest
 import requests
 from confluent_kafka import Producer
 
-from audit.contract.record import AuditRecord, Progress, Ranges
+from audit.contract.record import AuditRecord, CaughtUp, Progress, Ranges
 from audit.reconcile.commands import watermark
 from audit.reconcile.config import parse
 from audit.reconcile.service import Reconciler, evaluate
@@ -82,6 +82,13 @@ def progress(tier: str, at: int = NOW, batch: int = 100) -> Progress:
                     emitted_at=at)
 
 
+def caught_up(tier: str, origin: str, seq: int = 1) -> CaughtUp:
+    """``tier``'s job has read past ``origin``'s audit records up to ``seq`` (its reports here
+    carry no record numbers: read past by their own ``seq``)."""
+    return CaughtUp(tier=tier, emitter=f"{tier}/count", incarnation="j1", seq=1,
+                    source=f"{origin}/agent", source_incarnation="i1", source_seq=seq)
+
+
 def send(bootstrap: str, topic: str, records, raw: list[bytes] = ()) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for r in records:
@@ -95,8 +102,9 @@ def send(bootstrap: str, topic: str, records, raw: list[bytes] = ()) -> None:
 def config(receiver: Receiver | None, bootstrap: str, topic: str, **windows):
     raw = {"reconcile": {"bootstrap_servers": bootstrap, "audit_topic": topic},
            "windows": {"tiers": ["producer", "kafka-local", "warehouse"], **windows}}
-    # The agents' reports lie two hours back and no heartbeat follows: not a silent producer.
-    raw["alerts"] = {"silent_ms": 6 * 3_600_000}
+    # The agents' reports lie two hours back and no heartbeat follows: not a silent producer,
+    # nor a clock two hours behind (they are history, arriving now).
+    raw["alerts"] = {"silent_ms": 6 * 3_600_000, "clock_skew_ms": 6 * 3_600_000}
     if receiver is not None:
         raw["channels"] = {"ops": {"type": "webhook", "url": receiver.url}}
         raw["alerts"]["default_channels"] = ["ops"]
@@ -193,7 +201,7 @@ def test_a_loss_at_the_cluster_tier_fires_one_alert_and_late_data_resolves_it(
     records = [count("producer", "app.events", o, 20_000) for o in ORIGINS]
     records += [count("kafka-local", "app.events", o, 20_000 if o != "web-2" else 19_900)
                 for o in ORIGINS]
-    records += [progress("kafka-local"),
+    records += [progress("kafka-local"), *(caught_up("kafka-local", o) for o in ORIGINS),
                 Ranges.of(tier="kafka-local", origin="web-2", origin_incarnation="i1",
                           emitter="kafka-local/count", seq=1, through=19_999,
                           missing=[[5000, 5099]], incarnation="i1")]

@@ -3,7 +3,10 @@ reconciler reading and judging them (``run_once`` with a clock the test sets), a
 delivered to real receivers on 127.0.0.1 — an HTTP webhook, an aiosmtpd SMTP server and, when
 installed, a real Alertmanager — routed by topic owner.
 
-Windows lie a few hours back; the clock moves the reconciler past grace and finality."""
+Windows lie a few hours back; the clock moves the reconciler past grace and finality. The audit
+topic here keeps the time its senders wrote (``CreateTime``), so each record *arrives* when
+the reconciler reads it, at the clock the test sets: "sent at" is "put, then read at". (On
+docket's own audit topic the broker stamps arrivals; ``test_clock_skew.py`` runs that way.)"""
 
 from __future__ import annotations
 
@@ -14,15 +17,15 @@ import requests
 
 from audit.reconcile.config import parse
 from audit.reconcile.service import Reconciler
-from broker.admin import ensure_audit_topic
+from broker.admin import AUDIT_TOPIC_CONFIG, TopicSpec, ensure_topics
 from tests.integration.test_alert_delivery import (  # noqa: F401  (fixtures)
     alertmanager,
     receiver,
     smtp_server,
     wait_for,
 )
+from tests.integration.test_reconcile import caught_up, progress, send
 from tests.integration.test_reconcile import count as _count
-from tests.integration.test_reconcile import progress, send
 
 W = 600_000
 HOUR = 3_600_000
@@ -49,7 +52,7 @@ class Clock:
 def setup(kafka, tmp_path, topic_name, receiver, smtp_server):   # noqa: F811
     """(send records, reconcile at a time, the webhook's events, the mailbox)."""
     audit_topic = f"{topic_name}.audit"
-    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
+    sender_stamped_audit_topic(kafka.bootstrap_servers, audit_topic)
     hook = receiver()
     box, port = smtp_server()
     db = tmp_path / "r.db"
@@ -77,11 +80,17 @@ def setup(kafka, tmp_path, topic_name, receiver, smtp_server):   # noqa: F811
     return put, at, events, box
 
 
+def sender_stamped_audit_topic(bootstrap: str, name: str) -> None:
+    spec = TopicSpec(name, 3, -1, {**AUDIT_TOPIC_CONFIG, "message.timestamp.type": "CreateTime"})
+    ensure_topics(bootstrap, [spec])
+
+
 def test_a_stopped_count_job_raises_audit_lag_windows_go_unknown_and_both_resolve(setup):
     put, at, events, _box = setup
     put(count("producer", "app", "web-1", 1000, at=END + MIN),
         count("kafka-local", "app", "web-1", 400, at=END - MIN), progress("kafka-local",
                                                                           at=END - MIN))
+    at(END - MIN)                                       # they arrive
     at(END + 45 * MIN)
     assert events() == [("firing", "audit_lag", "kafka-local", None)]
     put(count("kafka-local", "app", "web-1", 1000, seq=2, at=END + 46 * MIN),
@@ -105,22 +114,29 @@ def test_duplicates_raise_duplication_and_other_content_raises_checksum_mismatch
 def test_an_agent_that_stops_its_heartbeats_raises_silent_producer(setup):
     put, at, events, _box = setup
     put(count("producer", "app", "web-1", 10, at=END), count("producer", "app", "web-2", 10,
-                                                                 at=END),
-        count("producer", "app", "web-1", 0, window=T0 + 5 * W, at=END + 50 * MIN),
+                                                                 at=END))
+    at(END, silent_ms=30 * MIN)                         # both heard from at the window's end
+    put(count("producer", "app", "web-1", 0, window=T0 + 5 * W, at=END + 50 * MIN),
         count("kafka-local", "app", "web-1", 10), count("kafka-local", "app", "web-2", 10),
         progress("kafka-local", at=END + 50 * MIN))
+    at(END + 50 * MIN, silent_ms=30 * MIN)              # web-1's heartbeat; web-2 quiet
+    assert events() == [("firing", "silent_producer", "producer", "web-2")]
     at(END + 55 * MIN, silent_ms=30 * MIN)
     assert events() == [("firing", "silent_producer", "producer", "web-2")]
 
 
 def test_host_clocks_skewed_by_five_minutes_raise_nothing(setup):
+    """Reports and heartbeats written by clocks 5 minutes off arrive when they arrive: nobody
+    is silent, and the counts agree."""
     put, at, events, _box = setup
-    for skew, origin in ((-5 * MIN, "slow"), (5 * MIN, "fast")):
-        put(count("producer", "app", origin, 500, at=END + MIN + skew),
-            count("kafka-local", "app", origin, 500, at=END + 2 * MIN))
-    for i, now in enumerate((END + MIN, END + 20 * MIN, END + 40 * MIN, END + 2 * HOUR)):
-        put(progress("kafka-local", at=max(now - MIN, END + 10 * MIN), batch=200 + i))
-        at(now)
+    for i, now in enumerate((END + MIN, END + 20 * MIN, END + 40 * MIN, END + 60 * MIN)):
+        for skew, origin in ((-5 * MIN, "slow"), (5 * MIN, "fast")):
+            put(count("producer", "app", origin, 500, seq=1 + i, at=now + skew),
+                count("producer", "app", origin, 0, window=T0 + 6 * W, seq=1 + i,
+                      at=now + skew),
+                count("kafka-local", "app", origin, 500, seq=1 + i, at=now))
+        put(progress("kafka-local", at=now, batch=200 + i))
+        at(now, silent_ms=30 * MIN)
     assert events() == []
 
 
@@ -137,7 +153,8 @@ def test_a_loss_on_an_owned_topic_is_mailed_to_its_owner(setup):
     put, at, events, box = setup
     put(count("producer", "pay.cards", "web-1", 2000),
         count("kafka-local", "pay.cards", "web-1", 1990), progress("kafka-local",
-                                                                   at=END + 35 * MIN))
+                                                                   at=END + 35 * MIN),
+        caught_up("kafka-local", "web-1"))
     at(END + 40 * MIN)
     assert events() == []                               # not the default channel
     [mail] = box.messages
@@ -152,10 +169,10 @@ def test_alertmanager_gets_the_loss_with_its_labels(kafka, tmp_path, topic_name,
                                                     alertmanager):   # noqa: F811
     url, _hook = alertmanager
     audit_topic = f"{topic_name}.audit"
-    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
+    sender_stamped_audit_topic(kafka.bootstrap_servers, audit_topic)
     send(kafka.bootstrap_servers, audit_topic,
          [count("producer", "app", "web-3", 5000), count("kafka-local", "app", "web-3", 4975),
-          progress("kafka-local", at=END + 35 * MIN)])
+          progress("kafka-local", at=END + 35 * MIN), caught_up("kafka-local", "web-3")])
     cfg = parse({"reconcile": {"bootstrap_servers": kafka.bootstrap_servers,
                                "audit_topic": audit_topic},
                  "windows": {"tiers": ["producer", "kafka-local"]},

@@ -105,7 +105,7 @@ def test_the_count_job_stopped_raises_audit_lag_leaves_windows_unknown_and_both_
         loss = next(b for b in receiver.bodies if b["kind"] == "loss")
         assert (loss["detail"]["expected"], loss["detail"]["actual"]) == (1000, 990)
         assert loss["detail"]["missing_ranges"] == [list(LOST)]
-        assert job.stop() == 0, job.log_text()
+        assert job.stopped_cleanly()
 
         # 2. The job is stopped. Window 2's records reach Kafka and the agents report them.
         write(kafka.bootstrap_servers, topic, w2, "web-1", range(1000, 1500))
@@ -122,7 +122,7 @@ def test_the_count_job_stopped_raises_audit_lag_leaves_windows_unknown_and_both_
         _reconcile_until(cfg, db, Clock(), lambda: ("resolved", "audit_lag", "kafka-local",
                                                     None) in events() and
                          window_state(w2) == "complete", job)
-        assert job.stop() == 0, job.log_text()
+        assert job.stopped_cleanly()
     finally:
         receiver.close()
     assert [e for e in events() if e[1] == "loss"] == [("firing", "loss", "kafka-local",

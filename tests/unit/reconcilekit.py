@@ -4,7 +4,11 @@ the tier graph producer → kafka-local and one webhook channel."""
 
 from __future__ import annotations
 
-from audit.contract.record import AuditRecord, Progress
+import json
+
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
+from audit.contract.record import AuditRecord, CaughtUp, Progress
 from audit.reconcile.config import parse
 
 W = 600_000
@@ -40,7 +44,44 @@ def lossy_window(window, at):
             count("kafka-local", 400, "web-2", window=window, at=at)]
 
 
+def caught_up(origin="web-1", seq=1, delivered=None, tier="kafka-local"):
+    """``tier``'s job has read past ``origin``'s audit records up to ``seq`` (and numbers up to
+    ``delivered``)."""
+    return CaughtUp(tier=tier, emitter=f"{tier}/count", incarnation="j", seq=1,
+                    source=f"{origin}/agent", source_incarnation="i", source_seq=seq,
+                    source_delivered=delivered)
+
+
 def progress(at, batch=1):
     return Progress(tier="kafka-local", emitter="kafka-local/count", batch_id=batch,
                     input_rows_per_s=1.0, processed_rows_per_s=1.0, batch_duration_ms=1,
                     offsets_behind=0, emitted_at=at)
+
+
+class Message:
+    """One audit record as the reconciler's consumer gets it from Kafka, stamped by the broker
+    when it was appended (``LogAppendTime``): at ``appended_at``, by default the record's own
+    ``emitted_at`` (a sender whose clock is true)."""
+
+    def __init__(self, partition: int, offset: int, value: bytes,
+                 appended_at: int | None = None):
+        self._p, self._o, self._v = partition, offset, value
+        self._t = json.loads(value)["emitted_at"] if appended_at is None else appended_at
+
+    def error(self):
+        return None
+
+    def topic(self):
+        return "docket.audit"
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def value(self):
+        return self._v
+
+    def timestamp(self):
+        return TIMESTAMP_LOG_APPEND_TIME, self._t

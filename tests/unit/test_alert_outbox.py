@@ -138,8 +138,9 @@ def test_the_slack_body_escapes_names_from_the_data():
 def test_alertmanager_labels_identify_the_alert_and_endsat_follows_the_event():
     firing = alertmanager_alert(notification(), now_ms=T0 + 5000, firing_hold_ms=3_600_000)
     assert firing["labels"] == {"alertname": "DocketLoss", "alert_class": "data",
-                                "topic": "app.events", "window": "2026-11-23T07:10:00Z",
-                                "tier": "kafka-local", "origin": "web-42", "owner": "team-a"}
+                                "severity": "critical", "topic": "app.events",
+                                "window": "2026-11-23T07:10:00Z", "tier": "kafka-local",
+                                "origin": "web-42", "owner": "team-a"}
     assert firing["startsAt"] == "2026-11-23T07:20:00.123Z"
     assert firing["endsAt"] == "2026-11-23T08:20:05.000Z"        # sent + hold
     assert json.loads(firing["annotations"]["description"])["expected"] == 12345

@@ -223,3 +223,29 @@ def test_the_vendored_libraries_are_the_pinned_npm_files_and_the_pages_load_them
     for script in ("htmx.org/htmx.min.js", "uplot/uPlot.iife.min.js"):
         assert f'src="/static/vendor/{script}"' in html
         assert client.get(f"/static/vendor/{script}").status_code == 200
+
+
+def test_the_health_page_shows_each_hosts_clock_offset_as_a_fact(tmp_path):
+    """Producers on the health page: when their counts last arrived and how far their clocks
+    are from the broker's; a host 10 minutes ahead carries its open ``clock_skew`` (never a
+    loss), one measured on time none, one never measured a dash."""
+    path = tmp_path / "r.db"
+    store = Store(path)
+    at = NOW - MIN
+    records = [count("producer", 10, origin, window=T0, at=at + skew)
+               for origin, skew in (("ahead", 600_000), ("true", 0), ("unmeasured", 0))]
+    for r in records:
+        r.arrived_at = at
+    store.apply(records, {}, {("docket.audit", 0): 3}, "t",
+                clock_offsets={"ahead": (at, 600_000), "true": (at, 40)})
+    evaluate(store, cfg(), NOW)
+    store.close()
+    client = TestClient(create_app(path), base_url="http://127.0.0.1")
+    hosts = {h["origin"]: h for h in client.get("/api/health").json()["producers"]}
+    assert {o: (h["clock_offset_s"], h["alerts"]) for o, h in hosts.items()} == {
+        "ahead": (600.0, ["clock_skew"]), "true": (0.0, []), "unmeasured": (None, [])}
+    assert all(h["last_seen_s"] >= 59 for h in hosts.values())    # arrived a minute before
+    html = client.get("/health").text
+    row = re.search(r"<th>ahead</th>(.*?)</tr>", html, re.S).group(1)
+    assert "+600.0 s" in row and "clock_skew" in row
+    assert re.search(r"<th>unmeasured</th><td>[^<]*</td><td>–</td>", html)

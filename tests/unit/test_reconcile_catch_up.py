@@ -12,27 +12,7 @@ import time
 from confluent_kafka import KafkaError, TopicPartition
 
 from audit.reconcile.service import Reconciler
-from tests.unit.reconcilekit import MIN, T0, W, cfg, count, progress
-
-
-class Message:
-    def __init__(self, partition: int, offset: int, value: bytes):
-        self._p, self._o, self._v = partition, offset, value
-
-    def error(self):
-        return None
-
-    def topic(self):
-        return "docket.audit"
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def value(self):
-        return self._v
+from tests.unit.reconcilekit import MIN, T0, Message, W, cfg, count, progress
 
 
 class ScriptedConsumer:

@@ -29,7 +29,8 @@ def test_a_layout_1_file_gains_skipped_and_keeps_its_records(tmp_path):
 
     path = tmp_path / "r.db"
     store = Store(path)
-    store.conn.execute("ALTER TABLE counts DROP COLUMN skipped")
+    for column in ("skipped", "sealed_through", "arrived_at"):
+        store.conn.execute(f"ALTER TABLE counts DROP COLUMN {column}")
     store.conn.execute("INSERT INTO counts VALUES ('warehouse', 'warehouse/land', '', 'o', "
                        "'t', 0, 600000, 5, 50, '0000000000000001', 5, 0, 0, '{}', '{}', 0, "
                        "1, 1)")
@@ -38,7 +39,7 @@ def test_a_layout_1_file_gains_skipped_and_keeps_its_records(tmp_path):
     store.close()
 
     store = Store(path)
-    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 4
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 5
     assert store.conn.execute("SELECT count(*) FROM evaluating").fetchone() == (0,)
     rec = AuditRecord(tier="warehouse", origin="o", topic="t", window_start=0,
                       window_ms=600000, count=0, bytes=0, checksum=0,
@@ -146,9 +147,17 @@ def _layout_3_file(path):
     return [(t, n) for t, n in (("a", 5), ("b", 6))]
 
 
+_LAYOUT_3_COLUMNS = {
+    "counts": "tier, emitter, incarnation, origin, topic, window_start, window_ms, count, "
+              "bytes, checksum, distinct_count, duplicates, dropped, dropped_reasons, "
+              "dropped_unknown, late, seq, emitted_at, skipped",
+    "windows": "*"}
+
+
 def _rows(conn) -> dict:
-    return {t: conn.execute(f"SELECT * FROM {t} ORDER BY topic").fetchall()
-            for t in ("counts", "windows")}
+    """Every row of ``counts`` and ``windows``, the columns layout 3 had."""
+    return {t: conn.execute(f"SELECT {columns} FROM {t} ORDER BY topic").fetchall()
+            for t, columns in _LAYOUT_3_COLUMNS.items()}
 
 
 def _table_sql(store, name):
@@ -167,7 +176,7 @@ def test_a_layout_3_file_is_clustered_and_keeps_its_rows(tmp_path):
     conn.close()
     store = Store(path)
     assert _rows(store.conn) == before
-    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 4
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 5
     for name in ("counts", "windows"):
         assert _table_sql(store, name)[0].endswith("WITHOUT ROWID")
     assert _table_sql(store, "windows_open") is None
@@ -241,3 +250,35 @@ def test_a_rebuilt_file_is_whole_without_the_schema_run_after(tmp_path, monkeypa
             "windows_not_final", "evaluating"} <= names
     assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 4
     store.conn.close()
+
+
+def test_a_tier_has_caught_up_as_far_as_the_least_of_its_live_emitters_newest_incarnations(
+        tmp_path):
+    """Marks per tier: of each job emitter its newest incarnation (by arrival), of several
+    emitters those heard from within ``stale_ms`` of the tier's newest, each source as far as
+    all of them have caught up with it; a tier whose jobs publish marks but have sent none
+    yet is caught up with nothing."""
+    from audit.contract.record import CaughtUp, Progress
+    from audit.reconcile.verdict import Mark
+
+    def mark(emitter, incarnation, source, seq, delivered, at, tier="warehouse"):
+        return CaughtUp(tier=tier, emitter=emitter, incarnation=incarnation, seq=1,
+                        source=source, source_incarnation="a1", source_seq=seq,
+                        source_delivered=delivered, emitted_at=at, arrived_at=at)
+    store = Store(tmp_path / "r.db")
+    store.apply([
+        mark("w/land", "old", "web-1/agent", 90, 900, at=1000),     # an older checkpoint's
+        mark("w/land", "new", "web-1/agent", 5, 50, at=5000),
+        mark("w/land", "new", "web-2/agent", 7, None, at=5000),
+        mark("w/land", "new", "web-1/agent", 4, 60, at=5100),       # each figure only grows
+        mark("w/other", "x", "web-1/agent", 3, 70, at=4900),
+        mark("w/gone", "y", "web-1/agent", 1, 1, at=100),           # silent: left out
+        Progress(tier="kafka-local", emitter="kafka-local/count", batch_id=0,
+                 input_rows_per_s=0.0, processed_rows_per_s=0.0, batch_duration_ms=1,
+                 offsets_behind=0, publishes_caught_up=True, arrived_at=5000)],
+        {}, {}, "t")
+    assert store.caught_up(stale_ms=1000) == {
+        "warehouse": {("web-1/agent", "a1"): Mark(3, 60)},         # web-2: not by w/other
+        "kafka-local": {}}
+    assert store.caught_up(stale_ms=10_000)["warehouse"] == {("web-1/agent", "a1"): Mark(1, 1)}
+    store.close()

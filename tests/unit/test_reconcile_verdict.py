@@ -15,8 +15,12 @@ from audit.reconcile.verdict import (
     OVERCOUNT,
     PENDING,
     UNKNOWN,
+    Currency,
+    Mark,
     Timing,
+    current_by_origin,
     judge,
+    producer_reports,
     tier_order,
 )
 
@@ -29,23 +33,31 @@ TIERS = ["producer", "kafka-local", "warehouse"]
 
 
 def rec(tier: str, count: int, origin: str = "web-1", *, distinct: int | None = -1,
-        checksum: int = 1000, emitted_at: int = END + 60_000, **kw) -> AuditRecord:
+        checksum: int = 1000, emitted_at: int = END + 60_000, seq: int = 1,
+        **kw) -> AuditRecord:
     if distinct == -1:
         distinct = count
     return AuditRecord(tier=tier, origin=origin, topic="app", window_start=T0, window_ms=W,
                        count=count, bytes=count * 100, checksum=checksum,
                        emitter=f"{origin}/agent" if tier == "producer" else f"{tier}/count",
-                       seq=1, emitted_at=emitted_at, distinct=distinct,
+                       seq=seq, emitted_at=emitted_at, distinct=distinct,
                        duplicates=None if distinct is None else count - distinct, **kw)
 
 
-def verdicts(counts: dict, now: int = AFTER_GRACE, progress: dict | None = None) -> dict:
-    """``progress``: tier → when it last reported progress, at the end of its input."""
-    by_tier = {}
-    for r in counts:
-        by_tier.setdefault(r.tier, {})[r.origin] = r
+def current(counts: list[AuditRecord], currency: Currency):
+    """``judge``'s question, as the evaluation asks it: of the producer's reports."""
+    reports = producer_reports(counts)
+    return lambda tier, origin: currency.current(tier, reports.get(origin, []))
+
+
+def verdicts(counts: list, now: int = AFTER_GRACE, progress: dict | None = None,
+             marks: dict | None = None) -> dict:
+    """``progress``: tier → when its last progress arrived, at the end of its input (a tier
+    without ``caught_up`` marks); ``marks``: tier → (emitter, incarnation) → ``Mark``."""
+    by_tier = current_by_origin(counts)
     progress = {t: (at, 0) for t, at in (progress or {}).items()}
-    out = judge("app", T0, by_tier, progress, TIERS, TIMING, now)
+    currency = Currency(marks or {}, progress, TIMING.settle_ms)
+    out = judge("app", T0, by_tier, current(counts, currency), TIERS, TIMING, now)
     return {v.tier: v for v in out}
 
 
@@ -100,9 +112,56 @@ def test_duplicates_hiding_a_loss_are_loss():
 def test_a_tier_behind_its_input_is_not_current_however_recent_its_progress():
     counts = [rec("producer", 1000), rec("kafka-local", 400)]
     by_tier = {"producer": {"web-1": counts[0]}, "kafka-local": {"web-1": counts[1]}}
-    [_p, v] = judge("app", T0, by_tier, {"kafka-local": (AFTER_GRACE, 5_000_000)},
-                    TIERS[:2], TIMING, AFTER_GRACE)
+    currency = Currency({}, {"kafka-local": (AFTER_GRACE, 5_000_000)}, TIMING.settle_ms)
+    [_p, v] = judge("app", T0, by_tier, current(counts, currency), TIERS[:2], TIMING,
+                    AFTER_GRACE)
     assert v.state == UNKNOWN and not v.final
+
+
+def test_a_tier_with_marks_is_current_once_it_read_past_a_report_delivering_the_windows():
+    """The producer's report counts records numbered up to 999 (``sealed_through``); the tier
+    is current once it has read past a report of that agent saying every number up to 999 was
+    acknowledged (``delivered``), whatever the times its records carry."""
+    report = rec("producer", 1000, sealed_through=999, incarnation="a1",
+                 emitted_at=END - 20 * 60_000)            # a clock 20 minutes behind
+    counts = [report, rec("kafka-local", 995)]
+    key = ("web-1/agent", "a1")
+
+    def state(mark: Mark | None) -> str:
+        marks = {"kafka-local": {key: mark} if mark else {}}
+        return verdicts(counts, marks=marks)["kafka-local"].state
+    assert state(None) == UNKNOWN                   # not read past any of its reports
+    assert state(Mark(seq=5, delivered=998)) == UNKNOWN  # one record may still be on its way
+    assert state(Mark(seq=5, delivered=None)) == UNKNOWN
+    assert state(Mark(seq=5, delivered=999)) == INCOMPLETE
+    # The progress records, whatever they say, do not count for a tier that has marks.
+    marks = {"kafka-local": {key: Mark(seq=5, delivered=998)}}
+    assert verdicts(counts, marks=marks, progress={"kafka-local": END + 3_600_000}
+                    )["kafka-local"].state == UNKNOWN
+
+
+def test_a_report_without_record_numbers_is_read_past_by_its_own_seq():
+    counts = [rec("producer", 1000, incarnation="a1", seq=7), rec("kafka-local", 995)]
+    key = ("web-1/agent", "a1")
+    for seq, state in ((6, UNKNOWN), (7, INCOMPLETE), (9, INCOMPLETE)):
+        marks = {"kafka-local": {key: Mark(seq=seq)}}
+        assert verdicts(counts, marks=marks)["kafka-local"].state == state, seq
+
+
+def test_every_incarnation_of_an_origin_must_be_read_past():
+    counts = [rec("producer", 600, incarnation="a1", sealed_through=599),
+              rec("producer", 400, incarnation="a2", sealed_through=399),
+              rec("kafka-local", 990)]
+    one = {("web-1/agent", "a1"): Mark(3, 599)}
+    both = {**one, ("web-1/agent", "a2"): Mark(1, 399)}
+    assert verdicts(counts, marks={"kafka-local": one})["kafka-local"].state == UNKNOWN
+    v = verdicts(counts, marks={"kafka-local": both})["kafka-local"]
+    assert (v.state, v.expected, v.actual) == (INCOMPLETE, 1000, 990)
+
+
+def test_a_tier_of_several_emitters_has_caught_up_as_far_as_the_least_of_them():
+    assert Mark(5, 100).least(Mark(7, 90)) == Mark(5, 90)
+    assert Mark(5, 100).least(Mark(7, None)) == Mark(5, None)
 
 
 def test_an_unknown_verdict_is_not_final_so_a_tier_that_comes_back_can_still_call_a_loss():
