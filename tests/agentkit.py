@@ -24,6 +24,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def clock_shift_env(seconds: int, build_dir: Path) -> dict[str, str]:
+    """The environment that runs a process on a host whose wall clock is ``seconds`` off: the
+    shim ``tests/clockshift.c``, built here with the system's C compiler, preloaded."""
+    lib = build_dir / "clockshift.so"
+    if not lib.exists():
+        build_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(lib),
+                        str(Path(__file__).with_name("clockshift.c")), "-ldl"], check=True)
+    return {"LD_PRELOAD": str(lib), "CLOCK_SHIFT_S": str(seconds)}
+
+
 def write_config(path: Path, bootstrap: str, state_dir: Path, sources: list[dict],
                  **sections) -> Path:
     """A TOML config; ``sections`` like buffer={"size_bytes": ...} override the defaults."""
