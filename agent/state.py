@@ -99,6 +99,7 @@ def _sqlite_utils_without_pandas():
 sqlite_utils = _sqlite_utils_without_pandas()
 
 FINGERPRINT_BYTES = 1024
+LOCK_WAIT_S = 60.0        # how long a write waits for the other connection's (see StateDB)
 
 # Generation states.
 PENDING = "pending"      # a file just found: open, not read until it is known to be new content
@@ -145,7 +146,10 @@ class StateDB:
     def __init__(self, path: Path, crash_point: Callable[[str], None] | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.db = sqlite_utils.Database(path)
+        # The emitter's thread writes with a connection of its own (``AuditRound``); a write
+        # that must wait for it waits as long as it would (SQLite's default is 5 s, and a
+        # loaded host has taken longer: an agent died of "database is locked").
+        self.db = sqlite_utils.Database(sqlite3.connect(path, timeout=LOCK_WAIT_S))
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self._crash_point = crash_point or (lambda name: None)
@@ -443,7 +447,7 @@ class AuditRound:
     thread), closed at the end of the round."""
 
     def __init__(self, path: Path):
-        self.conn = sqlite3.connect(path, timeout=30)
+        self.conn = sqlite3.connect(path, timeout=LOCK_WAIT_S)
 
     def __enter__(self) -> AuditRound:
         return self

@@ -3,10 +3,15 @@ source, pool and state database, and a fake Kafka at the transport seam."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+
+import pytest
 from confluent_kafka import KafkaError
 
 from agent.config import parse
 from agent.service import Agent, Seams
+from agent.state import LOCK_WAIT_S, StateDB
 from tests.unit.fakeproducer import FakeKafka
 from tests.unit.tailkit import FakeClock, lines
 
@@ -56,3 +61,30 @@ def test_the_acknowledged_offset_never_passes_an_older_slot_still_in_flight(tmp_
     assert row["acked_offset"] == row["sealed_offset"] == len(content)
     assert sorted(kafka.values()) == sorted(content.split(b"\n")[:-1])
     agent.abandon()
+
+
+def test_a_state_write_waits_for_the_emitters_connection_as_long_as_a_loaded_host_needs(
+        tmp_path):
+    """Seen on a loaded host: the agent's main loop died of "database is locked" while the
+    audit emitter's connection wrote (SQLite's default wait is 5 s). Both connections wait
+    ``LOCK_WAIT_S``; a write held 6 s by the other one is waited for, not fatal."""
+    db = StateDB(tmp_path / "state.db")
+    assert db.db.conn.execute("PRAGMA busy_timeout").fetchone()[0] == LOCK_WAIT_S * 1000
+    with db.audit_round() as round_:
+        assert round_.conn.execute("PRAGMA busy_timeout").fetchone()[0] == LOCK_WAIT_S * 1000
+    other = sqlite3.connect(tmp_path / "state.db", check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    released = threading.Event()
+
+    def release():
+        other.commit()
+        released.set()
+    threading.Timer(6.0, release).start()
+    impatient = sqlite3.connect(tmp_path / "state.db", timeout=0)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):    # the lock is held
+        impatient.execute("BEGIN IMMEDIATE")
+    impatient.close()
+    source = db.add_file(0, 1, 2, b"fp", "/x.log")         # waits for the lock, then writes
+    assert released.is_set() and db.get(source)["path"] == "/x.log"
+    other.close()
+    db.close()
