@@ -313,16 +313,18 @@ class Reconciler:
         self.store.apply(records, malformed, offsets, _iso_now(self.clock()), clock_offsets)
         self.applied += len(records)
 
-    def caught_up(self) -> bool:
-        """Every assigned partition read to its current end. Positions, not the last offset
-        applied: a transaction marker can end a partition."""
+    def caught_up(self, ends: dict[int, int] | None = None) -> bool:
+        """Every assigned partition read to its current end (or to ``ends``: partition → an
+        end taken before). Positions, not the last offset applied: a transaction marker can
+        end a partition."""
         if not self.partitions:
             return False
         stored = self.store.offsets(self.topic)
         positions = self.consumer.position([TopicPartition(self.topic, p)
                                             for p in self.partitions])
         for tp in positions:
-            _lo, hi = self.consumer.get_watermark_offsets(tp, timeout=10)
+            hi = ends.get(tp.partition, 0) if ends is not None else \
+                self.consumer.get_watermark_offsets(tp, timeout=10)[1]
             at = tp.offset if tp.offset >= 0 else stored.get(tp.partition, 0)  # none fetched
             if at < hi:
                 return False
@@ -361,12 +363,20 @@ class Reconciler:
         self.store.close()
 
     def run_once(self, timeout_s: float = 120.0) -> Evaluation:
-        """Read the audit topic to its current end, evaluate, deliver once."""
+        """Read the audit topic to its end as it is when the partitions are found (records
+        that come meanwhile wait for the next run: a topic the agents keep writing to is never
+        chased), evaluate, deliver once."""
         self.open()
         try:
             deadline = time.monotonic() + timeout_s
-            while not self.caught_up():
+            ends: dict[int, int] | None = None
+            while True:
                 self._assign_new_partitions()
+                if ends is None and self.partitions:
+                    ends = {p: self.consumer.get_watermark_offsets(
+                        TopicPartition(self.topic, p), timeout=10)[1] for p in self.partitions}
+                if ends is not None and self.caught_up(ends):
+                    break
                 if time.monotonic() > deadline:
                     raise AuditError(f"the audit topic {self.topic} was not read to its end in "
                                      f"{timeout_s:g} s", hint="is the broker reachable? "

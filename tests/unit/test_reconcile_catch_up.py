@@ -115,3 +115,35 @@ def test_evaluations_follow_the_interval_and_survive_failures(tmp_path, monkeypa
     assert rec.step() is None                          # logged; the next one is scheduled
     assert rec._evaluate_due > time.monotonic() + 50
     rec.store.close()
+
+
+def test_once_reads_the_topic_to_its_end_as_found_and_never_chases_it(tmp_path, monkeypatch):
+    """``--once`` on a topic the agents keep writing to (a record more after every read, as
+    seen with five agents on a loaded host): it reads to the end the partitions had when it
+    found them, and ends."""
+    from types import SimpleNamespace
+
+    now = int(time.time() * 1000)
+    heartbeat = count("producer", 0, "web-1", window=T0, at=now).encode()[1]
+
+    class Growing(ScriptedConsumer):
+        def consume(self, n, timeout):
+            out = super().consume(n, timeout)
+            self.logs[0].append(heartbeat)               # another round came meanwhile
+            return out
+
+        def list_topics(self, topic, timeout=None):
+            return SimpleNamespace(topics={topic: SimpleNamespace(partitions={0: None},
+                                                                  error=None)})
+
+        def incremental_assign(self, tps):
+            pass
+
+        def close(self):
+            pass
+
+    growing = Growing({0: [heartbeat] * 3})
+    rec = Reconciler(cfg(), tmp_path / "r.db", clock=lambda: now / 1000)
+    monkeypatch.setattr(rec, "_consumer", lambda: growing)
+    rec.run_once(timeout_s=30)
+    assert growing.next[0] == 3 and len(growing.logs[0]) > 3
