@@ -257,6 +257,7 @@ class Progress:
     # caught up with anything before its first (False: a job that does not, judged by its
     # progress records' arrival).
     publishes_caught_up: bool = False
+    incarnation: str | None = None      # the job's (its checkpoint's); None: not said
     # Not on the wire: when the reader got the record (see AuditRecord.arrived_at).
     arrived_at: int | None = field(default=None, compare=False)
 
@@ -349,9 +350,9 @@ def parse(value: bytes | None) -> Record:
 def _parse_object(obj: dict) -> Record:
     if obj.get("kind", "count") == "progress":
         _check(obj, _PROGRESS_FIELDS, {"offsets_behind": int, "emitted_at": int,
-                                       "publishes_caught_up": bool})
+                                       "publishes_caught_up": bool, "incarnation": str})
         return Progress(**{k: obj[k] for k in (*_PROGRESS_FIELDS, "emitted_at",
-                                               "publishes_caught_up")
+                                               "publishes_caught_up", "incarnation")
                            if obj.get(k) is not None},
                         offsets_behind=obj.get("offsets_behind"))
     if obj.get("kind", "count") == "ranges":

@@ -15,7 +15,9 @@ by the first batch from then on with nothing behind. The count job publishes the
 counts of that batch were written before its progress was posted. The land job counts what it
 landed with a second query, over the files: there a mark is published once a counting batch
 that *started* after the landing batch had been committed (both times read in this one
-process) has ended. Marks are published, as ``CaughtUp`` records, when they grow.
+process) has ended, or a trigger of the counting query that started after it found no new
+file (Spark's idle event: the landing batches of audit records alone make no files). Marks are
+published, as ``CaughtUp`` records, when they grow.
 
 A batch range that cannot be read within ``READ_TIMEOUT_S`` (the cluster away) gives no marks:
 marks only ever say less than the truth, and the next rounds of the emitters say it again.
@@ -36,7 +38,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from ..contract.errors import MalformedRecord
 from ..contract.names import NO_INCARNATION
-from ..contract.record import PRODUCER_TIER, AuditRecord, CaughtUp, Ranges, parse
+from ..contract.record import PRODUCER_TIER, AuditRecord, CaughtUp, Progress, Ranges, parse
 
 log = logging.getLogger("docket.audit")
 
@@ -141,6 +143,19 @@ class CatchUp:
                                         daemon=True)
         self._worker.start()
 
+    def announce(self) -> None:
+        """Before the job counts anything: a progress record saying that this emitter, in this
+        incarnation, publishes ``caught_up`` records. The reconciler then holds the tier's
+        counts (and those of a new incarnation, against the old one's marks) not caught up
+        with anything until this job's first mark, instead of judging them on their own
+        (seen: a count job's first batch, read before the agents' last records, judged a loss
+        in the second between its counts and its first progress record)."""
+        self.publish([Progress(tier=self.tier, emitter=self.emitter, batch_id=-1,
+                               input_rows_per_s=0.0, processed_rows_per_s=0.0,
+                               batch_duration_ms=0, offsets_behind=None,
+                               publishes_caught_up=True, incarnation=self.incarnation
+                               ).encode()])
+
     # -- the listener's side (Spark's listener thread: quick) ----------------------------------
     def progressed(self, progress, behind: int | None) -> None:
         """A query's progress (``StreamingQueryProgress``); ``behind`` its offsets behind."""
@@ -151,6 +166,14 @@ class CatchUp:
             int(time.time() * 1000), behind,
             audit_ranges(progress.sources, self.audit_topic)
             if progress.name == self.reading else {}))
+
+    def idle(self, query: str, timestamp: str) -> None:
+        """``query`` found nothing new at the trigger that started at ``timestamp``: for the
+        counting query, every file landed before then is counted, as by a batch (the landing
+        query keeps landing the audit topic's batches, which make no files)."""
+        if query == self.counting:
+            self._events.put(Batch(query, -1, _epoch_ms(timestamp), int(time.time() * 1000),
+                                   0))
 
     def settle(self, query: str, batch_id: int, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
         """Wait until the progress of ``query``'s batch ``batch_id`` was handled (a job run

@@ -96,11 +96,14 @@ def _start_counting(rows, name: str, writer: AuditWriter, opts: JobOptions):
 def _catch_up(opts: JobOptions, writer: AuditWriter, reading: str,
               counting: str | None) -> CatchUp:
     """The job's ``caught_up`` records (``audit.jobs.catchup``): the audit topic is read on
-    the cluster the job counts, where the data is."""
-    return CatchUp(tier=writer.tier, emitter=writer.emitter, incarnation=writer.incarnation,
-                   audit_topic=opts.audit_topic, bootstrap_servers=opts.bootstrap_servers,
-                   reading=reading, counting=counting, publish=writer.send,
-                   client_options=opts.kafka_options)
+    the cluster the job counts, where the data is. The caller announces it
+    (``CatchUp.announce``) before the job counts anything."""
+    catch_up = CatchUp(tier=writer.tier, emitter=writer.emitter,
+                       incarnation=writer.incarnation, audit_topic=opts.audit_topic,
+                       bootstrap_servers=opts.bootstrap_servers, reading=reading,
+                       counting=counting, publish=writer.send,
+                       client_options=opts.kafka_options)
+    return catch_up
 
 
 def _settle(catch_up: CatchUp, query) -> None:
@@ -120,11 +123,12 @@ def run_count(cluster: str, opts: JobOptions) -> None:
     catch_up = _catch_up(opts, writer, name, None)
     spark.streams.addListener(make_progress_listener({name: (writer, writer.emitter, ckpt)},
                                                      catch_up))
-    query = _start_counting(with_origin(data_records(kafka_stream(spark, opts),
-                                                     opts.audit_topic)), name, writer, opts)
-    log.info("counting cluster %s (%s) into %s every %s", cluster, opts.bootstrap_servers,
-             opts.audit_topic, "run (once)" if opts.once else f"{opts.trigger_s} s")
     try:
+        catch_up.announce()
+        query = _start_counting(with_origin(data_records(kafka_stream(spark, opts),
+                                                         opts.audit_topic)), name, writer, opts)
+        log.info("counting cluster %s (%s) into %s every %s", cluster, opts.bootstrap_servers,
+                 opts.audit_topic, "run (once)" if opts.once else f"{opts.trigger_s} s")
         _await(spark, stop, query)
         if not stop.is_set() and query.exception() is not None:
             raise query.exception()
@@ -180,6 +184,7 @@ def run_land(warehouse: Path, opts: JobOptions, dedup: bool = False) -> None:
     log.info("landing %s into %s%s; counting what landed into %s", opts.bootstrap_servers,
              data, " (each record once)" if dedup else "", opts.audit_topic)
     try:
+        catch_up.announce()
         if opts.once:                              # land everything there is, then count it
             for start in (land.start, start_counting):
                 query = start()
@@ -229,12 +234,19 @@ def land_batch(landing: BatchLanding, skips: AuditWriter):
 
 def _shut_down(spark, writer, stopping: bool) -> None:
     """Stop the queries, each between two batches when one ends within
-    ``BETWEEN_BATCHES_WAIT_S`` (stopped mid-batch, Spark logs the batch it cut short as
-    errors; the checkpoint is consistent either way), then the session. The JVM ignores
-    SIGTERM (``spark.spark_session``); should it be gone all the same (killed), there is
-    nothing left to stop, and that is fine."""
+    ``BETWEEN_BATCHES_WAIT_S``, then the session. A query that is always busy (its batches
+    take longer than its trigger) is stopped in a batch: Spark cuts it short and runs it again
+    at the next start (the checkpoint is consistent at every point), and what Spark and py4j
+    would log of the batch they interrupted is not logged — on a stop asked for, it says
+    nothing. The JVM ignores SIGTERM (``spark.spark_session``); should it be gone all the
+    same (killed), there is nothing left to stop, and that is fine."""
     writer.close()
     try:
+        if stopping and spark.streams.active:
+            log.info("stopping the queries; a batch under way is cut short and runs again at "
+                     "the next start")
+            spark.sparkContext.setLogLevel("OFF")
+            logging.getLogger("py4j").setLevel(logging.CRITICAL)
         for q in spark.streams.active:
             deadline = time.monotonic() + BETWEEN_BATCHES_WAIT_S
             while q.status.get("isTriggerActive") and time.monotonic() < deadline:

@@ -389,9 +389,11 @@ def make_progress_listener(queries: dict[str, tuple[AuditWriter, str, Path]],
     (``audit.jobs.catchup.CatchUp``)."""
     from pyspark.sql.streaming import StreamingQueryListener
 
+    names: dict[str, str] = {}              # query id → name (an idle event has no name)
+
     class ProgressListener(StreamingQueryListener):
         def onQueryStarted(self, event):   # noqa: N802 (Spark's names)
-            pass
+            names[str(event.id)] = event.name
 
         def onQueryProgress(self, event):  # noqa: N802
             p = event.progress
@@ -404,7 +406,8 @@ def make_progress_listener(queries: dict[str, tuple[AuditWriter, str, Path]],
                            processed_rows_per_s=float(p.processedRowsPerSecond or 0.0),
                            batch_duration_ms=int(p.batchDuration or 0),
                            offsets_behind=offsets_behind(p.sources),
-                           publishes_caught_up=catch_up is not None)
+                           publishes_caught_up=catch_up is not None and
+                           emitter == catch_up.emitter, incarnation=writer.incarnation)
             if catch_up is not None:
                 catch_up.progressed(p, rec.offsets_behind)
             writer.progress(rec)
@@ -415,7 +418,9 @@ def make_progress_listener(queries: dict[str, tuple[AuditWriter, str, Path]],
             log.info("progress %s", json.dumps(body))
 
         def onQueryIdle(self, event):      # noqa: N802
-            pass
+            name = names.get(str(event.id))
+            if catch_up is not None and name is not None:
+                catch_up.idle(name, event.timestamp)
 
         def onQueryTerminated(self, event):  # noqa: N802
             pass

@@ -93,7 +93,7 @@ CREATE TABLE IF NOT EXISTS progress (
     tier TEXT NOT NULL, emitter TEXT NOT NULL, batch_id INTEGER NOT NULL,
     input_rows_per_s REAL NOT NULL, processed_rows_per_s REAL NOT NULL,
     batch_duration_ms INTEGER NOT NULL, offsets_behind INTEGER, emitted_at INTEGER NOT NULL,
-    arrived_at INTEGER, publishes_caught_up INTEGER,
+    arrived_at INTEGER, publishes_caught_up INTEGER, incarnation TEXT,
     PRIMARY KEY (tier, emitter));
 CREATE TABLE IF NOT EXISTS caught_up (
     tier TEXT NOT NULL, emitter TEXT NOT NULL, incarnation TEXT NOT NULL, source TEXT NOT NULL,
@@ -170,6 +170,7 @@ LAYOUT = 5        # PRAGMA user_version: the tables' layout, for a later change 
 _LAYOUT_5_COLUMNS = (("counts", "sealed_through INTEGER"), ("counts", "arrived_at INTEGER"),
                      ("progress", "arrived_at INTEGER"),
                      ("progress", "publishes_caught_up INTEGER"),
+                     ("progress", "incarnation TEXT"),
                      ("producers", "emitted_at INTEGER"),
                      ("producers", "clock_offset_ms INTEGER"),
                      ("producers", "clock_offset_at INTEGER"))
@@ -202,13 +203,13 @@ WHERE excluded.seq > ranges.seq
 _UPSERT_PROGRESS = """
 INSERT INTO progress VALUES (:tier, :emitter, :batch_id, :input_rows_per_s,
     :processed_rows_per_s, :batch_duration_ms, :offsets_behind, :emitted_at, :arrived_at,
-    :publishes_caught_up)
+    :publishes_caught_up, :incarnation)
 ON CONFLICT (tier, emitter) DO UPDATE SET
     batch_id = excluded.batch_id, input_rows_per_s = excluded.input_rows_per_s,
     processed_rows_per_s = excluded.processed_rows_per_s,
     batch_duration_ms = excluded.batch_duration_ms, offsets_behind = excluded.offsets_behind,
     emitted_at = excluded.emitted_at, arrived_at = excluded.arrived_at,
-    publishes_caught_up = excluded.publishes_caught_up
+    publishes_caught_up = excluded.publishes_caught_up, incarnation = excluded.incarnation
 WHERE excluded.emitted_at > progress.emitted_at
    OR (excluded.emitted_at = progress.emitted_at AND excluded.batch_id > progress.batch_id)
 """
@@ -467,42 +468,33 @@ class Store:
 
     def caught_up(self, stale_ms: int) -> dict[str, dict[tuple[str, str], Mark]]:
         """tier → (source emitter, its incarnation) → how far the tier has caught up with it
-        (``CaughtUp`` records): of each emitter of the tier its newest incarnation (a job
-        started on a new checkpoint counts again from nothing); of several emitters, those
-        heard from within ``stale_ms`` of the tier's newest, and a source counts only as far
-        as every one of them has caught up with it. A tier whose jobs say they publish marks
-        (``progress.publishes_caught_up``) is here before its first: caught up with nothing
-        yet, never judged by its progress alone."""
-        emitters: dict[tuple[str, str], dict[str, int]] = {}
-        for tier, emitter, incarnation, at in self.conn.execute(
-                "SELECT tier, emitter, incarnation, max(arrived_at) FROM caught_up "
-                "GROUP BY tier, emitter, incarnation"):
-            emitters.setdefault((tier, emitter), {})[incarnation] = at
-        newest: dict[tuple[str, str], tuple[str, int]] = {
-            key: max(incs.items(), key=lambda kv: (kv[1], kv[0]))
-            for key, incs in emitters.items()}
-        out: dict[str, dict[tuple[str, str], Mark]] = {
-            tier: {} for (tier,) in self.conn.execute(
-                "SELECT DISTINCT tier FROM progress WHERE publishes_caught_up")}
-        tier_newest: dict[str, int] = {}
-        for (tier, _e), (_i, at) in newest.items():
-            tier_newest[tier] = max(at, tier_newest.get(tier, at))
-        live = {key: inc for key, (inc, at) in newest.items()
-                if at >= tier_newest[key[0]] - stale_ms}
-        per_emitter: dict[tuple[str, str], dict[tuple[str, str], Mark]] = {}
+        (``CaughtUp`` records), for the tiers whose jobs say they publish them
+        (``progress.publishes_caught_up``; a tier before its first mark is here, caught up
+        with nothing, never judged by its progress alone). Of each such emitter, the marks of
+        the incarnation its newest progress names (a job started on a new checkpoint counts
+        again from nothing: its predecessor's marks do not speak for its counts); of several
+        emitters of a tier, those whose progress arrived within ``stale_ms`` of the tier's
+        newest, and a source counts only as far as every one of them has caught up with it."""
+        emitters: dict[tuple[str, str], tuple[str | None, int]] = {
+            (tier, emitter): (incarnation, at) for tier, emitter, incarnation, at in
+            self.conn.execute(f"SELECT tier, emitter, incarnation, {_ARRIVED} FROM progress "
+                              "WHERE publishes_caught_up")}
+        newest: dict[str, int] = {}
+        for (tier, _e), (_i, at) in emitters.items():
+            newest[tier] = max(at, newest.get(tier, at))
+        live = {key: inc for key, (inc, at) in emitters.items() if at >= newest[key[0]] - stale_ms}
+        marks: dict[tuple[str, str], dict[tuple[str, str], Mark]] = {key: {} for key in live}
         for tier, emitter, incarnation, source, source_inc, seq, delivered in self.conn.execute(
                 "SELECT tier, emitter, incarnation, source, source_incarnation, source_seq, "
                 "source_delivered FROM caught_up"):
-            if live.get((tier, emitter)) == incarnation:
-                per_emitter.setdefault((tier, emitter), {})[(source, source_inc)] = \
-                    Mark(seq, delivered)
+            if (tier, emitter) in live and live[(tier, emitter)] in (None, incarnation):
+                marks[(tier, emitter)][(source, source_inc)] = Mark(seq, delivered)
         by_tier: dict[str, list[dict[tuple[str, str], Mark]]] = {}
-        for tier, emitter in live:
-            by_tier.setdefault(tier, []).append(per_emitter.get((tier, emitter), {}))
-        for tier, (first, *rest) in by_tier.items():
-            out[tier] = {key: reduce(Mark.least, (marks[key] for marks in rest), mark)
-                         for key, mark in first.items() if all(key in m for m in rest)}
-        return out
+        for (tier, _emitter), held in marks.items():
+            by_tier.setdefault(tier, []).append(held)
+        return {tier: {key: reduce(Mark.least, (m[key] for m in rest), mark)
+                       for key, mark in first.items() if all(key in m for m in rest)}
+                for tier, (first, *rest) in by_tier.items()}
 
     def tiers_of(self, topics: list[str]) -> dict[str, set[str]]:
         """topic → the tiers that ever reported on it (a tier is judged on a topic it counts),

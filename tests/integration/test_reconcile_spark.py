@@ -13,9 +13,10 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from audit.contract.record import Ranges
+from audit.contract.record import Progress, Ranges
+from audit.contract.record import parse as parse_record
 from audit.reconcile.config import parse
 from audit.reconcile.service import Reconciler
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
@@ -102,6 +103,7 @@ def test_the_count_job_stopped_raises_audit_lag_leaves_windows_unknown_and_both_
         job = AuditJob(job_args, tmp_path / "count1.log").start()
         _reconcile_until(cfg, db, Clock(), lambda: ("firing", "loss", "kafka-local", "web-2")
                          in events(), job)
+        _assert_announced_before_counting(kafka.bootstrap_servers, audit_topic, "kafka-local")
         loss = next(b for b in receiver.bodies if b["kind"] == "loss")
         assert (loss["detail"]["expected"], loss["detail"]["actual"]) == (1000, 990)
         assert loss["detail"]["missing_ranges"] == [list(LOST)]
@@ -127,6 +129,34 @@ def test_the_count_job_stopped_raises_audit_lag_leaves_windows_unknown_and_both_
         receiver.close()
     assert [e for e in events() if e[1] == "loss"] == [("firing", "loss", "kafka-local",
                                                         "web-2")]
+
+
+def _assert_announced_before_counting(bootstrap: str, audit_topic: str, tier: str) -> None:
+    """The job's first audit record is its announcement (a progress record saying it
+    publishes ``caught_up`` records, batch -1), stamped by the broker before any of its
+    counts: a reconciler never sees its counts without knowing it."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    md = c.list_topics(audit_topic, timeout=30).topics[audit_topic]
+    c.assign([TopicPartition(audit_topic, p, 0) for p in md.partitions])
+    firsts: dict[str, int] = {}
+    ends = set()
+    try:
+        while len(ends) < len(md.partitions):
+            for msg in c.consume(1000, timeout=1):
+                if msg.error():
+                    ends.add(msg.partition())
+                    continue
+                rec = parse_record(msg.value())
+                if rec.tier != tier:
+                    continue
+                kind = "announced" if isinstance(rec, Progress) and rec.batch_id == -1 else \
+                    type(rec).__name__
+                at = msg.timestamp()[1]
+                firsts[kind] = min(at, firsts.get(kind, at))
+    finally:
+        c.close()
+    assert "announced" in firsts and firsts["announced"] <= firsts["AuditRecord"], firsts
 
 
 def _reconcile_until(cfg, db, clock, done, job, timeout_s: float = 300) -> None:

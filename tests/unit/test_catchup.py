@@ -140,3 +140,31 @@ def test_a_range_that_cannot_be_read_gives_no_marks_and_the_worker_goes_on():
     job.batch("read", 1, {"0": 0, "1": 0}, {"0": 2, "1": 0})
     assert job.marks() == {("web-1/agent", "a1"): (2, None)}
     job.catch_up.close()
+
+
+def test_a_job_announces_itself_before_it_counts():
+    job = Job()
+    job.catch_up.announce()
+    [announced] = job.sent
+    assert isinstance(announced, Progress)
+    assert (announced.tier, announced.emitter, announced.incarnation, announced.batch_id,
+            announced.publishes_caught_up) == ("kafka-local", "kafka-local/count", "j1", -1,
+                                               True)
+    job.catch_up.close()
+
+
+def test_an_idle_count_after_the_landing_counts_as_a_count_that_found_nothing_new():
+    """The landing query keeps landing the audit topic's batches, which make no files: the
+    counting query then runs no batch, and says it is idle. A trigger that started after the
+    landing batch ended and found no new file has counted all it landed."""
+    job = Job(counting="count")
+    job.log[0] += [count("web-1", 1)]
+    job.batch("read", 0, None, {"0": 1, "1": 0})
+    job.catch_up.idle("read", "2099-01-01T00:00:00.000Z")          # not the counting query
+    job.catch_up.idle("count", "2000-01-01T00:00:00.000Z")         # started before
+    job.batch("read", 1, {"0": 1, "1": 0}, {"0": 1, "1": 0})        # (the worker is done)
+    assert job.sent == []
+    job.catch_up.idle("count", "2099-01-01T00:00:00.000Z")
+    job.batch("read", 2, {"0": 1, "1": 0}, {"0": 1, "1": 0})
+    assert job.marks() == {("web-1/agent", "a1"): (1, None)}
+    job.catch_up.close()

@@ -86,9 +86,12 @@ def counted(origin: str, at: int, count: int, batch: int) -> dict:
 
 
 def progress(at: int, batch: int) -> dict:
+    """The job's progress: it publishes ``caught_up`` records (batch -1: its announcement at
+    start, before it counted anything)."""
     return {"kind": "progress", "tier": JOB["tier"], "emitter": JOB["emitter"],
-            "batch_id": batch, "input_rows_per_s": 1.0, "processed_rows_per_s": 1.0,
-            "batch_duration_ms": 2 * MIN, "offsets_behind": 0, "emitted_at": at}
+            "incarnation": JOB["incarnation"], "batch_id": batch, "input_rows_per_s": 1.0,
+            "processed_rows_per_s": 1.0, "batch_duration_ms": 2 * MIN, "offsets_behind": 0,
+            "emitted_at": at, "publishes_caught_up": True}
 
 
 def caught_up(origin: str, at: int, batch: int, seq: int, delivered: int) -> dict:
@@ -134,8 +137,10 @@ def test_caught_up_is_decided_by_positions_when_the_clocks_disagree_by_ten_minut
         finally:
             store.close()
 
-    # An earlier round of every agent, numbers 0-899 sealed and acknowledged: the job's first
-    # batch (its snapshot at END + 30 s) read past it and every record it vouched for.
+    # The count job starts: it announces itself. An earlier round of every agent, numbers
+    # 0-899 sealed and acknowledged: the job's first batch (its snapshot at END + 30 s) read
+    # past it and every record it vouched for.
+    broker.append(END - MIN, progress(END - MIN, -1))
     for origin in SKEW:
         broker.append(END, *report(origin, END, 900, 1, 899, 899))
     # END + 2 min: each agent's last round for the window: 1,000 records (numbers to 999), all
@@ -186,3 +191,26 @@ def test_a_job_that_publishes_marks_is_caught_up_with_nothing_before_its_first(t
         assert store.conn.execute("SELECT state FROM window_origins WHERE tier = "
                                   "'kafka-local'").fetchone() == (state,), publishes
         store.close()
+
+
+def test_a_jobs_first_counts_before_its_first_progress_are_not_a_loss(tmp_path):
+    """Seen under load: a count job's first batch (read before the agent's last records) was
+    applied and judged in the second before the job's first progress record came, and the
+    tier, with no progress at all, was judged on its counts alone: a loss that was not. The
+    job announces itself before it counts anything; the reconciler judged here between the
+    counts and the first progress finds the tier caught up with nothing yet."""
+    for announced, state in ((True, "unknown"), (False, "incomplete")):
+        broker = Broker()
+        if announced:
+            broker.append(END - MIN, progress(END - MIN, -1))
+        broker.append(END + MIN, *report("true", END + MIN, 1000, 2, 999, 999))
+        broker.append(END + 2 * MIN, counted("true", END + 2 * MIN, 600, 0))
+        rec = Reconciler(cfg(), tmp_path / f"{announced}.db",
+                         clock=lambda: (END + 40 * MIN) / 1000)
+        rec.consumer, rec.partitions = broker, {0}
+        while rec.consume_batch(timeout_s=0)[0]:
+            pass
+        rec.evaluate_job()
+        assert rec.store.conn.execute("SELECT state FROM window_origins WHERE tier = "
+                                      "'kafka-local'").fetchone() == (state,), announced
+        rec.close()

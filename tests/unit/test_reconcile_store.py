@@ -252,33 +252,41 @@ def test_a_rebuilt_file_is_whole_without_the_schema_run_after(tmp_path, monkeypa
     store.conn.close()
 
 
-def test_a_tier_has_caught_up_as_far_as_the_least_of_its_live_emitters_newest_incarnations(
+def test_a_tier_has_caught_up_as_far_as_the_least_of_its_live_emitters_current_incarnations(
         tmp_path):
-    """Marks per tier: of each job emitter its newest incarnation (by arrival), of several
-    emitters those heard from within ``stale_ms`` of the tier's newest, each source as far as
-    all of them have caught up with it; a tier whose jobs publish marks but have sent none
-    yet is caught up with nothing."""
+    """Marks per tier whose jobs say they publish them: of each job emitter the incarnation its
+    newest progress names (a job on a new checkpoint is caught up with nothing until its own
+    first mark, whatever its predecessor's said), of several emitters those whose progress
+    arrived within ``stale_ms`` of the tier's newest, each source as far as all of them have
+    caught up with it; a tier whose jobs have sent no mark yet is caught up with nothing."""
     from audit.contract.record import CaughtUp, Progress
     from audit.reconcile.verdict import Mark
 
-    def mark(emitter, incarnation, source, seq, delivered, at, tier="warehouse"):
+    def mark(emitter, incarnation, source, seq, delivered, tier="warehouse"):
         return CaughtUp(tier=tier, emitter=emitter, incarnation=incarnation, seq=1,
                         source=source, source_incarnation="a1", source_seq=seq,
-                        source_delivered=delivered, emitted_at=at, arrived_at=at)
+                        source_delivered=delivered, emitted_at=1, arrived_at=1)
+
+    def announced(emitter, incarnation, at, tier="warehouse"):
+        return Progress(tier=tier, emitter=emitter, batch_id=-1, input_rows_per_s=0.0,
+                        processed_rows_per_s=0.0, batch_duration_ms=0, offsets_behind=None,
+                        emitted_at=at, publishes_caught_up=True, incarnation=incarnation,
+                        arrived_at=at)
     store = Store(tmp_path / "r.db")
     store.apply([
-        mark("w/land", "old", "web-1/agent", 90, 900, at=1000),     # an older checkpoint's
-        mark("w/land", "new", "web-1/agent", 5, 50, at=5000),
-        mark("w/land", "new", "web-2/agent", 7, None, at=5000),
-        mark("w/land", "new", "web-1/agent", 4, 60, at=5100),       # each figure only grows
-        mark("w/other", "x", "web-1/agent", 3, 70, at=4900),
-        mark("w/gone", "y", "web-1/agent", 1, 1, at=100),           # silent: left out
-        Progress(tier="kafka-local", emitter="kafka-local/count", batch_id=0,
-                 input_rows_per_s=0.0, processed_rows_per_s=0.0, batch_duration_ms=1,
-                 offsets_behind=0, publishes_caught_up=True, arrived_at=5000)],
-        {}, {}, "t")
+        mark("w/land", "old", "web-1/agent", 90, 900),             # an older checkpoint's
+        mark("w/land", "new", "web-1/agent", 5, 50),
+        mark("w/land", "new", "web-2/agent", 7, None),
+        mark("w/land", "new", "web-1/agent", 4, 60),               # each figure only grows
+        mark("w/other", "x", "web-1/agent", 3, 70),
+        mark("w/gone", "y", "web-1/agent", 1, 1),
+        announced("w/land", "new", 5000), announced("w/other", "x", 4900),
+        announced("w/gone", "y", 100),                             # silent: left out
+        announced("kafka-local/count", "k", 5000, tier="kafka-local")], {}, {}, "t")
     assert store.caught_up(stale_ms=1000) == {
         "warehouse": {("web-1/agent", "a1"): Mark(3, 60)},         # web-2: not by w/other
         "kafka-local": {}}
     assert store.caught_up(stale_ms=10_000)["warehouse"] == {("web-1/agent", "a1"): Mark(1, 1)}
+    store.apply([announced("w/land", "newer", 6000)], {}, {}, "t")     # a new checkpoint
+    assert store.caught_up(stale_ms=1000) == {"warehouse": {}, "kafka-local": {}}
     store.close()
