@@ -90,6 +90,8 @@ class AuditJob:
         self.proc.wait(timeout=60)
 
     def stop(self, timeout_s: float = 60) -> int:
+        if self.proc.poll() is not None:          # ended already (its group may be gone)
+            return self.proc.returncode
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
             return self.proc.wait(timeout=timeout_s)

@@ -497,6 +497,7 @@ def test_alertmanager_shows_the_firing_alert_with_its_labels_and_ends_it_when_re
     [shown] = requests.get(f"{url}/api/v2/alerts", timeout=5).json()
     window = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(firing.window_start / 1000))
     assert shown["labels"] == {"alertname": "DocketLoss", "alert_class": "data",
+                               "severity": "critical",
                                "topic": "app.events", "window": window, "tier": "kafka-local",
                                "origin": "web-42", "owner": "team-a"}
     assert shown["status"]["state"] == "active"

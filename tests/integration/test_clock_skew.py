@@ -144,7 +144,7 @@ def test_skewed_producer_clocks_raise_no_false_alarm_and_a_real_loss_is_exact(ka
         # The real loss: the lossy host's first records, deleted before any job reads them.
         write_lines(tmp_path / LOSSY_HOST / "logs" / "lost.log", f"{LOSSY_HOST}-lost", 0,
                     LOSSY_LINES, rate=1000)
-        lost_ids = consume_counts(bootstrap, lossy, LOSSY_LINES, 60)
+        lost_ids = consume_counts(bootstrap, lossy, LOSSY_LINES, 120)
         assert len(lost_ids) == LOSSY_LINES
         numbers, lost_windows = deleted_numbers(bootstrap, lossy, DELETED)
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -201,13 +201,19 @@ def test_skewed_producer_clocks_raise_no_false_alarm_and_a_real_loss_is_exact(ka
 
         want = {(tier, host): written for tier in ("producer", "kafka-local", "warehouse")
                 for host in SKEWS}
-        deadline = time.monotonic() + 300
-        while tier_totals() != want and time.monotonic() < deadline:
+        lost_alerts = {(lossy, tier, w) for tier in ("kafka-local", "warehouse")
+                       for w in lost_windows}
+
+        def lost_alerted() -> bool:
+            return lost_alerts <= {(b["topic"], b["tier"], b["window_start"])
+                                   for b in hook.bodies if b["kind"] == "loss"}
+        deadline = time.monotonic() + 360
+        while not (tier_totals() == want and lost_alerted()) and time.monotonic() < deadline:
             for job in jobs:
                 assert job.proc.poll() is None, job.log_text()
             time.sleep(2)
         assert tier_totals() == want
-        time.sleep(15)                   # a few more evaluations and rounds, with all counted
+        time.sleep(10)                   # a few more evaluations and rounds, with all counted
 
         # While it ran: the real loss alerted, exactly; nothing else paged.
         firing = [b for b in hook.bodies if b["event"] == "firing"]
@@ -265,10 +271,10 @@ def test_skewed_producer_clocks_raise_no_false_alarm_and_a_real_loss_is_exact(ka
         later_losses = [b for b in hook.bodies[len(live):]
                         if b["event"] == "firing" and b["kind"] == "loss"]
         assert later_losses == []
-    finally:
-        for job in jobs:
-            job.stop()
+    finally:                             # agents first: nothing of the run may outlive it
         for agent in agents.values():
             if agent.alive():
                 agent.stop()
+        for job in jobs:
+            job.stop()
         hook.close()
