@@ -90,7 +90,12 @@ class AgentProcess:
         return self
 
     def log_text(self) -> str:
+        """The log's tail, for a failed assertion's message."""
         return self.log.read_text(errors="replace")[-4000:]
+
+    def whole_log(self) -> str:
+        """The whole log, to count or find lines in (the tail may have scrolled past them)."""
+        return self.log.read_text(errors="replace")
 
     def status(self) -> dict | None:
         try:

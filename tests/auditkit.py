@@ -100,7 +100,12 @@ class AuditJob:
             return -9
 
     def log_text(self) -> str:
+        """The log's tail, for a failed assertion's message."""
         return self.log.read_text(errors="replace")[-5000:]
+
+    def whole_log(self) -> str:
+        """The whole log, to count or find lines in (the tail may have scrolled past them)."""
+        return self.log.read_text(errors="replace")
 
     def stopped_cleanly(self) -> bool:
         """Stopped (``stop``: SIGTERM to its process group, as a service manager does) with

@@ -77,7 +77,7 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
     args = ["reconcile", "--db", str(db), "--config", str(tmp_path / "reconcile.toml")]
     batches, late, open_losses, resolved = plan(rng)
     send(kafka.bootstrap_servers, audit_topic,       # the count job has read past them all
-         [progress("kafka-local", at=NOW + 600_000),
+         [progress("kafka-local", at=NOW + 600_000, marks=True),
           *(caught_up("kafka-local", o, seq=2) for o in ORIGINS)])
     fired = {("firing", k) for k in open_losses | resolved}
     all_fired = threading.Event()

@@ -129,7 +129,7 @@ def test_an_outage_logs_little_and_sigterm_during_it_stops_at_once_keeping_the_d
         took = time.monotonic() - started
         print(f"SIGTERM during the outage: exited {rc} in {took:.2f} s")
         assert rc == 0 and took < 5, agent.log_text()
-        assert "stopping while the cluster is" in agent.log_text()
+        assert "stopping while the cluster is" in agent.whole_log()
     finally:
         if agent.alive():
             agent.kill()
@@ -159,7 +159,7 @@ def test_a_missing_topic_on_a_cluster_that_does_not_create_topics_is_named_until
                        lambda: (b := agent.status()["broker"])["missing_topics"] and b, 60, agent)
         assert broker["missing_topics"] == [topic_name] and broker["auto_create_topics"] is False
         assert re.search(rf"WARNING .*topic {re.escape(topic_name)} does not exist on the "
-                         r"cluster \(auto.create.topics.enable=false\)", agent.log_text())
+                         r"cluster \(auto.create.topics.enable=false\)", agent.whole_log())
         shown = subprocess.run([str(BIN / "docket-agent"), "status", "--config", str(config)],
                                capture_output=True, text=True, timeout=30)
         assert f"topic     {topic_name}: not on the cluster; its events wait in the pool" \
@@ -170,7 +170,7 @@ def test_a_missing_topic_on_a_cluster_that_does_not_create_topics_is_named_until
         assert sorted(counts) == list(range(100))
         _wait("the topic no longer missing",
               lambda: not agent.status()["broker"]["missing_topics"], 60, agent)
-        assert f"topic {topic_name} exists now" in agent.log_text()
+        assert f"topic {topic_name} exists now" in agent.whole_log()
     finally:
         assert agent.stop() == 0
 

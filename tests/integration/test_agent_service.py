@@ -75,7 +75,7 @@ def test_notify_status_reload_and_graceful_stop(kafka, tmp_path, topic_name):
     finally:
         rc = agent.stop()
     assert rc == 0
-    assert "stopped: everything acknowledged" in agent.log_text()
+    assert "stopped: everything acknowledged" in agent.whole_log()
     notify.wait_for("STOPPING=1")
 
 

@@ -106,7 +106,7 @@ def test_a_second_agent_on_the_state_folder_of_a_running_one_refuses_and_touches
     # the slot the killed one sealed.
     third = AgentProcess(config(tmp_path, "third", state), tmp_path / "third.log").start()
     try:
-        wait_for(lambda: "ready: 1 sealed slot(s) recovered" in third.log_text())
+        wait_for(lambda: "ready: 1 sealed slot(s) recovered" in third.whole_log())
         assert pool_figures(third)["sealed_records"] == LINES
         assert (state / "agent.lock").read_text() == f"{third.proc.pid}\n"
     finally:

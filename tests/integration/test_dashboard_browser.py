@@ -59,7 +59,7 @@ def _records():
     out.append(Ranges(tier="kafka-local", origin="web-2", origin_incarnation="i",
                       emitter="kafka-local/count", seq=1, through=n_loss + 99,
                       missing=[[300, 399]], missing_total=100, emitted_at=LOSS + W + MIN))
-    out.append(progress(NOW - MIN))
+    out.append(progress(NOW - MIN, marks=True))
     out += [caught_up(origin) for origin in ("web-1", "web-2")]
     return out
 
@@ -198,6 +198,7 @@ def test_the_auto_refresh_swaps_the_page_in_place(page, dashboard):
     page.goto(f"{base}/?tier=kafka-local&range=7d")
     page.evaluate("window.scrollTo(0, 150); "
                   "document.getElementById('heatmap').dataset.mark = 'old'")
+    assert page.evaluate("window.scrollY") == 150       # the page is long enough to scroll
     with page.expect_response(lambda r: r.url.endswith("/?tier=kafka-local&range=7d")):
         page.evaluate("htmx.trigger('#main', 'refresh')")     # what the 30 s poll does
     page.wait_for_function("!document.getElementById('heatmap').dataset.mark")

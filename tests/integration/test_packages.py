@@ -180,7 +180,7 @@ def test_the_installed_agent_speaks_the_notify_protocol(installed, kafka, tmp_pa
         notify.wait_for("READY=1")
         first = notify.messages[0]
         assert "READY=1" in first and "STATUS=recovered 0 sealed slot(s)" in first, first
-        assert "agent test-agent ready" in agent.log_text()      # logged after the recovery
+        assert "agent test-agent ready" in agent.whole_log()      # logged after the recovery
         deadline = time.monotonic() + 60
         while sum("WATCHDOG=1" in m for m in notify.messages) < 3:
             assert time.monotonic() < deadline, notify.messages

@@ -76,10 +76,13 @@ def count(tier: str, topic: str, origin: str, n: int, *, window: int = T0, seq: 
                        incarnation="i1", **kw)
 
 
-def progress(tier: str, at: int = NOW, batch: int = 100) -> Progress:
+def progress(tier: str, at: int = NOW, batch: int = 100, marks: bool = False) -> Progress:
+    """``tier``'s count job at ``at``; with ``marks``, a job that publishes ``caught_up`` marks
+    (in its incarnation ``j1``, as ``caught_up`` below): judged caught up by them alone."""
     return Progress(tier=tier, emitter=f"{tier}/count", batch_id=batch, input_rows_per_s=10.0,
                     processed_rows_per_s=10.0, batch_duration_ms=100, offsets_behind=0,
-                    emitted_at=at)
+                    emitted_at=at, publishes_caught_up=marks,
+                    incarnation="j1" if marks else None)
 
 
 def caught_up(tier: str, origin: str, seq: int = 1) -> CaughtUp:
@@ -201,7 +204,8 @@ def test_a_loss_at_the_cluster_tier_fires_one_alert_and_late_data_resolves_it(
     records = [count("producer", "app.events", o, 20_000) for o in ORIGINS]
     records += [count("kafka-local", "app.events", o, 20_000 if o != "web-2" else 19_900)
                 for o in ORIGINS]
-    records += [progress("kafka-local"), *(caught_up("kafka-local", o) for o in ORIGINS),
+    records += [progress("kafka-local", marks=True),
+                *(caught_up("kafka-local", o) for o in ORIGINS),
                 Ranges.of(tier="kafka-local", origin="web-2", origin_incarnation="i1",
                           emitter="kafka-local/count", seq=1, through=19_999,
                           missing=[[5000, 5099]], incarnation="i1")]

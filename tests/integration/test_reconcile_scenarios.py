@@ -152,8 +152,8 @@ def test_a_loss_of_unknown_size_the_agent_journalled_raises_loss_though_every_ti
 def test_a_loss_on_an_owned_topic_is_mailed_to_its_owner(setup):
     put, at, events, box = setup
     put(count("producer", "pay.cards", "web-1", 2000),
-        count("kafka-local", "pay.cards", "web-1", 1990), progress("kafka-local",
-                                                                   at=END + 35 * MIN),
+        count("kafka-local", "pay.cards", "web-1", 1990),
+        progress("kafka-local", at=END + 35 * MIN, marks=True),
         caught_up("kafka-local", "web-1"))
     at(END + 40 * MIN)
     assert events() == []                               # not the default channel
@@ -172,7 +172,8 @@ def test_alertmanager_gets_the_loss_with_its_labels(kafka, tmp_path, topic_name,
     sender_stamped_audit_topic(kafka.bootstrap_servers, audit_topic)
     send(kafka.bootstrap_servers, audit_topic,
          [count("producer", "app", "web-3", 5000), count("kafka-local", "app", "web-3", 4975),
-          progress("kafka-local", at=END + 35 * MIN), caught_up("kafka-local", "web-3")])
+          progress("kafka-local", at=END + 35 * MIN, marks=True),
+          caught_up("kafka-local", "web-3")])
     cfg = parse({"reconcile": {"bootstrap_servers": kafka.bootstrap_servers,
                                "audit_topic": audit_topic},
                  "windows": {"tiers": ["producer", "kafka-local"]},

@@ -52,10 +52,13 @@ def caught_up(origin="web-1", seq=1, delivered=None, tier="kafka-local"):
                     source_delivered=delivered)
 
 
-def progress(at, batch=1):
+def progress(at, batch=1, marks=False):
+    """The count job at ``at``; with ``marks``, a job that publishes ``caught_up`` marks (in
+    its incarnation ``j``, as ``caught_up`` above): judged caught up by them alone."""
     return Progress(tier="kafka-local", emitter="kafka-local/count", batch_id=batch,
                     input_rows_per_s=1.0, processed_rows_per_s=1.0, batch_duration_ms=1,
-                    offsets_behind=0, emitted_at=at)
+                    offsets_behind=0, emitted_at=at, publishes_caught_up=marks,
+                    incarnation="j" if marks else None)
 
 
 class Message:
