@@ -10,11 +10,13 @@ from importlib.metadata import version
 from confluent_kafka import KafkaException
 
 from audit.contract.errors import print_error
+from audit.contract.names import AUDIT_TOPIC
 
-from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, ensure_topics, list_topics
-from .cluster import LocalCluster, default_data_dir
+from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, admin_client, ensure_topics, list_topics
+from .cluster import LocalCluster, clusters_dir, default_data_dir, named_clusters
 from .errors import BrokerError
 from .libs import KAFKA_VERSION, ensure_kafka_libs
+from .mirror import Mirror, MirrorSpec, mirrors, mirrors_dir
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,9 +27,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version",
                    version=f"%(prog)s {version('docket')} (Apache Kafka {KAFKA_VERSION})")
-    p.add_argument("--data-dir", default=None,
-                   help=f"cluster state, data and logs (default: $DOCKET_BROKER_DIR or "
-                   f"{default_data_dir()})")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--data-dir", default=None,
+                       help=f"cluster state, data and logs (default: $DOCKET_BROKER_DIR or "
+                       f"{default_data_dir()})")
+    where.add_argument("--name", dest="cluster_name", default=None,
+                       help="a named cluster (several run side by side, e.g. local and "
+                       f"aggregate), kept in {clusters_dir()}/NAME")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser("up", help="start the cluster and wait until it answers metadata")
@@ -45,7 +51,32 @@ def _parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="each broker's pid, port and state")
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    sub.add_parser("list", help="the named clusters, their bootstrap servers and state")
+
     sub.add_parser("fetch", help="download the Kafka jars from Maven Central (make setup runs it)")
+
+    mirror = sub.add_parser("mirror", help="MirrorMaker 2 copying topics between two clusters")
+    msub = mirror.add_subparsers(dest="mirror_command", required=True, metavar="ACTION")
+    mup = msub.add_parser("up", help="start copying topics from --source to --target")
+    mdown = msub.add_parser("down", help="stop a mirror (safe to repeat)")
+    for m in (mup, mdown):
+        m.add_argument("--source", required=True, help="the cluster copied from (its name)")
+        m.add_argument("--target", required=True, help="the cluster copied to (its name)")
+    mup.add_argument("--topics", required=True, metavar="REGEX",
+                     help="the topics copied, a regular expression, e.g. 'app\\..*'")
+    mup.add_argument("--audit-topic", default=AUDIT_TOPIC,
+                     help=f"copied too, created on the target first (default {AUDIT_TOPIC}); "
+                     "'' copies no audit topic")
+    mup.add_argument("--source-bootstrap", help="default: the named cluster --source")
+    mup.add_argument("--target-bootstrap", help="default: the named cluster --target")
+    mup.add_argument("--refresh-s", type=int, default=5,
+                     help="how soon a new topic matching --topics is copied (default 5)")
+    mup.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                     help="a MirrorMaker 2 property set over docket's, repeatable")
+    mup.add_argument("--timeout-s", type=float, default=120.0,
+                     help="how long to wait for it to join the target")
+    mst = msub.add_parser("status", help="every mirror, its topics and state")
+    mst.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     topic = sub.add_parser("topic", help="create or list topics")
     tsub = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
@@ -74,19 +105,72 @@ def _bootstrap(args, cluster: LocalCluster) -> str:
     return layout.bootstrap_servers
 
 
-def _config_pairs(pairs: list[str]) -> dict[str, str]:
+def _config_pairs(pairs: list[str], option: str = "--config") -> dict[str, str]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise BrokerError(f"--config {pair!r} is not KEY=VALUE",
-                              hint="for example --config retention.ms=86400000")
+        if not sep or not key.strip():
+            raise BrokerError(f"{option} {pair!r} is not KEY=VALUE",
+                              hint=f"for example {option} retention.ms=86400000")
         out[key] = value
     return out
 
 
+def _named_bootstrap(name: str) -> str:
+    cluster = LocalCluster(default_data_dir(name))
+    layout = cluster.layout()
+    if layout is None or not cluster.running_nodes():
+        raise BrokerError(f"no cluster named {name!r} is running",
+                          hint=f"start it with `docket-broker --name {name} up`, or pass its "
+                          "bootstrap servers")
+    return layout.bootstrap_servers
+
+
+def run_mirror(args) -> int:
+    mirror = Mirror.named(args.source, args.target) if args.mirror_command != "status" else None
+    if args.mirror_command == "up":
+        source = args.source_bootstrap or _named_bootstrap(args.source)
+        target = args.target_bootstrap or _named_bootstrap(args.target)
+        brokers = len(admin_client(target).list_topics(timeout=10).brokers)
+        spec = MirrorSpec(args.source, args.target, source, target, args.topics,
+                          audit_topic=args.audit_topic or None, refresh_s=args.refresh_s,
+                          replication_factor=3 if brokers >= 3 else 1,
+                          properties=_config_pairs(args.property, "--property"))
+        mirror.up(spec, timeout_s=args.timeout_s)
+        print(f"mirroring '{spec.pattern}' from {args.source} ({source}) to {args.target} "
+              f"({target}); log in {mirror.log_file}")
+    elif args.mirror_command == "down":
+        pid = mirror.down()
+        print(f"stopped the mirror {args.source} -> {args.target}" if pid
+              else f"no mirror {args.source} -> {args.target} is running")
+    else:
+        rows = [st for m in mirrors() if (st := m.status()) is not None]
+        if args.json:
+            print(json.dumps({"mirrors": rows}, indent=2))
+        elif not rows:
+            print(f"no mirror in {mirrors_dir()}")
+        for r in [] if args.json else rows:
+            print(f"{r['source']} -> {r['target']}\t{r['state']}\tpid={r['pid'] or '-'}"
+                  f"\ttopics={r['topics']}")
+        return 0 if rows and all(r["state"] != "stopped" for r in rows) else 3
+    return 0
+
+
 def run(args) -> int:
-    cluster = LocalCluster(args.data_dir)
+    if args.command == "mirror":
+        return run_mirror(args)
+    if args.command == "list":
+        clusters = named_clusters()
+        if not clusters:
+            print(f"no named cluster in {clusters_dir()}")
+        for name, cluster in clusters.items():
+            layout = cluster.layout()
+            running = len(cluster.running_nodes())
+            print(f"{name}\t{layout.bootstrap_servers}\t{running}/{len(layout.nodes)} "
+                  f"broker(s) running\t{cluster.data_dir}")
+        return 0
+    cluster = LocalCluster(default_data_dir(args.cluster_name) if args.cluster_name
+                           else args.data_dir)
     if args.command == "up":
         layout = cluster.up(brokers=args.brokers, base_port=args.base_port, fresh=args.fresh,
                             timeout_s=args.timeout_s)

@@ -24,6 +24,7 @@ import base64
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -43,11 +44,43 @@ DEFAULT_BASE_PORT = 9092
 HEAP = "512m"
 
 
-def default_data_dir() -> Path:
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+
+
+def default_data_dir(name: str | None = None) -> Path:
+    """The data directory of the cluster called ``name`` (``clusters_dir()/name``), or of the
+    unnamed cluster: ``$DOCKET_BROKER_DIR``, else the user's state folder."""
+    if name is not None:
+        return clusters_dir() / check_name(name)
     override = os.environ.get("DOCKET_BROKER_DIR")
     if override:
         return Path(override)
     return docket_state_dir("broker")
+
+
+def clusters_dir() -> Path:
+    """Where named clusters live, one folder each: ``$DOCKET_CLUSTERS_DIR``, else
+    ``<state>/docket/clusters``."""
+    override = os.environ.get("DOCKET_CLUSTERS_DIR")
+    return Path(override) if override else docket_state_dir("clusters")
+
+
+def check_name(name: str) -> str:
+    """``name`` if it can name a cluster (a folder, a tier, a MirrorMaker 2 alias)."""
+    if not _NAME.fullmatch(name):
+        raise BrokerError(f"{name!r} cannot name a cluster",
+                          hint="lower-case letters, digits, '-' and '_', at most 40, "
+                          "e.g. local or aggregate")
+    return name
+
+
+def named_clusters() -> dict[str, LocalCluster]:
+    """name → cluster, of every named cluster that has a layout (was ever started)."""
+    root = clusters_dir()
+    if not root.is_dir():
+        return {}
+    return {d.name: LocalCluster(d) for d in sorted(root.iterdir())
+            if _NAME.fullmatch(d.name) and (d / "cluster.json").is_file()}
 
 
 @dataclass(frozen=True)
@@ -289,43 +322,13 @@ class LocalCluster:
             **self.broker_props,
         }
         (d / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        (d / "log4j2.properties").write_text(
-            "status = warn\n"
-            "appender.file.type = RollingFile\n"
-            "appender.file.name = file\n"
-            f"appender.file.fileName = {d / 'logs' / 'server.log'}\n"
-            f"appender.file.filePattern = {d / 'logs' / 'server.log.%i'}\n"
-            "appender.file.layout.type = PatternLayout\n"
-            "appender.file.layout.pattern = [%d] %p %m (%c)%n\n"
-            "appender.file.policies.type = Policies\n"
-            "appender.file.policies.size.type = SizeBasedTriggeringPolicy\n"
-            "appender.file.policies.size.size = 20MB\n"
-            "appender.file.strategy.type = DefaultRolloverStrategy\n"
-            "appender.file.strategy.max = 3\n"
-            "rootLogger.level = INFO\n"
-            "rootLogger.appenderRef.file.ref = file\n"
-        )
-
-    def _java(self, libs: Path, main: str, *args: str, heap: str = HEAP,
-              node_dir: Path) -> list[str]:
-        home = Path(os.environ.get("JAVA_HOME") or "/nonexistent")
-        java = str(home / "bin" / "java") if (home / "bin" / "java").is_file() \
-            else shutil.which("java")
-        if java is None:
-            raise BrokerError("`java` was not found", hint="install a JDK 17+ or set JAVA_HOME")
-        return [
-            java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={node_dir / 'logs'}",
-            "-cp", f"{libs}/*", main, *args,
-        ]
+        write_log_config(d, "server.log")
 
     def _format(self, libs: Path, node: Node, cluster_id: str) -> None:
         d = self.node_dir(node.node_id)
-        cmd = self._java(libs, "kafka.tools.StorageTool", "format", "--ignore-formatted",
-                         "-t", cluster_id, "-c", str(d / "server.properties"),
-                         heap="256m", node_dir=d)
+        cmd = java_command(libs, "kafka.tools.StorageTool", "format", "--ignore-formatted",
+                           "-t", cluster_id, "-c", str(d / "server.properties"),
+                           heap="256m", folder=d)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise ClusterStartFailed(
@@ -334,21 +337,8 @@ class LocalCluster:
 
     def _spawn(self, libs: Path, node: Node) -> None:
         d = self.node_dir(node.node_id)
-        cmd = self._java(libs, "kafka.Kafka", str(d / "server.properties"), node_dir=d)
-        if self.die_with_parent:
-            # util-linux's setpriv sets PR_SET_PDEATHSIG, then execs java (same pid). Not
-            # prctl in a preexec_fn: Python code between fork and exec can deadlock in a
-            # process with threads (librdkafka's, in a test session).
-            setpriv = shutil.which("setpriv")
-            if setpriv:
-                cmd = [setpriv, "--pdeathsig", "KILL", *cmd]
-            else:
-                self.log.warning("setpriv (util-linux) not found: broker %d will outlive its "
-                                 "parent if that is killed", node.node_id)
-        with open(d / "stdout.log", "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)
-        (d / "pid").write_text(f"{proc.pid}\n")
+        cmd = java_command(libs, "kafka.Kafka", str(d / "server.properties"), folder=d)
+        proc = spawn(cmd, d, self.die_with_parent, f"broker {node.node_id}")
         self._children[node.node_id] = proc
 
     def _wait_ready(self, layout: Layout, timeout_s: float) -> None:
@@ -390,7 +380,7 @@ class LocalCluster:
 
     def kill_node(self, node_id: int) -> None:
         pid = self.signal_node(node_id, signal.SIGKILL)
-        _wait_gone(pid, 30)
+        wait_gone(pid, 30)
 
     def pause_node(self, node_id: int) -> None:
         self.signal_node(node_id, signal.SIGSTOP)
@@ -440,15 +430,78 @@ class LocalCluster:
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         for pid in pids.values():
-            if not _wait_gone(pid, max(0.0, deadline - time.monotonic())):
+            if not wait_gone(pid, max(0.0, deadline - time.monotonic())):
                 os.kill(pid, signal.SIGKILL)
-                _wait_gone(pid, 10)
+                wait_gone(pid, 10)
         for node_id in pids:
             (self.node_dir(node_id) / "pid").unlink(missing_ok=True)
         return sorted(pids.values())
 
 
-def _wait_gone(pid: int, timeout_s: float) -> bool:
+def java_command(libs: Path, main: str, *args: str, heap: str = HEAP,
+                 folder: Path) -> list[str]:
+    """``java`` running ``main`` from the Kafka jars, logging (Log4j 2) as ``folder``'s
+    ``log4j2.properties`` says, into ``folder/logs``."""
+    home = Path(os.environ.get("JAVA_HOME") or "/nonexistent")
+    java = str(home / "bin" / "java") if (home / "bin" / "java").is_file() \
+        else shutil.which("java")
+    if java is None:
+        raise BrokerError("`java` was not found", hint="install a JDK 17+ or set JAVA_HOME")
+    return [
+        java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={folder / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={folder / 'logs'}",
+        "-cp", f"{libs}/*", main, *args,
+    ]
+
+
+def write_log_config(folder: Path, log_name: str) -> None:
+    """``folder/log4j2.properties``: INFO and above into ``folder/logs/<log_name>``, rolled at
+    20 MB, three kept."""
+    logs = folder / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (folder / "log4j2.properties").write_text(
+        "status = warn\n"
+        "appender.file.type = RollingFile\n"
+        "appender.file.name = file\n"
+        f"appender.file.fileName = {logs / log_name}\n"
+        f"appender.file.filePattern = {logs / log_name}.%i\n"
+        "appender.file.layout.type = PatternLayout\n"
+        "appender.file.layout.pattern = [%d] %p %m (%c)%n\n"
+        "appender.file.policies.type = Policies\n"
+        "appender.file.policies.size.type = SizeBasedTriggeringPolicy\n"
+        "appender.file.policies.size.size = 20MB\n"
+        "appender.file.strategy.type = DefaultRolloverStrategy\n"
+        "appender.file.strategy.max = 3\n"
+        "rootLogger.level = INFO\n"
+        "rootLogger.appenderRef.file.ref = file\n"
+    )
+
+
+def spawn(cmd: list[str], folder: Path, die_with_parent: bool, what: str) -> subprocess.Popen:
+    """Start ``cmd`` in its own session in ``folder``, its output into ``folder/stdout.log``,
+    its pid into ``folder/pid``. ``die_with_parent``: SIGKILLed by the kernel when the thread
+    that started it ends (tests: a killed pytest leaves no JVM)."""
+    log = logging.getLogger("docket.broker")
+    if die_with_parent:
+        # util-linux's setpriv sets PR_SET_PDEATHSIG, then execs java (same pid). Not
+        # prctl in a preexec_fn: Python code between fork and exec can deadlock in a
+        # process with threads (librdkafka's, in a test session).
+        setpriv = shutil.which("setpriv")
+        if setpriv:
+            cmd = [setpriv, "--pdeathsig", "KILL", *cmd]
+        else:
+            log.warning("setpriv (util-linux) not found: %s will outlive its parent if that "
+                        "is killed", what)
+    with open(folder / "stdout.log", "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder)
+    (folder / "pid").write_text(f"{proc.pid}\n")
+    return proc
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
         reap(pid)

@@ -1,7 +1,8 @@
 """Shared fixtures: a real local Apache Kafka from ``docket-broker``, started once per session.
 
-``kafka`` is a 1-broker cluster; ``kafka3`` a 3-broker one (replication factor 3,
-``min.insync.replicas=2``) for tests marked ``cluster3``. Both bind free ports chosen by the OS.
+``kafka`` is a 1-broker cluster (``aggregate`` a second one beside it, for mirrors); ``kafka3``
+a 3-broker one (replication factor 3, ``min.insync.replicas=2``) for tests marked ``cluster3``.
+All bind free ports chosen by the OS.
 When ``KAFKA_BOOTSTRAP`` is set, ``kafka`` uses that cluster instead and starts nothing; tests
 that kill or pause brokers then skip, since they cannot control a cluster they did not start.
 """
@@ -52,6 +53,16 @@ def kafka(tmp_path_factory):
         yield Kafka(external, None)
         return
     cluster, bootstrap = _start(tmp_path_factory, "kafka1", 1)
+    try:
+        yield Kafka(bootstrap, cluster)
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def aggregate(tmp_path_factory):
+    """A second 1-broker cluster beside ``kafka``: the aggregate a mirror copies into."""
+    cluster, bootstrap = _start(tmp_path_factory, "aggregate", 1)
     try:
         yield Kafka(bootstrap, cluster)
     finally:

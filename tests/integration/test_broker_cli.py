@@ -91,3 +91,54 @@ def test_bad_arguments_are_refused_with_a_message(tmp_path):
 def test_version_names_the_kafka_it_runs():
     res = subprocess.run([str(BIN / "docket-broker"), "--version"], capture_output=True, text=True)
     assert res.returncode == 0 and "Apache Kafka 4.1.1" in res.stdout
+
+
+@pytest.mark.slow
+def test_two_named_clusters_and_a_mirror_as_a_user_types_them(tmp_path):
+    """``--name local`` and ``--name aggregate`` side by side, listed and stopped by name,
+    and ``mirror up / status / down`` between them."""
+    env = {**os.environ, "DOCKET_CLUSTERS_DIR": str(tmp_path / "clusters"),
+           "DOCKET_MIRRORS_DIR": str(tmp_path / "mirrors")}
+    exe = shutil.which("docket-broker", path=str(BIN)) or "docket-broker"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([exe, *args], env=env, capture_output=True, text=True,
+                              timeout=180)
+    try:
+        servers = {}
+        for name in ("local", "aggregate"):
+            up = run("--name", name, "up", "--base-port", "0")
+            assert up.returncode == 0, up.stderr
+            servers[name] = up.stdout.strip().splitlines()[-1].split("=", 1)[1]
+        assert servers["local"] != servers["aggregate"]
+        listing = run("list").stdout
+        for name in ("local", "aggregate"):
+            assert f"{name}\t{servers[name]}\t1/1 broker(s) running" in listing
+        made = run("--name", "local", "topic", "ensure", "app.events")
+        assert made.returncode == 0 and "created: app.events" in made.stdout, made.stderr
+
+        mirror = run("mirror", "up", "--source", "local", "--target", "aggregate",
+                     "--topics", r"app\..*")
+        assert mirror.returncode == 0, mirror.stderr
+        status = run("mirror", "status", "--json")
+        [row] = json.loads(status.stdout)["mirrors"]
+        assert status.returncode == 0 and row["state"] == "running", status.stdout
+        assert (row["source"], row["target"]) == ("local", "aggregate")
+        # The audit topic was made on the aggregate before the mirror started.
+        topics = run("--name", "aggregate", "topic", "list").stdout
+        assert "docket.audit\tpartitions=3" in topics
+
+        again = run("mirror", "up", "--source", "local", "--target", "aggregate",
+                    "--topics", "x")
+        assert again.returncode == 1 and "already running" in again.stderr
+        unknown = run("mirror", "up", "--source", "local", "--target", "nowhere",
+                      "--topics", "x")
+        assert unknown.returncode == 1 and "no cluster named 'nowhere'" in unknown.stderr
+        assert "Traceback" not in again.stderr + unknown.stderr
+    finally:
+        stopped = run("mirror", "down", "--source", "local", "--target", "aggregate")
+        downs = [run("--name", name, "down") for name in ("local", "aggregate")]
+    assert stopped.returncode == 0 and "stopped the mirror" in stopped.stdout
+    assert run("mirror", "status").returncode == 3
+    assert all(d.returncode == 0 and "stopped 1 broker(s)" in d.stdout for d in downs)
+    assert "0/1 broker(s) running" in run("list").stdout

@@ -79,3 +79,28 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch):
     ids = iter([b"\xfb" + bytes(15), b"\x00" * 16])   # the first encodes to "-wAA…"
     monkeypatch.setattr(cluster_mod.uuid, "uuid4", lambda: type("U", (), {"bytes": next(ids)}))
     assert cluster_mod._new_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def test_named_clusters_live_side_by_side_and_are_listed(tmp_path, monkeypatch):
+    from broker.cluster import default_data_dir, named_clusters
+
+    monkeypatch.setenv("DOCKET_CLUSTERS_DIR", str(tmp_path))
+    local, aggregate = default_data_dir("local"), default_data_dir("aggregate")
+    assert local == tmp_path / "local" and aggregate == tmp_path / "aggregate"
+    for d, port in ((local, 19092), (aggregate, 29092)):
+        cluster = LocalCluster(d)
+        cluster.data_dir.mkdir()
+        cluster.layout_file.write_text(cluster._plan(1, port).to_json())
+    (tmp_path / "stray").mkdir()                       # never started: not a cluster
+    clusters = named_clusters()
+    assert list(clusters) == ["aggregate", "local"]
+    assert clusters["local"].layout().bootstrap_servers == "127.0.0.1:19092"
+    assert clusters["local"].layout().cluster_id != clusters["aggregate"].layout().cluster_id
+
+
+@pytest.mark.parametrize("name", ["Local", "", "a.b", "../x", "x" * 41, "-a"])
+def test_a_name_that_cannot_name_a_cluster_is_refused(name):
+    from broker.cluster import default_data_dir
+
+    with pytest.raises(BrokerError, match="cannot name a cluster"):
+        default_data_dir(name)

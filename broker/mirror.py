@@ -1,0 +1,277 @@
+"""MirrorMaker 2 from Apache Kafka's own jars, copying topics from one cluster to another.
+
+``docket-broker mirror up --source local --target aggregate --topics 'app\\..*'`` writes a
+properties file for MirrorMaker 2's dedicated mode (``org.apache.kafka.connect.mirror.
+MirrorMaker``, what Kafka's ``connect-mirror-maker.sh`` runs) and starts it in the background.
+Layout of a mirror's folder (``mirrors_dir()/<source>.<target>``)::
+
+    mirror.json           source, target, their bootstrap servers, the topic pattern
+    mm2.properties        generated from mirror.json
+    log4j2.properties     MirrorMaker 2's log goes to logs/mirror.log
+    stdout.log, pid       the JVM's own output, its pid
+
+The replication policy is the identity policy (``IdentityReplicationPolicy``): a topic keeps its
+name on the target, so every tier (the local cluster, the aggregate, the warehouse) speaks of
+the same topic and the audit records mirrored with the data need no translation. Record
+headers (docket's record identity) and timestamps are copied as they are. The audit topic, when
+named, is mirrored with the data and first created on the target with the audit topic's
+settings: MirrorMaker 2 does not copy ``message.timestamp.type``, and the aggregate's brokers
+must stamp each audit record as it arrives there (``LogAppendTime``).
+
+MirrorMaker 2 copies at least once: killed, it resends what it copied after its last offset
+commit. docket's count jobs count such copies as duplicates, by record identity.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from docket_common.dirs import docket_state_dir
+from docket_common.procs import alive, process_state, reap
+
+from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, admin_client, describe, ensure_topics
+from .cluster import check_name, java_command, spawn, wait_gone, write_log_config
+from .errors import BrokerError, ClusterStartFailed
+from .libs import ensure_kafka_libs
+
+MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
+POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
+HEAP = "512m"
+
+
+def mirrors_dir() -> Path:
+    """Where mirrors live, one folder each: ``$DOCKET_MIRRORS_DIR``, else
+    ``<state>/docket/mirrors``."""
+    override = os.environ.get("DOCKET_MIRRORS_DIR")
+    return Path(override) if override else docket_state_dir("mirrors")
+
+
+@dataclass(frozen=True)
+class MirrorSpec:
+    """What a mirror copies: ``topics`` (a regular expression, MirrorMaker 2's syntax) from
+    ``source`` to ``target`` (cluster names, MirrorMaker 2's aliases)."""
+    source: str
+    target: str
+    source_bootstrap: str
+    target_bootstrap: str
+    topics: str
+    audit_topic: str | None = None
+    refresh_s: int = 5                 # how soon a new topic matching ``topics`` is copied
+    replication_factor: int = 1        # of the topics MirrorMaker 2 creates on the target
+    properties: dict[str, str] = field(default_factory=dict)   # set over the generated ones
+
+    def __post_init__(self) -> None:
+        check_name(self.source)
+        check_name(self.target)
+        if self.source == self.target:
+            raise BrokerError(f"a mirror copies between two clusters; both are {self.source!r}")
+        if not self.topics:
+            raise BrokerError("a mirror needs --topics", hint="e.g. --topics 'app\\..*'")
+        if self.refresh_s < 1:
+            raise BrokerError(f"--refresh-s must be at least 1, not {self.refresh_s}")
+
+    @property
+    def pattern(self) -> str:
+        """The topics copied: ``topics``, and the audit topic if named."""
+        if self.audit_topic is None:
+            return self.topics
+        return f"{self.topics}|{re.escape(self.audit_topic)}"
+
+    def properties_text(self) -> str:
+        """``mm2.properties``: one flow, ``source->target``, the identity policy, every topic
+        MirrorMaker 2 creates replicated ``replication_factor`` times, no consumer-group or ACL
+        synchronisation (docket's jobs keep their own offsets on each cluster)."""
+        s, t, rf = self.source, self.target, self.replication_factor
+        props = {
+            "clusters": f"{s}, {t}",
+            f"{s}.bootstrap.servers": self.source_bootstrap,
+            f"{t}.bootstrap.servers": self.target_bootstrap,
+            f"{s}->{t}.enabled": "true",
+            f"{s}->{t}.topics": self.pattern,
+            f"{t}->{s}.enabled": "false",
+            "replication.policy.class": POLICY,
+            "refresh.topics.interval.seconds": self.refresh_s,
+            "sync.topic.configs.enabled": "true",
+            "sync.topic.acls.enabled": "false",
+            "emit.checkpoints.enabled": "false",
+            "sync.group.offsets.enabled": "false",
+            "groups.exclude": ".*",
+            "tasks.max": 1,
+            "replication.factor": rf,
+            **{f"{name}.replication.factor": rf for name in (
+                "checkpoints.topic", "heartbeats.topic", "offset-syncs.topic",
+                "offset.storage", "status.storage", "config.storage")},
+            # Offsets committed every 5 s (Connect's default is 60 s): a killed mirror resends
+            # at most the last few seconds. Worker settings are the target cluster's.
+            f"{t}.offset.flush.interval.ms": 5000,
+            # The copies are written as docket's agents write: idempotent, all replicas.
+            f"{t}.producer.enable.idempotence": "true",
+            f"{t}.producer.acks": "all",
+            **self.properties,
+        }
+        return "".join(f"{k} = {_escaped(str(v))}\n" for k, v in props.items())
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> MirrorSpec:
+        return cls(**json.loads(text))
+
+
+def _escaped(value: str) -> str:
+    """``value`` as a Java properties file must spell it: a backslash starts an escape there
+    (``app\\..*`` read back plainly would be ``app..*``, matching every topic)."""
+    out = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return "\\" + out if out.startswith((" ", "\t")) else out
+
+
+class Mirror:
+    """Start, inspect, kill and stop the MirrorMaker 2 kept in ``folder``."""
+
+    def __init__(self, folder: Path, die_with_parent: bool = False):
+        """``die_with_parent``: as ``LocalCluster``'s (tests)."""
+        self.folder = Path(folder)
+        self.die_with_parent = die_with_parent
+        self._child: subprocess.Popen | None = None
+
+    @classmethod
+    def named(cls, source: str, target: str, **kw) -> Mirror:
+        return cls(mirrors_dir() / f"{check_name(source)}.{check_name(target)}", **kw)
+
+    @property
+    def spec_file(self) -> Path:
+        return self.folder / "mirror.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / "logs" / "mirror.log"
+
+    def spec(self) -> MirrorSpec | None:
+        if not self.spec_file.is_file():
+            return None
+        return MirrorSpec.from_json(self.spec_file.read_text())
+
+    def pid(self) -> int | None:
+        """The pid of this folder's MirrorMaker 2 if it is alive and really ours."""
+        try:
+            pid = int((self.folder / "pid").read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        if self._child is not None and self._child.pid == pid:
+            # poll() answers None while another thread waits on the child: /proc says too.
+            return pid if self._child.poll() is None and alive(pid) else None
+        reap(pid)
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        ours = MAIN.encode() in cmdline and str(self.folder / "mm2.properties").encode() in cmdline
+        return pid if ours and alive(pid) else None
+
+    def up(self, spec: MirrorSpec, timeout_s: float = 120.0) -> None:
+        """Start copying as ``spec`` says (the audit topic first created on the target), and
+        return once MirrorMaker 2 has joined the target cluster (its offset store is there)."""
+        if self.pid() is not None:
+            raise BrokerError(f"a mirror is already running from {self.folder}",
+                              hint="stop it first with `docket-broker mirror down`")
+        if spec.audit_topic is not None:     # as many partitions as the source's: copied 1:1
+            held = describe(admin_client(spec.source_bootstrap), spec.audit_topic)
+            ensure_topics(spec.target_bootstrap, [TopicSpec(
+                spec.audit_topic, held[0] if held else 3, -1, AUDIT_TOPIC_CONFIG)])
+        libs = ensure_kafka_libs()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.spec_file.write_text(spec.to_json())
+        (self.folder / "mm2.properties").write_text(spec.properties_text())
+        write_log_config(self.folder, "mirror.log")
+        cmd = java_command(libs, MAIN, str(self.folder / "mm2.properties"), heap=HEAP,
+                           folder=self.folder)
+        self._child = spawn(cmd, self.folder, self.die_with_parent,
+                            f"the mirror {spec.source} -> {spec.target}")
+        try:
+            self._wait_joined(spec, timeout_s)
+        except BaseException:
+            self.down()
+            raise
+
+    def _wait_joined(self, spec: MirrorSpec, timeout_s: float) -> None:
+        admin = admin_client(spec.target_bootstrap)
+        store = f"mm2-offsets.{spec.source}.internal"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._child is not None and self._child.poll() is not None:
+                raise ClusterStartFailed(f"MirrorMaker 2 exited during start-up:\n"
+                                         f"{self.log_tail()}",
+                                         hint=f"the full log is {self.log_file}")
+            try:
+                if store in admin.list_topics(timeout=2).topics:
+                    return
+            except Exception:  # KafkaException: the target does not answer yet
+                pass
+            if time.monotonic() > deadline:
+                raise ClusterStartFailed(f"MirrorMaker 2 did not join {spec.target} within "
+                                         f"{timeout_s:.0f}s:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def log_tail(self, lines: int = 20) -> str:
+        texts = []
+        for f in (self.folder / "stdout.log", self.log_file):
+            if f.is_file():
+                texts.extend(f.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(texts[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL (drills and tests: the mirror dies between two offset commits)."""
+        pid = self.pid()
+        if pid is None:
+            raise BrokerError(f"no mirror is running from {self.folder}")
+        os.kill(pid, signal.SIGKILL)
+        if self._child is not None and self._child.pid == pid:
+            self._child.wait(30)
+        elif not wait_gone(pid, 30):
+            raise BrokerError(f"the mirror (pid {pid}) outlived SIGKILL for 30 s")
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Start again what ``up`` started last (after ``kill`` or ``down``)."""
+        spec = self.spec()
+        if spec is None:
+            raise BrokerError(f"no mirror was ever started from {self.folder}")
+        self.up(spec, timeout_s)
+
+    def status(self) -> dict | None:
+        spec = self.spec()
+        if spec is None:
+            return None
+        pid = self.pid()
+        return {"source": spec.source, "target": spec.target, "topics": spec.pattern,
+                "pid": pid, "state": "stopped" if pid is None else process_state(pid),
+                "log": str(self.log_file)}
+
+    def down(self, timeout_s: float = 30.0) -> int | None:
+        """Stop this folder's MirrorMaker 2 (SIGTERM: it commits its offsets and leaves);
+        returns the pid stopped, None if none ran. Safe to repeat."""
+        pid = self.pid()
+        if pid is None:
+            return None
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGTERM)
+        if not wait_gone(pid, timeout_s):
+            os.kill(pid, signal.SIGKILL)
+            wait_gone(pid, 10)
+        (self.folder / "pid").unlink(missing_ok=True)
+        return pid
+
+
+def mirrors() -> list[Mirror]:
+    """Every mirror ever started from ``mirrors_dir()``."""
+    root = mirrors_dir()
+    if not root.is_dir():
+        return []
+    return [Mirror(d) for d in sorted(root.iterdir()) if (d / "mirror.json").is_file()]

@@ -1,0 +1,67 @@
+"""MirrorMaker 2's properties as ``docket-broker mirror`` writes them, without starting it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from broker.errors import BrokerError
+from broker.mirror import POLICY, MirrorSpec
+
+
+def _props(text: str) -> dict[str, str]:
+    """The properties as Java reads them: a backslash escapes the character after it."""
+    def unescape(v: str) -> str:
+        return re.sub(r"\\(.)", lambda m: {"n": "\n", "r": "\r", "t": "\t"}.get(
+            m.group(1), m.group(1)), v)
+    return {k.strip(): unescape(v.strip()) for k, v in
+            (line.split("=", 1) for line in text.splitlines() if line)}
+
+
+def spec(**kw) -> MirrorSpec:
+    return MirrorSpec(**{"source": "local", "target": "aggregate",
+                         "source_bootstrap": "127.0.0.1:9092",
+                         "target_bootstrap": "127.0.0.1:9192", "topics": r"app\..*", **kw})
+
+
+def test_one_flow_local_to_aggregate_under_the_identity_policy():
+    props = _props(spec(audit_topic="docket.audit").properties_text())
+    assert props["clusters"] == "local, aggregate"
+    assert props["local.bootstrap.servers"] == "127.0.0.1:9092"
+    assert props["aggregate.bootstrap.servers"] == "127.0.0.1:9192"
+    assert props["local->aggregate.enabled"] == "true"
+    assert props["aggregate->local.enabled"] == "false"
+    assert props["replication.policy.class"] == POLICY
+    assert props["aggregate.producer.enable.idempotence"] == "true"
+    assert props["sync.topic.acls.enabled"] == "false"
+    # The audit topic is copied with the data; its dots match dots only.
+    pattern = re.compile(props["local->aggregate.topics"])
+    assert pattern.fullmatch("app.events") and pattern.fullmatch("docket.audit")
+    assert not pattern.fullmatch("docketXaudit") and not pattern.fullmatch("web.events")
+    assert not pattern.fullmatch("app-other")
+
+
+def test_a_target_of_three_brokers_gets_three_replicas_of_what_the_mirror_creates():
+    props = _props(spec(replication_factor=3).properties_text())
+    assert props["replication.factor"] == "3"
+    assert props["offset.storage.replication.factor"] == "3"
+    assert props["heartbeats.topic.replication.factor"] == "3"
+
+
+def test_properties_given_are_set_over_docket_s_and_the_spec_survives_json():
+    s = spec(properties={"tasks.max": "4"}, audit_topic=None)
+    assert _props(s.properties_text())["tasks.max"] == "4"
+    assert _props(s.properties_text())["local->aggregate.topics"] == r"app\..*"
+    assert MirrorSpec.from_json(s.to_json()) == s
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"target": "local"}, "two clusters"),
+    ({"topics": ""}, "needs --topics"),
+    ({"source": "Local DC"}, "cannot name a cluster"),
+    ({"refresh_s": 0}, "at least 1"),
+])
+def test_a_mirror_that_cannot_be_is_refused_plainly(kw, message):
+    with pytest.raises(BrokerError, match=message):
+        spec(**kw)
