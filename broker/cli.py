@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from importlib.metadata import version
@@ -105,13 +106,14 @@ def _bootstrap(args, cluster: LocalCluster) -> str:
     return layout.bootstrap_servers
 
 
-def _config_pairs(pairs: list[str], option: str = "--config") -> dict[str, str]:
+def _config_pairs(pairs: list[str], option: str = "--config",
+                  example: str = "retention.ms=86400000") -> dict[str, str]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise BrokerError(f"{option} {pair!r} is not KEY=VALUE",
-                              hint=f"for example {option} retention.ms=86400000")
+                              hint=f"for example {option} {example}")
         out[key] = value
     return out
 
@@ -131,11 +133,11 @@ def run_mirror(args) -> int:
     if args.mirror_command == "up":
         source = args.source_bootstrap or _named_bootstrap(args.source)
         target = args.target_bootstrap or _named_bootstrap(args.target)
-        brokers = len(admin_client(target).list_topics(timeout=10).brokers)
         spec = MirrorSpec(args.source, args.target, source, target, args.topics,
                           audit_topic=args.audit_topic or None, refresh_s=args.refresh_s,
-                          replication_factor=3 if brokers >= 3 else 1,
-                          properties=_config_pairs(args.property, "--property"))
+                          properties=_config_pairs(args.property, "--property", "tasks.max=2"))
+        brokers = len(admin_client(target).list_topics(timeout=10).brokers)
+        spec = dataclasses.replace(spec, replication_factor=3 if brokers >= 3 else 1)
         mirror.up(spec, timeout_s=args.timeout_s)
         print(f"mirroring '{spec.pattern}' from {args.source} ({source}) to {args.target} "
               f"({target}); log in {mirror.log_file}")

@@ -74,6 +74,11 @@ class MirrorSpec:
             raise BrokerError(f"a mirror copies between two clusters; both are {self.source!r}")
         if not self.topics:
             raise BrokerError("a mirror needs --topics", hint="e.g. --topics 'app\\..*'")
+        try:
+            re.compile(self.topics)
+        except re.error as exc:
+            raise BrokerError(f"--topics {self.topics!r} is not a regular expression: {exc}",
+                              hint="e.g. --topics 'app\\..*|web\\..*'") from None
         if self.refresh_s < 1:
             raise BrokerError(f"--refresh-s must be at least 1, not {self.refresh_s}")
 

@@ -61,6 +61,7 @@ def test_properties_given_are_set_over_docket_s_and_the_spec_survives_json():
     ({"topics": ""}, "needs --topics"),
     ({"source": "Local DC"}, "cannot name a cluster"),
     ({"refresh_s": 0}, "at least 1"),
+    ({"topics": "app(.*"}, "not a regular expression"),
 ])
 def test_a_mirror_that_cannot_be_is_refused_plainly(kw, message):
     with pytest.raises(BrokerError, match=message):
