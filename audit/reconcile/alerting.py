@@ -94,9 +94,13 @@ def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
             mismatch = o.checksum == MISMATCH and o.state == COMPLETE
             if not (loss or duplication or mismatch):
                 continue
-            where = f"{v.topic} window {_iso(v.window_start)} tier {v.tier} origin {o.origin}"
+            mirrored = v.fed_by != (PRODUCER_TIER,)
+            where = f"{v.topic} window {_iso(v.window_start)} " + \
+                (f"hop {v.hop}" if mirrored else f"tier {v.tier}") + f" origin {o.origin}"
             base = {"expected": o.expected, "actual": o.actual, "count": o.count,
                     "distinct": o.distinct, "duplicates": o.duplicates}
+            if mirrored:
+                base.update(hop=v.hop, hop_expected=o.hop_expected)
 
             def cond(kind: str, summary: str, v=v, o=o, base=base, **extra) -> Condition:
                 return Condition(kind, v.topic, v.window_start, window_ms, v.tier, o.origin,
@@ -106,11 +110,13 @@ def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
                                   f"{o.reason}", reason=o.reason,
                                   dropped_unknown=o.dropped_unknown))
             elif loss:
-                if (v.tier, o.origin) not in ranges:
-                    ranges[(v.tier, o.origin)] = store.missing_ranges(v.tier, o.origin)
-                missing, total = ranges[(v.tier, o.origin)]
+                key = (v.tier, o.origin, v.fed_by)
+                if key not in ranges:
+                    ranges[key] = store.missing_ranges(
+                        v.tier, o.origin, () if not mirrored else v.fed_by)
+                missing, total = ranges[key]
                 holds.append(cond(
-                    "loss", f"{o.missing} of {o.expected} events missing at {where}",
+                    "loss", f"{o.missing} of {o.at_hop} events missing at {where}",
                     missing=o.missing, missing_ranges=missing[:MAX_RANGES_IN_ALERT],
                     missing_ranges_total=total,
                     locate=[f"docket-agent locate --seq {a}-{b}"

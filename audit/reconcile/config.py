@@ -58,9 +58,9 @@ SETTINGS: tuple[Setting, ...] = (
             "marks (docs/reconcile.md, \"Caught up\"): its silence about an origin counts as "
             "zero only once its progress arrived this long after the producer's report did; "
             "before that the window is `unknown` for it.", minimum=0),
-    Setting("windows.tiers", list, [], "The tier graph, in order from `producer` (each Kafka "
-            "cluster, then `warehouse`). Empty: the tiers seen, `producer` first, `warehouse` "
-            "last."),
+    Setting("windows.tiers", list, [], "The order the tiers are shown in, from `producer` "
+            "(each Kafka cluster, then `warehouse`). Empty: the tiers seen, `producer` first, "
+            "`warehouse` last. What feeds each tier is `[tiers.NAME] fed_by`."),
     Setting("alerts.lag_ms", int, 30 * MINUTE_MS, "`audit_lag` when a tier's newest progress "
             "record arrived longer ago than this (by the broker's append time, or this "
             "reconciler's clock when it read it; never the job's own clock).", minimum=1000),
@@ -75,6 +75,13 @@ SETTINGS: tuple[Setting, ...] = (
             "no `[[owners]]` entry."),
     Setting("alerts.health_channels", list, [], "Channels of the audit-health alerts "
             "(`audit_lag`, `silent_producer`, `clock_skew`). Empty: `alerts.default_channels`."),
+)
+
+TIER_SETTINGS: tuple[Setting, ...] = (
+    Setting("fed_by", list, None, "The tiers this tier is fed by: `[\"producer\"]` for a "
+            "cluster the agents write to, the local clusters a mirror copies for an aggregate "
+            "cluster, the cluster a warehouse lands. The tier is judged on that hop "
+            "(docs/topology.md). A tier not declared is fed by the producer.", required=True),
 )
 
 OWNER_SETTINGS: tuple[Setting, ...] = (
@@ -100,6 +107,7 @@ class ReconcileConfig:
     values: dict[str, Any]
     owners: list[Owner] = field(default_factory=list)
     channels: dict[str, dict] = field(default_factory=dict)   # name → its raw table
+    graph: dict[str, tuple[str, ...]] = field(default_factory=dict)  # tier → its fed_by
 
     def __getitem__(self, key: str):
         return self.values[key]
@@ -115,7 +123,7 @@ class ReconcileConfig:
 
 
 def parse(raw: dict) -> ReconcileConfig:
-    values = parse_sections(raw, SETTINGS, other_sections=("owners", "channels"))
+    values = parse_sections(raw, SETTINGS, other_sections=("owners", "channels", "tiers"))
     owners = _parse_owners(raw.get("owners", []))
     channels = raw.get("channels", {})
     if not isinstance(channels, dict) or not all(isinstance(t, dict) for t in channels.values()):
@@ -145,7 +153,47 @@ def parse(raw: dict) -> ReconcileConfig:
     if values["windows.final_ms"] < values["windows.grace_ms"]:
         raise ConfigError("windows.final_ms", "a window cannot be final before its grace ends",
                           hint="keep final_ms >= grace_ms")
-    return ReconcileConfig(values, owners, dict(channels))
+    return ReconcileConfig(values, owners, dict(channels), _parse_graph(raw.get("tiers", {})))
+
+
+def _parse_graph(raw) -> dict[str, tuple[str, ...]]:
+    """``[tiers.NAME] fed_by = [...]``: tier → the tiers it is fed by. Every name fed from is
+    the producer or a declared tier, and the graph has no cycle."""
+    if not isinstance(raw, dict) or not all(isinstance(t, dict) for t in raw.values()):
+        raise ConfigError("tiers", "expected one table per tier, [tiers.NAME]",
+                          hint='e.g. [tiers.aggregate] with fed_by = ["local"]')
+    graph: dict[str, tuple[str, ...]] = {}
+    for name, table in raw.items():
+        where = f"tiers.{name}"
+        if name == PRODUCER_TIER:
+            raise ConfigError(where, "the producer is fed by nothing; it cannot be declared")
+        fed_by = parse_table(table, TIER_SETTINGS, where, "a tier")["fed_by"]
+        if not fed_by or not all(isinstance(f, str) and f for f in fed_by):
+            raise ConfigError(f"{where}.fed_by", "expected a list of tier names",
+                              hint='e.g. fed_by = ["producer"]')
+        if len(set(fed_by)) != len(fed_by):
+            raise ConfigError(f"{where}.fed_by", "a tier is named twice")
+        graph[name] = tuple(fed_by)
+    for name, fed_by in graph.items():
+        for f in fed_by:
+            if f != PRODUCER_TIER and f not in graph:
+                raise ConfigError(f"tiers.{name}.fed_by", f"tier {f!r} is not declared",
+                                  hint=f"declare it with [tiers.{f}] and its fed_by, or use "
+                                  f"one of: {', '.join(sorted({PRODUCER_TIER, *graph}))}")
+        if PRODUCER_TIER in fed_by and len(fed_by) > 1:
+            raise ConfigError(f"tiers.{name}.fed_by", "a tier fed by the producer is fed by "
+                              "nothing else", hint='fed_by = ["producer"]')
+    for name in graph:                                   # a cycle: a tier upstream of itself
+        seen, todo = set(), list(graph[name])
+        while todo:
+            f = todo.pop()
+            if f == name:
+                raise ConfigError(f"tiers.{name}.fed_by", "the tier feeds itself (a cycle)",
+                                  hint="every chain of fed_by ends at the producer")
+            if f not in seen and f != PRODUCER_TIER:
+                seen.add(f)
+                todo.extend(graph[f])
+    return graph
 
 
 def _parse_owners(raw) -> list[Owner]:
@@ -182,6 +230,10 @@ def reference_markdown() -> str:
               "routes a data alert.", "", "| key | type | default | meaning |",
               "|---|---|---|---|"]
     lines += [reference_row(s.key, s) for s in OWNER_SETTINGS]
+    lines += ["", "## [tiers.NAME]", "", "One table per tier fed by other tiers than the "
+              "producer (docs/topology.md); the tiers not declared are fed by the producer.", "",
+              "| key | type | default | meaning |", "|---|---|---|---|"]
+    lines += [reference_row(s.key, s) for s in TIER_SETTINGS]
     lines += ["", "## [channels.NAME]", "", "One table per delivery channel, named by the "
               "owners' and alerts' `channels` lists; its keys depend on its `type` "
               "(`webhook`, `email`, `alertmanager`): see docs/alerts.md.", ""]

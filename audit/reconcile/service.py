@@ -138,7 +138,9 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
                 reports = producer_reports(window_records)
                 verdicts = judge(topic, window_start, counts,
                                  lambda tier, origin, r=reports: currency.current(
-                                     tier, r.get(origin, [])), tiers, timing, now_ms)
+                                     tier, r.get(origin, [])), tiers, timing, now_ms,
+                                 cfg.graph, lambda tier, origin, r=reports: currency.claims(
+                                     tier, r.get(origin, [])))
                 writer.save(topic, window_start, window_ms, verdicts)
                 holds, judged = window_conditions(store, verdicts, window_ms, ranges)
                 fired, resolved = apply_window_conditions(store, cfg, window, holds, judged,

@@ -517,9 +517,12 @@ class Store:
             "SELECT origin, clock_offset_ms, clock_offset_at FROM producers "
             "WHERE clock_offset_ms IS NOT NULL")}
 
-    def missing_ranges(self, tier: str, origin: str) -> tuple[list[list[int]], int]:
+    def missing_ranges(self, tier: str, origin: str, upstream: tuple[str, ...] = ()
+                       ) -> tuple[list[list[int]], int]:
         """The record numbers of ``origin`` that ``tier`` has not seen and the producer did not
-        journal as dropped (its newest report per number space), and their total."""
+        journal as dropped (its newest report per number space), and their total. With
+        ``upstream`` (the tiers feeding ``tier``): less those a feeding tier has not seen
+        either, so only those lost at the hop."""
         def newest(t: str) -> dict[str, tuple[list, int]]:
             out: dict[str, tuple] = {}
             for oi, missing, total, _at in self.conn.execute(
@@ -528,6 +531,9 @@ class Store:
                 out[oi] = (json.loads(missing), total)
             return out
         dropped = {oi: m for oi, (m, _t) in newest("producer").items()}
+        for feeder in upstream:          # not seen upstream: lost before the hop
+            for oi, (m, _t) in newest(feeder).items():
+                dropped[oi] = _union(dropped.get(oi, []), m)
         ranges, total = [], 0
         for oi, (missing, _t) in newest(tier).items():
             for a, b in _subtract(missing, dropped.get(oi, [])):
@@ -734,6 +740,17 @@ def _count_record(r: tuple) -> AuditRecord:
                        {} if dropped_unknown == "{}" else json.loads(dropped_unknown),
                        distinct, duplicates, incarnation or None, skipped, sealed_through,
                        arrived_at)
+
+
+def _union(a: list[list[int]], b: list[list[int]]) -> list[list[int]]:
+    """Two lists of sorted, disjoint inclusive ranges as one."""
+    out: list[list[int]] = []
+    for lo, hi in sorted([*a, *b]):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return out
 
 
 def _subtract(ranges: list[list[int]], minus: list[list[int]]) -> list[tuple[int, int]]:

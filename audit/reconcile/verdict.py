@@ -25,6 +25,19 @@ more distinct records than the producer reported, and no duplicates, the produce
 behind (its next one will have them): ``unknown`` again, not an overcount. The checksum is
 compared when the counts agree and T saw no duplicates.
 
+**Hops.** A tier is *fed* by other tiers (``[tiers.NAME] fed_by``, docs/topology.md): a local
+cluster by the producer, an aggregate cluster by the local clusters its mirrors copy, the
+warehouse by the cluster it lands. Every tier is fed by the producer unless declared (the
+judgement above). A tier fed by other tiers is judged on its hop: per origin, ``expected`` at
+the hop is the sum of what its feeding tiers hold of the origin (their ``actual``), so a loss
+inside a mirror is the mirror's hop, never the producer's; an origin that a feeding tier has
+not judged yet (``unknown`` there) is ``unknown`` at the hop too. Completeness stays end to end
+(against the producer); ``hop_completeness`` is against the hop's expected. Several tiers fed
+by the producer (one local cluster per data centre) each judge the origins they hold: those
+whose agents' reports their job has read (its ``caught_up`` marks name the agent) or that they
+counted, when they are declared so (``fed_by = ["producer"]``); with one such tier, or for a
+tier not declared, every origin is its.
+
 At the producer tier an origin whose agent journalled a loss of unknown size
 (``dropped_unknown``: a file deleted or truncated before it was read) is ``incomplete``: a
 *possible* loss that no count downstream can show.
@@ -111,6 +124,16 @@ class Currency:
         return arrived is not None and at >= arrived + self.settle_ms and not behind
 
 
+    def claims(self, tier: str, reports: list[AuditRecord]) -> bool | None:
+        """Has ``tier``'s job read an audit record of the agents behind ``reports`` (its
+        ``caught_up`` marks name one of them)? None: the tier publishes no marks."""
+        marks = self.marks.get(tier)
+        if marks is None:
+            return None
+        emitters = {r.emitter for r in reports}
+        return any(emitter in emitters for emitter, _incarnation in marks)
+
+
 @dataclass
 class OriginVerdict:
     origin: str
@@ -123,14 +146,21 @@ class OriginVerdict:
     reason: str = ""
     dropped: int = 0               # the producer's known drops (producer tier only)
     dropped_unknown: dict[str, int] = field(default_factory=dict)
+    hop_expected: int | None = None  # what the feeding tiers hold of it; None: as expected
 
     @property
     def actual(self) -> int:
         return self.distinct if self.distinct is not None else self.count
 
     @property
+    def at_hop(self) -> int | None:
+        """What this tier should hold of the origin: its feeding tiers' (the producer's)."""
+        return self.hop_expected if self.hop_expected is not None else self.expected
+
+    @property
     def missing(self) -> int:
-        return max(0, (self.expected or 0) - self.actual)
+        """Records lost at this tier's hop (not those its feeding tiers lost already)."""
+        return max(0, (self.at_hop or 0) - self.actual)
 
     @property
     def plain(self) -> bool:
@@ -157,6 +187,12 @@ class TierVerdict:
     hop_completeness: float | None  # actual / the previous tier's actual
     checksum: str | None           # mismatch if any origin's is, match if all are
     origins: list[OriginVerdict]
+    fed_by: tuple[str, ...] = (PRODUCER_TIER,)
+
+    @property
+    def hop(self) -> str:
+        """``kafka-local → aggregate``: the hop this tier's verdict is about."""
+        return f"{' + '.join(self.fed_by)} → {self.tier}"
 
     @property
     def actual(self) -> int:
@@ -180,29 +216,78 @@ def tier_order(tiers_seen: set[str], configured: list[str]) -> list[str]:
     return order
 
 
+def feeders_of(tiers: list[str], graph: dict[str, tuple[str, ...]]
+               ) -> dict[str, tuple[str, ...]]:
+    """tier → the tiers among ``tiers`` that feed it, as ``graph`` (tier → its declared
+    ``fed_by``) says: a declared feeder that does not count the topic is skipped for its own
+    feeders; a tier not declared is fed by the producer."""
+    def resolve(tier: str, seen: frozenset) -> tuple[str, ...]:
+        out: list[str] = []
+        for f in graph.get(tier, (PRODUCER_TIER,)):
+            if f == PRODUCER_TIER or f in tiers:
+                found: tuple[str, ...] = (f,)
+            elif f in seen:                              # config refuses cycles; be safe
+                found = (PRODUCER_TIER,)
+            else:
+                found = resolve(f, seen | {f})
+            out.extend(x for x in found if x not in out)
+        return tuple(out) or (PRODUCER_TIER,)
+    return {t: resolve(t, frozenset({t})) for t in tiers if t != PRODUCER_TIER}
+
+
 def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord]],
           current: Callable[[str, str], bool], tiers: list[str], timing: Timing,
-          now_ms: int) -> list[TierVerdict]:
-    """Verdicts of every tier in ``tiers`` on one window. ``counts``: tier → origin → the record
-    that counts (``audit.contract.collect.current_counts``); ``current(tier, origin)``: has the
-    tier caught up with the origin's report on the window (``Currency``)?"""
+          now_ms: int, graph: dict[str, tuple[str, ...]] | None = None,
+          claims: Callable[[str, str], bool | None] | None = None) -> list[TierVerdict]:
+    """Verdicts of every tier in ``tiers`` on one window, in that order. ``counts``: tier →
+    origin → the record that counts (``audit.contract.collect.current_counts``);
+    ``current(tier, origin)``: has the tier caught up with the origin's report on the window
+    (``Currency.current``)? ``graph``: tier → the tiers it is fed by (``feeders_of``);
+    ``claims(tier, origin)``: has a tier fed by the producer read the origin's agent's reports
+    (``Currency.claims``), asked when several tiers are fed by the producer."""
     producer = counts.get(PRODUCER_TIER, {})
     end = window_start + timing.window_ms
-    out: list[TierVerdict] = []
-    previous_actual: int | None = None
-    for tier in tiers:
+    feeders = feeders_of(tiers, graph or {})
+    local = [t for t in feeders if (graph or {}).get(t) == (PRODUCER_TIER,)]  # declared
+    judged: dict[str, TierVerdict] = {}
+    for tier in _feeders_first(tiers, feeders):
         records = counts.get(tier, {})
-        origins = sorted(set(producer) | set(records))
+        fed = feeders.get(tier, ())
         if tier == PRODUCER_TIER:
-            verdicts = [_producer_origin(o, producer[o]) for o in origins]
-        else:
+            verdicts = [_producer_origin(o, producer[o]) for o in sorted(producer)]
+        elif fed == (PRODUCER_TIER,):
+            held = set(producer) if tier not in local or len(local) < 2 or claims is None else \
+                {o for o in producer if claims(tier, o)}
             verdicts = [_origin(o, producer.get(o), records.get(o),
-                                o in producer and current(tier, o)) for o in origins]
-        v = _tier(topic, window_start, tier, False, verdicts, previous_actual)
+                                o in producer and current(tier, o))
+                        for o in sorted(held | set(records))]
+        else:
+            upstream = [{o.origin: o for o in judged[f].origins} for f in fed]
+            origins = set(records).union(*upstream)
+            verdicts = [_origin(o, producer.get(o), records.get(o),
+                                o in producer and current(tier, o),
+                                [(f, u[o]) for f, u in zip(fed, upstream, strict=True)
+                                 if o in u])
+                        for o in sorted(origins)]
+        v = _tier(topic, window_start, tier, False, verdicts, fed or (PRODUCER_TIER,))
         v.state = _phase(v.state, now_ms, end, timing)
         v.final = _final(v.state, now_ms, end, timing)
-        out.append(v)
-        previous_actual = v.actual
+        judged[tier] = v
+    return [judged[t] for t in tiers]
+
+
+def _feeders_first(tiers: list[str], feeders: dict[str, tuple[str, ...]]) -> list[str]:
+    """``tiers`` ordered so that every tier comes after the tiers feeding it."""
+    out: list[str] = []
+
+    def visit(tier: str, path: frozenset) -> None:
+        if tier in out or tier in path:
+            return
+        for f in feeders.get(tier, ()):
+            visit(f, path | {tier})
+        out.append(tier)
+    for t in tiers:
+        visit(t, frozenset())
     return out
 
 
@@ -240,8 +325,10 @@ def _producer_origin(origin: str, rec: AuditRecord) -> OriginVerdict:
         else "", dropped=rec.dropped, dropped_unknown=dict(rec.dropped_unknown))
 
 
-def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None,
-            current: bool) -> OriginVerdict:
+def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None, current: bool,
+            upstream: list[tuple[str, OriginVerdict]] | None = None) -> OriginVerdict:
+    """One origin at a tier: against the producer's report ``p``, or, for a tier fed by other
+    tiers, against what ``upstream`` (feeding tier, its verdict on the origin) holds."""
     count = r.count if r else 0
     distinct = r.distinct if r else (0 if current else None)
     duplicates = r.duplicates if r else (0 if current else None)
@@ -249,20 +336,32 @@ def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None,
     if p is None:
         v.reason = "no producer report for this origin"
         return v
+    expected, source = p.count, "the producer's report"
+    if upstream is not None:
+        if not upstream:
+            v.reason = "no tier feeding this one holds this origin"
+            return v
+        blind = [f for f, u in upstream if u.state == UNKNOWN]
+        if blind:
+            v.reason = f"{', '.join(blind)} has not judged it yet"
+            return v
+        expected = v.hop_expected = sum(u.actual for _f, u in upstream)
+        source = " + ".join(f for f, _u in upstream)
     if r is None and not current:
         v.reason = "the tier has not reported it yet"
         return v
-    if v.actual < p.count:
+    if v.actual < expected:
         v.state = INCOMPLETE if current else UNKNOWN
-        v.reason = f"{p.count - v.actual} missing" if current else \
-            f"{p.count - v.actual} not seen yet; the tier has not read past the producer's report"
-    elif v.actual > p.count and r is not None and r.distinct is not None and \
+        v.reason = f"{expected - v.actual} missing" if current else \
+            f"{expected - v.actual} not seen yet; the tier has not read past the producer's report"
+    elif v.actual > expected and r is not None and r.distinct is not None and \
             not r.duplicates:
-        v.reason = f"{v.actual - p.count} more distinct records than the producer's report " \
-            "says: its next report will have them"
-    elif v.actual > p.count:
+        v.reason = f"{v.actual - expected} more distinct records than {source} says: its " \
+            "next report will have them"
+    elif v.actual > expected:
         v.state = OVERCOUNT
-        v.reason = f"{v.actual - p.count} more than the producer accepted"
+        v.reason = f"{v.actual - expected} more than {source} holds" if upstream else \
+            f"{v.actual - expected} more than the producer accepted"
     else:
         v.state = COMPLETE
     if r is not None and r.count == p.count and not r.duplicates:
@@ -275,7 +374,7 @@ def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None,
 
 
 def _tier(topic: str, window_start: int, tier: str, final: bool,
-          origins: list[OriginVerdict], previous_actual: int | None) -> TierVerdict:
+          origins: list[OriginVerdict], fed_by: tuple[str, ...]) -> TierVerdict:
     known = [o for o in origins if o.expected is not None]
     expected = sum(o.expected for o in known)
     count = sum(o.count for o in origins)
@@ -291,12 +390,14 @@ def _tier(topic: str, window_start: int, tier: str, final: bool,
     for o in origins:
         for reason, n in o.dropped_unknown.items():
             dropped_unknown[reason] = dropped_unknown.get(reason, 0) + n
+    at_hop = [o.at_hop for o in origins if o.at_hop is not None]
     return TierVerdict(
         topic, window_start, tier, state, final, expected, count, distinct, duplicates,
         sum(o.dropped for o in origins), dropped_unknown,
         completeness=_ratio(actual, expected),
-        hop_completeness=_ratio(actual, previous_actual) if previous_actual is not None
-        else _ratio(actual, expected), checksum=checksum, origins=origins)
+        hop_completeness=_ratio(sum(o.actual for o in origins if o.at_hop is not None),
+                                sum(at_hop)),
+        checksum=checksum, origins=origins, fed_by=fed_by)
 
 
 def _ratio(actual: int, expected: int) -> float | None:

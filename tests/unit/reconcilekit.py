@@ -18,11 +18,12 @@ JUDGED = END + 1_800_000 + 1          # past the default grace
 MIN = 60_000
 
 
-def cfg(**alerts):
+def cfg(tiers: dict | None = None, **alerts):
+    """``tiers``: the ``[tiers.NAME]`` tables (the tier graph), none by default."""
     alerts = {"silent_ms": 6 * 3_600_000, **alerts}      # the tests send no heartbeats
     return parse({"channels": {"ops": {"type": "webhook", "url": "http://127.0.0.1:9/x"}},
                   "alerts": {"default_channels": ["ops"], **alerts},
-                  "windows": {"tiers": ["producer", "kafka-local"]}})
+                  "windows": {"tiers": ["producer", "kafka-local"]}, "tiers": tiers or {}})
 
 
 def count(tier, n, origin="web-1", *, distinct=None, seq=1, at=END + MIN, checksum=5,
@@ -52,10 +53,10 @@ def caught_up(origin="web-1", seq=1, delivered=None, tier="kafka-local"):
                     source_delivered=delivered)
 
 
-def progress(at, batch=1, marks=False):
+def progress(at, batch=1, marks=False, tier="kafka-local"):
     """The count job at ``at``; with ``marks``, a job that publishes ``caught_up`` marks (in
     its incarnation ``j``, as ``caught_up`` above): judged caught up by them alone."""
-    return Progress(tier="kafka-local", emitter="kafka-local/count", batch_id=batch,
+    return Progress(tier=tier, emitter=f"{tier}/count", batch_id=batch,
                     input_rows_per_s=1.0, processed_rows_per_s=1.0, batch_duration_ms=1,
                     offsets_behind=0, emitted_at=at, publishes_caught_up=marks,
                     incarnation="j" if marks else None)

@@ -14,9 +14,9 @@ from tests.unit.reconcilekit import END, JUDGED, MIN, T0, W, cfg, count, progres
 
 
 class Reconciler:
-    def __init__(self, tmp_path, **alerts):
+    def __init__(self, tmp_path, tiers=None, **alerts):
         self.store = Store(tmp_path / "r.db")
-        self.cfg = cfg(**alerts)
+        self.cfg = cfg(tiers, **alerts)
         self.offset = 0
 
     def apply(self, *records):
@@ -151,3 +151,27 @@ def test_an_alert_resolved_by_hand_does_not_fire_again_until_its_condition_clear
     r.apply(count("kafka-local", 990, seq=3, distinct=990), progress(JUDGED + 4 * MIN, 3))
     assert r.at(JUDGED + 5 * MIN).fired == 1               # holds again: a new alert
     assert r.sent() == [("firing", "loss"), ("resolved", "loss"), ("firing", "loss")]
+
+
+def test_a_loss_in_a_mirror_is_alerted_at_its_hop_with_the_numbers_lost_there(tmp_path):
+    """kafka-local lost 10..14 (the agent's own tier's loss), the mirror to the aggregate lost
+    100..119 more: the aggregate's alert names the hop and only the mirror's numbers."""
+    r = Reconciler(tmp_path, {"kafka-local": {"fed_by": ["producer"]},
+                              "aggregate": {"fed_by": ["kafka-local"]}})
+    def ranges(tier, missing):
+        return Ranges.of(tier=tier, origin="web-1", origin_incarnation="o",
+                         emitter=f"{tier}/count", seq=1, through=999, missing=missing)
+    r.apply(count("producer", 1000), count("kafka-local", 995), count("aggregate", 975),
+            progress(END + 5 * MIN), progress(END + 5 * MIN, tier="aggregate"),
+            ranges("kafka-local", [[10, 14]]), ranges("aggregate", [[10, 14], [100, 119]]))
+    assert r.at(JUDGED).fired == 2
+    alerts = {a["tier"]: a for a in r.store.db.query("SELECT * FROM alerts")}
+    hop = json.loads(alerts["aggregate"]["detail"])
+    assert (hop["hop"], hop["hop_expected"], hop["actual"], hop["missing"]) == \
+        ("kafka-local → aggregate", 995, 975, 20)
+    assert hop["missing_ranges"] == [[100, 119]] and hop["missing_ranges_total"] == 20
+    assert "20 of 995 events missing at app window" in alerts["aggregate"]["summary"]
+    assert "hop kafka-local → aggregate origin web-1" in alerts["aggregate"]["summary"]
+    local = json.loads(alerts["kafka-local"]["detail"])
+    assert (local["missing"], local["missing_ranges"]) == (5, [[10, 14]])
+    assert "hop" not in local and "tier kafka-local" in alerts["kafka-local"]["summary"]

@@ -134,3 +134,29 @@ def test_a_listen_address_that_is_not_host_port_is_a_config_error(listen):
     with pytest.raises(ConfigError, match="expected HOST:PORT"):
         parse({"reconcile": {"listen": listen}})
     assert parse({"reconcile": {"listen": "[::1]:0"}})["reconcile.listen"] == "[::1]:0"
+
+
+def _graph_errors(tiers: dict) -> str:
+    with pytest.raises(ConfigError) as e:
+        parse({"tiers": tiers})
+    return str(e.value)
+
+
+def test_the_tier_graph_is_read_from_tiers_tables_and_checked():
+    cfg = parse({"tiers": {"dc1": {"fed_by": ["producer"]}, "dc2": {"fed_by": ["producer"]},
+                           "aggregate": {"fed_by": ["dc1", "dc2"]},
+                           "warehouse": {"fed_by": ["aggregate"]}}})
+    assert cfg.graph == {"dc1": ("producer",), "dc2": ("producer",),
+                         "aggregate": ("dc1", "dc2"), "warehouse": ("aggregate",)}
+    assert parse({}).graph == {}
+    assert "tiers.aggregate.fed_by" in _graph_errors({"aggregate": {"fed_by": ["local"]}})
+    assert "'local' is not declared" in _graph_errors({"aggregate": {"fed_by": ["local"]}})
+    assert "cycle" in _graph_errors({"a": {"fed_by": ["b"]}, "b": {"fed_by": ["a"]}})
+    assert "cycle" in _graph_errors({"a": {"fed_by": ["a"]}})
+    assert "cannot be declared" in _graph_errors({"producer": {"fed_by": ["producer"]}})
+    assert "missing" in _graph_errors({"a": {}})
+    assert "unknown key" in _graph_errors({"a": {"fed_by": ["producer"], "from": "x"}})
+    assert "named twice" in _graph_errors({"a": {"fed_by": ["producer", "producer"]}})
+    assert "nothing else" in _graph_errors({"a": {"fed_by": ["producer"]},
+                                            "b": {"fed_by": ["producer", "a"]}})
+    assert "one table per tier" in _graph_errors({"a": 1})

@@ -5,6 +5,7 @@ with its inputs and the verdict it must give."""
 
 from __future__ import annotations
 
+from audit.contract.names import NO_INCARNATION as NO_INC
 from audit.contract.record import AuditRecord
 from audit.reconcile.verdict import (
     COMPLETE,
@@ -212,3 +213,95 @@ def test_the_tier_graph_puts_the_producer_first_and_the_warehouse_last():
         ["producer", "a", "b", "warehouse"]
     assert tier_order({"x", "y"}, ["producer", "y"]) == ["producer", "y", "x"]
     assert tier_order({"x"}, ["producer", "y"]) == ["producer", "x"]   # y does not count it
+
+
+# -- hops: tiers fed by other tiers (docs/topology.md) -------------------------------------------
+CHAIN = ["producer", "local", "aggregate", "warehouse"]
+GRAPH = {"local": ("producer",), "aggregate": ("local",), "warehouse": ("aggregate",)}
+
+
+def hops(counts: list, tiers=CHAIN, graph=GRAPH, marks: dict | None = None,
+         progress: dict | None = None) -> dict:
+    """Verdicts of a window past its grace; the tiers without ``progress`` or ``marks`` are
+    judged on their counts alone."""
+    by_tier = current_by_origin(counts)
+    currency = Currency(marks or {}, {t: (at, 0) for t, at in (progress or {}).items()},
+                        TIMING.settle_ms)
+    reports = producer_reports(counts)
+    out = judge("app", T0, by_tier, current(counts, currency), tiers, TIMING, AFTER_GRACE,
+                graph, lambda tier, origin: currency.claims(tier, reports.get(origin, [])))
+    assert [v.tier for v in out] == tiers                 # in the order asked, whatever the graph
+    return {v.tier: v for v in out}
+
+
+def test_a_loss_inside_the_mirror_is_the_hops_and_the_tiers_after_it_are_complete_at_theirs():
+    v = hops([rec("producer", 1000), rec("local", 1000), rec("aggregate", 990),
+              rec("warehouse", 990)])
+    assert (v["local"].state, v["aggregate"].state, v["warehouse"].state) == \
+        (COMPLETE, INCOMPLETE, COMPLETE)
+    [o] = v["aggregate"].origins
+    assert (o.expected, o.hop_expected, o.missing, o.reason) == (1000, 1000, 10, "10 missing")
+    assert v["aggregate"].hop == "local → aggregate"
+    # Completeness end to end, the hop's against what the aggregate fed the warehouse.
+    assert (v["warehouse"].completeness, v["warehouse"].hop_completeness) == (0.99, 1.0)
+    assert v["warehouse"].origins[0].missing == 0
+
+
+def test_a_loss_before_the_mirror_is_the_local_tiers_alone():
+    v = hops([rec("producer", 1000), rec("local", 997), rec("aggregate", 997),
+              rec("warehouse", 997)])
+    assert [v[t].state for t in CHAIN] == [COMPLETE, INCOMPLETE, COMPLETE, COMPLETE]
+    assert v["local"].origins[0].missing == 3 and v["aggregate"].origins[0].missing == 0
+    assert v["aggregate"].completeness == 0.997
+
+
+def test_copies_a_mirror_resent_are_duplicates_at_the_hop_never_an_overcount():
+    v = hops([rec("producer", 1000), rec("local", 1000), rec("aggregate", 1300, distinct=1000),
+              rec("warehouse", 1000)])
+    agg = v["aggregate"]
+    assert (agg.state, agg.duplicates, agg.origins[0].missing) == (COMPLETE, 300, 0)
+
+
+def test_a_hop_whose_feeding_tier_has_not_judged_the_origin_is_unknown_not_loss():
+    report = rec("producer", 1000, sealed_through=999, incarnation="a1")
+    key = ("web-1/agent", "a1")
+    caught = {t: {key: Mark(seq=1, delivered=999)} for t in ("aggregate", "warehouse")}
+    v = hops([report, rec("local", 400), rec("aggregate", 400), rec("warehouse", 400)],
+             marks={"local": {}, **caught})                 # local has not read the report yet
+    assert (v["local"].state, v["aggregate"].state) == (UNKNOWN, UNKNOWN)
+    assert v["aggregate"].origins[0].reason == "local has not judged it yet"
+    # The aggregate behind (the mirror stopped): unknown there, the tiers fed by it too.
+    v = hops([report, rec("local", 1000), rec("aggregate", 400), rec("warehouse", 400)],
+             marks={"local": {key: Mark(1, 999)}, "aggregate": {}, "warehouse": caught[
+                 "warehouse"]})
+    assert [v[t].state for t in CHAIN] == [COMPLETE, COMPLETE, UNKNOWN, UNKNOWN]
+
+
+def test_two_local_clusters_feed_one_aggregate_whose_expected_count_is_their_sum():
+    """web-1 writes to dc1, web-2 to dc2; each local tier holds the origins its job read
+    reports of; the aggregate expects both. A loss in dc2's mirror is located there."""
+    tiers = ["producer", "dc1", "dc2", "aggregate"]
+    graph = {"dc1": ("producer",), "dc2": ("producer",), "aggregate": ("dc1", "dc2")}
+    marks = {"dc1": {("web-1/agent", NO_INC): Mark(1)}, "dc2": {("web-2/agent", NO_INC): Mark(1)},
+             "aggregate": {("web-1/agent", NO_INC): Mark(1), ("web-2/agent", NO_INC): Mark(1)}}
+    counts = [rec("producer", 100, "web-1"), rec("producer", 50, "web-2"),
+              rec("dc1", 100, "web-1"), rec("dc2", 50, "web-2"),
+              rec("aggregate", 100, "web-1"), rec("aggregate", 45, "web-2")]
+    v = hops(counts, tiers, graph, marks)
+    assert [o.origin for o in v["dc1"].origins] == ["web-1"]     # web-2 is not dc1's
+    assert [o.origin for o in v["dc2"].origins] == ["web-2"]
+    assert (v["dc1"].state, v["dc2"].state) == (COMPLETE, COMPLETE)
+    agg = v["aggregate"]
+    assert (agg.state, agg.expected, agg.actual, agg.hop) == \
+        (INCOMPLETE, 150, 145, "dc1 + dc2 → aggregate")
+    assert {o.origin: (o.state, o.hop_expected, o.missing) for o in agg.origins} == \
+        {"web-1": (COMPLETE, 100, 0), "web-2": (INCOMPLETE, 50, 5)}
+
+
+def test_a_declared_feeder_that_does_not_count_the_topic_is_skipped_for_its_own():
+    from audit.reconcile.verdict import feeders_of
+    assert feeders_of(["producer", "aggregate", "warehouse"], GRAPH) == {
+        "aggregate": ("producer",), "warehouse": ("aggregate",)}
+    assert feeders_of(["producer", "warehouse"], GRAPH) == {"warehouse": ("producer",)}
+    assert feeders_of(["producer", "kafka-local", "warehouse"], {}) == {
+        "kafka-local": ("producer",), "warehouse": ("producer",)}
