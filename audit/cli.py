@@ -61,6 +61,10 @@ def _job_args(p: argparse.ArgumentParser) -> None:
                    help="count without record identity: plain per-window counts, no number "
                    "sets in the state; distinct and duplicates are reported unknown (null) "
                    "and no ranges records are written")
+    p.add_argument("--mirror-target", default=None, metavar="NAME",
+                   help="the cluster read is fed by MirrorMaker 2 (docket-broker mirror) as "
+                   "the target NAME: caught_up marks only as far as its mirrors vouch "
+                   "(docs/topology.md)")
     p.add_argument("--kafka-option", action="append", default=[], metavar="NAME=VALUE",
                    help="a Kafka client property for the source and the audit producer "
                    "(repeatable), e.g. security.protocol=SASL_SSL")
@@ -137,7 +141,7 @@ def _job_options(args, default_ckpt: Path):
         starting_offsets=args.starting_offsets, identity=not args.no_identity,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         kafka_options=_pairs(args.kafka_option, "--kafka-option"),
-        spark_conf=_pairs(args.spark_conf, "--spark-conf"))
+        spark_conf=_pairs(args.spark_conf, "--spark-conf"), mirror_target=args.mirror_target)
 
 
 def _duration_ms(text: str, flag: str) -> int:

@@ -153,7 +153,7 @@ def run_mirror(args) -> int:
             print(f"no mirror in {mirrors_dir()}")
         for r in [] if args.json else rows:
             print(f"{r['source']} -> {r['target']}\t{r['state']}\tpid={r['pid'] or '-'}"
-                  f"\ttopics={r['topics']}")
+                  f"\twatcher={r['watch_state']}\ttopics={r['topics']}")
         return 0 if rows and all(r["state"] != "stopped" for r in rows) else 3
     return 0
 

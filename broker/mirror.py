@@ -9,6 +9,7 @@ Layout of a mirror's folder (``mirrors_dir()/<source>.<target>``)::
     mm2.properties        generated from mirror.json
     log4j2.properties     MirrorMaker 2's log goes to logs/mirror.log
     stdout.log, pid       the JVM's own output, its pid
+    watch/stdout.log, pid the watcher's log and pid (below)
 
 The replication policy is the identity policy (``IdentityReplicationPolicy``): a topic keeps its
 name on the target, so every tier (the local cluster, the aggregate, the warehouse) speaks of
@@ -20,6 +21,12 @@ must stamp each audit record as it arrives there (``LogAppendTime``).
 
 MirrorMaker 2 copies at least once: killed, it resends what it copied after its last offset
 commit. docket's count jobs count such copies as duplicates, by record identity.
+
+With the audit topic copied, a *watcher* runs beside MirrorMaker 2 (``audit.jobs.mirrored``, a
+Python process of its own): it appends to the target's audit topic how far the mirror has
+copied, in positions, which is how a count job on the target (``--mirror-target``) knows it has
+read the data an audit record counts (MirrorMaker 2 copies partitions in no order among them).
+Killing the mirror (``kill``, a drill) leaves the watcher running: it waits for the mirror.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +52,7 @@ from .libs import ensure_kafka_libs
 MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
 HEAP = "512m"
+WATCHER = "audit.jobs.mirrored"        # the watcher's module (python -m)
 
 
 def mirrors_dir() -> Path:
@@ -146,6 +155,7 @@ class Mirror:
         self.folder = Path(folder)
         self.die_with_parent = die_with_parent
         self._child: subprocess.Popen | None = None
+        self._watch: subprocess.Popen | None = None
 
     @classmethod
     def named(cls, source: str, target: str, **kw) -> Mirror:
@@ -181,9 +191,42 @@ class Mirror:
         ours = MAIN.encode() in cmdline and str(self.folder / "mm2.properties").encode() in cmdline
         return pid if ours and alive(pid) else None
 
+    @property
+    def watch_folder(self) -> Path:
+        return self.folder / "watch"
+
+    def watch_pid(self) -> int | None:
+        """The pid of this mirror's watcher if it is alive and really ours."""
+        try:
+            pid = int((self.watch_folder / "pid").read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        reap(pid)
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        spec = self.spec()
+        ours = WATCHER.encode() in cmdline and spec is not None and \
+            f"{spec.source}->{spec.target}".encode() in cmdline
+        return pid if ours and alive(pid) else None
+
+    def _start_watch(self, spec: MirrorSpec) -> None:
+        if spec.audit_topic is None or self.watch_pid() is not None:
+            return
+        self.watch_folder.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", WATCHER, "--flow", f"{spec.source}->{spec.target}",
+               "--source", spec.source, "--target", spec.target,
+               "--source-bootstrap", spec.source_bootstrap,
+               "--target-bootstrap", spec.target_bootstrap, "--topics", spec.pattern,
+               "--audit-topic", spec.audit_topic]
+        self._watch = spawn(cmd, self.watch_folder, self.die_with_parent,
+                            f"the watcher of the mirror {spec.source} -> {spec.target}")
+
     def up(self, spec: MirrorSpec, timeout_s: float = 120.0) -> None:
         """Start copying as ``spec`` says (the audit topic first created on the target), and
-        return once MirrorMaker 2 has joined the target cluster (its offset store is there)."""
+        return once MirrorMaker 2 has joined the target cluster (its offset store is there);
+        with the audit topic, its watcher too."""
         if self.pid() is not None:
             raise BrokerError(f"a mirror is already running from {self.folder}",
                               hint="stop it first with `docket-broker mirror down`")
@@ -202,6 +245,7 @@ class Mirror:
                             f"the mirror {spec.source} -> {spec.target}")
         try:
             self._wait_joined(spec, timeout_s)
+            self._start_watch(spec)
         except BaseException:
             self.down()
             raise
@@ -254,24 +298,36 @@ class Mirror:
         spec = self.spec()
         if spec is None:
             return None
-        pid = self.pid()
+        pid, watch = self.pid(), self.watch_pid()
         return {"source": spec.source, "target": spec.target, "topics": spec.pattern,
                 "pid": pid, "state": "stopped" if pid is None else process_state(pid),
-                "log": str(self.log_file)}
+                "log": str(self.log_file), "watch_pid": watch,
+                "watch_state": "stopped" if watch is None else process_state(watch),
+                "watch_log": str(self.watch_folder / "stdout.log")}
 
     def down(self, timeout_s: float = 30.0) -> int | None:
-        """Stop this folder's MirrorMaker 2 (SIGTERM: it commits its offsets and leaves);
-        returns the pid stopped, None if none ran. Safe to repeat."""
+        """Stop this folder's MirrorMaker 2 (SIGTERM: it commits its offsets and leaves) and
+        its watcher; returns the pid of MirrorMaker 2 stopped, None if none ran. Safe to
+        repeat."""
+        watch = self.watch_pid()
+        if watch is not None:
+            _terminate(watch, timeout_s)
+            (self.watch_folder / "pid").unlink(missing_ok=True)
         pid = self.pid()
         if pid is None:
             return None
-        os.kill(pid, signal.SIGCONT)
-        os.kill(pid, signal.SIGTERM)
-        if not wait_gone(pid, timeout_s):
-            os.kill(pid, signal.SIGKILL)
-            wait_gone(pid, 10)
+        _terminate(pid, timeout_s)
         (self.folder / "pid").unlink(missing_ok=True)
         return pid
+
+
+def _terminate(pid: int, timeout_s: float) -> None:
+    """SIGTERM, and SIGKILL after ``timeout_s``."""
+    os.kill(pid, signal.SIGCONT)
+    os.kill(pid, signal.SIGTERM)
+    if not wait_gone(pid, timeout_s):
+        os.kill(pid, signal.SIGKILL)
+        wait_gone(pid, 10)
 
 
 def mirrors() -> list[Mirror]:

@@ -21,6 +21,15 @@ published, as ``CaughtUp`` records, when they grow.
 
 A batch range that cannot be read within ``READ_TIMEOUT_S`` (the cluster away) gives no marks:
 marks only ever say less than the truth, and the next rounds of the emitters say it again.
+
+**A cluster fed by a mirror** (``mirror_target``: the job reads the target of MirrorMaker 2
+flows, ``docket-broker mirror``) holds its audit records in no order with its data: the mirror
+copies each partition in order, the partitions among them in no order, and the audit topic's
+few records can arrive long before the data they count. There the job's marks go only as far as
+the mirrors': the ``caught_up`` records a mirror's watcher (``audit.jobs.mirrored``) appends
+to this cluster's audit topic once every data record of the source that came before an audit
+record is copied. Read in a batch, such a record proves the data it vouches for is in that
+batch's snapshot; a source no mirror has vouched for gets no mark.
 """
 
 from __future__ import annotations
@@ -98,6 +107,37 @@ def audit_ranges(sources, audit_topic: str) -> dict[int, tuple[int | None, int]]
     return out
 
 
+MIRROR_TIER = "mirror"          # the tier of a mirror watcher's caught_up records
+
+
+def mirror_emitter(source: str, target: str) -> str:
+    """The emitter name of the watcher of the mirror ``source`` → ``target`` (cluster names)."""
+    return f"mirror/{source}->{target}"
+
+
+def vouched_by_mirrors(records, target: str) -> dict[Source, Mark]:
+    """Of audit records, the mirrors' ``caught_up`` records about copies to ``target``: per
+    (source emitter, incarnation), how far the mirrors have copied its cluster's data."""
+    out: dict[Source, Mark] = {}
+    for rec in records:
+        if isinstance(rec, CaughtUp) and rec.tier == MIRROR_TIER and \
+                rec.emitter.endswith(f"->{target}"):
+            mark = Mark(rec.source_seq, rec.source_delivered)
+            key = (rec.source, rec.source_incarnation)
+            if key in out:
+                out[key].merge(mark)
+            else:
+                out[key] = mark
+    return out
+
+
+def capped(mark: Mark, cap: Mark) -> Mark:
+    """As far as both ``mark`` and ``cap`` go."""
+    delivered = None if mark.delivered is None or cap.delivered is None else \
+        min(mark.delivered, cap.delivered)
+    return Mark(min(mark.seq, cap.seq), delivered)
+
+
 def marks_of(records, own_emitter: str) -> dict[Source, Mark]:
     """The highest ``seq`` (and an agent's highest ``delivered``) per (emitter, incarnation)
     among audit records (``Progress`` records name no incarnation: left out)."""
@@ -124,10 +164,16 @@ class CatchUp:
 
     def __init__(self, *, tier: str, emitter: str, incarnation: str, audit_topic: str,
                  reading: str, counting: str | None, publish, read=None,
-                 bootstrap_servers: str = "", client_options: dict | None = None):
+                 bootstrap_servers: str = "", client_options: dict | None = None,
+                 mirror_target: str | None = None):
         """``read(ranges)``: the audit records of a batch's ranges (partition → (start or
         None, end)), None when they could not be read; by default an ``AuditRangeReader`` on
-        ``bootstrap_servers``."""
+        ``bootstrap_servers``. ``mirror_target``: the cluster read is this mirror target's
+        (its marks go only as far as the mirrors vouch)."""
+        self.mirror_target = mirror_target
+        self._vouched: dict[Source, Mark] = {}      # read, not yet proven
+        self._held: dict[Source, Mark] = {}         # proven, of a mirrored cluster
+        self._copied: dict[Source, Mark] = {}       # the mirrors', proven
         self.tier, self.emitter, self.incarnation = tier, emitter, incarnation
         self.audit_topic = audit_topic
         self.reading, self.counting = reading, counting
@@ -215,14 +261,20 @@ class CatchUp:
     def _read(self, batch: Batch) -> None:
         records = self._reader(batch.audit_ranges)
         if records is not None:
-            for key, mark in marks_of(records, self.emitter).items():
-                if key in self._unproven:
-                    self._unproven[key].merge(mark)
-                else:
-                    self._unproven[key] = mark
-        if batch.behind != 0 or not self._unproven:
+            _merge_into(self._unproven, marks_of(records, self.emitter))
+            if self.mirror_target is not None:
+                _merge_into(self._vouched, vouched_by_mirrors(records, self.mirror_target))
+        if batch.behind != 0 or not (self._unproven or self._vouched):
             return
         proven, self._unproven = self._unproven, {}
+        if self.mirror_target is not None:
+            _merge_into(self._held, proven)
+            _merge_into(self._copied, self._vouched)
+            self._vouched = {}
+            proven = {key: capped(mark, self._copied[key])
+                      for key, mark in self._held.items() if key in self._copied}
+            if not proven:
+                return
         if self.counting is None:
             self._send(batch.batch_id, proven)
         else:
@@ -262,6 +314,14 @@ class CatchUp:
                       for (emitter, incarnation), mark in sorted(grown.items())])
         self._published.update(grown)
         log.info("batch %d: caught up with %d emitter(s)", batch_id, len(grown))
+
+
+def _merge_into(marks: dict[Source, Mark], more: dict[Source, Mark]) -> None:
+    for key, mark in more.items():
+        if key in marks:
+            marks[key].merge(mark)
+        else:
+            marks[key] = Mark(mark.seq, mark.delivered)
 
 
 class AuditRangeReader:

@@ -73,6 +73,7 @@ class JobOptions:
     identity: bool = True                           # number sets; False: plain counts
     kafka_options: dict | None = None               # passed as kafka.<name>
     spark_conf: dict | None = None
+    mirror_target: str | None = None                # the cluster read is this mirror target's
 
 
 class SparkJobError(AuditError):

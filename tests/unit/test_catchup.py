@@ -45,13 +45,14 @@ class Job:
     """A ``CatchUp`` whose audit topic is ``log`` (partition → records) and whose published
     records are kept."""
 
-    def __init__(self, counting=None, fail_first=0):
+    def __init__(self, counting=None, fail_first=0, mirror_target=None):
         self.log: dict[int, list] = {0: [], 1: []}
         self.sent: list[CaughtUp] = []
         self.fail = fail_first
         self.catch_up = CatchUp(tier="kafka-local", emitter="kafka-local/count",
                                 incarnation="j1", audit_topic=AUDIT, reading="read",
-                                counting=counting, publish=self.publish, read=self.read)
+                                counting=counting, publish=self.publish, read=self.read,
+                                mirror_target=mirror_target)
 
     def read(self, ranges):
         return [rec for p, (start, end) in ranges.items()
@@ -168,3 +169,53 @@ def test_an_idle_count_after_the_landing_counts_as_a_count_that_found_nothing_ne
     job.batch("read", 2, {"0": 1, "1": 0}, {"0": 1, "1": 0})
     assert job.marks() == {("web-1/agent", "a1"): (1, None)}
     job.catch_up.close()
+
+
+def vouched(source, target, origin, seq, delivered=None, round_=1):
+    """A mirror watcher's record: ``source`` → ``target`` has copied what ``origin``'s agent
+    counted up to ``seq`` (``delivered``)."""
+    return CaughtUp(tier="mirror", emitter=f"mirror/{source}->{target}", incarnation="w1",
+                    seq=round_, source=f"{origin}/agent", source_incarnation="a1",
+                    source_seq=seq, source_delivered=delivered)
+
+
+def test_on_a_mirrored_cluster_marks_go_only_as_far_as_the_mirror_has_copied():
+    """The agent's report came through the mirror before its data: the job has read the
+    report, yet no mark until the mirror's watcher says the data is copied, and then only as
+    far as it says; another target's watcher (a mirror of a mirror) vouches for nothing here."""
+    job = Job(mirror_target="aggregate")
+    job.log[0] += [count("web-1", 5, sealed=99), ranges("web-1", 5, 99)]
+    job.batch("read", 0, None, {"0": 2, "1": 0})
+    assert job.sent == []                                          # nothing vouched for yet
+    job.log[1] += [vouched("local", "global", "web-1", 5, 99)]     # not this cluster's mirror
+    job.batch("read", 1, {"0": 2, "1": 0}, {"0": 2, "1": 1})
+    assert job.sent == []
+    job.log[1] += [vouched("local", "aggregate", "web-1", 4, 80)]
+    job.batch("read", 2, {"0": 2, "1": 1}, {"0": 2, "1": 2}, behind=7)
+    assert job.sent == []                                          # behind: proves nothing
+    job.batch("read", 3, {"0": 2, "1": 2}, {"0": 2, "1": 2})
+    assert job.marks() == {("web-1/agent", "a1"): (4, 80)}        # the mirror's, not the job's
+    job.log[1] += [vouched("local", "aggregate", "web-1", 9, 150, round_=2)]
+    job.batch("read", 4, {"0": 2, "1": 2}, {"0": 2, "1": 3})
+    assert job.marks() == {("web-1/agent", "a1"): (5, 99)}        # now the job's own
+    job.catch_up.close()
+
+
+def test_a_cluster_not_mirrored_ignores_mirror_records():
+    job = Job()
+    job.log[0] += [count("web-1", 5, sealed=99), ranges("web-1", 5, 99),
+                   vouched("local", "kafka-local", "web-1", 1, 1)]
+    job.batch("read", 0, None, {"0": 3, "1": 0})
+    assert job.marks()[("web-1/agent", "a1")] == (5, 99)
+    job.catch_up.close()
+
+
+def test_the_mirror_watcher_reads_what_mirrormaker_committed_and_nothing_else():
+    from audit.jobs.mirrored import _copied
+    key = b'["MirrorSourceConnector",{"cluster":"local","partition":1,"topic":"app.events"}]'
+    assert _copied(key, b'{"offset":32}', "local") == (("app.events", 1), 32)
+    assert _copied(key, b'{"offset":32}', "dc2") is None                 # another flow's
+    assert _copied(b'["MirrorHeartbeatConnector",{"sourceClusterAlias":"local"}]',
+                   b'{"offset":0}', "local") is None
+    for bad in ((key, None), (key, b"{"), (b"[1]", b"{}"), (None, None), (key, b'{"o":1}')):
+        assert _copied(*bad, "local") is None
