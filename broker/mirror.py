@@ -183,11 +183,7 @@ class Mirror:
         if self._child is not None and self._child.pid == pid:
             # poll() answers None while another thread waits on the child: /proc says too.
             return pid if self._child.poll() is None and alive(pid) else None
-        reap(pid)
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (FileNotFoundError, ProcessLookupError):
-            return None
+        cmdline = _cmdline(pid)
         ours = MAIN.encode() in cmdline and str(self.folder / "mm2.properties").encode() in cmdline
         return pid if ours and alive(pid) else None
 
@@ -201,11 +197,9 @@ class Mirror:
             pid = int((self.watch_folder / "pid").read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        reap(pid)
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (FileNotFoundError, ProcessLookupError):
-            return None
+        if self._watch is not None and self._watch.pid == pid:
+            return pid if self._watch.poll() is None and alive(pid) else None
+        cmdline = _cmdline(pid)
         spec = self.spec()
         ours = WATCHER.encode() in cmdline and spec is not None and \
             f"{spec.source}->{spec.target}".encode() in cmdline
@@ -319,6 +313,26 @@ class Mirror:
         _terminate(pid, timeout_s)
         (self.folder / "pid").unlink(missing_ok=True)
         return pid
+
+
+def _cmdline(pid: int) -> bytes:
+    """``pid``'s command line, b"" when it is gone (reaped first if it is our child). Empty for
+    a moment while the process execs (``setpriv`` becoming ``java`` or ``python``): seen, a
+    watcher just started taken for a dead one. Asked again then, for up to a second."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        reap(pid)
+        try:
+            cmdline = _read_cmdline(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            return b""
+        if cmdline or not alive(pid) or time.monotonic() > deadline:
+            return cmdline
+        time.sleep(0.02)
+
+
+def _read_cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
 
 
 def _terminate(pid: int, timeout_s: float) -> None:

@@ -66,3 +66,23 @@ def test_properties_given_are_set_over_docket_s_and_the_spec_survives_json():
 def test_a_mirror_that_cannot_be_is_refused_plainly(kw, message):
     with pytest.raises(BrokerError, match=message):
         spec(**kw)
+
+
+def test_a_process_caught_while_it_execs_is_asked_again_not_taken_for_gone(monkeypatch,
+                                                                         tmp_path):
+    """/proc/PID/cmdline is empty for a moment while ``setpriv`` execs the watcher: seen, a
+    watcher just started reported stopped. The pid file's process, alive, is asked again."""
+    import os
+
+    from broker import mirror as mirror_module
+    from broker.mirror import Mirror, MirrorSpec
+    m = Mirror(tmp_path)
+    m.spec_file.write_text(MirrorSpec("local", "aggregate", "a:1", "b:1", topics="x",
+                                      audit_topic="docket.audit").to_json())
+    m.watch_folder.mkdir()
+    (m.watch_folder / "pid").write_text(f"{os.getpid()}\n")      # alive, for the test
+    answers = [b"", b"", b"python\0-m\0audit.jobs.mirrored\0--flow\0local->aggregate\0"]
+    monkeypatch.setattr(mirror_module, "_read_cmdline", lambda pid: answers.pop(0))
+    assert m.watch_pid() == os.getpid() and answers == []
+    monkeypatch.setattr(mirror_module, "_read_cmdline", lambda pid: b"python\0other\0")
+    assert m.watch_pid() is None                                  # another program's pid
