@@ -70,6 +70,17 @@ def aggregate(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def second_local(tmp_path_factory):
+    """A third 1-broker cluster: a second data centre's local cluster, mirrored into
+    ``aggregate`` beside ``kafka``."""
+    cluster, bootstrap = _start(tmp_path_factory, "second_local", 1)
+    try:
+        yield Kafka(bootstrap, cluster)
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
 def kafka3(tmp_path_factory):
     cluster, bootstrap = _start(tmp_path_factory, "kafka3", 3)
     try:

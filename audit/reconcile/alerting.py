@@ -95,12 +95,14 @@ def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
             if not (loss or duplication or mismatch):
                 continue
             mirrored = v.fed_by != (PRODUCER_TIER,)
+            feeders = o.feeders or v.fed_by          # of several, those holding the origin
+            hop = f"{' + '.join(feeders)} → {v.tier}"
             where = f"{v.topic} window {_iso(v.window_start)} " + \
-                (f"hop {v.hop}" if mirrored else f"tier {v.tier}") + f" origin {o.origin}"
+                (f"hop {hop}" if mirrored else f"tier {v.tier}") + f" origin {o.origin}"
             base = {"expected": o.expected, "actual": o.actual, "count": o.count,
                     "distinct": o.distinct, "duplicates": o.duplicates}
             if mirrored:
-                base.update(hop=v.hop, hop_expected=o.hop_expected)
+                base.update(hop=hop, hop_expected=o.hop_expected)
 
             def cond(kind: str, summary: str, v=v, o=o, base=base, **extra) -> Condition:
                 return Condition(kind, v.topic, v.window_start, window_ms, v.tier, o.origin,
@@ -110,10 +112,10 @@ def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
                                   f"{o.reason}", reason=o.reason,
                                   dropped_unknown=o.dropped_unknown))
             elif loss:
-                key = (v.tier, o.origin, v.fed_by)
+                key = (v.tier, o.origin, feeders)
                 if key not in ranges:
                     ranges[key] = store.missing_ranges(
-                        v.tier, o.origin, () if not mirrored else v.fed_by)
+                        v.tier, o.origin, () if not mirrored else feeders)
                 missing, total = ranges[key]
                 holds.append(cond(
                     "loss", f"{o.missing} of {o.at_hop} events missing at {where}",

@@ -49,7 +49,7 @@ from audit.contract.record import (
 )
 
 from .figures import PLAIN_QUERY, read_only
-from .verdict import MATCH, Mark, TierVerdict
+from .verdict import MATCH, UNKNOWN, Mark, TierVerdict
 
 # A progress record's arrival; rows of layout 4 have none: their sender's time stands in.
 _ARRIVED = "coalesce(arrived_at, emitted_at)"
@@ -619,15 +619,21 @@ class VerdictWriter:
                  dropped, dropped_unknown):
             return
         revision = old["revision"] if old else 0
-        if old is not None and old["final"]:
+        if old is not None and (old["final"] or old["final_at"]):
             revision += 1
             self.revisions.append(
                 (topic, window_start, tier, revision, now_ms, state, count, distinct,
                  completeness, old["state"], old["count"]))
         final_at = old["final_at"] if old and old["final_at"] else (now_ms if final else None)
         self.windows.append(
+            # A final window stays final, unless it turns ``unknown`` (new records: a late
+            # producer report, an origin's first copy through a mirror): it is judged again
+            # at every evaluation then, as ``unknown`` windows are, until a verdict holds
+            # (seen: a window revised to unknown never judged again when the tier caught up,
+            # for nothing marks a window changed when a ``caught_up`` record arrives).
             (topic, window_start, tier, window_ms, state,
-             int(final or bool(old and old["final"])), expected, count, distinct, duplicates,
+             int(final or (bool(old and old["final"]) and state != UNKNOWN)), expected, count,
+             distinct, duplicates,
              dropped, dropped_unknown, completeness, hop_completeness, checksum, missing,
              now_ms, final_at, revision))
         if old is not None:          # its origins' rows go (written with it, or never)

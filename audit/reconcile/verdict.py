@@ -147,6 +147,7 @@ class OriginVerdict:
     dropped: int = 0               # the producer's known drops (producer tier only)
     dropped_unknown: dict[str, int] = field(default_factory=dict)
     hop_expected: int | None = None  # what the feeding tiers hold of it; None: as expected
+    feeders: tuple[str, ...] = ()    # the feeding tiers that hold it (a tier fed by tiers)
 
     @property
     def actual(self) -> int:
@@ -346,7 +347,8 @@ def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None, current: 
             v.reason = f"{', '.join(blind)} has not judged it yet"
             return v
         expected = v.hop_expected = sum(u.actual for _f, u in upstream)
-        source = " + ".join(f for f, _u in upstream)
+        v.feeders = tuple(f for f, _u in upstream)
+        source = " + ".join(v.feeders)
     if r is None and not current:
         v.reason = "the tier has not reported it yet"
         return v

@@ -7,7 +7,9 @@ A clean window is ``complete`` at every tier. Then the seed's first example: the
 count job stopped, a window's records copied to the aggregate and 50 of them deleted there
 before the job reads them: while the job is away the aggregate is ``unknown`` (never loss);
 restarted, it is a ``loss`` at the hop local → aggregate naming the origin and exactly those
-record numbers, while the local tier stays ``complete``.
+record numbers, while the local tier stays ``complete``. Then MirrorMaker 2 is SIGKILLed twice
+while a window is written: the aggregate reports exactly the duplicates it holds (checked by id
+against its topic), nothing missing, ``complete``.
 
 The producer tier's records come from a test producer (what the agents would say)."""
 
@@ -15,19 +17,22 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import threading
 import time
 import uuid
+from collections import Counter
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from audit.contract.collect import read_audit_topic
 from audit.contract.record import AuditRecord, Ranges, value_hash
 from audit.reconcile.config import parse
 from audit.reconcile.service import Reconciler
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.mirror import Mirror, MirrorSpec
-from tests.auditkit import AuditJob
+from tests.auditkit import AuditJob, tier_counts
 from tests.integration.test_mirror import _end_offsets
 from tests.integration.test_reconcile import Receiver, send
 from tests.integration.test_reconcile_spark import Clock
@@ -37,6 +42,7 @@ pytestmark = pytest.mark.slow
 W = 600_000
 ORIGINS = ("web-1", "web-2", "web-3")
 LOST = (1200, 1249)                   # web-2's numbers deleted on the aggregate in window 2
+PER_ORIGIN = 20_000                   # window 3's records per origin, written as MM2 is killed
 
 
 def _partition(origin: str, n: int) -> int:
@@ -44,25 +50,55 @@ def _partition(origin: str, n: int) -> int:
     return 0 if origin == "web-2" and LOST[0] <= n <= LOST[1] else 1
 
 
-def write(bootstrap: str, topic: str, window: int, numbers: range) -> int:
-    from confluent_kafka import Producer
+def write(bootstrap: str, topic: str, window: int, numbers: range,
+          pace_s: float = 0.0, origins: tuple[str, ...] = ORIGINS) -> int:
+    """Each origin's records ``numbers``; with ``pace_s``, a pause after every 100 numbers
+    (3 origins: about 3,000 records a second at 0.1)."""
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
-    for origin in ORIGINS:
-        for n in numbers:
+    for i, n in enumerate(numbers):
+        for origin in origins:
             p.produce(topic, b'{"n": %d}' % n, partition=_partition(origin, n),
                       timestamp=window + n % W, headers=[
                           ("docket-origin", origin.encode()), ("docket-incarnation", b"inc"),
                           ("docket-seq", n.to_bytes(8, "big"))])
+        if pace_s and i % 100 == 99:
+            p.flush(30)
+            time.sleep(pace_s)
     assert p.flush(30) == 0
-    return len(ORIGINS) * len(numbers)
+    return len(origins) * len(numbers)
 
 
-def reports(topic: str, window: int, numbers: range, seq: int) -> list:
-    """What the three agents say they accepted for ``window``."""
+def read_all(bootstrap: str, topic: str, timeout_s: float = 120) -> list:
+    """Every record ``topic`` holds now, to each partition's end."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4()}",
+                  "enable.auto.commit": False})
+    parts = c.list_topics(topic, timeout=30).topics[topic].partitions
+    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in parts}
+    todo = {p: high for p, (low, high) in ends.items() if high > low}
+    c.assign([TopicPartition(topic, p, low) for p, (low, _high) in ends.items()])
+    out = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while todo:
+            assert time.monotonic() < deadline, f"{topic} not read to its end: {todo}"
+            for m in c.consume(1000, timeout=1):
+                if m.error():
+                    continue
+                out.append(m)
+                if m.offset() >= todo.get(m.partition(), 0) - 1:
+                    todo.pop(m.partition(), None)
+    finally:
+        c.close()
+    return out
+
+
+def reports(topic: str, window: int, numbers: range, seq: int,
+            origins: tuple[str, ...] = ORIGINS) -> list:
+    """What the agents say they accepted for ``window``: ``numbers`` each."""
     out = []
     payloads = [b'{"n": %d}' % n for n in numbers]
     checksum = sum(value_hash(v) for v in payloads) % 2**64
-    for origin in ORIGINS:
+    for origin in origins:
         out.append(AuditRecord(
             tier="producer", origin=origin, topic=topic, window_start=window, window_ms=W,
             count=len(numbers), bytes=sum(len(v) for v in payloads), checksum=checksum,
@@ -74,69 +110,101 @@ def reports(topic: str, window: int, numbers: range, seq: int) -> list:
     return out
 
 
-def test_a_mirror_is_judged_per_hop_and_a_loss_inside_it_is_located_to_the_hop(
-        kafka, aggregate, tmp_path):
-    prefix = f"maudit{uuid.uuid4().hex[:6]}"
-    topic, audit_topic = f"{prefix}.app", f"{prefix}.audit"
-    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic, partitions=2)])
-    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
-    now = int(time.time() * 1000)
-    w1 = (now - 3 * 3_600_000) // W * W          # past grace and final
-    w2 = w1 + W
-    receiver = Receiver()
-    cfg = parse({"reconcile": {"bootstrap_servers": aggregate.bootstrap_servers,
-                               "audit_topic": audit_topic},
-                 "windows": {"tiers": ["producer", "local", "aggregate"], "settle_ms": 1000},
-                 "tiers": {"local": {"fed_by": ["producer"]},
-                           "aggregate": {"fed_by": ["local"]}},
-                 "alerts": {"default_channels": ["ops"], "silent_ms": 8 * 3_600_000},
-                 "channels": {"ops": {"type": "webhook", "url": receiver.url}}})
-    db = tmp_path / "r.db"
-    mirror = Mirror(tmp_path / "mirror", die_with_parent=True)
+class Audit:
+    """The reconciler on the aggregate (tier graph ``graph``), a webhook receiver, and the count
+    jobs it starts, all on one data topic and audit topic of this test's."""
 
-    def job(cluster: str, bootstrap: str, log: str, *extra: str) -> AuditJob:
-        return AuditJob(["count", "--cluster", cluster, "--bootstrap-servers", bootstrap,
-                         "--audit-topic", audit_topic, "--topics", re.escape(topic),
-                         "--trigger-s", "2", "--checkpoint-dir", str(tmp_path / cluster),
-                         *extra], tmp_path / log).start()
+    def __init__(self, tmp_path, aggregate, graph: dict[str, list[str]], *locals_):
+        prefix = f"maudit{uuid.uuid4().hex[:6]}"
+        self.topic, self.audit_topic = f"{prefix}.app", f"{prefix}.audit"
+        for bootstrap in locals_:
+            ensure_topics(bootstrap, [TopicSpec(self.topic, partitions=2)])
+            ensure_audit_topic(bootstrap, self.audit_topic)
+        self.tmp_path = tmp_path
+        self.receiver = Receiver()
+        self.cfg = parse({
+            "reconcile": {"bootstrap_servers": aggregate.bootstrap_servers,
+                          "audit_topic": self.audit_topic},
+            "windows": {"tiers": ["producer", *graph], "settle_ms": 1000},
+            "tiers": {tier: {"fed_by": fed_by} for tier, fed_by in graph.items()},
+            "alerts": {"default_channels": ["ops"], "silent_ms": 8 * 3_600_000},
+            "channels": {"ops": {"type": "webhook", "url": self.receiver.url}}})
+        self.db = tmp_path / "r.db"
+        self.jobs: list[AuditJob] = []
+        self.mirrors: list[Mirror] = []
 
-    def states(window: int) -> dict[str, str]:
-        conn = sqlite3.connect(db)
+    def mirror(self, source: str, bootstrap: str, aggregate) -> Mirror:
+        m = Mirror(self.tmp_path / f"mirror-{source}", die_with_parent=True)
+        self.mirrors.append(m)
+        m.up(MirrorSpec(source, "aggregate", bootstrap, aggregate.bootstrap_servers,
+                        topics=re.escape(self.topic), audit_topic=self.audit_topic))
+        assert m.status()["watch_state"] == "running"
+        return m
+
+    def job(self, cluster: str, bootstrap: str, log: str, *extra: str) -> AuditJob:
+        j = AuditJob(["count", "--cluster", cluster, "--bootstrap-servers", bootstrap,
+                      "--audit-topic", self.audit_topic, "--topics", re.escape(self.topic),
+                      "--trigger-s", "2", "--checkpoint-dir", str(self.tmp_path / cluster),
+                      *extra], self.tmp_path / log).start()
+        self.jobs.append(j)
+        return j
+
+    def states(self, window: int, table: str = "windows") -> dict:
+        """tier → state of ``window`` (``window_origins``: (tier, origin) → state)."""
+        conn = sqlite3.connect(self.db)
         try:
-            return dict(conn.execute("SELECT tier, state FROM windows WHERE window_start = ?",
-                                     (window,)).fetchall())
+            if table == "windows":
+                return dict(conn.execute("SELECT tier, state FROM windows WHERE "
+                                         "window_start = ?", (window,)).fetchall())
+            return {(t, o): st for t, o, st in conn.execute(
+                "SELECT tier, origin, state FROM window_origins WHERE window_start = ?",
+                (window,))}
         finally:
             conn.close()
 
-    def alerts() -> list[tuple]:
-        return [(b["event"], b["kind"], b["tier"], b["origin"]) for b in receiver.bodies]
+    def alerts(self) -> list[tuple]:
+        return [(b["event"], b["kind"], b["tier"], b["origin"]) for b in self.receiver.bodies]
 
-    def reconcile_until(done, jobs, timeout_s: float = 300) -> None:
+    def until(self, done, *running: AuditJob, timeout_s: float = 300) -> None:
+        """Reconcile until ``done()``; the ``running`` jobs must stay up."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for j in jobs:
+            for j in running:
                 assert j.proc.poll() is None, f"a count job exited:\n{j.log_text()}"
-            Reconciler(cfg, db, clock=Clock()).run_once()
+            Reconciler(self.cfg, self.db, clock=Clock()).run_once()
             if done():
                 return
             time.sleep(2)
-        raise AssertionError(f"not reconciled in {timeout_s} s: {states(w1)} {states(w2)} "
-                             f"{alerts()}\n{mirror.log_tail()}")
+        raise AssertionError(f"not reconciled in {timeout_s} s: {self.alerts()}\n" +
+                             "\n".join(m.log_tail() for m in self.mirrors))
 
+    def close(self) -> None:
+        for j in self.jobs:
+            j.stop()
+        for m in self.mirrors:
+            m.down()
+        self.receiver.close()
+
+
+def test_a_mirror_is_judged_per_hop_and_a_loss_inside_it_is_located_to_the_hop(
+        kafka, aggregate, tmp_path):
+    audit = Audit(tmp_path, aggregate, {"local": ["producer"], "aggregate": ["local"]},
+                  kafka.bootstrap_servers)
+    topic, audit_topic = audit.topic, audit.audit_topic
+    now = int(time.time() * 1000)
+    w1 = (now - 3 * 3_600_000) // W * W          # past grace and final
+    w2 = w1 + W
+    states, alerts = audit.states, audit.alerts
     everywhere = {"producer": "complete", "local": "complete", "aggregate": "complete"}
-    local_job = aggregate_job = None
     try:
         # 1. A clean window: 3 agents × 1,000 records, complete at every tier.
         write(kafka.bootstrap_servers, topic, w1, range(1000))
         send(kafka.bootstrap_servers, audit_topic, reports(topic, w1, range(1000), 1))
-        mirror.up(MirrorSpec("local", "aggregate", kafka.bootstrap_servers,
-                             aggregate.bootstrap_servers, topics=re.escape(topic),
-                             audit_topic=audit_topic))
-        assert mirror.status()["watch_state"] == "running"
-        local_job = job("local", kafka.bootstrap_servers, "local.log")
-        aggregate_job = job("aggregate", aggregate.bootstrap_servers, "aggregate.log",
-                            "--mirror-target", "aggregate")
-        reconcile_until(lambda: states(w1) == everywhere, [local_job, aggregate_job])
+        mirror = audit.mirror("local", kafka.bootstrap_servers, aggregate)
+        local_job = audit.job("local", kafka.bootstrap_servers, "local.log")
+        aggregate_job = audit.job("aggregate", aggregate.bootstrap_servers, "aggregate.log",
+                                  "--mirror-target", "aggregate")
+        audit.until(lambda: states(w1) == everywhere, local_job, aggregate_job)
         assert alerts() == []
 
         # 2. The aggregate's job stops; window 2 is copied there, and 50 of web-2's records
@@ -148,35 +216,147 @@ def test_a_mirror_is_judged_per_hop_and_a_loss_inside_it_is_located_to_the_hop(
         while _end_offsets(aggregate.bootstrap_servers, topic) < 3000 + written:
             assert time.monotonic() < deadline, "the mirror did not copy window 2"
             time.sleep(1)
-        admin = AdminClient({"bootstrap.servers": aggregate.bootstrap_servers})
-        held = LOST[1] - LOST[0] + 1
-        for future in admin.delete_records([TopicPartition(topic, 0, held)]).values():
-            assert future.result(30).low_watermark == held        # the fault really happened
-        reconcile_until(lambda: states(w2).get("local") == "complete", [local_job])
+        _delete_block(aggregate.bootstrap_servers, topic)
+        audit.until(lambda: states(w2).get("local") == "complete", local_job)
         assert states(w2)["aggregate"] == "unknown"                # not read: never loss
         assert alerts() == []
 
         # 3. Restarted on its checkpoint: a loss at the hop local → aggregate, with the numbers.
-        aggregate_job = job("aggregate", aggregate.bootstrap_servers, "aggregate2.log",
-                            "--mirror-target", "aggregate")
-        reconcile_until(lambda: ("firing", "loss", "aggregate", "web-2") in alerts(),
-                        [local_job, aggregate_job])
-        [loss] = [b for b in receiver.bodies if b["kind"] == "loss"]
-        detail = loss["detail"]
-        assert (loss["topic"], loss["window_start"]) == (topic, w2)
-        assert (detail["hop"], detail["hop_expected"], detail["actual"], detail["missing"]) \
-            == ("local → aggregate", 500, 450, 50)
-        assert detail["missing_ranges"] == [list(LOST)]
-        assert "hop local → aggregate origin web-2" in loss["summary"]
+        aggregate_job = audit.job("aggregate", aggregate.bootstrap_servers, "aggregate2.log",
+                                  "--mirror-target", "aggregate")
+        audit.until(lambda: ("firing", "loss", "aggregate", "web-2") in alerts(), local_job,
+                    aggregate_job)
+        _assert_one_loss_at_the_hop(audit, w2, "local → aggregate", 500)
         assert states(w2) == {"producer": "complete", "local": "complete",
                               "aggregate": "incomplete"}
         assert states(w1) == everywhere
+
+        # 4. MirrorMaker 2 SIGKILLed twice while window 3 is written: what it copies again
+        #    is duplicates at the aggregate, exactly as many as it holds, and nothing missing.
+        w3 = w2 + W
+        before = _end_offsets(aggregate.bootstrap_servers, topic)
+        numbers = range(1500, 1500 + PER_ORIGIN)
+        writer = threading.Thread(target=write, args=(kafka.bootstrap_servers, topic, w3,
+                                                      numbers), kwargs={"pace_s": 0.1})
+        writer.start()
+        kills = []
+        for share in (1, 2):
+            deadline = time.monotonic() + 120
+            while _end_offsets(aggregate.bootstrap_servers, topic) - before < \
+                    share * len(ORIGINS) * PER_ORIGIN // 3:
+                assert time.monotonic() < deadline, f"the mirror stopped copying: {kills}"
+                time.sleep(0.2)
+            kills.append(mirror.pid())
+            mirror.kill()
+            mirror.start()
+        writer.join(120)
+        assert not writer.is_alive() and None not in kills and kills[0] != kills[1]
+        send(kafka.bootstrap_servers, audit_topic, reports(topic, w3, numbers, 3))
+        audit.until(lambda: states(w3).get("aggregate") == "complete" and
+                    states(w3).get("local") == "complete", local_job, aggregate_job)
+        copies = Counter()
+        for m in read_all(aggregate.bootstrap_servers, topic):
+            h = dict(m.headers() or [])
+            if w3 <= m.timestamp()[1] < w3 + W:
+                copies[(h["docket-origin"].decode(), int.from_bytes(h["docket-seq"],
+                                                                    "big"))] += 1
+        held = {o: {n for (origin, n) in copies if origin == o} for o in ORIGINS}
+        assert all(held[o] == set(numbers) for o in ORIGINS)        # every id, nothing lost
+        resent = {o: sum(c for (origin, _n), c in copies.items() if origin == o) - PER_ORIGIN
+                  for o in ORIGINS}
+        conn = sqlite3.connect(audit.db)
+        try:
+            judged = dict(conn.execute(
+                "SELECT origin, duplicates FROM window_origins WHERE window_start = ? AND "
+                "tier = 'aggregate'", (w3,)).fetchall())
+        finally:
+            conn.close()
+        assert {o: judged.get(o, 0) for o in ORIGINS} == resent, (judged, resent, kills)
+        print(f"mirror killed twice: {sum(resent.values())} copies resent {resent}")
         assert [a for a in alerts() if a[1] == "loss"] == [("firing", "loss", "aggregate",
                                                              "web-2")]
         assert local_job.stopped_cleanly() and aggregate_job.stopped_cleanly()
     finally:
-        for j in (local_job, aggregate_job):
-            if j is not None:
-                j.stop()
-        mirror.down()
-        receiver.close()
+        audit.close()
+
+
+def _delete_block(bootstrap: str, topic: str) -> None:
+    """Delete partition 0 of ``topic``: it holds only web-2's records numbered ``LOST``."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    held = LOST[1] - LOST[0] + 1
+    for future in admin.delete_records([TopicPartition(topic, 0, held)]).values():
+        assert future.result(30).low_watermark == held        # the fault really happened
+
+
+def _assert_one_loss_at_the_hop(audit: Audit, window: int, hop: str, expected: int) -> None:
+    """Exactly one loss alert: web-2's ``LOST`` records in ``window``, at ``hop``."""
+    [loss] = [b for b in audit.receiver.bodies if b["kind"] == "loss"]
+    detail = loss["detail"]
+    assert (loss["topic"], loss["window_start"], loss["tier"], loss["origin"]) == \
+        (audit.topic, window, "aggregate", "web-2")
+    assert (detail["hop"], detail["hop_expected"], detail["actual"], detail["missing"]) \
+        == (hop, expected, expected - 50, 50)
+    assert detail["missing_ranges"] == [list(LOST)]
+    assert f"hop {hop} origin web-2" in loss["summary"]
+
+
+def test_two_local_clusters_feed_one_aggregate_and_a_loss_is_located_to_one_mirror(
+        kafka, second_local, aggregate, tmp_path):
+    """A second data centre: web-1 and web-3 write to dc1, web-2 to dc2, a mirror from each
+    into the aggregate. The aggregate expects what both hold; records lost inside dc2's mirror
+    (deleted on dc2 after its job counted them, before the stopped mirror copied them) are a
+    loss at the hop dc2 → aggregate, every other tier complete."""
+    audit = Audit(tmp_path, aggregate, {"dc1": ["producer"], "dc2": ["producer"],
+                                        "aggregate": ["dc1", "dc2"]},
+                  kafka.bootstrap_servers, second_local.bootstrap_servers)
+    topic, audit_topic, states = audit.topic, audit.audit_topic, audit.states
+    dcs = {"dc1": (kafka.bootstrap_servers, ("web-1", "web-3")),
+           "dc2": (second_local.bootstrap_servers, ("web-2",))}
+    w1 = (int(time.time() * 1000) - 3 * 3_600_000) // W * W
+    w2 = w1 + W
+    everywhere = {"producer": "complete", "dc1": "complete", "dc2": "complete",
+                  "aggregate": "complete"}
+    try:
+        for bootstrap, origins in dcs.values():
+            write(bootstrap, topic, w1, range(1000), origins=origins)
+            send(bootstrap, audit_topic, reports(topic, w1, range(1000), 1, origins))
+        mirrors = {dc: audit.mirror(dc, bootstrap, aggregate)
+                   for dc, (bootstrap, _o) in dcs.items()}
+        jobs = [audit.job(dc, bootstrap, f"{dc}.log") for dc, (bootstrap, _o) in dcs.items()]
+        jobs.append(audit.job("aggregate", aggregate.bootstrap_servers, "aggregate.log",
+                              "--mirror-target", "aggregate"))
+        audit.until(lambda: states(w1) == everywhere, *jobs)
+        conn = sqlite3.connect(audit.db)
+        try:
+            figures = {t: (e, d) for t, e, d in conn.execute(
+                "SELECT tier, expected, distinct_count FROM windows WHERE window_start = ?",
+                (w1,))}
+        finally:
+            conn.close()
+        # Each local tier holds its own hosts; the aggregate expects (and holds) their sum.
+        assert figures == {"producer": (3000, 3000), "dc1": (2000, 2000),
+                           "dc2": (1000, 1000), "aggregate": (3000, 3000)}
+        assert audit.alerts() == []
+
+        # dc2's mirror stops; window 2 is written in both; dc2's job counts it; 50 of web-2's
+        # records are deleted on dc2 before the mirror, started again, could copy them.
+        mirrors["dc2"].down()
+        for bootstrap, origins in dcs.values():
+            write(bootstrap, topic, w2, range(1000, 1500), origins=origins)
+            send(bootstrap, audit_topic, reports(topic, w2, range(1000, 1500), 2, origins))
+        deadline = time.monotonic() + 300
+        while tier_counts(read_audit_topic(second_local.bootstrap_servers, audit_topic), "dc2",
+                          {topic}).get((topic, w2, "web-2"), (0,))[0] < 500:
+            assert time.monotonic() < deadline, f"dc2 did not count window 2:\n" \
+                f"{jobs[1].log_text()}"
+            time.sleep(2)
+        _delete_block(second_local.bootstrap_servers, topic)
+        mirrors["dc2"].start()
+        audit.until(lambda: ("firing", "loss", "aggregate", "web-2") in audit.alerts(), *jobs)
+        _assert_one_loss_at_the_hop(audit, w2, "dc2 → aggregate", 500)
+        audit.until(lambda: states(w2) == {**everywhere, "aggregate": "incomplete"}, *jobs)
+        assert [a for a in audit.alerts() if a[1] == "loss"] == \
+            [("firing", "loss", "aggregate", "web-2")]
+        assert all(j.stopped_cleanly() for j in jobs)
+    finally:
+        audit.close()

@@ -175,3 +175,47 @@ def test_a_loss_in_a_mirror_is_alerted_at_its_hop_with_the_numbers_lost_there(tm
     local = json.loads(alerts["kafka-local"]["detail"])
     assert (local["missing"], local["missing_ranges"]) == (5, [[10, 14]])
     assert "hop" not in local and "tier kafka-local" in alerts["kafka-local"]["summary"]
+
+
+def test_with_two_data_centres_a_loss_is_located_to_the_mirror_that_held_the_origin(tmp_path):
+    r = Reconciler(tmp_path, {"dc1": {"fed_by": ["producer"]}, "dc2": {"fed_by": ["producer"]},
+                              "aggregate": {"fed_by": ["dc1", "dc2"]}})
+    r.apply(count("producer", 1000, "web-1"), count("producer", 500, "web-2"),
+            count("dc1", 1000, "web-1"), count("dc2", 500, "web-2"),
+            count("aggregate", 1000, "web-1"), count("aggregate", 480, "web-2"),
+            *(progress(END + 5 * MIN, tier=t) for t in ("dc1", "dc2", "aggregate")))
+    r.at(JUDGED)
+    assert r.alerts() == [("loss", "aggregate", "web-2")]
+    [a] = r.store.db.query("SELECT * FROM alerts")
+    detail = json.loads(a["detail"])
+    assert (detail["hop"], detail["hop_expected"], detail["missing"]) == \
+        ("dc2 → aggregate", 500, 20)
+    states = {(t, o): s for t, o, s in r.store.conn.execute(
+        "SELECT tier, origin, state FROM window_origins")}
+    assert ("dc1", "web-2") not in states and ("dc2", "web-1") not in states  # not theirs
+    assert {t: s for t, s in r.store.conn.execute("SELECT tier, state FROM windows")} == {
+        "producer": "complete", "dc1": "complete", "dc2": "complete",
+        "aggregate": "incomplete"}
+
+
+def test_a_final_window_revised_to_unknown_is_judged_again_when_the_tier_catches_up(tmp_path):
+    """A window final and complete gets a new origin's producer report (late, or through a
+    mirror) that the tier has not read past: unknown. Nothing about the window changes when
+    the tier's caught_up mark comes, yet it must be judged again then: here a loss."""
+    from tests.unit.reconcilekit import caught_up
+    r = Reconciler(tmp_path)
+    late = JUDGED + 2 * 3_600_000                           # past the window's final_ms
+    r.apply(count("producer", 1000), count("kafka-local", 1000),
+            progress(END + 5 * MIN, marks=True), caught_up("web-1"))
+    r.at(late)
+    assert r.store.conn.execute("SELECT state, final FROM windows WHERE tier = 'kafka-local'"
+                                ).fetchall() == [("complete", 1)]
+    r.apply(count("producer", 500, "web-2", at=late))
+    r.at(late + MIN)
+    assert r.store.conn.execute("SELECT state FROM windows WHERE tier = 'kafka-local'"
+                                ).fetchall() == [("unknown",)]
+    r.apply(caught_up("web-2"))                             # no count: web-2's records are lost
+    r.at(late + 2 * MIN)
+    assert r.store.conn.execute("SELECT state, final, revision FROM windows WHERE "
+                                "tier = 'kafka-local'").fetchall() == [("incomplete", 1, 2)]
+    assert ("loss", "kafka-local", "web-2") in r.alerts()   # (and audit_lag: hours later)

@@ -294,8 +294,8 @@ def test_two_local_clusters_feed_one_aggregate_whose_expected_count_is_their_sum
     agg = v["aggregate"]
     assert (agg.state, agg.expected, agg.actual, agg.hop) == \
         (INCOMPLETE, 150, 145, "dc1 + dc2 → aggregate")
-    assert {o.origin: (o.state, o.hop_expected, o.missing) for o in agg.origins} == \
-        {"web-1": (COMPLETE, 100, 0), "web-2": (INCOMPLETE, 50, 5)}
+    assert {o.origin: (o.state, o.hop_expected, o.missing, o.feeders) for o in agg.origins} \
+        == {"web-1": (COMPLETE, 100, 0, ("dc1",)), "web-2": (INCOMPLETE, 50, 5, ("dc2",))}
 
 
 def test_a_declared_feeder_that_does_not_count_the_topic_is_skipped_for_its_own():
