@@ -69,6 +69,7 @@ MAX_NAME_CHARS = 512               # tier, origin, topic, emitter
 MAX_RANGES = 1000                  # missing ranges listed in one ``ranges`` record
 PRODUCER_TIER = "producer"
 WAREHOUSE_TIER = "warehouse"
+MIRROR_TIER = "mirror"          # a mirror watcher's caught_up records (audit.jobs.mirrored)
 
 
 def value_hash(value: bytes | memoryview) -> int:

@@ -47,7 +47,15 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from ..contract.errors import MalformedRecord
 from ..contract.names import NO_INCARNATION
-from ..contract.record import PRODUCER_TIER, AuditRecord, CaughtUp, Progress, Ranges, parse
+from ..contract.record import (
+    MIRROR_TIER,
+    PRODUCER_TIER,
+    AuditRecord,
+    CaughtUp,
+    Progress,
+    Ranges,
+    parse,
+)
 
 log = logging.getLogger("docket.audit")
 
@@ -105,9 +113,6 @@ def audit_ranges(sources, audit_topic: str) -> dict[int, tuple[int | None, int]]
             first = begun.get(part) if isinstance(begun, dict) else None
             out[int(part)] = (None if first is None or first < 0 else int(first), int(off))
     return out
-
-
-MIRROR_TIER = "mirror"          # the tier of a mirror watcher's caught_up records
 
 
 def mirror_emitter(source: str, target: str) -> str:

@@ -42,8 +42,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..contract.names import AUDIT_TOPIC
-from ..contract.record import CaughtUp
-from .catchup import MIRROR_TIER, Mark, Source, marks_of, mirror_emitter
+from ..contract.record import MIRROR_TIER, CaughtUp
+from .catchup import Mark, Source, marks_of, mirror_emitter
 
 log = logging.getLogger("docket.mirror")
 
@@ -97,9 +97,14 @@ class MirrorWatch:
         """Go on with the round: the number of marks appended when the mirror has copied
         everything the round waits for, else None (call again)."""
         if self._waiting is None:
+            self._read_store()
             ends = self._read_audit()
             self._waiting = ({k: Mark(m.seq, m.delivered) for k, m in self.held.items()},
                              self._source_ends())
+            for tp, end in self._waiting[1].items():
+                if self.copied.get(tp, -1) >= end:    # committed before these ends were
+                    del self.copied[tp]              # taken, yet past them: an older topic
+                    # of that name (deleted, made again), whose copies say nothing of this one
             self._waiting_since, self._said_slow = time.monotonic(), False
             log.debug("round %d: audit topic read to %s", self.rounds + 1, ends)
         marks, ends = self._waiting
@@ -158,9 +163,9 @@ class MirrorWatch:
         for key, value in _read_to(self._store, topic, ends, lambda m: (m.key(), m.value()),
                                    []):
             copied = _copied(key, value, self.source)
-            if copied is not None:
-                (tp, offset) = copied
-                self.copied[tp] = max(offset, self.copied.get(tp, -1))
+            if copied is not None:          # the newest commit (a topic made again starts
+                (tp, offset) = copied          # low: its old offsets say nothing)
+                self.copied[tp] = offset
 
     def _publish(self, marks: dict[Source, Mark]) -> int:
         grown = {}

@@ -40,6 +40,7 @@ import sqlite_utils
 from audit.alerts.outbox import ensure_tables
 from audit.contract.errors import AuditError
 from audit.contract.record import (
+    MIRROR_TIER,
     PRODUCER_TIER,
     AuditRecord,
     CaughtUp,
@@ -474,7 +475,9 @@ class Store:
         the incarnation its newest progress names (a job started on a new checkpoint counts
         again from nothing: its predecessor's marks do not speak for its counts); of several
         emitters of a tier, those whose progress arrived within ``stale_ms`` of the tier's
-        newest, and a source counts only as far as every one of them has caught up with it."""
+        newest, and a source counts only as far as every one of them has caught up with it.
+        The marks of an emitter whose records come through a mirror count only once a watcher
+        vouches for them (``mirrored``)."""
         emitters: dict[tuple[str, str], tuple[str | None, int]] = {
             (tier, emitter): (incarnation, at) for tier, emitter, incarnation, at in
             self.conn.execute(f"SELECT tier, emitter, incarnation, {_ARRIVED} FROM progress "
@@ -484,9 +487,14 @@ class Store:
             newest[tier] = max(at, newest.get(tier, at))
         live = {key: inc for key, (inc, at) in emitters.items() if at >= newest[key[0]] - stale_ms}
         marks: dict[tuple[str, str], dict[tuple[str, str], Mark]] = {key: {} for key in live}
-        for tier, emitter, incarnation, source, source_inc, seq, delivered in self.conn.execute(
-                "SELECT tier, emitter, incarnation, source, source_incarnation, source_seq, "
-                "source_delivered FROM caught_up"):
+        copied = self.mirrored()
+        mirrored = {emitter for emitter, _incarnation in copied}
+        for tier, emitter, incarnation, source, source_inc, seq, delivered, batch in \
+                self.conn.execute(
+                    "SELECT tier, emitter, incarnation, source, source_incarnation, "
+                    "source_seq, source_delivered, seq FROM caught_up"):
+            if emitter in mirrored and copied.get((emitter, incarnation), -1) < batch:
+                continue          # its counts may still be on their way through the mirror
             if (tier, emitter) in live and live[(tier, emitter)] in (None, incarnation):
                 marks[(tier, emitter)][(source, source_inc)] = Mark(seq, delivered)
         by_tier: dict[str, list[dict[tuple[str, str], Mark]]] = {}
@@ -495,6 +503,20 @@ class Store:
         return {tier: {key: reduce(Mark.least, (m[key] for m in rest), mark)
                        for key, mark in first.items() if all(key in m for m in rest)}
                 for tier, (first, *rest) in by_tier.items()}
+
+    def mirrored(self) -> dict[tuple[str, str], int]:
+        """(emitter, incarnation) → the highest ``seq`` of its records that a mirror's watcher
+        says were copied here, with everything appended before them on their cluster
+        (``caught_up`` records of tier ``mirror``: docs/topology.md). A tier whose records
+        come through a mirror (a local cluster's, read on the aggregate) arrive in no order
+        among its partitions: its mark may be here before its counts. Such a mark counts only
+        once a watcher vouches for the batch that made it."""
+        out: dict[tuple[str, str], int] = {}
+        for source, incarnation, seq in self.conn.execute(
+                "SELECT source, source_incarnation, source_seq FROM caught_up "
+                "WHERE tier = ?", (MIRROR_TIER,)):
+            out[(source, incarnation)] = max(seq, out.get((source, incarnation), seq))
+        return out
 
     def tiers_of(self, topics: list[str]) -> dict[str, set[str]]:
         """topic → the tiers that ever reported on it (a tier is judged on a topic it counts),

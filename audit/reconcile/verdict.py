@@ -185,7 +185,7 @@ class TierVerdict:
     dropped: int
     dropped_unknown: dict[str, int]
     completeness: float | None     # actual / expected (end to end)
-    hop_completeness: float | None  # actual / the previous tier's actual
+    hop_completeness: float | None  # actual / what its feeding tiers hold
     checksum: str | None           # mismatch if any origin's is, match if all are
     origins: list[OriginVerdict]
     fed_by: tuple[str, ...] = (PRODUCER_TIER,)
@@ -249,7 +249,7 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
     producer = counts.get(PRODUCER_TIER, {})
     end = window_start + timing.window_ms
     feeders = feeders_of(tiers, graph or {})
-    local = [t for t in feeders if (graph or {}).get(t) == (PRODUCER_TIER,)]  # declared
+    local = [t for t, f in (graph or {}).items() if f == (PRODUCER_TIER,)]  # declared
     judged: dict[str, TierVerdict] = {}
     for tier in _feeders_first(tiers, feeders):
         records = counts.get(tier, {})
@@ -263,13 +263,24 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
                                 o in producer and current(tier, o))
                         for o in sorted(held | set(records))]
         else:
-            upstream = [{o.origin: o for o in judged[f].origins} for f in fed]
+            # A declared feeder that does not count the topic stands for its own feeders: the
+            # producer, for the origins no other feeder holds (never summed with them).
+            tiers_fed = [f for f in fed if f != PRODUCER_TIER]
+            upstream = [{o.origin: o for o in judged[f].origins} for f in tiers_fed]
             origins = set(records).union(*upstream)
-            verdicts = [_origin(o, producer.get(o), records.get(o),
-                                o in producer and current(tier, o),
-                                [(f, u[o]) for f, u in zip(fed, upstream, strict=True)
-                                 if o in u])
-                        for o in sorted(origins)]
+            if PRODUCER_TIER in fed:
+                origins |= set(producer) - set().union(*upstream)
+            verdicts = []
+            for o in sorted(origins):
+                held = [(f, u[o]) for f, u in zip(tiers_fed, upstream, strict=True) if o in u]
+                if not held and PRODUCER_TIER in fed:
+                    v = _origin(o, producer.get(o), records.get(o),
+                                o in producer and current(tier, o))
+                    v.feeders = (PRODUCER_TIER,)
+                else:
+                    v = _origin(o, producer.get(o), records.get(o),
+                                o in producer and current(tier, o), held)
+                verdicts.append(v)
         v = _tier(topic, window_start, tier, False, verdicts, fed or (PRODUCER_TIER,))
         v.state = _phase(v.state, now_ms, end, timing)
         v.final = _final(v.state, now_ms, end, timing)
@@ -356,8 +367,9 @@ def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None, current: 
         v.state = INCOMPLETE if current else UNKNOWN
         v.reason = f"{expected - v.actual} missing" if current else \
             f"{expected - v.actual} not seen yet; the tier has not read past the producer's report"
-    elif v.actual > expected and r is not None and r.distinct is not None and \
-            not r.duplicates:
+    elif v.actual > expected and r is not None and r.distinct is not None:
+        # More *distinct* records than expected: never copies (those are duplicates, apart),
+        # so records the report did not count yet.
         v.reason = f"{v.actual - expected} more distinct records than {source} says: its " \
             "next report will have them"
     elif v.actual > expected:

@@ -219,3 +219,27 @@ def test_a_final_window_revised_to_unknown_is_judged_again_when_the_tier_catches
     assert r.store.conn.execute("SELECT state, final, revision FROM windows WHERE "
                                 "tier = 'kafka-local'").fetchall() == [("incomplete", 1, 2)]
     assert ("loss", "kafka-local", "web-2") in r.alerts()   # (and audit_lag: hours later)
+
+
+def test_a_tiers_mark_that_came_through_a_mirror_counts_once_the_mirror_vouches_for_it(
+        tmp_path):
+    """On the aggregate, kafka-local's records arrive through the mirror in no order: its mark
+    of batch 1 may be read before that batch's counts. Its mark counts only once the mirror's
+    watcher says everything kafka-local/count wrote up to batch 1 was copied."""
+    from audit.contract.record import CaughtUp
+    from tests.unit.reconcilekit import caught_up
+
+    def vouched(batch: int) -> CaughtUp:
+        return CaughtUp(tier="mirror", emitter="mirror/local->aggregate", incarnation="w",
+                        seq=batch + 1, source="kafka-local/count", source_incarnation="j",
+                        source_seq=batch)
+    r = Reconciler(tmp_path)
+    r.apply(count("producer", 1000), count("kafka-local", 990),
+            progress(END + 5 * MIN, marks=True), caught_up("web-1"), vouched(0))
+    r.at(JUDGED)
+    assert r.alerts() == []
+    assert r.store.conn.execute("SELECT state FROM windows WHERE tier = 'kafka-local'"
+                                ).fetchall() == [("unknown",)]
+    r.apply(vouched(1))
+    r.at(JUDGED + MIN)
+    assert r.alerts() == [("loss", "kafka-local", "web-1")]

@@ -305,3 +305,30 @@ def test_a_declared_feeder_that_does_not_count_the_topic_is_skipped_for_its_own(
     assert feeders_of(["producer", "warehouse"], GRAPH) == {"warehouse": ("producer",)}
     assert feeders_of(["producer", "kafka-local", "warehouse"], {}) == {
         "kafka-local": ("producer",), "warehouse": ("producer",)}
+
+
+def test_a_data_centre_that_does_not_count_the_topic_adds_nothing_to_the_hops_expected():
+    """dc1 counts no record of this topic: the aggregate expects what dc2 holds of web-2
+    (never dc2's and the producer's summed), and web-1, which no feeder holds, against the
+    producer; dc2, still one of two declared local tiers, judges only the origins it holds."""
+    graph = {"dc1": ("producer",), "dc2": ("producer",), "aggregate": ("dc1", "dc2")}
+    tiers = ["producer", "dc2", "aggregate"]
+    marks = {"dc2": {("web-2/agent", NO_INC): Mark(1)},
+             "aggregate": {("web-1/agent", NO_INC): Mark(1), ("web-2/agent", NO_INC): Mark(1)}}
+    v = hops([rec("producer", 50, "web-2"), rec("producer", 30, "web-1"),
+              rec("dc2", 50, "web-2"), rec("aggregate", 50, "web-2"),
+              rec("aggregate", 30, "web-1")], tiers, graph, marks)
+    assert [o.origin for o in v["dc2"].origins] == ["web-2"]
+    agg = {o.origin: o for o in v["aggregate"].origins}
+    assert (v["aggregate"].state, v["aggregate"].fed_by) == (COMPLETE, ("producer", "dc2"))
+    assert (agg["web-2"].hop_expected, agg["web-2"].feeders) == (50, ("dc2",))
+    assert (agg["web-1"].state, agg["web-1"].at_hop, agg["web-1"].feeders) == \
+        (COMPLETE, 30, ("producer",))
+
+
+def test_more_distinct_records_than_reported_are_not_an_overcount_whatever_the_copies():
+    """The tier holds copies (a mirror resent) and records the producer's report does not
+    count yet: unknown until the next report, not an overcount."""
+    v = verdicts([rec("producer", 100), rec("kafka-local", 130, distinct=110)])["kafka-local"]
+    assert (v.state, v.duplicates) == (UNKNOWN, 20)
+    assert "next report" in v.origins[0].reason
