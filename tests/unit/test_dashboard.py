@@ -74,6 +74,8 @@ def test_the_window_page_names_the_host_its_missing_numbers_and_how_to_locate_th
     origin = re.search(r"<tr><th>web-2</th>(.*?)</tr>", html, re.S).group(1)
     assert "−100" in origin and "300–399" in origin and "290" not in origin
     assert "docket-agent locate --config /etc/docket/agent.toml --seq 300-399" in origin
+    tiers = re.search(r'<table class="tiers">(.*?)</table>', html, re.S).group(1)
+    assert "through its hop" in tiers
     _no_outside_references(html)
     assert client.get(f"/window/app/{T0 + W * 100}").status_code == 200     # nothing there
     assert "no verdict" in client.get(f"/window/app/{T0 + W * 100}").text
