@@ -176,16 +176,8 @@ class Mirror:
 
     def pid(self) -> int | None:
         """The pid of this folder's MirrorMaker 2 if it is alive and really ours."""
-        try:
-            pid = int((self.folder / "pid").read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        if self._child is not None and self._child.pid == pid:
-            # poll() answers None while another thread waits on the child: /proc says too.
-            return pid if self._child.poll() is None and alive(pid) else None
-        cmdline = _cmdline(pid)
-        ours = MAIN.encode() in cmdline and str(self.folder / "mm2.properties").encode() in cmdline
-        return pid if ours and alive(pid) else None
+        return _live_pid(self.folder / "pid", self._child,
+                         MAIN, str(self.folder / "mm2.properties"))
 
     @property
     def watch_folder(self) -> Path:
@@ -193,17 +185,11 @@ class Mirror:
 
     def watch_pid(self) -> int | None:
         """The pid of this mirror's watcher if it is alive and really ours."""
-        try:
-            pid = int((self.watch_folder / "pid").read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        if self._watch is not None and self._watch.pid == pid:
-            return pid if self._watch.poll() is None and alive(pid) else None
-        cmdline = _cmdline(pid)
         spec = self.spec()
-        ours = WATCHER.encode() in cmdline and spec is not None and \
-            f"{spec.source}->{spec.target}".encode() in cmdline
-        return pid if ours and alive(pid) else None
+        if spec is None:
+            return None
+        return _live_pid(self.watch_folder / "pid", self._watch,
+                         WATCHER, f"{spec.source}->{spec.target}")
 
     def _start_watch(self, spec: MirrorSpec) -> None:
         if spec.audit_topic is None or self.watch_pid() is not None:
@@ -313,6 +299,21 @@ class Mirror:
         _terminate(pid, timeout_s)
         (self.folder / "pid").unlink(missing_ok=True)
         return pid
+
+
+def _live_pid(pid_file: Path, child: subprocess.Popen | None, *marks: str) -> int | None:
+    """The pid in ``pid_file`` if that process is alive and ours: our own ``child``, or a
+    process whose command line holds every one of ``marks`` (started by another command)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    if child is not None and child.pid == pid:
+        # poll() answers None while another thread waits on the child: /proc says too.
+        return pid if child.poll() is None and alive(pid) else None
+    cmdline = _cmdline(pid)
+    ours = all(mark.encode() in cmdline for mark in marks)
+    return pid if ours and alive(pid) else None
 
 
 def _cmdline(pid: int) -> bytes:

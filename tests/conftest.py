@@ -40,10 +40,14 @@ def pytest_configure(config):
     signal.signal(signal.SIGTERM, interrupted)
 
 
-def _start(tmp_path_factory, name: str, brokers: int):
+def _running(tmp_path_factory, name: str, brokers: int):
+    """A cluster of ``brokers`` started for the session, stopped after it."""
     cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True)
     layout = cluster.up(brokers=brokers, base_port=0)
-    return cluster, layout.bootstrap_servers
+    try:
+        yield Kafka(layout.bootstrap_servers, cluster)
+    finally:
+        cluster.down()
 
 
 @pytest.fixture(scope="session")
@@ -52,41 +56,25 @@ def kafka(tmp_path_factory):
     if external:
         yield Kafka(external, None)
         return
-    cluster, bootstrap = _start(tmp_path_factory, "kafka1", 1)
-    try:
-        yield Kafka(bootstrap, cluster)
-    finally:
-        cluster.down()
+    yield from _running(tmp_path_factory, "kafka1", 1)
 
 
 @pytest.fixture(scope="session")
 def aggregate(tmp_path_factory):
     """A second 1-broker cluster beside ``kafka``: the aggregate a mirror copies into."""
-    cluster, bootstrap = _start(tmp_path_factory, "aggregate", 1)
-    try:
-        yield Kafka(bootstrap, cluster)
-    finally:
-        cluster.down()
+    yield from _running(tmp_path_factory, "aggregate", 1)
 
 
 @pytest.fixture(scope="session")
 def second_local(tmp_path_factory):
     """A third 1-broker cluster: a second data centre's local cluster, mirrored into
     ``aggregate`` beside ``kafka``."""
-    cluster, bootstrap = _start(tmp_path_factory, "second_local", 1)
-    try:
-        yield Kafka(bootstrap, cluster)
-    finally:
-        cluster.down()
+    yield from _running(tmp_path_factory, "second_local", 1)
 
 
 @pytest.fixture(scope="session")
 def kafka3(tmp_path_factory):
-    cluster, bootstrap = _start(tmp_path_factory, "kafka3", 3)
-    try:
-        yield Kafka(bootstrap, cluster)
-    finally:
-        cluster.down()
+    yield from _running(tmp_path_factory, "kafka3", 3)
 
 
 @pytest.fixture

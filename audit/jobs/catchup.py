@@ -127,12 +127,8 @@ def vouched_by_mirrors(records, target: str) -> dict[Source, Mark]:
     for rec in records:
         if isinstance(rec, CaughtUp) and rec.tier == MIRROR_TIER and \
                 rec.emitter.endswith(f"->{target}"):
-            mark = Mark(rec.source_seq, rec.source_delivered)
-            key = (rec.source, rec.source_incarnation)
-            if key in out:
-                out[key].merge(mark)
-            else:
-                out[key] = mark
+            _keep_highest(out, (rec.source, rec.source_incarnation),
+                          Mark(rec.source_seq, rec.source_delivered))
     return out
 
 
@@ -152,13 +148,36 @@ def marks_of(records, own_emitter: str) -> dict[Source, Mark]:
             continue
         delivered = rec.delivered if isinstance(rec, Ranges) and \
             rec.tier == PRODUCER_TIER else None
-        mark = Mark(rec.seq, delivered)
-        key = (rec.emitter, rec.incarnation or NO_INCARNATION)
-        if key in out:
-            out[key].merge(mark)
-        else:
-            out[key] = mark
+        _keep_highest(out, (rec.emitter, rec.incarnation or NO_INCARNATION),
+                      Mark(rec.seq, delivered))
     return out
+
+
+def _keep_highest(marks: dict[Source, Mark], key: Source, mark: Mark) -> None:
+    if key in marks:
+        marks[key].merge(mark)
+    else:
+        marks[key] = mark
+
+
+def merge_marks(marks: dict[Source, Mark], more: dict[Source, Mark]) -> None:
+    """Into ``marks``, the higher of each of ``more``'s (copied: ``more`` stays as it is)."""
+    for key, mark in more.items():
+        _keep_highest(marks, key, Mark(mark.seq, mark.delivered))
+
+
+def grown_marks(published: dict[Source, Mark], marks: dict[Source, Mark]
+                ) -> dict[Source, Mark]:
+    """Of ``marks``, those that go past what was ``published``, each as far as both go
+    together: what to publish next."""
+    grown: dict[Source, Mark] = {}
+    for key, mark in marks.items():
+        old = published.get(key)
+        new = Mark(old.seq, old.delivered) if old is not None else Mark(mark.seq,
+                                                                        mark.delivered)
+        if old is None or new.merge(mark):
+            grown[key] = new
+    return grown
 
 
 class CatchUp:
@@ -266,15 +285,15 @@ class CatchUp:
     def _read(self, batch: Batch) -> None:
         records = self._reader(batch.audit_ranges)
         if records is not None:
-            _merge_into(self._unproven, marks_of(records, self.emitter))
+            merge_marks(self._unproven, marks_of(records, self.emitter))
             if self.mirror_target is not None:
-                _merge_into(self._vouched, vouched_by_mirrors(records, self.mirror_target))
+                merge_marks(self._vouched, vouched_by_mirrors(records, self.mirror_target))
         if batch.behind != 0 or not (self._unproven or self._vouched):
             return
         proven, self._unproven = self._unproven, {}
         if self.mirror_target is not None:
-            _merge_into(self._held, proven)
-            _merge_into(self._copied, self._vouched)
+            merge_marks(self._held, proven)
+            merge_marks(self._copied, self._vouched)
             self._vouched = {}
             proven = {key: capped(mark, self._copied[key])
                       for key, mark in self._held.items() if key in self._copied}
@@ -293,22 +312,12 @@ class CatchUp:
         self._proven = [p for p in self._proven if p[0] >= batch.started_ms]
         merged: dict[Source, Mark] = {}
         for _ended, _batch, marks in due:
-            for key, mark in marks.items():
-                if key in merged:
-                    merged[key].merge(mark)
-                else:
-                    merged[key] = Mark(mark.seq, mark.delivered)
+            merge_marks(merged, marks)
         self._send(due[-1][1], merged)
 
     def _send(self, batch_id: int, marks: dict[Source, Mark]) -> None:
         """Publish the marks that grew; remembered as published once Kafka has them."""
-        grown: dict[Source, Mark] = {}
-        for key, mark in marks.items():
-            old = self._published.get(key)
-            new = Mark(old.seq, old.delivered) if old is not None else Mark(mark.seq,
-                                                                            mark.delivered)
-            if old is None or new.merge(mark):
-                grown[key] = new
+        grown = grown_marks(self._published, marks)
         if not grown:
             return
         now = int(time.time() * 1000)
@@ -319,14 +328,6 @@ class CatchUp:
                       for (emitter, incarnation), mark in sorted(grown.items())])
         self._published.update(grown)
         log.info("batch %d: caught up with %d emitter(s)", batch_id, len(grown))
-
-
-def _merge_into(marks: dict[Source, Mark], more: dict[Source, Mark]) -> None:
-    for key, mark in more.items():
-        if key in marks:
-            marks[key].merge(mark)
-        else:
-            marks[key] = Mark(mark.seq, mark.delivered)
 
 
 class AuditRangeReader:

@@ -30,6 +30,7 @@ SIGTERM or SIGINT.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 import signal
@@ -41,9 +42,10 @@ import uuid
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from ..contract.errors import MalformedRecord
 from ..contract.names import AUDIT_TOPIC
-from ..contract.record import MIRROR_TIER, CaughtUp
-from .catchup import Mark, Source, marks_of, mirror_emitter
+from ..contract.record import MIRROR_TIER, CaughtUp, parse
+from .catchup import Mark, Source, grown_marks, marks_of, merge_marks, mirror_emitter
 
 log = logging.getLogger("docket.mirror")
 
@@ -133,11 +135,7 @@ class MirrorWatch:
         try:
             _read_to(self._audit, self.audit_topic, ends, _parse, records)
         finally:                                     # what was read counts, even if not all
-            for key, mark in marks_of([r for r in records if r is not None], "").items():
-                if key in self.held:
-                    self.held[key].merge(mark)
-                else:
-                    self.held[key] = mark
+            merge_marks(self.held, marks_of([r for r in records if r is not None], ""))
         return ends
 
     def _source_ends(self) -> dict[tuple[str, int], int]:
@@ -168,12 +166,7 @@ class MirrorWatch:
                 self.copied[tp] = offset
 
     def _publish(self, marks: dict[Source, Mark]) -> int:
-        grown = {}
-        for key, mark in marks.items():
-            old = self.published.get(key)
-            new = Mark(old.seq, old.delivered) if old else Mark(mark.seq, mark.delivered)
-            if old is None or new.merge(mark):
-                grown[key] = new
+        grown = grown_marks(self.published, marks)
         if not grown:
             return 0
         now = int(time.time() * 1000)
@@ -214,8 +207,6 @@ class MirrorWatch:
 
 
 def _parse(msg):
-    from ..contract.errors import MalformedRecord
-    from ..contract.record import parse
     try:
         return parse(msg.value())
     except MalformedRecord:
@@ -270,7 +261,6 @@ def _copied(key: bytes | None, value: bytes | None, source: str
             ) -> tuple[tuple[str, int], int] | None:
     """A record of the mirror's offset store: ((topic, partition), offset copied) when it is
     the source connector's about ``source``, else None."""
-    import json
     try:
         connector, part = json.loads(key or b"null")
         offset = json.loads(value or b"null")

@@ -257,11 +257,11 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
         if tier == PRODUCER_TIER:
             verdicts = [_producer_origin(o, producer[o]) for o in sorted(producer)]
         elif fed == (PRODUCER_TIER,):
-            held = set(producer) if tier not in local or len(local) < 2 or claims is None else \
-                {o for o in producer if claims(tier, o)}
+            theirs = set(producer) if tier not in local or len(local) < 2 or claims is None \
+                else {o for o in producer if claims(tier, o)}
             verdicts = [_origin(o, producer.get(o), records.get(o),
                                 o in producer and current(tier, o))
-                        for o in sorted(held | set(records))]
+                        for o in sorted(theirs | set(records))]
         else:
             # A declared feeder that does not count the topic stands for its own feeders: the
             # producer, for the origins no other feeder holds (never summed with them).
@@ -273,13 +273,11 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
             verdicts = []
             for o in sorted(origins):
                 held = [(f, u[o]) for f, u in zip(tiers_fed, upstream, strict=True) if o in u]
-                if not held and PRODUCER_TIER in fed:
-                    v = _origin(o, producer.get(o), records.get(o),
-                                o in producer and current(tier, o))
+                by_producer = not held and PRODUCER_TIER in fed
+                v = _origin(o, producer.get(o), records.get(o),
+                            o in producer and current(tier, o), None if by_producer else held)
+                if by_producer:
                     v.feeders = (PRODUCER_TIER,)
-                else:
-                    v = _origin(o, producer.get(o), records.get(o),
-                                o in producer and current(tier, o), held)
                 verdicts.append(v)
         v = _tier(topic, window_start, tier, False, verdicts, fed or (PRODUCER_TIER,))
         v.state = _phase(v.state, now_ms, end, timing)
