@@ -1,12 +1,16 @@
 """The audit dashboard: server-rendered pages over the reconciler's database, and the JSON API
 they are built from.
 
-Pages: ``/`` (overview: topics × recent windows of one tier, coloured by state, the tiers'
-totals, the open alerts), ``/topic/{topic}`` (the correlation view), ``/window/{topic}/{start}``
+Pages: ``/`` (overview: topics × recent windows of one tier, coloured by its state end to end
+or at its hop, the tiers' totals, the open alerts), ``/topic/{topic}`` (the correlation view:
+the producer against every tier), ``/window/{topic}/{start}``
 (per origin, with the missing record numbers and the command that locates them),
 ``/alerts`` (open, snoozed, resolved; snooze and resolve), ``/health`` (per tier: the newest
 window, the jobs' lag). API: ``/api/completeness``, ``/api/tiers``, ``/api/alerts``,
 ``/api/watermark``, ``/api/window``, ``/api/topic``, ``/api/health``.
+
+What feeds each tier (the hops' labels, the graph order) comes from the reconciler's
+configuration (``config``); without one it is not known, and the tiers are in the default order.
 
 Every name from the data goes through Jinja2's autoescaping; the pages load nothing but this
 server's ``/static/`` files. Forms that change something (snooze, resolve) carry a CSRF token
@@ -45,6 +49,10 @@ HOUR_MS = 3600 * 1000
 RANGES = {"1h": 1, "6h": 6, "24h": 24, "7d": 24 * 7}      # ?range=: how far back
 DEFAULT_RANGE = "24h"
 SNOOZES = {"1h": 1, "4h": 4, "24h": 24}
+# ?measure=: what colours the overview: the state end to end (a tier complete at its hop but
+# short of what the producers accepted shows so), or the state and completeness at its hop.
+MEASURES = ("end_to_end", "hop")
+DEFAULT_MEASURE = "end_to_end"
 TOPICS_PER_PAGE = 100           # the overview's rows: 100 topics × a day is 14,400 cells
 
 
@@ -54,12 +62,15 @@ LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1"]
 def create_app(db: Path, token: str | None = None, config: Path | None = None,
                clock=time.time, hosts: list[str] | None = None) -> Starlette:
     """``hosts``: the Host headers accepted without a token (default: loopback names), so a
-    page elsewhere whose name was rebound to 127.0.0.1 cannot read or act here."""
+    page elsewhere whose name was rebound to 127.0.0.1 cannot read or act here. ``config``:
+    the reconciler's configuration file: its tier graph is read now (``Graph.read``: a
+    ``ConfigError`` is raised here), the whole of it at each hand resolution (its channels)."""
     csrf = os.urandom(16).hex()
+    graph = data.Graph.read(config) if config else data.NOT_KNOWN
     env = Environment(loader=FileSystemLoader(HERE / "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.globals.update(iso=utc_iso, quote=lambda s: quote(str(s), safe=""), percent=_percent,
-                       ranges=list(RANGES), snoozes=list(SNOOZES))
+                       ranges=list(RANGES), snoozes=list(SNOOZES), shade=_shade)
 
     def now_ms() -> int:
         return int(clock() * 1000)
@@ -87,16 +98,20 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
             tier = request.query_params.get("tier") or None
             page_no = _page(request)
             view = data.completeness(s, since_ms, tier, request.query_params.get("topic"),
-                                     page_no, TOPICS_PER_PAGE)
+                                     page_no, TOPICS_PER_PAGE, graph)
             open_alerts = data.alerts(s, "open", now_ms())
+        measure = request.query_params.get("measure", DEFAULT_MEASURE)
+        if measure not in MEASURES:
+            measure = DEFAULT_MEASURE
         return page("overview.html", request, view=view, alerts=open_alerts,
-                    range_name=range_name, topic_filter=request.query_params.get("topic", ""))
+                    range_name=range_name, measure=measure,
+                    topic_filter=request.query_params.get("topic", ""))
 
     def topic_page(request: Request):
         range_name, since_ms = since(request)
         topic = request.path_params["topic"]
         with closing(store()) as s:
-            hist = data.topic_history(s, topic, since_ms)
+            hist = data.topic_history(s, topic, since_ms, graph)
         if not hist["windows"]:
             return page("missing.html", request, what=f"topic {topic}")
         return page("topic.html", request, hist=hist, range_name=range_name)
@@ -107,7 +122,7 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         if start is None:
             return page("missing.html", request, what="that window")
         with closing(store()) as s:
-            detail = data.window_detail(s, topic, start)
+            detail = data.window_detail(s, topic, start, graph)
         if detail is None:
             return page("missing.html", request, what=f"window {start} of {topic}")
         return page("window.html", request, w=detail)
@@ -157,7 +172,7 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
 
     def health_page(request: Request):
         with closing(store()) as s:
-            rows = data.health(s, now_ms())
+            rows = data.health(s, now_ms(), graph)
             hosts = data.producers(s, now_ms())
         return page("health.html", request, tiers=rows, producers=hosts, now=now_ms())
 
@@ -168,11 +183,11 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
             per_page = request.query_params.get("per_page", "0")
             return JSONResponse(data.completeness(
                 s, since_ms, request.query_params.get("tier"), request.query_params.get("topic"),
-                _page(request), int(per_page) if per_page.isdigit() else 0))
+                _page(request), int(per_page) if per_page.isdigit() else 0, graph))
 
     def api_tiers(request: Request):
         with closing(store()) as s:
-            return JSONResponse({"tiers": data.tiers(s)})
+            return JSONResponse(data.tiers(s, graph))
 
     def api_alerts(request: Request):
         status = request.query_params.get("status", "open")
@@ -196,7 +211,7 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         if not topic or start is None:
             return bad("give topic and start (window start, ms)")
         with closing(store()) as s:
-            detail = data.window_detail(s, topic, start)
+            detail = data.window_detail(s, topic, start, graph)
         return JSONResponse(detail) if detail else bad("no such window", 404)
 
     def api_topic(request: Request):
@@ -205,11 +220,11 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         if not topic:
             return bad("give topic")
         with closing(store()) as s:
-            return JSONResponse(data.topic_history(s, topic, since_ms))
+            return JSONResponse(data.topic_history(s, topic, since_ms, graph))
 
     def api_health(request: Request):
         with closing(store()) as s:
-            return JSONResponse({"tiers": data.health(s, now_ms()),
+            return JSONResponse({"tiers": data.health(s, now_ms(), graph),
                                  "producers": data.producers(s, now_ms())})
 
     routes = [
@@ -297,6 +312,18 @@ class _TokenAuth:
                 return False
             return hmac.compare_digest(password, self.token)
         return False
+
+
+def _shade(cell: dict, measure: str) -> str:
+    """The colour of a tier's cell (overview, topic page): its state, which for a tier fed by
+    other tiers is the verdict on its hop; end to end, such a tier complete at its hop but
+    short of what the producers accepted is ``upstream`` (lost before its hop,
+    docs/topology.md)."""
+    whole = cell["completeness"]
+    if measure == "end_to_end" and cell["state"] == "complete" and whole is not None \
+            and whole < 1:
+        return "upstream"
+    return cell["state"]
 
 
 def _percent(value: float | None) -> str:

@@ -1,5 +1,5 @@
-"""``docket-dashboard --db FILE [--listen 127.0.0.1:8642]``: the audit dashboard over the
-reconciler's database.
+"""``docket-dashboard --db FILE [--listen 127.0.0.1:8642] [--config reconcile.toml]``: the
+audit dashboard over the reconciler's database (and, with ``--config``, its tier graph).
 
 It listens on 127.0.0.1 unless told otherwise, and refuses an address other machines can reach
 unless every request must carry a token (``--token-file``, or ``DOCKET_DASHBOARD_TOKEN``).
@@ -18,7 +18,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from audit.contract.errors import DocketError, print_error
-from audit.contract.settings import EX_CONFIG, host_port
+from audit.contract.settings import EX_CONFIG, ConfigError, host_port
 
 DEFAULT_LISTEN = "127.0.0.1:8642"
 
@@ -39,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="a file holding the token every request must carry (Bearer, or the "
                    "basic-auth password); or set DOCKET_DASHBOARD_TOKEN")
     p.add_argument("--config", type=Path, default=None,
-                   help="the reconciler's config: a hand resolution then notifies its channels")
+                   help="the reconciler's config: what feeds each tier (the hops' names, the "
+                   "tiers' order), and a hand resolution notifies its channels")
     return p
 
 
@@ -90,15 +91,18 @@ def main(argv: list[str] | None = None) -> int:
         if not args.db.is_file():
             raise DashboardError(f"no reconciler database at {args.db}",
                                  hint="name the --db of docket-audit reconcile")
-    except DashboardError as exc:
+        import uvicorn
+
+        from .app import LOOPBACK_HOSTS, create_app
+
+        app = create_app(args.db, token=token, config=args.config,
+                         hosts=sorted({*LOOPBACK_HOSTS, host}))
+    except ConfigError as exc:           # the reconciler's config
+        print_error(exc, f"docket-dashboard --config {args.config}")
+        return EX_CONFIG
+    except DocketError as exc:
         print_error(exc, "docket-dashboard")
         return EX_CONFIG
-    import uvicorn
-
-    from .app import LOOPBACK_HOSTS, create_app
-
-    app = create_app(args.db, token=token, config=args.config,
-                     hosts=sorted({*LOOPBACK_HOSTS, host}))
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     # SIGTERM/SIGINT: finish the requests in progress and exit 0 (uvicorn's own handling
     # raises the signal again once stopped, which ends the process with -15).

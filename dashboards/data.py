@@ -3,7 +3,9 @@ reconciler is the only writer of verdicts; the dashboard writes only a snooze or
 resolution, through ``audit.reconcile.alerting``).
 
 Every function takes an open read-only ``Store`` and returns plain data (dicts and lists), which
-the pages render and ``/api/`` serves as JSON unchanged.
+the pages render and ``/api/`` serves as JSON unchanged. What feeds each tier is not in the
+database (the verdicts are, not the graph they were judged on): it comes from the reconciler's
+configuration, as a ``Graph``.
 """
 
 from __future__ import annotations
@@ -11,28 +13,123 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 from audit.contract.record import PRODUCER_TIER
+from audit.contract.settings import load_toml
 from audit.reconcile.commands import watermark
+from audit.reconcile.config import ReconcileConfig
+from audit.reconcile.config import parse as parse_config
 from audit.reconcile.store import Store
-from audit.reconcile.verdict import COMPLETE, MATCH, current_by_origin, tier_order, utc_iso
+from audit.reconcile.verdict import (
+    COMPLETE,
+    MATCH,
+    current_by_origin,
+    feeders_of,
+    tier_order,
+    utc_iso,
+)
 
 STATES = ("complete", "incomplete", "overcount", "unknown", "pending", "open")
 
 
-def tiers(store: Store) -> list[str]:
-    """Every tier with a verdict, in the order of the tier graph."""
-    seen = {r[0] for r in store.conn.execute("SELECT DISTINCT tier FROM topic_tiers")}
-    return tier_order(seen, []) if seen else []
+@dataclass(frozen=True)
+class Graph:
+    """What the dashboard knows of the tier graph, from the reconciler's configuration
+    (``docket-dashboard --config``): the display order (``windows.tiers``) and what feeds each
+    tier (``[tiers.NAME] fed_by``; a tier not declared is fed by the producer, as the
+    reconciler judges it). Without one (``fed_by`` None) the order is the default (producer,
+    the clusters by name, warehouse) and what feeds a tier is not known."""
+    order: tuple[str, ...] = ()
+    fed_by: dict[str, tuple[str, ...]] | None = None
+
+    @classmethod
+    def of(cls, config: ReconcileConfig | None) -> Graph:
+        if config is None:
+            return cls()
+        return cls(tuple(config["windows.tiers"]), dict(config.graph))
+
+    @classmethod
+    def read(cls, path: str | Path) -> Graph:
+        """The graph of the reconciler's configuration file at ``path``: ``windows.tiers`` and
+        the ``[tiers.*]`` tables, checked as the reconciler checks them (a ``ConfigError``
+        names the key). Nothing else of it is read: its Kafka credentials (files, systemd
+        credentials) belong to the reconciler's service, not to this one."""
+        raw = load_toml(path)
+        part = {"tiers": raw.get("tiers", {})}
+        windows = raw.get("windows", {})
+        if isinstance(windows, dict) and "tiers" in windows:
+            part["windows"] = {"tiers": windows["tiers"]}
+        return cls.of(parse_config(part))
+
+    def arrange(self, seen: Iterable[str]) -> dict:
+        """The tiers among ``seen`` in graph order (each after the tiers feeding it), and of
+        each tier but the producer what feeds it and the hop's label (None: not known). As
+        the reconciler does for a topic, a declared feeder not among ``seen`` is skipped for
+        its own feeders (``verdict.feeders_of``)."""
+        seen = set(seen)
+        if not seen:
+            return {"tiers": [], "fed_by": {}, "hops": {}}
+        order = tier_order(seen, list(self.order))
+        if self.fed_by is None:
+            feeders: dict[str, list[str] | None] = {t: None for t in order if t != PRODUCER_TIER}
+        else:
+            feeders = {t: list(f) for t, f in feeders_of(order, self.fed_by).items()}
+            order = _feeders_first(order, feeders)
+        return {"tiers": order, "fed_by": {t: feeders[t] for t in order if t in feeders},
+                "hops": {t: hop_label(t, feeders[t]) for t in order if t in feeders}}
+
+
+NOT_KNOWN = Graph()           # no configuration: the default order, what feeds a tier not known
+
+
+def hop_label(tier: str, fed_by: list[str] | None) -> str | None:
+    """``kafka-local → kafka-aggregate``, ``dc1 + dc2 → aggregate`` (as the reconciler's loss
+    alerts name a hop); None when what feeds ``tier`` is not known."""
+    return None if fed_by is None else f"{' + '.join(fed_by)} → {tier}"
+
+
+def _feeders_first(order: list[str], fed_by: dict[str, list[str]]) -> list[str]:
+    """``order`` with every tier moved after the tiers feeding it (a stable sort otherwise)."""
+    out: list[str] = []
+
+    def visit(tier: str, path: frozenset) -> None:
+        if tier in out or tier in path:
+            return
+        for f in fed_by.get(tier, ()):
+            visit(f, path | {tier})
+        out.append(tier)
+    for t in order:
+        visit(t, frozenset())
+    return out
+
+
+def tiers(store: Store, graph: Graph = NOT_KNOWN) -> dict:
+    """Every tier with a verdict, in graph order, with what feeds each (``Graph.arrange``)."""
+    return graph.arrange(r[0] for r in store.conn.execute("SELECT DISTINCT tier FROM topic_tiers"))
+
+
+def _topic_tiers(store: Store, topic: str, graph: Graph, seen: set[str]) -> dict:
+    """The tiers of ``seen`` (those with verdicts shown) arranged by ``graph``, each fed as the
+    reconciler judged it on ``topic``: among the tiers that reported on the topic."""
+    arranged = graph.arrange(store.tiers_of([topic]).get(topic, set()) | seen)
+    return {"tiers": [t for t in arranged["tiers"] if t in seen],
+            "fed_by": {t: f for t, f in arranged["fed_by"].items() if t in seen},
+            "hops": {t: h for t, h in arranged["hops"].items() if t in seen}}
 
 
 def completeness(store: Store, since_ms: int, tier: str | None = None,
-                 topic: str | None = None, page: int = 0, per_page: int = 0) -> dict:
+                 topic: str | None = None, page: int = 0, per_page: int = 0,
+                 graph: Graph = NOT_KNOWN) -> dict:
     """The overview: per (topic, window) of ``tier`` (default: the last tier of the graph)
-    its state, completeness and finality, since ``since_ms``; and per tier the windows by
-    state over the same time. With ``per_page``, the topics of page ``page`` only (sorted by
-    name; ``topics_total`` counts them all), the totals still over every topic."""
-    all_tiers = tiers(store)
+    its state, completeness (end to end), completeness over its hop and finality, since
+    ``since_ms``; per tier the windows by state over the same time, and what feeds it. With
+    ``per_page``, the topics of page ``page`` only (sorted by name; ``topics_total`` counts
+    them all), the totals still over every topic."""
+    arranged = tiers(store, graph)
+    all_tiers = arranged["tiers"]
     tier = tier or (all_tiers[-1] if all_tiers else None)
     args: list = [since_ms]
     where = "window_start >= ?"
@@ -55,26 +152,27 @@ def completeness(store: Store, since_ms: int, tier: str | None = None,
         marks = ",".join("?" * len(shown))
         rows = store.conn.execute(
             "SELECT tier, topic, window_start, state, final, expected, count, distinct_count, "
-            "duplicates, completeness, missing, checksum FROM windows WHERE tier = ? AND "
-            f"topic IN ({marks}) AND window_start >= ? ORDER BY topic, window_start",
-            [tier, *shown, since_ms])
-    for (_t, name, ws, state, final, expected, count, distinct, dups, comp, missing,
+            "duplicates, completeness, hop_completeness, missing, checksum FROM windows "
+            f"WHERE tier = ? AND topic IN ({marks}) AND window_start >= ? "
+            "ORDER BY topic, window_start", [tier, *shown, since_ms])
+    for (_t, name, ws, state, final, expected, count, distinct, dups, comp, hop, missing,
          checksum) in rows:
         windows.add(ws)
         cells.setdefault(name, {})[ws] = {
             "state": state, "final": bool(final), "expected": expected, "count": count,
             "distinct": distinct, "duplicates": dups, "completeness": comp,
-            "missing": missing, "checksum": checksum}
-    return {"tier": tier, "tiers": all_tiers, "since_ms": since_ms,
+            "hop_completeness": hop, "missing": missing, "checksum": checksum}
+    return {"tier": tier, "tiers": all_tiers, "fed_by": arranged["fed_by"],
+            "hops": arranged["hops"], "since_ms": since_ms,
             "windows": sorted(windows), "topics": cells, "topics_total": len(names),
             "page": page, "per_page": per_page,
             "totals": {t: dict(c) for t, c in totals.items()}}
 
 
-def topic_history(store: Store, topic: str, since_ms: int) -> dict:
-    """The correlation view of one topic: per window each tier's count, distinct,
-    completeness and completeness over the hop before it; per tier its watermark; the
-    producer's known drops by reason."""
+def topic_history(store: Store, topic: str, since_ms: int, graph: Graph = NOT_KNOWN) -> dict:
+    """The correlation view of one topic: its tiers in graph order with what feeds each; per
+    window each tier's count, distinct, completeness and completeness over the hop before it;
+    per tier its watermark; the producer's known drops by reason."""
     rows: dict[int, dict[str, dict]] = {}
     seen: set[str] = set()
     for (ws, t, state, final, expected, count, distinct, dups, dropped, dropped_unknown,
@@ -88,7 +186,8 @@ def topic_history(store: Store, topic: str, since_ms: int) -> dict:
             "distinct": distinct, "duplicates": dups, "dropped": dropped,
             "dropped_unknown": json.loads(dropped_unknown or "{}"), "completeness": comp,
             "hop_completeness": hop}
-    order = tier_order(seen, []) if seen else []
+    arranged = _topic_tiers(store, topic, graph, seen) if seen else graph.arrange(())
+    order = arranged["tiers"]
     drops: Counter = Counter()
     for (reasons,) in store.conn.execute(
             "SELECT dropped_reasons FROM counts WHERE topic = ? AND tier = 'producer' AND "
@@ -99,22 +198,26 @@ def topic_history(store: Store, topic: str, since_ms: int) -> dict:
     for t in order:
         mark = watermark(store, topic, t)
         marks[t] = {"watermark_ms": mark, "watermark": None if mark is None else utc_iso(mark)}
-    return {"topic": topic, "tiers": order, "since_ms": since_ms,
+    return {"topic": topic, "tiers": order, "fed_by": arranged["fed_by"],
+            "hops": arranged["hops"], "since_ms": since_ms,
             "windows": [{"window_start": ws, "window_start_iso": utc_iso(ws), "tiers": tiers_}
                         for ws, tiers_ in sorted(rows.items())],
             "watermarks": marks, "known_drops": dict(drops)}
 
 
-def window_detail(store: Store, topic: str, window_start: int) -> dict | None:
-    """One window: each tier's verdict, per origin what each tier counted and is missing
-    (with the missing record numbers where a tier reported them), the revisions, the alerts."""
+def window_detail(store: Store, topic: str, window_start: int,
+                  graph: Graph = NOT_KNOWN) -> dict | None:
+    """One window: each tier's verdict (in graph order, with what feeds it), per origin what
+    each tier counted and is missing (with the missing record numbers where a tier reported
+    them), the revisions, the alerts."""
     tiers_ = {}
     for r in store.db.query(
             "SELECT * FROM windows WHERE topic = ? AND window_start = ?", (topic, window_start)):
         tiers_[r["tier"]] = r
     if not tiers_:
         return None
-    order = tier_order(set(tiers_), [])
+    arranged = _topic_tiers(store, topic, graph, set(tiers_))
+    order = arranged["tiers"]
     origins: dict[str, dict[str, dict]] = {}
     for r in store.db.query("SELECT * FROM window_origins WHERE topic = ? AND window_start = ? "
                             "ORDER BY origin", (topic, window_start)):
@@ -155,7 +258,8 @@ def window_detail(store: Store, topic: str, window_start: int) -> dict | None:
         "SELECT id, kind, status, tier, origin, summary, fired_at, resolved_at FROM alerts "
         "WHERE topic = ? AND window_start = ? ORDER BY id", (topic, window_start)))
     return {"topic": topic, "window_start": window_start, "window_start_iso":
-            utc_iso(window_start), "tiers": order,
+            utc_iso(window_start), "tiers": order, "fed_by": arranged["fed_by"],
+            "hops": arranged["hops"],
             "verdicts": {t: {k: v for k, v in tiers_[t].items() if k not in ("topic",)}
                          for t in order},
             "origins": origins, "missing_ranges": ranges, "revisions": revisions,
@@ -187,7 +291,7 @@ def alerts(store: Store, status: str = "open", now_ms: int | None = None) -> lis
     return rows
 
 
-def health(store: Store, now_ms: int) -> list[dict]:
+def health(store: Store, now_ms: int, graph: Graph = NOT_KNOWN) -> list[dict]:
     """Per tier: the newest window it reported on, and its jobs' progress and lag (since their
     newest progress record arrived)."""
     out = {}
@@ -202,8 +306,7 @@ def health(store: Store, now_ms: int) -> list[dict]:
                               "lag_s": round((now_ms - arrived) / 1000, 1),
                               "offsets_behind": r["offsets_behind"],
                               "processed_rows_per_s": r["processed_rows_per_s"]})
-    order = tier_order(set(out), [])
-    return [out[t] for t in order if t in out]
+    return [out[t] for t in graph.arrange(out)["tiers"] if t in out]
 
 
 def producers(store: Store, now_ms: int) -> list[dict]:

@@ -2,18 +2,23 @@
 ``docket-dashboard`` process over a database the real reconciler filled from audit records sent
 through the local Kafka (its loss alert delivered to a webhook on 127.0.0.1).
 
-The overview shows the window with the injected loss in red; clicking it names the losing host
-and its missing record numbers; an alert is snoozed through the page's own form; the topic
-page draws its chart with the vendored uPlot. A topic named like an XSS payload renders as
+The tiers are a graph (producer → kafka-local → kafka-aggregate, from the reconciler's config,
+which the dashboard is given too). The overview shows the window with the injected loss in red;
+clicking it names the losing host and its missing record numbers; its chooser shows the
+aggregate end to end (that loss upstream of it) and at its hop (the mirror's own loss), with
+the database's numbers; an alert is snoozed through the page's own form; the topic page draws
+the producer against each tier with the vendored uPlot. A topic named like an XSS payload renders as
 text and fires nothing, and no page makes a request anywhere but the dashboard itself. Every
 page is screenshotted into ``tmp_path`` — and into ``$DOCKET_SCREENSHOTS`` when set (``make
 screenshots`` points it at ``docs/screenshots``, which the README shows)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -24,7 +29,7 @@ import pytest
 import requests
 
 from audit.contract.record import Ranges
-from audit.reconcile.config import parse
+from audit.reconcile.config import load
 from audit.reconcile.service import Reconciler
 from broker.admin import ensure_audit_topic
 from tests.integration.test_alert_delivery import HttpReceiver
@@ -42,6 +47,7 @@ NOW = int(time.time() * 1000)
 FIRST = (NOW - 5 * 3_600_000) // W * W          # 24 windows, the last ended 1 h ago or more
 WINDOWS = [FIRST + i * W for i in range(24)]
 LOSS = WINDOWS[17]                              # web.access, web-2: 100 of 500 never arrived
+MIRROR_LOSS = WINDOWS[20]                       # app.orders, web-1: the mirror lost 40 more
 TOPICS = ["app.orders", "app.payments", "web.access", "web.errors", EVIL]
 
 
@@ -53,36 +59,63 @@ def _records():
             for origin in ("web-1", "web-2"):
                 n = 400 + 37 * i + (ws // W) % 50
                 got = n - 100 if (topic, ws, origin) == ("web.access", LOSS, "web-2") else n
+                copied = got - 40 if (topic, ws, origin) == ("app.orders", MIRROR_LOSS,
+                                                              "web-1") else got
                 out += [count("producer", n, origin, window=ws, at=at, topic=topic),
-                        count("kafka-local", got, origin, window=ws, at=at, topic=topic)]
+                        count("kafka-local", got, origin, window=ws, at=at, topic=topic),
+                        count("kafka-aggregate", copied, origin, window=ws, at=at, topic=topic)]
     n_loss = 400 + 37 * 2 + (LOSS // W) % 50
     out.append(Ranges(tier="kafka-local", origin="web-2", origin_incarnation="i",
                       emitter="kafka-local/count", seq=1, through=n_loss + 99,
                       missing=[[300, 399]], missing_total=100, emitted_at=LOSS + W + MIN))
-    out.append(progress(NOW - MIN, marks=True))
-    out += [caught_up(origin) for origin in ("web-1", "web-2")]
+    for tier in ("kafka-local", "kafka-aggregate"):
+        out.append(progress(NOW - MIN, marks=True, tier=tier))
+        out += [caught_up(origin, tier=tier) for origin in ("web-1", "web-2")]
     return out
+
+
+def _config(bootstrap: str, audit_topic: str, webhook: str) -> str:
+    """The reconciler's configuration, as a file both it and the dashboard read: no display
+    order, so the graph alone puts kafka-local before kafka-aggregate."""
+    q = json.dumps
+    return f"""
+[reconcile]
+bootstrap_servers = {q(bootstrap)}
+audit_topic = {q(audit_topic)}
+
+[alerts]
+default_channels = ["ops"]
+silent_ms = {24 * 3_600_000}
+clock_skew_ms = {24 * 3_600_000}
+
+[channels.ops]
+type = "webhook"
+url = {q(webhook)}
+
+[tiers.kafka-local]
+fed_by = ["producer"]
+
+[tiers.kafka-aggregate]
+fed_by = ["kafka-local"]
+"""
 
 
 @pytest.fixture(scope="module")
 def dashboard(kafka, tmp_path_factory):
-    """(base URL, the webhook's received alerts) of a dashboard over the reconciler's DB."""
+    """(base URL, the webhook's received alerts, the database) of a dashboard over the
+    reconciler's DB."""
     d = tmp_path_factory.mktemp("browser")
     audit_topic = f"browser-{os.getpid()}.audit"
     ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
     send(kafka.bootstrap_servers, audit_topic, _records())
     hook = HttpReceiver().listen()
-    cfg = parse({"reconcile": {"bootstrap_servers": kafka.bootstrap_servers,
-                               "audit_topic": audit_topic},
-                 "windows": {"tiers": ["producer", "kafka-local"]},
-                 "alerts": {"default_channels": ["ops"], "silent_ms": 24 * 3_600_000,
-                            "clock_skew_ms": 24 * 3_600_000},
-                 "channels": {"ops": {"type": "webhook", "url": hook.url}}})
-    Reconciler(cfg, d / "r.db", clock=Clock(NOW)).run_once()
+    config = d / "reconcile.toml"
+    config.write_text(_config(kafka.bootstrap_servers, audit_topic, hook.url))
+    Reconciler(load(config), d / "r.db", clock=Clock(NOW)).run_once()
     port = _free_port()
     proc = subprocess.Popen([str(BIN / "docket-dashboard"), "--db", str(d / "r.db"),
-                             "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                             "--listen", f"127.0.0.1:{port}", "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -94,7 +127,7 @@ def dashboard(kafka, tmp_path_factory):
                 assert proc.poll() is None, proc.stdout.read()
                 assert time.monotonic() < deadline, "the dashboard did not answer in 60 s"
                 time.sleep(0.2)
-        yield base, hook
+        yield base, hook, d / "r.db"
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
@@ -143,7 +176,7 @@ def _only_here(pg, base: str) -> None:
 
 
 def test_a_red_cell_leads_to_the_losing_host_and_its_missing_range(page, dashboard, tmp_path):
-    base, hook = dashboard
+    base, hook, _db = dashboard
     assert any(b["event"] == "firing" and b["kind"] == "loss" for b in hook.bodies()), \
         "the reconciler delivered no loss alert"
     page.goto(f"{base}/?tier=kafka-local")
@@ -163,7 +196,7 @@ def test_a_red_cell_leads_to_the_losing_host_and_its_missing_range(page, dashboa
 
 
 def test_an_alert_is_snoozed_from_its_page(page, dashboard, tmp_path):
-    base, _hook = dashboard
+    base, _hook, _db = dashboard
     page.goto(f"{base}/alerts")
     loss = page.locator("#alerts tr", has_text="web.access").first
     assert loss.count() == 1
@@ -179,12 +212,20 @@ def test_an_alert_is_snoozed_from_its_page(page, dashboard, tmp_path):
 
 
 def test_the_topic_and_health_pages_draw_with_the_vendored_libraries(page, dashboard, tmp_path):
-    base, _hook = dashboard
+    base, _hook, _db = dashboard
     page.goto(f"{base}/topic/web.access?range=7d")
-    page.wait_for_selector("#chart canvas", timeout=15_000)
+    page.wait_for_function("document.querySelectorAll('.chart canvas').length === 2",
+                           timeout=15_000)
     assert page.evaluate("typeof uPlot === 'function' && typeof htmx === 'object'")
-    legend = page.inner_text("#chart")
-    assert "producer" in legend and "kafka-local" in legend
+    charts = page.locator("figure.correlation")
+    # one graph per tier, in graph order: the producer against it (and against what feeds it)
+    assert [charts.nth(i).locator("figcaption").inner_text() for i in range(2)] == [
+        "kafka-local · producer → kafka-local",
+        "kafka-aggregate · kafka-local → kafka-aggregate"]
+    legends = [charts.nth(i).locator(".u-legend .u-label").all_inner_texts() for i in range(2)]
+    assert legends == [["Time", "producer", "kafka-local"],       # uPlot's x series first
+                       ["Time", "producer", "kafka-local", "kafka-aggregate"]]
+    assert sum("/api/topic?" in r for r in page.requests) == 1     # one fetch, two graphs
     _shot(page, tmp_path, "topic")
     page.goto(f"{base}/health")
     assert "kafka-local" in page.inner_text("main")
@@ -193,7 +234,7 @@ def test_the_topic_and_health_pages_draw_with_the_vendored_libraries(page, dashb
 
 
 def test_the_auto_refresh_swaps_the_page_in_place(page, dashboard):
-    base, _hook = dashboard
+    base, _hook, _db = dashboard
     page.set_viewport_size({"width": 900, "height": 300})
     page.goto(f"{base}/?tier=kafka-local&range=7d")
     page.evaluate("window.scrollTo(0, 150); "
@@ -209,16 +250,60 @@ def test_the_auto_refresh_swaps_the_page_in_place(page, dashboard):
 
 
 def test_a_topic_named_like_a_script_renders_as_text(page, dashboard):
-    base, _hook = dashboard
+    base, _hook, _db = dashboard
     page.goto(f"{base}/?tier=kafka-local")
     assert EVIL in page.locator("#heatmap").inner_text()
     assert page.locator("#heatmap img").count() == 0
     page.goto(f"{base}/topic/{quote(EVIL, safe='')}?range=7d")
     assert page.inner_text("h1") == EVIL
-    page.wait_for_selector("#chart canvas", timeout=15_000)
+    page.wait_for_selector(".chart canvas", timeout=15_000)
     page.goto(f"{base}/window/{quote(EVIL, safe='')}/{WINDOWS[0]}")
     assert EVIL in page.inner_text("main")
     page.goto(f"{base}/alerts?status=all")
     assert page.locator("main img").count() == 0
     assert page.dialogs == [], f"a script ran: {page.dialogs}"
+    _only_here(page, base)
+
+
+def _percent(ratio: float) -> str:
+    return f"{int(ratio * 1000) / 10:.1f}%"
+
+
+def test_the_chooser_shows_the_aggregate_end_to_end_and_at_its_hop(page, dashboard, tmp_path):
+    """web.access lost 100 before the mirror (at kafka-local), app.orders 40 in the mirror:
+    end to end the aggregate shows both short, at its hop only the mirror's loss; the
+    percentages shown are the database's."""
+    base, _hook, db = dashboard
+    with sqlite3.connect(db) as conn:
+        stored = {topic: conn.execute(
+            "SELECT state, completeness, hop_completeness FROM windows WHERE topic = ? AND "
+            "window_start = ? AND tier = 'kafka-aggregate'", (topic, ws)).fetchone()
+            for topic, ws in (("web.access", LOSS), ("app.orders", MIRROR_LOSS))}
+    assert stored["web.access"][0] == "complete" and stored["web.access"][1] < 1
+    assert stored["app.orders"][0] == "incomplete"
+
+    def cell(topic, ws):
+        return page.locator("#heatmap tr", has_text=topic).locator(
+            f'td:has(a[href="/window/{topic}/{ws}"])')
+
+    page.goto(f"{base}/?tier=kafka-local&range=7d")
+    page.select_option("select[name=tier]", "kafka-aggregate")
+    page.click("form.filters button")
+    page.wait_for_url("**/?tier=kafka-aggregate&measure=end_to_end&range=7d&topic=")
+    assert cell("web.access", LOSS).get_attribute("class").split()[:2] == \
+        ["cell", "state-upstream"]
+    assert cell("web.access", LOSS).inner_text() == _percent(stored["web.access"][1])
+    assert cell("app.orders", MIRROR_LOSS).inner_text() == _percent(stored["app.orders"][1])
+    assert page.locator("td.state-incomplete").count() == 1
+    assert page.locator("td.state-upstream").count() == 1
+    _shot(page, tmp_path, "overview-end-to-end")
+    page.select_option("select[name=measure]", "hop")
+    page.click("form.filters button")
+    page.wait_for_url("**/?tier=kafka-aggregate&measure=hop&range=7d&topic=")
+    assert "kafka-local → kafka-aggregate" in page.inner_text("#showing")
+    assert "state-complete" in cell("web.access", LOSS).get_attribute("class")
+    assert cell("app.orders", MIRROR_LOSS).inner_text() == _percent(stored["app.orders"][2])
+    assert page.locator("td.state-incomplete").count() == 1
+    assert page.locator("td.state-upstream").count() == 0
+    _shot(page, tmp_path, "overview-hop")
     _only_here(page, base)

@@ -1,6 +1,7 @@
 """``docket-dashboard`` as a user starts it: a real process on a free 127.0.0.1 port over a
-database the reconciler filled; its pages and API answer over HTTP, it needs the token when
-given one, and SIGTERM stops it cleanly."""
+database the reconciler filled, with the reconciler's config; its pages and API answer over
+HTTP (the tier graph from that config), it needs the token when given one, and SIGTERM stops
+it cleanly."""
 
 from __future__ import annotations
 
@@ -38,9 +39,12 @@ def test_the_dashboard_serves_its_pages_and_stops_on_sigterm(tmp_path):
     store.close()
     token = tmp_path / "token"
     token.write_text("a-token-of-twenty-chars\n")
+    config = tmp_path / "reconcile.toml"
+    config.write_text('[tiers.kafka-local]\nfed_by = ["producer"]\n')
     port = _free_port()
     proc = subprocess.Popen([str(BIN / "docket-dashboard"), "--db", str(db), "--listen",
-                             f"127.0.0.1:{port}", "--token-file", str(token)],
+                             f"127.0.0.1:{port}", "--token-file", str(token),
+                             "--config", str(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=os.environ.copy())
     base = f"http://127.0.0.1:{port}"
@@ -55,7 +59,9 @@ def test_the_dashboard_serves_its_pages_and_stops_on_sigterm(tmp_path):
                 assert proc.poll() is None, proc.stdout.read()
                 assert time.monotonic() < deadline, "the dashboard did not answer in 60 s"
                 time.sleep(0.2)
-        assert r.json() == {"tiers": ["producer", "kafka-local"]}
+        assert r.json() == {"tiers": ["producer", "kafka-local"],    # the graph of --config
+                            "fed_by": {"kafka-local": ["producer"]},
+                            "hops": {"kafka-local": "producer → kafka-local"}}
         assert requests.get(f"{base}/", timeout=5).status_code == 401
         page = requests.get(f"{base}/?tier=kafka-local", headers=auth, timeout=5)
         assert page.status_code == 200 and "state-incomplete" in page.text
