@@ -1,5 +1,21 @@
 """The docket host agent.
 
 Data flows through its subpackages in order: ``tail`` (sources) → ``buffer`` (the crash-safe,
-mmap'd slot pool) → ``drain`` (Kafka). See docs/architecture.md.
+mmap'd slot pool) → ``drain`` (Kafka). See docs/architecture.md, and its "Layers" for what may
+import what.
+
+- ``tail``: the sources — files under globs, a unix socket — read into the pool.
+- ``buffer``: the pool file of slots, sealed, drained in order and freed once acknowledged.
+- ``drain``: sealed slots to Kafka, every Kafka outcome reduced to ok / retry / dead.
+- ``config``: every setting declared once; parsing, defaults, validation, docs/config.md.
+- ``state``: the state database: file checkpoints, one row per generation of content.
+- ``journal``: the loss journal: every event not delivered, durably, with why.
+- ``producer_tally``: the producer tier of the audit, counted at seal and emitted.
+- ``selfcheck``: at start, every byte the checkpoints call sealed still accounted for.
+- ``service``: the running agent: sources → pool → drain in one loop, and the status server.
+- ``telemetry``: the agent's metrics, named once (docs/telemetry.md).
+- ``logs``: the log output, text or JSON lines, repeated lines held back.
+- ``notify``: systemd's notify protocol over ``$NOTIFY_SOCKET``.
+- ``preflight``: what ``validate`` checks beyond the file's form.
+- ``cli``: the ``docket-agent`` command.
 """

@@ -176,8 +176,8 @@ def _status(args) -> int:
           f"{backlog['filling_events']} in filling slots), {backlog['bytes']} bytes, "
           f"oldest sealed {backlog['oldest_unacked_age_s']:.1f} s ago"
           + (f", oldest event {age:.1f} s old" if age is not None else ""))
-    print(f"  broker    {broker['state']} ({broker['bootstrap_servers']}), "
-          f"{broker['outages']:.0f} outage(s)")
+    print(f"  broker    {broker['state']} ({broker['bootstrap_servers']}, "
+          f"{broker.get('security', 'plaintext')}), {broker['outages']:.0f} outage(s)")
     if not broker["topics_checked"]:
         print("  topics    not checked yet: the cluster has not answered a metadata request")
     for topic in broker["missing_topics"]:

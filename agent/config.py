@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from audit.contract.kafka_security import KafkaSecurity
+from audit.contract.kafka_security import check_settings as check_security
+from audit.contract.kafka_security import settings as security_settings
 from audit.contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
 from audit.contract.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's exit code)
     EX_CONFIG,
@@ -79,8 +82,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("broker.bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers."),
     Setting("broker.compression", str, "snappy", "Kafka compression codec.",
             choices=("none", "gzip", "snappy", "lz4", "zstd")),
+    *security_settings("broker"),
     Setting("broker.librdkafka_options", dict, {}, "librdkafka properties passed to the producer "
-            "as they are, e.g. `\"security.protocol\" = \"SASL_SSL\"`."),
+            "as they are, e.g. `\"socket.keepalive.enable\" = true`. Security goes in the "
+            "`broker.security_protocol` … keys above (docs/security.md): a password is never "
+            "written here."),
     Setting("broker.unsafe_weaker_delivery", bool, False, "Accept `librdkafka_options` that "
             "weaken the at-least-once delivery (`acks` other than `all`, "
             "`enable.idempotence = false`): events the default settings keep can then be lost or "
@@ -140,6 +146,11 @@ class AgentConfig:
         return self.values[key]
 
     @property
+    def security(self) -> KafkaSecurity:
+        """How the agent's Kafka clients authenticate (``broker.security_protocol`` …)."""
+        return KafkaSecurity.from_values(self.values, "broker")
+
+    @property
     def state_dir(self) -> Path:
         return Path(self.values["agent.state_dir"])
 
@@ -162,6 +173,7 @@ def parse(raw: dict, file: Path | None = None) -> AgentConfig:
         if not isinstance(value, str | int | float | bool):
             raise ConfigError(f"broker.librdkafka_options.{key}",
                               f"expected a string, number or boolean, found {found(value)}")
+    check_security(values, "broker", "broker.librdkafka_options")
     weakened = weakened_delivery(values["broker.librdkafka_options"])
     if weakened and not values["broker.unsafe_weaker_delivery"]:
         key, why = weakened[0]

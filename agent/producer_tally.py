@@ -156,12 +156,8 @@ class AuditEmitter:
         self._pending: list[tuple[int, dict[tuple[str, int], Tally]]] = []   # (slot seq, tallies)
         self._pending_drops: list[tuple[tuple[str, int], str, int]] = []
         self.last_emission_ms: int | None = None
-        self._producer_conf = {**producer_conf, "acks": "all", "enable.idempotence": True,
-                               "linger.ms": 50, "message.timeout.ms": int(DELIVERY_TIMEOUT_S
-                                                                          * 1000) - 500,
-                               "client.id": f"docket-agent-{agent_id}-audit"}
-        for k in ("batch.size", "queue.buffering.max.kbytes", "queue.buffering.max.messages"):
-            self._producer_conf.pop(k, None)
+        self._producer_conf = _audit_producer_conf(producer_conf, agent_id)
+        self._new_conf: dict | None = None    # a reload's, taken by the next round
         self._producer: Producer | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._load()
@@ -341,8 +337,18 @@ class AuditEmitter:
         self.metrics.set("agent_audit_last_emission_timestamp_seconds", now / 1000)
         return len(delivered)
 
+    def reconfigure(self, producer_conf: dict) -> None:
+        """New client settings (a reload): the next round sends with a new producer."""
+        self._new_conf = _audit_producer_conf(producer_conf, self.agent_id)
+
     def _send(self, snapshot: dict, seq: int, now: int,
               timeout_s: float) -> list[tuple[str, int]]:
+        if self._new_conf is not None:
+            self._producer_conf, self._new_conf = self._new_conf, None
+            if self._producer is not None:
+                self._producer.purge()
+                self._producer.flush(0)
+                self._producer = None
         if self._producer is None:
             self._producer = Producer(self._producer_conf,
                                       logger=logging.getLogger("docket.agent.librdkafka"))
@@ -393,3 +399,13 @@ def _negated(t: Tally) -> Tally:
 def _copy(t: Tally) -> Tally:
     return Tally(t.count, t.bytes, t.checksum, t.late, t.dropped, dict(t.dropped_reasons),
                  dict(t.dropped_unknown))
+
+
+def _audit_producer_conf(producer_conf: dict, agent_id: str) -> dict:
+    """The audit records' producer: the drain's connection and security, its own batching."""
+    conf = {**producer_conf, "acks": "all", "enable.idempotence": True, "linger.ms": 50,
+            "message.timeout.ms": int(DELIVERY_TIMEOUT_S * 1000) - 500,
+            "client.id": f"docket-agent-{agent_id}-audit"}
+    for k in ("batch.size", "queue.buffering.max.kbytes", "queue.buffering.max.messages"):
+        conf.pop(k, None)
+    return conf

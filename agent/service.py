@@ -348,6 +348,21 @@ class Agent:
             log.error("reload refused, keeping the running sources: %s", exc.render())
             self.notifier.ready("reload refused, running sources kept")
             return
+        try:
+            conf = producer_config(cfg)          # the secret files, read again
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running settings: %s", exc.render())
+            self.notifier.ready("reload refused, running settings kept")
+            return
+        if conf != self.drain.conf or self.drain.broker_state != "up":
+            # Credentials (read again from their files) or the cluster changed, or the
+            # cluster refuses us: every Kafka client starts afresh with what the files say.
+            self.cfg.values = {**self.cfg.values, **{k: v for k, v in cfg.values.items()
+                                                     if k.startswith("broker.")}}
+            self.drain.reconfigure(conf)
+            self.topic_watch.reconfigure(conf)
+            self.audit.reconfigure(conf)
+            log.info("reloaded: Kafka clients rebuilt (%s)", cfg.security.describe())
         self.pool.seal_all()
         self._flush_checkpoints()
         self._close_sources()
@@ -464,6 +479,7 @@ class Agent:
             "files_waiting": _merge_waiting(f.waiting() for f in self.file_sources),
             "broker": {"state": self.drain.broker_state,
                        "bootstrap_servers": self.cfg["broker.bootstrap_servers"],
+                       "security": self.cfg.security.describe(),
                        "outages": self.metrics.get("agent_drain_outages_total"),
                        "missing_topics": list(self.topic_watch.missing),
                        "topics_checked": self.topic_watch.checked,

@@ -65,9 +65,14 @@ def _job_args(p: argparse.ArgumentParser) -> None:
                    help="the cluster read is fed by MirrorMaker 2 (docket-broker mirror) as "
                    "the target NAME: caught_up marks only as far as its mirrors vouch "
                    "(docs/topology.md)")
+    p.add_argument("--kafka-config", type=Path, default=None, metavar="FILE",
+                   help="a TOML file whose [kafka] table says how to authenticate "
+                   "(security_protocol, sasl_username, sasl_password_file, ssl_ca_file, ...: "
+                   "docs/security.md); the password is read from its file, never an argument")
     p.add_argument("--kafka-option", action="append", default=[], metavar="NAME=VALUE",
                    help="a Kafka client property for the source and the audit producer "
-                   "(repeatable), e.g. security.protocol=SASL_SSL")
+                   "(repeatable), e.g. fetch.max.bytes=52428800; no secret here: "
+                   "--kafka-config")
     p.add_argument("--spark-conf", action="append", default=[], metavar="NAME=VALUE",
                    help="a Spark configuration property (repeatable)")
 
@@ -120,6 +125,27 @@ def _pairs(items: list[str], flag: str) -> dict:
     return out
 
 
+def _kafka_options(items: list[str]) -> dict:
+    options = _pairs(items, "--kafka-option")
+    for name in options:
+        if "password" in name or "jaas" in name or name in ("ssl.key.pem", "ssl.keystore.key"):
+            raise AuditError(f"--kafka-option {name}=...: a secret on the command line, where "
+                             "ps shows it to every user", hint="put it in --kafka-config FILE "
+                             "(sasl_password_file: docs/security.md)")
+    return options
+
+
+def _kafka_security(path: Path | None):
+    """The ``[kafka]`` security settings of ``--kafka-config FILE`` (checked), or None."""
+    if path is None:
+        return None
+    from .contract.kafka_security import check_settings, settings
+    from .contract.settings import load_toml, parse_sections
+
+    values = parse_sections(load_toml(path), settings("kafka"))
+    return check_settings(values, "kafka", "kafka.librdkafka_options")
+
+
 def _job_options(args, default_ckpt: Path):
     from .jobs.spark import JobOptions
 
@@ -140,7 +166,8 @@ def _job_options(args, default_ckpt: Path):
         checkpoint_dir=args.checkpoint_dir or default_ckpt, master=args.master,
         starting_offsets=args.starting_offsets, identity=not args.no_identity,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
-        kafka_options=_pairs(args.kafka_option, "--kafka-option"),
+        kafka_options=_kafka_options(args.kafka_option),
+        security=_kafka_security(args.kafka_config),
         spark_conf=_pairs(args.spark_conf, "--spark-conf"), mirror_target=args.mirror_target)
 
 

@@ -57,10 +57,12 @@ def describe(admin: AdminClient, name: str, timeout_s: float = 10) -> tuple[int,
 
 
 def ensure_topics(
-    bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30
+    bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30,
+    client: dict | None = None,
 ) -> list[str]:
-    """Create the topics that are missing; return the names created. Checks the ones that exist."""
-    admin = admin_client(bootstrap_servers)
+    """Create the topics that are missing; return the names created. Checks the ones that exist.
+    ``client``: further librdkafka properties (a secured cluster's, ``broker.security``)."""
+    admin = admin_client(bootstrap_servers, client)
     brokers = len(admin.list_topics(timeout=timeout_s).brokers)
     created: list[str] = []
     to_create = []
@@ -128,10 +130,10 @@ def _wait_visible(admin: AdminClient, names: list[str], timeout_s: float) -> Non
 
 
 def ensure_audit_topic(bootstrap_servers: str, name: str = AUDIT_TOPIC, partitions: int = 3,
-                       replication_factor: int = -1) -> bool:
+                       replication_factor: int = -1, client: dict | None = None) -> bool:
     """Create the audit topic if missing; True when it was created now."""
     spec = TopicSpec(name, partitions, replication_factor, AUDIT_TOPIC_CONFIG)
-    return bool(ensure_topics(bootstrap_servers, [spec]))
+    return bool(ensure_topics(bootstrap_servers, [spec], client=client))
 
 
 def list_topics(bootstrap_servers: str, timeout_s: float = 10) -> dict[str, tuple[int, int]]:

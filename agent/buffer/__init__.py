@@ -77,6 +77,15 @@ Locking
   open ``BufferPool`` in this one, since the lock belongs to the open file — makes the open fail
   with ``PoolBusy`` before anything is read, recovered or written: two writers on one pool would
   send, free or quarantine each other's slots.
+
+Modules
+- ``pool``: ``BufferPool``: append, seal, hand sealed slots out in order, free, recover.
+- ``layout``: the headers above as numpy dtypes, and the geometry arithmetic.
+- ``framing``: records framed into a slot's payload in blocks, and read back.
+- ``spill``: sealed slots spilled to disk, compressed, when no slot is free.
+- ``inspect``: a pool file read without opening it as a pool (no lock, recovery or write).
+- ``seams``: the pool's only contact with time and the file system (``FileOps``, crash points).
+- ``errors``: the pool's named failures.
 """
 
 from .errors import (

@@ -63,6 +63,9 @@ OUTAGE_AFTER_S = 2.0
 PROBE_INTERVAL_S = 1.0
 PURGE_WAIT_S = 2.0
 MAX_INFLIGHT_SLOTS = 8
+# A topic the cluster refuses this client (an ACL missing): its records wait in their slots
+# and go again this often, so a granted ACL takes effect by itself (outcome.DENIED).
+DENIED_RETRY_S = 5.0
 # produce() takes its arguments positionally here: (topic, value, key, partition, on_delivery,
 # callback, timestamp, headers), the order of confluent-kafka's C keyword list. Keywords cost
 # ~0.5 µs per call in argument parsing (measured here: 2.2 µs → 1.5 µs per produce with a
@@ -302,6 +305,8 @@ class Drain:
         self._probe_ok = threading.Event()
         self._probe_thread: threading.Thread | None = None
         self.broker_state = "up"
+        self._denied: dict[str, float] = {}    # topic refused → when to try it again
+        self._reconfigured = False
         self.on_unknown_topic: Callable[[str], None] | None = None   # see topics.TopicWatch
         metrics.set("agent_drain_broker_up", 1)
 
@@ -336,8 +341,68 @@ class Drain:
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
             self._fatal = err
-        elif err.code() == KafkaError._ALL_BROKERS_DOWN:
+        elif err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+                            KafkaError._SSL):
+            self._not_authenticated(err)
+        elif err.code() == KafkaError._ALL_BROKERS_DOWN and not self._refused():
             self.broker_state = "all brokers down"
+
+    def _refused(self) -> bool:
+        """The cluster answers but refuses this client: the state names why, and no passing
+        transport report replaces that."""
+        return self.broker_state.startswith(("authentication failed", "not authorised"))
+
+    def _not_authenticated(self, err: KafkaError) -> None:
+        """The brokers refuse this client's credentials (or its TLS handshake): the events wait
+        in the pool (the outage guard stops librdkafka retrying in a loop), said once."""
+        if self.broker_state.startswith("authentication failed"):
+            return
+        tls = err.code() == KafkaError._SSL
+        self.broker_state = "authentication failed" + (" (TLS)" if tls else "")
+        self.metrics.set("agent_drain_broker_up", 0)
+        log.error("broker: authentication failed: %s. Events wait in the pool. Check %s, "
+                  "then reload the agent (SIGHUP, systemctl reload docket-agent)", err.str(),
+                  "[broker] ssl_ca_file, ssl_certificate_file and ssl_key_file (trusted, not "
+                  "expired)" if tls else "[broker] sasl_username and sasl_password_file")
+
+    def _deny(self, topic: str, err: KafkaError) -> None:
+        """The cluster refuses this client ``topic`` (DENIED): its records wait, and go again
+        in ``DENIED_RETRY_S``. Said once per refusal, until the topic is accepted again."""
+        first = topic not in self._denied
+        self._denied[topic] = time.monotonic() + DENIED_RETRY_S
+        if not first:
+            return
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+            self._not_authenticated(err)
+            return
+        self.broker_state = f"not authorised: {err.name()} on topic {topic}"
+        log.error("broker: not authorised to write topic %s (%s): its events wait in the pool "
+                  "and go again every %.0f s. Grant the agent's principal Write and Describe on "
+                  "the topic (docs/security.md, \"ACLs per role\")", topic, err.str(),
+                  DENIED_RETRY_S)
+
+    def _held(self, topic: str) -> bool:
+        """Is ``topic`` refused, and not yet due to be tried again?"""
+        until = self._denied.get(topic)
+        return until is not None and time.monotonic() < until
+
+    def _accepted(self, topic: str) -> None:
+        """A slot of ``topic`` was acknowledged whole: a refusal is over."""
+        if self._denied.pop(topic, None) is not None:
+            log.warning("broker: topic %s is accepted again: its waiting events go", topic)
+            if not self._denied and self.broker_state.startswith("not authorised"):
+                self.broker_state = "up"
+                self.metrics.set("agent_drain_broker_up", 0 if self.outage else 1)
+        elif self.broker_state.startswith("authentication failed"):
+            log.warning("broker: authenticated again: waiting events go")
+            self.broker_state = "up"
+            self.metrics.set("agent_drain_broker_up", 0 if self.outage else 1)
+
+    def reconfigure(self, producer_conf: dict) -> None:
+        """New client settings (a reload: credentials read again): the producers are replaced
+        at the next ``pump``, as after a fatal error."""
+        self.conf = dict(producer_conf)
+        self._reconfigured = True
 
     def block_lists(self, slot: SealedSlot) -> Iterator[tuple]:
         """Per block: value offsets, lengths, times, keys (or None) and the records' headers
@@ -390,6 +455,8 @@ class Drain:
         if outcome is Outcome.DEAD:
             self._dead_letter(send, record, err)
             return
+        if outcome is Outcome.DENIED:
+            self._deny(record[0], err)
         (send.alone if outcome is Outcome.ALONE else send.retry).append(record)
         self.metrics.inc("agent_drain_retried_events_total", reason=reason(err),
                          topic=record[0])
@@ -430,7 +497,7 @@ class Drain:
     # -- sending ------------------------------------------------------------------------------
     def pump(self, budget: int = 20000) -> int:
         """Produce up to ``budget`` records, serve delivery reports, free finished slots."""
-        if self._fatal is not None:
+        if self._fatal is not None or self._reconfigured:
             self._rebuild()
         self._poll()
         self._complete()
@@ -440,12 +507,16 @@ class Drain:
             self._end_outage()
         sent = 0
         for send in list(self.inflight):
-            if send.retry and sent < budget:
+            topic = send.slot.topic
+            if send.retry and sent < budget and not self._held(topic):
+                if topic in self._denied:        # one slot tries a refused topic again
+                    self._denied[topic] = time.monotonic() + DENIED_RETRY_S
                 sent += self._resend(send, budget - sent)
             if send.alone and sent < budget:
                 sent += self._send_alone(send, budget - sent)
         while sent < budget:
-            send = next((s for s in self.inflight if s.unsent), None)
+            send = next((s for s in self.inflight if s.unsent
+                         and s.slot.topic not in self._denied), None)
             if send is None:
                 if len(self.inflight) >= MAX_INFLIGHT_SLOTS:
                     break                   # until the next zero point completes them
@@ -454,6 +525,8 @@ class Drain:
                     break
                 send = self._start(taken[0])
                 self.inflight.append(send)
+                if send.slot.topic in self._denied:
+                    continue                # waits until its topic is accepted again
             n, blocked = self._produce_new(send, budget - sent)
             sent += n
             if blocked:
@@ -584,6 +657,8 @@ class Drain:
             self._finish(send)
 
     def _finish(self, send: SlotSend) -> None:
+        if self._refused():
+            self._accepted(send.slot.topic)
         self.metrics.inc("agent_drain_sent_events_total", send.acked, topic=send.slot.topic)
         self.metrics.inc("agent_drain_slots_freed_total")
         if self.on_slot_done is not None:
@@ -621,7 +696,8 @@ class Drain:
         log.warning("no acknowledgement for %.0f s: purging librdkafka's queue, the pool keeps "
                     "the data; probing the cluster every %.0f s", OUTAGE_AFTER_S, PROBE_INTERVAL_S)
         self.outage = True
-        self.broker_state = "unreachable"
+        if not self._refused():
+            self.broker_state = "unreachable"
         self.metrics.set("agent_drain_broker_up", 0)
         self.metrics.inc("agent_drain_outages_total")
         self._purge()
@@ -657,7 +733,8 @@ class Drain:
     def _end_outage(self) -> None:
         log.warning("the cluster answers again: resuming")
         self.outage = False
-        self.broker_state = "up"
+        if not self.broker_state.startswith("not authorised"):
+            self.broker_state = "up"          # it answered: authenticated (again)
         self.metrics.set("agent_drain_broker_up", 1)
         self._progress_mark = (self._acked_now(), time.monotonic())
         self._stall_probe = None
@@ -666,8 +743,11 @@ class Drain:
         """Replace the producers after a fatal error. A report the old ones never served
         must not pass for an acknowledgement at the new one's first zero point: every slot
         whose completion is not known goes again from its first record."""
-        log.error("fatal producer error (%s): rebuilding the producer", self._fatal)
-        self._fatal = None
+        if self._fatal is not None:
+            log.error("fatal producer error (%s): rebuilding the producer", self._fatal)
+        else:
+            log.warning("new client settings: replacing the producer")
+        self._fatal, self._reconfigured = None, False
         self._purge(in_flight=True)     # what the old producers still report is known
         unknown = [s for s in self.inflight if s.handed > self.settled or s.alone_out]
         if unknown:

@@ -5,8 +5,13 @@
 - ALONE: the batch the record travelled in was refused as too large. The broker checks
   ``max.message.bytes`` against a whole batch, so this says nothing about the record: it is
   sent again alone (one record per batch), and only a too-large answer then is DEAD.
-- DEAD: the cluster will never take this record (too large, invalid, not authorised): it goes to
-  the dead-letter file with the error and is counted as dropped with that reason.
+- DENIED: the client is not authorised to write the topic (an ACL missing) or not
+  authenticated. Nothing is wrong with the record: it waits in its slot, the drain names the
+  cause (status, one log line) and sends the topic's records again every ``DENIED_RETRY_S``,
+  so delivery resumes by itself once the ACL is granted (or the credential fixed and the
+  agent reloaded). docs/security.md.
+- DEAD: the cluster will never take this record (too large, invalid): it goes to the
+  dead-letter file with the error and is counted as dropped with that reason.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ class Outcome(enum.Enum):
     OK = "ok"
     RETRY = "retry"
     ALONE = "alone"
+    DENIED = "denied"
     DEAD = "dead"
 
 # Answers about a whole batch when they come in a delivery report of a batching producer.
@@ -28,10 +34,15 @@ _TOO_LARGE_CODES = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LA
 
 _DEAD_CODES = {
     KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE, KafkaError.INVALID_RECORD,
-    KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION,
+    KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.TOPIC_EXCEPTION,
     KafkaError.POLICY_VIOLATION, KafkaError._INVALID_ARG,
     KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT, KafkaError.INVALID_REQUIRED_ACKS,
+}
+
+
+_DENIED_CODES = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION,
 }
 
 
@@ -45,6 +56,8 @@ def classify(err: KafkaError | None, alone: bool = False) -> Outcome:
         return Outcome.RETRY          # our own outage guard emptied librdkafka's queue
     if code in _TOO_LARGE_CODES and not alone:
         return Outcome.ALONE
+    if code in _DENIED_CODES:
+        return Outcome.DENIED
     if code in _DEAD_CODES:
         return Outcome.DEAD
     # Everything else — timeouts, transport, leadership changes, not enough replicas, unknown

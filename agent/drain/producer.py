@@ -3,7 +3,9 @@
 acks=all and idempotence always; compression from ``broker.compression``; a short linger (the
 pool's ``linger_ms`` is the batching wait); the batch size from the slot size, capped at
 ``BATCH_MAX_BYTES``; librdkafka's own queue kept small (the pool is the buffer, not
-librdkafka's memory); ``broker.librdkafka_options`` last, so an operator can override any of it.
+librdkafka's memory); the security settings (``broker.security_protocol`` …, the password
+read from its file now: a reload reads it again); ``broker.librdkafka_options`` last, so an
+operator can override any of it.
 """
 
 from __future__ import annotations
@@ -42,5 +44,6 @@ def producer_config(cfg: AgentConfig) -> dict:
         "message.max.bytes": MAX_RECORD_BYTES + 64 * 1024,
         "client.id": f"docket-agent-{cfg.agent_id}",
     }
+    conf.update(cfg.security.librdkafka_properties())
     conf.update(cfg["broker.librdkafka_options"])
     return conf

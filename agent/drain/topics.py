@@ -51,6 +51,7 @@ class TopicWatch:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._admin: AdminClient | None = None
+        self._new_conf: dict | None = None     # a reload's, taken by the check's thread
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="docket-topics", daemon=True)
@@ -62,8 +63,15 @@ class TopicWatch:
         self._stop.set()
         self._wake.set()
 
+    def reconfigure(self, conf: dict) -> None:
+        """New client settings (a reload): the next check uses a new admin client."""
+        self._new_conf = connection_conf(conf)
+        self._wake.set()
+
     def _loop(self) -> None:
         while not self._stop.is_set():
+            if self._new_conf is not None:
+                self.conf, self._new_conf, self._admin = self._new_conf, None, None
             try:
                 self.check()
             except KafkaException as exc:

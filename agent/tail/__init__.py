@@ -1,2 +1,12 @@
-"""Sources: where events come from. ``files`` tails globs of files; ``sock`` listens on a unix
-stream socket; ``events`` takes the event time and key out of JSON lines when configured."""
+"""Sources: where events come from, read into the buffer pool.
+
+- ``files``: the file source: at every scan, what each file under a source's globs is, read
+  through the next three, with the state database kept true.
+- ``discovery``: the globs' regular files by identity, and inodes that left them while stopped.
+- ``generations``: streams of file content, and how a file found is matched to one.
+- ``reader``: one open file read into the pool: whole lines, large reads, checked after.
+- ``seams``: the file source's only contact with the file system and time (``FsOps``).
+- ``watch``: a folder watch (watchdog) that wakes the agent's loop when a tailed folder changes.
+- ``sock``: the socket source, a unix stream socket of newline-delimited events.
+- ``events``: the event time and key taken out of JSON lines, when a source names the fields.
+"""

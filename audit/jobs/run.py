@@ -102,7 +102,7 @@ def _catch_up(opts: JobOptions, writer: AuditWriter, reading: str,
                        incarnation=writer.incarnation, audit_topic=opts.audit_topic,
                        bootstrap_servers=opts.bootstrap_servers, reading=reading,
                        counting=counting, publish=writer.send,
-                       client_options=opts.kafka_options, mirror_target=opts.mirror_target)
+                       client_options=opts.client_conf(), mirror_target=opts.mirror_target)
     return catch_up
 
 

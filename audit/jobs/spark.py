@@ -40,6 +40,7 @@ from confluent_kafka import KafkaException, Producer
 
 from ..contract.delivery import deliver
 from ..contract.errors import AuditError
+from ..contract.kafka_security import KafkaSecurity
 from ..contract.names import (
     AUDIT_TOPIC,
     DEFAULT_WINDOW_MS,
@@ -74,6 +75,18 @@ class JobOptions:
     kafka_options: dict | None = None               # passed as kafka.<name>
     spark_conf: dict | None = None
     mirror_target: str | None = None                # the cluster read is this mirror target's
+    security: KafkaSecurity | None = None           # --kafka-config's [kafka] table
+
+    def client_conf(self) -> dict:
+        """confluent-kafka properties of the job's own clients (the audit producer, the
+        catch-up reader): the security settings, then ``--kafka-option``."""
+        conf = self.security.librdkafka_properties() if self.security else {}
+        return {**conf, **(self.kafka_options or {})}
+
+    def source_options(self) -> dict:
+        """Spark's Kafka source options for the same: ``kafka.``-prefixed Java properties."""
+        opts = self.security.spark_options() if self.security else {}
+        return {**opts, **{f"kafka.{k}": v for k, v in (self.kafka_options or {}).items()}}
 
 
 class SparkJobError(AuditError):
@@ -153,8 +166,8 @@ def kafka_stream(spark, opts: JobOptions):
               .option("failOnDataLoss", "false"))
     if opts.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
-    for k, v in (opts.kafka_options or {}).items():
-        reader = reader.option(f"kafka.{k}", v)
+    for k, v in opts.source_options().items():
+        reader = reader.option(k, v)
     return reader.load()
 
 
@@ -277,7 +290,7 @@ class AuditWriter:
         self.producer = Producer({
             "bootstrap.servers": opts.audit_bootstrap_servers or opts.bootstrap_servers,
             "acks": "all", "enable.idempotence": True, "linger.ms": 20,
-            "client.id": f"docket-audit-{emitter}", **(opts.kafka_options or {})})
+            "client.id": f"docket-audit-{emitter}", **opts.client_conf()})
 
     def records(self, rows, batch_id: int) -> list[AuditRecord | Ranges]:
         now = int(time.time() * 1000)

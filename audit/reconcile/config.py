@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from audit.contract.kafka_security import KafkaSecurity
+from audit.contract.kafka_security import check_settings as check_security
+from audit.contract.kafka_security import settings as security_settings
 from audit.contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
 from audit.contract.record import PRODUCER_TIER
 from audit.contract.settings import (
@@ -38,8 +41,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("reconcile.group_id", str, "docket-reconcile", "Consumer group under which the "
             "reconciler commits the offsets it has applied (for lag monitoring; the offsets it "
             "resumes from are the ones stored in its database)."),
+    *security_settings("reconcile"),
     Setting("reconcile.librdkafka_options", dict, {}, "librdkafka properties passed to the "
-            "consumer as they are, e.g. `\"security.protocol\" = \"SASL_SSL\"`."),
+            "consumer as they are, e.g. `\"fetch.max.bytes\" = 52428800`. Security goes in "
+            "the `reconcile.security_protocol` … keys above (docs/security.md)."),
     Setting("reconcile.evaluate_interval_ms", int, MINUTE_MS, "How often windows are evaluated "
             "and alerts raised or resolved: each time once the audit topic is read to its end "
             "(after 10 minutes behind, anyway).", minimum=1000),
@@ -112,6 +117,11 @@ class ReconcileConfig:
     def __getitem__(self, key: str):
         return self.values[key]
 
+    @property
+    def security(self) -> KafkaSecurity:
+        """How the reconciler's consumer authenticates (``reconcile.security_protocol`` …)."""
+        return KafkaSecurity.from_values(self.values, "reconcile")
+
     def route(self, topic: str | None) -> tuple[str | None, list[str]]:
         """(owner, channels) of an alert about ``topic`` (None: an audit-health alert)."""
         if topic is None:
@@ -139,6 +149,9 @@ def parse(raw: dict) -> ReconcileConfig:
                 raise ConfigError(path, f"channel {name!r} is not defined",
                                   hint=f"add a [channels.{name}] table, or use one of: "
                                   f"{', '.join(sorted(channels)) or '(none defined)'}")
+    # The files are checked where a Kafka client is made (the reconciler, `validate`): the
+    # dashboard reads this configuration without the reconciler's credentials.
+    check_security(values, "reconcile", "reconcile.librdkafka_options", files=False)
     listen = values["reconcile.listen"]
     if listen:
         if host_port(listen) is None:

@@ -1,0 +1,285 @@
+"""How every Kafka client of docket authenticates: the settings declared once, read from files.
+
+The agent (``[broker]``), the reconciler (``[reconcile]``) and the Spark jobs and the mirror's
+watcher (a ``--kafka-config FILE`` with a ``[kafka]`` table) all take the same keys:
+
+    security_protocol     plaintext | ssl | sasl_ssl
+    sasl_mechanism        SCRAM-SHA-512 (default) | SCRAM-SHA-256 | PLAIN
+    sasl_username
+    sasl_password_file    the password, in a file only its owner can read
+    ssl_ca_file           PEM: the CA that signed the brokers' certificates
+    ssl_certificate_file  PEM: the client's certificate (mutual TLS)
+    ssl_key_file          PEM: the client's private key
+    ssl_key_password_file the key's password, if it has one
+
+A password is never a setting, an argument or a log line: it is read from its file when a
+client is made (so a file changed and the process reloaded takes effect). A file path may start
+with ``${CREDENTIALS_DIRECTORY}/``, where systemd's ``LoadCredential=`` puts a service's
+credentials. ``check`` says, before anything connects, what is wrong with the files: missing,
+unreadable, a password file others can read, a key without a certificate.
+
+``librdkafka_properties`` turns the settings into confluent-kafka's properties,
+``spark_options`` into Spark's Kafka source and sink options (``kafka.`` prefix, a JAAS line
+built from the password file: never on a command line, where ``ps`` would show it), and
+``redact`` keeps every secret out of what is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from .settings import ConfigError, Setting
+
+PROTOCOLS = ("plaintext", "ssl", "sasl_ssl")
+MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+CREDENTIALS = "${CREDENTIALS_DIRECTORY}"
+
+
+def settings(section: str) -> tuple[Setting, ...]:
+    """The security settings, declared under ``section`` (``broker``, ``reconcile``, ``kafka``)."""
+    return (
+        Setting(f"{section}.security_protocol", str, "plaintext", "How to reach the brokers: "
+                "`plaintext`, `ssl` (TLS; with a client certificate for mutual TLS) or "
+                "`sasl_ssl` (TLS and a SASL user).", choices=PROTOCOLS),
+        Setting(f"{section}.sasl_mechanism", str, "SCRAM-SHA-512", "The SASL mechanism "
+                "(`sasl_ssl`).", choices=MECHANISMS),
+        Setting(f"{section}.sasl_username", str, None, "The SASL user (`sasl_ssl`)."),
+        Setting(f"{section}.sasl_password_file", str, None, "File holding the SASL user's "
+                "password (its first line), readable by its owner only. May start with "
+                "`${CREDENTIALS_DIRECTORY}/` (systemd `LoadCredential=`)."),
+        Setting(f"{section}.ssl_ca_file", str, None, "PEM file of the CA that signed the "
+                "brokers' certificates (`ssl`, `sasl_ssl`). Default: the system's CAs."),
+        Setting(f"{section}.ssl_certificate_file", str, None, "PEM file of this client's "
+                "certificate (mutual TLS)."),
+        Setting(f"{section}.ssl_key_file", str, None, "PEM file of this client's private key "
+                "(mutual TLS), readable by its owner only."),
+        Setting(f"{section}.ssl_key_password_file", str, None, "File holding the private key's "
+                "password, if it has one."),
+    )
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """One client's security settings, as declared by ``settings``; ``section`` names where
+    they came from, for the errors."""
+    section: str
+    protocol: str = "plaintext"
+    mechanism: str = "SCRAM-SHA-512"
+    username: str | None = None
+    password_file: str | None = None
+    ca_file: str | None = None
+    certificate_file: str | None = None
+    key_file: str | None = None
+    key_password_file: str | None = None
+
+    @classmethod
+    def from_values(cls, values: dict, section: str) -> KafkaSecurity:
+        def v(key):
+            return values.get(f"{section}.{key}")
+        return cls(section, v("security_protocol") or "plaintext",
+                   v("sasl_mechanism") or "SCRAM-SHA-512", v("sasl_username"),
+                   v("sasl_password_file"), v("ssl_ca_file"), v("ssl_certificate_file"),
+                   v("ssl_key_file"), v("ssl_key_password_file"))
+
+    @property
+    def secured(self) -> bool:
+        return self.protocol != "plaintext"
+
+    def check(self) -> None:
+        """Raise ConfigError for the first thing that would keep this client from connecting
+        that can be seen without connecting: the settings' form, then their files."""
+        self.check_form()
+        self.check_files()
+
+    def check_form(self) -> None:
+        """The settings fit together (a SASL user with its password file, a certificate with
+        its key, nothing of TLS on a plaintext connection). Reads no file."""
+        s = self.section
+        if self.protocol == "sasl_ssl":
+            if not self.username:
+                raise ConfigError(f"{s}.sasl_username", "missing (security_protocol = "
+                                  "\"sasl_ssl\")", hint="the SASL user this client logs in as")
+            if not self.password_file:
+                raise ConfigError(f"{s}.sasl_password_file", "missing (security_protocol = "
+                                  "\"sasl_ssl\")", hint="a file holding the password, mode 0600")
+        if self.protocol != "sasl_ssl":
+            for key, value in (("sasl_username", self.username),
+                               ("sasl_password_file", self.password_file)):
+                if value:
+                    raise ConfigError(f"{s}.{key}", f"set, but security_protocol is "
+                                      f"{self.protocol!r}", hint="use security_protocol = "
+                                      "\"sasl_ssl\", or remove it")
+        if not self.secured:
+            for key, value in (("ssl_ca_file", self.ca_file),
+                               ("ssl_certificate_file", self.certificate_file),
+                               ("ssl_key_file", self.key_file)):
+                if value:
+                    raise ConfigError(f"{s}.{key}", "set, but security_protocol is "
+                                      "\"plaintext\"", hint="use \"ssl\" or \"sasl_ssl\", "
+                                      "or remove it")
+        if bool(self.certificate_file) != bool(self.key_file):
+            missing = "ssl_key_file" if self.certificate_file else "ssl_certificate_file"
+            raise ConfigError(f"{s}.{missing}", "missing: a client certificate needs its key "
+                              "and the key its certificate")
+
+    def check_files(self) -> None:
+        """Each file named exists and is readable by this process; a secret (password, key) is
+        not readable by every user."""
+        s = self.section
+        for key, value, secret in (("sasl_password_file", self.password_file, True),
+                                   ("ssl_ca_file", self.ca_file, False),
+                                   ("ssl_certificate_file", self.certificate_file, False),
+                                   ("ssl_key_file", self.key_file, True),
+                                   ("ssl_key_password_file", self.key_password_file, True)):
+            if value:
+                _check_file(f"{s}.{key}", value, secret)
+
+    def librdkafka_properties(self) -> dict[str, str]:
+        """confluent-kafka's properties for these settings (reads the password files)."""
+        if not self.secured:
+            return {}
+        conf = {"security.protocol": self.protocol.upper()}
+        if self.protocol == "sasl_ssl":
+            conf.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username,
+                         "sasl.password": read_secret(f"{self.section}.sasl_password_file",
+                                                      self.password_file)})
+        if self.ca_file:
+            conf["ssl.ca.location"] = resolve(self.ca_file)
+        if self.certificate_file:
+            conf["ssl.certificate.location"] = resolve(self.certificate_file)
+            conf["ssl.key.location"] = resolve(self.key_file)
+        if self.key_password_file:
+            conf["ssl.key.password"] = read_secret(f"{self.section}.ssl_key_password_file",
+                                                   self.key_password_file)
+        return conf
+
+    def spark_options(self) -> dict[str, str]:
+        """Spark's Kafka source and sink options (``kafka.``-prefixed Java client settings):
+        PEM files, and for SASL a JAAS line with the password read from its file."""
+        if not self.secured:
+            return {}
+        opts = {"kafka.security.protocol": self.protocol.upper()}
+        if self.protocol == "sasl_ssl":
+            password = read_secret(f"{self.section}.sasl_password_file", self.password_file)
+            module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
+                      if self.mechanism == "PLAIN" else
+                      "org.apache.kafka.common.security.scram.ScramLoginModule")
+            opts["kafka.sasl.mechanism"] = self.mechanism
+            opts["kafka.sasl.jaas.config"] = (f'{module} required username="{_jaas(self.username)}"'
+                                              f' password="{_jaas(password)}";')
+        if self.ca_file:
+            opts["kafka.ssl.truststore.type"] = "PEM"
+            opts["kafka.ssl.truststore.location"] = resolve(self.ca_file)
+        if self.certificate_file:
+            # The Java client takes a PEM key store as one file: the key, then the chain.
+            opts["kafka.ssl.keystore.type"] = "PEM"
+            opts["kafka.ssl.keystore.certificate.chain"] = Path(
+                resolve(self.certificate_file)).read_text()
+            opts["kafka.ssl.keystore.key"] = Path(resolve(self.key_file)).read_text()
+            if self.key_password_file:
+                opts["kafka.ssl.key.password"] = read_secret(
+                    f"{self.section}.ssl_key_password_file", self.key_password_file)
+        return opts
+
+    def describe(self) -> str:
+        """What status and logs may show: the protocol, the user, the files — no secret."""
+        if not self.secured:
+            return "plaintext"
+        parts = [self.protocol]
+        if self.protocol == "sasl_ssl":
+            parts.append(f"{self.mechanism} user {self.username}")
+        if self.certificate_file:
+            parts.append(f"client certificate {self.certificate_file}")
+        return ", ".join(parts)
+
+
+# librdkafka properties that say how to authenticate, and those that hold a secret.
+_SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
+_SECRETS = ("sasl.password", "ssl.key.password", "ssl.key.pem", "ssl.keystore.password",
+            "sasl.oauthbearer.client.secret")
+
+
+def check_settings(values: dict, section: str, options_key: str,
+                   files: bool = True) -> KafkaSecurity:
+    """The security settings of ``section`` checked (``KafkaSecurity.check``; with ``files``
+    False only their form: a process that only reads the configuration, such as the dashboard,
+    need not reach a service's credentials), and the pass-through options at ``options_key``:
+    no secret written there (it belongs in a file), and no security property beside the
+    security keys (set once). Returns the settings."""
+    security = KafkaSecurity.from_values(values, section)
+    security.check() if files else security.check_form()
+    for key in values.get(options_key, {}):
+        if key in _SECRETS:
+            raise ConfigError(f"{options_key}.{key}", "a secret written in the configuration "
+                              "file", hint=f"put it in a file readable by this service's user "
+                              f"only and name that file: [{section}] sasl_password_file or "
+                              "ssl_key_password_file (docs/security.md)")
+        if security.secured and key.startswith(_SECURITY_PREFIXES):
+            raise ConfigError(f"{options_key}.{key}", "a security property beside "
+                              f"[{section}] security_protocol = {security.protocol!r}",
+                              hint=f"set security once: with the [{section}] security keys, "
+                              "or (for what they do not cover) here alone")
+    return security
+
+
+SECRET_KEYS = ("sasl.password", "ssl.key.password", "kafka.sasl.jaas.config",
+               "kafka.ssl.keystore.key", "kafka.ssl.key.password", "ssl.key.pem",
+               "sasl.oauthbearer.client.secret")
+
+
+def redact(conf: dict) -> dict:
+    """``conf`` fit to print or log: every secret replaced."""
+    return {k: ("(redacted)" if k in SECRET_KEYS or "password" in k or "secret" in k else v)
+            for k, v in conf.items()}
+
+
+def resolve(path: str) -> str:
+    """``path`` with a leading ``${CREDENTIALS_DIRECTORY}`` replaced by systemd's folder of
+    this service's credentials."""
+    if path.startswith(CREDENTIALS):
+        folder = os.environ.get("CREDENTIALS_DIRECTORY")
+        if not folder:
+            raise ConfigError(path, "names ${CREDENTIALS_DIRECTORY}, which is not set",
+                              hint="run under systemd with LoadCredential=, or give the path")
+        return folder + path[len(CREDENTIALS):]
+    return path
+
+
+def read_secret(key: str, path: str) -> str:
+    """The first line of the secret file at ``path`` (setting ``key``), without its newline."""
+    try:
+        text = Path(resolve(path)).read_text()
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {path}: {exc.strerror}",
+                          hint="the file must exist and be readable by this service's "
+                          "user") from None
+    secret = text.splitlines()[0] if text else ""
+    if not secret:
+        raise ConfigError(key, f"{path} is empty", hint="write the secret on its first line")
+    return secret
+
+
+def _check_file(key: str, path: str, secret: bool) -> None:
+    real = resolve(path)
+    try:
+        st = os.stat(real)
+        with open(real, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {path}: {exc.strerror}",
+                          hint="the file must exist and be readable by this service's "
+                          "user") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(key, f"{path} is not a regular file")
+    if secret and st.st_mode & stat.S_IROTH:
+        raise ConfigError(key, f"{path} is readable by every user (mode "
+                          f"{stat.S_IMODE(st.st_mode):04o})",
+                          hint=f"chmod 600 {path} (or 640 with a group only the service has)")
+
+
+def _jaas(value: str) -> str:
+    """A value inside a JAAS option's double quotes."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')

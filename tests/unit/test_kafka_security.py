@@ -1,0 +1,206 @@
+"""The security settings every Kafka client of docket shares: declared once, secrets read from
+files (never the configuration), the files checked before anything connects, and the client
+properties librdkafka and Spark's Kafka source take."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.config import parse as _parse
+from agent.drain.producer import producer_config
+from audit.contract.kafka_security import KafkaSecurity, redact
+from audit.contract.settings import ConfigError
+
+
+def parse_agent(raw: dict):
+    """An agent config with one file source beside ``raw``'s sections."""
+    return _parse({**raw, "sources": [{"type": "file", "paths": ["/tmp/*.log"],
+                                       "topic": "app.events"}]})
+
+PASSWORD = "s3cr3t-p@ss\"word"
+
+
+@pytest.fixture
+def files(tmp_path):
+    pw = tmp_path / "kafka.password"
+    pw.write_text(PASSWORD + "\n")
+    pw.chmod(0o600)
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    cert = tmp_path / "client.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nc\n-----END CERTIFICATE-----\n")
+    key = tmp_path / "client.key"
+    key.write_text("-----BEGIN PRIVATE KEY-----\nk\n-----END PRIVATE KEY-----\n")
+    key.chmod(0o600)
+    return {"password": pw, "ca": ca, "cert": cert, "key": key}
+
+
+def _sasl(files, **more) -> dict:
+    return {"broker": {"security_protocol": "sasl_ssl", "sasl_username": "agent",
+                       "sasl_password_file": str(files["password"]),
+                       "ssl_ca_file": str(files["ca"]), **more}}
+
+
+def test_sasl_ssl_reads_the_password_from_its_file_into_the_producer(files):
+    cfg = parse_agent(_sasl(files))
+    conf = producer_config(cfg)
+    assert conf["security.protocol"] == "SASL_SSL"
+    assert conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert (conf["sasl.username"], conf["sasl.password"]) == ("agent", PASSWORD)
+    assert conf["ssl.ca.location"] == str(files["ca"])
+    assert PASSWORD not in str(cfg.values) and PASSWORD not in cfg.security.describe()
+    assert redact(conf)["sasl.password"] == "(redacted)"
+
+
+def test_a_changed_password_file_is_read_again(files):
+    cfg = parse_agent(_sasl(files))
+    before = producer_config(cfg)["sasl.password"]
+    files["password"].write_text("the new one\n")
+    assert (before, producer_config(cfg)["sasl.password"]) == (PASSWORD, "the new one")
+
+
+def test_mutual_tls_names_the_certificate_and_key(files):
+    cfg = parse_agent({"broker": {"security_protocol": "ssl", "ssl_ca_file": str(files["ca"]),
+                                  "ssl_certificate_file": str(files["cert"]),
+                                  "ssl_key_file": str(files["key"])}})
+    conf = producer_config(cfg)
+    assert conf["security.protocol"] == "SSL"
+    assert conf["ssl.certificate.location"] == str(files["cert"])
+    assert conf["ssl.key.location"] == str(files["key"])
+    assert "sasl.username" not in conf
+
+
+def test_a_password_file_every_user_can_read_is_refused(files):
+    files["password"].chmod(0o644)
+    with pytest.raises(ConfigError) as e:
+        parse_agent(_sasl(files))
+    assert e.value.path == "broker.sasl_password_file"
+    assert "readable by every user (mode 0644)" in e.value.problem
+    assert "chmod 600" in e.value.render()
+
+
+def test_a_key_every_user_can_read_is_refused(files):
+    files["key"].chmod(0o644)
+    with pytest.raises(ConfigError) as e:
+        parse_agent({"broker": {"security_protocol": "ssl",
+                                "ssl_certificate_file": str(files["cert"]),
+                                "ssl_key_file": str(files["key"])}})
+    assert e.value.path == "broker.ssl_key_file"
+
+
+@pytest.mark.parametrize("key, problem", [
+    ("sasl_password_file", "cannot read"), ("ssl_ca_file", "cannot read")])
+def test_a_missing_file_is_named_with_its_key(files, key, problem):
+    raw = _sasl(files)
+    raw["broker"][key] = str(files["ca"]) + ".missing"
+    with pytest.raises(ConfigError) as e:
+        parse_agent(raw)
+    assert e.value.path == f"broker.{key}" and problem in e.value.problem
+
+
+def test_sasl_without_a_user_or_password_file_is_refused(files):
+    with pytest.raises(ConfigError) as e:
+        parse_agent({"broker": {"security_protocol": "sasl_ssl", "sasl_username": "agent"}})
+    assert e.value.path == "broker.sasl_password_file"
+    with pytest.raises(ConfigError) as e:
+        parse_agent({"broker": {"security_protocol": "sasl_ssl",
+                                "sasl_password_file": str(files["password"])}})
+    assert e.value.path == "broker.sasl_username"
+
+
+def test_settings_that_do_not_fit_the_protocol_are_refused(files):
+    with pytest.raises(ConfigError) as e:
+        parse_agent({"broker": {"sasl_username": "agent"}})
+    assert e.value.path == "broker.sasl_username"
+    with pytest.raises(ConfigError) as e:
+        parse_agent({"broker": {"security_protocol": "ssl",
+                                "ssl_certificate_file": str(files["cert"])}})
+    assert e.value.path == "broker.ssl_key_file"
+
+
+def test_a_secret_among_the_pass_through_options_is_refused(files):
+    with pytest.raises(ConfigError) as e:
+        parse_agent({"broker": {"librdkafka_options": {"sasl.password": PASSWORD}}})
+    assert e.value.path == "broker.librdkafka_options.sasl.password"
+    assert "sasl_password_file" in e.value.render()
+    with pytest.raises(ConfigError) as e:
+        parse_agent({"broker": {**_sasl(files)["broker"],
+                                "librdkafka_options": {"security.protocol": "SSL"}}})
+    assert e.value.path == "broker.librdkafka_options.security.protocol"
+
+
+def test_systemd_credentials_are_found_in_their_folder(files, monkeypatch):
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(files["password"].parent))
+    cfg = parse_agent(_sasl(files, sasl_password_file="${CREDENTIALS_DIRECTORY}/kafka.password"))
+    assert producer_config(cfg)["sasl.password"] == PASSWORD
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY")
+    with pytest.raises(ConfigError) as e:
+        parse_agent(_sasl(files, sasl_password_file="${CREDENTIALS_DIRECTORY}/kafka.password"))
+    assert "LoadCredential" in e.value.render()
+
+
+def test_spark_gets_a_jaas_line_with_the_password_escaped(files):
+    security = KafkaSecurity("kafka", "sasl_ssl", "SCRAM-SHA-512", "count",
+                             str(files["password"]), str(files["ca"]))
+    opts = security.spark_options()
+    assert opts["kafka.security.protocol"] == "SASL_SSL"
+    assert opts["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    jaas = opts["kafka.sasl.jaas.config"]
+    assert jaas.startswith("org.apache.kafka.common.security.scram.ScramLoginModule required ")
+    assert 'username="count"' in jaas and 'password="s3cr3t-p@ss\\"word";' in jaas
+    assert opts["kafka.ssl.truststore.type"] == "PEM"
+    assert opts["kafka.ssl.truststore.location"] == str(files["ca"])
+    assert all(v == "(redacted)" for k, v in redact(opts).items() if "jaas" in k)
+
+
+def test_plaintext_adds_nothing():
+    cfg = parse_agent({})
+    assert not any(k.startswith(("security.", "sasl.", "ssl.")) for k in producer_config(cfg))
+    assert cfg.security.describe() == "plaintext"
+
+
+def test_the_spark_jobs_take_the_settings_from_a_file_never_the_command_line(files, tmp_path):
+    from audit.cli import _kafka_options, _kafka_security
+    from audit.contract.errors import AuditError
+    from audit.jobs.spark import JobOptions
+
+    conf = tmp_path / "kafka.toml"
+    conf.write_text(f'[kafka]\nsecurity_protocol = "sasl_ssl"\nsasl_username = "count"\n'
+                    f'sasl_password_file = "{files["password"]}"\n'
+                    f'ssl_ca_file = "{files["ca"]}"\n')
+    opts = JobOptions("127.0.0.1:9093", security=_kafka_security(conf),
+                      kafka_options={"fetch.max.bytes": "1000"})
+    source = opts.source_options()
+    assert source["kafka.security.protocol"] == "SASL_SSL"
+    assert 'username="count"' in source["kafka.sasl.jaas.config"]
+    assert source["kafka.fetch.max.bytes"] == "1000"
+    client = opts.client_conf()
+    assert (client["sasl.username"], client["sasl.password"]) == ("count", PASSWORD)
+    assert client["fetch.max.bytes"] == "1000"
+    with pytest.raises(AuditError) as e:
+        _kafka_options(["sasl.jaas.config=x"])
+    assert "ps shows it" in str(e.value)
+    conf.write_text('[kafka]\nsecurity_protocol = "sasl_ssl"\nsasl_username = "count"\n')
+    with pytest.raises(ConfigError) as e:
+        _kafka_security(conf)
+    assert e.value.path == "kafka.sasl_password_file"
+
+
+def test_the_reconciler_checks_its_files_where_it_connects_and_the_dashboard_never(files):
+    """The dashboard reads the reconciler's configuration without its credentials (they are
+    the reconciler service's): parsing checks the settings' form; `validate` and `reconcile`
+    check the files."""
+    from audit.reconcile.config import parse as parse_reconcile
+
+    raw = {"reconcile": {"security_protocol": "sasl_ssl", "sasl_username": "reconcile",
+                         "sasl_password_file": "${CREDENTIALS_DIRECTORY}/kafka-password"}}
+    cfg = parse_reconcile(raw)                       # no credentials here: parsed all the same
+    with pytest.raises(ConfigError) as e:
+        cfg.security.check_files()
+    assert "CREDENTIALS_DIRECTORY" in e.value.render()
+    with pytest.raises(ConfigError) as e:
+        parse_reconcile({"reconcile": {"security_protocol": "sasl_ssl"}})
+    assert e.value.path == "reconcile.sasl_username"
+    raw["reconcile"]["sasl_password_file"] = str(files["password"])
+    conf = parse_reconcile(raw).security.librdkafka_properties()
+    assert (conf["sasl.username"], conf["sasl.password"]) == ("reconcile", PASSWORD)
