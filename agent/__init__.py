@@ -6,8 +6,9 @@ import what.
 
 - ``tail``: the sources — files under globs, a unix socket — read into the pool.
 - ``buffer``: the pool file of slots, sealed, drained in order and freed once acknowledged.
-- ``drain``: sealed slots to Kafka, every Kafka outcome reduced to ok / retry / dead.
+- ``drain``: sealed slots to Kafka, every Kafka outcome reduced to ok / retry / denied / dead.
 - ``config``: every setting declared once; parsing, defaults, validation, docs/config.md.
+- ``globs``: the folder a glob pattern lives in (the configuration's checks, the folder watch).
 - ``state``: the state database: file checkpoints, one row per generation of content.
 - ``journal``: the loss journal: every event not delivered, durably, with why.
 - ``producer_tally``: the producer tier of the audit, counted at seal and emitted.

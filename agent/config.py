@@ -34,7 +34,7 @@ from audit.contract.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's
     reference_table,
 )
 
-from .tail.watch import glob_folder
+from .globs import glob_folder
 
 MiB = 1 << 20
 UNIT_STOP_TIMEOUT_MS = 45_000        # systemd/docket-agent.service TimeoutStopSec

@@ -1,3 +1,9 @@
-"""The docket audit pipeline: the contract every tier shares (``audit.contract``), the Spark
-jobs that count the cluster and warehouse tiers (``audit.jobs``), the reconciler that compares
-the tiers and alerts (``audit.reconcile``, delivery in ``audit.alerts``) and ``docket-audit``."""
+"""The docket audit pipeline.
+
+- ``contract``: what every tier shares (the audit record, its names, writing and reading the
+  audit topic, the errors and settings machinery); all an agent host needs of ``audit/``.
+- ``jobs``: the Spark jobs that count the cluster and warehouse tiers.
+- ``reconcile``: the reconciler, which compares the tiers, judges windows and raises alerts.
+- ``alerts``: the alerts' delivery through webhooks, e-mail and Alertmanager.
+- ``cli``: the ``docket-audit`` command.
+"""

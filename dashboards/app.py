@@ -38,9 +38,9 @@ from starlette.staticfiles import StaticFiles
 
 from audit.reconcile import config as rconfig
 from audit.reconcile.alerting import resolve_by_hand, snooze
-from audit.reconcile.commands import watermark
 from audit.reconcile.store import Store, StoreMissing
 from audit.reconcile.verdict import utc_iso
+from audit.reconcile.watermark import watermark
 
 from . import data
 

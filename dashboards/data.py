@@ -19,7 +19,6 @@ from pathlib import Path
 
 from audit.contract.record import PRODUCER_TIER
 from audit.contract.settings import load_toml
-from audit.reconcile.commands import watermark
 from audit.reconcile.config import ReconcileConfig
 from audit.reconcile.config import parse as parse_config
 from audit.reconcile.store import Store
@@ -31,6 +30,7 @@ from audit.reconcile.verdict import (
     tier_order,
     utc_iso,
 )
+from audit.reconcile.watermark import watermark
 
 STATES = ("complete", "incomplete", "overcount", "unknown", "pending", "open")
 

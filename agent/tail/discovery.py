@@ -12,8 +12,8 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 
+from ..globs import glob_folder
 from .seams import FsOps
-from .watch import glob_folder
 
 Ident = tuple[int, int]          # (device, inode)
 

@@ -10,13 +10,13 @@ at every ``consume`` and watched from when it appears.
 
 from __future__ import annotations
 
-import glob
 import logging
 import threading
-from pathlib import Path
 
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
+
+from ..globs import glob_folder
 
 log = logging.getLogger("docket.agent.watch")
 
@@ -27,13 +27,6 @@ class _Wake(FileSystemEventHandler):
 
     def on_any_event(self, event) -> None:
         self.changed.set()
-
-
-def glob_folder(pattern: str) -> Path:
-    folder = Path(pattern).parent
-    while glob.has_magic(str(folder)):
-        folder = folder.parent
-    return folder
 
 
 class FolderWatch:

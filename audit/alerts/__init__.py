@@ -40,9 +40,12 @@ idempotency key (``docket-{alert_id}-{event}-{channel}``): delivery is at least 
 channel, and exactly once where the receiver drops keys it has seen (``Idempotency-Key``
 header, e-mail ``Message-ID``; Alertmanager merges alerts by their labels by itself).
 
-Modules: ``notification`` (the event and how it reads), ``config`` (channel settings, declared
-once), ``channels`` (the three transports and their ok / retry / give-up outcomes), ``outbox``
-(the tables, ``enqueue`` and the ``Dispatcher``). docs/alerts.md is the reference.
+Modules (docs/alerts.md is the reference):
+
+- ``notification``: the event and how it reads.
+- ``config``: the channels' settings, declared once.
+- ``channels``: the three transports and their ok / retry / give-up outcomes.
+- ``outbox``: the tables above, ``enqueue`` and the ``Dispatcher``.
 """
 
 from .channels import (

@@ -4,8 +4,15 @@
   start to stop.
 - ``spark``: what they share: the session, the Kafka source, the counting, the writer of their
   records to the audit topic.
-- ``tally`` and ``intervals``: one origin's state at a Spark tier (window counts, the record
-  numbers seen as intervals), run in Spark's Python workers.
+- ``tally``: one origin's state at a Spark tier (window counts, record numbers seen), run in
+  Spark's Python workers.
+- ``intervals``: the record numbers seen as an interval set, sized in gaps, not records.
+- ``dedup``: ``land --dedup``'s step that lets each record through once per origin.
+- ``landing``: each micro-batch of ``land --dedup`` landed in the table once, however often
+  it runs.
+- ``catchup``: how far a job has read, in positions: its ``caught_up`` records.
+- ``mirrored``: what a mirror has copied, in positions: the mirror watcher's ``caught_up``
+  records.
 - ``sparklibs``: the jars of Spark's Kafka connector (``pom.xml`` beside it).
 
 Only audit hosts install PySpark: nothing here is imported by the agent, and PySpark itself is

@@ -17,6 +17,7 @@ from audit.contract.settings import EX_CONFIG, ConfigError
 from . import config as rconfig
 from .store import Store
 from .verdict import utc_iso as _iso
+from .watermark import watermark
 
 DURATION = re.compile(r"\+(\d+)([smhd])")
 UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -60,6 +61,7 @@ def run(args) -> int:
     if args.command == "validate":
         try:
             cfg = rconfig.load(args.config)
+            cfg.security.check_files()
         except ConfigError as exc:
             print(exc.render(), file=sys.stderr)
             return EX_CONFIG
@@ -77,6 +79,7 @@ def _reconcile(args) -> int:
 
     try:
         cfg = _config(args.config)
+        cfg.security.check_files()
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
         return EX_CONFIG
@@ -98,21 +101,6 @@ def _reconcile(args) -> int:
         return 0
     rec.run()
     return 0
-
-
-def watermark(store: Store, topic: str, tier: str) -> int | None:
-    """The end of the longest run of consecutive windows, from the topic's first, that are
-    final, complete and whose checksum does not disagree at ``tier`` (None: not even the first
-    is). A window nobody reported on (not even a producer's heartbeat) ends the run."""
-    mark = None
-    for start, ms, state, final, checksum in store.conn.execute(
-            "SELECT window_start, window_ms, state, final, checksum FROM windows "
-            "WHERE topic = ? AND tier = ? ORDER BY window_start", (topic, tier)):
-        if (mark is not None and start != mark) or not final or state != "complete" or \
-                checksum == "mismatch":
-            break
-        mark = start + ms
-    return mark
 
 
 def _watermark(args) -> int:

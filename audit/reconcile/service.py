@@ -1,19 +1,29 @@
 """``docket-audit reconcile``: the audit topic into SQLite, windows judged, alerts raised and
 delivered.
 
-Three loops, each with its own SQLite connection (WAL: readers never wait for the writer):
+Two threads; the consumer, each evaluation and each delivery run use a SQLite connection of
+their own (WAL: readers never wait for the writer):
 
-- the consumer (main thread) reads the audit topic from the offsets stored in the database
-  and applies each batch in one transaction with the offsets it reaches, then commits those
-  offsets to the consumer group (for lag monitoring only: the database is what it resumes from);
-- an apscheduler job every ``reconcile.evaluate_interval_ms`` judges the windows that changed
-  or are not final yet, stores the verdicts and fires or resolves alerts, queuing their
-  notifications in the outbox in the same transaction;
-- an apscheduler job every ``reconcile.deliver_interval_ms`` sends due notifications, so a
-  channel that is down or slow never delays the evaluation.
+- the consuming thread (the main thread, ``Reconciler.step`` in a loop) reads the audit topic
+  from the offsets stored in the database and applies each batch in one transaction with the
+  offsets it reaches, then commits those offsets to the consumer group (for lag monitoring
+  only: the database is what it resumes from). After a batch, once
+  ``reconcile.evaluate_interval_ms`` has passed since the last evaluation, the same thread
+  evaluates (``evaluate``): it judges the windows that changed or are not final yet, stores the
+  verdicts and fires or resolves alerts, queuing their notifications in the outbox in the same
+  transaction. It evaluates only with every partition read to its current end (asked of the
+  brokers at most every ``CATCH_UP_CHECK_S``; after ``CATCH_UP_WAIT_S`` behind, it evaluates
+  anyway, with a warning), so a tier's counts and its progress, on different partitions, are
+  judged together; nothing is applied while windows are judged. A failed evaluation is logged
+  and tried again at the next interval.
+- an apscheduler job every ``reconcile.deliver_interval_ms``, in apscheduler's thread, sends
+  due notifications, so a channel that is down or slow never delays the consumer or the
+  evaluation.
 
-Malformed audit records are counted by reason (table ``malformed``), logged and skipped.
-While it runs, ``/metrics`` on ``reconcile.listen`` serves its metrics (``metrics.py``).
+``--once`` (``Reconciler.run_once``) reads the topic to the ends it has when its partitions
+are found, evaluates, delivers once and returns. Malformed audit records are counted by reason
+(table ``malformed``), logged and skipped. While it runs, ``/metrics`` on ``reconcile.listen``
+serves its metrics (``metrics.py``, from threads of its own).
 """
 
 from __future__ import annotations
@@ -235,6 +245,7 @@ class Reconciler:
                 # An offset below the log's start (retention) restarts at the oldest record:
                 # never at the end, which would skip what is there.
                 "auto.offset.reset": "earliest",
+                **self.cfg.security.librdkafka_properties(),
                 **self.cfg["reconcile.librdkafka_options"]}
         return Consumer(conf, logger=logging.getLogger("docket.audit.librdkafka"))
 

@@ -1,0 +1,15 @@
+"""The reconciler: the audit topic into SQLite, every (topic, window) judged tier by tier, alerts
+raised and handed to ``audit.alerts``. docs/reconcile.md is the reference.
+
+- ``service``: ``docket-audit reconcile`` running: the consumer, the evaluation, the delivery.
+- ``store``: the SQLite database: audit records applied, offsets, verdicts, alerts.
+- ``verdict``: the verdict on one window, per tier and origin; pure (records and a clock in).
+- ``alerting``: alerts from verdicts: fired once, resolved, snoozed, resolved by hand.
+- ``figures``: the plain windows' figures, read in a process of their own during an evaluation.
+- ``config``: the reconciler's settings, declared once; the owners' routing, the tier graph.
+- ``metrics``: ``/metrics`` on ``reconcile.listen``.
+- ``view``: the verdicts as a person reads them (``docket-audit show --db``).
+- ``watermark``: the completeness watermark of a topic at a tier.
+- ``commands``: the reconciler's commands of ``docket-audit`` (reconcile, watermark, validate,
+  alerts).
+"""
