@@ -337,12 +337,16 @@ def _read_cmdline(pid: int) -> bytes:
 
 
 def _terminate(pid: int, timeout_s: float) -> None:
-    """SIGTERM, and SIGKILL after ``timeout_s``."""
-    os.kill(pid, signal.SIGCONT)
-    os.kill(pid, signal.SIGTERM)
-    if not wait_gone(pid, timeout_s):
-        os.kill(pid, signal.SIGKILL)
-        wait_gone(pid, 10)
+    """SIGTERM, and SIGKILL after ``timeout_s``. A process that ends meanwhile (between the
+    caller's check of its pid and a signal) is gone, as asked."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGTERM)
+        if not wait_gone(pid, timeout_s):
+            os.kill(pid, signal.SIGKILL)
+            wait_gone(pid, 10)
+    except ProcessLookupError:
+        pass
 
 
 def mirrors() -> list[Mirror]:

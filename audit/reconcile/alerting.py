@@ -7,7 +7,9 @@ Data alerts, per (topic, window, tier, origin), judged only once a window is pas
   count and, when records carry ``docket-seq``, the missing record numbers); at the producer
   tier, a loss of unknown size the agent journalled (the reason says which);
 - ``duplication``: the tier counted duplicates of the origin's records, or more records than
-  the producer accepted;
+  the producer accepted; at a hop (a tier fed by tiers), only the duplicates beyond those its
+  feeding tiers hold (``hop_duplicates``: a mirror copies the copies it finds along), or more
+  than they hold;
 - ``checksum_mismatch``: the counts agree, the content does not.
 
 An origin whose state is ``unknown`` (a tier that has not read that far, a missing report)
@@ -90,7 +92,7 @@ def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
                 continue
             judged.add((v.tier, o.origin))
             loss = o.state == INCOMPLETE
-            duplication = bool(o.duplicates) or o.state == OVERCOUNT
+            duplication = bool(o.hop_duplicates) or o.state == OVERCOUNT
             mismatch = o.checksum == MISMATCH and o.state == COMPLETE
             if not (loss or duplication or mismatch):
                 continue
@@ -102,7 +104,8 @@ def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
             base = {"expected": o.expected, "actual": o.actual, "count": o.count,
                     "distinct": o.distinct, "duplicates": o.duplicates}
             if mirrored:
-                base.update(hop=hop, hop_expected=o.hop_expected)
+                base.update(hop=hop, hop_expected=o.hop_expected,
+                            hop_duplicates=o.hop_duplicates)
 
             def cond(kind: str, summary: str, v=v, o=o, base=base, **extra) -> Condition:
                 return Condition(kind, v.topic, v.window_start, window_ms, v.tier, o.origin,
@@ -123,8 +126,8 @@ def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
                     missing_ranges_total=total,
                     locate=[f"docket-agent locate --seq {a}-{b}"
                             for a, b in missing[:MAX_RANGES_IN_ALERT]]))
-            if duplication:
-                extra = o.duplicates if o.duplicates else o.actual - (o.expected or 0)
+            if duplication:             # at a hop, the copies it added (not its feeders')
+                extra = o.hop_duplicates if o.hop_duplicates else o.actual - (o.at_hop or 0)
                 holds.append(cond("duplication", f"{extra} extra records at {where}",
                                   extra=extra))
             if mismatch:

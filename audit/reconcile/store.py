@@ -10,9 +10,10 @@ and replaying the topic from its start rebuilds the same ``counts``, ``ranges`` 
 ``progress`` tables.
 
 Input tables: ``counts``, ``ranges``, ``progress``, ``caught_up`` (how far each tier's jobs
-have read, in positions), ``producers`` (when each origin was last heard of, and how far its
-clock is off the broker's), ``malformed`` (skipped records by reason), ``offsets``, ``dirty``
-(windows changed since their last evaluation: triggers on ``counts`` mark them),
+have read, in positions), ``caught_up_unvouched`` (the marks a mirror's watcher has not yet
+vouched for, ``Store.caught_up``), ``producers`` (when each origin was last heard of, and how
+far its clock is off the broker's), ``malformed`` (skipped records by reason), ``offsets``,
+``dirty`` (windows changed since their last evaluation: triggers on ``counts`` mark them),
 ``topic_tiers`` (the tiers that reported on each topic). Derived: ``windows`` (one row per
 topic, window and tier: state, completeness, ...), ``window_origins`` (the same per origin),
 ``window_revisions`` (changes after a window was final), ``alerts``, ``snoozes``, and the view
@@ -52,6 +53,7 @@ from audit.contract.record import (
 from .figures import PLAIN_QUERY, read_only
 from .verdict import MATCH, UNKNOWN, Mark, TierVerdict
 
+_NO_NUMBER = (1 << 63) - 1      # above every record number: "and all those after"
 # A progress record's arrival; rows of layout 4 have none: their sender's time stands in.
 _ARRIVED = "coalesce(arrived_at, emitted_at)"
 
@@ -82,7 +84,18 @@ CREATE TABLE IF NOT EXISTS windows (
     PRIMARY KEY (topic, window_start, tier)) WITHOUT ROWID;
 """
 
-SCHEMA = _COUNTS + _WINDOWS + """
+# The marks of each ``caught_up`` row (its job's batch ``seq``) that no mirror's watcher has
+# vouched for yet, the ``UNVOUCHED_MARKS`` newest at most (layout 6).
+_UNVOUCHED = """
+CREATE TABLE IF NOT EXISTS caught_up_unvouched (
+    emitter TEXT NOT NULL, incarnation TEXT NOT NULL, tier TEXT NOT NULL, source TEXT NOT NULL,
+    source_incarnation TEXT NOT NULL, seq INTEGER NOT NULL, source_seq INTEGER NOT NULL,
+    source_delivered INTEGER,
+    PRIMARY KEY (emitter, incarnation, tier, source, source_incarnation, seq)) WITHOUT ROWID;
+"""
+UNVOUCHED_MARKS = 16
+
+SCHEMA = _COUNTS + _WINDOWS + _UNVOUCHED + """
 CREATE TABLE IF NOT EXISTS ranges (
     tier TEXT NOT NULL, emitter TEXT NOT NULL, incarnation TEXT NOT NULL, origin TEXT NOT NULL,
     origin_incarnation TEXT NOT NULL, through INTEGER NOT NULL, missing TEXT NOT NULL,
@@ -100,6 +113,7 @@ CREATE TABLE IF NOT EXISTS caught_up (
     tier TEXT NOT NULL, emitter TEXT NOT NULL, incarnation TEXT NOT NULL, source TEXT NOT NULL,
     source_incarnation TEXT NOT NULL, source_seq INTEGER NOT NULL, source_delivered INTEGER,
     seq INTEGER NOT NULL, emitted_at INTEGER NOT NULL, arrived_at INTEGER NOT NULL,
+    vouched_seq INTEGER, vouched_delivered INTEGER,
     PRIMARY KEY (tier, emitter, incarnation, source, source_incarnation)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS producers (
     origin TEXT PRIMARY KEY, last_seen_at INTEGER NOT NULL, emitted_at INTEGER,
@@ -158,7 +172,7 @@ CREATE VIEW IF NOT EXISTS completeness AS
     FROM windows;
 """
 
-LAYOUT = 5        # PRAGMA user_version: the tables' layout, for a later change to be told by
+LAYOUT = 6        # PRAGMA user_version: the tables' layout, for a later change to be told by
 # Layout 1 → 2: ``counts.skipped`` (copies a deduplicating tier did not keep), added in place.
 # Layout 2 → 3: ``evaluating`` (windows an evaluation took from ``dirty``), created on open: a
 # reconciler of layout 2 would not see the windows a killed evaluation left there.
@@ -175,6 +189,12 @@ _LAYOUT_5_COLUMNS = (("counts", "sealed_through INTEGER"), ("counts", "arrived_a
                      ("producers", "emitted_at INTEGER"),
                      ("producers", "clock_offset_ms INTEGER"),
                      ("producers", "clock_offset_at INTEGER"))
+# Layout 5 → 6: the marks a mirror's watcher vouched for (``caught_up.vouched_seq``,
+# ``vouched_delivered``) and those it has not yet (``caught_up_unvouched``): columns added in
+# place and filled from the marks a watcher covers already (``_vouches``, each step looked for
+# first or repeatable), the table created with them.
+_LAYOUT_6_COLUMNS = (("caught_up", "vouched_seq INTEGER"),
+                     ("caught_up", "vouched_delivered INTEGER"))
 
 _UPSERT_COUNT = """
 INSERT INTO counts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -217,8 +237,10 @@ WHERE excluded.emitted_at > progress.emitted_at
 
 # A mark only grows: each figure the higher of the stored and the new.
 _UPSERT_CAUGHT_UP = """
-INSERT INTO caught_up VALUES (:tier, :emitter, :incarnation, :source, :source_incarnation,
-    :source_seq, :source_delivered, :seq, :emitted_at, :arrived_at)
+INSERT INTO caught_up (tier, emitter, incarnation, source, source_incarnation, source_seq,
+    source_delivered, seq, emitted_at, arrived_at)
+VALUES (:tier, :emitter, :incarnation, :source, :source_incarnation, :source_seq,
+    :source_delivered, :seq, :emitted_at, :arrived_at)
 ON CONFLICT (tier, emitter, incarnation, source, source_incarnation) DO UPDATE SET
     source_seq = max(source_seq, excluded.source_seq),
     source_delivered = CASE WHEN source_delivered IS NULL THEN excluded.source_delivered
@@ -226,6 +248,34 @@ ON CONFLICT (tier, emitter, incarnation, source, source_incarnation) DO UPDATE S
         ELSE max(source_delivered, excluded.source_delivered) END,
     seq = max(seq, excluded.seq), emitted_at = max(emitted_at, excluded.emitted_at),
     arrived_at = max(arrived_at, excluded.arrived_at)
+"""
+
+_UPSERT_UNVOUCHED = """
+INSERT INTO caught_up_unvouched VALUES (:emitter, :incarnation, :tier, :source,
+    :source_incarnation, :seq, :source_seq, :source_delivered)
+ON CONFLICT (emitter, incarnation, tier, source, source_incarnation, seq) DO UPDATE SET
+    source_seq = max(source_seq, excluded.source_seq),
+    source_delivered = CASE WHEN source_delivered IS NULL THEN excluded.source_delivered
+        WHEN excluded.source_delivered IS NULL THEN source_delivered
+        ELSE max(source_delivered, excluded.source_delivered) END
+"""
+
+# A row's marks of batches up to ``seq`` are vouched for: the highest of each figure is.
+_FOLD_VOUCHED = """
+UPDATE caught_up SET vouched_seq = max(coalesce(vouched_seq, :seq_), :seq_),
+    vouched_delivered = CASE WHEN vouched_delivered IS NULL THEN :delivered
+        WHEN :delivered IS NULL THEN vouched_delivered
+        ELSE max(vouched_delivered, :delivered) END
+WHERE tier = :tier AND emitter = :emitter AND incarnation = :incarnation AND source = :source
+    AND source_incarnation = :source_incarnation
+"""
+
+# Of a row's unvouched marks, only the ``UNVOUCHED_MARKS`` newest are kept.
+_ROW = """emitter = :emitter AND incarnation = :incarnation AND tier = :tier
+    AND source = :source AND source_incarnation = :source_incarnation"""
+_TRIM_UNVOUCHED = f"""
+DELETE FROM caught_up_unvouched WHERE {_ROW} AND seq < (SELECT min(seq) FROM (
+    SELECT seq FROM caught_up_unvouched WHERE {_ROW} ORDER BY seq DESC LIMIT :keep))
 """
 
 # An origin last heard of at the newest arrival; its clock's offset from the newest record the
@@ -283,6 +333,8 @@ class Store:
             self._cluster()
         if columns and layout < 5:
             self._arrivals()
+        if columns and layout < 6:
+            self._vouches()
         self.conn.executescript(SCHEMA)
         if layout != LAYOUT:
             self.conn.execute(f"PRAGMA user_version = {LAYOUT}")
@@ -331,6 +383,55 @@ class Store:
             if have and column.split()[0] not in have:
                 self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
 
+    def _vouches(self) -> None:
+        """Layout 5 → 6: the vouched figures of each mark, from the marks a watcher covers
+        already (the newest of its row: layout 5 kept no other); a row's newest mark that no
+        watcher covers waits in ``caught_up_unvouched``, as if it had just come. Each step is
+        looked for first, or can run again (a kill leaves the rest to the next open)."""
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(caught_up)")}
+        if not have:
+            return                                 # made by the schema, whole
+        for table, column in _LAYOUT_6_COLUMNS:
+            if column.split()[0] not in have:
+                self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+        self.conn.executescript(_UNVOUCHED)
+        with self.conn:
+            marks = [dict(zip(("tier", "emitter", "incarnation", "source", "source_incarnation",
+                               "seq", "source_seq", "source_delivered"), row, strict=True))
+                     for row in self.conn.execute(
+                         "SELECT tier, emitter, incarnation, source, source_incarnation, seq, "
+                         "source_seq, source_delivered FROM caught_up WHERE tier != ?",
+                         (MIRROR_TIER,))]
+            self.conn.executemany(_UPSERT_UNVOUCHED, marks)
+            self._fold_vouched(set(), marks)
+
+    def _fold_vouched(self, named: set[tuple[str, str]], marks: list[dict]) -> None:
+        """The rows' marks that a watcher now covers (``mirrored``) become their rows' vouched
+        figures and leave ``caught_up_unvouched``, for each (emitter, incarnation) that a
+        watcher's record ``named`` or that sent ``marks`` (just stored there); of each row
+        that got one, the ``UNVOUCHED_MARKS`` newest stay. What this leaves depends on the
+        marks and the watchers' records applied, never on the order they came in (different
+        partitions: a replay reads them in another): a row's vouched figures are the highest
+        of its marks a watcher covers, unless more than ``UNVOUCHED_MARKS`` newer marks of the
+        row came before the watcher did (then lower: the older ones are gone)."""
+        pairs = named | {(m["emitter"], m["incarnation"]) for m in marks}
+        copied = self.mirrored() if pairs else {}
+        for emitter, incarnation in sorted(pairs):
+            covered = copied.get((emitter, incarnation))
+            folded = [] if covered is None else [
+                {"tier": tier, "emitter": emitter, "incarnation": incarnation, "source": source,
+                 "source_incarnation": source_inc, "seq_": seq, "delivered": delivered}
+                for tier, source, source_inc, seq, delivered in self.conn.execute(
+                    "SELECT tier, source, source_incarnation, max(source_seq), "
+                    "max(source_delivered) FROM caught_up_unvouched WHERE emitter = ? AND "
+                    "incarnation = ? AND seq <= ? GROUP BY tier, source, source_incarnation",
+                    (emitter, incarnation, covered))]
+            if folded:
+                self.conn.executemany(_FOLD_VOUCHED, folded)
+                self.conn.execute("DELETE FROM caught_up_unvouched WHERE emitter = ? AND "
+                                  "incarnation = ? AND seq <= ?", (emitter, incarnation, covered))
+        self.conn.executemany(_TRIM_UNVOUCHED, [{**m, "keep": UNVOUCHED_MARKS} for m in marks])
+
     # -- input ---------------------------------------------------------------------------------
     def apply(self, records: Iterable[Record], malformed: dict[str, tuple[int, str]],
               offsets: dict[tuple[str, int], int], now_iso: str,
@@ -374,6 +475,10 @@ class Store:
             self.conn.executemany(_UPSERT_RANGES, ranges)
             self.conn.executemany(_UPSERT_PROGRESS, progress)
             self.conn.executemany(_UPSERT_CAUGHT_UP, marks)
+            mine = [m for m in marks if m["tier"] != MIRROR_TIER]
+            self.conn.executemany(_UPSERT_UNVOUCHED, mine)
+            self._fold_vouched({(m["source"], m["source_incarnation"]) for m in marks
+                                if m["tier"] == MIRROR_TIER}, mine)
             for reason, (n, error) in malformed.items():
                 self.conn.execute(
                     "INSERT INTO malformed VALUES (?, ?, ?, ?) ON CONFLICT (reason) DO UPDATE "
@@ -467,7 +572,8 @@ class Store:
             out[tier] = (min(at for at, _ in live), max(behinds) if behinds else None)
         return out
 
-    def caught_up(self, stale_ms: int) -> dict[str, dict[tuple[str, str], Mark]]:
+    def caught_up(self, stale_ms: int, mirrored: Iterable[str] = ()
+                  ) -> dict[str, dict[tuple[str, str], Mark]]:
         """tier → (source emitter, its incarnation) → how far the tier has caught up with it
         (``CaughtUp`` records), for the tiers whose jobs say they publish them
         (``progress.publishes_caught_up``; a tier before its first mark is here, caught up
@@ -476,8 +582,12 @@ class Store:
         again from nothing: its predecessor's marks do not speak for its counts); of several
         emitters of a tier, those whose progress arrived within ``stale_ms`` of the tier's
         newest, and a source counts only as far as every one of them has caught up with it.
-        The marks of an emitter whose records come through a mirror count only once a watcher
-        vouches for them (``mirrored``)."""
+
+        A tier whose records come through a mirror (``through_mirrors``; ``mirrored``: tiers
+        the caller knows to, from its graph) counts a mark only as far as a watcher has
+        vouched for it (``vouched_seq``, ``vouched_delivered``: the highest of its marks of
+        batches a watcher covers, ``_fold_vouched``): while the newest batch's counts are on
+        their way, the figures vouched for before still hold."""
         emitters: dict[tuple[str, str], tuple[str | None, int]] = {
             (tier, emitter): (incarnation, at) for tier, emitter, incarnation, at in
             self.conn.execute(f"SELECT tier, emitter, incarnation, {_ARRIVED} FROM progress "
@@ -487,14 +597,18 @@ class Store:
             newest[tier] = max(at, newest.get(tier, at))
         live = {key: inc for key, (inc, at) in emitters.items() if at >= newest[key[0]] - stale_ms}
         marks: dict[tuple[str, str], dict[tuple[str, str], Mark]] = {key: {} for key in live}
-        copied = self.mirrored()
-        mirrored = {emitter for emitter, _incarnation in copied}
-        for tier, emitter, incarnation, source, source_inc, seq, delivered, batch in \
-                self.conn.execute(
-                    "SELECT tier, emitter, incarnation, source, source_incarnation, "
-                    "source_seq, source_delivered, seq FROM caught_up"):
-            if emitter in mirrored and copied.get((emitter, incarnation), -1) < batch:
-                continue          # its counts may still be on their way through the mirror
+        rows = self.conn.execute(
+            "SELECT tier, emitter, incarnation, source, source_incarnation, source_seq, "
+            "source_delivered, vouched_seq, vouched_delivered FROM caught_up WHERE tier != ?",
+            (MIRROR_TIER,)).fetchall()
+        through = self.through_mirrors(set(emitters) | {(r[0], r[1]) for r in rows})
+        through |= set(mirrored)
+        for tier, emitter, incarnation, source, source_inc, seq, delivered, vouched, \
+                vouched_delivered in rows:
+            if tier in through:
+                if vouched is None:
+                    continue      # its counts may still be on their way through the mirror
+                seq, delivered = vouched, vouched_delivered
             if (tier, emitter) in live and live[(tier, emitter)] in (None, incarnation):
                 marks[(tier, emitter)][(source, source_inc)] = Mark(seq, delivered)
         by_tier: dict[str, list[dict[tuple[str, str], Mark]]] = {}
@@ -503,6 +617,21 @@ class Store:
         return {tier: {key: reduce(Mark.least, (m[key] for m in rest), mark)
                        for key, mark in first.items() if all(key in m for m in rest)}
                 for tier, (first, *rest) in by_tier.items()}
+
+    def through_mirrors(self, emitters: set[tuple[str, str]]) -> set[str]:
+        """Of the tiers of ``emitters`` ((tier, emitter) pairs), those whose records come
+        through a mirror, as the watchers' records say: a tier that is a watched mirror's
+        source (the watcher's emitter ``mirror/SOURCE->TARGET``), or one of whose emitters a
+        watcher has vouched for (any incarnation: a new job of the tier, or its first marks,
+        wait for their own vouch). A mirror whose watcher has not yet ended a round says
+        nothing here: ``caught_up``'s ``mirrored`` can."""
+        named, sources = set(), set()
+        for emitter, source in self.conn.execute(
+                "SELECT DISTINCT emitter, source FROM caught_up WHERE tier = ?", (MIRROR_TIER,)):
+            named.add(source)
+            flow = emitter.removeprefix(f"{MIRROR_TIER}/")
+            sources.add(flow.rsplit("->", 1)[0])
+        return {tier for tier, emitter in emitters if emitter in named or tier in sources}
 
     def mirrored(self) -> dict[tuple[str, str], int]:
         """(emitter, incarnation) → the highest ``seq`` of its records that a mirror's watcher
@@ -543,19 +672,25 @@ class Store:
                        ) -> tuple[list[list[int]], int]:
         """The record numbers of ``origin`` that ``tier`` has not seen and the producer did not
         journal as dropped (its newest report per number space), and their total. With
-        ``upstream`` (the tiers feeding ``tier``): less those a feeding tier has not seen
-        either, so only those lost at the hop."""
+        ``upstream`` (the tiers feeding ``tier`` that hold the origin): less those that no
+        feeding tier has seen either (lost before the hop: a number one of them has was lost
+        at it), so only those lost at the hop. A feeding tier has not seen the numbers its
+        newest report calls missing nor those above its ``through``; one without a report on
+        the number space says nothing of it."""
         def newest(t: str) -> dict[str, tuple[list, int]]:
             out: dict[str, tuple] = {}
-            for oi, missing, total, _at in self.conn.execute(
-                    "SELECT origin_incarnation, missing, missing_total, emitted_at FROM ranges "
+            for oi, missing, through, _at in self.conn.execute(
+                    "SELECT origin_incarnation, missing, through, emitted_at FROM ranges "
                     "WHERE tier = ? AND origin = ? ORDER BY emitted_at, seq", (t, origin)):
-                out[oi] = (json.loads(missing), total)
+                out[oi] = (json.loads(missing), through)
             return out
         dropped = {oi: m for oi, (m, _t) in newest("producer").items()}
-        for feeder in upstream:          # not seen upstream: lost before the hop
-            for oi, (m, _t) in newest(feeder).items():
-                dropped[oi] = _union(dropped.get(oi, []), m)
+        unseen: dict[str, list[list[list[int]]]] = {}   # number space → each feeder's
+        for feeder in upstream:
+            for oi, (m, through) in newest(feeder).items():
+                unseen.setdefault(oi, []).append(_union(m, [[through + 1, _NO_NUMBER]]))
+        for oi, each in unseen.items():
+            dropped[oi] = _union(dropped.get(oi, []), reduce(_intersect, each))
         ranges, total = [], 0
         for oi, (missing, _t) in newest(tier).items():
             for a, b in _subtract(missing, dropped.get(oi, [])):
@@ -778,6 +913,21 @@ def _union(a: list[list[int]], b: list[list[int]]) -> list[list[int]]:
             out[-1][1] = max(out[-1][1], hi)
         else:
             out.append([lo, hi])
+    return out
+
+
+def _intersect(a: list[list[int]], b: list[list[int]]) -> list[list[int]]:
+    """The numbers in both of two lists of sorted, disjoint inclusive ranges."""
+    out: list[list[int]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append([lo, hi])
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
     return out
 
 

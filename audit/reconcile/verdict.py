@@ -21,22 +21,34 @@ no ``caught_up`` marks is current when its newest progress (of each of its emitt
 ``Store.current_progress``) *arrived* at least ``settle_ms`` after the origin's report arrived
 (one clock: the broker's, or the reconciler's) and said it was at the end of its input; a tier
 that publishes neither is judged on its counts alone, once the grace is over. When T counted
-more distinct records than the producer reported, and no duplicates, the producer's report is
-behind (its next one will have them): ``unknown`` again, not an overcount. The checksum is
+more distinct records than the producer reported (whatever its copies), the producer's report
+is behind (its next one will have them): ``unknown`` again, not an overcount. The checksum is
 compared when the counts agree and T saw no duplicates.
 
 **Hops.** A tier is *fed* by other tiers (``[tiers.NAME] fed_by``, docs/topology.md): a local
 cluster by the producer, an aggregate cluster by the local clusters its mirrors copy, the
 warehouse by the cluster it lands. Every tier is fed by the producer unless declared (the
 judgement above). A tier fed by other tiers is judged on its hop: per origin, ``expected`` at
-the hop is the sum of what its feeding tiers hold of the origin (their ``actual``), so a loss
-inside a mirror is the mirror's hop, never the producer's; an origin that a feeding tier has
-not judged yet (``unknown`` there) is ``unknown`` at the hop too. Completeness stays end to end
-(against the producer); ``hop_completeness`` is against the hop's expected. Several tiers fed
-by the producer (one local cluster per data centre) each judge the origins they hold: those
-whose agents' reports their job has read (its ``caught_up`` marks name the agent) or that they
-counted, when they are declared so (``fed_by = ["producer"]``); with one such tier, or for a
-tier not declared, every origin is its.
+the hop is the sum of what its feeding tiers hold of the origin, like with like: their
+``distinct`` at a tier with record identity (a feeder without: its count, up to what it should
+hold), their ``count`` at a tier without. So a loss inside a mirror is the mirror's hop, never
+the producer's. An origin that a feeding tier has not judged yet (``unknown`` there), or that
+no feeding tier holds, is ``unknown`` at the hop: every origin the producer reported is judged
+there. More than the feeding tiers hold, but no more than the producer accepted, with T
+current, is ``complete`` at the hop: records lost in a feeding tier after the mirror copied
+them, that tier's loss. Completeness stays end to end (against the producer);
+``hop_completeness`` is against the hop's expected; ``hop_duplicates`` are the duplicates
+beyond those the feeding tiers hold (the tier's ``duplicates`` count them all).
+
+Several tiers fed by the producer (one local cluster per data centre), when they are declared
+so (``fed_by = ["producer"]``), each judge the origins they hold: those whose agents' reports
+their job has read (its ``caught_up`` marks name the agent) or that they counted. An origin
+that none of them holds (no job has read its reports, nothing of it counted; a tier without
+marks cannot say an origin is not its) is ``unknown`` at each, never left out: its records
+would vanish from every tier's expected, and the window could go final complete. (Unless one
+of them does not count the topic at all: the origin may be that one's, and the hop after it
+judges the origin by the producer. And an origin that reported nothing needs no holder.) With
+one such tier, or for a tier not declared, every origin is its.
 
 At the producer tier an origin whose agent journalled a loss of unknown size
 (``dropped_unknown``: a file deleted or truncated before it was read) is ``incomplete``: a
@@ -148,6 +160,7 @@ class OriginVerdict:
     dropped_unknown: dict[str, int] = field(default_factory=dict)
     hop_expected: int | None = None  # what the feeding tiers hold of it; None: as expected
     feeders: tuple[str, ...] = ()    # the feeding tiers that hold it (a tier fed by tiers)
+    feeder_duplicates: int | None = None  # the copies its feeding tiers hold (at a hop)
 
     @property
     def actual(self) -> int:
@@ -157,6 +170,14 @@ class OriginVerdict:
     def at_hop(self) -> int | None:
         """What this tier should hold of the origin: its feeding tiers' (the producer's)."""
         return self.hop_expected if self.hop_expected is not None else self.expected
+
+    @property
+    def hop_duplicates(self) -> int | None:
+        """Duplicates this tier's hop added: at a hop, those beyond the copies its feeding
+        tiers hold already (a mirror copies duplicates along); else all of them."""
+        if self.duplicates is None or self.feeder_duplicates is None:
+            return self.duplicates
+        return max(0, self.duplicates - self.feeder_duplicates)
 
     @property
     def missing(self) -> int:
@@ -250,6 +271,12 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
     end = window_start + timing.window_ms
     feeders = feeders_of(tiers, graph or {})
     local = [t for t, f in (graph or {}).items() if f == (PRODUCER_TIER,)]  # declared
+    # Several tiers fed by the producer (a local cluster per data centre) each judge the
+    # origins they hold; one that none holds is unknown at each, unless a declared one does
+    # not count the topic (it may be that one's: the hop after judges it by the producer).
+    holders = _holders(producer, counts, local, claims) \
+        if claims is not None and len(local) >= 2 else None
+    all_count = all(t in tiers for t in local)
     judged: dict[str, TierVerdict] = {}
     for tier in _feeders_first(tiers, feeders):
         records = counts.get(tier, {})
@@ -257,19 +284,22 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
         if tier == PRODUCER_TIER:
             verdicts = [_producer_origin(o, producer[o]) for o in sorted(producer)]
         elif fed == (PRODUCER_TIER,):
-            theirs = set(producer) if tier not in local or len(local) < 2 or claims is None \
-                else {o for o in producer if claims(tier, o)}
-            verdicts = [_origin(o, producer.get(o), records.get(o),
-                                o in producer and current(tier, o))
-                        for o in sorted(theirs | set(records))]
+            verdicts = []
+            for o in sorted(set(producer) | set(records)):
+                held = None if holders is None or tier not in local else holders.get(o)
+                if held is None or tier in held:
+                    verdicts.append(_origin(o, producer.get(o), records.get(o),
+                                            o in producer and current(tier, o)))
+                elif not held and all_count and producer[o].count:
+                    verdicts.append(_unclaimed(o, producer[o], claims(tier, o) is None))
         else:
             # A declared feeder that does not count the topic stands for its own feeders: the
-            # producer, for the origins no other feeder holds (never summed with them).
+            # producer, for the origins no other feeder holds (never summed with them). Every
+            # origin the producer reported is here: one that no feeder holds is unknown.
             tiers_fed = [f for f in fed if f != PRODUCER_TIER]
             upstream = [{o.origin: o for o in judged[f].origins} for f in tiers_fed]
             origins = set(records).union(*upstream)
-            if PRODUCER_TIER in fed:
-                origins |= set(producer) - set().union(*upstream)
+            origins |= {o for o, p in producer.items() if p.count or PRODUCER_TIER in fed}
             verdicts = []
             for o in sorted(origins):
                 held = [(f, u[o]) for f, u in zip(tiers_fed, upstream, strict=True) if o in u]
@@ -284,6 +314,27 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
         v.final = _final(v.state, now_ms, end, timing)
         judged[tier] = v
     return [judged[t] for t in tiers]
+
+
+def _holders(producer: dict[str, AuditRecord], counts: dict[str, dict[str, AuditRecord]],
+             local: list[str], claims: Callable[[str, str], bool | None]
+             ) -> dict[str, set[str]]:
+    """Of several declared tiers fed by the producer (``local``), origin → those that hold it:
+    whose job has read its agent's reports (``claims``) or that counted it. A tier that
+    publishes no marks (``claims`` None: it cannot say) holds only what it counted."""
+    return {o: {t for t in local if o in counts.get(t, {}) or claims(t, o)}
+            for o in producer}
+
+
+def _unclaimed(origin: str, p: AuditRecord, cannot_say: bool) -> OriginVerdict:
+    """An origin that no tier fed by the producer holds (none has read its agent's reports
+    or counted it), at each of them: ``unknown``, never left out (its records would vanish
+    from every tier's expected) and never a loss (which tier lost it?)."""
+    v = _origin(origin, p, None, False)
+    v.reason = "no tier fed by the producer holds it yet: " + (
+        "this one publishes no caught_up marks, so cannot say it is not its" if cannot_say
+        else "no job has read its agent's reports")
+    return v
 
 
 def _feeders_first(tiers: list[str], feeders: dict[str, tuple[str, ...]]) -> list[str]:
@@ -349,13 +400,18 @@ def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None, current: 
     expected, source = p.count, "the producer's report"
     if upstream is not None:
         if not upstream:
-            v.reason = "no tier feeding this one holds this origin"
+            v.reason = "no feeding tier holds it yet"
             return v
         blind = [f for f, u in upstream if u.state == UNKNOWN]
         if blind:
             v.reason = f"{', '.join(blind)} has not judged it yet"
             return v
-        expected = v.hop_expected = sum(u.actual for _f, u in upstream)
+        # Like with like: a tier without record identity holds its feeders' records with
+        # their copies; one with identity holds each once (a feeder without identity: at
+        # most what that feeder should hold).
+        plain = r is not None and r.distinct is None
+        expected = v.hop_expected = sum(u.count if plain else _distinct(u) for _f, u in upstream)
+        v.feeder_duplicates = sum(u.count - _distinct(u) for _f, u in upstream)
         v.feeders = tuple(f for f, _u in upstream)
         source = " + ".join(v.feeders)
     if r is None and not current:
@@ -365,11 +421,18 @@ def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None, current: 
         v.state = INCOMPLETE if current else UNKNOWN
         v.reason = f"{expected - v.actual} missing" if current else \
             f"{expected - v.actual} not seen yet; the tier has not read past the producer's report"
+    elif v.actual > expected and upstream and v.actual <= p.count:
+        # More than the feeding tiers hold now, no more than the producer accepted: records
+        # lost there after they were copied here. The loss is the feeding tier's.
+        v.state = COMPLETE if current else UNKNOWN
+        v.reason = f"{v.actual - expected} more than {source} holds: lost there after they " \
+            "were copied" if current else f"{v.actual - expected} more than {source} holds; " \
+            "the tier has not read past the producer's report"
     elif v.actual > expected and r is not None and r.distinct is not None:
         # More *distinct* records than expected: never copies (those are duplicates, apart),
         # so records the report did not count yet.
-        v.reason = f"{v.actual - expected} more distinct records than {source} says: its " \
-            "next report will have them"
+        v.reason = f"{v.actual - p.count} more distinct records than the producer's report " \
+            "says: its next report will have them"
     elif v.actual > expected:
         v.state = OVERCOUNT
         v.reason = f"{v.actual - expected} more than {source} holds" if upstream else \
@@ -383,6 +446,15 @@ def _origin(origin: str, p: AuditRecord | None, r: AuditRecord | None, current: 
     elif r is None and p.count == 0:
         v.checksum = MATCH
     return v
+
+
+def _distinct(u: OriginVerdict) -> int:
+    """Records of an origin a feeding tier holds, each once: its ``distinct``, or, without
+    record identity, its count up to what it should hold (more are copies, or not the
+    hop's)."""
+    if u.distinct is not None:
+        return u.distinct
+    return u.count if u.at_hop is None else min(u.count, u.at_hop)
 
 
 def _tier(topic: str, window_start: int, tier: str, final: bool,

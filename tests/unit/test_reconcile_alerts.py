@@ -243,3 +243,85 @@ def test_a_tiers_mark_that_came_through_a_mirror_counts_once_the_mirror_vouches_
     r.apply(vouched(1))
     r.at(JUDGED + MIN)
     assert r.alerts() == [("loss", "kafka-local", "web-1")]
+
+
+def test_an_origin_no_data_centre_holds_holds_the_window_back_until_one_reads_it(tmp_path):
+    """web-3 reported 50 records that reached no cluster and that no data centre's job has
+    read the reports of: every tier unknown (no tier complete, nothing final), and the window
+    judged again until dc2's job reads web-3's reports: then a loss at dc2."""
+    from tests.unit.reconcilekit import caught_up
+    r = Reconciler(tmp_path, {"dc1": {"fed_by": ["producer"]}, "dc2": {"fed_by": ["producer"]},
+                              "aggregate": {"fed_by": ["dc1", "dc2"]}})
+    r.apply(count("producer", 100, "web-1"), count("producer", 60, "web-2"),
+            count("producer", 50, "web-3"), count("dc1", 100, "web-1"),
+            count("dc2", 60, "web-2"), count("aggregate", 100, "web-1"),
+            count("aggregate", 60, "web-2"),
+            *(progress(END + 5 * MIN, marks=True, tier=t) for t in ("dc1", "dc2", "aggregate")),
+            caught_up("web-1", tier="dc1"), caught_up("web-2", tier="dc2"),
+            *(caught_up(o, tier="aggregate") for o in ("web-1", "web-2", "web-3")))
+    late = JUDGED + 2 * 3_600_000                           # past the window's final_ms
+    r.at(late)
+    assert {t: (s, f) for t, s, f in r.store.conn.execute(
+        "SELECT tier, state, final FROM windows")} == {
+        "producer": ("complete", 1), "dc1": ("unknown", 0), "dc2": ("unknown", 0),
+        "aggregate": ("unknown", 0)}
+    assert r.store.conn.execute("SELECT expected FROM windows WHERE tier = 'aggregate'"
+                                ).fetchone() == (210,)
+    assert [a for a in r.alerts() if a[0] != "audit_lag"] == []      # (hours later)
+    r.apply(caught_up("web-3", tier="dc2"))                 # no count: lost in dc2
+    r.at(late + MIN)
+    assert {t: s for t, s in r.store.conn.execute("SELECT tier, state FROM windows")} == {
+        "producer": "complete", "dc1": "complete", "dc2": "incomplete",
+        "aggregate": "complete"}
+    assert ("loss", "dc2", "web-3") in r.alerts()
+
+
+def test_a_hops_duplication_alert_counts_only_the_copies_its_mirror_added(tmp_path):
+    """kafka-local holds 100 copies an agent resent, the mirror copied them along and added 50:
+    the aggregate's alert says 50 (its table keeps all 150); a mirror that added none raises
+    nothing at the aggregate."""
+    r = Reconciler(tmp_path, {"kafka-local": {"fed_by": ["producer"]},
+                              "aggregate": {"fed_by": ["kafka-local"]}})
+    r.apply(count("producer", 1000), count("kafka-local", 1100, distinct=1000),
+            count("aggregate", 1150, distinct=1000), count("producer", 10, "web-2"),
+            count("kafka-local", 12, "web-2", distinct=10),
+            count("aggregate", 12, "web-2", distinct=10),
+            progress(END + 5 * MIN), progress(END + 5 * MIN, tier="aggregate"))
+    r.at(JUDGED)
+    assert sorted(r.alerts()) == [("duplication", "aggregate", "web-1"),
+                                  ("duplication", "kafka-local", "web-1"),
+                                  ("duplication", "kafka-local", "web-2")]
+    details = {(a["tier"], a["origin"]): (a["summary"], json.loads(a["detail"]))
+               for a in r.store.db.query("SELECT * FROM alerts")}
+    summary, detail = details[("aggregate", "web-1")]
+    assert (detail["extra"], detail["hop_duplicates"], detail["duplicates"]) == (50, 50, 150)
+    assert summary.startswith("50 extra records at ")
+    assert details[("kafka-local", "web-1")][1]["extra"] == 100
+    assert r.store.conn.execute("SELECT duplicates FROM windows WHERE tier = 'aggregate'"
+                                ).fetchone() == (152,)
+
+
+def test_a_mirrored_tiers_verdicts_hold_while_its_newest_mark_waits_for_the_watcher(tmp_path):
+    """kafka-local's job marks batch 2 (it read web-1's next report) before the watcher has
+    vouched for that batch: batch 1's mark, vouched for, still holds (the tier's verdicts
+    went unknown each time its mark grew)."""
+    from audit.contract.record import CaughtUp
+
+    def mark(batch: int) -> CaughtUp:
+        return CaughtUp(tier="kafka-local", emitter="kafka-local/count", incarnation="j",
+                        seq=batch, source="web-1/agent", source_incarnation="i",
+                        source_seq=batch)
+
+    def vouched(batch: int) -> CaughtUp:
+        return CaughtUp(tier="mirror", emitter="mirror/local->aggregate", incarnation="w",
+                        seq=batch, source="kafka-local/count", source_incarnation="j",
+                        source_seq=batch)
+    r = Reconciler(tmp_path)
+    r.apply(count("producer", 1000), count("kafka-local", 990),
+            progress(END + 5 * MIN, marks=True), mark(1), vouched(1))
+    r.at(JUDGED)
+    assert r.alerts() == [("loss", "kafka-local", "web-1")]
+    r.apply(mark(2))
+    r.at(JUDGED + MIN)
+    assert r.store.conn.execute("SELECT state FROM windows WHERE tier = 'kafka-local'"
+                                ).fetchall() == [("incomplete",)]

@@ -39,7 +39,7 @@ def test_a_layout_1_file_gains_skipped_and_keeps_its_records(tmp_path):
     store.close()
 
     store = Store(path)
-    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 5
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 6
     assert store.conn.execute("SELECT count(*) FROM evaluating").fetchone() == (0,)
     rec = AuditRecord(tier="warehouse", origin="o", topic="t", window_start=0,
                       window_ms=600000, count=0, bytes=0, checksum=0,
@@ -176,7 +176,7 @@ def test_a_layout_3_file_is_clustered_and_keeps_its_rows(tmp_path):
     conn.close()
     store = Store(path)
     assert _rows(store.conn) == before
-    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 5
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 6
     for name in ("counts", "windows"):
         assert _table_sql(store, name)[0].endswith("WITHOUT ROWID")
     assert _table_sql(store, "windows_open") is None
@@ -289,4 +289,155 @@ def test_a_tier_has_caught_up_as_far_as_the_least_of_its_live_emitters_current_i
     assert store.caught_up(stale_ms=10_000)["warehouse"] == {("web-1/agent", "a1"): Mark(1, 1)}
     store.apply([announced("w/land", "newer", 6000)], {}, {}, "t")     # a new checkpoint
     assert store.caught_up(stale_ms=1000) == {"warehouse": {}, "kafka-local": {}}
+    store.close()
+
+
+# -- marks that come through a mirror (docs/topology.md, "Caught up, across a mirror") ----------
+def _local_mark(batch, source_seq, delivered=None, emitter="kafka-local/count", incarnation="j"):
+    """kafka-local's job, in its batch ``batch``, has read web-1's reports up to
+    ``source_seq``; read on the aggregate, where it came through the mirror."""
+    from audit.contract.record import CaughtUp
+    return CaughtUp(tier="kafka-local", emitter=emitter, incarnation=incarnation, seq=batch,
+                    source="web-1/agent", source_incarnation="i", source_seq=source_seq,
+                    source_delivered=delivered, emitted_at=batch, arrived_at=batch)
+
+
+def _vouch(seq, source="kafka-local/count", incarnation="j", flow="local->aggregate"):
+    """The mirror's watcher: every record ``source`` wrote up to its ``seq`` was copied."""
+    from audit.contract.record import CaughtUp
+    return CaughtUp(tier="mirror", emitter=f"mirror/{flow}", incarnation="w", seq=seq,
+                    source=source, source_incarnation=incarnation, source_seq=seq,
+                    emitted_at=seq, arrived_at=seq)
+
+
+def _announced(emitter="kafka-local/count", incarnation="j", at=1):
+    from audit.contract.record import Progress
+    return Progress(tier="kafka-local", emitter=emitter, batch_id=-1, input_rows_per_s=0.0,
+                    processed_rows_per_s=0.0, batch_duration_ms=0, offsets_behind=None,
+                    emitted_at=at, publishes_caught_up=True, incarnation=incarnation,
+                    arrived_at=at)
+
+
+def test_a_mirrored_mark_keeps_its_vouched_value_while_its_newest_batch_is_on_its_way(tmp_path):
+    """The caught_up row holds the newest batch's figures: while the watcher has vouched only
+    for an older batch, the figures it vouched for still count (they were dropped, and every
+    verdict of the tier flapped to unknown each time its mark grew)."""
+    from audit.reconcile.verdict import Mark
+    store = Store(tmp_path / "r.db")
+    store.apply([_announced(), _local_mark(1, 3, 30), _vouch(1)], {}, {}, "t")
+    assert store.caught_up(1000)["kafka-local"] == {("web-1/agent", "i"): Mark(3, 30)}
+    store.apply([_local_mark(2, 5, 50)], {}, {}, "t")            # batch 2's counts on their way
+    assert store.caught_up(1000)["kafka-local"] == {("web-1/agent", "i"): Mark(3, 30)}
+    store.apply([_vouch(2)], {}, {}, "t")
+    assert store.caught_up(1000)["kafka-local"] == {("web-1/agent", "i"): Mark(5, 50)}
+    store.close()
+
+
+def test_a_vouched_mark_is_the_same_whichever_order_the_marks_and_the_vouch_came_in(tmp_path):
+    """kafka-local's marks and the watcher's records come in different partitions: a replay
+    reads them in another order than the reconciler did, and must rebuild the same rows (here
+    batch 2's mark came before the watcher's record for batch 1, or after it, or both after)."""
+    from audit.reconcile.verdict import Mark
+    m1, m2, v1 = [_local_mark(1, 3, 30)], [_local_mark(2, 5, 50)], [_vouch(1)]
+    states = []
+    for n, order in enumerate(([m1, m2, v1], [m1, v1, m2], [v1, m1, m2], [m1 + m2 + v1])):
+        store = Store(tmp_path / f"r{n}.db")
+        for batch in [[_announced()], *order]:
+            store.apply(batch, {}, {}, "t")
+        states.append((store.conn.execute("SELECT * FROM caught_up ORDER BY tier").fetchall(),
+                       store.conn.execute("SELECT * FROM caught_up_unvouched").fetchall(),
+                       store.caught_up(1000)))
+        store.close()
+    assert all(state == states[0] for state in states)
+    assert states[0][2]["kafka-local"] == {("web-1/agent", "i"): Mark(3, 30)}
+
+
+def test_a_row_keeps_its_newest_unvouched_marks_only(tmp_path):
+    """Marks no watcher vouches for (a tier read where it is counted, or a watcher far
+    behind) do not pile up: each row keeps the ``UNVOUCHED_MARKS`` newest."""
+    from audit.reconcile.store import UNVOUCHED_MARKS
+    from audit.reconcile.verdict import Mark
+    store = Store(tmp_path / "r.db")
+    store.apply([_announced(), *(_local_mark(b, b, b) for b in range(1, 21))], {}, {}, "t")
+    store.apply([_local_mark(21, 21, 21)], {}, {}, "t")
+    assert [b for (b,) in store.conn.execute("SELECT seq FROM caught_up_unvouched")] == \
+        list(range(22 - UNVOUCHED_MARKS, 22))
+    store.apply([_vouch(19)], {}, {}, "t")
+    assert store.caught_up(1000)["kafka-local"] == {("web-1/agent", "i"): Mark(19, 19)}
+    assert [b for (b,) in store.conn.execute("SELECT seq FROM caught_up_unvouched")] == [20, 21]
+    store.close()
+
+
+def test_a_new_job_of_a_tier_that_comes_through_a_mirror_waits_for_its_first_vouch(tmp_path):
+    """kafka-local's records come through a mirror (its watcher named kafka-local/count). A
+    new job of that tier (another emitter) is not named yet: its first marks must wait too
+    (trusted, they judged a loss before its counts had come through)."""
+    store = Store(tmp_path / "r.db")
+    store.apply([_announced(at=1), _local_mark(1, 3, 30), _vouch(1)], {}, {}, "t")
+    store.apply([_announced("kafka-local/count-b", "k", at=100_000),
+                 _local_mark(1, 9, 90, emitter="kafka-local/count-b", incarnation="k")],
+                {}, {}, "t")
+    assert store.caught_up(1000)["kafka-local"] == {}
+    store.apply([_vouch(1, "kafka-local/count-b", "k")], {}, {}, "t")
+    assert list(store.caught_up(1000)["kafka-local"].values())[0].seq == 9
+    store.close()
+
+
+def test_a_tier_named_by_a_mirror_is_mirrored_before_its_job_is_vouched_for(tmp_path):
+    """The watcher of the mirror kafka-local -> aggregate has vouched for the agents, not yet
+    for kafka-local's job (started after its last round): that job's marks wait."""
+    store = Store(tmp_path / "r.db")
+    store.apply([_vouch(4, "web-1/agent", "i", flow="kafka-local->aggregate"), _announced(),
+                 _local_mark(1, 3, 30)], {}, {}, "t")
+    assert store.caught_up(1000)["kafka-local"] == {}
+    store.close()
+
+
+def test_tiers_said_to_come_through_a_mirror_wait_for_a_vouch_before_any_watcher_record(
+        tmp_path):
+    """The reconciler's graph can say which tiers come through a mirror (a mirror just added:
+    its watcher's first round not done yet)."""
+    store = Store(tmp_path / "r.db")
+    store.apply([_announced(), _local_mark(1, 3, 30)], {}, {}, "t")
+    assert store.caught_up(1000)["kafka-local"] != {}                # nothing says otherwise
+    assert store.caught_up(1000, mirrored={"kafka-local"})["kafka-local"] == {}
+    store.close()
+
+
+def test_a_layout_5_file_gains_the_vouched_marks(tmp_path):
+    """Layout 5 kept no vouched figures: opened, the columns are added in place and filled
+    from the marks the watcher covers already."""
+    from audit.reconcile.verdict import Mark
+    path = tmp_path / "r.db"
+    store = Store(path)
+    store.apply([_announced(), _local_mark(1, 3, 30), _vouch(1)], {}, {}, "t")
+    for column in ("vouched_seq", "vouched_delivered"):
+        store.conn.execute(f"ALTER TABLE caught_up DROP COLUMN {column}")
+    store.conn.execute("PRAGMA user_version = 5")
+    store.conn.commit()
+    store.close()
+    store = Store(path)
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 6
+    store.apply([_local_mark(2, 5, 50)], {}, {}, "t")
+    assert store.caught_up(1000)["kafka-local"] == {("web-1/agent", "i"): Mark(3, 30)}
+    store.close()
+
+
+def test_numbers_lost_before_a_hop_of_several_feeders_are_those_no_feeder_has(tmp_path):
+    """web-1 moved from dc1 to dc2 within its numbers: dc1 saw 0..49, dc2 50..99 less 70..72.
+    The aggregate misses 10..14 and 60..64 (lost at the hop: a feeder had them) and 70..72
+    (lost before it: no feeder had them). A union of the feeders' holes hid the first two."""
+    from audit.contract.record import Ranges
+
+    def ranges(tier, through, missing):
+        return Ranges.of(tier=tier, origin="web-1", origin_incarnation="o",
+                         emitter=f"{tier}/count", seq=1, through=through, missing=missing)
+    store = Store(tmp_path / "r.db")
+    store.apply([ranges("producer", 99, []), ranges("dc1", 49, []),
+                 ranges("dc2", 99, [[0, 49], [70, 72]]),
+                 ranges("aggregate", 99, [[10, 14], [60, 64], [70, 72]])], {}, {}, "t")
+    assert store.missing_ranges("aggregate", "web-1", ("dc1", "dc2")) == \
+        ([[10, 14], [60, 64]], 10)
+    assert store.missing_ranges("aggregate", "web-1", ("dc2",)) == ([[60, 64]], 5)   # one
+    assert store.missing_ranges("aggregate", "web-1") == ([[10, 14], [60, 64], [70, 72]], 13)
     store.close()

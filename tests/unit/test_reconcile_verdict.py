@@ -332,3 +332,136 @@ def test_more_distinct_records_than_reported_are_not_an_overcount_whatever_the_c
     v = verdicts([rec("producer", 100), rec("kafka-local", 130, distinct=110)])["kafka-local"]
     assert (v.state, v.duplicates) == (UNKNOWN, 20)
     assert "next report" in v.origins[0].reason
+
+
+# -- after review: origins no tier holds, losses upstream of a hop, like with like ---------------
+DCS = ["producer", "dc1", "dc2", "aggregate"]
+DC_GRAPH = {"dc1": ("producer",), "dc2": ("producer",), "aggregate": ("dc1", "dc2")}
+
+
+def test_an_origin_that_reached_no_tier_is_unknown_at_every_tier_never_left_out():
+    """web-3 reported 50 records; no data centre's job has read its reports and no tier holds
+    any of them. Left out, every tier was complete and the aggregate expected 100."""
+    marks = {"dc1": {("web-1/agent", NO_INC): Mark(1)}, "dc2": {},
+             "aggregate": {("web-1/agent", NO_INC): Mark(1)}}
+    counts = [rec("producer", 100, "web-1"), rec("producer", 50, "web-3"),
+              rec("dc1", 100, "web-1"), rec("aggregate", 100, "web-1")]
+    v = hops(counts, DCS, DC_GRAPH, marks)
+    assert (v["dc1"].state, v["dc2"].state, v["aggregate"].state) == (UNKNOWN,) * 3
+    assert not any(v[t].final for t in DCS)
+    for tier in ("dc1", "dc2"):
+        [o] = [o for o in v[tier].origins if o.origin == "web-3"]
+        assert o.state == UNKNOWN and "no tier fed by the producer holds it" in o.reason
+    assert [o.origin for o in v["dc2"].origins] == ["web-3"]      # web-1 is dc1's
+    agg = {o.origin: o for o in v["aggregate"].origins}
+    assert (v["aggregate"].expected, agg["web-3"].state) == (150, UNKNOWN)
+    assert agg["web-1"].state == COMPLETE
+
+
+def test_an_origin_no_tier_holds_is_judged_when_a_tiers_job_reads_its_reports():
+    """The same window once dc2's job has read web-3's reports: dc2 holds nothing of it, a
+    loss there; the aggregate is complete at its hop (it holds what dc2 holds)."""
+    marks = {"dc1": {("web-1/agent", NO_INC): Mark(1)}, "dc2": {("web-3/agent", NO_INC): Mark(1)},
+             "aggregate": {("web-1/agent", NO_INC): Mark(1), ("web-3/agent", NO_INC): Mark(1)}}
+    counts = [rec("producer", 100, "web-1"), rec("producer", 50, "web-3"),
+              rec("dc1", 100, "web-1"), rec("aggregate", 100, "web-1")]
+    v = hops(counts, DCS, DC_GRAPH, marks)
+    assert [o.origin for o in v["dc1"].origins] == ["web-1"]
+    [o] = v["dc2"].origins
+    assert (o.origin, o.state, o.missing) == ("web-3", INCOMPLETE, 50)
+    agg = {o.origin: o for o in v["aggregate"].origins}
+    assert (agg["web-3"].state, agg["web-3"].hop_expected) == (COMPLETE, 0)
+
+
+def test_a_tier_without_marks_cannot_say_an_origin_is_not_its():
+    """Neither data centre publishes caught_up marks (``claims`` says None): an origin none
+    of them counted is unknown at each, not left out; an origin another one counted is its."""
+    counts = [rec("producer", 100, "web-1"), rec("producer", 60, "web-2"),
+              rec("producer", 50, "web-3"), rec("dc1", 100, "web-1"), rec("dc2", 60, "web-2"),
+              rec("aggregate", 100, "web-1"), rec("aggregate", 60, "web-2")]
+    v = hops(counts, DCS, DC_GRAPH)
+    assert [o.origin for o in v["dc1"].origins] == ["web-1", "web-3"]
+    assert [o.origin for o in v["dc2"].origins] == ["web-2", "web-3"]
+    assert {v[t].origins[-1].state for t in ("dc1", "dc2")} == {UNKNOWN}
+    assert v["aggregate"].state == UNKNOWN and v["aggregate"].expected == 210
+
+
+def test_an_origin_that_reported_nothing_needs_no_tier_to_hold_it():
+    """An agent's heartbeat (count 0) that no data centre claims yet is nothing to lose."""
+    marks = {"dc1": {("web-1/agent", NO_INC): Mark(1)}, "dc2": {},
+             "aggregate": {("web-1/agent", NO_INC): Mark(1)}}
+    counts = [rec("producer", 100, "web-1"), rec("producer", 0, "web-9"),
+              rec("dc1", 100, "web-1"), rec("aggregate", 100, "web-1")]
+    v = hops(counts, DCS, DC_GRAPH, marks)
+    assert [v[t].state for t in DCS] == [COMPLETE] * 4
+
+
+def test_a_hop_includes_every_producer_origin_so_one_no_feeder_holds_is_unknown():
+    """A feeder whose verdict leaves an origin out (here: its reports were read by a tier
+    that does not feed the aggregate) does not make it vanish at the hop."""
+    tiers = ["producer", "dc1", "dc2", "dc3", "aggregate"]
+    graph = {"dc1": ("producer",), "dc2": ("producer",), "dc3": ("producer",),
+             "aggregate": ("dc1", "dc2")}
+    marks = {"dc1": {("web-1/agent", NO_INC): Mark(1)}, "dc2": {},
+             "dc3": {("web-3/agent", NO_INC): Mark(1)},
+             "aggregate": {("web-1/agent", NO_INC): Mark(1), ("web-3/agent", NO_INC): Mark(1)}}
+    counts = [rec("producer", 100, "web-1"), rec("producer", 50, "web-3"),
+              rec("dc1", 100, "web-1"), rec("dc3", 50, "web-3"), rec("aggregate", 100, "web-1")]
+    v = hops(counts, tiers, graph, marks)
+    agg = {o.origin: o for o in v["aggregate"].origins}
+    assert (agg["web-3"].state, agg["web-3"].reason) == (UNKNOWN, "no feeding tier holds it yet")
+    assert v["aggregate"].state == UNKNOWN
+
+
+def test_a_loss_at_the_local_tier_after_the_mirror_copied_is_the_local_tiers_alone():
+    """Records deleted on the local cluster after MirrorMaker 2 copied them: local counts 90,
+    the aggregate holds 100. The loss is the local tier's; the aggregate is complete at its
+    hop (it was unknown for 7 days, waiting for a report that would never come)."""
+    v = hops([rec("producer", 100), rec("local", 90), rec("aggregate", 100),
+              rec("warehouse", 100)])
+    assert [v[t].state for t in CHAIN] == [COMPLETE, INCOMPLETE, COMPLETE, COMPLETE]
+    agg = v["aggregate"].origins[0]
+    assert (agg.hop_expected, agg.missing, agg.checksum) == (90, 0, MATCH)
+    assert "local" in agg.reason
+    # Not read past the report yet: unknown, not complete.
+    report = rec("producer", 100, sealed_through=99, incarnation="a1")
+    key = ("web-1/agent", "a1")
+    v = hops([report, rec("local", 90), rec("aggregate", 100)], ["producer", "local",
+             "aggregate"], marks={"local": {key: Mark(1, 99)}, "aggregate": {}})
+    assert v["aggregate"].state == UNKNOWN
+    # More distinct records than the producer reported: its report is behind, unknown.
+    v = hops([rec("producer", 100), rec("local", 90), rec("aggregate", 105)],
+             ["producer", "local", "aggregate"])
+    assert v["aggregate"].state == UNKNOWN and "next report" in v["aggregate"].origins[0].reason
+
+
+def test_a_feeder_without_record_identity_gives_no_false_loss_at_an_identity_hop():
+    """local counts without identity (1,010: 10 copies an agent resent), the aggregate with:
+    1,000 distinct. Against local's count, 10 were 'lost' at the hop."""
+    v = hops([rec("producer", 1000), rec("local", 1010, distinct=None),
+              rec("aggregate", 1010, distinct=1000)], ["producer", "local", "aggregate"])
+    assert v["local"].state == OVERCOUNT
+    agg = v["aggregate"].origins[0]
+    assert (agg.state, agg.hop_expected, agg.missing) == (COMPLETE, 1000, 0)
+
+
+def test_a_hop_tier_without_record_identity_is_compared_with_its_feeders_counts():
+    """The aggregate counts without identity: it holds local's 1,010 records (10 copies), not
+    an overcount against local's 1,000 distinct; 5 fewer are lost at the hop."""
+    v = hops([rec("producer", 1000), rec("local", 1010, distinct=1000),
+              rec("aggregate", 1010, distinct=None)], ["producer", "local", "aggregate"])
+    agg = v["aggregate"].origins[0]
+    assert (agg.state, agg.hop_expected) == (COMPLETE, 1010)
+    v = hops([rec("producer", 1000), rec("local", 1010, distinct=1000),
+              rec("aggregate", 1005, distinct=None)], ["producer", "local", "aggregate"])
+    agg = v["aggregate"].origins[0]
+    assert (agg.state, agg.missing) == (INCOMPLETE, 5)
+
+
+def test_a_hops_own_duplicates_leave_out_those_its_feeders_hold():
+    v = hops([rec("producer", 1000), rec("local", 1100, distinct=1000),
+              rec("aggregate", 1150, distinct=1000)], ["producer", "local", "aggregate"])
+    agg = v["aggregate"].origins[0]
+    assert (agg.duplicates, agg.hop_duplicates) == (150, 50)
+    assert v["aggregate"].duplicates == 150                 # the tier's, in the tables
+    assert v["local"].origins[0].hop_duplicates == 100
