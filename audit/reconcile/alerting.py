@@ -260,12 +260,12 @@ def _apply(store: Store, cfg: ReconcileConfig, holding: dict[str, Condition], ju
         log.info("alert %s resolved", json.loads(key)[0])
         if notified:
             _enqueue(store, cfg, alert_id, "resolved", now_ms)
-    _notify_due(store, cfg, now_ms, [open_rows[k][0] for k in holding
+    notify_due(store, cfg, now_ms, [open_rows[k][0] for k in holding
                                      if k in open_rows and not open_rows[k][1]])
     return fired, resolved
 
 
-def _notify_due(store: Store, cfg: ReconcileConfig, now_ms: int,
+def notify_due(store: Store, cfg: ReconcileConfig, now_ms: int,
                 ids: list[int] | None = None) -> None:
     """Queue the firing notification of the open alerts not yet notified (those of ``ids``,
     or all) whose key is not snoozed now."""

@@ -52,10 +52,10 @@ from audit.contract.errors import AuditError, MalformedRecord
 from audit.contract.record import PRODUCER_TIER, AuditRecord, Ranges, parse
 
 from .alerting import (
-    _notify_due,
     apply_conditions,
     apply_window_conditions,
     health_conditions,
+    notify_due,
     window_alerts,
     window_conditions,
 )
@@ -162,7 +162,7 @@ def evaluate(store: Store, cfg: ReconcileConfig, now_ms: int) -> Evaluation:
     with store.conn:
         holds, judged = health_conditions(store, cfg, now_ms)
         fired, resolved = apply_conditions(store, cfg, holds, judged, now_ms)
-        _notify_due(store, cfg, now_ms)              # snoozes that ended
+        notify_due(store, cfg, now_ms)              # snoozes that ended
     out.fired += fired
     out.resolved += resolved
     return out
