@@ -1,3 +1,8 @@
 """Drain: sealed slots → Kafka, in sequence order; a slot is freed once every record in it is
-acknowledged. ``outcome`` reduces every Kafka result to ok / retry / dead in one place;
-``producer`` builds the client configuration; ``drain`` runs the sending and the outage guard."""
+acknowledged.
+
+- ``drain``: the sending, the delivery outcomes per slot, the outage guard, refused topics.
+- ``outcome``: every Kafka result reduced to ok / retry / alone / denied / dead, in one place.
+- ``producer``: the producer's configuration (acks, idempotence, batching, security).
+- ``topics``: the topic check: which of the agent's topics the cluster does not have.
+"""
