@@ -15,6 +15,7 @@ The producer tier's records come from a test producer (what the agents would say
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import threading
@@ -32,6 +33,7 @@ from audit.reconcile.config import parse
 from audit.reconcile.service import Reconciler
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.mirror import Mirror, MirrorSpec
+from tests.agentkit import AgentProcess, write_config
 from tests.auditkit import AuditJob, tier_counts
 from tests.integration.test_mirror import _end_offsets
 from tests.integration.test_reconcile import Receiver, send
@@ -43,6 +45,8 @@ W = 600_000
 ORIGINS = ("web-1", "web-2", "web-3")
 LOST = (1200, 1249)                   # web-2's numbers deleted on the aggregate in window 2
 PER_ORIGIN = 20_000                   # window 3's records per origin, written as MM2 is killed
+AGENT_LINES = 1_000                   # lines per agent and window, real agents
+LAG_MS = 120_000                      # audit_lag: a tier silent this long (the stopped job)
 
 
 def _partition(origin: str, n: int) -> int:
@@ -114,7 +118,8 @@ class Audit:
     """The reconciler on the aggregate (tier graph ``graph``), a webhook receiver, and the count
     jobs it starts, all on one data topic and audit topic of this test's."""
 
-    def __init__(self, tmp_path, aggregate, graph: dict[str, list[str]], *locals_):
+    def __init__(self, tmp_path, aggregate, graph: dict[str, list[str]], *locals_,
+                 lag_ms: int = 30 * 60_000):
         prefix = f"maudit{uuid.uuid4().hex[:6]}"
         self.topic, self.audit_topic = f"{prefix}.app", f"{prefix}.audit"
         for bootstrap in locals_:
@@ -127,7 +132,8 @@ class Audit:
                           "audit_topic": self.audit_topic},
             "windows": {"tiers": ["producer", *graph], "settle_ms": 1000},
             "tiers": {tier: {"fed_by": fed_by} for tier, fed_by in graph.items()},
-            "alerts": {"default_channels": ["ops"], "silent_ms": 8 * 3_600_000},
+            "alerts": {"default_channels": ["ops"], "silent_ms": 8 * 3_600_000,
+                       "lag_ms": lag_ms},
             "channels": {"ops": {"type": "webhook", "url": self.receiver.url}}})
         self.db = tmp_path / "r.db"
         self.jobs: list[AuditJob] = []
@@ -175,8 +181,22 @@ class Audit:
             if done():
                 return
             time.sleep(2)
-        raise AssertionError(f"not reconciled in {timeout_s} s: {self.alerts()}\n" +
-                             "\n".join(m.log_tail() for m in self.mirrors))
+        raise AssertionError(f"not reconciled in {timeout_s} s: {self.alerts()}\n"
+                             f"{self.table()}\n" + "\n".join(m.log_tail() for m in self.mirrors))
+
+    def table(self) -> str:
+        """Every (window, tier) judged: state, expected, count, distinct (a failure's text)."""
+        if not self.db.exists():
+            return "(no database yet)"
+        conn = sqlite3.connect(self.db)
+        try:
+            return "\n".join(map(str, conn.execute(
+                "SELECT window_start, tier, state, expected, count, distinct_count FROM windows "
+                "ORDER BY window_start, tier")))
+        except sqlite3.OperationalError as exc:
+            return f"(no windows: {exc})"
+        finally:
+            conn.close()
 
     def close(self) -> None:
         for j in self.jobs:
@@ -359,4 +379,110 @@ def test_two_local_clusters_feed_one_aggregate_and_a_loss_is_located_to_one_mirr
             [("firing", "loss", "aggregate", "web-2")]
         assert all(j.stopped_cleanly() for j in jobs)
     finally:
+        audit.close()
+
+
+@pytest.mark.timeout(1500)        # four Spark-judged phases, one of them waits out LAG_MS
+def test_three_agents_through_a_mirror_are_complete_at_every_tier_and_a_stopped_aggregate_job_is_lag_not_loss(  # noqa: E501
+        kafka, aggregate, tmp_path):
+    """Three real agents write to the local cluster; MirrorMaker 2 copies the data and the
+    audit topic to the aggregate; the count job on each cluster and the land job reading the
+    aggregate (the warehouse) report there, where the reconciler reads. A clean window is
+    ``complete`` at producer, local, aggregate and warehouse. Then the seed's second example:
+    the aggregate's count job is stopped while the agents write three more windows: those
+    windows are ``unknown`` at the aggregate, ``audit_lag`` fires for the aggregate alone, no
+    ``loss``; restarted on its checkpoint, every window is ``complete`` at every tier and the
+    lag resolves. Every id reaches the aggregate once."""
+    graph = {"local": ["producer"], "aggregate": ["local"], "warehouse": ["aggregate"]}
+    audit = Audit(tmp_path, aggregate, graph, kafka.bootstrap_servers, lag_ms=LAG_MS)
+    topic, audit_topic, states, alerts = audit.topic, audit.audit_topic, audit.states, \
+        audit.alerts
+    w0 = (int(time.time() * 1000) - 3 * 3_600_000) // W * W     # past grace and final
+    windows = [w0 + i * W for i in range(4)]                     # 1 clean, 3 while stopped
+    everywhere = {t: "complete" for t in ("producer", *graph)}
+    agents: list[AgentProcess] = []
+    try:
+        mirror = audit.mirror("local", kafka.bootstrap_servers, aggregate)
+        local_job = audit.job("local", kafka.bootstrap_servers, "local.log")
+        aggregate_job = audit.job("aggregate", aggregate.bootstrap_servers, "aggregate.log",
+                                  "--mirror-target", "aggregate")
+        land = AuditJob(["land", "--warehouse", str(tmp_path / "warehouse"),
+                         "--bootstrap-servers", aggregate.bootstrap_servers,
+                         "--audit-topic", audit_topic, "--topics", re.escape(topic),
+                         "--trigger-s", "2", "--checkpoint-dir", str(tmp_path / "ckpt-land"),
+                         "--mirror-target", "aggregate"], tmp_path / "land.log").start()
+        audit.jobs.append(land)
+        for origin in ORIGINS:
+            home = tmp_path / origin
+            (home / "logs").mkdir(parents=True)
+            config = write_config(
+                home / "agent.toml", kafka.bootstrap_servers, home / "state",
+                [{"type": "file", "paths": [str(home / "logs" / "app.log")], "topic": topic,
+                  "timestamp_field": "ts"}],
+                agent={"id": origin}, buffer={"size_bytes": 16 << 20, "slot_size_bytes": 1 << 18},
+                audit={"topic": audit_topic, "interval_ms": 2000})
+            agents.append(AgentProcess(config, home / "agent.log"))
+            agents[-1].start()
+
+        def write_window(window: int) -> None:
+            for origin in ORIGINS:
+                with open(tmp_path / origin / "logs" / "app.log", "a") as f:
+                    f.writelines(json.dumps({"ts": window + i * 60, "id": f"{origin}-{window}-{i}",
+                                             "pad": "x" * (i % 40)}) + "\n"
+                                 for i in range(AGENT_LINES))
+
+        def data_alerts() -> list:
+            return [a for a in alerts() if a[1] in ("loss", "duplication", "checksum_mismatch")]
+
+        def lag_open(tier: str) -> bool:
+            """Is an audit_lag alert of ``tier`` firing now? (A job slowed by a loaded host
+            may lag a while and resolve: only the stopped one must lag and stay lagging.)"""
+            events = [a[0] for a in alerts() if a[1:3] == ("audit_lag", tier)]
+            return bool(events) and events[-1] == "firing"
+
+        # 1. A clean window from three agents: complete at every tier, no data alert.
+        write_window(windows[0])
+        audit.until(lambda: states(windows[0]) == everywhere, local_job, aggregate_job, land,
+                    timeout_s=600)
+        assert data_alerts() == []
+
+        # 2. The aggregate's count job stops while the agents write three more windows: the
+        #    local tier judges them, the aggregate is unknown and lags, alone; never loss.
+        assert aggregate_job.stopped_cleanly()
+        for window in windows[1:]:
+            write_window(window)
+        audit.until(lambda: lag_open("aggregate") and not lag_open("local") and
+                    all(states(w).get("local") == "complete" for w in windows[1:]),
+                    local_job, land, timeout_s=600)
+        for window in windows[1:]:
+            assert states(window)["aggregate"] == "unknown", states(window)
+            assert states(window)["producer"] == "complete", states(window)
+        assert data_alerts() == []
+
+        # 3. Restarted on its checkpoint: every window complete at every tier, the lag resolved.
+        aggregate_job = audit.job("aggregate", aggregate.bootstrap_servers, "aggregate2.log",
+                                  "--mirror-target", "aggregate")
+        audit.until(lambda: all(states(w) == everywhere for w in windows) and
+                    not lag_open("aggregate"), local_job, aggregate_job, land, timeout_s=600)
+        assert data_alerts() == []
+        conn = sqlite3.connect(audit.db)
+        try:
+            figures = conn.execute(
+                "SELECT tier, sum(expected), sum(distinct_count), sum(duplicates) FROM windows "
+                "WHERE topic = ? GROUP BY tier ORDER BY tier", (topic,)).fetchall()
+        finally:
+            conn.close()
+        total = len(ORIGINS) * len(windows) * AGENT_LINES
+        assert figures == [(t, total, total, 0) for t in sorted(everywhere)], figures
+
+        # Every id reached the aggregate, once.
+        ids = Counter(json.loads(m.value())["id"] for m in read_all(aggregate.bootstrap_servers,
+                                                                    topic))
+        assert len(ids) == total and max(ids.values()) == 1
+        assert mirror.status()["state"] == "running"
+        assert all(j.stopped_cleanly() for j in (local_job, aggregate_job, land))
+    finally:
+        for agent in agents:
+            if agent.alive():
+                agent.stop()
         audit.close()
