@@ -18,6 +18,20 @@ from .cluster import LocalCluster, clusters_dir, default_data_dir, named_cluster
 from .errors import BrokerError
 from .libs import KAFKA_VERSION, ensure_kafka_libs
 from .mirror import Mirror, MirrorSpec, mirrors, mirrors_dir
+from .security import (
+    ADMIN,
+    MODES,
+    PLAINTEXT,
+    ROLES,
+    SASL_SSL,
+    USERS,
+    Scope,
+    grant,
+    kafka_acls_lines,
+    list_acls,
+    revoke,
+    role_acls,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
                     "dir); 0 picks free ports")
     up.add_argument("--fresh", action="store_true", help="wipe the data dir before starting")
     up.add_argument("--timeout-s", type=float, default=120.0, help="how long to wait for readiness")
+    up.add_argument("--security", choices=MODES, default=None,
+                    help="plaintext (default for a new cluster), sasl_ssl (SCRAM-SHA-512 over "
+                    "TLS) or mtls (TLS with client certificates); both secured modes enforce "
+                    "ACLs. Kept with the cluster: a restart keeps its mode (docs/security.md)")
 
     down = sub.add_parser("down", help="stop the brokers this data dir started (safe to repeat)")
     down.add_argument("--timeout-s", type=float, default=30.0,
@@ -55,6 +73,51 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="the named clusters, their bootstrap servers and state")
 
     sub.add_parser("fetch", help="download the Kafka jars from Maven Central (make setup runs it)")
+
+    settings = sub.add_parser("settings", help="the client settings of a user of the cluster "
+                              "(a secured cluster's credentials: files, never the password)")
+    settings.add_argument("--user", choices=USERS, default="agent")
+    form = settings.add_mutually_exclusive_group()
+    form.add_argument("--java", action="store_true",
+                      help="Java client properties (MirrorMaker 2, Spark's kafka. options, "
+                      "kafka-acls --command-config) instead of librdkafka's")
+    form.add_argument("--toml", action="store_true",
+                      help="docket's own settings (the agent's [broker], the reconciler's "
+                      "[reconcile], the Spark jobs' --kafka-config [kafka])")
+
+    acl = sub.add_parser("acl", help="the least-privilege ACLs of docket's roles on a secured "
+                         "cluster (docs/security.md)")
+    asub = acl.add_subparsers(dest="acl_command", required=True, metavar="ACTION")
+    agrant = asub.add_parser("grant", help="create a role's ACLs (as the admin user)")
+    arevoke = asub.add_parser("revoke", help="delete exactly the ACLs grant creates")
+    for a in (agrant, arevoke):
+        a.add_argument("--role", required=True, choices=ROLES)
+        a.add_argument("--principal", help="default: User:ROLE, the cluster's user of the role")
+        a.add_argument("--topic", action="append", default=[], metavar="NAME",
+                       help="a data topic of the role (literal ACL), repeatable")
+        a.add_argument("--topic-prefix", action="append", default=[], metavar="PREFIX",
+                       help="data topics by prefix (prefixed ACL), e.g. app. ; repeatable. A "
+                       "regular expression cannot be an ACL")
+        a.add_argument("--audit-topic", default=AUDIT_TOPIC,
+                       help=f"default {AUDIT_TOPIC}; '' for none")
+        a.add_argument("--group", action="append", default=None, metavar="NAME",
+                       help="a consumer group of the role (Read), repeatable; replaces the "
+                       "role's default (the reconciler's: docket-reconcile)")
+        a.add_argument("--group-prefix", action="append", default=[], metavar="PREFIX",
+                       help="consumer groups by prefix (Read), e.g. spark-kafka-source for "
+                       "Spark's consumer-based offset fetching; repeatable")
+        a.add_argument("--flow", metavar="SOURCE->TARGET",
+                       help="mirror: the flow, by the clusters' names (MirrorMaker 2's aliases)")
+        a.add_argument("--side", choices=("source", "target"),
+                       help="mirror: which end of the flow this cluster is (default: the one "
+                       "--name names)")
+        a.add_argument("--legacy-brokers", action="store_true",
+                       help="also IdempotentWrite on the cluster, which brokers before Kafka "
+                       "3.0 require of idempotent producers")
+        a.add_argument("--print", dest="print_only", action="store_true",
+                       help="print the equivalent kafka-acls lines instead (any cluster)")
+    alist = asub.add_parser("list", help="the ACLs on the cluster")
+    alist.add_argument("--principal", help="only this principal's, e.g. User:agent")
 
     mirror = sub.add_parser("mirror", help="MirrorMaker 2 copying topics between two clusters")
     msub = mirror.add_subparsers(dest="mirror_command", required=True, metavar="ACTION")
@@ -96,14 +159,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _bootstrap(args, cluster: LocalCluster) -> str:
+def _bootstrap(args, cluster: LocalCluster) -> tuple[str, dict | None]:
+    """The bootstrap servers ``topic`` works on, and the admin's client settings when they
+    are the local cluster's and it is secured."""
     if args.bootstrap_servers:
-        return args.bootstrap_servers
+        return args.bootstrap_servers, None
+    layout = _running_layout(cluster)
+    if layout.security == PLAINTEXT:
+        return layout.bootstrap_servers, None
+    return layout.bootstrap_servers, cluster.client_settings(ADMIN)
+
+
+def _running_layout(cluster: LocalCluster):
     layout = cluster.layout()
     if layout is None or not cluster.running_nodes():
         raise BrokerError(f"no local cluster is running from {cluster.data_dir}",
                           hint="start one with `docket-broker up`, or pass --bootstrap-servers")
-    return layout.bootstrap_servers
+    return layout
 
 
 def _config_pairs(pairs: list[str], option: str = "--config",
@@ -125,6 +197,10 @@ def _named_bootstrap(name: str) -> str:
         raise BrokerError(f"no cluster named {name!r} is running",
                           hint=f"start it with `docket-broker --name {name} up`, or pass its "
                           "bootstrap servers")
+    if layout.security != PLAINTEXT:
+        raise BrokerError(f"the cluster {name!r} is secured ({layout.security}); "
+                          "`docket-broker mirror` copies between plaintext clusters only yet",
+                          hint="the mirror's ACLs and client settings are in docs/security.md")
     return layout.bootstrap_servers
 
 
@@ -158,6 +234,83 @@ def run_mirror(args) -> int:
     return 0
 
 
+def print_security(cluster: LocalCluster, user: str = "agent") -> None:
+    """What a client needs to reach a secured cluster: where the credentials are, and one
+    user's settings (never a password: its file)."""
+    layout = cluster.layout()
+    security = cluster.security(layout)
+    if not security.secured:
+        return
+    users = security.users_dir
+    how = ("SCRAM-SHA-512 over TLS" if layout.security == SASL_SSL
+           else "TLS with client certificates")
+    print(f"security: {layout.security} ({how}), ACLs enforced, super user {ADMIN}")
+    print(f"  CA certificate: {security.ca_file}")
+    if layout.security == SASL_SSL:
+        print(f"  users {', '.join(USERS)}: passwords in {users}/USER.password (0600)")
+    else:
+        print(f"  users {', '.join(USERS)}: certificates {users}/USER.crt, keys "
+              f"{users}/USER.key (0600)")
+    print(f"  client settings (librdkafka) of the user {user}; `docket-broker settings "
+          "--user USER [--java]` prints any user's:")
+    for key, value in security.client_recipe(layout.bootstrap_servers, user).items():
+        print(f"    {key}={value}")
+    print("  grant each role its ACLs with `docket-broker acl grant --role ROLE ...`")
+
+
+def run_acl(args, cluster: LocalCluster) -> int:
+    name = getattr(args, "cluster_name", None)
+    if args.acl_command == "list":
+        layout = _secured_layout(cluster)
+        admin = admin_client(layout.bootstrap_servers, cluster.client_settings(ADMIN))
+        for a in list_acls(admin, args.principal):
+            print(a.describe())
+        return 0
+    source = target = None
+    if args.flow:
+        source, sep, target = args.flow.partition("->")
+        if not sep or not source or not target:
+            raise BrokerError(f"--flow {args.flow!r} is not SOURCE->TARGET",
+                              hint="e.g. --flow 'local->aggregate'")
+    side = args.side or ("source" if name and name == source else
+                         "target" if name and name == target else None)
+    scope = Scope(topics=tuple(args.topic), topic_prefixes=tuple(args.topic_prefix),
+                  audit_topic=args.audit_topic or None,
+                  groups=None if args.group is None else tuple(args.group),
+                  group_prefixes=tuple(args.group_prefix), mirror_source=source,
+                  mirror_target=target, side=side, legacy_brokers=args.legacy_brokers)
+    acls = role_acls(args.role, args.principal or f"User:{args.role}", scope)
+    action = "--add" if args.acl_command == "grant" else "--remove"
+    if args.print_only:
+        layout = cluster.layout()
+        bootstrap = layout.bootstrap_servers if layout else "BOOTSTRAP"
+        for line in kafka_acls_lines(acls, bootstrap, "admin.properties", action):
+            print(line)
+        return 0
+    layout = _secured_layout(cluster)
+    admin = admin_client(layout.bootstrap_servers, cluster.client_settings(ADMIN))
+    if args.acl_command == "grant":
+        grant(admin, acls)
+        verb = "granted"
+    else:
+        revoke(admin, acls)
+        verb = "revoked"
+    for a in acls:
+        print(f"{verb}: {a.describe()}")
+    return 0
+
+
+def _secured_layout(cluster: LocalCluster):
+    layout = _running_layout(cluster)
+    if layout.security == PLAINTEXT:
+        raise BrokerError(f"the cluster in {cluster.data_dir} is plaintext: it has no "
+                          "authorizer, so no ACLs",
+                          hint="start a secured one with `docket-broker up --fresh --security "
+                          "sasl_ssl` (or mtls); `acl grant --print` prints kafka-acls lines "
+                          "for any cluster")
+    return layout
+
+
 def run(args) -> int:
     if args.command == "mirror":
         return run_mirror(args)
@@ -175,10 +328,32 @@ def run(args) -> int:
                            else args.data_dir)
     if args.command == "up":
         layout = cluster.up(brokers=args.brokers, base_port=args.base_port, fresh=args.fresh,
-                            timeout_s=args.timeout_s)
+                            timeout_s=args.timeout_s, security=args.security)
         print(f"{len(layout.nodes)} broker(s) of Apache Kafka {layout.kafka_version} up; "
               f"data and logs in {cluster.data_dir}")
+        print_security(cluster)
         print(f"bootstrap_servers={layout.bootstrap_servers}")
+    elif args.command == "settings":
+        layout = cluster.layout()
+        if layout is None:
+            raise BrokerError(f"no cluster in {cluster.data_dir}",
+                              hint="start one with `docket-broker up`")
+        security = cluster.security(layout)
+        if args.toml:
+            print(f"# bootstrap servers {layout.bootstrap_servers}; under [broker] (agent), "
+                  "[reconcile] (reconciler) or [kafka] (--kafka-config of the Spark jobs)")
+            for key, value in security.docket_settings(args.user).items():
+                print(f'{key} = "{value}"')
+            return 0
+        if args.java:
+            settings = {"bootstrap.servers": layout.bootstrap_servers,
+                        **security.java_client_properties(args.user)}
+        else:
+            settings = security.client_recipe(layout.bootstrap_servers, args.user)
+        for key, value in settings.items():
+            print(f"{key}={value}")
+    elif args.command == "acl":
+        return run_acl(args, cluster)
     elif args.command == "down":
         pids = cluster.down(timeout_s=args.timeout_s)
         print(f"stopped {len(pids)} broker(s)" if pids
@@ -186,7 +361,10 @@ def run(args) -> int:
     elif args.command == "status":
         rows = cluster.status()
         if args.json:
-            print(json.dumps({"data_dir": str(cluster.data_dir), "brokers": rows}, indent=2))
+            layout = cluster.layout()
+            print(json.dumps({"data_dir": str(cluster.data_dir),
+                              "security": layout.security if layout else None,
+                              "brokers": rows}, indent=2))
         elif not rows:
             print(f"no cluster in {cluster.data_dir}")
         else:
@@ -198,12 +376,17 @@ def run(args) -> int:
     elif args.command == "fetch":
         print(f"Apache Kafka {KAFKA_VERSION} jars in {ensure_kafka_libs()}")
     elif args.command == "topic":
-        bootstrap = _bootstrap(args, cluster)
+        bootstrap, admin = _bootstrap(args, cluster)
         if args.topic_command == "ensure":
             config = {**(AUDIT_TOPIC_CONFIG if args.audit else {}), **_config_pairs(args.config)}
             spec = TopicSpec(args.name, args.partitions, args.replication_factor, config)
-            created = ensure_topics(bootstrap, [spec])
+            created = ensure_topics(bootstrap, [spec], client=admin)
             print(f"{'created' if created else 'exists'}: {args.name}")
+        elif admin is not None:
+            raise BrokerError(f"the cluster in {cluster.data_dir} is secured; `topic list` "
+                              "speaks only to plaintext clusters yet",
+                              hint="list them as the admin user: `docket-broker settings "
+                              "--user admin` (docs/security.md)")
         else:
             for name, (partitions, replicas) in list_topics(bootstrap).items():
                 print(f"{name}\tpartitions={partitions}\treplication_factor={replicas}")

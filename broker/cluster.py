@@ -3,7 +3,8 @@
 Layout of a data directory::
 
     DATA_DIR/
-      cluster.json          brokers, ports, cluster id, Kafka version (written by `up`)
+      cluster.json          brokers, ports, cluster id, Kafka version, security mode (by `up`)
+      security/             a secured cluster's CA, certificates, passwords (broker.security)
       node-1/
         server.properties   generated from the layout below
         log4j2.properties   broker logs go to node-1/logs/server.log
@@ -13,6 +14,10 @@ Layout of a data directory::
 
 Ports: with base port B and N nodes, node i (1-based) takes B+i-1 for clients and B+N+i-1 for
 its controller listener. Base port 0 asks the OS for free ports (what the tests use).
+
+Security (``--security``): ``plaintext`` (the default: no authentication, no authorizer),
+``sasl_ssl`` or ``mtls``; the listeners, certificates and users of a secured cluster are
+``broker.security``'s. The mode is kept in ``cluster.json``: a restart keeps it.
 
 Only processes whose pid file this module wrote, and whose command line names this data
 directory, are ever signalled: ``down`` never touches a Kafka that someone else started.
@@ -39,6 +44,7 @@ from docket_common.procs import alive, process_state, reap
 
 from .errors import BrokerError, ClusterAlreadyRunning, ClusterStartFailed, PortBusy
 from .libs import KAFKA_VERSION, ensure_kafka_libs
+from .security import ADMIN, PLAINTEXT, Security, check_mode, write_argument_file
 
 DEFAULT_BASE_PORT = 9092
 HEAP = "512m"
@@ -95,6 +101,7 @@ class Layout:
     cluster_id: str
     kafka_version: str
     nodes: tuple[Node, ...]
+    security: str = PLAINTEXT           # plaintext | sasl_ssl | mtls (broker.security)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -103,14 +110,15 @@ class Layout:
     def to_json(self) -> str:
         return json.dumps(
             {"cluster_id": self.cluster_id, "kafka_version": self.kafka_version,
-             "nodes": [asdict(n) for n in self.nodes]},
+             "nodes": [asdict(n) for n in self.nodes], "security": self.security},
             indent=2,
         )
 
     @classmethod
     def from_json(cls, text: str) -> Layout:
         raw = json.loads(text)
-        return cls(raw["cluster_id"], raw["kafka_version"], tuple(Node(**n) for n in raw["nodes"]))
+        return cls(raw["cluster_id"], raw["kafka_version"], tuple(Node(**n) for n in raw["nodes"]),
+                   raw.get("security", PLAINTEXT))
 
 
 def _new_cluster_id() -> str:
@@ -184,7 +192,25 @@ class LocalCluster:
     def node_dir(self, node_id: int) -> Path:
         return self.data_dir / f"node-{node_id}"
 
-    def _plan(self, brokers: int, base_port: int) -> Layout:
+    @property
+    def security_dir(self) -> Path:
+        return self.data_dir / "security"
+
+    def security(self, layout: Layout | None = None) -> Security:
+        """The security of this cluster (of ``layout``, else of the one ``up`` wrote)."""
+        layout = layout or self.layout()
+        return Security(layout.security if layout else PLAINTEXT, self.security_dir)
+
+    def client_settings(self, user: str = ADMIN) -> dict[str, str]:
+        """librdkafka settings reaching this cluster as ``user`` (``admin``: a super user);
+        only ``bootstrap.servers`` on a plaintext cluster."""
+        layout = self.layout()
+        if layout is None:
+            raise BrokerError(f"no cluster in {self.data_dir}",
+                              hint="start one with `docket-broker up`")
+        return self.security(layout).client_settings(layout.bootstrap_servers, user)
+
+    def _plan(self, brokers: int, base_port: int, security: str = PLAINTEXT) -> Layout:
         if brokers not in (1, 3):
             raise BrokerError(f"--brokers must be 1 or 3, not {brokers}")
         if base_port == 0:
@@ -195,7 +221,7 @@ class LocalCluster:
                 raise BrokerError(f"--base-port {base_port} leaves no room for {2 * brokers} ports",
                                   hint="choose a port between 1024 and 65000")
         nodes = tuple(Node(i + 1, ports[i], ports[brokers + i]) for i in range(brokers))
-        return Layout(_new_cluster_id(), KAFKA_VERSION, nodes)
+        return Layout(_new_cluster_id(), KAFKA_VERSION, nodes, check_mode(security))
 
     # -- processes ----------------------------------------------------------------------------
     def pid(self, node_id: int) -> int | None:
@@ -229,8 +255,10 @@ class LocalCluster:
         return [n.node_id for n in layout.nodes if self.pid(n.node_id) is not None]
 
     def up(self, brokers: int = 1, base_port: int | None = None, fresh: bool = False,
-           timeout_s: float = 120.0) -> Layout:
-        """Start the cluster and return once every broker answers a metadata request."""
+           timeout_s: float = 120.0, security: str | None = None) -> Layout:
+        """Start the cluster and return once every broker answers a metadata request.
+        ``security``: plaintext, sasl_ssl or mtls; None keeps an existing cluster's (a new
+        one is plaintext)."""
         running = self.running_nodes()
         if running:
             raise ClusterAlreadyRunning(
@@ -247,9 +275,16 @@ class LocalCluster:
                 f"{existing.nodes[0].port}; asked for {brokers} broker(s) on {base_port}",
                 hint="add --fresh to wipe it, or pick another --data-dir",
             )
+        if existing is not None and security not in (None, existing.security):
+            raise BrokerError(
+                f"{self.data_dir} holds a cluster secured as {existing.security}; asked for "
+                f"{security}",
+                hint="add --fresh to wipe it (new credentials), or pick another --data-dir",
+            )
         if existing is None:
             self._clear_data_dir()
-            layout = self._plan(brokers, DEFAULT_BASE_PORT if base_port is None else base_port)
+            layout = self._plan(brokers, DEFAULT_BASE_PORT if base_port is None else base_port,
+                                security or PLAINTEXT)
         else:
             layout = existing
         ports = [p for n in layout.nodes for p in (n.port, n.controller_port)]
@@ -263,10 +298,13 @@ class LocalCluster:
         libs = ensure_kafka_libs()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if existing is None:
+            self.security(layout).create()
             for node in layout.nodes:
                 self._write_node_files(layout, node)
-                self._format(libs, node, layout.cluster_id)
+                self._format(libs, node, layout)
             self.layout_file.write_text(layout.to_json())
+        else:
+            self.security(layout).check()
         for node in layout.nodes:
             self._write_node_files(layout, node)
             self._spawn(libs, node)
@@ -298,11 +336,7 @@ class LocalCluster:
             "process.roles": "broker,controller",
             "node.id": node.node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
-            "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
+            **self.security(layout).broker_properties(node.port, node.controller_port),
             "log.dirs": d / "data",
             "num.partitions": 1,
             "default.replication.factor": replication,
@@ -324,12 +358,23 @@ class LocalCluster:
         (d / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         write_log_config(d, "server.log")
 
-    def _format(self, libs: Path, node: Node, cluster_id: str) -> None:
+    def _format(self, libs: Path, node: Node, layout: Layout) -> None:
+        """Format the node's storage; on a sasl_ssl cluster with its SCRAM users, whose
+        passwords reach ``java`` through an argument file (0600, removed after), never its
+        command line: the storage tool takes them only as ``--add-scram`` arguments."""
         d = self.node_dir(node.node_id)
+        scram = self.security(layout).scram_arguments()
         cmd = java_command(libs, "kafka.tools.StorageTool", "format", "--ignore-formatted",
-                           "-t", cluster_id, "-c", str(d / "server.properties"),
-                           heap="256m", folder=d)
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+                           "-t", layout.cluster_id, "-c", str(d / "server.properties"),
+                           *scram, heap="256m", folder=d)
+        argfile = d / "format.args"
+        if scram:
+            write_argument_file(argfile, cmd[1:])
+            cmd = [cmd[0], f"@{argfile}"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        finally:
+            argfile.unlink(missing_ok=True)
         if proc.returncode != 0:
             raise ClusterStartFailed(
                 f"formatting node {node.node_id}'s storage failed:\n{proc.stdout}{proc.stderr}"
@@ -360,7 +405,8 @@ class LocalCluster:
                                          f"within {timeout_s:.0f}s")
             time.sleep(0.2)
         wait_for_metadata(layout.bootstrap_servers, len(layout.nodes),
-                          max(1.0, deadline - time.monotonic()))
+                          max(1.0, deadline - time.monotonic()),
+                          self.security(layout).client_settings(layout.bootstrap_servers))
 
     def log_tail(self, node_id: int, lines: int = 20) -> str:
         texts = []
@@ -512,11 +558,13 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
         time.sleep(0.1)
 
 
-def wait_for_metadata(bootstrap_servers: str, brokers: int, timeout_s: float) -> None:
-    """Block until a metadata request lists ``brokers`` brokers, or raise ClusterStartFailed."""
+def wait_for_metadata(bootstrap_servers: str, brokers: int, timeout_s: float,
+                      client: dict | None = None) -> None:
+    """Block until a metadata request lists ``brokers`` brokers, or raise ClusterStartFailed.
+    ``client``: librdkafka settings over ``bootstrap.servers`` (a secured cluster's)."""
     from .admin import admin_client
 
-    admin = admin_client(bootstrap_servers)
+    admin = admin_client(bootstrap_servers, client)
     deadline = time.monotonic() + timeout_s
     seen = 0
     while time.monotonic() < deadline:

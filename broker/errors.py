@@ -25,3 +25,7 @@ class ClusterStartFailed(BrokerError):
 
 class TopicConflict(BrokerError):
     """A topic exists with settings that differ from the ones asked for."""
+
+
+class SecuritySetupFailed(BrokerError):
+    """The secured cluster's certificates or users could not be made, or are incomplete."""

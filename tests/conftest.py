@@ -81,3 +81,44 @@ def kafka3(tmp_path_factory):
 def topic_name(request):
     """A topic name unique to this test, so tests sharing a cluster never see each other's data."""
     return f"t.{request.node.name[:40].replace('[', '.').replace(']', '')}.{uuid.uuid4().hex[:8]}"
+
+
+# -- secured clusters (docs/security.md) ---------------------------------------------------------
+@dataclass
+class SecuredKafka:
+    """A local cluster started with ``--security``; ``settings(user)`` are librdkafka settings
+    reaching it as that user (``admin``: the super user docket's own admin work uses)."""
+    bootstrap_servers: str
+    cluster: LocalCluster
+    security: str
+
+    def settings(self, user: str = "admin") -> dict[str, str]:
+        return self.cluster.client_settings(user)
+
+
+def _secured(tmp_path_factory, name: str, security: str, brokers: int = 1):
+    """A secured cluster of ``brokers`` started for the session, stopped after it."""
+    cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True)
+    layout = cluster.up(brokers=brokers, base_port=0, security=security, timeout_s=300)
+    try:
+        yield SecuredKafka(layout.bootstrap_servers, cluster, security)
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl(tmp_path_factory):
+    """A 1-broker cluster with a SASL_SSL (SCRAM-SHA-512) listener and ACLs enforced."""
+    yield from _secured(tmp_path_factory, "kafka_sasl", "sasl_ssl")
+
+
+@pytest.fixture(scope="session")
+def kafka_mtls(tmp_path_factory):
+    """A 1-broker cluster with an SSL listener requiring client certificates, ACLs enforced."""
+    yield from _secured(tmp_path_factory, "kafka_mtls", "mtls")
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl_aggregate(tmp_path_factory):
+    """A second SASL_SSL cluster beside ``kafka_sasl``: the target of a secured mirror."""
+    yield from _secured(tmp_path_factory, "kafka_sasl_aggregate", "sasl_ssl")

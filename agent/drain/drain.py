@@ -127,6 +127,12 @@ def _real_producer(conf: dict) -> Producer:
     return Producer(conf, logger=logging.getLogger("docket.agent.librdkafka"))
 
 
+def _certificate_refused(err: KafkaError) -> bool:
+    """A broker that refuses this client's certificate (mutual TLS) closes the handshake:
+    librdkafka reports a transport error whose text names the certificate."""
+    return err.code() == KafkaError._TRANSPORT and "certificate" in err.str().lower()
+
+
 def record_number(headers) -> int | None:
     for name, value in headers or ():
         if name == SEQ_HEADER:
@@ -342,7 +348,7 @@ class Drain:
         if err.fatal():
             self._fatal = err
         elif err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
-                            KafkaError._SSL):
+                            KafkaError._SSL) or _certificate_refused(err):
             self._not_authenticated(err)
         elif err.code() == KafkaError._ALL_BROKERS_DOWN and not self._refused():
             self.broker_state = "all brokers down"
@@ -357,7 +363,7 @@ class Drain:
         in the pool (the outage guard stops librdkafka retrying in a loop), said once."""
         if self.broker_state.startswith("authentication failed"):
             return
-        tls = err.code() == KafkaError._SSL
+        tls = err.code() == KafkaError._SSL or _certificate_refused(err)
         self.broker_state = "authentication failed" + (" (TLS)" if tls else "")
         self.metrics.set("agent_drain_broker_up", 0)
         log.error("broker: authentication failed: %s. Events wait in the pool. Check %s, "
@@ -377,7 +383,7 @@ class Drain:
             return
         self.broker_state = f"not authorised: {err.name()} on topic {topic}"
         log.error("broker: not authorised to write topic %s (%s): its events wait in the pool "
-                  "and go again every %.0f s. Grant the agent's principal Write and Describe on "
+                  "and go again every %.0f s. Grant the agent's principal Write on "
                   "the topic (docs/security.md, \"ACLs per role\")", topic, err.str(),
                   DENIED_RETRY_S)
 

@@ -84,7 +84,7 @@ def test_a_refused_topic_waits_in_its_slot_and_goes_by_itself_once_the_acl_is_gr
     assert drain.metrics.get("agent_drain_sent_events_total") == len(values)
     refusals = [r for r in caplog.records if "not authorised" in r.getMessage()]
     assert len(refusals) == 1                      # said once, not at every try
-    assert "Grant the agent's principal Write and Describe" in refusals[0].getMessage()
+    assert "Grant the agent's principal Write on the topic" in refusals[0].getMessage()
     drain.close()
     pool.close()
 
@@ -156,6 +156,19 @@ def test_a_tls_failure_names_the_certificate_settings(tmp_path, clock, caplog):
                                "failed"))
     assert drain.broker_state == "authentication failed (TLS)"
     assert any("ssl_ca_file" in r.getMessage() for r in caplog.records)
+    drain.close()
+    pool.close()
+
+
+def test_a_client_certificate_the_brokers_refuse_is_an_authentication_failure(tmp_path, clock):
+    """What a broker requiring client certificates answers one it does not trust (measured:
+    librdkafka reports the transport error with the TLS alert's text)."""
+    drain, pool, _kafka, _values = _fake(tmp_path)
+    drain._on_error(KafkaError(KafkaError._TRANSPORT, "ssl://127.0.0.1:9093/bootstrap: SSL "
+                               "handshake failed: ssl/tls alert bad certificate"))
+    assert drain.broker_state == "authentication failed (TLS)"
+    drain._on_error(KafkaError(KafkaError._TRANSPORT, "Connection refused"))
+    assert drain.broker_state == "authentication failed (TLS)"
     drain.close()
     pool.close()
 

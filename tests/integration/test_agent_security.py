@@ -1,0 +1,178 @@
+"""The agent against a secured cluster (SASL_SSL with SCRAM-SHA-512, the agent's least-privilege
+ACLs): a wrong password and a missing Write ACL are outages with a named cause. The events wait
+in the pool, status and one log line say why, the agent does not spin, and delivery resumes
+once the password file is fixed and the agent reloaded (SIGHUP), or by itself once the ACL is
+granted. Every id is counted; the password is in no log, status or argument list."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
+from broker.cluster import LocalCluster
+from broker.security import Scope, grant, revoke, role_acls
+from tests.agentkit import AgentProcess, write_config
+
+pytestmark = pytest.mark.slow
+
+LINES = 20_000
+FAILURE_S = 20                          # how long the refusal is kept up and measured
+CPU_SHARE = 0.5                         # the outage bound (tests/faults: broker paused)
+
+
+@pytest.fixture
+def secured(kafka_sasl) -> LocalCluster:
+    return kafka_sasl.cluster
+
+
+def _admin_conf(cluster: LocalCluster) -> dict:
+    return cluster.client_settings("admin")
+
+
+def _setup(cluster: LocalCluster, tmp_path: Path, password: str):
+    """A topic and an audit topic, the agent's ACLs, and an agent config whose password file
+    holds ``password``. Returns (topic, audit topic, config, password file, log file)."""
+    conf = _admin_conf(cluster)
+    bootstrap = conf["bootstrap.servers"]
+    prefix = f"sec{uuid.uuid4().hex[:6]}"
+    topic, audit_topic = f"{prefix}.app", f"{prefix}.audit"
+    options = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
+    ensure_topics(bootstrap, [TopicSpec(topic, partitions=2)], client=options)
+    ensure_audit_topic(bootstrap, audit_topic, client=options)
+    security = cluster.security()
+    grant(AdminClient(conf), role_acls("agent", "User:agent",
+                                       Scope(topics=(topic,), audit_topic=audit_topic)))
+    secret = tmp_path / "kafka.password"
+    secret.write_text(password + "\n")
+    secret.chmod(0o600)
+    (tmp_path / "logs").mkdir()
+    config = write_config(
+        tmp_path / "agent.toml", bootstrap, tmp_path / "state",
+        [{"type": "file", "paths": [str(tmp_path / "logs" / "app.log")], "topic": topic}],
+        agent={"id": "secured-host"}, buffer={"size_bytes": 32 << 20, "slot_size_bytes": 1 << 18},
+        broker={"security_protocol": "sasl_ssl", "sasl_username": "agent",
+                "sasl_password_file": str(secret), "ssl_ca_file": str(security.ca_file)},
+        audit={"topic": audit_topic, "interval_ms": 2000})
+    return topic, audit_topic, config, secret
+
+
+def _write(path: Path, n: int) -> None:
+    with open(path, "a") as f:
+        f.writelines(json.dumps({"id": i, "pad": "x" * (i % 60)}) + "\n" for i in range(n))
+
+
+def _ids(conf: dict, topic: str, want: int, timeout_s: float) -> Counter:
+    """Every id ``topic`` holds, read as the admin from the start until ``want`` distinct
+    ones came (or the time is up)."""
+    c = Consumer({**conf, "group.id": f"check-{uuid.uuid4()}", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+    ids: Counter = Counter()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(ids) < want and time.monotonic() < deadline:
+            for m in c.consume(1000, timeout=1):
+                if not m.error():
+                    ids[json.loads(m.value())["id"]] += 1
+    finally:
+        c.close()
+    return ids
+
+
+def _wait_state(agent: AgentProcess, prefix: str, timeout_s: float = 90) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = agent.status()
+        if st and st["broker"]["state"].startswith(prefix):
+            return st
+        assert agent.alive(), agent.log_text()
+        time.sleep(0.5)
+    raise AssertionError(f"broker state never {prefix!r}: {agent.status()}\n{agent.log_text()}")
+
+
+def _no_secret_anywhere(agent: AgentProcess, password: str) -> None:
+    assert password not in agent.whole_log()
+    assert password not in json.dumps(agent.status())
+    assert password not in agent.metrics()
+    args = Path(f"/proc/{agent.proc.pid}/cmdline").read_bytes().decode(errors="replace")
+    assert password not in args
+
+
+def test_a_wrong_password_waits_in_the_pool_and_a_reload_with_the_right_one_delivers_all(
+        secured, tmp_path):
+    right = secured.security().password("agent")
+    topic, _audit, config, secret = _setup(secured, tmp_path, "not-the-password")
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    try:
+        _write(tmp_path / "logs" / "app.log", LINES)
+        st = _wait_state(agent, "authentication failed")
+        assert st["broker"]["security"] == "sasl_ssl, SCRAM-SHA-512 user agent"
+        cpu0 = agent.cpu_seconds()
+        time.sleep(FAILURE_S)
+        cpu = agent.cpu_seconds() - cpu0
+        st = agent.status()
+        assert st["broker"]["state"] == "authentication failed"
+        assert st["backlog"]["events"] == LINES            # every event waits in the pool
+        assert _ids(_admin_conf(secured), topic, 1, 5) == Counter()
+        said = [line for line in agent.whole_log().splitlines()
+                if "broker: authentication failed" in line]
+        assert len(said) == 1 and "sasl_password_file" in said[0], said
+        assert cpu < CPU_SHARE * FAILURE_S, f"{cpu:.1f} CPU s in {FAILURE_S} s of refusal"
+
+        secret.write_text(right + "\n")                    # fixed, then reloaded
+        agent.proc.send_signal(signal.SIGHUP)
+        ids = _ids(_admin_conf(secured), topic, LINES, 120)
+        assert set(ids) == set(range(LINES))               # 0 lost
+        assert max(ids.values()) == 1                      # nothing had reached Kafka
+        _wait_state(agent, "up", 60)
+        _no_secret_anywhere(agent, right)
+        print(f"wrong password: {cpu:.2f} CPU s in {FAILURE_S} s, then all {LINES} ids once")
+    finally:
+        if agent.alive():
+            assert agent.stop() == 0, agent.log_text()
+
+
+def test_a_missing_write_acl_waits_in_the_pool_and_delivery_resumes_once_it_is_granted(
+        secured, tmp_path):
+    topic, audit_topic, config, _secret = _setup(secured, tmp_path,
+                                                 secured.security().password("agent"))
+    admin = AdminClient(_admin_conf(secured))
+    write = [a for a in role_acls("agent", "User:agent", Scope(topics=(topic,),
+                                                               audit_topic=audit_topic))
+             if a.operation == "Write" and a.name == topic]
+    assert len(write) == 1
+    assert revoke(admin, write) == 1                       # the fault really happened
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    try:
+        _write(tmp_path / "logs" / "app.log", LINES)
+        st = _wait_state(agent, "not authorised")
+        assert st["broker"]["state"] == \
+            f"not authorised: TOPIC_AUTHORIZATION_FAILED on topic {topic}"
+        cpu0 = agent.cpu_seconds()
+        time.sleep(FAILURE_S)
+        cpu = agent.cpu_seconds() - cpu0
+        assert agent.status()["backlog"]["events"] == LINES
+        said = [line for line in agent.whole_log().splitlines()
+                if f"not authorised to write topic {topic}" in line]
+        assert len(said) == 1, said
+        assert not (tmp_path / "state" / "dead-letter").exists()   # refused is not dead
+        assert cpu < CPU_SHARE * FAILURE_S, f"{cpu:.1f} CPU s in {FAILURE_S} s of refusal"
+
+        grant(admin, write)                                # no reload: it goes by itself
+        ids = _ids(_admin_conf(secured), topic, LINES, 120)
+        assert set(ids) == set(range(LINES)) and max(ids.values()) == 1
+        _wait_state(agent, "up", 60)
+        assert agent.metric("agent_dropped_events_total") == 0
+        print(f"missing Write ACL: {cpu:.2f} CPU s in {FAILURE_S} s, then all {LINES} ids once")
+    finally:
+        if agent.alive():
+            assert agent.stop() == 0, agent.log_text()
