@@ -81,10 +81,14 @@ bench: setup bench-tools
 soak: setup
 	$(BIN)/pytest -m soak -s tests/faults $(PYTEST_ARGS)
 
-# The whole pipeline on this machine (demo/): Kafka, three hosts each with an application writing
-# rotated logs and its agent, the Spark count and land jobs, the reconciler, the dashboard and an
-# alert receiver, with a live line per part; Ctrl-C or demo-down stops it. demo-fault runs the
-# fault drills against it. DEMO_ARGS: e.g. --dir DIR --base-port PORT.
+# The whole pipeline on this machine (demo/), in LinkedIn's topology: three hosts each with an
+# application writing rotated logs and its agent, writing to a local Kafka; MirrorMaker 2 copying
+# the data and the audit topic to an aggregate Kafka; a Spark count job on each cluster and the
+# land job from the aggregate; the reconciler reading the aggregate, the dashboard and an alert
+# receiver, with a live line per part; Ctrl-C or demo-down stops it all, the mirror and both
+# clusters included. demo-fault runs the fault drills against it (--only DRILL, repeatable; the
+# mirror drill stops the mirror). DEMO_ARGS: e.g. --dir DIR --base-port PORT (the demo takes
+# PORT to PORT+17).
 DEMO_ARGS ?=
 demo: setup
 	$(BIN)/python -m demo up $(DEMO_ARGS)
