@@ -6,12 +6,12 @@ import argparse
 import json
 import logging
 import sys
-import time
 import urllib.error
 import urllib.request
 from importlib.metadata import version
 
 from audit.contract.errors import print_error
+from docket_common.formats import utc_text
 
 from .buffer import PoolError
 from .config import EX_CONFIG, ConfigError, default_toml, load
@@ -100,7 +100,7 @@ def _locate(args) -> int:
           f"(numbers given so far: 0-{nxt - 1})")
     for run in runs:
         a, b = run["first_record"], run["first_record"] + run["records"] - 1
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(run["sealed_ms"] / 1000))
+        when = utc_text(run["sealed_ms"])
         if run["source_id"] is None:
             where = "a socket source"
         else:
@@ -196,7 +196,7 @@ def _status(args) -> int:
         print("  audit     off ([audit] enabled = false)")
     else:
         last = audit["last_emission_ms"]
-        when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last / 1000))
+        when = (utc_text(last)
                 if last else "none yet")
         print(f"  audit     to {audit['topic']}: last emission {when}, seq {audit['seq']}")
     for path, f in sorted(data["files"].items()):

@@ -39,8 +39,8 @@ from starlette.staticfiles import StaticFiles
 from audit.reconcile import config as rconfig
 from audit.reconcile.alerting import resolve_by_hand, snooze
 from audit.reconcile.store import Store, StoreMissing
-from audit.reconcile.verdict import utc_iso
 from audit.reconcile.watermark import watermark
+from docket_common.formats import percent, utc_iso
 
 from . import data
 
@@ -69,7 +69,7 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
     graph = data.Graph.read(config) if config else data.NOT_KNOWN
     env = Environment(loader=FileSystemLoader(HERE / "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
-    env.globals.update(iso=utc_iso, quote=lambda s: quote(str(s), safe=""), percent=_percent,
+    env.globals.update(iso=utc_iso, quote=lambda s: quote(str(s), safe=""), percent=percent,
                        ranges=list(RANGES), snoozes=list(SNOOZES), shade=_shade)
 
     def now_ms() -> int:
@@ -324,10 +324,3 @@ def _shade(cell: dict, measure: str) -> str:
             and whole < 1:
         return "upstream"
     return cell["state"]
-
-
-def _percent(value: float | None) -> str:
-    """Rounded down to a tenth of a percent, so a loss never shows 100.0%."""
-    if value is None:
-        return "–"
-    return f"{int(value * 1000) / 10:.1f}%"

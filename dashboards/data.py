@@ -28,11 +28,9 @@ from audit.reconcile.verdict import (
     current_by_origin,
     feeders_of,
     tier_order,
-    utc_iso,
 )
 from audit.reconcile.watermark import watermark
-
-STATES = ("complete", "incomplete", "overcount", "unknown", "pending", "open")
+from docket_common.formats import utc_iso
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,11 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 
+from docket_common.formats import utc_iso
+
 from . import config
 from .config import ChannelConfigError
-from .notification import Notification, idempotency_key, rfc3339
+from .notification import Notification, idempotency_key
 
 __all__ = ["AlertmanagerChannel", "Channel", "ChannelConfigError", "DeliveryFailed",
            "EmailChannel", "WebhookChannel", "channel_from_config"]
@@ -180,15 +182,15 @@ def alertmanager_alert(n: Notification, now_ms: int, firing_hold_ms: int,
     after ``now_ms``, a resolved one at ``resolved_at``."""
     labels = {"alertname": alertname(n.kind), "alert_class": n.alert_class,
               "severity": n.severity, "topic": n.topic,
-              "window": None if n.window_start is None else rfc3339(n.window_start),
+              "window": None if n.window_start is None else utc_iso(n.window_start),
               "tier": n.tier, "origin": n.origin, "owner": n.owner}
     alert = {
         "labels": {k: v for k, v in labels.items() if v is not None},
         "annotations": {"summary": n.summary,
                         "description": json.dumps(n.detail, sort_keys=True),
                         "alert_id": str(n.alert_id)},
-        "startsAt": rfc3339(n.fired_at, millis=True),
-        "endsAt": rfc3339(n.resolved_at if n.event == "resolved" else now_ms + firing_hold_ms,
+        "startsAt": utc_iso(n.fired_at, millis=True),
+        "endsAt": utc_iso(n.resolved_at if n.event == "resolved" else now_ms + firing_hold_ms,
                           millis=True),
     }
     if generator_url:

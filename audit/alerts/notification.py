@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
+
+from docket_common.formats import utc_iso, utc_minute
 
 VERSION = 1
 EVENTS = ("firing", "resolved")
@@ -30,19 +31,6 @@ def idempotency_key(alert_id: int, event: str, channel: str) -> str:
     """The key of one event of one alert on one channel: the same on every attempt and after a
     restart, so a receiver can drop a notification it already has."""
     return f"docket-{alert_id}-{event}-{channel}"
-
-
-def rfc3339(ms: int, *, millis: bool = False) -> str:
-    """``2026-11-23T07:10:00Z`` (``millis``: ``2026-11-23T07:10:00.123Z``), UTC."""
-    at = datetime.fromtimestamp(ms / 1000, UTC)
-    if millis:
-        return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def minute(ms: int) -> str:
-    """``2026-11-23T07:10Z``: a window start, short enough for a subject line."""
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
 @dataclass(frozen=True)
@@ -112,7 +100,7 @@ class Notification:
         """``FIRING loss app.events 2026-11-23T07:10Z kafka-local web-42``: what, where, when;
         absent parts left out."""
         parts = [self.event.upper(), self.kind, self.topic,
-                 None if self.window_start is None else minute(self.window_start),
+                 None if self.window_start is None else utc_minute(self.window_start),
                  self.tier, self.origin]
         return " ".join(p for p in parts if p)
 
@@ -120,9 +108,9 @@ class Notification:
         """(label, value) of every field but the summary and the detail, in reading order."""
         window = "—"
         if self.window_start is not None:
-            window = rfc3339(self.window_start)
+            window = utc_iso(self.window_start)
             if self.window_ms:
-                window += (f" to {rfc3339(self.window_start + self.window_ms)}"
+                window += (f" to {utc_iso(self.window_start + self.window_ms)}"
                            f" ({self.window_ms} ms)")
         return [
             ("Alert", f"{self.alert_id} ({self.alert_class} alert, {self.severity})"),
@@ -133,9 +121,9 @@ class Notification:
             ("Tier", self.tier or "—"),
             ("Origin", self.origin or "—"),
             ("Owner", self.owner or "—"),
-            ("Fired at", rfc3339(self.fired_at, millis=True)),
+            ("Fired at", utc_iso(self.fired_at, millis=True)),
             ("Resolved at", "—" if self.resolved_at is None
-             else rfc3339(self.resolved_at, millis=True)),
+             else utc_iso(self.resolved_at, millis=True)),
         ]
 
     def detail_lines(self) -> list[tuple[str, str]]:

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from audit.alerts.notification import Notification
 from audit.alerts.outbox import enqueue
 from audit.contract.record import PRODUCER_TIER
+from docket_common.formats import utc_iso as _iso
 
 from .config import ReconcileConfig
 from .store import Store, windows_by_topic
 from .verdict import COMPLETE, INCOMPLETE, MISMATCH, OVERCOUNT, UNKNOWN, TierVerdict
-from .verdict import utc_iso as _iso
 
 log = logging.getLogger("docket.audit.reconcile")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from audit.contract.errors import AuditError
 from audit.contract.settings import EX_CONFIG, ConfigError
+from docket_common.formats import utc_iso as _iso
 
 from . import config as rconfig
 from .store import Store
-from .verdict import utc_iso as _iso
 from .watermark import watermark
 
 DURATION = re.compile(r"\+(\d+)([smhd])")

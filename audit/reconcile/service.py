@@ -50,6 +50,7 @@ from audit.alerts.channels import channel_from_config
 from audit.alerts.outbox import Dispatcher
 from audit.contract.errors import AuditError, MalformedRecord
 from audit.contract.record import PRODUCER_TIER, AuditRecord, Ranges, parse
+from docket_common.formats import utc_iso
 
 from .alerting import (
     apply_conditions,
@@ -323,7 +324,8 @@ class Reconciler:
               offsets: dict[tuple[str, int], int],
               clock_offsets: dict[str, tuple[int, int]] | None = None) -> None:
         """One batch as read from the audit topic, in one transaction (``Store.apply``)."""
-        self.store.apply(records, malformed, offsets, _iso_now(self.clock()), clock_offsets)
+        self.store.apply(records, malformed, offsets, utc_iso(int(self.clock() * 1000)),
+                         clock_offsets)
         self.applied += len(records)
 
     def caught_up(self, ends: dict[int, int] | None = None) -> bool:
@@ -470,7 +472,3 @@ class Reconciler:
             scheduler.shutdown(wait=True)
             self.close()
             log.info("stopped after applying %d audit records", self.applied)
-
-
-def _iso_now(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")

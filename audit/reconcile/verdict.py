@@ -63,7 +63,6 @@ the worst of its origins' (incomplete, unknown, overcount, complete, in that ord
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -74,7 +73,8 @@ from audit.contract.record import PRODUCER_TIER, WAREHOUSE_TIER, AuditRecord
 OPEN, PENDING = "open", "pending"
 COMPLETE, INCOMPLETE, OVERCOUNT, UNKNOWN = "complete", "incomplete", "overcount", "unknown"
 STATES = (OPEN, PENDING, COMPLETE, INCOMPLETE, OVERCOUNT, UNKNOWN)
-_WORST_FIRST = (INCOMPLETE, UNKNOWN, OVERCOUNT, COMPLETE)
+# Every state, the worst first: what a row of tiers or origins shows is its worst one's.
+WORST_FIRST = (INCOMPLETE, UNKNOWN, OVERCOUNT, PENDING, OPEN, COMPLETE)
 MATCH, MISMATCH = "match", "mismatch"          # checksum states; None: not comparable
 UNKNOWN_FINAL_MS = 7 * 24 * 3600 * 1000        # an unknown verdict is final only after this
 
@@ -466,7 +466,7 @@ def _tier(topic: str, window_start: int, tier: str, final: bool,
         sum(o.distinct for o in origins)
     duplicates = None if distinct is None else count - distinct
     states = {o.state for o in origins}
-    state = next((s for s in _WORST_FIRST if s in states), COMPLETE)
+    state = next((s for s in WORST_FIRST if s in states), COMPLETE)
     checks = {o.checksum for o in origins}
     checksum = MISMATCH if MISMATCH in checks else (MATCH if checks <= {MATCH} else None)
     actual = distinct if distinct is not None else count
@@ -508,8 +508,3 @@ def _phase(state: str, now_ms: int, end: int, timing: Timing) -> str:
     if now_ms < end + timing.grace_ms and state != COMPLETE:
         return PENDING
     return state
-
-
-def utc_iso(ms: int) -> str:
-    """A time in ms since the epoch as people read it: 2026-11-23T07:10:00Z."""
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -10,24 +10,20 @@ down to a tenth of a percent, so a loss never shows as 100.0%.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from dataclasses import asdict, dataclass, field
+
+from docket_common.formats import percent_of, utc_iso, window_label
 
 from .store import Store
 from .verdict import (
     COMPLETE,
     INCOMPLETE,
     MISMATCH,
-    OPEN,
-    OVERCOUNT,
-    PENDING,
-    UNKNOWN,
+    WORST_FIRST,
     tier_order,
-    utc_iso,
 )
 
-_WORST_FIRST = (INCOMPLETE, UNKNOWN, OVERCOUNT, PENDING, OPEN, COMPLETE)
 MAX_ORIGINS_SHOWN = 3
 
 
@@ -75,7 +71,7 @@ class Verdict:
 
     def text(self) -> str:
         """``incomplete 99.0% kafka-local: 100 missing from web-2``"""
-        parts = [self.state, percent(self.actual, self.expected)]
+        parts = [self.state, percent_of(self.actual, self.expected)]
         shown = [_origin_text(o) for o in self.origins[:MAX_ORIGINS_SHOWN]]
         if len(self.origins) > MAX_ORIGINS_SHOWN:
             shown.append(f"{len(self.origins) - MAX_ORIGINS_SHOWN} more origins")
@@ -145,8 +141,8 @@ def _verdict(store: Store, topic: str, window_start: int,
              cells: list[TierCell | None]) -> Verdict:
     present = [c for c in cells if c is not None]
     worst = min(present, key=lambda c: (
-        _WORST_FIRST.index(c.state) if c.state in _WORST_FIRST else 0,
-        _per_mille(c.actual, c.expected) if c.expected else 1000,
+        WORST_FIRST.index(c.state),
+        c.actual * 1000 // c.expected if c.expected else 1000,
         present.index(c)))
     v = Verdict(worst.state, worst.tier, worst.expected, worst.actual, worst.completeness)
     if worst.state != COMPLETE:
@@ -169,24 +165,6 @@ def _origin_text(o: OriginNote) -> str:
     if o.missing:
         return f"{o.missing} not seen yet from {o.origin}"
     return f"{o.origin}: {o.reason or o.state}"
-
-
-def _per_mille(actual: int, expected: int) -> int:
-    return actual * 1000 // expected
-
-
-def percent(actual: int, expected: int) -> str:
-    """actual / expected as a percentage with one decimal, rounded down (99.99% is 99.9%)."""
-    if not expected:
-        return "100.0%" if actual == 0 else "-"
-    pm = _per_mille(actual, expected)
-    return f"{pm // 10}.{pm % 10}%"
-
-
-def window_label(ms: int) -> str:
-    """A window's start as people read it: 2026-11-23T07:10Z (seconds only when not 0)."""
-    t = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ" if t.second or t.microsecond else "%Y-%m-%dT%H:%MZ")
 
 
 def render_text(topics: list[TopicRows]) -> str:

@@ -13,7 +13,7 @@ import pytest
 from audit.cli import EXIT_UNAVAILABLE, main
 from audit.reconcile.service import evaluate
 from audit.reconcile.store import Store
-from audit.reconcile.view import window_label
+from docket_common.formats import window_label
 from tests.unit.reconcilekit import MIN, W, cfg, count, lossy_window, progress
 
 NOW = int(time.time() * 1000)
