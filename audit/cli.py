@@ -26,7 +26,7 @@ from pathlib import Path
 from docket_common.dirs import docket_state_dir
 
 from .contract.errors import AuditError, BrokerUnreachable, print_error
-from .contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
+from .contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS, RECONCILE_GROUP
 from .reconcile.commands import UNIT_MS
 from .reconcile.commands import add_parsers as add_reconcile_parsers
 
@@ -105,6 +105,10 @@ def _parser() -> argparse.ArgumentParser:
                         "topic and window, the tiers side by side, and a verdict (no Kafka)")
     source.add_argument("--bootstrap-servers", help="read the audit topic on this cluster")
     s.add_argument("--audit-topic", default=AUDIT_TOPIC)
+    s.add_argument("--kafka-config", type=Path, default=None, metavar="FILE",
+                   help="with --bootstrap-servers on a secured cluster: a TOML file whose "
+                   "[kafka] table says how to log in (docs/security.md), e.g. the "
+                   "reconciler's user; it reads in the reconciler's group, committing nothing")
     s.add_argument("--topic", default=None, help="only this data topic")
     s.add_argument("--since", default=None, metavar="DURATION", help="with --db: the windows "
                    "that started within this long, e.g. 30m, 2h, 7d (default 24h)")
@@ -139,11 +143,9 @@ def _kafka_security(path: Path | None):
     """The ``[kafka]`` security settings of ``--kafka-config FILE`` (checked), or None."""
     if path is None:
         return None
-    from .contract.kafka_security import check_settings, settings
-    from .contract.settings import load_toml, parse_sections
+    from .contract.kafka_security import read_kafka_config
 
-    values = parse_sections(load_toml(path), settings("kafka"))
-    return check_settings(values, "kafka", "kafka.librdkafka_options")
+    return read_kafka_config(path)
 
 
 def _job_options(args, default_ckpt: Path):
@@ -189,8 +191,10 @@ def _show(args) -> int:
 
 
 def _show_db(args) -> int:
+    from docket_common.formats import window_label
+
     from .reconcile.store import Store
-    from .reconcile.view import render_json, render_text, window_label, window_rows
+    from .reconcile.view import render_json, render_text, window_rows
 
     since_ms = int(time.time() * 1000) - _duration_ms(args.since or "24h", "--since")
     store = Store(args.db, readonly=True)
@@ -217,7 +221,11 @@ def _show_topic(args) -> int:
 
     # librdkafka's lines (one per failed connection) only when asked for
     librdkafka_log.setLevel(logging.DEBUG if args.log_level == "debug" else logging.CRITICAL)
-    state = read_audit_topic(args.bootstrap_servers, args.audit_topic,
+    security = _kafka_security(args.kafka_config)
+    conf = {}
+    if security is not None and security.secured:    # the reconcile role's group ACL
+        conf = {**security.librdkafka_properties(), "group.id": RECONCILE_GROUP}
+    state = read_audit_topic(args.bootstrap_servers, args.audit_topic, conf=conf,
                              connect_timeout_s=SHOW_CONNECT_TIMEOUT_S)
     rows = sorted((r for r in state.counts.values() if args.topic in (None, r.topic)),
                   key=lambda r: (r.topic, r.window_start, r.origin, r.tier))

@@ -136,8 +136,11 @@ def ensure_audit_topic(bootstrap_servers: str, name: str = AUDIT_TOPIC, partitio
     return bool(ensure_topics(bootstrap_servers, [spec], client=client))
 
 
-def list_topics(bootstrap_servers: str, timeout_s: float = 10) -> dict[str, tuple[int, int]]:
-    admin = admin_client(bootstrap_servers)
+def list_topics(bootstrap_servers: str, timeout_s: float = 10,
+                client: dict | None = None) -> dict[str, tuple[int, int]]:
+    """Every topic but Kafka's own: (partitions, replication factor). ``client``: as
+    ``ensure_topics``'."""
+    admin = admin_client(bootstrap_servers, client)
     md = admin.list_topics(timeout=timeout_s)
     out = {}
     for name, t in md.topics.items():

@@ -7,10 +7,12 @@ import dataclasses
 import json
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
 from confluent_kafka import KafkaException
 
-from audit.contract.errors import print_error
+from audit.contract.errors import DocketError, print_error
+from audit.contract.kafka_security import read_kafka_config
 from audit.contract.names import AUDIT_TOPIC
 
 from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, admin_client, ensure_topics, list_topics
@@ -133,6 +135,11 @@ def _parser() -> argparse.ArgumentParser:
                      "'' copies no audit topic")
     mup.add_argument("--source-bootstrap", help="default: the named cluster --source")
     mup.add_argument("--target-bootstrap", help="default: the named cluster --target")
+    for side in ("source", "target"):
+        mup.add_argument(f"--{side}-kafka-config", type=Path, metavar="FILE",
+                         help=f"how the mirror reaches --{side}-bootstrap: a TOML file's "
+                         "[kafka] table (docs/security.md); a named secured cluster's own "
+                         "mirror user by default")
     mup.add_argument("--refresh-s", type=int, default=5,
                      help="how soon a new topic matching --topics is copied (default 5)")
     mup.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
@@ -190,33 +197,56 @@ def _config_pairs(pairs: list[str], option: str = "--config",
     return out
 
 
-def _named_bootstrap(name: str) -> str:
+@dataclasses.dataclass(frozen=True)
+class _End:
+    """One end of a mirror: its bootstrap servers, how the mirror reaches it (a ``[kafka]``
+    table), and the admin's librdkafka settings when docket knows them (a named cluster)."""
+    bootstrap: str
+    security: dict[str, str]
+    admin: dict[str, str] | None
+
+
+def _mirror_end(args, side: str) -> _End:
+    bootstrap = getattr(args, f"{side}_bootstrap")
+    config = getattr(args, f"{side}_kafka_config")
+    if bootstrap:
+        table = read_kafka_config(config).table() if config else {}
+        return _End(bootstrap, table, None)
+    if config:
+        raise BrokerError(f"--{side}-kafka-config goes with --{side}-bootstrap",
+                          hint=f"a named cluster's mirror user is known: drop --{side}-"
+                          "kafka-config, or name the cluster by its bootstrap servers")
+    name = getattr(args, side)
     cluster = LocalCluster(default_data_dir(name))
     layout = cluster.layout()
     if layout is None or not cluster.running_nodes():
         raise BrokerError(f"no cluster named {name!r} is running",
                           hint=f"start it with `docket-broker --name {name} up`, or pass its "
                           "bootstrap servers")
-    if layout.security != PLAINTEXT:
-        raise BrokerError(f"the cluster {name!r} is secured ({layout.security}); "
-                          "`docket-broker mirror` copies between plaintext clusters only yet",
-                          hint="the mirror's ACLs and client settings are in docs/security.md")
-    return layout.bootstrap_servers
+    if layout.security == PLAINTEXT:
+        return _End(layout.bootstrap_servers, {}, None)
+    security = cluster.security(layout)
+    return _End(layout.bootstrap_servers, security.docket_settings("mirror"),
+                cluster.client_settings(ADMIN))
 
 
 def run_mirror(args) -> int:
     mirror = Mirror.named(args.source, args.target) if args.mirror_command != "status" else None
     if args.mirror_command == "up":
-        source = args.source_bootstrap or _named_bootstrap(args.source)
-        target = args.target_bootstrap or _named_bootstrap(args.target)
-        spec = MirrorSpec(args.source, args.target, source, target, args.topics,
-                          audit_topic=args.audit_topic or None, refresh_s=args.refresh_s,
-                          properties=_config_pairs(args.property, "--property", "tasks.max=2"))
-        brokers = len(admin_client(target).list_topics(timeout=10).brokers)
+        source, target = _mirror_end(args, "source"), _mirror_end(args, "target")
+        spec = MirrorSpec(args.source, args.target, source.bootstrap, target.bootstrap,
+                          args.topics, audit_topic=args.audit_topic or None,
+                          refresh_s=args.refresh_s,
+                          properties=_config_pairs(args.property, "--property", "tasks.max=2"),
+                          source_security=source.security, target_security=target.security)
+        conf = spec.client_conf("target")
+        brokers = len(admin_client(conf.pop("bootstrap.servers"), conf)
+                      .list_topics(timeout=10).brokers)
         spec = dataclasses.replace(spec, replication_factor=3 if brokers >= 3 else 1)
-        mirror.up(spec, timeout_s=args.timeout_s)
-        print(f"mirroring '{spec.pattern}' from {args.source} ({source}) to {args.target} "
-              f"({target}); log in {mirror.log_file}")
+        mirror.up(spec, timeout_s=args.timeout_s, admin=target.admin)
+        print(f"mirroring '{spec.pattern}' from {args.source} ({source.bootstrap}, "
+              f"{spec.security('source').describe()}) to {args.target} ({target.bootstrap}, "
+              f"{spec.security('target').describe()}); log in {mirror.log_file}")
     elif args.mirror_command == "down":
         pid = mirror.down()
         print(f"stopped the mirror {args.source} -> {args.target}" if pid
@@ -382,13 +412,8 @@ def run(args) -> int:
             spec = TopicSpec(args.name, args.partitions, args.replication_factor, config)
             created = ensure_topics(bootstrap, [spec], client=admin)
             print(f"{'created' if created else 'exists'}: {args.name}")
-        elif admin is not None:
-            raise BrokerError(f"the cluster in {cluster.data_dir} is secured; `topic list` "
-                              "speaks only to plaintext clusters yet",
-                              hint="list them as the admin user: `docket-broker settings "
-                              "--user admin` (docs/security.md)")
         else:
-            for name, (partitions, replicas) in list_topics(bootstrap).items():
+            for name, (partitions, replicas) in list_topics(bootstrap, client=admin).items():
                 print(f"{name}\tpartitions={partitions}\treplication_factor={replicas}")
     return 0
 
@@ -397,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return run(args)
-    except BrokerError as exc:
+    except DocketError as exc:          # BrokerError, and ConfigError of a --*-kafka-config
         print_error(exc, "docket-broker: error")
         return 1
     except KafkaException as exc:

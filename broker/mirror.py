@@ -5,11 +5,15 @@ properties file for MirrorMaker 2's dedicated mode (``org.apache.kafka.connect.m
 MirrorMaker``, what Kafka's ``connect-mirror-maker.sh`` runs) and starts it in the background.
 Layout of a mirror's folder (``mirrors_dir()/<source>.<target>``)::
 
-    mirror.json           source, target, their bootstrap servers, the topic pattern
-    mm2.properties        generated from mirror.json
+    mirror.json           source, target, their bootstrap servers, the topic pattern, how
+                          each cluster is reached (security settings: files, no secret)
+    mm2.properties        generated from mirror.json; mode 0600: a secured cluster's JAAS
+                          line or private key is in it
     log4j2.properties     MirrorMaker 2's log goes to logs/mirror.log
     stdout.log, pid       the JVM's own output, its pid
     watch/stdout.log, pid the watcher's log and pid (below)
+    watch/source.toml     a secured source's or target's settings for the watcher
+    watch/target.toml     (``--kafka-config`` files, mode 0600)
 
 The replication policy is the identity policy (``IdentityReplicationPolicy``): a topic keeps its
 name on the target, so every tier (the local cluster, the aggregate, the warehouse) speaks of
@@ -27,6 +31,11 @@ Python process of its own): it appends to the target's audit topic how far the m
 copied, in positions, which is how a count job on the target (``--mirror-target``) knows it has
 read the data an audit record counts (MirrorMaker 2 copies partitions in no order among them).
 Killing the mirror (``kill``, a drill) leaves the watcher running: it waits for the mirror.
+
+On secured clusters (docs/security.md) MirrorMaker 2 and the watcher log in as the mirror's
+user on both ends, with the ``mirror`` role's ACLs; the audit topic on the target is created
+by the target's admin (``up``'s ``admin``). Passwords are read from their files at each
+``up``: a password changed is taken by stopping the mirror and starting it again.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from audit.contract.kafka_security import KafkaSecurity, kafka_config_text
 from docket_common.dirs import docket_state_dir
 from docket_common.procs import alive, process_state, reap
 
@@ -48,6 +58,7 @@ from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, admin_client, describe, ensure
 from .cluster import check_name, java_command, spawn, wait_gone, write_log_config
 from .errors import BrokerError, ClusterStartFailed
 from .libs import ensure_kafka_libs
+from .security import write_private
 
 MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
@@ -75,8 +86,14 @@ class MirrorSpec:
     refresh_s: int = 5                 # how soon a new topic matching ``topics`` is copied
     replication_factor: int = 1        # of the topics MirrorMaker 2 creates on the target
     properties: dict[str, str] = field(default_factory=dict)   # set over the generated ones
+    # How the mirror (MirrorMaker 2 and its watcher) reaches each cluster: docket's security
+    # settings as a ``[kafka]`` table holds them (audit.contract.kafka_security), files only.
+    source_security: dict[str, str] = field(default_factory=dict)
+    target_security: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.security("source")
+        self.security("target")
         check_name(self.source)
         check_name(self.target)
         if self.source == self.target:
@@ -91,6 +108,17 @@ class MirrorSpec:
         if self.refresh_s < 1:
             raise BrokerError(f"--refresh-s must be at least 1, not {self.refresh_s}")
 
+    def security(self, side: str) -> KafkaSecurity:
+        """How the mirror reaches its ``side`` (source | target), checked for form."""
+        table = self.source_security if side == "source" else self.target_security
+        return KafkaSecurity.from_table(table, f"mirror.{side}")
+
+    def client_conf(self, side: str) -> dict[str, str]:
+        """librdkafka's settings reaching ``side`` as the mirror (reads its secret files)."""
+        bootstrap = self.source_bootstrap if side == "source" else self.target_bootstrap
+        return {"bootstrap.servers": bootstrap,
+                **self.security(side).librdkafka_properties()}
+
     @property
     def pattern(self) -> str:
         """The topics copied: ``topics``, and the audit topic if named."""
@@ -101,7 +129,9 @@ class MirrorSpec:
     def properties_text(self) -> str:
         """``mm2.properties``: one flow, ``source->target``, the identity policy, every topic
         MirrorMaker 2 creates replicated ``replication_factor`` times, no consumer-group or ACL
-        synchronisation (docket's jobs keep their own offsets on each cluster)."""
+        synchronisation (docket's jobs keep their own offsets on each cluster). A secured
+        cluster's Java client settings go under its alias: they hold its secrets (a JAAS line,
+        a private key), so the file is written for its owner alone."""
         s, t, rf = self.source, self.target, self.replication_factor
         props = {
             "clusters": f"{s}, {t}",
@@ -128,6 +158,8 @@ class MirrorSpec:
             # The copies are written as docket's agents write: idempotent, all replicas.
             f"{t}.producer.enable.idempotence": "true",
             f"{t}.producer.acks": "all",
+            **{f"{s}.{k}": v for k, v in self.security("source").java_properties().items()},
+            **{f"{t}.{k}": v for k, v in self.security("target").java_properties().items()},
             **self.properties,
         }
         return "".join(f"{k} = {_escaped(str(v))}\n" for k, v in props.items())
@@ -200,24 +232,36 @@ class Mirror:
                "--source-bootstrap", spec.source_bootstrap,
                "--target-bootstrap", spec.target_bootstrap, "--topics", spec.pattern,
                "--audit-topic", spec.audit_topic]
+        for side in ("source", "target"):
+            security = spec.security(side)
+            if security.secured:            # its files, as the Spark jobs' --kafka-config
+                config = self.watch_folder / f"{side}.toml"
+                write_private(config, kafka_config_text(security))
+                cmd += [f"--{side}-kafka-config", str(config)]
         self._watch = spawn(cmd, self.watch_folder, self.die_with_parent,
                             f"the watcher of the mirror {spec.source} -> {spec.target}")
 
-    def up(self, spec: MirrorSpec, timeout_s: float = 120.0) -> None:
+    def up(self, spec: MirrorSpec, timeout_s: float = 120.0,
+           admin: dict[str, str] | None = None) -> None:
         """Start copying as ``spec`` says (the audit topic first created on the target), and
         return once MirrorMaker 2 has joined the target cluster (its offset store is there);
-        with the audit topic, its watcher too."""
+        with the audit topic, its watcher too. ``admin``: librdkafka's settings creating the
+        audit topic on the target (a secured cluster's admin; default: the mirror's own)."""
         if self.pid() is not None:
             raise BrokerError(f"a mirror is already running from {self.folder}",
                               hint="stop it first with `docket-broker mirror down`")
         if spec.audit_topic is not None:     # as many partitions as the source's: copied 1:1
-            held = describe(admin_client(spec.source_bootstrap), spec.audit_topic)
+            source = spec.client_conf("source")
+            held = describe(admin_client(source.pop("bootstrap.servers"), source),
+                            spec.audit_topic)
+            target = admin or spec.client_conf("target")
             ensure_topics(spec.target_bootstrap, [TopicSpec(
-                spec.audit_topic, held[0] if held else 3, -1, AUDIT_TOPIC_CONFIG)])
+                spec.audit_topic, held[0] if held else 3, -1, AUDIT_TOPIC_CONFIG)],
+                client={k: v for k, v in target.items() if k != "bootstrap.servers"})
         libs = ensure_kafka_libs()
         self.folder.mkdir(parents=True, exist_ok=True)
         self.spec_file.write_text(spec.to_json())
-        (self.folder / "mm2.properties").write_text(spec.properties_text())
+        write_private(self.folder / "mm2.properties", spec.properties_text())
         write_log_config(self.folder, "mirror.log")
         cmd = java_command(libs, MAIN, str(self.folder / "mm2.properties"), heap=HEAP,
                            folder=self.folder)
@@ -231,7 +275,8 @@ class Mirror:
             raise
 
     def _wait_joined(self, spec: MirrorSpec, timeout_s: float) -> None:
-        admin = admin_client(spec.target_bootstrap)
+        target = spec.client_conf("target")
+        admin = admin_client(target.pop("bootstrap.servers"), target)
         store = f"mm2-offsets.{spec.source}.internal"
         deadline = time.monotonic() + timeout_s
         while True:
@@ -267,12 +312,13 @@ class Mirror:
         elif not wait_gone(pid, 30):
             raise BrokerError(f"the mirror (pid {pid}) outlived SIGKILL for 30 s")
 
-    def start(self, timeout_s: float = 120.0) -> None:
-        """Start again what ``up`` started last (after ``kill`` or ``down``)."""
+    def start(self, timeout_s: float = 120.0, admin: dict[str, str] | None = None) -> None:
+        """Start again what ``up`` started last (after ``kill`` or ``down``), its secured
+        clusters' settings read again from their files."""
         spec = self.spec()
         if spec is None:
             raise BrokerError(f"no mirror was ever started from {self.folder}")
-        self.up(spec, timeout_s)
+        self.up(spec, timeout_s, admin)
 
     def status(self) -> dict | None:
         spec = self.spec()

@@ -61,7 +61,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from audit.contract.names import AUDIT_TOPIC
+from audit.contract.names import AUDIT_TOPIC, RECONCILE_GROUP
 
 from .errors import BrokerError, SecuritySetupFailed
 
@@ -92,7 +92,7 @@ def check_user(user: str) -> str:
     return user
 
 
-def _write_private(path: Path, data: str) -> None:
+def write_private(path: Path, data: str) -> None:
     """``data`` into a new file only its owner can read (created 0600, never wider)."""
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -192,23 +192,23 @@ class Security:
         broker_key = self.folder / "broker.key"
         self._new_key(broker_key)
         broker_cert = self._sign(BROKER, broker_key, self.folder / "broker.crt", server=True)
-        _write_private(self.broker_keystore, broker_key.read_text() + broker_cert.read_text())
+        write_private(self.broker_keystore, broker_key.read_text() + broker_cert.read_text())
         broker_key.unlink()
         broker_cert.unlink()
         for user in (*USERS, BROKER):
             if self.mode == SASL_SSL:
-                _write_private(self.password_file(user), secrets.token_urlsafe(24))
+                write_private(self.password_file(user), secrets.token_urlsafe(24))
             elif user != BROKER:
                 self._new_key(self.key_file(user))
                 self._sign(user, self.key_file(user), self.cert_file(user), server=False)
-                _write_private(self.keystore_file(user), self.key_file(user).read_text()
+                write_private(self.keystore_file(user), self.key_file(user).read_text()
                                + self.cert_file(user).read_text())
         (self.folder / "ca.srl").unlink(missing_ok=True)
 
     @staticmethod
     def _new_key(path: Path) -> None:
         """An EC P-256 key in PKCS#8 (what Kafka's PEM keystore reads), 0600."""
-        _write_private(path, "")
+        write_private(path, "")
         _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
                  "-out", str(path))
         os.chmod(path, 0o600)
@@ -356,15 +356,6 @@ class Security:
                         "ssl_key_file": str(self.key_file(user))})
         return out
 
-    def mirror_properties(self, alias: str, user: str = "mirror") -> dict[str, str]:
-        """MirrorMaker 2's properties reaching this cluster (its alias ``alias``) as ``user``:
-        the Java client properties prefixed with the alias, the config provider top-level
-        (MirrorMaker 2 resolves ``${dir:...}`` with the providers of the whole file)."""
-        out = {}
-        for key, value in self.java_client_properties(user).items():
-            out[key if key.startswith("config.providers") else f"{alias}.{key}"] = value
-        return out
-
 
 def _jaas(user: str, password: str) -> str:
     return (f'org.apache.kafka.common.security.scram.ScramLoginModule required '
@@ -382,7 +373,7 @@ def write_argument_file(path: Path, args: list[str]) -> None:
     """``args`` as a ``java @FILE`` argument file (0600): each one quoted, ``\\`` and ``"``
     escaped, so that spaces in paths survive."""
     quoted = ['"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"' for a in args]
-    _write_private(path, "\n".join(quoted) + "\n")
+    write_private(path, "\n".join(quoted) + "\n")
 
 
 # -- ACLs ---------------------------------------------------------------------------------------
@@ -422,7 +413,7 @@ ROLE_GRANTS: dict[str, RoleGrants] = {
     "reconcile": (("audit", ("Read",)), ("groups", ("Read",))),
 }
 # The default consumer groups of a role ("groups" above); --group/--group-prefix replace them.
-ROLE_GROUPS: dict[str, tuple[str, ...]] = {"reconcile": ("docket-reconcile",)}
+ROLE_GROUPS: dict[str, tuple[str, ...]] = {"reconcile": (RECONCILE_GROUP,)}
 CATCH_UP_PREFIX = "docket-caught-up-"
 WATCH_PREFIX = "docket-mirror-watch-"
 

@@ -116,9 +116,3 @@ def kafka_sasl(tmp_path_factory):
 def kafka_mtls(tmp_path_factory):
     """A 1-broker cluster with an SSL listener requiring client certificates, ACLs enforced."""
     yield from _secured(tmp_path_factory, "kafka_mtls", "mtls")
-
-
-@pytest.fixture(scope="session")
-def kafka_sasl_aggregate(tmp_path_factory):
-    """A second SASL_SSL cluster beside ``kafka_sasl``: the target of a secured mirror."""
-    yield from _secured(tmp_path_factory, "kafka_sasl_aggregate", "sasl_ssl")

@@ -26,12 +26,13 @@ built from the password file: never on a command line, where ``ps`` would show i
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .settings import ConfigError, Setting
+from .settings import ConfigError, Setting, load_toml, parse_sections
 
 PROTOCOLS = ("plaintext", "ssl", "sasl_ssl")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
@@ -156,33 +157,59 @@ class KafkaSecurity:
                                                    self.key_password_file)
         return conf
 
-    def spark_options(self) -> dict[str, str]:
-        """Spark's Kafka source and sink options (``kafka.``-prefixed Java client settings):
-        PEM files, and for SASL a JAAS line with the password read from its file."""
+    def java_properties(self) -> dict[str, str]:
+        """The Java client's properties (MirrorMaker 2's, and Spark's under ``kafka.``): PEM
+        files, and for SASL a JAAS line with the password read from its file. They hold
+        secrets: never on a command line, only in a file its owner alone can read."""
         if not self.secured:
             return {}
-        opts = {"kafka.security.protocol": self.protocol.upper()}
+        props = {"security.protocol": self.protocol.upper()}
         if self.protocol == "sasl_ssl":
             password = read_secret(f"{self.section}.sasl_password_file", self.password_file)
             module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
                       if self.mechanism == "PLAIN" else
                       "org.apache.kafka.common.security.scram.ScramLoginModule")
-            opts["kafka.sasl.mechanism"] = self.mechanism
-            opts["kafka.sasl.jaas.config"] = (f'{module} required username="{_jaas(self.username)}"'
-                                              f' password="{_jaas(password)}";')
+            props["sasl.mechanism"] = self.mechanism
+            props["sasl.jaas.config"] = (f'{module} required username="{_jaas(self.username)}"'
+                                         f' password="{_jaas(password)}";')
         if self.ca_file:
-            opts["kafka.ssl.truststore.type"] = "PEM"
-            opts["kafka.ssl.truststore.location"] = resolve(self.ca_file)
+            props["ssl.truststore.type"] = "PEM"
+            props["ssl.truststore.location"] = resolve(self.ca_file)
         if self.certificate_file:
             # The Java client takes a PEM key store as one file: the key, then the chain.
-            opts["kafka.ssl.keystore.type"] = "PEM"
-            opts["kafka.ssl.keystore.certificate.chain"] = Path(
+            props["ssl.keystore.type"] = "PEM"
+            props["ssl.keystore.certificate.chain"] = Path(
                 resolve(self.certificate_file)).read_text()
-            opts["kafka.ssl.keystore.key"] = Path(resolve(self.key_file)).read_text()
+            props["ssl.keystore.key"] = Path(resolve(self.key_file)).read_text()
             if self.key_password_file:
-                opts["kafka.ssl.key.password"] = read_secret(
+                props["ssl.key.password"] = read_secret(
                     f"{self.section}.ssl_key_password_file", self.key_password_file)
-        return opts
+        return props
+
+    def spark_options(self) -> dict[str, str]:
+        """Spark's Kafka source and sink options: ``java_properties`` under ``kafka.``."""
+        return {f"kafka.{k}": v for k, v in self.java_properties().items()}
+
+    def table(self) -> dict[str, str]:
+        """The settings that are set, by their keys within the section: what a ``[kafka]``
+        table of ``--kafka-config`` holds (files, never a secret)."""
+        keys = ("security_protocol", "sasl_mechanism", "sasl_username", "sasl_password_file",
+                "ssl_ca_file", "ssl_certificate_file", "ssl_key_file", "ssl_key_password_file")
+        values = (self.protocol, self.mechanism if self.protocol == "sasl_ssl" else None,
+                  self.username, self.password_file, self.ca_file, self.certificate_file,
+                  self.key_file, self.key_password_file)
+        return {k: v for k, v in zip(keys, values, strict=True) if v}
+
+    @classmethod
+    def from_table(cls, table: dict, section: str = "kafka") -> KafkaSecurity:
+        """From one table's keys (``table``'s inverse), checked for form."""
+        unknown = sorted(set(table) - {s.key[len(section) + 1:] for s in settings(section)})
+        if unknown:
+            raise ConfigError(f"{section}.{unknown[0]}", "not a security setting",
+                              hint="the keys are in docs/security.md")
+        security = cls.from_values({f"{section}.{k}": v for k, v in table.items()}, section)
+        security.check_form()
+        return security
 
     def describe(self) -> str:
         """What status and logs may show: the protocol, the user, the files — no secret."""
@@ -223,6 +250,18 @@ def check_settings(values: dict, section: str, options_key: str,
                               hint=f"set security once: with the [{section}] security keys, "
                               "or (for what they do not cover) here alone")
     return security
+
+
+def read_kafka_config(path: str | Path) -> KafkaSecurity:
+    """The ``[kafka]`` table of ``--kafka-config FILE`` (the Spark jobs', the mirror's watcher's),
+    checked: its form and its files."""
+    values = parse_sections(load_toml(path), settings("kafka"))
+    return check_settings(values, "kafka", "kafka.librdkafka_options")
+
+
+def kafka_config_text(security: KafkaSecurity) -> str:
+    """A ``--kafka-config`` file's text holding ``security`` (``read_kafka_config`` reads it)."""
+    return "[kafka]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in security.table().items())
 
 
 SECRET_KEYS = ("sasl.password", "ssl.key.password", "kafka.sasl.jaas.config",

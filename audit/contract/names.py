@@ -7,6 +7,7 @@ count per origin and record number. A rename here is a change of the contract be
 
 AUDIT_TOPIC = "docket.audit"                # the audit topic's default name
 DEFAULT_WINDOW_MS = 600_000                 # window = [floor(ts / w) * w, + w) ms, UTC
+RECONCILE_GROUP = "docket-reconcile"        # the reconciler's consumer group (its ACL's too)
 
 # Record headers.
 ORIGIN_HEADER = "docket-origin"             # the agent id (UTF-8)

@@ -38,13 +38,16 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from ..contract.errors import MalformedRecord
+from ..contract.errors import MalformedRecord, print_error
+from ..contract.kafka_security import read_kafka_config
 from ..contract.names import AUDIT_TOPIC
 from ..contract.record import MIRROR_TIER, CaughtUp, parse
+from ..contract.settings import ConfigError
 from .catchup import Mark, Source, grown_marks, marks_of, merge_marks, mirror_emitter
 
 log = logging.getLogger("docket.mirror")
@@ -66,25 +69,26 @@ class MirrorWatch:
 
     def __init__(self, *, source: str, target: str, source_bootstrap: str,
                  target_bootstrap: str, pattern: str, audit_topic: str = AUDIT_TOPIC,
-                 client_options: dict | None = None):
+                 source_options: dict | None = None, target_options: dict | None = None):
+        """``source_options``, ``target_options``: further librdkafka settings reaching each
+        cluster (a secured one's, ``KafkaSecurity.librdkafka_properties``)."""
         self.source, self.target = source, target
         self.pattern = re.compile(pattern)
         self.audit_topic = audit_topic
         self.emitter = mirror_emitter(source, target)
         self.incarnation = uuid.uuid4().hex[:12]
         base = {"enable.auto.commit": False, "enable.partition.eof": True,
-                "group.id": f"docket-mirror-watch-{self.incarnation}", **(client_options or {})}
-        self._audit = Consumer({"bootstrap.servers": source_bootstrap,
-                                "isolation.level": "read_committed", **base}, logger=log)
-        self._store = Consumer({"bootstrap.servers": target_bootstrap, **base}, logger=log)
-        self._source_admin = AdminClient({"bootstrap.servers": source_bootstrap,
-                                          **(client_options or {})}, logger=log)
-        self._target_admin = AdminClient({"bootstrap.servers": target_bootstrap,
-                                          **(client_options or {})}, logger=log)
-        self._producer = Producer({"bootstrap.servers": target_bootstrap, "acks": "all",
-                                   "enable.idempotence": True, "linger.ms": 5,
-                                   "client.id": f"docket-{self.emitter}",
-                                   **(client_options or {})}, logger=log)
+                "group.id": f"docket-mirror-watch-{self.incarnation}"}
+        source = {"bootstrap.servers": source_bootstrap, **(source_options or {})}
+        target = {"bootstrap.servers": target_bootstrap, **(target_options or {})}
+        self._audit = Consumer({**source, "isolation.level": "read_committed", **base},
+                               logger=log)
+        self._store = Consumer({**target, **base}, logger=log)
+        self._source_admin = AdminClient(source, logger=log)
+        self._target_admin = AdminClient(target, logger=log)
+        self._producer = Producer({**target, "acks": "all", "enable.idempotence": True,
+                                   "linger.ms": 5, "client.id": f"docket-{self.emitter}"},
+                                  logger=log)
         self.held: dict[Source, Mark] = {}          # read in the source's audit topic
         self.published: dict[Source, Mark] = {}
         self.copied: dict[tuple[str, int], int] = {}  # (topic, partition) → last offset copied
@@ -286,16 +290,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topics", required=True, help="the mirror's topic pattern")
     ap.add_argument("--audit-topic", default=AUDIT_TOPIC)
     ap.add_argument("--interval-s", type=float, default=2.0)
+    for side in ("source", "target"):
+        ap.add_argument(f"--{side}-kafka-config", type=Path, default=None, metavar="FILE",
+                        help=f"how to reach the {side} cluster: a TOML file's [kafka] table "
+                        "(docs/security.md), as the Spark jobs' --kafka-config")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        options = {side: read_kafka_config(path).librdkafka_properties() if path else {}
+                   for side, path in (("source", args.source_kafka_config),
+                                      ("target", args.target_kafka_config))}
+    except ConfigError as exc:
+        print_error(exc, "docket mirror watcher: error")
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     watch = MirrorWatch(source=args.source, target=args.target,
                         source_bootstrap=args.source_bootstrap,
                         target_bootstrap=args.target_bootstrap, pattern=args.topics,
-                        audit_topic=args.audit_topic)
+                        audit_topic=args.audit_topic, source_options=options["source"],
+                        target_options=options["target"])
     log.info("watching the mirror %s -> %s (topics %s)", args.source, args.target, args.topics)
     try:
         while not stop.is_set():

@@ -19,7 +19,7 @@ from typing import Any
 from audit.contract.kafka_security import KafkaSecurity
 from audit.contract.kafka_security import check_settings as check_security
 from audit.contract.kafka_security import settings as security_settings
-from audit.contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
+from audit.contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS, RECONCILE_GROUP
 from audit.contract.record import PRODUCER_TIER
 from audit.contract.settings import (
     ConfigError,
@@ -38,7 +38,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("reconcile.bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers of "
             "the cluster holding the audit topic (`--bootstrap-servers` overrides it)."),
     Setting("reconcile.audit_topic", str, AUDIT_TOPIC, "The audit topic every tier writes to."),
-    Setting("reconcile.group_id", str, "docket-reconcile", "Consumer group under which the "
+    Setting("reconcile.group_id", str, RECONCILE_GROUP, "Consumer group under which the "
             "reconciler commits the offsets it has applied (for lag monitoring; the offsets it "
             "resumes from are the ones stored in its database)."),
     *security_settings("reconcile"),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -26,10 +25,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.cluster import LocalCluster, java_command, spawn, wait_gone, write_log_config
-from broker.libs import ensure_kafka_libs
-from broker.mirror import MAIN as MIRROR_MAIN
-from broker.mirror import MirrorSpec
+from broker.cluster import LocalCluster
+from broker.mirror import Mirror, MirrorSpec
 from broker.security import BROKER, USERS, Scope, grant, list_acls, revoke, role_acls
 from tests.conftest import SecuredKafka
 
@@ -380,8 +377,9 @@ def test_up_secured_by_name_prints_the_settings_and_a_restart_keeps_the_credenti
         created = run("topic", "ensure", "app.events", "--partitions", "1")   # as admin
         assert created.returncode == 0 and "created: app.events" in created.stdout, \
             created.stderr
-        listing = run("topic", "list")
-        assert listing.returncode == 1 and "is secured" in listing.stderr
+        listing = run("topic", "list")                 # as admin too
+        assert listing.returncode == 0, listing.stderr
+        assert "app.events\tpartitions=1\treplication_factor=1" in listing.stdout
     finally:
         down = run("down")
     assert down.returncode == 0
@@ -452,14 +450,14 @@ def _wait_for(what: str, check, timeout_s: float = 180):
 
 
 @pytest.mark.slow
-def test_mirrormaker_2_copies_with_the_mirror_acls_and_stops_without_read(
-        kafka_sasl, kafka_sasl_aggregate, tmp_path):
-    source, target = kafka_sasl, kafka_sasl_aggregate
+def test_the_mirror_copies_between_secured_clusters_with_its_acls_and_stops_without_read(
+        kafka_mtls, kafka_sasl, tmp_path):
+    """`docket-broker mirror`'s MirrorMaker 2 and watcher, as the mirror's user on both ends:
+    a client certificate on the source (mutual TLS), a password on the target (SASL_SSL)."""
+    source, target = kafka_mtls, kafka_sasl
     tag = uuid.uuid4().hex[:8]
     data, audit = f"mm.{tag}.events", f"audit-{tag}"
     _create_topics(source, [data, audit])
-    # what `docket-broker mirror up` does first, as the admin: the audit topic on the target
-    _create_topics(target, [audit], config={"message.timestamp.type": "LogAppendTime"})
     spec_args = dict(topic_prefixes=(f"mm.{tag}.",), audit_topic=audit, mirror_source="local",
                      mirror_target="aggregate")
     source_acls = role_acls("mirror", "User:mirror", Scope(side="source", **spec_args))
@@ -468,24 +466,24 @@ def test_mirrormaker_2_copies_with_the_mirror_acls_and_stops_without_read(
     grant(_admin(target), target_acls)
     assert produce(source, "admin", [data, audit], [b"r-%d" % i for i in range(20)]) == set()
 
-    properties = {**source.cluster.security().mirror_properties("local"),
-                  **target.cluster.security().mirror_properties("aggregate")}
     spec = MirrorSpec("local", "aggregate", source.bootstrap_servers, target.bootstrap_servers,
-                      rf"mm\.{tag}\..*", audit_topic=audit, properties=properties)
-    text = spec.properties_text()
-    secrets = [c.cluster.security().password("mirror") for c in (source, target)]
-    assert not any(s in text for s in secrets)      # ${dir:...} names the files
+                      rf"mm\.{tag}\..*", audit_topic=audit,
+                      source_security=source.cluster.security().docket_settings("mirror"),
+                      target_security=target.cluster.security().docket_settings("mirror"))
     marks = {"source": _log_size(source.cluster), "target": _log_size(target.cluster)}
-    (tmp_path / "mm2.properties").write_text(text)
-    write_log_config(tmp_path, "mirror.log")
-    proc = spawn(java_command(ensure_kafka_libs(), MIRROR_MAIN, str(tmp_path / "mm2.properties"),
-                              folder=tmp_path), tmp_path, True, "a secured mirror")
+    mirror = Mirror(tmp_path / "mirror", die_with_parent=True)
+    # the audit topic on the target is the admin's to create, as `mirror up` does
+    mirror.up(spec, admin=target.settings("admin"))
     try:
+        assert mirror.status()["watch_state"] == "running"
         _wait_for("the 20 records on the target", lambda: _count(target, data) == 20, 300)
         _wait_for("the audit records on the target", lambda: _count(target, audit) == 20)
         _wait_for("heartbeats copied", lambda: _count(target, "local.heartbeats") > 0)
         assert _denied(source.cluster, "User:mirror", marks["source"]) == []
         assert _denied(target.cluster, "User:mirror", marks["target"]) == []
+        assert mirror.watch_pid() is not None, mirror.log_tail()
+        watch_log = (mirror.watch_folder / "stdout.log").read_text()
+        assert "ERROR" not in watch_log and "AUTHORIZATION" not in watch_log, watch_log
 
         # Without Read on the source's topics, the copying stops, and the source says why.
         read = [a for a in source_acls if a.name == f"mm.{tag}." and a.operation == "Read"]
@@ -499,10 +497,7 @@ def test_mirrormaker_2_copies_with_the_mirror_acls_and_stops_without_read(
         grant(_admin(source), read)
         _wait_for("the copying resumed", lambda: _count(target, data) == 25)
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        if not wait_gone(proc.pid, 30):
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        mirror.down()
         revoke(_admin(source), source_acls)
         revoke(_admin(target), target_acls)
 

@@ -1,14 +1,21 @@
-"""The whole audit against a secured cluster, each part as its own least-privilege user: an agent
-(`agent`), the Spark count job (`count`) and land job (`land`) with `--kafka-config`, and the
-reconciler (`reconcile`), over SASL_SSL with SCRAM-SHA-512 and over mutual TLS. Every window is
-``complete`` at every tier with the agents' true counts, nothing alerted, and no password is in
-any log, status or process argument list."""
+"""The whole audit across a mirror between two secured clusters, each part as its own
+least-privilege user: the local cluster takes mutual TLS (``kafka_mtls``), the aggregate
+SASL_SSL with SCRAM-SHA-512 (``kafka_sasl``). Agents write to the local cluster (`agent`); a
+count job counts each cluster (`count`, with ``--kafka-config``); MirrorMaker 2 and its watcher
+copy the data and the audit topic as `mirror` (a client certificate on one end, a password on
+the other); the land job reads the aggregate (`land`); the reconciler reads the aggregate
+(`reconcile`). Every window is ``complete`` at every tier with the agents' true counts,
+nothing alerted, and no password or private key is in any log, status, process argument list
+or file other users can read."""
 
 from __future__ import annotations
 
 import json
 import re
 import sqlite3
+import stat
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +27,7 @@ from audit.reconcile.config import parse
 from audit.reconcile.service import Reconciler
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.cluster import LocalCluster
+from broker.mirror import Mirror, MirrorSpec
 from broker.security import Scope, grant, role_acls
 from tests.agentkit import AgentProcess, write_config
 from tests.auditkit import AuditJob
@@ -29,33 +37,29 @@ pytestmark = pytest.mark.slow
 W = 600_000
 ORIGINS = ("sec-1", "sec-2")
 LINES = 2_000                              # per origin, over two past windows
-TIERS = ("producer", "kafka-local", "warehouse")
-
-
-@pytest.fixture(params=["kafka_sasl", "kafka_mtls"])
-def secured(request) -> LocalCluster:
-    """The session's SASL_SSL cluster, then its mutual-TLS one (tests/conftest.py)."""
-    return request.getfixturevalue(request.param).cluster
+GRAPH = {"kafka-local": ["producer"], "kafka-aggregate": ["kafka-local"],
+         "warehouse": ["kafka-aggregate"]}
+TIERS = ("producer", *GRAPH)
+BIN = Path(sys.executable).parent
 
 
 def settings(cluster: LocalCluster, user: str) -> dict:
     """The security keys of ``user`` (a role's user), as every docket client takes them."""
-    security = cluster.security()
-    out = {"ssl_ca_file": str(security.ca_file)}
-    if security.mode == "sasl_ssl":
-        out.update(security_protocol="sasl_ssl", sasl_username=user,
-                   sasl_password_file=str(security.password_file(user)))
-    else:
-        out.update(security_protocol="ssl", ssl_certificate_file=str(security.cert_file(user)),
-                   ssl_key_file=str(security.key_file(user)))
-    return out
+    return cluster.security().docket_settings(user)
 
 
-def secrets(cluster: LocalCluster) -> list[str]:
-    """What must appear nowhere: every user's password, every private key's body."""
+def kafka_config(path: Path, cluster: LocalCluster, user: str) -> Path:
+    """A Spark job's ``--kafka-config`` file for ``user`` on ``cluster``."""
+    path.write_text("[kafka]\n" + "".join(f"{k} = {json.dumps(v)}\n"
+                                          for k, v in settings(cluster, user).items()))
+    return path
+
+
+def secrets(cluster: LocalCluster, users) -> list[str]:
+    """What must appear nowhere: each user's password, or a line of its private key."""
     security = cluster.security()
     out = []
-    for user in ("agent", "count", "land", "reconcile"):
+    for user in users:
         if security.mode == "sasl_ssl":
             out.append(security.password(user).strip())
         else:
@@ -64,55 +68,82 @@ def secrets(cluster: LocalCluster) -> list[str]:
     return out
 
 
-@pytest.mark.timeout(1200)      # two Spark jobs started and stopped on a loaded host
-def test_every_tier_is_complete_with_each_part_as_its_own_least_privilege_user(secured,
-                                                                               tmp_path):
-    admin_conf = secured.client_settings("admin")
-    bootstrap = admin_conf["bootstrap.servers"]
-    options = {k: v for k, v in admin_conf.items() if k != "bootstrap.servers"}
+def admin_of(cluster: LocalCluster) -> tuple[str, dict]:
+    conf = cluster.client_settings("admin")
+    return conf["bootstrap.servers"], {k: v for k, v in conf.items() if k != "bootstrap.servers"}
+
+
+@pytest.mark.timeout(1200)      # three Spark jobs and MirrorMaker 2 on a two-core host
+def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_user(
+        kafka_mtls, kafka_sasl, tmp_path):
+    local, aggregate = kafka_mtls.cluster, kafka_sasl.cluster
     prefix = f"secaudit{uuid.uuid4().hex[:6]}"
     topic, audit_topic = f"{prefix}.app", f"{prefix}.audit"
-    ensure_topics(bootstrap, [TopicSpec(topic, partitions=2)], client=options)
-    ensure_audit_topic(bootstrap, audit_topic, client=options)
-    scope = Scope(topics=(topic,), audit_topic=audit_topic)
-    admin = AdminClient(admin_conf)
-    for role in ("agent", "count", "land", "reconcile"):
-        grant(admin, role_acls(role, f"User:{role}", scope))
+    local_bootstrap, local_admin = admin_of(local)
+    aggregate_bootstrap, aggregate_admin = admin_of(aggregate)
+    ensure_topics(local_bootstrap, [TopicSpec(topic, partitions=2)], client=local_admin)
+    ensure_audit_topic(local_bootstrap, audit_topic, client=local_admin)
+    flow = dict(topics=(topic,), audit_topic=audit_topic, mirror_source="local",
+                mirror_target="aggregate")
+    grants = {local: [("agent", Scope(**flow)), ("count", Scope(**flow)),
+                      ("mirror", Scope(side="source", **flow))],
+              aggregate: [("mirror", Scope(side="target", **flow)), ("count", Scope(**flow)),
+                          ("land", Scope(**flow)), ("reconcile", Scope(**flow))]}
+    for cluster, roles in grants.items():
+        admin = AdminClient(cluster.client_settings("admin"))
+        for role, scope in roles:
+            grant(admin, role_acls(role, f"User:{role}", scope))
 
     w0 = (int(time.time() * 1000) - 3 * 3_600_000) // W * W
     agents, jobs = [], []
+    mirror = Mirror(tmp_path / "mirror", die_with_parent=True)
     try:
+        # MirrorMaker 2 and its watcher as `mirror` on both ends; the audit topic created on
+        # the aggregate by its admin, as `docket-broker mirror up` does for named clusters.
+        mirror.up(MirrorSpec("local", "aggregate", local_bootstrap, aggregate_bootstrap,
+                             re.escape(topic), audit_topic=audit_topic,
+                             source_security=settings(local, "mirror"),
+                             target_security=settings(aggregate, "mirror")),
+                  admin=aggregate.client_settings("admin"))
+        assert mirror.status()["watch_state"] == "running"
         for origin in ORIGINS:
             home = tmp_path / origin
             (home / "logs").mkdir(parents=True)
             config = write_config(
-                home / "agent.toml", bootstrap, home / "state",
+                home / "agent.toml", local_bootstrap, home / "state",
                 [{"type": "file", "paths": [str(home / "logs" / "app.log")], "topic": topic,
                   "timestamp_field": "ts"}],
                 agent={"id": origin}, buffer={"size_bytes": 16 << 20, "slot_size_bytes": 1 << 18},
-                broker=settings(secured, "agent"),
+                broker=settings(local, "agent"),
                 audit={"topic": audit_topic, "interval_ms": 2000})
             agents.append(AgentProcess(config, home / "agent.log").start())
             with open(home / "logs" / "app.log", "w") as f:
                 f.writelines(json.dumps({"ts": w0 + i * (2 * W // LINES), "id": f"{origin}-{i}"})
                              + "\n" for i in range(LINES))
 
-        def kafka_config(user: str) -> Path:
-            path = tmp_path / f"{user}.toml"
-            path.write_text("[kafka]\n" + "".join(f"{k} = {json.dumps(v)}\n"
-                                                 for k, v in settings(secured, user).items()))
-            return path
-        common = ["--bootstrap-servers", bootstrap, "--audit-topic", audit_topic,
-                  "--topics", re.escape(topic), "--trigger-s", "2"]
-        jobs.append(AuditJob(["count", "--cluster", "kafka-local", *common, "--kafka-config",
-                              str(kafka_config("count")), "--checkpoint-dir",
-                              str(tmp_path / "ckpt-count")], tmp_path / "count.log").start())
-        jobs.append(AuditJob(["land", "--warehouse", str(tmp_path / "warehouse"), *common,
-                              "--kafka-config", str(kafka_config("land")), "--checkpoint-dir",
-                              str(tmp_path / "ckpt-land")], tmp_path / "land.log").start())
-        cfg = parse({"reconcile": {"bootstrap_servers": bootstrap, "audit_topic": audit_topic,
-                                   **settings(secured, "reconcile")},
+        common = ["--audit-topic", audit_topic, "--topics", re.escape(topic), "--trigger-s", "2"]
+        jobs.append(AuditJob(["count", "--cluster", "kafka-local", "--bootstrap-servers",
+                              local_bootstrap, *common, "--kafka-config",
+                              str(kafka_config(tmp_path / "local-count.toml", local, "count")),
+                              "--checkpoint-dir", str(tmp_path / "ckpt-local")],
+                             tmp_path / "count-local.log").start())
+        jobs.append(AuditJob(["count", "--cluster", "kafka-aggregate", "--bootstrap-servers",
+                              aggregate_bootstrap, *common, "--mirror-target", "aggregate",
+                              "--kafka-config", str(kafka_config(
+                                  tmp_path / "aggregate-count.toml", aggregate, "count")),
+                              "--checkpoint-dir", str(tmp_path / "ckpt-aggregate")],
+                             tmp_path / "count-aggregate.log").start())
+        jobs.append(AuditJob(["land", "--warehouse", str(tmp_path / "warehouse"),
+                              "--bootstrap-servers", aggregate_bootstrap, *common,
+                              "--mirror-target", "aggregate", "--kafka-config",
+                              str(kafka_config(tmp_path / "land.toml", aggregate, "land")),
+                              "--checkpoint-dir", str(tmp_path / "ckpt-land")],
+                             tmp_path / "land.log").start())
+        cfg = parse({"reconcile": {"bootstrap_servers": aggregate_bootstrap,
+                                   "audit_topic": audit_topic,
+                                   **settings(aggregate, "reconcile")},
                      "windows": {"tiers": list(TIERS), "settle_ms": 1000},
+                     "tiers": {tier: {"fed_by": fed_by} for tier, fed_by in GRAPH.items()},
                      "alerts": {"silent_ms": 8 * 3_600_000, "lag_ms": 3_600_000}})
         cfg.security.check_files()
         db = tmp_path / "r.db"
@@ -129,30 +160,56 @@ def test_every_tier_is_complete_with_each_part_as_its_own_least_privilege_user(s
                 conn.close()
         want = {(t, w): ("complete", LINES // 2 * len(ORIGINS))
                 for t in TIERS for w in (w0, w0 + W)}
-        deadline = time.monotonic() + 480
+        deadline = time.monotonic() + 600
         while judged() != want:
-            assert time.monotonic() < deadline, f"{judged()}\n" + \
+            assert time.monotonic() < deadline, f"{judged()}\n{mirror.log_tail()}\n" + \
                 "\n".join(j.log_text() for j in jobs)
             for j in jobs:
                 assert j.proc.poll() is None, j.log_text()
+            assert mirror.pid() is not None and mirror.watch_pid() is not None, \
+                mirror.log_tail()
             Reconciler(cfg, db).run_once()
             time.sleep(2)
         conn = sqlite3.connect(db)
         alerts = conn.execute("SELECT kind FROM alerts").fetchall()
         conn.close()
         assert alerts == []
+        # `docket-audit show` reads the aggregate's audit topic as the reconciler's user.
+        shown = subprocess.run(
+            [str(BIN / "docket-audit"), "show", "--bootstrap-servers", aggregate_bootstrap,
+             "--audit-topic", audit_topic, "--topic", topic, "--json", "--kafka-config",
+             str(kafka_config(tmp_path / "reconcile.toml", aggregate, "reconcile"))],
+            capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr
+        counted = {}
+        for row in json.loads(shown.stdout)["counts"]:
+            if row["count"] == 0:                 # an empty window's heartbeat
+                continue
+            key = (row["tier"], row["window_start"])
+            counted[key] = counted.get(key, 0) + row["count"]
+        assert counted == {(t, w): LINES // 2 * len(ORIGINS)
+                           for t in TIERS for w in (w0, w0 + W)}, counted
 
-        # No secret anywhere a person or another user could see it.
+        # No secret anywhere a person or another user could see it: logs, status, process
+        # arguments; the mirror's files holding one are its owner's alone.
         seen = [a.whole_log() + json.dumps(a.status()) for a in agents]
         seen += [j.whole_log() for j in jobs]
+        seen += [f.read_text(errors="replace") for f in mirror.folder.rglob("*.log")]
+        seen += [f.read_text() for f in (mirror.spec_file, *mirror.watch_folder.glob("*.toml"))]
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit():
                 try:
                     seen.append((proc / "cmdline").read_bytes().decode(errors="replace"))
                 except OSError:
                     pass
-        for secret in secrets(secured):
+        hidden = secrets(local, ("agent", "count", "mirror")) + \
+            secrets(aggregate, ("mirror", "count", "land", "reconcile"))
+        for secret in hidden:
             assert not any(secret in text for text in seen)
+        properties = mirror.folder / "mm2.properties"
+        assert any(s in properties.read_text() for s in hidden)    # the mirror's own, there
+        for private in (properties, *mirror.watch_folder.glob("*.toml")):
+            assert stat.S_IMODE(private.stat().st_mode) == 0o600, private
         for j in jobs:
             assert j.stopped_cleanly()
         jobs.clear()
@@ -162,3 +219,4 @@ def test_every_tier_is_complete_with_each_part_as_its_own_least_privilege_user(s
                 a.stop()
         for j in jobs:
             j.stop()
+        mirror.down()

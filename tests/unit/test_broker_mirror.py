@@ -86,3 +86,68 @@ def test_a_process_caught_while_it_execs_is_asked_again_not_taken_for_gone(monke
     assert m.watch_pid() == os.getpid() and answers == []
     monkeypatch.setattr(mirror_module, "_read_cmdline", lambda pid: b"python\0other\0")
     assert m.watch_pid() is None                                  # another program's pid
+
+
+def test_secured_ends_get_their_java_settings_under_their_alias_and_the_watcher_its_files(
+        tmp_path):
+    password = tmp_path / "mirror.password"
+    password.write_text("pw-of-the-mirror\n")
+    password.chmod(0o600)
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nca\n-----END CERTIFICATE-----\n")
+    cert, key = tmp_path / "mirror.pem", tmp_path / "mirror.key"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nc\n-----END CERTIFICATE-----\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\nk\n-----END PRIVATE KEY-----\n")
+    key.chmod(0o600)
+    s = spec(audit_topic="docket.audit",
+             source_security={"security_protocol": "ssl", "ssl_ca_file": str(ca),
+                              "ssl_certificate_file": str(cert), "ssl_key_file": str(key)},
+             target_security={"security_protocol": "sasl_ssl", "sasl_username": "mirror",
+                              "sasl_password_file": str(password), "ssl_ca_file": str(ca)})
+    props = _props(s.properties_text())
+    assert props["local.security.protocol"] == "SSL"
+    assert props["local.ssl.keystore.key"] == key.read_text()       # escaped, read back whole
+    assert props["local.ssl.truststore.location"] == str(ca)
+    assert props["aggregate.security.protocol"] == "SASL_SSL"
+    assert 'username="mirror" password="pw-of-the-mirror";' in props["aggregate.sasl.jaas.config"]
+    assert not any(k.startswith(("security", "sasl", "ssl")) for k in props)
+    # mirror.json holds the files, never what is in them; the watcher's settings likewise
+    assert "pw-of-the-mirror" not in s.to_json() and MirrorSpec.from_json(s.to_json()) == s
+    assert s.client_conf("target")["sasl.password"] == "pw-of-the-mirror"
+    assert s.client_conf("source")["ssl.key.location"] == str(key)
+
+
+def test_a_mirror_s_security_settings_are_checked_before_anything_starts():
+    from audit.contract.settings import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        spec(target_security={"security_protocol": "sasl_ssl", "sasl_username": "mirror"})
+    assert e.value.path == "mirror.target.sasl_password_file"
+    with pytest.raises(ConfigError) as e:
+        spec(source_security={"security_protocol": "ssl", "sasl_password": "inline"})
+    assert e.value.path == "mirror.source.sasl_password"
+
+
+def test_the_watcher_refuses_a_kafka_config_it_cannot_use_with_a_clear_error(tmp_path, capsys):
+    from audit.jobs.mirrored import main
+
+    bad = tmp_path / "target.toml"
+    bad.write_text('[kafka]\nsecurity_protocol = "sasl_ssl"\nsasl_username = "mirror"\n'
+                   f'sasl_password_file = "{tmp_path / "missing"}"\n')
+    rc = main(["--source", "local", "--target", "aggregate", "--source-bootstrap", "x:1",
+               "--target-bootstrap", "y:1", "--topics", "app", "--target-kafka-config",
+               str(bad)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "kafka.sasl_password_file" in err and "cannot read" in err
+
+
+def test_mirror_up_takes_a_kafka_config_only_with_bootstrap_servers(tmp_path, capsys):
+    from broker.cli import main
+
+    conf = tmp_path / "k.toml"
+    conf.write_text('[kafka]\nsecurity_protocol = "plaintext"\n')
+    rc = main(["mirror", "up", "--source", "local", "--target", "aggregate", "--topics", "a",
+               "--source-kafka-config", str(conf)])
+    assert rc == 1
+    assert "--source-kafka-config goes with --source-bootstrap" in capsys.readouterr().err

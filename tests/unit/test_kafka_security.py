@@ -204,3 +204,25 @@ def test_the_reconciler_checks_its_files_where_it_connects_and_the_dashboard_nev
     raw["reconcile"]["sasl_password_file"] = str(files["password"])
     conf = parse_reconcile(raw).security.librdkafka_properties()
     assert (conf["sasl.username"], conf["sasl.password"]) == ("reconcile", PASSWORD)
+
+
+def test_a_kafka_config_file_written_from_settings_reads_back_the_same(files, tmp_path):
+    from audit.contract.kafka_security import kafka_config_text, read_kafka_config
+
+    for security in (KafkaSecurity("kafka", "sasl_ssl", "SCRAM-SHA-256", "mirror",
+                                   str(files["password"]), str(files["ca"])),
+                     KafkaSecurity("kafka", "ssl", ca_file=str(files["ca"]),
+                                   certificate_file=str(files["cert"]),
+                                   key_file=str(files["key"]))):
+        path = tmp_path / "kafka.toml"
+        path.write_text(kafka_config_text(security))
+        assert read_kafka_config(path) == security
+        assert PASSWORD not in path.read_text()
+        assert KafkaSecurity.from_table(security.table()) == security
+    with pytest.raises(ConfigError) as e:
+        KafkaSecurity.from_table({"security_protocol": "sasl_ssl", "sasl_password": "x"})
+    assert e.value.path == "kafka.sasl_password"
+    with pytest.raises(ConfigError) as e:
+        KafkaSecurity.from_table({"security_protocol": "sasl_ssl", "sasl_username": "u"},
+                                 "mirror.source")
+    assert e.value.path == "mirror.source.sasl_password_file"
