@@ -15,6 +15,7 @@ from docket_common.formats import utc_text
 
 from .buffer import PoolError
 from .config import EX_CONFIG, ConfigError, default_toml, load
+from .journal import read_entries
 
 DEFAULT_CONFIG = "/etc/docket/agent.toml"           # where the package installs it
 
@@ -72,7 +73,7 @@ def _locate(args) -> int:
 
     cfg = load(args.config)
     first, last = args.seq
-    path = cfg.state_dir / "state.db"
+    path = cfg.state_db_path
     if not path.exists():
         print(f"docket-agent: no state database at {path}", file=sys.stderr)
         return 3
@@ -87,7 +88,7 @@ def _locate(args) -> int:
         return 3
     finally:
         db.close()
-    journal = [e for e in _journal(cfg.state_dir / "loss-journal.jsonl")
+    journal = [e for e in read_entries(cfg.journal_path)
                if e.get("records") and e["records"][0] <= last and e["records"][1] >= first]
     if args.json:
         for run in runs:
@@ -130,19 +131,6 @@ def _locate(args) -> int:
             why = "not in the map"
         print(f"  {a}-{b}  {why}")
     return 0
-
-
-def _journal(path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    with open(path) as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue              # a line cut by a crash mid-write
-    return out
 
 
 def _status(args) -> int:

@@ -162,6 +162,29 @@ class AgentConfig:
     def buffer_path(self) -> Path:
         return Path(self.values["buffer.path"])
 
+    # What the agent keeps in ``state_dir``, named here alone (docs/agent.md).
+    @property
+    def state_db_path(self) -> Path:
+        """The SQLite database: file positions, record-number map, producer tallies."""
+        return self.state_dir / "state.db"
+
+    @property
+    def journal_path(self) -> Path:
+        """The loss journal (``agent.journal``)."""
+        return self.state_dir / "loss-journal.jsonl"
+
+    @property
+    def spill_dir(self) -> Path:
+        return self.state_dir / "spill"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.state_dir / "quarantine"
+
+    @property
+    def dead_letter_dir(self) -> Path:
+        return self.state_dir / "dead-letter"
+
 
 def parse(raw: dict, file: Path | None = None) -> AgentConfig:
     """Validate a parsed TOML document and fill in defaults."""

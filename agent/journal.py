@@ -100,20 +100,30 @@ class LossJournal:
         return out
 
     def entries(self) -> list[dict]:
-        """Every entry; a line a crash cut short (no newline, not JSON) is skipped."""
-        out = []
-        with open(self.path) as f:
-            for line in f:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(entry, dict):
-                    out.append(entry)
-        return out
+        """Every entry (``read_entries``)."""
+        return read_entries(self.path)
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def read_entries(path: Path) -> list[dict]:
+    """Every entry of the journal at ``path`` (none when there is no file); a line a crash cut
+    short (no newline, not JSON) is skipped."""
+    out = []
+    try:
+        f = open(path)
+    except FileNotFoundError:
+        return []
+    with f:
+        for line in f:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                out.append(entry)
+    return out
 
 
 # Reasons a configured policy chose; the others are failures.

@@ -108,14 +108,14 @@ class Agent:
         self.db = self.journal = self.pool = None
         self.file_sources: list[FileSource] = []
         try:
-            self._open(cfg, state)
+            self._open(cfg)
         except BaseException:
             self.abandon()            # as a process that dies here would: nothing written
             raise
 
-    def _open(self, cfg: AgentConfig, state: Path) -> None:
+    def _open(self, cfg: AgentConfig) -> None:
         self.metrics = Metrics()
-        self.db = StateDB(state / "state.db", crash_point=self.seams.db_crash_point)
+        self.db = StateDB(cfg.state_db_path, crash_point=self.seams.db_crash_point)
         self.incarnation, next_record = self.db.identity()
         self.audit = AuditEmitter(
             db=self.db, agent_id=cfg.agent_id, topics=_topics(cfg.sources),
@@ -126,7 +126,7 @@ class Agent:
             incarnation=self.incarnation,
             numbers=self._numbers if cfg["agent.record_numbers"] and cfg["agent.origin_header"]
             else None)
-        self.journal = LossJournal(state / "loss-journal.jsonl", self.metrics,
+        self.journal = LossJournal(cfg.journal_path, self.metrics,
                                    on_record=self.audit.dropped)
         self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
         self._sealed_runs: list[tuple] = []         # their locate rows
@@ -138,8 +138,8 @@ class Agent:
         self.pool = BufferPool(
             cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
             linger_ms=cfg["buffer.linger_ms"], on_full=cfg["buffer.on_full"],
-            oversize=cfg["buffer.oversize"], spill_dir=state / "spill" if spill else None,
-            spill_max_bytes=spill, quarantine_dir=state / "quarantine",
+            oversize=cfg["buffer.oversize"], spill_dir=cfg.spill_dir if spill else None,
+            spill_max_bytes=spill, quarantine_dir=cfg.quarantine_dir,
             sync_on_seal=cfg["buffer.sync_on_seal"], on_drop=self._pool_dropped,
             on_seal=self._sealed, max_record_bytes=MAX_RECORD_BYTES, clock=self.clock,
             ops=self.seams.pool_ops, first_record=next_record)
@@ -158,7 +158,7 @@ class Agent:
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
         numbered = cfg["agent.record_numbers"] and origin is not None
         self.drain = Drain(self.pool, producer_config(cfg), self.journal, self.metrics,
-                           state / "dead-letter", origin, on_slot_done=self._slot_done,
+                           cfg.dead_letter_dir, origin, on_slot_done=self._slot_done,
                            on_dead=self.audit.uncount,
                            producer_factory=self.seams.producer_factory,
                            incarnation=self.incarnation.encode() if numbered else None)

@@ -77,6 +77,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from audit.contract.record import checksum_hex
+
 
 def _sqlite_utils_without_pandas():
     """sqlite-utils imports pandas whenever it is installed, only to store pandas timestamps
@@ -381,7 +383,8 @@ class StateDB:
             "dropped = excluded.dropped, dropped_reasons = excluded.dropped_reasons, "
             "dropped_unknown = excluded.dropped_unknown, dirty = excluded.dirty, "
             "updated_ms = excluded.updated_ms",
-            [(w.topic, w.window_start, w.count, w.bytes, _hex(w.checksum), w.late, w.dropped,
+            [(w.topic, w.window_start, w.count, w.bytes, checksum_hex(w.checksum), w.late,
+              w.dropped,
               json.dumps(w.dropped_reasons, sort_keys=True),
               json.dumps(w.dropped_unknown, sort_keys=True), int(w.dirty), w.updated_ms)
              for w in update.windows])
@@ -469,14 +472,10 @@ class AuditRound:
             self.conn.executemany(
                 "UPDATE audit_windows SET dirty = 0 WHERE topic = ? AND window_start = ? AND "
                 "checksum = ? AND count = ? AND dropped = ?",
-                [(topic, w, _hex(checksum), count, dropped)
+                [(topic, w, checksum_hex(checksum), count, dropped)
                  for topic, w, checksum, count, dropped in delivered])
             self.conn.execute("DELETE FROM audit_windows WHERE dirty = 0 AND window_start < ?",
                               (forget_before_ms,))
-
-
-def _hex(checksum: int) -> str:
-    return f"{checksum:016x}"
 
 
 def _now_ms() -> int:

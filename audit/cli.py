@@ -27,6 +27,7 @@ from docket_common.dirs import docket_state_dir
 
 from .contract.errors import AuditError, BrokerUnreachable, print_error
 from .contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS, RECONCILE_GROUP
+from .contract.record import checksum_hex
 from .reconcile.commands import UNIT_MS
 from .reconcile.commands import add_parsers as add_reconcile_parsers
 
@@ -245,7 +246,7 @@ def _show_topic(args) -> int:
         dups = "?" if r.duplicates is None else r.duplicates
         skipped = "-" if r.skipped is None else r.skipped      # "-": the tier keeps copies
         print(f"{r.topic:24} {r.window_start:>14} {r.origin:16} {r.tier:14} {r.count:>10} "
-              f"{distinct:>10} {dups:>8} {skipped:>8} {r.bytes:>12} {r.checksum:016x} "
+              f"{distinct:>10} {dups:>8} {skipped:>8} {r.bytes:>12} {checksum_hex(r.checksum)} "
               f"{r.dropped}")
     for r in ranges:
         shown = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in r.missing[:10])

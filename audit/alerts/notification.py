@@ -18,9 +18,14 @@ from docket_common.formats import utc_iso, utc_minute
 
 VERSION = 1
 EVENTS = ("firing", "resolved")
-KINDS = ("loss", "duplication", "checksum_mismatch", "audit_lag", "silent_producer",
-         "clock_skew")
-CLASSES = ("data", "health")
+DATA, HEALTH = "data", "health"
+CLASSES = (DATA, HEALTH)
+# Every kind of alert and its class: data that did not arrive or arrived changed, or the health
+# of the audit itself. The reconciler raises them, channels route them, the dashboard lists them.
+KIND_CLASSES = {"loss": DATA, "duplication": DATA, "checksum_mismatch": DATA,
+                "audit_lag": HEALTH, "silent_producer": HEALTH, "clock_skew": HEALTH}
+KINDS = tuple(KIND_CLASSES)
+DATA_KINDS = tuple(k for k, c in KIND_CLASSES.items() if c == DATA)
 # How urgent each kind is, for routing (Alertmanager's ``severity`` label): data that did not
 # arrive, or arrived changed, first; an audit pipeline that cannot tell, next; a fact to fix.
 SEVERITIES = {"loss": "critical", "duplication": "critical", "checksum_mismatch": "critical",

@@ -34,7 +34,7 @@ import json
 import logging
 from dataclasses import dataclass
 
-from audit.alerts.notification import Notification
+from audit.alerts.notification import DATA_KINDS, KIND_CLASSES, Notification
 from audit.alerts.outbox import enqueue
 from audit.contract.record import PRODUCER_TIER
 from docket_common.formats import utc_iso as _iso
@@ -45,9 +45,6 @@ from .verdict import COMPLETE, INCOMPLETE, MISMATCH, OVERCOUNT, UNKNOWN, TierVer
 
 log = logging.getLogger("docket.audit.reconcile")
 
-DATA, HEALTH = "data", "health"
-KINDS = {"loss": DATA, "duplication": DATA, "checksum_mismatch": DATA, "audit_lag": HEALTH,
-         "silent_producer": HEALTH, "clock_skew": HEALTH}
 MAX_RANGES_IN_ALERT = 50
 FOREVER = (1 << 63) - 1           # a snooze set by resolving by hand: until the condition clears
 
@@ -73,7 +70,6 @@ def alert_key(kind: str, topic, window_start, tier, origin) -> str:
     return json.dumps([kind, topic, window_start, tier, origin])
 
 
-DATA_KINDS = ("loss", "duplication", "checksum_mismatch")
 
 
 def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
@@ -246,7 +242,7 @@ def _apply(store: Store, cfg: ReconcileConfig, holding: dict[str, Condition], ju
             "INSERT INTO alerts (key, kind, alert_class, status, topic, window_start, "
             "window_ms, tier, origin, owner, summary, detail, fired_at) "
             "VALUES (?, ?, ?, 'open', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (key, c.kind, KINDS[c.kind], c.topic, c.window_start, c.window_ms, c.tier,
+            (key, c.kind, KIND_CLASSES[c.kind], c.topic, c.window_start, c.window_ms, c.tier,
              c.origin, owner, c.summary, json.dumps(c.detail, sort_keys=True), now_ms))
         fired += 1
         log.warning("alert %s fired: %s", c.kind, c.summary)

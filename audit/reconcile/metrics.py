@@ -16,10 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Protocol
 
+from audit.alerts.notification import KIND_CLASSES
 from audit.alerts.outbox import DELIVERED, GAVE_UP, PENDING
 from audit.contract.errors import AuditError
 
-from .alerting import KINDS
 from .store import Store
 from .verdict import COMPLETE, INCOMPLETE, OVERCOUNT, STATES, UNKNOWN
 
@@ -87,7 +87,7 @@ def collect(store: Store, applied: int, last_evaluation_ms: int | None,
     open_alerts = dict(((kind, cls), n) for kind, cls, n in store.conn.execute(
         "SELECT kind, alert_class, count(*) FROM alerts WHERE status = 'open' "
         "GROUP BY kind, alert_class"))
-    for kind, cls in sorted({*KINDS.items(), *open_alerts}):
+    for kind, cls in sorted({*KIND_CLASSES.items(), *open_alerts}):
         out["reconcile_alerts_open"].append(({"kind": kind, "alert_class": cls},
                                              open_alerts.get((kind, cls), 0)))
     for tier, at in sorted(store.progress().items()):
