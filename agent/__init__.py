@@ -13,7 +13,8 @@ import what.
 - ``journal``: the loss journal: every event not delivered, durably, with why.
 - ``producer_tally``: the producer tier of the audit, counted at seal and emitted.
 - ``selfcheck``: at start, every byte the checkpoints call sealed still accounted for.
-- ``service``: the running agent: sources → pool → drain in one loop, and the status server.
+- ``service``: the running agent: sources → pool → drain in one loop, wired.
+- ``status``: what it says of itself: gauges, the ``/status`` document, the HTTP server.
 - ``telemetry``: the agent's metrics, named once (docs/telemetry.md).
 - ``logs``: the log output, text or JSON lines, repeated lines held back.
 - ``notify``: systemd's notify protocol over ``$NOTIFY_SOCKET``.

@@ -1,4 +1,4 @@
-"""The running agent: sources → buffer pool → drain, in one loop, plus the status server.
+"""The running agent: sources → buffer pool → drain, in one loop; its status (``status``).
 
 One thread runs the loop: scan and read files, seal slots whose linger passed, write sealed
 checkpoints, send to Kafka and serve delivery reports. Socket connections and the HTTP status
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import logging
 import os
 import signal
@@ -24,15 +23,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib.metadata import version
 from pathlib import Path
 
 from audit.contract.errors import DocketError
 
 from .buffer import BufferPool, DropEvent, SealedSlot
 from .buffer.seams import Clock, FileOps
-from .config import AgentConfig, ConfigError, load, weakened_delivery
+from .config import AgentConfig, ConfigError, load
 from .drain.drain import Drain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .drain.topics import TopicWatch
@@ -42,6 +39,7 @@ from .notify import Notifier
 from .producer_tally import AuditEmitter, RecordNumbers
 from .selfcheck import rewind_uncovered
 from .state import StateDB
+from .status import StatusBoard
 from .tail.files import FileSource
 from .tail.seams import FsOps
 from .tail.sock import SocketSource
@@ -101,7 +99,6 @@ class Agent:
         self.notifier = notifier or Notifier()
         self.seams = seams or Seams()
         self.clock = self.seams.clock
-        self.started = time.time()
         state = cfg.state_dir
         state.mkdir(parents=True, exist_ok=True)
         self._state_lock = lock_state_dir(state)     # before the state DB and the pool
@@ -154,7 +151,7 @@ class Agent:
         if rewound:
             self.metrics.inc("agent_source_rewound_total", len(rewound))
         for slot in self.pool.sealed():
-            self._seal_times[slot.seq] = self._monotonic()
+            self._seal_times[slot.seq] = self.monotonic()
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
         numbered = cfg["agent.record_numbers"] and origin is not None
         self.drain = Drain(self.pool, producer_config(cfg), self.journal, self.metrics,
@@ -170,11 +167,9 @@ class Agent:
         self._build_sources(cfg)
         self._stop = threading.Event()
         self._reload = threading.Event()
-        self._rates = {"in_events_s": 0.0, "out_events_s": 0.0}
-        self._prev_counts = (0.0, 0.0)          # events read / sent at the last gauge update
-        self._http: ThreadingHTTPServer | None = None
+        self.board = StatusBoard(self)
         self._next_scan = self._next_gauges = self._next_watchdog = 0.0
-        self._last_gauges = self._last_scan = self._monotonic()
+        self._last_gauges = self._last_scan = self.monotonic()
 
     def _topics(self) -> list[str]:
         """Every topic this agent writes: its sources' and, when on, the audit topic."""
@@ -188,8 +183,12 @@ class Agent:
         through, delivered = self.pool.record_marks()
         return RecordNumbers(through, delivered, self.journal.dropped_numbers())
 
-    def _monotonic(self) -> float:
+    def monotonic(self) -> float:
         return self.clock.monotonic_ns() / 1e9
+
+    def seal_time(self, seq: int) -> float | None:
+        """When (``monotonic``) the slot ``seq`` was sealed, if it waits for Kafka."""
+        return self._seal_times.get(seq)
 
     # -- wiring -------------------------------------------------------------------------------
     def _build_sources(self, cfg: AgentConfig) -> None:
@@ -227,10 +226,10 @@ class Agent:
         self._sealed_positions.append(slot.meta.positions)
         self._sealed_runs.extend((first, n, slot.topic, src, start, end, True)
                                  for first, n, src, start, end in slot.segments)
-        self._seal_times[slot.seq] = self._monotonic()
+        self._seal_times[slot.seq] = self.monotonic()
 
     def _flush_checkpoints(self) -> None:
-        now = self._monotonic()
+        now = self.monotonic()
         if now >= self._next_forget:             # the locate map's retention, once a minute
             self._next_forget = now + 60
             self.db.forget_runs(self.cfg["agent.locate_retention_ms"])
@@ -273,8 +272,12 @@ class Agent:
     def stop(self) -> None:
         self._stop.set()
 
+    def status(self) -> dict:
+        """The ``/status`` document (``StatusBoard.document``)."""
+        return self.board.document()
+
     def run(self) -> int:
-        self.start_status_server()
+        self.board.serve(self.cfg["status.listen"])
         self.audit.start()
         self.topic_watch.start()
         self.begin()
@@ -289,7 +292,7 @@ class Agent:
         agent was stopped), then READY=1."""
         for f in self.file_sources:
             f.scan()
-        self._last_scan = self._monotonic()
+        self._last_scan = self.monotonic()
         sealed = self.pool.stats()["sealed_slots"]
         self.notifier.ready(f"recovered {sealed} sealed slot(s); shipping")
         log.info("agent %s ready: %d sealed slot(s) recovered", self.cfg.agent_id, sealed)
@@ -297,7 +300,7 @@ class Agent:
     def turn(self) -> tuple[int, int, bool]:
         """One turn of the loop: scan when due, read, seal what lingered, checkpoint, send.
         Returns (bytes read, records sent, whether the pool pushed back)."""
-        now = self._monotonic()
+        now = self.monotonic()
         if self._reload.is_set():
             self._reload.clear()
             self._do_reload()
@@ -318,7 +321,7 @@ class Agent:
         sent = self.drain.pump()
         if now >= self._next_gauges:
             flush_held()
-            self._update_gauges(now - self._last_gauges)
+            self.board.update_gauges(now - self._last_gauges)
             self._last_gauges, self._next_gauges = now, now + GAUGE_INTERVAL_S
         if self.notifier.watchdog_interval_s and now >= self._next_watchdog:
             self.notifier.watchdog()
@@ -400,133 +403,12 @@ class Agent:
         for f in self.file_sources:
             f.close()
         self.watch.stop()
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+        self.board.close()
         self.pool.close()
         self.journal.close()
         self.db.close()
         os.close(self._state_lock)              # the next agent may start
         return 0
-
-    # -- status -------------------------------------------------------------------------------
-    def _update_gauges(self, elapsed: float) -> None:
-        m = self.metrics
-        st = self.pool.stats()
-        m.set("agent_buffer_size_bytes", self.pool.geometry.file_bytes)
-        # Each pool slot in one state (they add up to the pool's slot count); spilled slots
-        # are outside the pool, on disk.
-        for state, key in (("free", "free_slots"), ("filling", "filling_slots"),
-                           ("sealed", "waiting_slots"), ("in_flight", "sending_slots"),
-                           ("spilled", "spilled_slots")):
-            m.set("agent_buffer_slots", st[key], state=state)
-        for policy in ("split", "truncated", "dropped"):
-            m.set("agent_buffer_oversize_lines_total", st[f"oversize_{policy}"], policy=policy)
-        m.set("agent_buffer_quarantined_slots_total", st["slots_quarantined"])
-        events, nbytes = _backlog(st)
-        m.set("agent_buffer_backlog_bytes", nbytes)
-        m.set("agent_buffer_backlog_events", events)
-        m.set("agent_buffer_oldest_unacked_age_seconds",
-              self._oldest_unacked_age(self.pool.sealed()))
-        m.clear("agent_source_lag_bytes")
-        for f in self.file_sources:
-            for path, lag in f.lag().items():
-                m.set("agent_source_lag_bytes", lag, path=path)
-        ins = m.get("agent_source_read_events_total")
-        outs = m.get("agent_drain_sent_events_total")
-        if elapsed > 0:
-            self._rates = {"in_events_s": (ins - self._prev_counts[0]) / elapsed,
-                           "out_events_s": (outs - self._prev_counts[1]) / elapsed}
-        self._prev_counts = (ins, outs)
-        self.notifier.status(f"in {self._rates['in_events_s']:.0f}/s, out "
-                             f"{self._rates['out_events_s']:.0f}/s, backlog "
-                             f"{events} events, broker {self.drain.broker_state}")
-
-    def _oldest_unacked_age(self, sealed: list) -> float:
-        if not sealed:
-            return 0.0
-        t = self._seal_times.get(sealed[0].seq)
-        return self._monotonic() - t if t is not None else 0.0
-
-    def status(self) -> dict:
-        st = self.pool.stats()
-        m = self.metrics
-        events, nbytes = _backlog(st)
-        sealed = self.pool.sealed()
-        oldest_event_ms = min((s.meta.min_ts for s in sealed), default=None)
-        return {
-            "agent_id": self.cfg.agent_id,
-            "version": version("docket"),
-            "uptime_s": round(time.time() - self.started, 1),
-            "rates": {k: round(v, 1) for k, v in self._rates.items()},
-            "totals": {"read_events": m.get("agent_source_read_events_total"),
-                       "read_bytes": m.get("agent_source_read_bytes_total"),
-                       "sent_events": m.get("agent_drain_sent_events_total"),
-                       "retried_events": m.get("agent_drain_retried_events_total")},
-            "pool": {"path": str(self.cfg.buffer_path),
-                     "file_bytes": self.pool.geometry.file_bytes,
-                     "configured_bytes": self.cfg["buffer.size_bytes"],
-                     "occupancy": round(1 - st["free_slots"] / st["slot_count"], 4), **st},
-            "backlog": {"bytes": nbytes, "events": events,
-                        "sealed_events": st["sealed_records"],
-                        "filling_events": st["filling_records"],
-                        "oldest_unacked_age_s": round(self._oldest_unacked_age(sealed), 3),
-                        "oldest_unacked_event_age_s": round(
-                            time.time() - oldest_event_ms / 1000, 3)
-                        if oldest_event_ms is not None else None},
-            "files": {p: {"lag_bytes": lag} for f in self.file_sources
-                      for p, lag in f.lag().items()},
-            "files_waiting": _merge_waiting(f.waiting() for f in self.file_sources),
-            "broker": {"state": self.drain.broker_state,
-                       "bootstrap_servers": self.cfg["broker.bootstrap_servers"],
-                       "security": self.cfg.security.describe(),
-                       "outages": self.metrics.get("agent_drain_outages_total"),
-                       "missing_topics": list(self.topic_watch.missing),
-                       "topics_checked": self.topic_watch.checked,
-                       "auto_create_topics": self.topic_watch.auto_create,
-                       "weakened_delivery": [k for k, _ in weakened_delivery(
-                           self.cfg["broker.librdkafka_options"])]},
-            "dropped_events": self.metrics.get("agent_dropped_events_total"),
-            "loss_journal": {
-                "path": str(self.journal.path),
-                "entries": self.metrics.total("agent_loss_journal_entries_total"),
-                "unknown_size": self.metrics.total("agent_loss_journal_entries_total",
-                                                   size="unknown")},
-            "audit": {"enabled": self.cfg["audit.enabled"], "topic": self.cfg["audit.topic"],
-                      "last_emission_ms": self.audit.last_emission_ms,
-                      "seq": self.audit.seq},
-        }
-
-    def start_status_server(self) -> None:
-        host, _, port = self.cfg["status.listen"].rpartition(":")
-        agent = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's naming)
-                if self.path == "/metrics":
-                    body, ctype = agent.metrics.prometheus().encode(), "text/plain; version=0.0.4"
-                elif self.path == "/status":
-                    body, ctype = json.dumps(agent.status()).encode(), "application/json"
-                else:
-                    self.send_error(404, "try /metrics or /status")
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        try:
-            self._http = ThreadingHTTPServer((host, int(port)), Handler)
-        except OSError as exc:
-            raise StartupError(f"cannot listen on status.listen = {host}:{port}: {exc.strerror}",
-                               hint="choose a free port in [status] listen") from exc
-        self.status_address = self._http.server_address
-        threading.Thread(target=self._http.serve_forever, name="docket-status",
-                         daemon=True).start()
 
 
 def lock_state_dir(state_dir: Path) -> int:
@@ -557,24 +439,6 @@ def _pid_in(fd: int) -> int | None:
     """The pid the lock's holder wrote (None if it has not written it yet)."""
     text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     return int(text) if text.isdigit() else None
-
-
-def _backlog(st: dict) -> tuple[int, int]:
-    """Events and bytes accepted and not yet acknowledged: sealed (waiting or in flight, in
-    the pool or spilled) and in the slots still filling — events read minus events sent,
-    drops aside."""
-    return (st["sealed_records"] + st["filling_records"],
-            st["sealed_bytes"] + st["filling_bytes"])
-
-
-def _merge_waiting(parts) -> dict:
-    out: dict = {"unreadable": {}, "orphans_waiting": [], "copies_held": [], "folders_away": {}}
-    for part in parts:
-        out["unreadable"].update(part["unreadable"])
-        out["folders_away"].update(part["folders_away"])
-        out["orphans_waiting"] += part["orphans_waiting"]
-        out["copies_held"] += part["copies_held"]
-    return out
 
 
 def _topics(sources) -> list[str]:
