@@ -33,10 +33,10 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .buffer.seams import Clock
 from .telemetry import Metrics
 
 log = logging.getLogger("docket.agent.journal")
@@ -44,8 +44,9 @@ log = logging.getLogger("docket.agent.journal")
 
 class LossJournal:
     def __init__(self, path: Path, metrics: Metrics,
-                 on_record: Callable[..., None] | None = None):
+                 on_record: Callable[..., None] | None = None, clock: Clock | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.clock = clock or Clock()
         self.path = path
         self.metrics = metrics
         self._lock = threading.Lock()
@@ -65,7 +66,7 @@ class LossJournal:
                source: str = "", byte_range: tuple[int, int] | None = None,
                detail: str = "", event_ts_ms: int | None = None, source_id: int | None = None,
                open_ended: bool = False, records: tuple[int, int] | None = None) -> None:
-        entry = {"ts_ms": int(time.time() * 1000), "reason": reason, "topic": topic,
+        entry = {"ts_ms": self.clock.time_ms(), "reason": reason, "topic": topic,
                  "events": events, "bytes": nbytes, "source": source,
                  "range": list(byte_range) if byte_range else None, "source_id": source_id,
                  "open_ended": open_ended, "records": list(records) if records else None,

@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,7 +111,8 @@ class Agent:
 
     def _open(self, cfg: AgentConfig) -> None:
         self.metrics = Metrics()
-        self.db = StateDB(cfg.state_db_path, crash_point=self.seams.db_crash_point)
+        self.db = StateDB(cfg.state_db_path, crash_point=self.seams.db_crash_point,
+                          clock=self.clock)
         self.incarnation, next_record = self.db.identity()
         self.audit = AuditEmitter(
             db=self.db, agent_id=cfg.agent_id, topics=_topics(cfg.sources),
@@ -124,7 +124,7 @@ class Agent:
             numbers=self._numbers if cfg["agent.record_numbers"] and cfg["agent.origin_header"]
             else None)
         self.journal = LossJournal(cfg.journal_path, self.metrics,
-                                   on_record=self.audit.dropped)
+                                   on_record=self.audit.dropped, clock=self.clock)
         self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
         self._sealed_runs: list[tuple] = []         # their locate rows
         self._next_forget = 0.0
@@ -156,7 +156,7 @@ class Agent:
         numbered = cfg["agent.record_numbers"] and origin is not None
         self.drain = Drain(self.pool, producer_config(cfg), self.journal, self.metrics,
                            cfg.dead_letter_dir, origin, on_slot_done=self._slot_done,
-                           on_dead=self.audit.uncount,
+                           on_dead=self.audit.uncount, clock=self.clock,
                            producer_factory=self.seams.producer_factory,
                            incarnation=self.incarnation.encode() if numbered else None)
         self.topic_watch = TopicWatch(producer_config(cfg), self._topics,
@@ -200,7 +200,7 @@ class Agent:
                                                     self.metrics, self.recovered,
                                                     fs=self.seams.fs, clock=self.clock))
             else:
-                self.socket_sources.append(SocketSource(src, self.pool, self.metrics))
+                self.socket_sources.append(SocketSource(src, self.pool, self.metrics, self.clock))
 
     def _close_sources(self) -> None:
         if self.watch is not None:
@@ -382,7 +382,7 @@ class Agent:
             s.close()
         self.pool.seal_all()
         self._flush_checkpoints()
-        deadline = time.monotonic() + self.cfg["agent.shutdown_timeout_ms"] / 1000
+        deadline = self.monotonic() + self.cfg["agent.shutdown_timeout_ms"] / 1000
         if self.drain.reachable:
             emptied = self.drain.drain_until(deadline)
         else:

@@ -72,12 +72,13 @@ import json
 import secrets
 import sqlite3
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from audit.contract.record import checksum_hex
+
+from .buffer.seams import Clock
 
 
 def _sqlite_utils_without_pandas():
@@ -145,9 +146,11 @@ class AuditUpdate(NamedTuple):
 
 
 class StateDB:
-    def __init__(self, path: Path, crash_point: Callable[[str], None] | None = None):
+    def __init__(self, path: Path, crash_point: Callable[[str], None] | None = None,
+                 clock: Clock | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.clock = clock or Clock()
         # The emitter's thread writes with a connection of its own (``AuditRound``); a write
         # that must wait for it waits as long as it would (SQLite's default is 5 s, and a
         # loaded host has taken longer: an agent died of "database is locked").
@@ -184,7 +187,7 @@ class StateDB:
                 "sealed_ms INTEGER NOT NULL, PRIMARY KEY (first_record, source_id))")
             self.db.execute("CREATE INDEX IF NOT EXISTS locate_sealed ON locate (sealed_ms)")
             if not self.db.execute("SELECT 1 FROM identity").fetchone():
-                now = _now_ms()
+                now = self.clock.time_ms()
                 self.db.execute("INSERT INTO identity VALUES (0, ?, ?, 0)",
                                 (f"{now}-{secrets.token_hex(4)}", now))
         self._create_audit_tables()
@@ -273,12 +276,12 @@ class StateDB:
             "INSERT INTO files (source_index, dev, ino, fingerprint, path, sealed_offset, "
             "acked_offset, size_seen, state, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (source_index, dev, ino, fingerprint, path, start_offset, start_offset, size_seen,
-             state, _now_ms()))
+             state, self.clock.time_ms()))
         return cur.lastrowid
 
     def update(self, source_id: int, **fields) -> None:
         self._crash_point("db:update")
-        fields["updated_ms"] = _now_ms()
+        fields["updated_ms"] = self.clock.time_ms()
         names = ", ".join(f"{k} = ?" for k in fields)
         with self.db.conn:
             self.db.conn.execute(f"UPDATE files SET {names} WHERE source_id = ?",
@@ -291,7 +294,7 @@ class StateDB:
         now occupies its inode (``successor``: source_index, dev, ino, fingerprint, path,
         size_seen). Returns the successor's source_id."""
         self._crash_point("db:orphan")
-        now = _now_ms() if now_ms is None else now_ms
+        now = self.clock.time_ms() if now_ms is None else now_ms
         with self.db.conn:
             self.db.conn.execute(
                 "UPDATE files SET state = ?, size_seen = MAX(size_seen, ?), tail = ?, "
@@ -313,7 +316,8 @@ class StateDB:
                 "UPDATE files SET dev = ?, ino = ?, path = ?, state = ?, size_seen = ?, "
                 "fingerprint = ?, tail = NULL, orphaned_ms = NULL, orphan_reason = NULL, "
                 "updated_ms = ? WHERE source_id = ?",
-                (dev, ino, path, ACTIVE, size_seen, fingerprint, _now_ms(), source_id))
+                (dev, ino, path, ACTIVE, size_seen, fingerprint, self.clock.time_ms(),
+                 source_id))
             if replaces is not None:
                 self.db.conn.execute("DELETE FROM files WHERE source_id = ?", (replaces,))
 
@@ -327,7 +331,8 @@ class StateDB:
                 "UPDATE files SET state = ?, sealed_offset = MAX(sealed_offset, ?), "
                 "acked_offset = MAX(acked_offset, ?), fingerprint = ?, path = ?, "
                 "size_seen = ?, updated_ms = ? WHERE source_id = ?",
-                (state, offset, offset, fingerprint, path, size_seen, _now_ms(), source_id))
+                (state, offset, offset, fingerprint, path, size_seen, self.clock.time_ms(),
+                 source_id))
 
     def rewind(self, source_id: int, offset: int, state: str) -> None:
         """Move a sealed checkpoint *back* (the start self-check, ``agent/selfcheck.py``):
@@ -336,7 +341,7 @@ class StateDB:
             self.db.conn.execute(
                 "UPDATE files SET sealed_offset = ?, acked_offset = MIN(acked_offset, ?), "
                 "state = ?, updated_ms = ? WHERE source_id = ?",
-                (offset, offset, state, _now_ms(), source_id))
+                (offset, offset, state, self.clock.time_ms(), source_id))
 
     def delete(self, source_id: int) -> None:
         self._crash_point("db:delete")
@@ -347,7 +352,7 @@ class StateDB:
         if not sizes:
             return
         self._crash_point("db:set_sizes")
-        now = _now_ms()
+        now = self.clock.time_ms()
         with self.db.conn:
             self.db.conn.executemany(
                 "UPDATE files SET size_seen = ?, updated_ms = ? WHERE source_id = ?",
@@ -400,7 +405,7 @@ class StateDB:
             where = {sid: (path, ino) for sid, path, ino in conn.execute(
                 f"SELECT source_id, path, ino FROM files WHERE source_id IN ({marks})",
                 list(ids))}
-        now = _now_ms()
+        now = self.clock.time_ms()
         conn.executemany(
             "INSERT OR IGNORE INTO locate VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(first, n, topic, sid, *where.get(sid, (None, None)), start, end, int(exact), now)
@@ -419,7 +424,7 @@ class StateDB:
         ``sealed_ms``)."""
         with self.db.conn:
             return self.db.conn.execute("DELETE FROM locate WHERE sealed_ms < ?",
-                                        (_now_ms() - retention_ms,)).rowcount
+                                        (self.clock.time_ms() - retention_ms,)).rowcount
 
     def advance_acked(self, positions: dict[int, int]) -> None:
         """Move acknowledged offsets forward, never past what is sealed."""
@@ -430,7 +435,7 @@ class StateDB:
         if not positions and also is None:
             return
         self._crash_point("db:advance")
-        now = _now_ms()
+        now = self.clock.time_ms()
         with self.db.conn:
             if positions:
                 self.db.conn.executemany(
@@ -476,7 +481,3 @@ class AuditRound:
                  for topic, w, checksum, count, dropped in delivered])
             self.conn.execute("DELETE FROM audit_windows WHERE dirty = 0 AND window_start < ?",
                               (forget_before_ms,))
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

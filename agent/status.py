@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
 from typing import TYPE_CHECKING
@@ -27,7 +26,7 @@ class StatusBoard:
 
     def __init__(self, agent: Agent):
         self.agent = agent
-        self.started = time.time()
+        self.started_ms = agent.clock.time_ms()
         self.rates = {"in_events_s": 0.0, "out_events_s": 0.0}
         self._prev_counts = (0.0, 0.0)          # events read / sent at the last gauge update
         self._http: ThreadingHTTPServer | None = None
@@ -87,7 +86,7 @@ class StatusBoard:
         return {
             "agent_id": a.cfg.agent_id,
             "version": version("docket"),
-            "uptime_s": round(time.time() - self.started, 1),
+            "uptime_s": round((a.clock.time_ms() - self.started_ms) / 1000, 1),
             "rates": {k: round(v, 1) for k, v in self.rates.items()},
             "totals": {"read_events": m.get("agent_source_read_events_total"),
                        "read_bytes": m.get("agent_source_read_bytes_total"),
@@ -102,7 +101,7 @@ class StatusBoard:
                         "filling_events": st["filling_records"],
                         "oldest_unacked_age_s": round(self.oldest_unacked_age(sealed), 3),
                         "oldest_unacked_event_age_s": round(
-                            time.time() - oldest_event_ms / 1000, 3)
+                            (a.clock.time_ms() - oldest_event_ms) / 1000, 3)
                         if oldest_event_ms is not None else None},
             "files": {p: {"lag_bytes": lag} for f in a.file_sources
                       for p, lag in f.lag().items()},

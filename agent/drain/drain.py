@@ -45,7 +45,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -55,6 +54,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, PART_HEADER, SEQ_HEADER
 
 from ..buffer import BufferPool, SealedSlot
+from ..buffer.seams import Clock
 from ..journal import LossJournal
 from ..telemetry import Metrics
 from .outcome import Outcome, classify, reason
@@ -283,8 +283,9 @@ class Drain:
                  on_slot_done: Callable[[SealedSlot], None] | None = None,
                  on_dead: Callable[[str, int, bytes], None] | None = None,
                  producer_factory: Callable[[dict], Producer] | None = None,
-                 incarnation: bytes | None = None):
+                 incarnation: bytes | None = None, clock: Clock | None = None):
         self.pool = pool
+        self.clock = clock or Clock()
         self.producer_factory = producer_factory or _real_producer
         self.conf = dict(producer_conf)
         self.journal = journal
@@ -303,7 +304,7 @@ class Drain:
         self._took_alone: set[str] = set()     # topics warned about
         self.outage = False
         self._fatal: KafkaError | None = None
-        self._progress_mark = (0, time.monotonic())
+        self._progress_mark = (0, self._now())
         self._stall_probe: _OneProbe | None = None
         self.handed = 0                 # records handed to librdkafka so far
         self.settled = 0                # ... of which every one is acknowledged or reported
@@ -375,7 +376,7 @@ class Drain:
         """The cluster refuses this client ``topic`` (DENIED): its records wait, and go again
         in ``DENIED_RETRY_S``. Said once per refusal, until the topic is accepted again."""
         first = topic not in self._denied
-        self._denied[topic] = time.monotonic() + DENIED_RETRY_S
+        self._denied[topic] = self._now() + DENIED_RETRY_S
         if not first:
             return
         if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
@@ -390,7 +391,7 @@ class Drain:
     def _held(self, topic: str) -> bool:
         """Is ``topic`` refused, and not yet due to be tried again?"""
         until = self._denied.get(topic)
-        return until is not None and time.monotonic() < until
+        return until is not None and self._now() < until
 
     def _accepted(self, topic: str) -> None:
         """A slot of ``topic`` was acknowledged whole: a refusal is over."""
@@ -516,7 +517,7 @@ class Drain:
             topic = send.slot.topic
             if send.retry and sent < budget and not self._held(topic):
                 if topic in self._denied:        # one slot tries a refused topic again
-                    self._denied[topic] = time.monotonic() + DENIED_RETRY_S
+                    self._denied[topic] = self._now() + DENIED_RETRY_S
                 sent += self._resend(send, budget - sent)
             if send.alone and sent < budget:
                 sent += self._send_alone(send, budget - sent)
@@ -677,7 +678,7 @@ class Drain:
         return self.handed + self.handed_alone - self._outstanding()
 
     def _watch_for_outage(self) -> None:
-        now = time.monotonic()
+        now = self._now()
         acked = self._acked_now()
         if acked != self._progress_mark[0] or self._outstanding() == 0:
             if acked != self._progress_mark[0] and self.broker_state == "all brokers down":
@@ -718,8 +719,8 @@ class Drain:
         purged would be sent twice if the broker had written it)."""
         for producer in self._producers():
             producer.purge(in_queue=True, in_flight=in_flight)
-        before, deadline = -1, time.monotonic() + PURGE_WAIT_S
-        while self._outstanding() != before and time.monotonic() < deadline:
+        before, deadline = -1, self._now() + PURGE_WAIT_S
+        while self._outstanding() != before and self._now() < deadline:
             before = self._outstanding()
             self._poll(0.05)
         for send in self.inflight:       # records never handed to librdkafka go again too
@@ -734,7 +735,7 @@ class Drain:
                 self._probe_ok.set()
                 return
             except KafkaException:
-                time.sleep(0.05)
+                self.clock.sleep(0.05)
 
     def _end_outage(self) -> None:
         log.warning("the cluster answers again: resuming")
@@ -742,7 +743,7 @@ class Drain:
         if not self.broker_state.startswith("not authorised"):
             self.broker_state = "up"          # it answered: authenticated (again)
         self.metrics.set("agent_drain_broker_up", 1)
-        self._progress_mark = (self._acked_now(), time.monotonic())
+        self._progress_mark = (self._acked_now(), self._now())
         self._stall_probe = None
 
     def _rebuild(self) -> None:
@@ -767,15 +768,20 @@ class Drain:
         self.producer = self._new_producer()
         self.lone = None
 
+    def _now(self) -> float:
+        """Seconds of the monotonic clock (``Clock``: a simulation drives it)."""
+        return self.clock.monotonic_ns() / 1e9
+
     # -- stopping -----------------------------------------------------------------------------
     def idle(self) -> bool:
         return not self.inflight and not self.pool.sealed()
 
     def drain_until(self, deadline: float) -> bool:
-        """Send until nothing is sealed or in flight, the deadline passes, or an outage
+        """Send until nothing is sealed or in flight, the ``deadline`` (on ``self.clock``'s
+        monotonic seconds) passes, or an outage
         begins (waiting for a cluster that does not answer only delays the stop: the pool
         keeps the data). True if empty."""
-        while time.monotonic() < deadline and not self.outage:
+        while self._now() < deadline and not self.outage:
             self.pump()
             if self.idle():
                 return True

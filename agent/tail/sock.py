@@ -13,11 +13,11 @@ import logging
 import os
 import socket
 import threading
-import time
 
 import numpy as np
 
 from ..buffer import BufferPool, Chunk
+from ..buffer.seams import Clock
 from ..config import SourceConfig
 from ..telemetry import Metrics
 from .events import apply_fields
@@ -28,8 +28,10 @@ MAX_PENDING_BYTES = 64 << 20
 
 
 class SocketSource:
-    def __init__(self, cfg: SourceConfig, pool: BufferPool, metrics: Metrics):
+    def __init__(self, cfg: SourceConfig, pool: BufferPool, metrics: Metrics,
+                 clock: Clock | None = None):
         self.cfg = cfg
+        self.clock = clock or Clock()
         self.pool = pool
         self.metrics = metrics
         self._stop = threading.Event()
@@ -93,7 +95,7 @@ class SocketSource:
                 self._append(pending + b"\n")
 
     def _append(self, data: bytes) -> None:
-        read_ms = int(time.time() * 1000)
+        read_ms = self.clock.time_ms()
         chunk = Chunk.from_lines(np.frombuffer(data, np.uint8), read_ms)
         chunk, unparsable = apply_fields(chunk, self.cfg.timestamp_field, self.cfg.key_field,
                                          read_ms)

@@ -82,7 +82,7 @@ def unreachable_drain(tmp_path, data: bytes, times, origin: bytes = b"a",
 
 
 def fake_drain(tmp_path, data: bytes, times, origin: bytes = b"a",
-               incarnation: bytes | None = b"1-test"):
+               incarnation: bytes | None = b"1-test", clock=None):
     """The same pool, drained into a ``FakeKafka`` (``tests/unit/fakeproducer.py``), which
     answers as the test scripts it. Returns (drain, pool, kafka)."""
     from tests.unit.fakeproducer import FakeKafka
@@ -90,12 +90,12 @@ def fake_drain(tmp_path, data: bytes, times, origin: bytes = b"a",
     kafka = FakeKafka()
     drain, pool = sealed_drain(tmp_path, data, times, origin,
                                {"queue.buffering.max.messages": 500_000}, kafka.producer,
-                               incarnation)
+                               incarnation, clock)
     return drain, pool, kafka
 
 
 def sealed_drain(tmp_path, data: bytes, times, origin: bytes | None, conf: dict,
-                 producer_factory=None, incarnation: bytes | None = None):
+                 producer_factory=None, incarnation: bytes | None = None, clock=None):
     from agent.drain.drain import Drain
     from agent.journal import LossJournal
     from agent.telemetry import Metrics
@@ -105,5 +105,6 @@ def sealed_drain(tmp_path, data: bytes, times, origin: bytes | None, conf: dict,
     pool.append("t", Chunk.from_lines(data, times))
     pool.seal_all()
     drain = Drain(pool, conf, LossJournal(tmp_path / "j", metrics), metrics, tmp_path / "dead",
-                  origin, producer_factory=producer_factory, incarnation=incarnation)
+                  origin, producer_factory=producer_factory, incarnation=incarnation,
+                  clock=clock)
     return drain, pool

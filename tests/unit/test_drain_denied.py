@@ -7,8 +7,6 @@ new credentials."""
 from __future__ import annotations
 
 import logging
-import time
-import types
 from collections import Counter
 
 import numpy as np
@@ -16,31 +14,32 @@ import pytest
 from confluent_kafka import KafkaError
 
 import agent.drain.drain as drain_module
+from agent.buffer.seams import Clock
 from agent.drain.outcome import Outcome, classify
 from tests.unit.poolkit import fake_drain
 
 DENIED = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed")
 
 
-class Clock:
+class StoppedClock(Clock):
+    """The drain's clock, moved by the test alone (``now``, in seconds)."""
+
     def __init__(self):
         self.now = 1000.0
 
-    def monotonic(self) -> float:
-        return self.now
+    def monotonic_ns(self) -> int:
+        return int(self.now * 1e9)
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    c = Clock()
-    monkeypatch.setattr(drain_module, "time", types.SimpleNamespace(
-        monotonic=c.monotonic, time=time.time, sleep=time.sleep))
-    return c
+def clock():
+    return StoppedClock()
 
 
-def _fake(tmp_path, records: int = 100):
+def _fake(tmp_path, clock: StoppedClock, records: int = 100):
     data = b"".join(b"event %d\n" % i for i in range(records))
-    drain, pool, kafka = fake_drain(tmp_path, data, np.full(records, 1_795_000_000_000))
+    drain, pool, kafka = fake_drain(tmp_path, data, np.full(records, 1_795_000_000_000),
+                                    clock=clock)
     return drain, pool, kafka, [b"event %d" % i for i in range(records)]
 
 
@@ -55,7 +54,7 @@ def test_refusals_are_denied_never_dead(code):
 
 def test_a_refused_topic_waits_in_its_slot_and_goes_by_itself_once_the_acl_is_granted(
         tmp_path, clock, caplog):
-    drain, pool, kafka, values = _fake(tmp_path)
+    drain, pool, kafka, values = _fake(tmp_path, clock)
     for v in values:
         kafka.script(v, DENIED, DENIED)            # refused twice, then the ACL is granted
     caplog.set_level(logging.WARNING, logger="docket.agent.drain")
@@ -93,7 +92,7 @@ def test_slots_of_a_refused_topic_are_held_not_sent_while_it_is_refused(tmp_path
     """The slots handed over before the refusal came back are all refused; then one slot
     tries the topic again every DENIED_RETRY_S and the others wait unsent: a refused topic
     costs one slot's records per try, not a loop over the pool."""
-    drain, pool, kafka, values = _fake(tmp_path, 3000)
+    drain, pool, kafka, values = _fake(tmp_path, clock, 3000)
     assert len(pool.sealed()) > 2
     first_slot = {b"event %d" % i for i in range(pool.sealed()[0].record_count)}
     for v in values:                               # the slot that tries is refused 3 times
@@ -130,7 +129,7 @@ def test_slots_of_a_refused_topic_are_held_not_sent_while_it_is_refused(tmp_path
 
 def test_an_authentication_failure_is_named_once_and_cleared_when_records_are_acknowledged(
         tmp_path, clock, caplog):
-    drain, pool, kafka, values = _fake(tmp_path)
+    drain, pool, kafka, values = _fake(tmp_path, clock)
     caplog.set_level(logging.WARNING, logger="docket.agent.drain")
     err = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: Authentication "
                      "failed during authentication due to invalid credentials")
@@ -150,7 +149,7 @@ def test_an_authentication_failure_is_named_once_and_cleared_when_records_are_ac
 
 
 def test_a_tls_failure_names_the_certificate_settings(tmp_path, clock, caplog):
-    drain, pool, kafka, _values = _fake(tmp_path)
+    drain, pool, kafka, _values = _fake(tmp_path, clock)
     caplog.set_level(logging.WARNING, logger="docket.agent.drain")
     drain._on_error(KafkaError(KafkaError._SSL, "SSL handshake failed: certificate verify "
                                "failed"))
@@ -163,7 +162,7 @@ def test_a_tls_failure_names_the_certificate_settings(tmp_path, clock, caplog):
 def test_a_client_certificate_the_brokers_refuse_is_an_authentication_failure(tmp_path, clock):
     """What a broker requiring client certificates answers one it does not trust (measured:
     librdkafka reports the transport error with the TLS alert's text)."""
-    drain, pool, _kafka, _values = _fake(tmp_path)
+    drain, pool, _kafka, _values = _fake(tmp_path, clock)
     drain._on_error(KafkaError(KafkaError._TRANSPORT, "ssl://127.0.0.1:9093/bootstrap: SSL "
                                "handshake failed: ssl/tls alert bad certificate"))
     assert drain.broker_state == "authentication failed (TLS)"
@@ -174,7 +173,7 @@ def test_a_client_certificate_the_brokers_refuse_is_an_authentication_failure(tm
 
 
 def test_reconfigure_replaces_the_producer_and_the_records_go_once(tmp_path, clock):
-    drain, pool, kafka, values = _fake(tmp_path)
+    drain, pool, kafka, values = _fake(tmp_path, clock)
     for v in values:
         kafka.script(v, DENIED)
     drain.pump()
