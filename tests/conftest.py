@@ -41,13 +41,69 @@ def pytest_configure(config):
 
 
 def _running(tmp_path_factory, name: str, brokers: int):
-    """A cluster of ``brokers`` started for the session, stopped after it."""
+    """A cluster of ``brokers`` started for the session, stopped after it (or after the last
+    test that uses it, for the ``RELEASED`` ones)."""
     cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True)
     layout = cluster.up(brokers=brokers, base_port=0)
+    _LIVE[name] = cluster
     try:
         yield Kafka(layout.bootstrap_servers, cluster)
     finally:
         cluster.down()
+
+
+# -- clusters only some tests use -----------------------------------------------------------------
+# An idle broker costs about a tenth of a core (its JVM's own threads). Kept for the whole
+# session, the clusters below slowed every test after their last user on a two-core host. So the
+# tests that use one of them run one after another, and the cluster stops as soon as the last of
+# them is done (pytest itself keeps a session fixture to the session's end). Each is named by its
+# fixture; a test reaches one only through its arguments (or its fixtures'), never
+# ``request.getfixturevalue``, so that the order below sees it.
+RELEASED = ("kafka3", "kafka_sasl", "kafka_mtls", "second_local", "aggregate")
+_LIVE: dict[str, LocalCluster] = {}
+_LAST: dict[str, str] = {}                  # fixture → the node id of its last test
+_GONE: set[str] = set()
+
+
+def _released_by(item) -> list[str]:
+    return [name for name in RELEASED if name in getattr(item, "fixturenames", ())]
+
+
+@pytest.hookimpl(trylast=True)         # after -k and -m have deselected what does not run
+def pytest_collection_modifyitems(session, config, items):
+    """Within each folder, the files that use none of ``RELEASED`` first, then those that do,
+    grouped by the first one they use (so each one's tests run together); otherwise pytest's
+    order."""
+    uses: dict = {}
+    for item in items:
+        uses.setdefault(item.path, set()).update(_released_by(item))
+    folders = list(dict.fromkeys(item.path.parent for item in items))
+
+    def key(pair):
+        index, item = pair
+        ranks = sorted(RELEASED.index(name) for name in uses[item.path])
+        return folders.index(item.path.parent), ranks[:1] or [-1], ranks, index
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=key)]
+    _LAST.clear()
+    for item in items:
+        for name in _released_by(item):
+            _LAST[name] = item.nodeid
+
+
+def pytest_runtest_setup(item):
+    gone = [name for name in _released_by(item) if name in _GONE]
+    if gone:
+        raise RuntimeError(f"{item.nodeid} uses {gone}, stopped after {_LAST}: a fixture "
+                           "reached through request.getfixturevalue? (tests/conftest.py)")
+
+
+@pytest.hookimpl(trylast=True)         # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item, nextitem):
+    for name in _released_by(item):
+        if _LAST.get(name) == item.nodeid and name in _LIVE:
+            _GONE.add(name)
+            _LIVE.pop(name).down()
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +156,7 @@ def _secured(tmp_path_factory, name: str, security: str, brokers: int = 1):
     """A secured cluster of ``brokers`` started for the session, stopped after it."""
     cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True)
     layout = cluster.up(brokers=brokers, base_port=0, security=security, timeout_s=300)
+    _LIVE[name] = cluster
     try:
         yield SecuredKafka(layout.bootstrap_servers, cluster, security)
     finally:

@@ -189,8 +189,8 @@ def denial(acl, acls) -> str:
 
 
 @pytest.fixture(params=["sasl_ssl", "mtls"])
-def secured(request):
-    return request.getfixturevalue({"sasl_ssl": "kafka_sasl", "mtls": "kafka_mtls"}[request.param])
+def secured(request, kafka_sasl, kafka_mtls):
+    return {"sasl_ssl": kafka_sasl, "mtls": kafka_mtls}[request.param]
 
 
 # -- the clusters come up and authenticate ------------------------------------------------------
