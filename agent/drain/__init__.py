@@ -2,6 +2,9 @@
 acknowledged.
 
 - ``drain``: the sending, the delivery outcomes per slot, the outage guard, refused topics.
+- ``slotsend``: one slot on its way: the cursor over its records and what became of each.
+- ``headers``: the records' identity headers, built per block.
+- ``deadletter``: records refused for good, written durably to ``dead-letter/``.
 - ``outcome``: every Kafka result reduced to ok / retry / alone / denied / dead, in one place.
 - ``producer``: the producer's configuration (acks, idempotence, batching, security).
 - ``topics``: the topic check: which of the agent's topics the cluster does not have.

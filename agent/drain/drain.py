@@ -38,17 +38,13 @@ nothing. Duplicates after a fatal error, never a slot freed on a guess.
 
 from __future__ import annotations
 
-import base64
 import collections
 import functools
-import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, PART_HEADER, SEQ_HEADER
@@ -57,7 +53,10 @@ from ..buffer import BufferPool, SealedSlot
 from ..buffer.seams import Clock
 from ..journal import LossJournal
 from ..telemetry import Metrics
+from .deadletter import write_dead_letter
+from .headers import BlockHeaders, Record, record_number
 from .outcome import Outcome, classify, reason
+from .slotsend import SlotSend
 
 OUTAGE_AFTER_S = 2.0
 PROBE_INTERVAL_S = 1.0
@@ -74,54 +73,6 @@ NO_PARTITION = -1
 
 log = logging.getLogger("docket.agent.drain")
 
-Record = tuple  # (topic, value, key, timestamp_ms, headers)
-
-
-def record_numbers(first: int, n: int) -> list[bytes]:
-    """``docket-seq`` values of ``n`` records from ``first``: 8-byte big-endian, built in numpy
-    (one Python object per record, no arithmetic per record)."""
-    return np.arange(first, first + n, dtype=np.uint64).astype(">u8").view("V8").tolist()
-
-
-class BlockHeaders:
-    """The headers of a block's records: ``base`` (origin, incarnation, part; shared) and, when
-    records are numbered, each record's ``docket-seq``: ``numbers`` is the first record's
-    number (the block's records follow on) or a list of them (a block less dead records).
-
-    No list per record is kept: the send loop sets the number into one list it reuses, which
-    ``produce()`` copies at once (a list and a tuple per record cost ~0.7 µs, most of it in
-    the garbage collector, measured here)."""
-
-    __slots__ = ("base", "numbers")
-
-    def __init__(self, base: list | None, numbers: int | list[int] | None):
-        self.base = base
-        self.numbers = numbers
-
-    def number(self, i: int) -> int | None:
-        n = self.numbers
-        return n if n is None else (n + i if isinstance(n, int) else n[i])
-
-    def of(self, i: int) -> list | None:
-        """Record ``i``'s headers, as a list of its own."""
-        n = self.number(i)
-        if n is None:
-            return self.base
-        return [*(self.base or ()), (SEQ_HEADER, n.to_bytes(8, "big"))]
-
-    def values(self, a: int, b: int) -> list[bytes]:
-        """The ``docket-seq`` values of records [a, b)."""
-        n = self.numbers
-        if isinstance(n, int):
-            return record_numbers(n + a, b - a)
-        return np.array(n[a:b], np.uint64).astype(">u8").view("V8").tolist()
-
-    def subset(self, keep: list[int]) -> BlockHeaders:
-        if self.numbers is None:
-            return self
-        return BlockHeaders(self.base, [self.number(i) for i in keep])
-
-
 def _real_producer(conf: dict) -> Producer:
     """The transport: a confluent-kafka Producer logging through docket's logger."""
     return Producer(conf, logger=logging.getLogger("docket.agent.librdkafka"))
@@ -131,13 +82,6 @@ def _certificate_refused(err: KafkaError) -> bool:
     """A broker that refuses this client's certificate (mutual TLS) closes the handshake:
     librdkafka reports a transport error whose text names the certificate."""
     return err.code() == KafkaError._TRANSPORT and "certificate" in err.str().lower()
-
-
-def record_number(headers) -> int | None:
-    for name, value in headers or ():
-        if name == SEQ_HEADER:
-            return int.from_bytes(value, "big")
-    return None
 
 
 class _OneProbe:
@@ -154,127 +98,6 @@ class _OneProbe:
             self.answered = True
         except KafkaException:
             self.answered = False
-
-
-class SlotSend:
-    """One sealed slot on its way to Kafka: a cursor over its records (``blocks``, from
-    ``Drain.block_lists``, and the payload they slice) and what became of them. It knows
-    nothing of the drain: the drain's report handlers take the send as their first argument.
-
-    ``previous``: the send of the same slot by a producer that a fatal error replaced. That
-    one is retired (reports still coming for it are ignored) and this one sends the slot again
-    from its first record, leaving out what is already dead-lettered."""
-
-    __slots__ = ("slot", "total", "dead_records", "retry", "alone", "alone_out",
-                 "pending", "payload", "blocks", "bi", "ri", "handed", "retired", "_originals",
-                 "_left_out", "_covered")
-
-    def __init__(self, slot: SealedSlot, payload: bytes | None = None,
-                 blocks: list[tuple] | None = None, previous: SlotSend | None = None):
-        self.slot = slot
-        self.total = slot.record_count
-        self.retry: list[Record] = []
-        self.alone: list[Record] = []           # refused with their batch as too large
-        self.alone_out = 0                      # sent alone, not yet reported
-        self.pending: Record | None = None      # refused by a full local queue; next first
-        self.bi = self.ri = 0                   # cursor: next block, next record in it
-        self.handed = 0                         # the drain's hand-over number of the last record
-        self.retired = False
-        self._originals: dict | None = None     # (value, key) → [(timestamp, headers)]
-        self._covered: collections.Counter = collections.Counter()   # reports to skip
-        if previous is None:
-            self.dead_records: list[Record] = []
-            self.payload = payload
-            self.blocks = blocks
-        else:
-            previous.retired = True
-            self.dead_records = previous.dead_records
-            self.payload = previous.payload
-            self.blocks = previous._blocks_without(self.dead_records[previous._left_out:])
-        self._left_out = len(self.dead_records)     # dead records ``blocks`` leaves out
-
-    @property
-    def unsent(self) -> bool:
-        return self.bi < len(self.blocks) or self.pending is not None
-
-    def finished(self, settled: int) -> bool:
-        """Every record handed over before the last zero point (``settled``: the drain's
-        hand-over number there), none waiting to go again."""
-        return (not self.unsent and not self.retry and not self.alone and not self.alone_out
-                and self.handed <= settled)
-
-    @property
-    def dead(self) -> int:
-        return len(self.dead_records)
-
-    @property
-    def acked(self) -> int:
-        return self.total - self.dead
-
-    def failed_records(self, msg) -> list[Record]:
-        """The records a failed report (of a record from ``blocks``) is about: none when the
-        report is covered by twins already sent again."""
-        value, key = msg.value(), msg.key()
-        if self._covered[(value, key)]:             # already sent again with its twins
-            self._covered[(value, key)] -= 1
-            return []
-        return [(msg.topic(), value, key, ts, headers)
-                for ts, headers in self._originals_of(value, key)]
-
-    def _originals_of(self, value: bytes, key: bytes | None) -> list[tuple[int, list | None]]:
-        """The records a failed report may be about: one, or — when the slot holds the same
-        value and key more than once, under other numbers or times, not yet reported — all of
-        them. A report in error carries no headers, so it cannot say which twin failed: every
-        twin goes again (a twin that had arrived arrives twice, the same record twice), and
-        the twins' own failed reports, if they come, are skipped. Never a twin's number
-        swapped for another's."""
-        first = self._original(value, key)
-        twins = self._originals.get((value, key)) or []
-        if not twins:
-            return [first]
-        self._originals[(value, key)] = []
-        self._covered[(value, key)] += len(twins)
-        return [first, *twins]
-
-    def _original(self, value: bytes, key: bytes | None) -> tuple[int, list | None]:
-        """A report in error carries neither the timestamp nor the headers (librdkafka gives
-        none for a failed message; seen: timestamp type 0, -1): find them in the slot. A
-        record fails here at most once (its resend reports through ``ack_record``), so each
-        entry is taken once."""
-        if self._originals is None:
-            self._originals = {}
-            payload = self.payload
-            for offsets, lengths, times, keys, headers in self.blocks:
-                for i, o in enumerate(offsets):
-                    k = keys[i] if keys else None
-                    self._originals.setdefault((payload[o:o + lengths[i]], k), []).append(
-                        (times[i], headers.of(i)))
-        found = self._originals.get((value, key))
-        if not found:
-            raise RuntimeError(f"a delivery report for a record that is not in slot "
-                               f"{self.slot.seq}")
-        return found.pop()
-
-    def _blocks_without(self, records: list[Record]) -> list[tuple]:
-        """The blocks less ``records`` (dead-lettered since this send began), for sending the
-        slot again."""
-        if not records:
-            return self.blocks
-        gone = collections.Counter((v, k, ts, tuple(h or ())) for _t, v, k, ts, h in records)
-        out = []
-        for offsets, lengths, times, keys, headers in self.blocks:
-            keep = []
-            for i, o in enumerate(offsets):
-                ident = (self.payload[o:o + lengths[i]], keys[i] if keys else None, times[i],
-                         tuple(headers.of(i) or ()))
-                if gone[ident]:
-                    gone[ident] -= 1
-                else:
-                    keep.append(i)
-            out.append(([offsets[i] for i in keep], [lengths[i] for i in keep],
-                        [times[i] for i in keep], [keys[i] for i in keep] if keys else keys,
-                        headers.subset(keep)))
-        return out
 
 
 class Drain:
@@ -481,16 +304,7 @@ class Drain:
 
     def _dead_letter(self, send: SlotSend, record: Record, err: KafkaError) -> None:
         topic, value, key, ts, headers = record
-        self.dead_letter_dir.mkdir(parents=True, exist_ok=True)
-        entry = {"topic": topic, "timestamp_ms": ts, "error": err.str(), "code": err.name(),
-                 "slot_seq": send.slot.seq,
-                 "key_b64": base64.b64encode(key).decode() if key is not None else None,
-                 "value_b64": base64.b64encode(value or b"").decode(),
-                 "headers": [[k, base64.b64encode(v or b"").decode()] for k, v in headers or []]}
-        with open(self.dead_letter_dir / "dead-letter.jsonl", "a") as f:
-            f.write(json.dumps(entry) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        write_dead_letter(self.dead_letter_dir, record, err, send.slot.seq)
         if self.on_dead is not None:
             self.on_dead(topic, ts, value or b"")
         number = record_number(headers)

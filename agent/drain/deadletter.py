@@ -1,0 +1,33 @@
+"""Records Kafka refused for good: one JSON line each in ``dead-letter/dead-letter.jsonl``
+(topic, time, error, the slot, key, value and headers in base64), fsync'd before the drain
+journals the loss and frees the record's slot.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+from confluent_kafka import KafkaError
+
+from .headers import Record
+
+FILE_NAME = "dead-letter.jsonl"
+
+
+def write_dead_letter(folder: Path, record: Record, err: KafkaError, slot_seq: int) -> None:
+    """Append ``record`` (refused with ``err``, from the slot ``slot_seq``) to ``folder``'s
+    dead-letter file, durably."""
+    topic, value, key, ts, headers = record
+    folder.mkdir(parents=True, exist_ok=True)
+    entry = {"topic": topic, "timestamp_ms": ts, "error": err.str(), "code": err.name(),
+             "slot_seq": slot_seq,
+             "key_b64": base64.b64encode(key).decode() if key is not None else None,
+             "value_b64": base64.b64encode(value or b"").decode(),
+             "headers": [[k, base64.b64encode(v or b"").decode()] for k, v in headers or []]}
+    with open(folder / FILE_NAME, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
