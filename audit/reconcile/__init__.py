@@ -1,7 +1,8 @@
 """The reconciler: the audit topic into SQLite, every (topic, window) judged tier by tier, alerts
 raised and handed to ``audit.alerts``. docs/reconcile.md is the reference.
 
-- ``service``: ``docket-audit reconcile`` running: the consumer, the evaluation, the delivery.
+- ``service``: ``docket-audit reconcile`` running: the consumer, when to evaluate, the delivery.
+- ``evaluate``: one evaluation: the windows judged, verdicts stored, alerts fired and resolved.
 - ``store``: the SQLite database: audit records applied, offsets, verdicts, alerts.
 - ``verdict``: the verdict on one window, per tier and origin; pure (records and a clock in).
 - ``alerting``: alerts from verdicts: fired once, resolved, snoozed, resolved by hand.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import requests
 
-from audit.reconcile.service import evaluate
+from audit.reconcile.evaluate import evaluate
 from audit.reconcile.store import Store
 from tests.unit.reconcilekit import MIN, W, cfg, count
 

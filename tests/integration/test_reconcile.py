@@ -20,7 +20,8 @@ from confluent_kafka import Producer
 from audit.contract.record import AuditRecord, CaughtUp, Progress, Ranges
 from audit.reconcile.commands import watermark
 from audit.reconcile.config import parse
-from audit.reconcile.service import Reconciler, evaluate
+from audit.reconcile.evaluate import evaluate
+from audit.reconcile.service import Reconciler
 from audit.reconcile.store import Store
 from broker.admin import ensure_audit_topic
 

@@ -13,7 +13,7 @@ from audit.alerts.channels import WebhookChannel, alertmanager_alert, slack_body
 from audit.contract.record import AuditRecord, CaughtUp, Ranges
 from audit.reconcile.alerting import notification
 from audit.reconcile.config import parse
-from audit.reconcile.service import evaluate
+from audit.reconcile.evaluate import evaluate
 from audit.reconcile.store import Store
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"

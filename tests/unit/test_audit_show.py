@@ -11,7 +11,7 @@ import time
 import pytest
 
 from audit.cli import EXIT_UNAVAILABLE, main
-from audit.reconcile.service import evaluate
+from audit.reconcile.evaluate import evaluate
 from audit.reconcile.store import Store
 from docket_common.formats import window_label
 from tests.unit.reconcilekit import MIN, W, cfg, count, lossy_window, progress

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 from audit.contract.record import Ranges
 from audit.contract.settings import ConfigError
 from audit.reconcile.config import load as load_config
-from audit.reconcile.service import evaluate
+from audit.reconcile.evaluate import evaluate
 from audit.reconcile.store import Store
 from dashboards.app import create_app
 from dashboards.cli import main as dashboard_main

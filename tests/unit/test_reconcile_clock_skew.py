@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 
 from audit.reconcile.config import parse
-from audit.reconcile.service import Reconciler, evaluate
+from audit.reconcile.evaluate import evaluate
+from audit.reconcile.service import Reconciler
 from audit.reconcile.store import Store
 from tests.unit.reconcilekit import Message, cfg, count
 from tests.unit.reconcilekit import progress as job_progress

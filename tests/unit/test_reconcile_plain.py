@@ -13,10 +13,10 @@ import sqlite3
 import pytest
 
 from audit.contract.record import AuditRecord, Progress
-from audit.reconcile import service
+from audit.reconcile import evaluate as evaluation
 from audit.reconcile import store as store_module
 from audit.reconcile.config import parse
-from audit.reconcile.service import evaluate
+from audit.reconcile.evaluate import evaluate
 from audit.reconcile.store import Store
 
 W = 600_000
@@ -151,10 +151,10 @@ def run(tmp_path, name, seed) -> dict:
 def test_the_plain_path_stores_what_judging_the_records_stores(tmp_path, monkeypatch, seed,
                                                                batch):
     """(A batch of 7 windows: the figures are read by a process of their own.)"""
-    monkeypatch.setattr(service, "EVALUATE_BATCH_WINDOWS", batch)
+    monkeypatch.setattr(evaluation, "EVALUATE_BATCH_WINDOWS", batch)
     started = []
 
-    class Counted(service.FiguresProcess):
+    class Counted(evaluation.FiguresProcess):
         def __init__(self, *args):
             super().__init__(*args)
             started.append(0)
@@ -165,7 +165,7 @@ def test_the_plain_path_stores_what_judging_the_records_stores(tmp_path, monkeyp
             started[-1] += 1
             return text
 
-    monkeypatch.setattr(service, "FiguresProcess", Counted)
+    monkeypatch.setattr(evaluation, "FiguresProcess", Counted)
     taken = {"plain": 0, "judged": 0}
     real = store_module.PlainWindow.plain
 
@@ -191,10 +191,10 @@ def test_figures_the_reading_process_did_not_give_are_read_by_the_evaluation(
         tmp_path, monkeypatch, caplog):
     """The process reading the figures is killed after giving those of the first batch: the
     evaluation reads the rest itself and stores what it stores when the process lives."""
-    monkeypatch.setattr(service, "EVALUATE_BATCH_WINDOWS", 7)
+    monkeypatch.setattr(evaluation, "EVALUATE_BATCH_WINDOWS", 7)
     killed = []
 
-    class Dying(service.FiguresProcess):
+    class Dying(evaluation.FiguresProcess):
         def next_text(self):
             text = super().next_text()
             if not killed:
@@ -205,7 +205,7 @@ def test_figures_the_reading_process_did_not_give_are_read_by_the_evaluation(
     with caplog.at_level("WARNING", logger="docket.audit.reconcile"):
         living = run(tmp_path, "living", 4)
     assert "ended early" not in caplog.text
-    monkeypatch.setattr(service, "FiguresProcess", Dying)
+    monkeypatch.setattr(evaluation, "FiguresProcess", Dying)
     with caplog.at_level("WARNING", logger="docket.audit.reconcile"):
         dying = run(tmp_path, "dying", 4)
     assert killed and killed[0] != 0
@@ -229,14 +229,14 @@ def test_a_record_applied_during_an_evaluation_is_judged_by_the_next(tmp_path, m
     """A window is taken at the start of an evaluation; a record the consumer applies after
     that (here after the window's figures were read, before its batch's transaction) marks it
     dirty again, and the next evaluation judges it with that record."""
-    monkeypatch.setattr(service, "EVALUATE_BATCH_WINDOWS", 5)
+    monkeypatch.setattr(evaluation, "EVALUATE_BATCH_WINDOWS", 5)
     store = Store(tmp_path / "r.db")
     consumer = Store(tmp_path / "r.db")                  # its own connection, as in the service
     _plain_day(store)
     now = T0 + (WINDOWS + 6) * W
     key = (TOPICS[1], T0 + 3 * W, "kafka-local")
     late = rec("kafka-local", "web-1", TOPICS[1], 3, 90, seq=2)       # a loss shows up
-    real = service._with_plain_figures
+    real = evaluation._with_plain_figures
     batches = []
 
     def applying_before_its_batch(st, all_batches):
@@ -246,12 +246,12 @@ def test_a_record_applied_during_an_evaluation_is_judged_by_the_next(tmp_path, m
                 consumer.apply([late], {}, {("a", 0): 2}, "t")
             yield batch, figures
 
-    monkeypatch.setattr(service, "_with_plain_figures", applying_before_its_batch)
+    monkeypatch.setattr(evaluation, "_with_plain_figures", applying_before_its_batch)
     evaluate(store, config(), now)
     assert len(batches) > 4 and key[:2] not in batches[0]
     assert _states(store)[key] == "complete"             # judged as its figures were
     assert store.conn.execute("SELECT count(*) FROM dirty").fetchone()[0] == 1
-    monkeypatch.setattr(service, "_with_plain_figures", real)
+    monkeypatch.setattr(evaluation, "_with_plain_figures", real)
     evaluate(store, config(), now + MIN)
     assert _states(store)[key] == "incomplete"
     assert store.conn.execute("SELECT count(*) FROM dirty").fetchone()[0] == 0
@@ -260,11 +260,11 @@ def test_a_record_applied_during_an_evaluation_is_judged_by_the_next(tmp_path, m
 
 def test_windows_an_evaluation_killed_midway_did_not_store_are_judged_by_the_next(
         tmp_path, monkeypatch):
-    monkeypatch.setattr(service, "EVALUATE_BATCH_WINDOWS", 5)
+    monkeypatch.setattr(evaluation, "EVALUATE_BATCH_WINDOWS", 5)
     store = Store(tmp_path / "r.db")
     _plain_day(store)
     now = T0 + (WINDOWS + 6) * W
-    real = service.window_alerts
+    real = evaluation.window_alerts
     calls = []
 
     def dying(st, batch):
@@ -273,7 +273,7 @@ def test_windows_an_evaluation_killed_midway_did_not_store_are_judged_by_the_nex
             raise KeyboardInterrupt("killed")
         return real(st, batch)
 
-    monkeypatch.setattr(service, "window_alerts", dying)
+    monkeypatch.setattr(evaluation, "window_alerts", dying)
     with pytest.raises(KeyboardInterrupt):
         evaluate(store, config(), now)
     stored = {(t, w) for t, w, _tier in _states(store)}
@@ -281,7 +281,7 @@ def test_windows_an_evaluation_killed_midway_did_not_store_are_judged_by_the_nex
     left = store.conn.execute("SELECT count(*) FROM evaluating").fetchone()[0]
     assert left == 2 * WINDOWS - 10
     assert store.conn.execute("SELECT count(*) FROM dirty").fetchone()[0] == 0
-    monkeypatch.setattr(service, "window_alerts", real)
+    monkeypatch.setattr(evaluation, "window_alerts", real)
     evaluate(store, config(), now)
     assert len({(t, w) for t, w, _tier in _states(store)}) == 2 * WINDOWS
     assert store.conn.execute("SELECT count(*) FROM evaluating").fetchone()[0] == 0
@@ -295,7 +295,7 @@ def test_a_tier_new_to_a_topic_during_an_evaluation_is_judged_with_it(tmp_path, 
     The window then has 2 rows for 2 tiers (producer, warehouse), which looks plain at the
     tiers known before it (producer, kafka-local): kafka-local, which lost the window's
     records, must still be judged incomplete, with a loss alert."""
-    monkeypatch.setattr(service, "EVALUATE_BATCH_WINDOWS", 1)
+    monkeypatch.setattr(evaluation, "EVALUATE_BATCH_WINDOWS", 1)
     store = Store(tmp_path / "r.db")
     consumer = Store(tmp_path / "r.db")
     now = T0 + 20 * W
@@ -313,7 +313,7 @@ def test_a_tier_new_to_a_topic_during_an_evaluation_is_judged_with_it(tmp_path, 
             return real_take()
         monkeypatch.setattr(store, "take_windows_to_evaluate", take)
     else:
-        real = service._with_plain_figures
+        real = evaluation._with_plain_figures
 
         def applying(st, batches):
             for batch, figures in real(st, batches):
@@ -321,7 +321,7 @@ def test_a_tier_new_to_a_topic_during_an_evaluation_is_judged_with_it(tmp_path, 
                     assert figures[window].rows == 1     # read before the record came
                     consumer.apply([first_warehouse], {}, {("a", 0): 2}, "t")
                 yield batch, figures
-        monkeypatch.setattr(service, "_with_plain_figures", applying)
+        monkeypatch.setattr(evaluation, "_with_plain_figures", applying)
     evaluate(store, config(), now)
     states = _states(store)
     assert states[(*window, "kafka-local")] == "incomplete"

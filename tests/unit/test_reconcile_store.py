@@ -67,7 +67,7 @@ def test_a_tier_is_current_only_when_each_of_its_emitters_is(tmp_path):
     """The warehouse's landing query at the end of its input while its counting query had not
     yet counted the landed files: judged on the first alone, whole windows showed as lost."""
     from audit.contract.record import Progress
-    from audit.reconcile.service import evaluate
+    from audit.reconcile.evaluate import evaluate
     from tests.unit.reconcilekit import END, JUDGED, MIN, T0, cfg, count
 
     def progress(emitter, at, behind):
