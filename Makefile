@@ -77,9 +77,10 @@ bench: setup bench-tools
 		|| failed="$$failed plot.py"; \
 	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed" >&2; exit 1; fi
 
-# Long fault runs kept out of CI; -s shows each run's figures and the final JSON line.
+# Long runs kept out of CI (the fault soaks, the demo, the mirror with real agents, the Spark
+# standalone cluster, three secured brokers); -s shows each run's figures and JSON lines.
 soak: setup
-	$(BIN)/pytest -m soak -s tests/faults $(PYTEST_ARGS)
+	$(BIN)/pytest -m soak -s $(PYTEST_ARGS)
 
 # The whole pipeline on this machine (demo/), in LinkedIn's topology: three hosts each with an
 # application writing rotated logs and its agent, writing to a local Kafka; MirrorMaker 2 copying

@@ -143,6 +143,7 @@ def _assert_exact(state, tier: str, topics: list[str], truth: dict, numbers: dic
           f"{dups} duplicates, missing {[(o, spaces[o].missing) for o in ORIGINS]}")
 
 
+@pytest.mark.soak           # a Spark master and worker started for it: minutes; `make soak`
 def test_count_job_on_a_spark_standalone_cluster_is_exact(kafka, tmp_path):
     """The count job on a real standalone cluster (a master and two workers of one core each,
     started from the venv's PySpark): the topics' six partitions are read by executors in both

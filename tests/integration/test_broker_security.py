@@ -387,7 +387,7 @@ def test_up_secured_by_name_prints_the_settings_and_a_restart_keeps_the_credenti
     assert other.returncode == 1 and "secured as sasl_ssl; asked for mtls" in other.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.soak           # three secured brokers of its own, one restarted: `make soak`
 @pytest.mark.cluster3
 def test_three_secured_brokers_replicate_and_a_restarted_broker_rejoins(tmp_path):
     cluster = LocalCluster(tmp_path / "c", die_with_parent=True)

@@ -111,6 +111,7 @@ def _until(done, what: str, timeout_s: float, demo: subprocess.Popen, out: list[
         time.sleep(10)
 
 
+@pytest.mark.soak       # a fresh clone set up, two clusters, a mirror, three drills: `make soak`
 @pytest.mark.timeout(1800)
 def test_make_demo_in_a_fresh_clone_mirrors_to_an_aggregate_catches_each_loss_and_stops_clean(
         tmp_path):

@@ -382,6 +382,7 @@ def test_two_local_clusters_feed_one_aggregate_and_a_loss_is_located_to_one_mirr
         audit.close()
 
 
+@pytest.mark.soak   # three agents, three Spark jobs and a mirror, waiting out LAG_MS: `make soak`
 @pytest.mark.timeout(1500)        # four Spark-judged phases, one of them waits out LAG_MS
 def test_three_agents_through_a_mirror_are_complete_at_every_tier_and_a_stopped_aggregate_job_is_lag_not_loss(  # noqa: E501
         kafka, aggregate, tmp_path):
