@@ -19,6 +19,7 @@ from pathlib import Path
 
 from audit.contract.record import PRODUCER_TIER
 from audit.contract.settings import load_toml
+from audit.reconcile import alerting
 from audit.reconcile.config import ReconcileConfig
 from audit.reconcile.config import parse as parse_config
 from audit.reconcile.store import Store
@@ -252,9 +253,7 @@ def window_detail(store: Store, topic: str, window_start: int,
     revisions = list(store.db.query(
         "SELECT tier, revision, at, state FROM window_revisions WHERE topic = ? AND "
         "window_start = ? ORDER BY at, tier", (topic, window_start)))
-    alerts = list(store.db.query(
-        "SELECT id, kind, status, tier, origin, summary, fired_at, resolved_at FROM alerts "
-        "WHERE topic = ? AND window_start = ? ORDER BY id", (topic, window_start)))
+    alerts = alerting.alerts_of_window(store, topic, window_start)
     return {"topic": topic, "window_start": window_start, "window_start_iso":
             utc_iso(window_start), "tiers": order, "fed_by": arranged["fed_by"],
             "hops": arranged["hops"],
@@ -265,28 +264,10 @@ def window_detail(store: Store, topic: str, window_start: int,
 
 
 def alerts(store: Store, status: str = "open", now_ms: int | None = None) -> list[dict]:
-    """Alerts by status (``open``, ``resolved``, ``snoozed``: open with a snooze still
-    running at ``now_ms``, ``all``), newest first, each with its deliveries."""
+    """Alerts by status (``alerting.alerts``), the newest 500 first, each with its
+    deliveries."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    where = {"open": "a.status = 'open'", "resolved": "a.status = 'resolved'", "all": "1",
-             "snoozed": "a.status = 'open' AND s.until > :now"}
-    rows = list(store.db.query(
-        "SELECT a.*, CASE WHEN s.until > :now THEN s.until END AS snoozed_until, "
-        "CASE WHEN s.until > :now THEN s.by END AS snoozed_by FROM alerts a "
-        "LEFT JOIN snoozes s ON s.key = a.key WHERE " + where[status]
-        + " ORDER BY a.id DESC LIMIT 500", {"now": now_ms}))
-    if rows:
-        ids = [r["id"] for r in rows]
-        marks = ",".join("?" * len(ids))
-        deliveries: dict[int, list] = {}
-        for d in store.db.query(
-                f"SELECT alert_id, event, channel, status, attempts FROM alert_deliveries "
-                f"WHERE alert_id IN ({marks}) ORDER BY id", ids):
-            deliveries.setdefault(d["alert_id"], []).append(d)
-        for r in rows:
-            r["detail"] = json.loads(r["detail"] or "{}")
-            r["deliveries"] = deliveries.get(r["id"], [])
-    return rows
+    return alerting.alerts(store, status, now_ms, limit=500)
 
 
 def health(store: Store, now_ms: int, graph: Graph = NOT_KNOWN) -> list[dict]:
@@ -311,11 +292,7 @@ def producers(store: Store, now_ms: int) -> list[dict]:
     """Per origin: how long ago its newest audit record arrived, how far its clock is from
     the broker's (None: not measured), and its open health alerts (``silent_producer``,
     ``clock_skew``): a clock that is off is a fact shown here, not a loss."""
-    open_alerts: dict[str, list[str]] = {}
-    for origin, kind in store.conn.execute(
-            "SELECT origin, kind FROM alerts WHERE status = 'open' AND tier = ? AND kind IN "
-            "('silent_producer', 'clock_skew') ORDER BY kind", (PRODUCER_TIER,)):
-        open_alerts.setdefault(origin, []).append(kind)
+    open_alerts = alerting.open_producer_alerts(store)
     offsets = store.clock_offsets()
     return [{"origin": origin, "last_seen_s": round((now_ms - at) / 1000, 1),
              "clock_offset_s": None if origin not in offsets

@@ -294,6 +294,60 @@ def notification(store: Store, alert_id: int, event: str) -> Notification:
                         resolved_at=r["resolved_at"])
 
 
+# -- reading the alerts: the dashboard, docket-audit alerts and the metrics ask here -----------
+STATUSES = ("open", "resolved", "snoozed", "all")
+
+
+def alerts(store: Store, status: str, now_ms: int, *, newest_first: bool = True,
+           limit: int | None = None) -> list[dict]:
+    """Alerts by ``status`` (``open``, ``resolved``, ``snoozed``: open with a snooze still
+    running at ``now_ms``, ``all``), each with its ``detail`` (a dict), its snooze and its
+    deliveries."""
+    where = {"open": "a.status = 'open'", "resolved": "a.status = 'resolved'", "all": "1",
+             "snoozed": "a.status = 'open' AND s.until > :now"}[status]
+    rows = list(store.db.query(
+        "SELECT a.*, CASE WHEN s.until > :now THEN s.until END AS snoozed_until, "
+        "CASE WHEN s.until > :now THEN s.by END AS snoozed_by FROM alerts a "
+        f"LEFT JOIN snoozes s ON s.key = a.key WHERE {where} "
+        f"ORDER BY a.id {'DESC' if newest_first else 'ASC'}"
+        + ("" if limit is None else f" LIMIT {int(limit)}"), {"now": now_ms}))
+    if rows:
+        ids = [r["id"] for r in rows]
+        deliveries: dict[int, list] = {}
+        for d in store.db.query(
+                "SELECT alert_id, event, channel, status, attempts FROM alert_deliveries "
+                f"WHERE alert_id IN ({','.join('?' * len(ids))}) ORDER BY id", ids):
+            deliveries.setdefault(d["alert_id"], []).append(d)
+        for r in rows:
+            r["detail"] = json.loads(r["detail"] or "{}")
+            r["deliveries"] = deliveries.get(r["id"], [])
+    return rows
+
+
+def alerts_of_window(store: Store, topic: str, window_start: int) -> list[dict]:
+    """The alerts one window raised, oldest first (a window's page)."""
+    return list(store.db.query(
+        "SELECT id, kind, status, tier, origin, summary, fired_at, resolved_at FROM alerts "
+        "WHERE topic = ? AND window_start = ? ORDER BY id", (topic, window_start)))
+
+
+def open_producer_alerts(store: Store) -> dict[str, list[str]]:
+    """origin → the kinds of its open health alerts (``silent_producer``, ``clock_skew``)."""
+    out: dict[str, list[str]] = {}
+    for origin, kind in store.conn.execute(
+            "SELECT origin, kind FROM alerts WHERE status = 'open' AND tier = ? AND kind IN "
+            "('silent_producer', 'clock_skew') ORDER BY kind", (PRODUCER_TIER,)):
+        out.setdefault(origin, []).append(kind)
+    return out
+
+
+def open_counts(store: Store) -> dict[tuple[str, str], int]:
+    """(kind, class) → how many alerts are open."""
+    return {(kind, cls): n for kind, cls, n in store.conn.execute(
+        "SELECT kind, alert_class, count(*) FROM alerts WHERE status = 'open' "
+        "GROUP BY kind, alert_class")}
+
+
 def snooze(store: Store, alert_id: int, until_ms: int, by: str, now_ms: int) -> str:
     """Snooze the condition of alert ``alert_id`` (its key) until ``until_ms``."""
     row = store.conn.execute("SELECT key FROM alerts WHERE id = ?", (alert_id,)).fetchone()

@@ -141,8 +141,8 @@ def _alerts(args) -> int:
                     from None
             print(f"alert {args.resolve} resolved")
             return 0
-        where = "" if args.status == "all" else f"WHERE status = '{args.status}'"
-        rows = list(store.db.query(f"SELECT * FROM alerts {where} ORDER BY id"))
+        from .alerting import alerts
+        rows = alerts(store, args.status, now, newest_first=False)
     finally:
         store.close()
     if args.json:

@@ -20,6 +20,7 @@ from audit.alerts.notification import KIND_CLASSES
 from audit.alerts.outbox import DELIVERED, GAVE_UP, PENDING
 from audit.contract.errors import AuditError
 
+from .alerting import open_counts
 from .store import Store
 from .verdict import COMPLETE, INCOMPLETE, OVERCOUNT, STATES, UNKNOWN
 
@@ -84,9 +85,7 @@ def collect(store: Store, applied: int, last_evaluation_ms: int | None,
         keys += sorted(k for k in windows if k[0] == tier and k not in keys)
         out["reconcile_windows"] += [({"tier": t, "state": s, "final": f}, windows.get(
             (t, s, f), 0)) for t, s, f in keys]
-    open_alerts = dict(((kind, cls), n) for kind, cls, n in store.conn.execute(
-        "SELECT kind, alert_class, count(*) FROM alerts WHERE status = 'open' "
-        "GROUP BY kind, alert_class"))
+    open_alerts = open_counts(store)
     for kind, cls in sorted({*KIND_CLASSES.items(), *open_alerts}):
         out["reconcile_alerts_open"].append(({"kind": kind, "alert_class": cls},
                                              open_alerts.get((kind, cls), 0)))

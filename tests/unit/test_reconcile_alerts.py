@@ -325,3 +325,27 @@ def test_a_mirrored_tiers_verdicts_hold_while_its_newest_mark_waits_for_the_watc
     r.at(JUDGED + MIN)
     assert r.store.conn.execute("SELECT state FROM windows WHERE tier = 'kafka-local'"
                                 ).fetchall() == [("incomplete",)]
+
+
+def test_docket_audit_alerts_lists_what_the_dashboard_lists(tmp_path, capsys):
+    """The command and the dashboard read the alerts through one function: the same alerts,
+    the command oldest first, with their detail and deliveries in its JSON."""
+    from audit.cli import main
+    from dashboards import data
+
+    r = Reconciler(tmp_path)
+    r.apply(count("producer", 1000), count("kafka-local", 995), progress(END + 5 * MIN))
+    r.apply(count("producer", 1000, window=T0 + W, seq=2, at=END + W + MIN),
+            count("kafka-local", 990, window=T0 + W, seq=2, at=END + W + MIN),
+            progress(END + W + 5 * MIN, batch=2))
+    assert r.at(JUDGED + W).fired == 2
+    r.store.close()
+    assert main(["alerts", "--db", str(tmp_path / "r.db"), "--status", "open", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    shown = data.alerts(Store(tmp_path / "r.db"), "open", JUDGED + W)
+    assert [a["id"] for a in listed] == sorted(a["id"] for a in shown) and len(listed) == 2
+    assert [a["detail"]["missing"] for a in listed] == [5, 10]
+    assert [a["deliveries"] for a in listed] == [a["deliveries"] for a in reversed(shown)]
+    assert all(a["deliveries"] and a["snoozed_until"] is None for a in listed)
+    assert main(["alerts", "--db", str(tmp_path / "r.db"), "--status", "resolved"]) == 0
+    assert capsys.readouterr().out.strip() == "no resolved alerts"
