@@ -28,6 +28,7 @@ from audit.contract.errors import DocketError
 
 from .buffer import BufferPool, DropEvent, SealedSlot
 from .buffer.seams import Clock, FileOps
+from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
 from .drain.drain import Drain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
@@ -125,12 +126,8 @@ class Agent:
             else None)
         self.journal = LossJournal(cfg.journal_path, self.metrics,
                                    on_record=self.audit.dropped, clock=self.clock)
-        self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
-        self._sealed_runs: list[tuple] = []         # their locate rows
-        self._next_forget = 0.0
-        self._acked_ahead: dict[int, int] = {}      # source → end acknowledged, not yet
-        #                                             contiguous (an older slot in flight)
-        self._seal_times: dict[int, float] = {}
+        self.checkpoints = Checkpoints(self.db, self.monotonic,
+                                       cfg["agent.locate_retention_ms"])
         spill = cfg["buffer.spill_max_bytes"]
         self.pool = BufferPool(
             cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
@@ -150,8 +147,7 @@ class Agent:
         rewound = rewind_uncovered(self.db, self.pool.sealed())
         if rewound:
             self.metrics.inc("agent_source_rewound_total", len(rewound))
-        for slot in self.pool.sealed():
-            self._seal_times[slot.seq] = self.monotonic()
+        self.checkpoints.recovered(self.pool.sealed())
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
         numbered = cfg["agent.record_numbers"] and origin is not None
         self.drain = Drain(self.pool, producer_config(cfg), self.journal, self.metrics,
@@ -188,7 +184,7 @@ class Agent:
 
     def seal_time(self, seq: int) -> float | None:
         """When (``monotonic``) the slot ``seq`` was sealed, if it waits for Kafka."""
-        return self._seal_times.get(seq)
+        return self.checkpoints.seal_time(seq)
 
     # -- wiring -------------------------------------------------------------------------------
     def _build_sources(self, cfg: AgentConfig) -> None:
@@ -223,45 +219,15 @@ class Agent:
 
     def _sealed(self, slot: SealedSlot) -> None:          # under the pool's lock
         self.audit.count_sealed(slot)
-        self._sealed_positions.append(slot.meta.positions)
-        self._sealed_runs.extend((first, n, slot.topic, src, start, end, True)
-                                 for first, n, src, start, end in slot.segments)
-        self._seal_times[slot.seq] = self.monotonic()
+        self.checkpoints.sealed(slot)
 
     def _flush_checkpoints(self) -> None:
-        now = self.monotonic()
-        if now >= self._next_forget:             # the locate map's retention, once a minute
-            self._next_forget = now + 60
-            self.db.forget_runs(self.cfg["agent.locate_retention_ms"])
-        if not self._sealed_positions and not self.audit.has_pending():
-            return                               # nothing sealed since the last turn
-        batch, self._sealed_positions = self._sealed_positions, []
-        runs, self._sealed_runs = self._sealed_runs, []
-        ends: dict[int, int] = {}
-        for positions in batch:
-            for source, _start, end in positions:
-                ends[source] = max(end, ends.get(source, 0))
-        self.db.advance_sealed(ends, audit=self.audit.persist,
-                               next_record=self.pool.next_record, runs=runs)
+        self.checkpoints.flush(self.pool.next_record, self.audit.persist,
+                               self.audit.has_pending())
 
-    def _slot_done(self, slot) -> None:
-        """Kafka acknowledged every record of ``slot``. A source's acknowledged offset moves
-        only over contiguous acknowledged bytes: not past the start of an older slot of the
-        same source still in flight (only in-flight slots can be older: they are taken in
-        sequence order)."""
-        self._seal_times.pop(slot.seq, None)
-        ahead = self._acked_ahead
-        for src, _s, end in slot.meta.positions:
-            ahead[src] = max(end, ahead.get(src, 0))
-        ends = dict(ahead)
-        for send in self.drain.inflight:
-            for src, start, _e in send.slot.meta.positions:
-                if src in ends and start < ends[src]:
-                    ends[src] = start
-        for src, end in ends.items():
-            if end >= ahead[src]:
-                del ahead[src]                  # contiguous again
-        self.db.advance_acked(ends)
+    def _slot_done(self, slot: SealedSlot) -> None:
+        """Kafka acknowledged every record of ``slot`` (``Checkpoints.acknowledged``)."""
+        self.checkpoints.acknowledged(slot, self.drain.in_flight_slots())
 
     # -- running ------------------------------------------------------------------------------
     def install_signals(self) -> None:

@@ -586,6 +586,10 @@ class Drain:
         """Seconds of the monotonic clock (``Clock``: a simulation drives it)."""
         return self.clock.monotonic_ns() / 1e9
 
+    def in_flight_slots(self) -> list[SealedSlot]:
+        """The slots on their way to Kafka, oldest first."""
+        return [send.slot for send in self.inflight]
+
     # -- stopping -----------------------------------------------------------------------------
     def idle(self) -> bool:
         return not self.inflight and not self.pool.sealed()

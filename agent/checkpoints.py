@@ -1,0 +1,87 @@
+"""Where each source stands, as the state database keeps it: the bytes *sealed* (in a slot of
+the pool, so a restart reads on from there) and the bytes *acknowledged* (Kafka holds every
+record of them), per source, with the map from record numbers to files (``locate``).
+
+The pool seals a slot under its lock (``sealed``: the slot's source positions and record runs
+are noted, nothing is written); the agent's loop writes what was noted in one transaction each
+turn (``flush``), with the producer tier's counts and the next record number; the drain reports
+each slot Kafka acknowledged whole (``acknowledged``). A source's acknowledged offset moves only
+over contiguous acknowledged bytes: never past the start of an older slot of that source still
+in flight. What is in flight is the drain's to say (``Drain.in_flight_slots``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from .buffer import SealedSlot
+from .state import StateDB
+
+FORGET_EVERY_S = 60.0              # the locate map's retention is applied this often
+
+
+class Checkpoints:
+    """The sealed and acknowledged positions of every source of one agent, on their way into
+    ``db``. ``now`` is the agent's monotonic clock in seconds."""
+
+    def __init__(self, db: StateDB, now: Callable[[], float], locate_retention_ms: int):
+        self.db = db
+        self.now = now
+        self.locate_retention_ms = locate_retention_ms
+        self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
+        self._sealed_runs: list[tuple] = []         # their locate rows
+        self._acked_ahead: dict[int, int] = {}      # source → end acknowledged, not yet
+        #                                             contiguous (an older slot in flight)
+        self._seal_times: dict[int, float] = {}     # slot seq → when it was sealed
+        self._next_forget = 0.0
+
+    def recovered(self, slots: Iterable[SealedSlot]) -> None:
+        """Slots found sealed in the pool at start: waiting for Kafka from now."""
+        for slot in slots:
+            self._seal_times[slot.seq] = self.now()
+
+    def sealed(self, slot: SealedSlot) -> None:
+        """The pool sealed ``slot`` (under its lock): noted, written at the next ``flush``."""
+        self._sealed_positions.append(slot.meta.positions)
+        self._sealed_runs.extend((first, n, slot.topic, src, start, end, True)
+                                 for first, n, src, start, end in slot.segments)
+        self._seal_times[slot.seq] = self.now()
+
+    def seal_time(self, seq: int) -> float | None:
+        """When the slot ``seq`` was sealed, if it still waits for Kafka."""
+        return self._seal_times.get(seq)
+
+    def flush(self, next_record: int, audit_persist, audit_pending: bool) -> None:
+        """Write the sealed positions and record runs noted since the last flush, with the
+        audit's counts (``audit_persist``) and ``next_record``, in one transaction; apply the
+        locate map's retention once a minute."""
+        now = self.now()
+        if now >= self._next_forget:
+            self._next_forget = now + FORGET_EVERY_S
+            self.db.forget_runs(self.locate_retention_ms)
+        if not self._sealed_positions and not audit_pending:
+            return                               # nothing sealed since the last turn
+        batch, self._sealed_positions = self._sealed_positions, []
+        runs, self._sealed_runs = self._sealed_runs, []
+        ends: dict[int, int] = {}
+        for positions in batch:
+            for source, _start, end in positions:
+                ends[source] = max(end, ends.get(source, 0))
+        self.db.advance_sealed(ends, audit=audit_persist, next_record=next_record, runs=runs)
+
+    def acknowledged(self, slot: SealedSlot, in_flight: Iterable[SealedSlot]) -> None:
+        """Kafka acknowledged every record of ``slot``; ``in_flight``: the slots still on
+        their way (only they can be older than ``slot``: slots are taken in sequence order)."""
+        self._seal_times.pop(slot.seq, None)
+        ahead = self._acked_ahead
+        for src, _s, end in slot.meta.positions:
+            ahead[src] = max(end, ahead.get(src, 0))
+        ends = dict(ahead)
+        for other in in_flight:
+            for src, start, _e in other.meta.positions:
+                if src in ends and start < ends[src]:
+                    ends[src] = start
+        for src, end in ends.items():
+            if end >= ahead[src]:
+                del ahead[src]                  # contiguous again
+        self.db.advance_acked(ends)
