@@ -51,10 +51,13 @@ class Checkpoints:
         """When the slot ``seq`` was sealed, if it still waits for Kafka."""
         return self._seal_times.get(seq)
 
-    def flush(self, next_record: int, audit_persist, audit_pending: bool) -> None:
+    def flush(self, next_record: Callable[[], int], audit_persist, audit_pending: bool
+              ) -> None:
         """Write the sealed positions and record runs noted since the last flush, with the
-        audit's counts (``audit_persist``) and ``next_record``, in one transaction; apply the
-        locate map's retention once a minute."""
+        audit's counts (``audit_persist``) and the pool's next record number, in one
+        transaction; apply the locate map's retention once a minute. ``next_record`` is read
+        after the noted slots are taken: a slot sealed meanwhile (a socket source's thread)
+        waits for the next flush, and the number stored is never below a run stored with it."""
         now = self.now()
         if now >= self._next_forget:
             self._next_forget = now + FORGET_EVERY_S
@@ -67,7 +70,8 @@ class Checkpoints:
         for positions in batch:
             for source, _start, end in positions:
                 ends[source] = max(end, ends.get(source, 0))
-        self.db.advance_sealed(ends, audit=audit_persist, next_record=next_record, runs=runs)
+        self.db.advance_sealed(ends, audit=audit_persist, next_record=next_record(),
+                               runs=runs)
 
     def acknowledged(self, slot: SealedSlot, in_flight: Iterable[SealedSlot]) -> None:
         """Kafka acknowledged every record of ``slot``; ``in_flight``: the slots still on

@@ -222,7 +222,7 @@ class Agent:
         self.checkpoints.sealed(slot)
 
     def _flush_checkpoints(self) -> None:
-        self.checkpoints.flush(self.pool.next_record, self.audit.persist,
+        self.checkpoints.flush(lambda: self.pool.next_record, self.audit.persist,
                                self.audit.has_pending())
 
     def _slot_done(self, slot: SealedSlot) -> None:

@@ -7,8 +7,9 @@ Layout of a mirror's folder (``mirrors_dir()/<source>.<target>``)::
 
     mirror.json           source, target, their bootstrap servers, the topic pattern, how
                           each cluster is reached (security settings: files, no secret)
-    mm2.properties        generated from mirror.json; mode 0600: a secured cluster's JAAS
-                          line or private key is in it
+    mm2.properties        generated from mirror.json; a secured cluster's secrets only by
+                          reference (``${dir:...}``) to
+    secrets/              their copies, written at each start (0700; files 0600)
     log4j2.properties     MirrorMaker 2's log goes to logs/mirror.log
     stdout.log, pid       the JVM's own output, its pid
     watch/stdout.log, pid the watcher's log and pid (below)
@@ -34,8 +35,8 @@ Killing the mirror (``kill``, a drill) leaves the watcher running: it waits for 
 
 On secured clusters (docs/security.md) MirrorMaker 2 and the watcher log in as the mirror's
 user on both ends, with the ``mirror`` role's ACLs; the audit topic on the target is created
-by the target's admin (``up``'s ``admin``). Passwords are read from their files at each
-``up``: a password changed is taken by stopping the mirror and starting it again.
+by the target's admin (``up``'s ``admin``). Passwords and keys are copied from their files at
+each ``up``: a password changed is taken by stopping the mirror and starting it again.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from .security import write_private
 
 MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
+PROVIDER = "org.apache.kafka.common.config.provider.DirectoryConfigProvider"
 HEAP = "512m"
 WATCHER = "audit.jobs.mirrored"        # the watcher's module (python -m)
 
@@ -126,12 +128,14 @@ class MirrorSpec:
             return self.topics
         return f"{self.topics}|{re.escape(self.audit_topic)}"
 
-    def properties_text(self) -> str:
+    def properties_text(self, secrets_dir: Path | None = None) -> str:
         """``mm2.properties``: one flow, ``source->target``, the identity policy, every topic
         MirrorMaker 2 creates replicated ``replication_factor`` times, no consumer-group or ACL
         synchronisation (docket's jobs keep their own offsets on each cluster). A secured
-        cluster's Java client settings go under its alias: they hold its secrets (a JAAS line,
-        a private key), so the file is written for its owner alone."""
+        cluster's Java client settings go under its alias, each secret (a password, a private
+        key) as a reference to a copy in ``secrets_dir`` (``DirectoryConfigProvider``):
+        MirrorMaker 2 stores its connectors' settings, unresolved, in its config topics on
+        both clusters, where a secret written here would be kept in clear."""
         s, t, rf = self.source, self.target, self.replication_factor
         props = {
             "clusters": f"{s}, {t}",
@@ -158,11 +162,30 @@ class MirrorSpec:
             # The copies are written as docket's agents write: idempotent, all replicas.
             f"{t}.producer.enable.idempotence": "true",
             f"{t}.producer.acks": "all",
-            **{f"{s}.{k}": v for k, v in self.security("source").java_properties().items()},
-            **{f"{t}.{k}": v for k, v in self.security("target").java_properties().items()},
+            **self._secured_properties(secrets_dir),
             **self.properties,
         }
         return "".join(f"{k} = {_escaped(str(v))}\n" for k, v in props.items())
+
+    def _secured_properties(self, secrets_dir: Path | None) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for side, alias in (("source", self.source), ("target", self.target)):
+            security = self.security(side)
+            if not security.secured:
+                continue
+            if secrets_dir is None:
+                raise BrokerError(f"the mirror's {side} is secured: its properties need a "
+                                  "folder for the secrets they refer to")
+            secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+            def by_reference(name: str, value: str, side: str = side) -> str:
+                write_private(secrets_dir / f"{side}.{name}", value)
+                return f"${{dir:{secrets_dir}:{side}.{name}}}"
+            out.update({f"{alias}.{k}": v
+                        for k, v in security.java_properties(by_reference).items()})
+        if out:
+            out.update({"config.providers": "dir", "config.providers.dir.class": PROVIDER})
+        return out
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -261,7 +284,8 @@ class Mirror:
         libs = ensure_kafka_libs()
         self.folder.mkdir(parents=True, exist_ok=True)
         self.spec_file.write_text(spec.to_json())
-        write_private(self.folder / "mm2.properties", spec.properties_text())
+        write_private(self.folder / "mm2.properties",
+                      spec.properties_text(self.folder / "secrets"))
         write_log_config(self.folder, "mirror.log")
         cmd = java_command(libs, MAIN, str(self.folder / "mm2.properties"), heap=HEAP,
                            folder=self.folder)

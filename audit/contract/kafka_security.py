@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,12 +158,17 @@ class KafkaSecurity:
                                                    self.key_password_file)
         return conf
 
-    def java_properties(self) -> dict[str, str]:
+    def java_properties(self, secret: Callable[[str, str], str] | None = None
+                        ) -> dict[str, str]:
         """The Java client's properties (MirrorMaker 2's, and Spark's under ``kafka.``): PEM
-        files, and for SASL a JAAS line with the password read from its file. They hold
-        secrets: never on a command line, only in a file its owner alone can read."""
+        files, and for SASL a JAAS line with the password read from its file. ``secret(name,
+        value)`` says what to write for each secret value (``password``, ``key``,
+        ``certificate``, ``key-password``): by default the value itself (Spark's options, held
+        in memory); MirrorMaker 2 writes a reference to a file instead, since it stores its
+        connectors' settings in a Kafka topic."""
         if not self.secured:
             return {}
+        put = secret or (lambda _name, value: value)
         props = {"security.protocol": self.protocol.upper()}
         if self.protocol == "sasl_ssl":
             password = read_secret(f"{self.section}.sasl_password_file", self.password_file)
@@ -171,19 +177,19 @@ class KafkaSecurity:
                       "org.apache.kafka.common.security.scram.ScramLoginModule")
             props["sasl.mechanism"] = self.mechanism
             props["sasl.jaas.config"] = (f'{module} required username="{_jaas(self.username)}"'
-                                         f' password="{_jaas(password)}";')
+                                         f' password="{put("password", _jaas(password))}";')
         if self.ca_file:
             props["ssl.truststore.type"] = "PEM"
             props["ssl.truststore.location"] = resolve(self.ca_file)
         if self.certificate_file:
             # The Java client takes a PEM key store as one file: the key, then the chain.
             props["ssl.keystore.type"] = "PEM"
-            props["ssl.keystore.certificate.chain"] = Path(
-                resolve(self.certificate_file)).read_text()
-            props["ssl.keystore.key"] = Path(resolve(self.key_file)).read_text()
+            props["ssl.keystore.certificate.chain"] = put("certificate", Path(
+                resolve(self.certificate_file)).read_text())
+            props["ssl.keystore.key"] = put("key", Path(resolve(self.key_file)).read_text())
             if self.key_password_file:
-                props["ssl.key.password"] = read_secret(
-                    f"{self.section}.ssl_key_password_file", self.key_password_file)
+                props["ssl.key.password"] = put("key-password", read_secret(
+                    f"{self.section}.ssl_key_password_file", self.key_password_file))
         return props
 
     def spark_options(self) -> dict[str, str]:
@@ -264,15 +270,16 @@ def kafka_config_text(security: KafkaSecurity) -> str:
     return "[kafka]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in security.table().items())
 
 
-SECRET_KEYS = ("sasl.password", "ssl.key.password", "kafka.sasl.jaas.config",
-               "kafka.ssl.keystore.key", "kafka.ssl.key.password", "ssl.key.pem",
-               "sasl.oauthbearer.client.secret")
+# Keys whose value is a secret, under any prefix (``kafka.`` for Spark, a cluster's alias for
+# MirrorMaker 2).
+SECRET_KEYS = ("sasl.password", "ssl.key.password", "sasl.jaas.config", "ssl.keystore.key",
+               "ssl.key.pem", "sasl.oauthbearer.client.secret")
 
 
 def redact(conf: dict) -> dict:
     """``conf`` fit to print or log: every secret replaced."""
-    return {k: ("(redacted)" if k in SECRET_KEYS or "password" in k or "secret" in k else v)
-            for k, v in conf.items()}
+    return {k: ("(redacted)" if k.endswith(SECRET_KEYS) or "password" in k or "secret" in k
+                else v) for k, v in conf.items()}
 
 
 def resolve(path: str) -> str:

@@ -441,6 +441,28 @@ def _count(kafka, topic: str) -> int:
         consumer.close()
 
 
+def _values(kafka, topic: str, timeout_s: float = 60) -> list[bytes]:
+    """Every record's value in ``topic``, read as the admin from the start to its end."""
+    consumer = Consumer({**kafka.settings("admin"), "group.id": "docket-tests-values",
+                         "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None:
+            return []
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in md.partitions}
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        out, deadline = [], time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(
+                tp.offset < ends[tp.partition] for tp in consumer.position(
+                    [TopicPartition(topic, p) for p in ends])):
+            out += [m.value() or b"" for m in consumer.consume(500, timeout=1)
+                    if m.error() is None]
+        return out
+    finally:
+        consumer.close()
+
+
 def _wait_for(what: str, check, timeout_s: float = 180):
     deadline = time.monotonic() + timeout_s
     while not (value := check()):
@@ -484,6 +506,15 @@ def test_the_mirror_copies_between_secured_clusters_with_its_acls_and_stops_with
         assert mirror.watch_pid() is not None, mirror.log_tail()
         watch_log = (mirror.watch_folder / "stdout.log").read_text()
         assert "ERROR" not in watch_log and "AUTHORIZATION" not in watch_log, watch_log
+        # MirrorMaker 2 keeps its connectors' settings in its config topics, on both clusters:
+        # there, each secret is a reference to the mirror's copy, never the secret itself.
+        key = max(source.cluster.security().key_file("mirror").read_text().splitlines(),
+                  key=len)
+        password = target.cluster.security().password("mirror").strip()
+        stored = _values(target, "mm2-configs.local.internal") + \
+            _values(source, "mm2-configs.aggregate.internal")
+        assert any(b"${dir:" in v for v in stored), stored[:2]
+        assert not any(key.encode() in v or password.encode() in v for v in stored)
 
         # Without Read on the source's topics, the copying stops, and the source says why.
         read = [a for a in source_acls if a.name == f"mm.{tag}." and a.operation == "Read"]

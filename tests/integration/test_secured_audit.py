@@ -195,7 +195,8 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
         seen = [a.whole_log() + json.dumps(a.status()) for a in agents]
         seen += [j.whole_log() for j in jobs]
         seen += [f.read_text(errors="replace") for f in mirror.folder.rglob("*.log")]
-        seen += [f.read_text() for f in (mirror.spec_file, *mirror.watch_folder.glob("*.toml"))]
+        seen += [f.read_text() for f in (mirror.spec_file, mirror.folder / "mm2.properties",
+                                         *mirror.watch_folder.glob("*.toml"))]
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit():
                 try:
@@ -206,9 +207,10 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
             secrets(aggregate, ("mirror", "count", "land", "reconcile"))
         for secret in hidden:
             assert not any(secret in text for text in seen)
-        properties = mirror.folder / "mm2.properties"
-        assert any(s in properties.read_text() for s in hidden)    # the mirror's own, there
-        for private in (properties, *mirror.watch_folder.glob("*.toml")):
+        copies = sorted((mirror.folder / "secrets").iterdir())    # what the references name
+        assert any(s in f.read_text() for f in copies for s in hidden)
+        for private in (mirror.folder / "mm2.properties", *copies,
+                        *mirror.watch_folder.glob("*.toml")):
             assert stat.S_IMODE(private.stat().st_mode) == 0o600, private
         for j in jobs:
             assert j.stopped_cleanly()

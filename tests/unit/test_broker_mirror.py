@@ -104,12 +104,13 @@ def test_secured_ends_get_their_java_settings_under_their_alias_and_the_watcher_
                               "ssl_certificate_file": str(cert), "ssl_key_file": str(key)},
              target_security={"security_protocol": "sasl_ssl", "sasl_username": "mirror",
                               "sasl_password_file": str(password), "ssl_ca_file": str(ca)})
-    props = _props(s.properties_text())
+    props = _props(s.properties_text(tmp_path / "secrets"))
     assert props["local.security.protocol"] == "SSL"
-    assert props["local.ssl.keystore.key"] == key.read_text()       # escaped, read back whole
+    assert props["local.ssl.keystore.type"] == "PEM"
     assert props["local.ssl.truststore.location"] == str(ca)
     assert props["aggregate.security.protocol"] == "SASL_SSL"
-    assert 'username="mirror" password="pw-of-the-mirror";' in props["aggregate.sasl.jaas.config"]
+    assert props["aggregate.sasl.jaas.config"].startswith(
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="mirror" ')
     assert not any(k.startswith(("security", "sasl", "ssl")) for k in props)
     # mirror.json holds the files, never what is in them; the watcher's settings likewise
     assert "pw-of-the-mirror" not in s.to_json() and MirrorSpec.from_json(s.to_json()) == s
@@ -151,3 +152,39 @@ def test_mirror_up_takes_a_kafka_config_only_with_bootstrap_servers(tmp_path, ca
                "--source-kafka-config", str(conf)])
     assert rc == 1
     assert "--source-kafka-config goes with --source-bootstrap" in capsys.readouterr().err
+
+
+def test_a_secured_mirror_refers_to_its_secrets_and_never_writes_them_in_its_properties(
+        tmp_path):
+    """MirrorMaker 2 keeps its connectors' settings, unresolved, in a Kafka topic: a password
+    or key in mm2.properties would be stored in clear on the clusters. Each is a reference to a
+    private copy instead, resolved by Kafka's DirectoryConfigProvider."""
+    password = tmp_path / "mirror.password"
+    password.write_text('p"w-of-the-mirror\nsecond line ignored\n')
+    password.chmod(0o600)
+    ca, cert, key = tmp_path / "ca.pem", tmp_path / "mirror.pem", tmp_path / "mirror.key"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nca\n-----END CERTIFICATE-----\n")
+    cert.write_text("-----BEGIN CERTIFICATE-----\nc\n-----END CERTIFICATE-----\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\nthe-key-itself\n-----END PRIVATE KEY-----\n")
+    key.chmod(0o600)
+    s = spec(source_security={"security_protocol": "ssl", "ssl_ca_file": str(ca),
+                              "ssl_certificate_file": str(cert), "ssl_key_file": str(key)},
+             target_security={"security_protocol": "sasl_ssl", "sasl_username": "mirror",
+                              "sasl_password_file": str(password), "ssl_ca_file": str(ca)})
+    secrets = tmp_path / "mirror" / "secrets"
+    text = s.properties_text(secrets)
+    assert "the-key-itself" not in text and "w-of-the-mirror" not in text
+    props = _props(text)
+    assert props["config.providers"] == "dir"
+    assert props["config.providers.dir.class"].endswith("DirectoryConfigProvider")
+    assert props["local.ssl.keystore.key"] == f"${{dir:{secrets}:source.key}}"
+    assert props["local.ssl.keystore.certificate.chain"] == f"${{dir:{secrets}:source.certificate}}"
+    assert props["aggregate.sasl.jaas.config"].endswith(
+        f'password="${{dir:{secrets}:target.password}}";')
+    # The copies: the key whole, the password's first line as the JAAS line quotes it.
+    assert (secrets / "source.key").read_text() == key.read_text()
+    assert (secrets / "target.password").read_text() == 'p\\"w-of-the-mirror'
+    assert oct(secrets.stat().st_mode & 0o777) == "0o700"
+    assert all(oct(f.stat().st_mode & 0o777) == "0o600" for f in secrets.iterdir())
+    with pytest.raises(BrokerError, match="folder for the secrets"):
+        s.properties_text()

@@ -226,3 +226,13 @@ def test_a_kafka_config_file_written_from_settings_reads_back_the_same(files, tm
         KafkaSecurity.from_table({"security_protocol": "sasl_ssl", "sasl_username": "u"},
                                  "mirror.source")
     assert e.value.path == "mirror.source.sasl_password_file"
+
+
+def test_redact_hides_a_secret_under_any_prefix(files):
+    security = KafkaSecurity("kafka", "sasl_ssl", "SCRAM-SHA-512", "count",
+                             str(files["password"]), str(files["ca"]))
+    for conf in (security.java_properties(), security.spark_options(),
+                 {f"aggregate.{k}": v for k, v in security.java_properties().items()}):
+        shown = redact(conf)
+        assert not any(PASSWORD.split('"')[0] in str(v) for v in shown.values()), shown
+        assert any(v == "(redacted)" for v in shown.values())
