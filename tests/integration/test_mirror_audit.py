@@ -320,6 +320,7 @@ def _assert_one_loss_at_the_hop(audit: Audit, window: int, hop: str, expected: i
     assert f"hop {hop} origin web-2" in loss["summary"]
 
 
+@pytest.mark.soak       # three clusters, two mirrors, three Spark jobs (~6 min): `make soak`
 def test_two_local_clusters_feed_one_aggregate_and_a_loss_is_located_to_one_mirror(
         kafka, second_local, aggregate, tmp_path):
     """A second data centre: web-1 and web-3 write to dc1, web-2 to dc2, a mirror from each
