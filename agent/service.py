@@ -182,10 +182,6 @@ class Agent:
     def monotonic(self) -> float:
         return self.clock.monotonic_ns() / 1e9
 
-    def seal_time(self, seq: int) -> float | None:
-        """When (``monotonic``) the slot ``seq`` was sealed, if it waits for Kafka."""
-        return self.checkpoints.seal_time(seq)
-
     # -- wiring -------------------------------------------------------------------------------
     def _build_sources(self, cfg: AgentConfig) -> None:
         patterns = [p for s in cfg.sources if s.type == "file" for p in s.paths]

@@ -72,7 +72,7 @@ class StatusBoard:
         """Seconds since the oldest sealed slot not yet acknowledged was sealed."""
         if not sealed:
             return 0.0
-        t = self.agent.seal_time(sealed[0].seq)
+        t = self.agent.checkpoints.seal_time(sealed[0].seq)
         return self.agent.monotonic() - t if t is not None else 0.0
 
     # -- the document ---------------------------------------------------------------------------
