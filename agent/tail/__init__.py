@@ -8,5 +8,6 @@
 - ``seams``: the file source's only contact with the file system and time (``FsOps``).
 - ``watch``: a folder watch (watchdog) that wakes the agent's loop when a tailed folder changes.
 - ``sock``: the socket source, a unix stream socket of newline-delimited events.
+- ``lines``: bytes into records for every source: the line cap, the oddities counted, two walks.
 - ``events``: the event time and key taken out of JSON lines, when a source names the fields.
 """

@@ -40,19 +40,23 @@ def parse_time(value) -> int | None:
 
 
 def apply_fields(chunk: Chunk, timestamp_field: str | None, key_field: str | None,
-                 read_ms: int) -> tuple[Chunk, int]:
-    """Return the chunk with per-record times/keys from JSON fields, and the unparsable count."""
+                 read_ms: int) -> tuple[Chunk, int, int]:
+    """Return the chunk with per-record times/keys from JSON fields, the unparsable count and
+    the count of lines that are not UTF-8 (each line is decoded once, and parsed from that)."""
     if not timestamp_field and not key_field:
-        return chunk, 0
+        return chunk, 0, 0
     n = len(chunk)
     ts = np.full(n, read_ms, np.int64)
     keys: list[bytes | None] | None = [None] * n if key_field else None
-    unparsable = 0
-    data = chunk.data
+    unparsable = invalid = 0
+    data = memoryview(chunk.data)
     for i, (s, ln) in enumerate(zip(chunk.starts.tolist(), chunk.lengths.tolist(), strict=True)):
         try:
-            obj = json.loads(data[s:s + ln].tobytes())
-        except (ValueError, UnicodeDecodeError):
+            obj = json.loads(str(data[s:s + ln], "utf-8"))
+        except UnicodeDecodeError:
+            invalid += 1
+            obj = None
+        except ValueError:
             obj = None
         if not isinstance(obj, dict):
             unparsable += bool(timestamp_field)
@@ -68,4 +72,5 @@ def apply_fields(chunk: Chunk, timestamp_field: str | None, key_field: str | Non
             if k is not None:
                 kb = (k if isinstance(k, str) else json.dumps(k)).encode()
                 keys[i] = kb if len(kb) <= MAX_KEY_BYTES else None
-    return Chunk(chunk.data, chunk.starts, chunk.lengths, ts, keys, chunk.end), unparsable
+    return Chunk(chunk.data, chunk.starts, chunk.lengths, ts, keys, chunk.end), unparsable, \
+        invalid

@@ -100,7 +100,7 @@ class FileSource:
         return self.clock.monotonic_ns() / 1e9
 
     def _bad(self, kind: str, count: int = 1) -> None:
-        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
+        self.reader.lines.bad(kind, count)
 
     def _warn_once(self, kind: str, path: str) -> None:
         if (kind, path) not in self._warned:

@@ -23,20 +23,16 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
-from ..buffer import BufferPool, Chunk
+from ..buffer import BufferPool
 from ..buffer.seams import Clock
 from ..config import SourceConfig
 from ..state import FINGERPRINT_BYTES
 from ..telemetry import Metrics
-from .events import apply_fields
 from .generations import TAIL_BYTES
+from .lines import LineCutter
 from .seams import FsOps
 
 log = logging.getLogger("docket.agent.files")
-
-MAX_LINE_BYTES = 64 << 20     # a line longer than this is cut here (counted as line_forced)
 
 
 @dataclass
@@ -76,12 +72,10 @@ class Reader:
         self.metrics = metrics
         self.on_truncated = on_truncated
         self.on_fingerprint = on_fingerprint
+        self.lines = LineCutter(cfg, metrics)
 
     def _now(self) -> float:
         return self.clock.monotonic_ns() / 1e9
-
-    def _bad(self, kind: str, count: int = 1) -> None:
-        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
 
     # -- checks -------------------------------------------------------------------------------
     def head(self, t: Tracked) -> bytes:
@@ -154,7 +148,7 @@ class Reader:
                 self.on_fingerprint(t)
             t.idle_since = None
             t.partial_since = None
-            consumed, done = self._hand_over(t, memoryview(data)[:last_nl + 1], stats, forced)
+            consumed, done = self._hand_over(t, data, last_nl + 1, stats, forced)
             budget -= consumed
             if not done:
                 stats.blocked = True
@@ -167,37 +161,31 @@ class Reader:
         by the agent, or None when the line must wait."""
         if t.offset + len(data) < size or len(data) >= self.cfg.read_chunk_bytes:
             # More bytes follow: read on until a newline (or the line cap).
-            want = min(size - t.offset, MAX_LINE_BYTES)
+            want = min(size - t.offset, self.lines.max_line_bytes)
             data = self.fs.pread(t.fd, want, t.offset)
             nl = data.find(b"\n")
             if nl >= 0:
                 return data[:nl + 1], False
-            if len(data) >= MAX_LINE_BYTES:
-                self._bad("line_forced")
-                return data + b"\n", True
+            if len(data) >= self.lines.max_line_bytes:
+                return self.lines.force(data, "line_forced"), True
         # A partial last line: wait for its newline, or flush it after partial_flush_ms.
         now = self._now()
         if t.partial_size != len(data) or t.partial_since is None:
             t.partial_size, t.partial_since = len(data), now
             return None, False
         if self.cfg.partial_flush_ms and now - t.partial_since >= self.cfg.partial_flush_ms / 1e3:
-            self._bad("partial_line_flushed")
-            return data + b"\n", True
+            return self.lines.force(data, "partial_line_flushed"), True
         return None, False
 
-    def _hand_over(self, t: Tracked, view, stats: ReadStats, forced: bool) -> tuple[int, bool]:
-        buf = np.frombuffer(view, np.uint8)
-        read_ms = self.clock.time_ms()
-        chunk = Chunk.from_lines(buf, read_ms)
-        self._count_oddities(buf, chunk)
-        chunk, unparsable = apply_fields(chunk, self.cfg.timestamp_field, self.cfg.key_field,
-                                         read_ms)
-        if unparsable:
-            self._bad("timestamp_unparsable", unparsable)
+    def _hand_over(self, t: Tracked, data: bytes, n: int, stats: ReadStats,
+                   forced: bool) -> tuple[int, bool]:
+        """Give the whole lines ``data[:n]`` to the pool; returns the bytes it took and whether
+        it took them all."""
+        chunk = self.lines.frame(data, n, self.clock.time_ms())
         res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
         end = res.end
         if end:
-            t.tail = (t.tail + bytes(view[max(0, end - TAIL_BYTES):end]))[-TAIL_BYTES:]
+            t.tail = (t.tail + data[max(0, end - TAIL_BYTES):end])[-TAIL_BYTES:]
         if forced and res.complete(chunk):
             end -= 1                      # the newline we added is not in the file
             t.tail = t.tail[:-1]
@@ -208,27 +196,3 @@ class Reader:
         self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
                          topic=self.cfg.topic)
         return end, res.complete(chunk)
-
-    def _count_oddities(self, buf: np.ndarray, chunk: Chunk) -> None:
-        n = len(chunk)
-        if not n:
-            return
-        empty = int(np.count_nonzero(chunk.lengths == 0))
-        if empty:
-            self._bad("empty_line", empty)
-        nl = chunk.ends
-        crlf = int(np.count_nonzero(buf[np.minimum(nl, len(buf) - 1)] == 13))
-        if crlf:
-            self._bad("crlf_line", crlf)
-        try:
-            bytes(buf).decode("utf-8")
-        except UnicodeDecodeError:
-            bad = 0
-            for i in range(n):
-                try:
-                    chunk.value(i).decode("utf-8")
-                except UnicodeDecodeError:
-                    bad += 1
-            self._bad("invalid_utf8", bad)
-        if np.any(buf == 0):
-            self._bad("binary_nul", sum(1 for i in range(n) if b"\0" in chunk.value(i)))

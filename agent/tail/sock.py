@@ -14,17 +14,14 @@ import os
 import socket
 import threading
 
-import numpy as np
-
 from ..buffer import BufferPool, Chunk
 from ..buffer.seams import Clock
 from ..config import SourceConfig
 from ..telemetry import Metrics
-from .events import apply_fields
+from .lines import LineCutter
 
 log = logging.getLogger("docket.agent.socket")
 READ_BYTES = 256 * 1024
-MAX_PENDING_BYTES = 64 << 20
 
 
 class SocketSource:
@@ -34,6 +31,7 @@ class SocketSource:
         self.clock = clock or Clock()
         self.pool = pool
         self.metrics = metrics
+        self.lines = LineCutter(cfg, metrics)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         if os.path.exists(cfg.path):
@@ -78,30 +76,14 @@ class SocketSource:
                 if not data:
                     break
                 pending += data
-                last = pending.rfind(b"\n")
-                if last < 0:
-                    if len(pending) > MAX_PENDING_BYTES:      # a runaway line: cut it here
-                        self.metrics.inc("agent_source_bad_input_total", kind="line_forced",
-                                         topic=self.cfg.topic)
-                        pending += b"\n"
-                        last = len(pending) - 1
-                    else:
-                        continue
-                self._append(pending[:last + 1])
-                pending = pending[last + 1:]
+                whole, pending = self.lines.split_stream(pending)
+                if whole is not None:
+                    self._append(whole)
             if pending and not self._stop.is_set():
-                self.metrics.inc("agent_source_bad_input_total", kind="partial_line_flushed",
-                                 topic=self.cfg.topic)
-                self._append(pending + b"\n")
+                self._append(self.lines.force(pending, "partial_line_flushed"))
 
     def _append(self, data: bytes) -> None:
-        read_ms = self.clock.time_ms()
-        chunk = Chunk.from_lines(np.frombuffer(data, np.uint8), read_ms)
-        chunk, unparsable = apply_fields(chunk, self.cfg.timestamp_field, self.cfg.key_field,
-                                         read_ms)
-        if unparsable:
-            self.metrics.inc("agent_source_bad_input_total", unparsable,
-                             kind="timestamp_unparsable", topic=self.cfg.topic)
+        chunk = self.lines.frame(data, len(data), self.clock.time_ms())
         done = 0
         while done < len(chunk) and not self._stop.is_set():
             rest = chunk if done == 0 else _tail(chunk, done)

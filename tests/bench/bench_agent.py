@@ -30,20 +30,29 @@ Prints one JSON line. Figures:
   loop (target >= 1.0) and cpu_vs_bare_positional, the agent's CPU per event over that loop's
   (target <= 1.3); rss target <= 150 MB. The agent (each way) and the two bare loops without a
   callback run alternately twice each; the best run of each is reported.
+With ``--before REF`` (a git commit of this repository) the agent of REF, checked out into a
+temporary worktree and run with the same interpreter and packages, alternates with this one as a
+third contender: before_agent_events_s, before_agent_cpu_s_per_million, and ratio_vs_before /
+cpu_vs_before (this checkout's best over REF's best), for a change that must not make the agent
+slower or costlier per event.
 Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
@@ -154,10 +163,12 @@ def throughput_config(bootstrap: str, topic: str, work: Path, path: Path | str,
 
 
 def agent_run(bootstrap: str, topic: str, work: Path, path: Path | str,
-              numbered: bool = True, lines: int = LINES) -> tuple[float, float, float, dict]:
-    """The agent shipping ``lines`` lines from ``path`` (a file or a glob)."""
+              numbered: bool = True, lines: int = LINES,
+              code: Path | None = None) -> tuple[float, float, float, dict]:
+    """The agent shipping ``lines`` lines from ``path`` (a file or a glob); the agent's code
+    from ``code`` (a checkout) instead of this one's when given."""
     agent = AgentProcess(throughput_config(bootstrap, topic, work, path, numbered),
-                         work / "agent.log")
+                         work / "agent.log", env={"PYTHONPATH": str(code)} if code else None)
     t0 = time.perf_counter()
     agent.start()
     t_ready = time.perf_counter()
@@ -178,22 +189,45 @@ def agent_run(bootstrap: str, topic: str, work: Path, path: Path | str,
     return lines / (t_end - t_ready), cpu / lines * 1e6, lines / (t_end - t0), rss
 
 
+@contextlib.contextmanager
+def checkout(ref: str | None, where: Path):
+    """A worktree of ``ref`` at ``where`` for the run (None: nothing)."""
+    if ref is None:
+        yield None
+        return
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(where), ref],
+                   check=True, capture_output=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)],
+                       check=False, capture_output=True)
+
+
 def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-agent-") as d:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--before", metavar="REF", help="also run the agent of this git commit")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-agent-") as d, \
+            checkout(args.before, Path(d) / "before") as before:
         work = Path(d)
         with bench_kafka(work) as bootstrap:
             topics = {name: f"bench.{name}.{os.getpid()}"
                       for name in ("agent", "bare", "cb", "pos", "batch")}
             names = [t for n, t in topics.items() if n != "agent"] + \
                 [f'{topics["agent"]}.{k}' for k in range(ROUNDS)] + \
-                [f'{topics["agent"]}.plain.{k}' for k in range(ROUNDS)]
+                [f'{topics["agent"]}.plain.{k}' for k in range(ROUNDS)] + \
+                ([f'{topics["agent"]}.before.{k}' for k in range(ROUNDS)] if before else [])
             ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in names])
             data = work / "events.log"
             write_file(data)
             # The bare loop and the agent alternate, twice; the best run of each is kept, so a
             # noisy neighbour on this shared machine does not decide the ratio.
-            bare_runs, pos_runs, agent_runs, plain_runs = [], [], [], []
+            bare_runs, pos_runs, agent_runs, plain_runs, before_runs = [], [], [], [], []
             for k in range(ROUNDS):
+                if before:
+                    before_runs.append(agent_run(bootstrap, f'{topics["agent"]}.before.{k}',
+                                                 work / f"before{k}", data, code=before))
                 bare_runs.append(bare_loop(bootstrap, topics["bare"], data, callback=False))
                 pos_runs.append(bare_loop(bootstrap, topics["pos"], data, callback=False,
                                           positional=True))
@@ -209,6 +243,14 @@ def main() -> None:
             batch_s, batch_cpu = batch_loop(bootstrap, topics["batch"], data)
             arrived = [sum(high_watermarks(bootstrap, f'{topics["agent"]}.{k}').values())
                        for k in range(ROUNDS)]
+    versus = {}
+    if before_runs:
+        was_s, was_cpu = max((r[0], r[1]) for r in before_runs)
+        versus = {"before": args.before, "before_agent_events_s": round(was_s),
+                  "before_agent_cpu_s_per_million": round(was_cpu, 2),
+                  "before_runs_events_s": [round(r[0]) for r in before_runs],
+                  "ratio_vs_before": round(agent_s / was_s, 3),
+                  "cpu_vs_before": round(agent_cpu / was_cpu, 3)}
     print(json.dumps({
         "bench": "agent_tail_to_kafka",
         "lines": LINES, "line_bytes": LINE,
@@ -231,6 +273,7 @@ def main() -> None:
         "ratio_vs_bare_cb": round(agent_s / cb_s, 3),
         "ratio_vs_bare_positional": round(agent_s / pos_s, 3),
         "cpu_vs_bare_positional": round(agent_cpu / pos_cpu, 3),
+        **versus,
         "targets": {"ratio_vs_bare_positional": 1.0, "cpu_vs_bare_positional": 1.3,
                     "agent_peak_rss_mb": 150, "ratio_numbered_vs_unnumbered": 0.95},
     }))

@@ -1,0 +1,79 @@
+"""The line cutter every source shares: records, the cap, and the oddities counted by kind."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.config import SourceConfig
+from agent.tail.lines import LineCutter
+from agent.telemetry import Metrics
+from tests.unit.tailkit import Harness
+
+ODD = (b'{"ts": 1700000000000, "k": "a"}\n'     # fine
+       b"\n"                                   # empty
+       b"crlf\r\n"                             # CRLF
+       b"\r\n"                                 # CRLF and empty
+       b"nul\x00in\x00it\n"                    # two NULs, one line
+       b"\x00\n"                               # a NUL alone
+       b"latin-1 caf\xe9\n"                    # not UTF-8
+       b"tab\tand caf\xc3\xa9\n"               # UTF-8, a tab (a low byte that is not a newline)
+       b"\xff\xfe\n")                          # not UTF-8
+
+KINDS = ("empty_line", "crlf_line", "binary_nul", "invalid_utf8")
+
+
+def cutter(**fields) -> LineCutter:
+    return LineCutter(SourceConfig(index=0, type="file", topic="t", **fields), Metrics())
+
+
+def counts(c: LineCutter) -> dict[str, float]:
+    return {k: c.metrics.get("agent_source_bad_input_total", kind=k, topic="t") for k in KINDS}
+
+
+@pytest.mark.parametrize("fields", [{}, {"timestamp_field": "ts"}, {"key_field": "k"}])
+def test_oddities_are_counted_per_line_with_or_without_fields(fields):
+    c = cutter(**fields)
+    chunk = c.frame(ODD, len(ODD), 5)
+    values = [chunk.value(i) for i in range(len(chunk))]
+    assert values == [v.rstrip(b"\r") for v in ODD.split(b"\n")[:-1]]
+    assert counts(c) == {"empty_line": 2, "crlf_line": 2, "binary_nul": 2, "invalid_utf8": 2}
+    if fields.get("timestamp_field"):
+        assert chunk.timestamps[0] == 1_700_000_000_000 and (chunk.timestamps[1:] == 5).all()
+        assert c.metrics.get("agent_source_bad_input_total", kind="timestamp_unparsable",
+                             topic="t") == len(chunk) - 1
+    if fields.get("key_field"):
+        assert chunk.keys[0] == b"a" and chunk.keys[1:] == [None] * (len(chunk) - 1)
+
+
+def test_frame_reads_only_to_its_end():
+    c = cutter()
+    data = b"one\ntwo\n\xff\x00partial"
+    chunk = c.frame(data, 8, 1)
+    assert [chunk.value(i) for i in range(len(chunk))] == [b"one", b"two"] and chunk.end == 8
+    assert counts(c) == dict.fromkeys(KINDS, 0)
+
+
+def test_clean_ascii_and_utf8_count_nothing():
+    c = cutter()
+    data = "plain\nnaïve 日本\n\ttabbed\n".encode()
+    assert len(c.frame(data, len(data), 1)) == 3
+    assert counts(c) == dict.fromkeys(KINDS, 0)
+
+
+def test_a_stream_is_cut_at_whole_lines_and_at_the_cap():
+    c = cutter()
+    c.max_line_bytes = 8
+    assert c.split_stream(b"ab\ncd") == (b"ab\n", b"cd")
+    assert c.split_stream(b"abcdefg") == (None, b"abcdefg")
+    assert c.split_stream(b"abcdefghij") == (b"abcdefgh\n", b"ij")
+    assert c.metrics.get("agent_source_bad_input_total", kind="line_forced", topic="t") == 1
+
+
+def test_the_file_reader_cuts_a_runaway_line_at_the_same_cap(tmp_path):
+    h = Harness(tmp_path, read_chunk_bytes=4)
+    h.src.reader.lines.max_line_bytes = 8
+    h.app.write_bytes(b"abcdefghijkl\nnext\n")
+    h.step()
+    h.drain_all()
+    assert h.delivered == [b"abcdefgh", b"ijkl", b"next"]
+    assert h.metrics.get("agent_source_bad_input_total", kind="line_forced", topic="t") == 1
