@@ -1,9 +1,10 @@
 """Read the audit topic into the newest record per identity, skipping malformed ones.
 
-The identity of a count is (tier, emitter, incarnation, origin, topic, window_start); the record
-with the highest ``seq`` wins (ties: the latest ``emitted_at``), so reading the topic from its
-start in any order of partitions gives the same state. The incarnations of an emitter are
-summed (``by_tier``). Malformed records are counted by reason and logged, never fatal.
+The identity of a count is (tier, emitter, incarnation, origin, topic, window_start); the newest
+record wins (``record.newer``: the highest ``seq``, then the latest ``emitted_at``), so reading
+the topic from its start in any order of partitions gives the same state. The incarnations of
+an emitter are summed (``by_tier``). Malformed records are counted by reason and logged,
+never fatal.
 Progress records are kept apart, the newest per (tier, emitter); ``ranges`` records the newest
 per (tier, emitter, incarnation, origin, origin incarnation); ``caught_up`` records the newest
 per key (each says as much as any before it).
@@ -21,7 +22,17 @@ from dataclasses import dataclass, field, replace
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from .errors import AuditError, BrokerUnreachable, MalformedRecord
-from .record import PRODUCER_TIER, AuditRecord, CaughtUp, Progress, Ranges, Record, combined, parse
+from .record import (
+    PRODUCER_TIER,
+    AuditRecord,
+    CaughtUp,
+    Progress,
+    Ranges,
+    Record,
+    combined,
+    newer,
+    parse,
+)
 
 log = logging.getLogger("docket.audit.collect")
 # librdkafka's own lines (a broker that refuses connections, one line per retry) go here, not to
@@ -50,7 +61,7 @@ class AuditState:
         if isinstance(rec, Progress):
             key = (rec.tier, rec.emitter)
             old = self.progress.get(key)
-            if old is None or (rec.batch_id, rec.emitted_at) >= (old.batch_id, old.emitted_at):
+            if old is None or newer(rec, old):
                 self.progress[key] = rec
             return rec
         if isinstance(rec, CaughtUp):
@@ -60,7 +71,7 @@ class AuditState:
             return rec
         table = self.ranges if isinstance(rec, Ranges) else self.counts
         old = table.get(rec.identity)
-        if old is None or rec.newer_than(old):
+        if old is None or newer(rec, old):
             table[rec.identity] = rec
         return rec
 

@@ -55,6 +55,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
+from typing import ClassVar
 
 import xxhash
 
@@ -94,6 +95,24 @@ def combine_halves(lo_sum: int, hi_sum: int) -> int:
 
 def window_start(ts_ms: int, window_ms: int = DEFAULT_WINDOW_MS) -> int:
     return ts_ms // window_ms * window_ms
+
+
+def newer(rec, other) -> bool:
+    """Does ``rec`` replace ``other``, two records of one identity? The fields of the record's
+    ``NEWEST_BY`` compared in order; a tie keeps ``other`` (the one held). The one rule for the
+    reader of the topic (``collect``) and the reconciler's database (``store``, which writes it
+    in SQL from the same fields, ``newer_sql``)."""
+    fields = type(rec).NEWEST_BY
+    return tuple(getattr(rec, f) for f in fields) > tuple(getattr(other, f) for f in fields)
+
+
+def newer_sql(kind: type, table: str) -> str:
+    """``newer`` as an upsert's condition: ``excluded`` (the new row) against ``table``."""
+    fields = kind.NEWEST_BY
+    terms = [" AND ".join([f"excluded.{g} = {table}.{g}" for g in fields[:i]]
+                          + [f"excluded.{f} > {table}.{f}"])
+             for i, f in enumerate(fields)]
+    return " OR ".join(f"({t})" for t in terms)
 
 
 @dataclass
@@ -140,14 +159,14 @@ class AuditRecord:
         key = f"{self.tier}|{self.origin}|{self.topic}|{self.window_start}"
         return f"skipped|{key}" if self.is_skip_tally else key
 
+    # Of two records of one identity the higher ``seq`` wins, then the later ``emitted_at``.
+    NEWEST_BY: ClassVar[tuple[str, ...]] = ("seq", "emitted_at")
+
     @property
     def identity(self) -> tuple:
-        """What the reconciler keeps one record per: the newest ``seq`` of it wins."""
+        """What the reconciler keeps one record per: the newest (``newer``) of it wins."""
         return (self.tier, self.emitter, self.incarnation or "", self.origin, self.topic,
                 self.window_start)
-
-    def newer_than(self, other: AuditRecord) -> bool:
-        return (self.seq, self.emitted_at) > (other.seq, other.emitted_at)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -220,13 +239,12 @@ class Ranges:
     def key(self) -> str:
         return f"ranges|{self.tier}|{self.origin}|{self.origin_incarnation}"
 
+    NEWEST_BY: ClassVar[tuple[str, ...]] = ("seq", "emitted_at")
+
     @property
     def identity(self) -> tuple:
         return (self.tier, self.emitter, self.incarnation or "", self.origin,
                 self.origin_incarnation)
-
-    def newer_than(self, other: Ranges) -> bool:
-        return (self.seq, self.emitted_at) > (other.seq, other.emitted_at)
 
     @classmethod
     def of(cls, *, missing: list[list[int]], **fields) -> Ranges:
@@ -261,6 +279,9 @@ class Progress:
     incarnation: str | None = None      # the job's (its checkpoint's); None: not said
     # Not on the wire: when the reader got the record (see AuditRecord.arrived_at).
     arrived_at: int | None = field(default=None, compare=False)
+    # One per (tier, emitter): the later ``emitted_at`` wins (the emitter's own clock: a job
+    # started again on a new checkpoint counts its batches from 0), then the higher batch.
+    NEWEST_BY: ClassVar[tuple[str, ...]] = ("emitted_at", "batch_id")
 
     @property
     def key(self) -> str:

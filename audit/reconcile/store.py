@@ -45,9 +45,11 @@ from audit.contract.record import (
     PRODUCER_TIER,
     AuditRecord,
     CaughtUp,
+    Progress,
     Ranges,
     Record,
     checksum_hex,
+    newer_sql,
 )
 
 from .figures import PLAIN_QUERY, read_only
@@ -206,9 +208,7 @@ ON CONFLICT (window_start, topic, tier, origin, emitter, incarnation) DO UPDATE 
     late = excluded.late, seq = excluded.seq, emitted_at = excluded.emitted_at,
     skipped = excluded.skipped, sealed_through = excluded.sealed_through,
     arrived_at = excluded.arrived_at
-WHERE excluded.seq > counts.seq
-   OR (excluded.seq = counts.seq AND excluded.emitted_at > counts.emitted_at)
-"""
+WHERE """ + newer_sql(AuditRecord, "counts")
 
 _UPSERT_RANGES = """
 INSERT INTO ranges VALUES (:tier, :emitter, :incarnation, :origin, :origin_incarnation,
@@ -217,9 +217,7 @@ ON CONFLICT (tier, emitter, incarnation, origin, origin_incarnation) DO UPDATE S
     through = excluded.through, missing = excluded.missing,
     missing_total = excluded.missing_total, missing_truncated = excluded.missing_truncated,
     seq = excluded.seq, emitted_at = excluded.emitted_at
-WHERE excluded.seq > ranges.seq
-   OR (excluded.seq = ranges.seq AND excluded.emitted_at > ranges.emitted_at)
-"""
+WHERE """ + newer_sql(Ranges, "ranges")
 
 _UPSERT_PROGRESS = """
 INSERT INTO progress VALUES (:tier, :emitter, :batch_id, :input_rows_per_s,
@@ -231,9 +229,7 @@ ON CONFLICT (tier, emitter) DO UPDATE SET
     batch_duration_ms = excluded.batch_duration_ms, offsets_behind = excluded.offsets_behind,
     emitted_at = excluded.emitted_at, arrived_at = excluded.arrived_at,
     publishes_caught_up = excluded.publishes_caught_up, incarnation = excluded.incarnation
-WHERE excluded.emitted_at > progress.emitted_at
-   OR (excluded.emitted_at = progress.emitted_at AND excluded.batch_id > progress.batch_id)
-"""
+WHERE """ + newer_sql(Progress, "progress")
 
 # A mark only grows: each figure the higher of the stored and the new.
 _UPSERT_CAUGHT_UP = """
