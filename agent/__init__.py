@@ -15,6 +15,7 @@ import what.
 - ``producer_tally``: the producer tier of the audit, counted at seal and emitted.
 - ``selfcheck``: at start, every byte the checkpoints call sealed still accounted for.
 - ``service``: the running agent: sources → pool → drain in one loop, wired.
+- ``errors``: why the agent cannot start here (``StartupError``).
 - ``status``: what it says of itself: gauges, the ``/status`` document, the HTTP server.
 - ``telemetry``: the agent's metrics, named once (docs/telemetry.md).
 - ``logs``: the log output, text or JSON lines, repeated lines held back.

@@ -227,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         from .preflight import check
 
         logs.setup(args.log_level, args.log_format)
-        from .service import Agent, StartupError
+        from .errors import StartupError
+        from .service import Agent
 
         cfg = load(args.config)
         check(cfg)                  # what would fail below fails here, as validate says it

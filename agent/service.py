@@ -24,8 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from audit.contract.errors import DocketError
-
 from .buffer import BufferPool, DropEvent, SealedSlot
 from .buffer.seams import Clock, FileOps
 from .checkpoints import Checkpoints
@@ -33,6 +31,7 @@ from .config import AgentConfig, ConfigError, load
 from .drain.drain import Drain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .drain.topics import TopicWatch
+from .errors import StartupError
 from .journal import LossJournal
 from .logs import flush_held
 from .notify import Notifier
@@ -47,10 +46,6 @@ from .tail.watch import FolderWatch
 from .telemetry import Metrics
 
 log = logging.getLogger("docket.agent")
-
-
-class StartupError(DocketError):
-    """The agent cannot start here (a port, the state folder's lock): nothing was sent."""
 
 
 LOCK_FILE = "agent.lock"                  # in state_dir: flock'ed by the running agent, its pid

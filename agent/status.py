@@ -10,15 +10,19 @@ none of them; the server has a thread of its own.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import logging
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
+from docket_common.pages import Page, PageServer
+
 from .config import weakened_delivery
+from .errors import StartupError
 
 if TYPE_CHECKING:
     from .service import Agent
+
+log = logging.getLogger("docket.agent.status")
 
 
 class StatusBoard:
@@ -29,8 +33,7 @@ class StatusBoard:
         self.started_ms = agent.clock.time_ms()
         self.rates = {"in_events_s": 0.0, "out_events_s": 0.0}
         self._prev_counts = (0.0, 0.0)          # events read / sent at the last gauge update
-        self._http: ThreadingHTTPServer | None = None
-        self.address: tuple | None = None
+        self._http: PageServer | None = None
 
     # -- gauges ---------------------------------------------------------------------------------
     def update_gauges(self, elapsed: float) -> None:
@@ -128,43 +131,19 @@ class StatusBoard:
     # -- the HTTP server ------------------------------------------------------------------------
     def serve(self, listen: str) -> None:
         """Serve ``/metrics`` and ``/status`` at ``listen`` (``host:port``) from a thread."""
-        from .service import StartupError
-
-        host, _, port = listen.rpartition(":")
-        board = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's naming)
-                if self.path == "/metrics":
-                    body = board.agent.metrics.prometheus().encode()
-                    ctype = "text/plain; version=0.0.4"
-                elif self.path == "/status":
-                    body, ctype = json.dumps(board.document()).encode(), "application/json"
-                else:
-                    self.send_error(404, "try /metrics or /status")
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
+        pages = {"/metrics": Page("text/plain; version=0.0.4",
+                                  lambda: self.agent.metrics.prometheus().encode()),
+                 "/status": Page("application/json",
+                                 lambda: json.dumps(self.document()).encode())}
         try:
-            self._http = ThreadingHTTPServer((host, int(port)), Handler)
+            self._http = PageServer(listen, pages, "docket-status", log).start()
         except OSError as exc:
-            raise StartupError(f"cannot listen on status.listen = {host}:{port}: {exc.strerror}",
+            raise StartupError(f"cannot listen on status.listen = {listen}: {exc.strerror}",
                                hint="choose a free port in [status] listen") from exc
-        self.address = self._http.server_address
-        threading.Thread(target=self._http.serve_forever, name="docket-status",
-                         daemon=True).start()
 
     def close(self) -> None:
         if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+            self._http.stop()
 
 
 def backlog(st: dict) -> tuple[int, int]:

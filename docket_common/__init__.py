@@ -5,5 +5,6 @@ for it.
 - ``dirs``: where the tools keep their state and their jar caches.
 - ``formats``: times and percentages as people read them.
 - ``maven``: fetching jars from Maven Central.
+- ``pages``: a small HTTP server of read-only pages (the agent's status, the reconciler's metrics).
 - ``procs``: the processes the tools started and keep by pid.
 """

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Protocol
 
 from audit.alerts.notification import KIND_CLASSES
 from audit.alerts.outbox import DELIVERED, GAVE_UP, PENDING
 from audit.contract.errors import AuditError
+from docket_common.pages import Page, PageServer
 
 from .alerting import open_counts
 from .store import Store
@@ -142,44 +141,20 @@ def escape(value: str) -> str:
 
 
 class MetricsServer:
-    """A threaded HTTP server on ``listen`` (HOST:PORT; port 0 takes a free one, ``port``
+    """The threaded HTTP server on ``listen`` (HOST:PORT; port 0 takes a free one, ``port``
     tells which) that answers ``GET /metrics`` from ``tally``'s database and figures."""
 
     def __init__(self, listen: str, tally: Tally):
-        host, _, port = listen.rpartition(":")
         self.tally = tally
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's naming)
-                if self.path != "/metrics":
-                    self.send_error(404, "try /metrics")
-                    return
-                try:
-                    body = server.page().encode()
-                except Exception as exc:   # noqa: BLE001 — say it to the scraper, keep serving
-                    log.warning("/metrics failed: %s", exc)
-                    self.send_error(500, str(exc).splitlines()[0] if str(exc) else None)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
+        page = Page("text/plain; version=0.0.4; charset=utf-8", lambda: self.page().encode())
         try:
-            self.http = ThreadingHTTPServer((host, int(port)), Handler)
+            self.http = PageServer(listen, {"/metrics": page}, "docket-reconcile-metrics", log)
         except OSError as exc:
             raise MetricsListenError(
                 f"cannot listen on reconcile.listen = {listen}: {exc.strerror}",
                 hint='choose a free port in [reconcile] listen, or listen = "" for no '
                 "metrics server") from exc
-        self.host, self.port = self.http.server_address[:2]
-        self._thread = threading.Thread(target=self.http.serve_forever,
-                                        name="docket-reconcile-metrics", daemon=True)
+        self.host, self.port = self.http.host, self.http.port
 
     def page(self) -> str:
         store = Store(self.tally.db_path, readonly=True)
@@ -191,11 +166,8 @@ class MetricsServer:
         return render(samples)
 
     def start(self) -> MetricsServer:
-        self._thread.start()
+        self.http.start()
         return self
 
     def stop(self) -> None:
-        if self._thread.is_alive():
-            self.http.shutdown()
-            self._thread.join()
-        self.http.server_close()
+        self.http.stop()
