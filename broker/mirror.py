@@ -133,9 +133,10 @@ class MirrorSpec:
         MirrorMaker 2 creates replicated ``replication_factor`` times, no consumer-group or ACL
         synchronisation (docket's jobs keep their own offsets on each cluster). A secured
         cluster's Java client settings go under its alias, each secret (a password, a private
-        key) as a reference to a copy in ``secrets_dir`` (``DirectoryConfigProvider``):
-        MirrorMaker 2 stores its connectors' settings, unresolved, in its config topics on
-        both clusters, where a secret written here would be kept in clear."""
+        key) as a reference to a file in ``secrets_dir`` (``DirectoryConfigProvider``; the
+        files are ``secret_files``, written by whoever starts the mirror): MirrorMaker 2 stores
+        its connectors' settings, unresolved, in its config topics on both clusters, where a
+        secret written here would be kept in clear."""
         s, t, rf = self.source, self.target, self.replication_factor
         props = {
             "clusters": f"{s}, {t}",
@@ -162,13 +163,19 @@ class MirrorSpec:
             # The copies are written as docket's agents write: idempotent, all replicas.
             f"{t}.producer.enable.idempotence": "true",
             f"{t}.producer.acks": "all",
-            **self._secured_properties(secrets_dir),
+            **self._secured(secrets_dir)[0],
             **self.properties,
         }
         return "".join(f"{k} = {_escaped(str(v))}\n" for k, v in props.items())
 
-    def _secured_properties(self, secrets_dir: Path | None) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def secret_files(self, secrets_dir: Path) -> dict[str, str]:
+        """The files ``properties_text(secrets_dir)`` refers to: name → the secret."""
+        return self._secured(secrets_dir)[1]
+
+    def _secured(self, secrets_dir: Path | None) -> tuple[dict[str, str], dict[str, str]]:
+        """The secured sides' properties, and the secret files they refer to."""
+        props: dict[str, str] = {}
+        files: dict[str, str] = {}
         for side, alias in (("source", self.source), ("target", self.target)):
             security = self.security(side)
             if not security.secured:
@@ -176,16 +183,15 @@ class MirrorSpec:
             if secrets_dir is None:
                 raise BrokerError(f"the mirror's {side} is secured: its properties need a "
                                   "folder for the secrets they refer to")
-            secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
             def by_reference(name: str, value: str, side: str = side) -> str:
-                write_private(secrets_dir / f"{side}.{name}", value)
+                files[f"{side}.{name}"] = value
                 return f"${{dir:{secrets_dir}:{side}.{name}}}"
-            out.update({f"{alias}.{k}": v
-                        for k, v in security.java_properties(by_reference).items()})
-        if out:
-            out.update({"config.providers": "dir", "config.providers.dir.class": PROVIDER})
-        return out
+            props.update({f"{alias}.{k}": v
+                          for k, v in security.java_properties(by_reference).items()})
+        if props:
+            props.update({"config.providers": "dir", "config.providers.dir.class": PROVIDER})
+        return props, files
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -264,6 +270,21 @@ class Mirror:
         self._watch = spawn(cmd, self.watch_folder, self.die_with_parent,
                             f"the watcher of the mirror {spec.source} -> {spec.target}")
 
+    def write_config(self, spec: MirrorSpec) -> None:
+        """The mirror's folder as ``spec`` says: mirror.json, the secrets' private copies
+        (secrets/, 0700, each file 0600) and the mm2.properties that refers to them."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.spec_file.write_text(spec.to_json())
+        secrets_dir = self.folder / "secrets"
+        files = spec.secret_files(secrets_dir)
+        if files:
+            secrets_dir.mkdir(mode=0o700, exist_ok=True)
+            secrets_dir.chmod(0o700)
+        for name, secret in files.items():
+            write_private(secrets_dir / name, secret)
+        write_private(self.folder / "mm2.properties", spec.properties_text(secrets_dir))
+        write_log_config(self.folder, "mirror.log")
+
     def up(self, spec: MirrorSpec, timeout_s: float = 120.0,
            admin: dict[str, str] | None = None) -> None:
         """Start copying as ``spec`` says (the audit topic first created on the target), and
@@ -282,11 +303,7 @@ class Mirror:
                 spec.audit_topic, held[0] if held else 3, -1, AUDIT_TOPIC_CONFIG)],
                 client={k: v for k, v in target.items() if k != "bootstrap.servers"})
         libs = ensure_kafka_libs()
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.spec_file.write_text(spec.to_json())
-        write_private(self.folder / "mm2.properties",
-                      spec.properties_text(self.folder / "secrets"))
-        write_log_config(self.folder, "mirror.log")
+        self.write_config(spec)
         cmd = java_command(libs, MAIN, str(self.folder / "mm2.properties"), heap=HEAP,
                            folder=self.folder)
         self._child = spawn(cmd, self.folder, self.die_with_parent,

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from audit.contract.kafka_security import KafkaSecurity, kafka_config_text
 from audit.reconcile.config import parse
 from audit.reconcile.service import Reconciler
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
@@ -50,8 +51,7 @@ def settings(cluster: LocalCluster, user: str) -> dict:
 
 def kafka_config(path: Path, cluster: LocalCluster, user: str) -> Path:
     """A Spark job's ``--kafka-config`` file for ``user`` on ``cluster``."""
-    path.write_text("[kafka]\n" + "".join(f"{k} = {json.dumps(v)}\n"
-                                          for k, v in settings(cluster, user).items()))
+    path.write_text(kafka_config_text(KafkaSecurity.from_table(settings(cluster, user))))
     return path
 
 

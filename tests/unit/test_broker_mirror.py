@@ -7,7 +7,7 @@ import re
 import pytest
 
 from broker.errors import BrokerError
-from broker.mirror import POLICY, MirrorSpec
+from broker.mirror import POLICY, Mirror, MirrorSpec
 
 
 def _props(text: str) -> dict[str, str]:
@@ -171,9 +171,13 @@ def test_a_secured_mirror_refers_to_its_secrets_and_never_writes_them_in_its_pro
                               "ssl_certificate_file": str(cert), "ssl_key_file": str(key)},
              target_security={"security_protocol": "sasl_ssl", "sasl_username": "mirror",
                               "sasl_password_file": str(password), "ssl_ca_file": str(ca)})
-    secrets = tmp_path / "mirror" / "secrets"
-    text = s.properties_text(secrets)
+    folder = tmp_path / "mirror"
+    secrets = folder / "secrets"
+    Mirror(folder).write_config(s)
+    text = (folder / "mm2.properties").read_text()
+    assert text == s.properties_text(secrets)
     assert "the-key-itself" not in text and "w-of-the-mirror" not in text
+    assert "the-key-itself" not in (folder / "mirror.json").read_text()
     props = _props(text)
     assert props["config.providers"] == "dir"
     assert props["config.providers.dir.class"].endswith("DirectoryConfigProvider")
@@ -181,10 +185,16 @@ def test_a_secured_mirror_refers_to_its_secrets_and_never_writes_them_in_its_pro
     assert props["local.ssl.keystore.certificate.chain"] == f"${{dir:{secrets}:source.certificate}}"
     assert props["aggregate.sasl.jaas.config"].endswith(
         f'password="${{dir:{secrets}:target.password}}";')
-    # The copies: the key whole, the password's first line as the JAAS line quotes it.
+    # The copies: the key whole, the password's first line as the JAAS line quotes it; the
+    # properties name no file that is not written.
     assert (secrets / "source.key").read_text() == key.read_text()
     assert (secrets / "target.password").read_text() == 'p\\"w-of-the-mirror'
+    assert sorted(f.name for f in secrets.iterdir()) == sorted(s.secret_files(secrets))
     assert oct(secrets.stat().st_mode & 0o777) == "0o700"
     assert all(oct(f.stat().st_mode & 0o777) == "0o600" for f in secrets.iterdir())
+    # Rendering the text writes nothing.
+    elsewhere = tmp_path / "elsewhere"
+    s.properties_text(elsewhere)
+    assert not elsewhere.exists()
     with pytest.raises(BrokerError, match="folder for the secrets"):
         s.properties_text()
