@@ -29,7 +29,7 @@ from audit.contract.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's
     host_port,
     load_toml,
     parse_sections,
-    parse_table,
+    parse_tables,
     reference_row,
     reference_table,
 )
@@ -245,13 +245,11 @@ def _warnings(sources: list[SourceConfig]) -> list[tuple[str, str]]:
 
 
 def _parse_sources(raw_sources) -> list[SourceConfig]:
-    if not isinstance(raw_sources, list) or not all(isinstance(s, dict) for s in raw_sources):
-        raise ConfigError("sources", "expected an array of tables [[sources]]",
+    tables = parse_tables(raw_sources, "sources", SOURCE_SETTINGS, "a source",
                           hint="write each source as a [[sources]] block")
     out = []
-    for i, table in enumerate(raw_sources):
+    for i, vals in enumerate(tables):
         where = f"sources[{i}]"
-        vals = parse_table(table, SOURCE_SETTINGS, where, "a source")
         src = SourceConfig(index=i, **vals)
         if src.type == "file":
             if not src.paths:

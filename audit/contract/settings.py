@@ -153,6 +153,15 @@ def parse_table(table: dict, settings: tuple[Setting, ...], where: str,
     return values
 
 
+def parse_tables(raw, name: str, settings: tuple[Setting, ...], what: str,
+                 hint: str) -> list[dict[str, Any]]:
+    """An array of tables (``[[name]]``), each parsed as ``parse_table`` does; anything else
+    under ``name`` is a ConfigError with ``hint`` (how to write one)."""
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise ConfigError(name, f"expected an array of tables [[{name}]]", hint=hint)
+    return [parse_table(table, settings, f"{name}[{i}]", what) for i, table in enumerate(raw)]
+
+
 def load_toml(path: str | Path) -> dict:
     """A configuration file, parsed; unreadable or invalid TOML is a ConfigError."""
     path = Path(path)

@@ -28,6 +28,7 @@ from audit.contract.settings import (
     load_toml,
     parse_sections,
     parse_table,
+    parse_tables,
     reference_row,
     reference_table,
 )
@@ -210,14 +211,9 @@ def _parse_graph(raw) -> dict[str, tuple[str, ...]]:
 
 
 def _parse_owners(raw) -> list[Owner]:
-    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
-        raise ConfigError("owners", "expected an array of tables [[owners]]",
-                          hint='write each as [[owners]] with topics = ["app.*"] and owner')
-    out = []
-    for i, table in enumerate(raw):
-        vals = parse_table(table, OWNER_SETTINGS, f"owners[{i}]", "an owner")
-        out.append(Owner(**vals))
-    return out
+    return [Owner(**vals) for vals in parse_tables(
+        raw, "owners", OWNER_SETTINGS, "an owner",
+        hint='write each as [[owners]] with topics = ["app.*"] and owner')]
 
 
 def _check_channels(channels: dict) -> None:
