@@ -20,6 +20,8 @@ import re
 import threading
 import time
 
+from docket_common.formats import utc_iso
+
 QUIET_EVERY_S = 60.0
 EXPECTED_NOISE = ("Coordinator load in progress", "COORDINATOR_LOAD_IN_PROGRESS")
 _NUMBERS = re.compile(r"\d+")
@@ -88,8 +90,8 @@ class JsonFormatter(logging.Formatter):
     and the exception's text when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
-        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        out = {"ts": f"{ts}.{int(record.msecs):03d}Z", "level": record.levelname,
+        ms = int(record.created) * 1000 + int(record.msecs)
+        out = {"ts": utc_iso(ms, millis=True), "level": record.levelname,
                "logger": record.name, "message": record.getMessage()}
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
