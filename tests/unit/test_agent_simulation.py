@@ -5,13 +5,18 @@ calls (``simkit.py`` describes the simulation and what each run asserts).
 Every seed asserts: no id lost (delivered, or inside a loss-journal entry, or never knowable to
 the agent), and no id delivered more often than the slots that could have been in flight at
 the kills allow. ``DOCKET_SIM_SEEDS`` sets how many seeds run (CI: the default below);
-``DOCKET_SIM_SEED=N`` runs one seed, for reproducing a failure."""
+``DOCKET_SIM_SEED=N`` runs one seed, for reproducing a failure. A chunk's seeds run in one
+process per core (each seed is independent and single-threaded; a seed's outcome does not
+depend on where it runs)."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -23,6 +28,18 @@ CHUNK = 100
 ONE = os.environ.get("DOCKET_SIM_SEED")
 CHUNKS = [(int(ONE), int(ONE) + 1)] if ONE else \
     [(a, min(a + CHUNK, SEEDS)) for a in range(0, SEEDS, CHUNK)]
+
+
+@pytest.fixture(scope="module")
+def workers():
+    """One process per core (started once for the file: ``spawn``, not a fork of pytest's
+    threads), or none on one core."""
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2 or ONE:
+        yield None
+        return
+    with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
 
 
 @pytest.fixture
@@ -37,9 +54,10 @@ def scratch(tmp_path):
 
 
 @pytest.mark.parametrize("seeds", CHUNKS, ids=lambda c: f"seeds-{c[0]}-{c[1] - 1}")
-def test_no_id_is_lost_and_duplicates_stay_within_the_slots_in_flight_at_kills(scratch,
+def test_no_id_is_lost_and_duplicates_stay_within_the_slots_in_flight_at_kills(scratch, workers,
                                                                              seeds):
-    outcomes = [run_seed(scratch, seed) for seed in range(*seeds)]
+    run = partial(run_seed, scratch)
+    outcomes = list(workers.map(run, range(*seeds)) if workers else map(run, range(*seeds)))
     bad = [o for o in outcomes if not o.ok]
     figures = {"seeds": len(outcomes), "ids": sum(o.written for o in outcomes),
                "kills": sum(o.kills for o in outcomes),
