@@ -107,6 +107,11 @@ class AuditJob:
         """The whole log, to count or find lines in (the tail may have scrolled past them)."""
         return self.log.read_text(errors="replace")
 
+    def signal_stop(self) -> None:
+        """SIGTERM to its process group, as a service manager stops it (``stop`` waits)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+
     def stopped_cleanly(self) -> bool:
         """Stopped (``stop``: SIGTERM to its process group, as a service manager does) with
         exit status 0 and no traceback, nor any error of Spark's, in its whole log."""
@@ -116,6 +121,19 @@ class AuditJob:
                     if line.startswith("Traceback") or " ERROR " in line]
         assert code == 0 and not problems, f"exit {code}: {problems[:5]}\n{self.log_text()}"
         return True
+
+
+def all_stopped_cleanly(*jobs: AuditJob) -> bool:
+    """``stopped_cleanly`` for each job, all sent SIGTERM first: they stop side by side."""
+    for job in jobs:
+        job.signal_stop()
+    return all(job.stopped_cleanly() for job in jobs)
+
+
+def all_done(*jobs: AuditJob, timeout_s: float) -> None:
+    """Wait for jobs started side by side (``--once``) to end, each with exit status 0."""
+    for job in jobs:
+        assert job.wait(timeout_s) == 0, job.log_text()
 
 
 def wait_for_tier(bootstrap: str, audit_topic: str, tier: str,
@@ -133,5 +151,5 @@ def wait_for_tier(bootstrap: str, audit_topic: str, tier: str,
         if job is not None and job.proc.poll() is not None:
             raise AssertionError(f"the {tier} job exited {job.proc.returncode}:\n"
                                  f"{job.log_text()}")
-        time.sleep(2)
+        time.sleep(1)                  # each look reads the whole audit topic
     return got

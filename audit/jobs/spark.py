@@ -116,7 +116,12 @@ def spark_session(app: str, opts: JobOptions):
                .config("spark.sql.streaming.stateStore.providerClass",
                        "org.apache.spark.sql.execution.streaming.state."
                        "RocksDBStateStoreProvider")
-               .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN"))
+               .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+               # A query that finds nothing new says so (the idle event: the land job's marks
+               # wait for it) at most this often; Spark's default, 10 s, is longer than a
+               # short trigger. At most once per trigger, then.
+               .config("spark.sql.streaming.noDataProgressEventInterval",
+                       f"{int(min(opts.trigger_s, 10.0) * 1000)}ms"))
     for k, v in (opts.spark_conf or {}).items():
         builder = builder.config(k, v)
     # The JVM is started with SIGTERM ignored, which it keeps (HotSpot leaves an inherited

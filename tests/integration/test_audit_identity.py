@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from audit.contract.collect import read_audit_topic
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
-from tests.auditkit import LATE_MS, WINDOW_MS, AuditJob
+from tests.auditkit import LATE_MS, WINDOW_MS, AuditJob, all_done
 from tests.sparkcluster import StandaloneSpark
 
 pytestmark = pytest.mark.slow
@@ -101,12 +101,11 @@ def test_every_tier_reports_the_injected_duplicates_and_missing_ranges(kafka, tm
     count = AuditJob(["count", "--cluster", "kafka-local", *common, "--checkpoint-dir",
                       str(tmp_path / "ckpt-count"), "--max-offsets-per-trigger", "4000"],
                      tmp_path / "count.log").start()
-    assert count.wait(600) == 0, count.log_text()
     land = AuditJob(["land", "--warehouse", str(tmp_path / "warehouse"), *common,
                      "--checkpoint-dir", str(tmp_path / "ckpt-land"),
                      "--max-offsets-per-trigger", "4000"],
-                    tmp_path / "land.log").start()
-    assert land.wait(600) == 0, land.log_text()
+                    tmp_path / "land.log").start()            # side by side: they share nothing
+    all_done(count, land, timeout_s=600)
 
     state = read_audit_topic(kafka.bootstrap_servers, audit_topic)
     assert not state.malformed

@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from audit.contract.collect import read_audit_topic
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from tests.agentkit import AgentProcess, write_config
-from tests.auditkit import AuditJob, known_stream, tier_counts, truth
+from tests.auditkit import AuditJob, all_done, known_stream, tier_counts, truth
 
 pytestmark = pytest.mark.slow
 
@@ -79,10 +79,9 @@ def test_producer_cluster_and_warehouse_tiers_agree_exactly(kafka, tmp_path):
               "--topics", rf"{prefix}\.t[0-9]+", "--once"]
     count = AuditJob(["count", "--cluster", "kafka-local", *common, "--checkpoint-dir",
                       str(tmp_path / "ckpt-count")], tmp_path / "count.log").start()
-    assert count.wait(600) == 0, count.log_text()
     land = AuditJob(["land", "--warehouse", str(tmp_path / "warehouse"), *common],
-                    tmp_path / "land.log").start()
-    assert land.wait(600) == 0, land.log_text()
+                    tmp_path / "land.log").start()            # side by side: they share nothing
+    all_done(count, land, timeout_s=600)
 
     state = read_audit_topic(kafka.bootstrap_servers, audit_topic)
     tiers = {t: tier_counts(state, t, set(topics)) for t in ("producer", "kafka-local",

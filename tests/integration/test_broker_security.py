@@ -112,6 +112,8 @@ def read_to_end(kafka, user: str, topics, group: str, *, commit: bool = False,
             if errors - ignore:
                 break
             if not pending:            # a moment more: a group lookup may fail after the data
+                if "GROUP_AUTHORIZATION_FAILED" in ignore:     # (unless that is ignored)
+                    break
                 settle_until = settle_until or time.monotonic() + 1.0
                 if time.monotonic() > settle_until:
                     break

@@ -34,7 +34,7 @@ from audit.reconcile.service import Reconciler
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.mirror import Mirror, MirrorSpec
 from tests.agentkit import AgentProcess, write_config
-from tests.auditkit import AuditJob, tier_counts
+from tests.auditkit import AuditJob, all_stopped_cleanly, tier_counts
 from tests.integration.test_mirror import _end_offsets
 from tests.integration.test_reconcile import Receiver, send
 from tests.integration.test_reconcile_spark import Clock
@@ -180,7 +180,7 @@ class Audit:
             Reconciler(self.cfg, self.db, clock=Clock()).run_once()
             if done():
                 return
-            time.sleep(2)
+            time.sleep(0.5)
         raise AssertionError(f"not reconciled in {timeout_s} s: {self.alerts()}\n"
                              f"{self.table()}\n" + "\n".join(m.log_tail() for m in self.mirrors))
 
@@ -295,7 +295,7 @@ def test_a_mirror_is_judged_per_hop_and_a_loss_inside_it_is_located_to_the_hop(
         print(f"mirror killed twice: {sum(resent.values())} copies resent {resent}")
         assert [a for a in alerts() if a[1] == "loss"] == [("firing", "loss", "aggregate",
                                                              "web-2")]
-        assert local_job.stopped_cleanly() and aggregate_job.stopped_cleanly()
+        assert all_stopped_cleanly(local_job, aggregate_job)
     finally:
         audit.close()
 
@@ -370,7 +370,7 @@ def test_two_local_clusters_feed_one_aggregate_and_a_loss_is_located_to_one_mirr
                           {topic}).get((topic, w2, "web-2"), (0,))[0] < 500:
             assert time.monotonic() < deadline, f"dc2 did not count window 2:\n" \
                 f"{jobs[1].log_text()}"
-            time.sleep(2)
+            time.sleep(0.5)
         _delete_block(second_local.bootstrap_servers, topic)
         mirrors["dc2"].start()
         audit.until(lambda: ("firing", "loss", "aggregate", "web-2") in audit.alerts(), *jobs)
@@ -378,7 +378,7 @@ def test_two_local_clusters_feed_one_aggregate_and_a_loss_is_located_to_one_mirr
         audit.until(lambda: states(w2) == {**everywhere, "aggregate": "incomplete"}, *jobs)
         assert [a for a in audit.alerts() if a[1] == "loss"] == \
             [("firing", "loss", "aggregate", "web-2")]
-        assert all(j.stopped_cleanly() for j in jobs)
+        assert all_stopped_cleanly(*jobs)
     finally:
         audit.close()
 
@@ -482,7 +482,7 @@ def test_three_agents_through_a_mirror_are_complete_at_every_tier_and_a_stopped_
                                                                     topic))
         assert len(ids) == total and max(ids.values()) == 1
         assert mirror.status()["state"] == "running"
-        assert all(j.stopped_cleanly() for j in (local_job, aggregate_job, land))
+        assert all_stopped_cleanly(local_job, aggregate_job, land)
     finally:
         for agent in agents:
             if agent.alive():

@@ -167,5 +167,5 @@ def _reconcile_until(cfg, db, clock, done, job, timeout_s: float = 300) -> None:
         Reconciler(cfg, db, clock=clock).run_once()
         if done():
             return
-        time.sleep(2)
+        time.sleep(0.5)
     raise AssertionError(f"not reconciled in {timeout_s} s:\n{job.log_text()}")

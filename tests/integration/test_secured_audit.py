@@ -31,7 +31,7 @@ from broker.cluster import LocalCluster
 from broker.mirror import Mirror, MirrorSpec
 from broker.security import Scope, grant, role_acls
 from tests.agentkit import AgentProcess, write_config
-from tests.auditkit import AuditJob
+from tests.auditkit import AuditJob, all_stopped_cleanly
 
 pytestmark = pytest.mark.slow
 
@@ -169,7 +169,7 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
             assert mirror.pid() is not None and mirror.watch_pid() is not None, \
                 mirror.log_tail()
             Reconciler(cfg, db).run_once()
-            time.sleep(2)
+            time.sleep(0.5)
         conn = sqlite3.connect(db)
         alerts = conn.execute("SELECT kind FROM alerts").fetchall()
         conn.close()
@@ -212,8 +212,7 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
         for private in (mirror.folder / "mm2.properties", *copies,
                         *mirror.watch_folder.glob("*.toml")):
             assert stat.S_IMODE(private.stat().st_mode) == 0o600, private
-        for j in jobs:
-            assert j.stopped_cleanly()
+        assert all_stopped_cleanly(*jobs)
         jobs.clear()
     finally:
         for a in agents:

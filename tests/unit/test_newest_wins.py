@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from audit.contract.collect import AuditState
-from audit.contract.record import AuditRecord, Progress, Ranges
+from audit.contract.record import AuditRecord, Ranges
 from audit.reconcile.store import Store
 from tests.unit.reconcilekit import END, MIN, count, progress
 
