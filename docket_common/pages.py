@@ -40,7 +40,7 @@ class PageServer:
                 try:
                     body = page.render()
                 except Exception as exc:   # noqa: BLE001 — say it to the client, keep serving
-                    log.warning("%s failed: %s", self.path, exc)
+                    log.warning("%s failed: %s", self.path, exc, exc_info=True)
                     self.send_error(500, str(exc).splitlines()[0] if str(exc) else None)
                     return
                 self.send_response(200)

@@ -66,8 +66,10 @@ class AuditJob:
         self.args = args
         self.log = log
         self.proc: subprocess.Popen | None = None
+        self.signalled = False                    # SIGTERM sent (it is sent once)
 
     def start(self) -> AuditJob:
+        self.signalled = False
         out = open(self.log, "ab")
         self.proc = subprocess.Popen([str(BIN / "docket-audit"), *self.args], stdout=out,
                                      stderr=out, start_new_session=True, env=os.environ.copy())
@@ -92,7 +94,9 @@ class AuditJob:
     def stop(self, timeout_s: float = 60) -> int:
         if self.proc.poll() is not None:          # ended already (its group may be gone)
             return self.proc.returncode
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        if not self.signalled:                    # once: a second SIGTERM could land in the
+            os.killpg(self.proc.pid, signal.SIGTERM)      # interpreter's own shutdown
+            self.signalled = True
         try:
             return self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -109,8 +113,9 @@ class AuditJob:
 
     def signal_stop(self) -> None:
         """SIGTERM to its process group, as a service manager stops it (``stop`` waits)."""
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and not self.signalled:
             os.killpg(self.proc.pid, signal.SIGTERM)
+            self.signalled = True
 
     def stopped_cleanly(self) -> bool:
         """Stopped (``stop``: SIGTERM to its process group, as a service manager does) with

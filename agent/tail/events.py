@@ -17,6 +17,7 @@ from ..buffer import Chunk
 from ..buffer.framing import MAX_KEY_BYTES
 
 _MS_THRESHOLD = 10**11
+BOM = "\ufeff"           # a line that starts with one is still JSON (as json.loads(bytes) took it)
 
 
 def parse_time(value) -> int | None:
@@ -52,7 +53,7 @@ def apply_fields(chunk: Chunk, timestamp_field: str | None, key_field: str | Non
     data = memoryview(chunk.data)
     for i, (s, ln) in enumerate(zip(chunk.starts.tolist(), chunk.lengths.tolist(), strict=True)):
         try:
-            obj = json.loads(str(data[s:s + ln], "utf-8"))
+            obj = json.loads(str(data[s:s + ln], "utf-8").removeprefix(BOM))
         except UnicodeDecodeError:
             invalid += 1
             obj = None

@@ -5,18 +5,18 @@ calls (``simkit.py`` describes the simulation and what each run asserts).
 Every seed asserts: no id lost (delivered, or inside a loss-journal entry, or never knowable to
 the agent), and no id delivered more often than the slots that could have been in flight at
 the kills allow. ``DOCKET_SIM_SEEDS`` sets how many seeds run (CI: the default below);
-``DOCKET_SIM_SEED=N`` runs one seed, for reproducing a failure. A chunk's seeds run in one
-process per core (each seed is independent and single-threaded; a seed's outcome does not
-depend on where it runs)."""
+``DOCKET_SIM_SEED=N`` runs one seed, for reproducing a failure, in the test's own process. A
+chunk's seeds run in one process per core (each seed is independent and single-threaded; a
+seed's outcome does not depend on where it runs); a seed that hangs fails its chunk, naming
+it."""
 
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -30,16 +30,28 @@ CHUNKS = [(int(ONE), int(ONE) + 1)] if ONE else \
     [(a, min(a + CHUNK, SEEDS)) for a in range(0, SEEDS, CHUNK)]
 
 
+SEED_TIMEOUT_S = 120      # one seed takes well under a second; a hung one fails its test
+
+
+def _quiet() -> None:
+    """A worker's logging: none (the test asserts outcomes; in-process, pytest keeps them)."""
+    logging.disable(logging.CRITICAL)
+
+
 @pytest.fixture(scope="module")
 def workers():
     """One process per core (started once for the file: ``spawn``, not a fork of pytest's
-    threads), or none on one core."""
+    threads), or none on one core. Terminated at the end, a hung seed's worker too."""
     cores = len(os.sched_getaffinity(0))
     if cores < 2 or ONE:
         yield None
         return
-    with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("spawn")) as pool:
+    pool = multiprocessing.get_context("spawn").Pool(cores, initializer=_quiet)
+    try:
         yield pool
+    finally:
+        pool.terminate()
+        pool.join()
 
 
 @pytest.fixture
@@ -56,8 +68,17 @@ def scratch(tmp_path):
 @pytest.mark.parametrize("seeds", CHUNKS, ids=lambda c: f"seeds-{c[0]}-{c[1] - 1}")
 def test_no_id_is_lost_and_duplicates_stay_within_the_slots_in_flight_at_kills(scratch, workers,
                                                                              seeds):
-    run = partial(run_seed, scratch)
-    outcomes = list(workers.map(run, range(*seeds)) if workers else map(run, range(*seeds)))
+    if workers is None:
+        outcomes = [run_seed(scratch, seed) for seed in range(*seeds)]
+    else:
+        runs = [(seed, workers.apply_async(run_seed, (scratch, seed))) for seed in range(*seeds)]
+        outcomes = []
+        for seed, run in runs:
+            try:
+                outcomes.append(run.get(SEED_TIMEOUT_S))
+            except multiprocessing.TimeoutError:
+                pytest.fail(f"seed {seed} still running after {SEED_TIMEOUT_S} s "
+                            f"(DOCKET_SIM_SEED={seed} replays it)")
     bad = [o for o in outcomes if not o.ok]
     figures = {"seeds": len(outcomes), "ids": sum(o.written for o in outcomes),
                "kills": sum(o.kills for o in outcomes),

@@ -45,6 +45,16 @@ def test_oddities_are_counted_per_line_with_or_without_fields(fields):
         assert chunk.keys[0] == b"a" and chunk.keys[1:] == [None] * (len(chunk) - 1)
 
 
+def test_a_json_line_after_a_byte_order_mark_keeps_its_time_and_key():
+    c = cutter(timestamp_field="ts", key_field="k")
+    data = b'\xef\xbb\xbf{"ts": 1700000000000, "k": "a"}\n{"ts": 1700000000001}\n'
+    chunk = c.frame(data, len(data), 5)
+    assert chunk.timestamps.tolist() == [1_700_000_000_000, 1_700_000_000_001]
+    assert chunk.keys == [b"a", None]
+    assert c.metrics.get("agent_source_bad_input_total", kind="timestamp_unparsable",
+                         topic="t") == 0
+
+
 def test_frame_reads_only_to_its_end():
     c = cutter()
     data = b"one\ntwo\n\xff\x00partial"
