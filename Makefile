@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.docket-setup
 PYTEST_ARGS ?=
 
-.PHONY: setup debian-tools bench-tools test test-unit lint bench soak demo demo-down demo-fault screenshots deb dist test-packages clean
+.PHONY: setup debian-tools bench-tools native test test-unit lint bench soak demo demo-down demo-fault screenshots deb dist test-packages clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,12 @@ debian-tools:
 		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null \
 		|| echo "make setup: could not install$$need; their tests will be skipped" >&2; \
 	else echo "make setup: install Debian's$$need (as root) for their tests" >&2; fi
+
+# The native send path (agent/native, Rust: PyO3, and librdkafka built from the rdkafka crate's
+# bundled source), installed into the venv as the module docket_native. Needs cargo (rustup's,
+# in ~/.cargo/bin, or on PATH), a C compiler, make, and OpenSSL's headers (libssl-dev).
+native: setup
+	PATH="$$HOME/.cargo/bin:$$PATH" $(BIN)/pip install --quiet ./agent/native
 
 test: setup
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -83,6 +83,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("broker.compression", str, "snappy", "Kafka compression codec.",
             choices=("none", "gzip", "snappy", "lz4", "zstd")),
     *security_settings("broker"),
+    Setting("broker.send_path", str, "python", "How sealed slots reach Kafka: `python` "
+            "(confluent-kafka, one call per record) or `native` (the extension built by `make "
+            "native`: the record loop and the delivery reports in native code, agent/native). "
+            "In progress: not yet measured by the fault tests and the simulation "
+            "(docs/performance.md).", choices=("python", "native")),
     Setting("broker.librdkafka_options", dict, {}, "librdkafka properties passed to the producer "
             "as they are, e.g. `\"socket.keepalive.enable\" = true`. Security goes in the "
             "`broker.security_protocol` … keys above (docs/security.md): a password is never "

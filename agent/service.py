@@ -29,6 +29,7 @@ from .buffer.seams import Clock, FileOps
 from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
 from .drain.drain import Drain
+from .drain.native import NativeDrain, NativeUnavailable, native_module
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .drain.topics import TopicWatch
 from .errors import StartupError
@@ -83,6 +84,7 @@ class Seams:
     fs: FsOps = field(default_factory=FsOps)
     pool_ops: FileOps | None = None
     producer_factory: Callable[[dict], object] | None = None
+    native_factory: Callable[[dict], object] | None = None    # broker.send_path = "native"
     db_crash_point: Callable[[str], None] | None = None
     file_events: bool = True
 
@@ -145,11 +147,21 @@ class Agent:
         self.checkpoints.recovered(self.pool.sealed())
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
         numbered = cfg["agent.record_numbers"] and origin is not None
-        self.drain = Drain(self.pool, producer_config(cfg), self.journal, self.metrics,
-                           cfg.dead_letter_dir, origin, on_slot_done=self._slot_done,
-                           on_dead=self.audit.uncount, clock=self.clock,
-                           producer_factory=self.seams.producer_factory,
-                           incarnation=self.incarnation.encode() if numbered else None)
+        drain_class, native = Drain, {}
+        if cfg["broker.send_path"] == "native":
+            if self.seams.native_factory is None:
+                try:
+                    native_module()
+                except NativeUnavailable as exc:
+                    raise StartupError(str(exc), hint="make native; or [broker] "
+                                       "send_path = \"python\"") from exc
+            drain_class, native = NativeDrain, {"native_factory": self.seams.native_factory}
+        self.drain = drain_class(self.pool, producer_config(cfg), self.journal, self.metrics,
+                                 cfg.dead_letter_dir, origin, on_slot_done=self._slot_done,
+                                 on_dead=self.audit.uncount, clock=self.clock,
+                                 producer_factory=self.seams.producer_factory,
+                                 incarnation=self.incarnation.encode() if numbered else None,
+                                 **native)
         self.topic_watch = TopicWatch(producer_config(cfg), self._topics,
                                       on_answer=self.drain.cluster_answered)
         self.drain.on_unknown_topic = self.topic_watch.unknown

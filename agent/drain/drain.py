@@ -371,12 +371,9 @@ class Drain:
 
     def _produce_new(self, send: SlotSend, budget: int) -> tuple[int, bool]:
         """The hot loop: one ``produce`` per record, nothing else per record but slicing."""
-        n = 0
-        if send.pending is not None:
-            record, send.pending = send.pending, None
-            if not self._produce_one(send, record):
-                return 0, True
-            n += 1
+        n = self._pending_first(send)
+        if n is None:
+            return 0, True
         produce, cb, topic, payload = self.producer.produce, \
             functools.partial(self._report, send), send.slot.topic, send.payload
         while send.bi < len(send.blocks) and n < budget:
@@ -414,6 +411,14 @@ class Drain:
             else:
                 send.ri = i
         return n, False
+
+    def _pending_first(self, send: SlotSend) -> int | None:
+        """The record a full queue refused goes first: 1 when it went, 0 when there was none,
+        None when the queue is still full."""
+        if send.pending is None:
+            return 0
+        record, send.pending = send.pending, None
+        return 1 if self._produce_one(send, record) else None
 
     def _produce_one(self, send: SlotSend, record: Record) -> bool:
         topic, value, key, ts, headers = record
@@ -570,15 +575,26 @@ class Drain:
             log.warning("new client settings: replacing the producer")
         self._fatal, self._reconfigured = None, False
         self._purge(in_flight=True)     # what the old producers still report is known
-        unknown = [s for s in self.inflight if s.handed > self.settled or s.alone_out]
+        unknown = [s for s in self.inflight if self._unreported(s)]
         if unknown:
             log.warning("%d slot(s) in flight had records not reported by the old producer: "
                         "sent again whole (duplicates possible)", len(unknown))
             for s in unknown:            # every record sent again counts as retried
                 self.metrics.inc("agent_drain_retried_events_total", s.total - s.dead,
                                  reason="producer_rebuilt", topic=s.slot.topic)
-        self.inflight = collections.deque(SlotSend(s.slot, previous=s) if s in unknown
-                                          else s for s in self.inflight)
+        self.inflight = collections.deque(self._again(s) if s in unknown else s
+                                          for s in self.inflight)
+        self._new_producers()
+
+    def _unreported(self, send: SlotSend) -> bool:
+        """Has ``send`` records whose reports the producers being replaced never served?"""
+        return send.handed > self.settled or bool(send.alone_out)
+
+    def _again(self, send: SlotSend) -> SlotSend:
+        """A send of ``send``'s slot from its first record, but for its dead records."""
+        return SlotSend(send.slot, previous=send)
+
+    def _new_producers(self) -> None:
         self.producer = self._new_producer()
         self.lone = None
 

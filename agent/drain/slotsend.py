@@ -10,7 +10,27 @@ from ..buffer import SealedSlot
 from .headers import Record
 
 
-class SlotSend:
+class SendState:
+    """What a send of a slot keeps whichever path sends it: its records to send again, to send
+    alone, the one a full queue refused, and the dead-lettered ones. The drain's handlers work
+    on it alone."""
+
+    __slots__ = ()
+
+    @property
+    def dead(self) -> int:
+        return len(self.dead_records)
+
+    @property
+    def acked(self) -> int:
+        return self.total - self.dead
+
+    def waiting(self) -> bool:
+        """Records of it wait to go again, or to be reported after going alone."""
+        return bool(self.retry or self.alone or self.alone_out)
+
+
+class SlotSend(SendState):
     """One sealed slot on its way to Kafka: a cursor over its records (``blocks``, from
     ``Drain.block_lists``, and the payload they slice) and what became of them. It knows
     nothing of the drain: the drain's report handlers take the send as their first argument.
@@ -54,16 +74,7 @@ class SlotSend:
     def finished(self, settled: int) -> bool:
         """Every record handed over before the last zero point (``settled``: the drain's
         hand-over number there), none waiting to go again."""
-        return (not self.unsent and not self.retry and not self.alone and not self.alone_out
-                and self.handed <= settled)
-
-    @property
-    def dead(self) -> int:
-        return len(self.dead_records)
-
-    @property
-    def acked(self) -> int:
-        return self.total - self.dead
+        return not self.unsent and not self.waiting() and self.handed <= settled
 
     def failed_records(self, msg) -> list[Record]:
         """The records a failed report (of a record from ``blocks``) is about: none when the

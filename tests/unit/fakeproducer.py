@@ -61,11 +61,25 @@ class FakeKafka:
     reachable: bool = True                                 # does list_topics answer?
     _script: dict = field(default_factory=lambda: collections.defaultdict(collections.deque))
 
-    def producer(self, conf: dict) -> FakeProducer:
-        """The ``producer_factory``: a new producer over this cluster."""
+    def producer(self, conf: dict, role: str = "main") -> FakeProducer:
+        """The ``producer_factory``: a new producer over this cluster. ``role``: "main" (the
+        drain's producer), "native" (inside the fake extension, ``fakenative.py``); one that
+        puts a record in each batch is "lone"."""
         p = FakeProducer(conf, self)
+        p.role = "lone" if conf.get("batch.num.messages") == 1 else role
         self.producers.append(p)
         return p
+
+    @property
+    def senders(self) -> list[FakeProducer]:
+        """The producers that sent slots first, oldest first: the native path's when the drain
+        has one, else the drain's own (a rebuild adds one)."""
+        native = [p for p in self.producers if p.role == "native"]
+        return native or [p for p in self.producers if p.role == "main"]
+
+    @property
+    def lones(self) -> list[FakeProducer]:
+        return [p for p in self.producers if p.role == "lone"]
 
     def script(self, value: bytes, *outcomes) -> None:
         """The answers to the next hand-overs of ``value``, in order; after them, OK."""
@@ -83,6 +97,7 @@ class FakeProducer:
     def __init__(self, conf: dict, kafka: FakeKafka):
         self.conf = conf
         self.kafka = kafka
+        self.role = "main"
         self.only_error = bool(conf.get("delivery.report.only.error", False))
         self.max_messages = int(conf.get("queue.buffering.max.messages", 100_000))
         self.produced: list[bytes | None] = []     # every value handed to this producer

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 
+import pytest
+
 from agent.buffer import BufferPool, Chunk
 from agent.buffer.seams import FileOps, SimulatedCrash
 
@@ -94,6 +96,11 @@ def fake_drain(tmp_path, data: bytes, times, origin: bytes = b"a",
     return drain, pool, kafka
 
 
+# Which send path the drain helpers build: "python" (``Drain``) or "native" (``NativeDrain``);
+# the ``send_path`` fixture (tests/unit/conftest.py) runs a test with each.
+SEND_PATH = "python"
+
+
 def sealed_drain(tmp_path, data: bytes, times, origin: bytes | None, conf: dict,
                  producer_factory=None, incarnation: bytes | None = None, clock=None):
     from agent.drain.drain import Drain
@@ -104,7 +111,18 @@ def sealed_drain(tmp_path, data: bytes, times, origin: bytes | None, conf: dict,
     pool = BufferPool(tmp_path / "p", 1 << 20, 16 << 10, linger_ms=1e9, sync_on_seal=False)
     pool.append("t", Chunk.from_lines(data, times))
     pool.seal_all()
-    drain = Drain(pool, conf, LossJournal(tmp_path / "j", metrics), metrics, tmp_path / "dead",
-                  origin, producer_factory=producer_factory, incarnation=incarnation,
-                  clock=clock)
-    return drain, pool
+    args = (pool, conf, LossJournal(tmp_path / "j", metrics), metrics, tmp_path / "dead",
+            origin)
+    kwargs = {"producer_factory": producer_factory, "incarnation": incarnation, "clock": clock}
+    if SEND_PATH == "python":
+        return Drain(*args, **kwargs), pool
+    from agent.drain.native import NativeDrain
+
+    kafka = getattr(producer_factory, "__self__", None)
+    if kafka is not None:                       # a FakeKafka: the fake extension over it
+        from tests.unit.fakenative import FakeSlotProducer
+
+        kwargs["native_factory"] = lambda conf: FakeSlotProducer(conf, kafka)
+    else:
+        pytest.importorskip("docket_native", reason="the native extension is not built")
+    return NativeDrain(*args, **kwargs), pool

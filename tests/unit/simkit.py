@@ -149,9 +149,10 @@ class SimKafka(FakeKafka):
         super().__init__()
         self.rng, self.crasher = rng, crasher
 
-    def producer(self, conf: dict) -> FakeProducer:
+    def producer(self, conf: dict, role: str = "main") -> FakeProducer:
         p = SimProducer(conf, self)
         p.rng, p.crasher = self.rng, self.crasher
+        p.role = "lone" if conf.get("batch.num.messages") == 1 else role
         self.producers.append(p)
         return p
 
@@ -348,9 +349,10 @@ class Outcome:
 
 
 class Simulation:
-    def __init__(self, tmp: Path, seed: int, steps: int = 60):
+    def __init__(self, tmp: Path, seed: int, steps: int = 60, send_path: str = "python"):
         self.tmp = tmp
         self.seed = seed
+        self.send_path = send_path
         self.steps = steps
         self.rng = random.Random(seed)
         self.crasher = Crasher()
@@ -370,7 +372,7 @@ class Simulation:
             "agent": {"id": "sim", "state_dir": str(self.state), "shutdown_timeout_ms": 2000},
             "buffer": {"size_bytes": 4096 + 4096 + 16 * SLOT, "slot_size_bytes": SLOT,
                        "linger_ms": 5, "sync_on_seal": False},
-            "broker": {"bootstrap_servers": "127.0.0.1:9"},
+            "broker": {"bootstrap_servers": "127.0.0.1:9", "send_path": send_path},
             "audit": {"enabled": False},
             "sources": [{"type": "file", "topic": "t", "paths": [str(self.logs / "app.log*")],
                          "poll_interval_ms": 100}],
@@ -378,8 +380,13 @@ class Simulation:
         self.agent: Agent | None = None
 
     def _start(self) -> None:
+        native = None
+        if self.send_path == "native":      # the native path's contract, over the same Kafka
+            from tests.unit.fakenative import FakeSlotProducer
+
+            native = lambda conf: FakeSlotProducer(conf, self.kafka)   # noqa: E731
         seams = Seams(clock=self.clock, fs=self.fs, pool_ops=CrashOps(self.crasher),
-                      producer_factory=self.kafka.producer,
+                      producer_factory=self.kafka.producer, native_factory=native,
                       db_crash_point=self.crasher.tick, file_events=False)
         while True:
             try:
@@ -547,10 +554,10 @@ def _journal(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def run_seed(tmp: Path, seed: int, steps: int = 60) -> Outcome:
-    folder = tmp / f"seed-{seed}"
+def run_seed(tmp: Path, seed: int, steps: int = 60, send_path: str = "python") -> Outcome:
+    folder = tmp / f"seed-{seed}-{send_path}"
     folder.mkdir()
     try:
-        return Simulation(folder, seed, steps).run()
+        return Simulation(folder, seed, steps, send_path).run()
     finally:
         shutil.rmtree(folder, ignore_errors=True)

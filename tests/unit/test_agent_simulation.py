@@ -5,7 +5,8 @@ calls (``simkit.py`` describes the simulation and what each run asserts).
 Every seed asserts: no id lost (delivered, or inside a loss-journal entry, or never knowable to
 the agent), and no id delivered more often than the slots that could have been in flight at
 the kills allow. ``DOCKET_SIM_SEEDS`` sets how many seeds run (CI: the default below);
-``DOCKET_SIM_SEED=N`` runs one seed, for reproducing a failure, in the test's own process. A
+``DOCKET_SIM_SEED=N`` runs one seed, for reproducing a failure, in the test's own process
+(``DOCKET_SIM_SEND_PATH=native`` with the native send path's drain). A
 chunk's seeds run in one process per core (each seed is independent and single-threaded; a
 seed's outcome does not depend on where it runs); a seed that hangs fails its chunk, naming
 it."""
@@ -24,10 +25,15 @@ import pytest
 from tests.unit.simkit import run_seed
 
 SEEDS = int(os.environ.get("DOCKET_SIM_SEEDS", "1200"))
+# The native send path's drain (``NativeDrain``, over the extension's fake: tests/unit/
+# fakenative.py) on the seeds from 0 too: the same writers and kills, the other send path.
+NATIVE_SEEDS = int(os.environ.get("DOCKET_SIM_NATIVE_SEEDS", "400"))
 CHUNK = 100
 ONE = os.environ.get("DOCKET_SIM_SEED")
-CHUNKS = [(int(ONE), int(ONE) + 1)] if ONE else \
-    [(a, min(a + CHUNK, SEEDS)) for a in range(0, SEEDS, CHUNK)]
+ONE_PATH = os.environ.get("DOCKET_SIM_SEND_PATH", "python")
+CHUNKS = [(ONE_PATH, int(ONE), int(ONE) + 1)] if ONE else \
+    [(path, a, min(a + CHUNK, n)) for path, n in (("python", SEEDS), ("native", NATIVE_SEEDS))
+     for a in range(0, n, CHUNK)]
 
 
 SEED_TIMEOUT_S = 120      # one seed takes well under a second; a hung one fails its test
@@ -65,20 +71,22 @@ def scratch(tmp_path):
         yield tmp_path
 
 
-@pytest.mark.parametrize("seeds", CHUNKS, ids=lambda c: f"seeds-{c[0]}-{c[1] - 1}")
+@pytest.mark.parametrize("chunk", CHUNKS, ids=lambda c: f"{c[0]}-seeds-{c[1]}-{c[2] - 1}")
 def test_no_id_is_lost_and_duplicates_stay_within_the_slots_in_flight_at_kills(scratch, workers,
-                                                                             seeds):
+                                                                             chunk):
+    path, seeds = chunk[0], range(chunk[1], chunk[2])
     if workers is None:
-        outcomes = [run_seed(scratch, seed) for seed in range(*seeds)]
+        outcomes = [run_seed(scratch, seed, send_path=path) for seed in seeds]
     else:
-        runs = [(seed, workers.apply_async(run_seed, (scratch, seed))) for seed in range(*seeds)]
+        runs = [(seed, workers.apply_async(run_seed, (scratch, seed), {"send_path": path}))
+                for seed in seeds]
         outcomes = []
         for seed, run in runs:
             try:
                 outcomes.append(run.get(SEED_TIMEOUT_S))
             except multiprocessing.TimeoutError:
                 pytest.fail(f"seed {seed} still running after {SEED_TIMEOUT_S} s "
-                            f"(DOCKET_SIM_SEED={seed} replays it)")
+                            f"(DOCKET_SIM_SEED={seed} DOCKET_SIM_SEND_PATH={path} replays it)")
     bad = [o for o in outcomes if not o.ok]
     figures = {"seeds": len(outcomes), "ids": sum(o.written for o in outcomes),
                "kills": sum(o.kills for o in outcomes),

@@ -18,6 +18,9 @@ from agent.buffer.seams import Clock
 from agent.drain.outcome import Outcome, classify
 from tests.unit.poolkit import fake_drain
 
+# Each test runs with both send paths of the drain (Python, native).
+pytestmark = pytest.mark.usefixtures("send_path")
+
 DENIED = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed")
 
 
@@ -182,8 +185,8 @@ def test_reconfigure_replaces_the_producer_and_the_records_go_once(tmp_path, clo
     clock.now += drain_module.DENIED_RETRY_S
     for _ in range(5):
         drain.pump()
-    assert len(kafka.producers) == 2
-    assert kafka.producers[-1].conf["sasl.password"] == "the new one"
+    assert len(kafka.senders) == 2
+    assert kafka.senders[-1].conf["sasl.password"] == "the new one"
     assert Counter(kafka.values()) == Counter(values)
     assert not pool.sealed()
     drain.close()

@@ -12,10 +12,14 @@ import logging
 from collections import Counter
 
 import numpy as np
+import pytest
 from confluent_kafka import KafkaError
 
 from tests.unit.fakeproducer import HOLD, NEVER, OK
 from tests.unit.poolkit import fake_drain
+
+# Each test runs with both send paths of the drain (Python, native).
+pytestmark = pytest.mark.usefixtures("send_path")
 
 T0 = 1_795_000_000_000
 ORIGIN = [("docket-origin", b"agent-7"), ("docket-incarnation", b"1-test")]
@@ -72,10 +76,11 @@ def test_a_slot_with_mixed_outcomes_is_freed_once_when_its_retried_record_is_ack
     for _ in range(5):
         drain.pump()
     assert frees == [] and len(pool.sealed()) == 1  # ... but "event 10" is not acknowledged
-    lone = kafka.producers[1]
+    lone = kafka.lones[0]
     assert lone.conf["batch.num.messages"] == 1 and lone.produced == [b"event 20"]
 
-    kafka.producers[0].release(OK)
+    for p in kafka.producers:                       # wherever "event 10" waits
+        p.release(OK)
     _pump(drain, pool)
     for _ in range(3):
         drain.pump()
@@ -113,7 +118,7 @@ def test_records_refused_with_their_batch_as_too_large_go_again_alone(tmp_path, 
     assert len(frees) == 1 and not pool.sealed()
     assert _dead_letters(tmp_path) == [] and drain.journal.entries() == []
     _assert_kafka_holds(kafka, time_of, lines)
-    assert sorted(kafka.producers[1].produced) == sorted(lines)     # all of them, alone
+    assert sorted(kafka.lones[0].produced) == sorted(lines)     # all of them, alone
     assert drain.metrics.get("agent_drain_retried_events_total",
                              reason="kafka_msg_size_too_large", topic="t") == 40
     assert drain.metrics.get("agent_drain_sent_events_total") == 40
@@ -130,7 +135,7 @@ def test_a_record_out_alone_when_the_producer_is_replaced_goes_again(tmp_path):
     drain.pump()
     drain.pump()
     assert drain.inflight[0].alone_out == 1
-    kafka.producers[0].fail_fatally()
+    kafka.senders[0].fail_fatally()
     _pump(drain, pool)
     assert len(frees) == 1
     assert set(kafka.values()) == set(lines)            # every one (some twice)
@@ -156,12 +161,12 @@ def test_a_slot_sent_again_after_rebuilds_leaves_out_only_its_dead_lettered_reco
     drain.pump()
     drain.pump()
     assert len(_dead_letters(tmp_path)) == 1
-    kafka.producers[0].fail_fatally()
+    kafka.senders[0].fail_fatally()
     drain.pump()
-    kafka.producers[-1].fail_fatally()
+    kafka.senders[-1].fail_fatally()
     _pump(drain, pool)
     assert len(frees) == 1
-    last = kafka.producers[-1]
+    last = kafka.senders[-1]
     assert len(last.produced) == 31 and last.produced.count(twin) == 1
     assert set(kafka.values()) == {*lines, twin}
     assert len(_dead_letters(tmp_path)) == 1 and len(drain.journal.entries()) == 1

@@ -12,6 +12,9 @@ from confluent_kafka import KafkaError, Producer
 
 from agent.drain.drain import NO_PARTITION
 
+# Each test runs with both send paths of the drain (Python, native).
+pytestmark = pytest.mark.usefixtures("send_path")
+
 
 def _producer() -> Producer:
     return Producer({"bootstrap.servers": "127.0.0.1:9"}, logger=logging.getLogger("quiet"))

@@ -1,0 +1,258 @@
+"""The drain with the native send path (``broker.send_path = "native"``): a slot's blocks are
+handed to ``docket_native.SlotProducer`` (agent/native) as the pool frames them, and the record
+loop and every delivery report run in native code. The drain hears of each failure by its index
+in the slot (no search for its record among twins), and once per slot that every record of it
+was reported: the slot is complete when that report is in and nothing of it waits to go again
+(no zero points for it).
+
+Everything else is the drain's (``Drain``), unchanged: a failure is classified as in the Python
+path (RETRY, ALONE, DENIED, DEAD) and handled by the same code — records to send again go
+through the Python producer (few, one ``produce`` each), records too large with their batch go
+alone through the lone producer, dead ones to the dead-letter folder and the journal; the outage
+guard watches the native reports move and purges the native queue too; a fatal error or new
+settings replace both producers, and a slot whose report is not in is sent again whole.
+
+The payload is read from the pool's map while its blocks are handed over (librdkafka copies
+each value); the slot's pages are then released, and read again only for a failure.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+
+import numpy as np
+from confluent_kafka import KafkaError
+
+from audit.contract.names import PART_HEADER, SEQ_HEADER
+
+from ..buffer import SealedSlot
+from .drain import Drain
+from .headers import Record
+from .slotsend import SendState
+
+log = logging.getLogger("docket.agent.drain")
+
+
+class NativeUnavailable(Exception):
+    """``broker.send_path = "native"`` on a host without the extension."""
+
+
+def native_module():
+    try:
+        import docket_native
+    except ImportError as exc:
+        raise NativeUnavailable(
+            "broker.send_path = \"native\" needs the native extension (docket_native), which "
+            f"is not installed here ({exc}); build it with `make native`, or set "
+            "send_path = \"python\"") from exc
+    return docket_native
+
+
+def _native_conf(conf: dict) -> dict[str, str]:
+    """librdkafka's properties as text (the Python client takes Python values); the drain's
+    callbacks are the Python producer's own."""
+    out = {}
+    for k, v in conf.items():
+        if callable(v):
+            continue
+        out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+    return out
+
+
+class NativeSend(SendState):
+    """One sealed slot on its way through the native producer: a cursor over its blocks, and
+    what became of its records. The drain's handlers use it as they use a ``SlotSend``."""
+
+    def __init__(self, slot: SealedSlot, token: int, blocks: list[tuple],
+                 previous: NativeSend | None = None):
+        self.slot = slot
+        self.token = token
+        self.total = slot.record_count
+        self.blocks = blocks            # (first index, offsets, lengths, times, numbers, keys,
+        #                                  headers), arrays of the slot's records, in order
+        self.firsts = [b[0] for b in blocks]
+        self.bi = self.ri = 0
+        self.open = False               # handed to the native producer, its report not in
+        self.sealed = False             # ... and told how many records it holds
+        self.handed_native = 0
+        self.retry: list[Record] = []
+        self.alone: list[Record] = []
+        self.alone_out = 0
+        self.pending: Record | None = None
+        self.handed = 0                 # the drain's hand-over number of its last resend
+        self.retired = False
+        self.index_of: dict[int, int] = {}      # id(record) → its index, for records made here
+        if previous is None:
+            self.dead_records: list[Record] = []
+            self.dead_index: set[int] = set()
+        else:
+            previous.retired = True
+            self.dead_records = previous.dead_records
+            self.dead_index = previous.dead_index
+
+    @property
+    def unsent(self) -> bool:
+        return self.bi < len(self.blocks) or self.pending is not None
+
+    def finished(self, settled: int) -> bool:
+        return (not self.unsent and not self.open and not self.waiting()
+                and self.handed <= settled)
+
+    def record(self, index: int) -> Record:
+        """Record ``index`` of the slot, as the drain's Python code takes records."""
+        b = bisect.bisect_right(self.firsts, index) - 1
+        first, offsets, lengths, times, numbers, keys, headers = self.blocks[b]
+        i = index - first
+        o = int(offsets[i])
+        value = self.slot.payload[o:o + int(lengths[i])].tobytes()
+        h = list(headers) if headers else []
+        if numbers is not None:
+            h.append((SEQ_HEADER, int(numbers[i]).to_bytes(8, "big")))
+        rec = (self.slot.topic, value, keys[i] if keys else None, int(times[i]), h or None)
+        self.index_of[id(rec)] = index
+        return rec
+
+
+class NativeDrain(Drain):
+    """``Drain`` with the records of each slot sent by ``docket_native.SlotProducer``."""
+
+    def __init__(self, *args, native_factory=None, **kwargs):
+        self.native_factory = native_factory or (lambda conf: native_module().SlotProducer(conf))
+        super().__init__(*args, **kwargs)
+        self.native = self.native_factory(_native_conf(self.conf))
+        self._sends: dict[int, NativeSend] = {}        # token → the send its reports are for
+        self._tokens = 0
+
+    # -- blocks as arrays --------------------------------------------------------------------
+    def block_arrays(self, slot: SealedSlot, leave_out: set[int] = frozenset()) -> list[tuple]:
+        """Per block: (first index, offsets, lengths, times, numbers or None, keys or None,
+        headers), the arrays as the native producer takes them; records in ``leave_out``
+        (dead-lettered before this send) left out."""
+        out = []
+        index, number = 0, slot.meta.first_record
+        for block in slot.blocks():
+            n = len(block.offsets)
+            headers = list(self.origin_headers)
+            if block.part_count:
+                headers.append((PART_HEADER, f"{block.part_index}/{block.part_count}".encode()))
+            numbers = np.arange(number, number + n, dtype=np.int64) if self.numbered else None
+            arrays = (block.offsets.astype(np.int64), block.lengths.astype(np.int64),
+                      block.timestamps.astype(np.int64), numbers, block.keys)
+            if leave_out and any(index <= d < index + n for d in leave_out):
+                # a rebuilt send: one block per kept record (rare: after a fatal error)
+                for i in range(n):
+                    if index + i not in leave_out:
+                        out.append((index + i, *(_one(a, i) for a in arrays), headers))
+            else:
+                out.append((index, *arrays, headers))
+            index, number = index + n, number + n
+        return out
+
+    # -- sending ------------------------------------------------------------------------------
+    def _start(self, slot: SealedSlot) -> NativeSend:
+        self._tokens = (self._tokens + 1) & 0xFFFFFFFF
+        send = NativeSend(slot, self._tokens, self.block_arrays(slot))
+        self._sends[send.token] = send
+        return send
+
+    def _produce_new(self, send, budget: int) -> tuple[int, bool]:
+        if not isinstance(send, NativeSend):
+            return super()._produce_new(send, budget)
+        n = self._pending_first(send)
+        if n is None:
+            return 0, True
+        payload = send.slot.payload
+        while send.bi < len(send.blocks) and n < budget:
+            first, offsets, lengths, times, numbers, keys, headers = send.blocks[send.bi]
+            stop = min(len(offsets), send.ri + budget - n)
+            send.open = True
+            done = self.native.send(send.token, first, send.slot.topic, payload,
+                                    offsets[:stop], lengths[:stop], times[:stop], headers,
+                                    numbers[:stop] if numbers is not None else None,
+                                    keys[:stop] if keys else None, send.ri)
+            n += done - send.ri
+            send.handed_native += done - send.ri
+            if done < stop:                     # librdkafka's queue is full
+                send.ri = done
+                return n, True
+            if stop == len(offsets):
+                send.bi, send.ri = send.bi + 1, 0
+            else:
+                send.ri = stop
+        if not send.unsent and not send.sealed:
+            send.sealed = True
+            self.native.seal(send.token, send.handed_native)
+            self.pool.release_pages(send.slot)       # librdkafka holds its copies now
+        return n, False
+
+    def _poll(self, timeout_s: float = 0) -> None:
+        failures, done = self.native.poll(timeout_s)
+        for token, index, code, refused in failures:
+            send = self._sends.get(token)
+            if send is not None and not send.retired:
+                self.failed(send, send.record(index), KafkaError(code), alone=refused)
+        for token, _acked, _failed in done:
+            send = self._sends.pop(token, None)
+            if send is not None:
+                send.open = False
+        super()._poll(0)
+
+    def _dead_letter(self, send, record: Record, err: KafkaError) -> None:
+        super()._dead_letter(send, record, err)
+        if isinstance(send, NativeSend) and id(record) in send.index_of:
+            send.dead_index.add(send.index_of[id(record)])
+
+    # -- what is outstanding, outages, rebuilding -----------------------------------------------
+    def _python_outstanding(self) -> int:
+        return super()._outstanding()
+
+    def _outstanding(self) -> int:
+        return self._python_outstanding() + len(self.native)
+
+    def _acked_now(self) -> int:
+        return (self.handed + self.handed_alone - self._python_outstanding()
+                + self.native.reports())
+
+    def pump(self, budget: int = 20000) -> int:
+        fatal = self.native.fatal_error()
+        if fatal is not None and self._fatal is None:
+            self._fatal = KafkaError(fatal[0], fatal[1], fatal=True)
+        return super().pump(budget)
+
+    def _purge(self, in_flight: bool = False) -> None:
+        self.native.purge(in_flight=in_flight)
+        super()._purge(in_flight=in_flight)
+
+    def _unreported(self, send) -> bool:
+        if isinstance(send, NativeSend):
+            return send.open or super()._unreported(send)
+        return super()._unreported(send)
+
+    def _again(self, send):
+        """A native send whose report is not in goes again whole, but for its dead records."""
+        if not isinstance(send, NativeSend):
+            return super()._again(send)
+        self._tokens = (self._tokens + 1) & 0xFFFFFFFF
+        again = NativeSend(send.slot, self._tokens,
+                           self.block_arrays(send.slot, send.dead_index), previous=send)
+        self._sends[again.token] = again
+        return again
+
+    def _new_producers(self) -> None:
+        super()._new_producers()
+        self.native = self.native_factory(_native_conf(self.conf))
+        self._sends = {t: s for t, s in self._sends.items() if not s.retired}
+
+    def close(self) -> None:
+        self.native.purge(in_flight=True)
+        self.native.poll(0)
+        self.native.flush(0)
+        super().close()
+
+
+def _one(array, i: int):
+    """Item ``i`` of a block's array (or list, or None) as a one-item array (or list)."""
+    if array is None:
+        return None
+    return array[i:i + 1]

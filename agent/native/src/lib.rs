@@ -1,0 +1,281 @@
+//! docket's native send path: the records of a sealed slot produced to Kafka from native code,
+//! their delivery reports counted per slot without a Python call per record.
+//!
+//! Python hands over a block of a slot at a time, as the pool frames it: the payload, each
+//! record's offset, length and timestamp, its record number (the `docket-seq` header), and the
+//! headers every record of the block shares. The loop over the records runs with the GIL
+//! released. Each record travels with an opaque of (slot token << 32 | record index); its
+//! delivery report, served by `poll`, counts an acknowledgement, or a failure that `poll`
+//! hands back at once by its index (the drain decides what becomes of it while the slot goes
+//! on). Once Python has said how many records a slot holds (`seal`) and that many reports are
+//! in, the slot is done: `poll` returns (token, acknowledged, failed) once for it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig,
+};
+use rdkafka::ClientContext;
+
+/// librdkafka's code for an error that is not a broker's or the client's own (none known).
+const UNKNOWN_ERROR: i32 = -1;
+
+#[derive(Default)]
+struct SlotReports {
+    total: Option<u64>,
+    acked: u64,
+    failed: u64,
+}
+
+impl SlotReports {
+    fn complete(&self) -> bool {
+        self.total == Some(self.acked + self.failed)
+    }
+}
+
+/// A record that failed: (slot token, its index in the slot, librdkafka's error code, whether
+/// `produce` refused it before it was queued — then the error is about this record alone,
+/// never about a batch it travelled in).
+type Failure = (u32, u64, i32, bool);
+
+/// A slot done: (token, acknowledged, failed).
+type Done = (u32, u64, u64);
+
+#[derive(Default)]
+struct Ledger {
+    slots: HashMap<u32, SlotReports>,
+    done: Vec<Done>,
+    failures: Vec<Failure>,
+    reports: u64,
+}
+
+impl Ledger {
+    fn count(&mut self, token: u32, failure: Option<(u64, i32, bool)>) {
+        self.reports += 1;
+        let slot = self.slots.entry(token).or_default();
+        match failure {
+            None => slot.acked += 1,
+            Some((index, code, refused)) => {
+                slot.failed += 1;
+                self.failures.push((token, index, code, refused));
+            }
+        }
+        self.settle(token);
+    }
+
+    fn settle(&mut self, token: u32) {
+        if self.slots.get(&token).is_some_and(SlotReports::complete) {
+            let s = self.slots.remove(&token).expect("a slot just looked at");
+            self.done.push((token, s.acked, s.failed));
+        }
+    }
+}
+
+struct Reports {
+    ledger: Mutex<Ledger>,
+}
+
+impl ClientContext for Reports {}
+
+impl ProducerContext for Reports {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let token = (opaque >> 32) as u32;
+        let index = (opaque & 0xffff_ffff) as u64;
+        let failure = match result {
+            Ok(_) => None,
+            Err((err, _)) => Some((index, error_code(err), false)),
+        };
+        self.ledger.lock().expect("the ledger's lock").count(token, failure);
+    }
+}
+
+fn error_code(err: &KafkaError) -> i32 {
+    err.rdkafka_error_code().map_or(UNKNOWN_ERROR, |c| c as i32)
+}
+
+fn contiguous<T: pyo3::buffer::Element>(obj: &Bound<'_, PyAny>, what: &str)
+                                        -> PyResult<PyBuffer<T>> {
+    let buf = PyBuffer::<T>::get(obj)?;
+    if !buf.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!("{what}: a contiguous buffer is needed")));
+    }
+    Ok(buf)
+}
+
+/// The buffer's items as a slice. The caller keeps `buf` (and so the export) alive while the
+/// slice is used, and the memory is a sealed slot's or a fresh array's: nobody writes it.
+unsafe fn items<T: pyo3::buffer::Element>(buf: &PyBuffer<T>) -> &[T] {
+    if buf.item_count() == 0 {
+        return &[];
+    }
+    std::slice::from_raw_parts(buf.buf_ptr() as *const T, buf.item_count())
+}
+
+/// A Kafka producer whose delivery reports are counted per slot.
+#[pyclass(module = "docket_native")]
+struct SlotProducer {
+    producer: BaseProducer<Reports>,
+}
+
+#[pymethods]
+impl SlotProducer {
+    /// `config`: librdkafka properties (the agent's producer settings). Delivery reports are
+    /// turned on for every record: they are counted here, not in Python.
+    #[new]
+    fn new(config: HashMap<String, String>) -> PyResult<Self> {
+        let mut conf = ClientConfig::new();
+        for (k, v) in &config {
+            conf.set(k, v);
+        }
+        conf.set("delivery.report.only.error", "false");
+        let reports = Reports { ledger: Mutex::new(Ledger::default()) };
+        let producer = conf
+            .create_with_context(reports)
+            .map_err(|e| PyValueError::new_err(format!("cannot create the producer: {e}")))?;
+        Ok(SlotProducer { producer })
+    }
+
+    /// Produce records [start, n) of one block of slot `token`, with the GIL released; returns
+    /// how many were handed to librdkafka (fewer than asked when its queue is full: call
+    /// again from there after a `poll`). `first_index`: the slot-wide index of the block's
+    /// record 0 (failures are reported by it). `numbers`: each record's number (its
+    /// `docket-seq` header, 8 bytes big-endian), or None. `keys`: a list of bytes or None per
+    /// record, or None.
+    #[pyo3(signature = (token, first_index, topic, payload, offsets, lengths, timestamps,
+                        headers, numbers, keys, start))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(&self, py: Python<'_>, token: u32, first_index: u64, topic: &str,
+            payload: &Bound<'_, PyAny>, offsets: &Bound<'_, PyAny>,
+            lengths: &Bound<'_, PyAny>, timestamps: &Bound<'_, PyAny>,
+            headers: Vec<(String, Vec<u8>)>, numbers: Option<&Bound<'_, PyAny>>,
+            keys: Option<&Bound<'_, PyList>>, start: usize) -> PyResult<usize> {
+        let payload = contiguous::<u8>(payload, "payload")?;
+        let offsets = contiguous::<i64>(offsets, "offsets")?;
+        let lengths = contiguous::<i64>(lengths, "lengths")?;
+        let timestamps = contiguous::<i64>(timestamps, "timestamps")?;
+        let numbers = numbers.map(|n| contiguous::<i64>(n, "numbers")).transpose()?;
+        let n = offsets.item_count();
+        if lengths.item_count() != n || timestamps.item_count() != n
+            || numbers.as_ref().is_some_and(|b| b.item_count() != n) {
+            return Err(PyValueError::new_err("offsets, lengths, timestamps and numbers must \
+                                              have one item per record"));
+        }
+        let keys: Option<Vec<Option<Vec<u8>>>> = match keys {
+            None => None,
+            Some(list) if list.len() == n => Some(list.extract()?),
+            Some(_) => return Err(PyValueError::new_err("keys: one item per record")),
+        };
+        // Safety: the buffers live until this function returns; a sealed slot is not
+        // written while it is sent, and the arrays are the caller's own.
+        let (data, offs, lens, ts) =
+            unsafe { (items(&payload), items(&offsets), items(&lengths), items(&timestamps)) };
+        let nums = numbers.as_ref().map(|b| unsafe { items(b) });
+        for i in 0..n {
+            let (o, l) = (offs[i], lens[i]);
+            if o < 0 || l < 0 || (o + l) as usize > data.len() {
+                return Err(PyValueError::new_err(format!("record {i} lies outside the payload")));
+            }
+        }
+        let producer = &self.producer;
+        py.detach(|| {
+            let mut i = start;
+            while i < n {
+                let mut h = OwnedHeaders::new_with_capacity(headers.len() + 1);
+                for (name, value) in &headers {
+                    h = h.insert(Header { key: name.as_str(), value: Some(value.as_slice()) });
+                }
+                let seq;
+                if let Some(nums) = nums {
+                    seq = (nums[i] as u64).to_be_bytes();
+                    h = h.insert(Header { key: "docket-seq", value: Some(&seq[..]) });
+                }
+                let opaque = ((token as usize) << 32) | (first_index as usize + i);
+                let (o, l) = (offs[i] as usize, lens[i] as usize);
+                let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, opaque)
+                    .payload(&data[o..o + l])
+                    .timestamp(ts[i])
+                    .headers(h);
+                if let Some(Some(key)) = keys.as_ref().map(|k| &k[i]) {
+                    record = record.key(key.as_slice());
+                }
+                match producer.send(record) {
+                    Ok(()) => i += 1,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => break,
+                    Err((err, _)) => {
+                        // Refused before it was queued (too large for the client, unknown
+                        // partition): reported as a failure of this record at once.
+                        producer.context().ledger.lock().expect("the ledger's lock")
+                            .count(token, Some((first_index + i as u64, error_code(&err), true)));
+                        i += 1;
+                    }
+                }
+            }
+            Ok(i)
+        })
+    }
+
+    /// Slot `token` holds `total` records, all sent: it is done once that many are reported.
+    fn seal(&self, token: u32, total: u64) {
+        let mut ledger = self.producer.context().ledger.lock().expect("the ledger's lock");
+        ledger.slots.entry(token).or_default().total = Some(total);
+        ledger.settle(token);
+    }
+
+    /// Serve delivery reports for up to `timeout_s` (GIL released); returns what happened
+    /// since the last call, each once: the failures, [(token, record index, error code,
+    /// refused by produce)], and the slots done, [(token, acknowledged, failed)].
+    fn poll(&self, py: Python<'_>, timeout_s: f64) -> (Vec<Failure>, Vec<Done>) {
+        let producer = &self.producer;
+        py.detach(|| producer.poll(Duration::from_secs_f64(timeout_s.max(0.0))));
+        let mut ledger = producer.context().ledger.lock().expect("the ledger's lock");
+        (std::mem::take(&mut ledger.failures), std::mem::take(&mut ledger.done))
+    }
+
+    /// Delivery reports served so far (the drain's outage guard watches it move).
+    fn reports(&self) -> u64 {
+        self.producer.context().ledger.lock().expect("the ledger's lock").reports
+    }
+
+    /// Records handed over and not yet reported.
+    fn __len__(&self) -> usize {
+        self.producer.in_flight_count().max(0) as usize
+    }
+
+    /// Take back the records still queued in librdkafka, and with `in_flight` those sent and
+    /// not yet answered: each comes back as a failure with librdkafka's purge code.
+    #[pyo3(signature = (in_flight=false))]
+    fn purge(&self, in_flight: bool) {
+        let how = PurgeConfig::default().queue();
+        self.producer.purge(if in_flight { how.inflight() } else { how });
+    }
+
+    /// librdkafka's fatal error, if one happened: (code, text).
+    fn fatal_error(&self) -> Option<(i32, String)> {
+        self.producer.client().fatal_error().map(|(code, text)| (code as i32, text))
+    }
+
+    /// Wait up to `timeout_s` for every record to be reported (GIL released).
+    fn flush(&self, py: Python<'_>, timeout_s: f64) -> PyResult<()> {
+        let producer = &self.producer;
+        py.detach(|| producer.flush(Duration::from_secs_f64(timeout_s.max(0.0))))
+            .map_err(|e| PyRuntimeError::new_err(format!("flush: {e}")))
+    }
+}
+
+#[pymodule]
+fn docket_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<SlotProducer>()?;
+    m.add("LIBRDKAFKA_VERSION", rdkafka::util::get_rdkafka_version().1)?;
+    Ok(())
+}

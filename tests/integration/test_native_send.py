@@ -1,0 +1,139 @@
+"""The native send path (``docket_native.SlotProducer``, agent/native) against a real broker:
+a slot's records arrive whole, with docket's headers and their times, each once; a slot with
+mixed outcomes — acknowledged, taken back from librdkafka's queue (to send again), refused as
+too large (dead) — is reported once, with every record accounted for by its index."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from agent.buffer import BufferPool, Chunk
+from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER
+from broker.admin import TopicSpec, ensure_topics
+from tests.kafkautil import read_all
+
+native = pytest.importorskip("docket_native", reason="the native extension is not built "
+                             "(make native)")
+
+TS = 1_763_766_000_000
+HEADERS = [(ORIGIN_HEADER, b"web-1"), (INCARNATION_HEADER, b"1763766000000-0a1b2c3d")]
+PURGE_QUEUE, MSG_SIZE_TOO_LARGE = -152, 10        # librdkafka's codes (rd_kafka_resp_err_t)
+
+
+def sealed_slot(tmp_path, topic: str, lines: list[bytes]):
+    pool = BufferPool(tmp_path / "pool", 64 << 20, 4 << 20, linger_ms=0, sync_on_seal=False)
+    data = b"".join(line + b"\n" for line in lines)
+    chunk = Chunk.from_lines(np.frombuffer(data, np.uint8),
+                             np.arange(TS, TS + len(lines), dtype=np.int64))
+    assert pool.append(topic, chunk, source=1).complete(chunk)
+    pool.seal_all()
+    (slot,) = pool.take()
+    return pool, slot
+
+
+def blocks(slot):
+    """Per block: (first index, payload view, offsets, lengths, timestamps, numbers)."""
+    index, number = 0, slot.first_record
+    for block in slot.blocks():
+        n = len(block.offsets)
+        yield (index, memoryview(slot.payload), block.offsets.astype(np.int64),
+               block.lengths.astype(np.int64), block.timestamps.astype(np.int64),
+               np.arange(number, number + n, dtype=np.int64))
+        index, number = index + n, number + n
+
+
+def send_all(producer, token, topic, block, start=0) -> None:
+    index, payload, offsets, lengths, times, numbers = block
+    done = start
+    while done < len(offsets):
+        done = producer.send(token, index, topic, payload, offsets, lengths, times, HEADERS,
+                             numbers, None, done)
+        producer.poll(0.01)
+
+
+def wait_done(producer, timeout_s: float = 60) -> tuple[list, list]:
+    """(the failures, the slots done) served until a slot is done."""
+    failures, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        failed, done = producer.poll(0.1)
+        failures += failed
+        if done:
+            return failures, done
+    raise AssertionError(f"no slot reported done in {timeout_s} s")
+
+
+def test_a_slot_arrives_whole_with_its_identity_and_times(kafka, tmp_path, topic_name):
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=3)])
+    lines = [b"event %06d " % i + b"x" * (i % 50) for i in range(5000)]
+    pool, slot = sealed_slot(tmp_path, topic_name, lines)
+    producer = native.SlotProducer({"bootstrap.servers": kafka.bootstrap_servers,
+                                    "acks": "all", "enable.idempotence": "true",
+                                    "compression.type": "snappy", "linger.ms": "2"})
+    for block in blocks(slot):
+        send_all(producer, 7, topic_name, block)
+    producer.seal(7, slot.record_count)
+    assert wait_done(producer) == ([], [(7, 5000, 0)])
+    assert producer.poll(0.1) == ([], []) and len(producer) == 0      # reported once
+    got = {}
+    for m in read_all(kafka.bootstrap_servers, topic_name):
+        headers = dict(m.headers())
+        assert headers[ORIGIN_HEADER] == b"web-1"
+        assert headers[INCARNATION_HEADER] == HEADERS[1][1]
+        number = int.from_bytes(headers[SEQ_HEADER], "big")
+        assert number not in got
+        got[number] = (m.value(), m.timestamp()[1])
+    first = slot.first_record
+    assert got == {first + i: (line, TS + i) for i, line in enumerate(lines)}
+    pool.close()
+
+
+def test_a_slot_with_mixed_outcomes_is_reported_once_with_each_failure_by_index(
+        kafka, tmp_path, topic_name):
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=1)])
+    big = {3, 250, 640}                          # too large for this client: refused at once
+    lines = [b"y" * 5000 if i in big else b"line %d" % i for i in range(800)]
+    pool, slot = sealed_slot(tmp_path, topic_name, lines)
+    (block,) = list(blocks(slot))
+    index, payload, offsets, lengths, times, numbers = block
+    producer = native.SlotProducer({"bootstrap.servers": kafka.bootstrap_servers,
+                                    "acks": "all", "message.max.bytes": "4000",
+                                    "linger.ms": "30000", "batch.num.messages": "100000"})
+    # The first half goes and is acknowledged (flush sends at once, linger or not) ...
+    half = 400
+    first = (index, payload, offsets[:half], lengths[:half], times[:half], numbers[:half])
+    send_all(producer, 9, topic_name, first)
+    producer.flush(30)
+    # ... the second waits in librdkafka's queue (a 30 s linger) and is taken back.
+    rest = (half, payload, offsets[half:], lengths[half:], times[half:], numbers[half:])
+    send_all(producer, 9, topic_name, rest)
+    assert len(producer) > 0
+    producer.purge()
+    producer.seal(9, len(lines))
+    failed, ((token, acked, n_failed),) = wait_done(producer)
+    assert token == 9 and {t for t, *_ in failed} == {9} and n_failed == len(failed)
+    codes = {i: (c, refused) for _t, i, c, refused in failed}
+    assert len(codes) == len(failed)                             # each index once
+    assert {i for i, c in codes.items() if c == (MSG_SIZE_TOO_LARGE, True)} == big
+    assert {i for i, c in codes.items() if c == (PURGE_QUEUE, False)} == \
+        set(range(half, 800)) - big
+    assert acked == half - len({i for i in big if i < half})
+    assert acked + len(failed) == len(lines)
+    arrived = sorted(int.from_bytes(dict(m.headers())[SEQ_HEADER], "big") - slot.first_record
+                     for m in read_all(kafka.bootstrap_servers, topic_name))
+    assert arrived == [i for i in range(half) if i not in big]
+    pool.close()
+
+
+def test_bad_buffers_are_refused_with_a_clear_error(kafka):
+    producer = native.SlotProducer({"bootstrap.servers": kafka.bootstrap_servers})
+    one = np.zeros(1, np.int64)
+    with pytest.raises(ValueError, match="outside the payload"):
+        producer.send(1, 0, "t", b"abc", np.array([2], np.int64), np.array([5], np.int64), one,
+                      [], None, None, 0)
+    with pytest.raises(ValueError, match="one item per record"):
+        producer.send(1, 0, "t", b"abc", one, np.zeros(2, np.int64), one, [], None, None, 0)
+    with pytest.raises(ValueError, match="cannot create the producer"):
+        native.SlotProducer({"bootstrap.servers": "x:1", "no.such.property": "1"})

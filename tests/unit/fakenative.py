@@ -1,0 +1,104 @@
+"""A fake ``docket_native.SlotProducer`` over the same ``FakeKafka`` as the fake confluent-kafka
+producer (``fakeproducer.py``): the native send path's seam, for the drain's unit tests and the
+simulation.
+
+It keeps the extension's contract (agent/native/src/lib.rs): ``send`` hands records [start, n)
+of a block over and returns how many went (fewer when the queue is full); each record's report
+counts per slot, a failure is handed back by the next ``poll`` as (token, index, error code,
+refused by produce); once ``seal`` said how many records a slot holds and that many reports are
+in, ``poll`` returns (token, acknowledged, failed) once for it.
+The records go through a ``FakeProducer`` (every report served), so a test's script — values
+that fail, are held, or never answered — applies to both paths alike.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaException
+
+from audit.contract.names import SEQ_HEADER
+from tests.unit.fakeproducer import FakeKafka, FakeProducer
+
+
+class FakeSlotProducer:
+    def __init__(self, conf: dict, kafka: FakeKafka):
+        self.conf = conf
+        self.inner: FakeProducer = kafka.producer(
+            {**conf, "delivery.report.only.error": False, "error_cb": self._error}, "native")
+        self.slots: dict[int, dict] = {}
+        self.done: list[tuple] = []
+        self.failures: list[tuple] = []
+        self.served = 0
+        self.fatal: tuple[int, str] | None = None
+
+    def _error(self, err) -> None:
+        """librdkafka's error callback, inside the extension: a fatal one is kept for
+        ``fatal_error`` (``FakeProducer.fail_fatally`` calls it)."""
+        if err.fatal():
+            self.fatal = (err.code(), err.str())
+
+    def _slot(self, token: int) -> dict:
+        return self.slots.setdefault(token, {"total": None, "acked": 0, "failed": 0})
+
+    def _count(self, token: int, index: int, err, refused: bool = False) -> None:
+        self.served += 1
+        slot = self._slot(token)
+        if err is None:
+            slot["acked"] += 1
+        else:
+            slot["failed"] += 1
+            self.failures.append((token, index, err.code(), refused))
+        self._settle(token)
+
+    def _settle(self, token: int) -> None:
+        s = self.slots.get(token)
+        if s is not None and s["total"] == s["acked"] + s["failed"]:
+            del self.slots[token]
+            self.done.append((token, s["acked"], s["failed"]))
+
+    # -- the extension's methods --------------------------------------------------------------
+    def send(self, token, first_index, topic, payload, offsets, lengths, timestamps, headers,
+             numbers, keys, start) -> int:
+        n = len(offsets)
+        for i in range(start, n):
+            o, ln = int(offsets[i]), int(lengths[i])
+            value = bytes(payload[o:o + ln])
+            h = list(headers)
+            if numbers is not None:
+                h.append((SEQ_HEADER, int(numbers[i]).to_bytes(8, "big")))
+            index = first_index + i
+
+            def report(err, msg, token=token, index=index):
+                self._count(token, index, err)
+            try:
+                self.inner.produce(topic, value, keys[i] if keys else None, -1, report, None,
+                                   int(timestamps[i]), h or None)
+            except BufferError:
+                return i
+            except KafkaException as exc:
+                self._count(token, index, exc.args[0], refused=True)
+        return n
+
+    def seal(self, token: int, total: int) -> None:
+        self._slot(token)["total"] = total
+        self._settle(token)
+
+    def poll(self, timeout_s: float = 0) -> tuple[list[tuple], list[tuple]]:
+        self.inner.poll(0)
+        out = (self.failures, self.done)
+        self.failures, self.done = [], []
+        return out
+
+    def reports(self) -> int:
+        return self.served
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def purge(self, in_flight: bool = False) -> None:
+        self.inner.purge(in_queue=True, in_flight=in_flight)
+
+    def fatal_error(self) -> tuple[int, str] | None:
+        return self.fatal
+
+    def flush(self, timeout_s: float = 0) -> None:
+        self.inner.flush(timeout_s)
