@@ -104,7 +104,7 @@ def test_every_tier_reports_the_injected_duplicates_and_missing_ranges(kafka, tm
     land = AuditJob(["land", "--warehouse", str(tmp_path / "warehouse"), *common,
                      "--checkpoint-dir", str(tmp_path / "ckpt-land"),
                      "--max-offsets-per-trigger", "4000"],
-                    tmp_path / "land.log").start()   # beside count: neither counts the other's records
+                    tmp_path / "land.log").start()   # beside count: neither counts the other's
     all_done(count, land, timeout_s=600)
 
     state = read_audit_topic(kafka.bootstrap_servers, audit_topic)

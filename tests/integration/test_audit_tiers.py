@@ -80,7 +80,7 @@ def test_producer_cluster_and_warehouse_tiers_agree_exactly(kafka, tmp_path):
     count = AuditJob(["count", "--cluster", "kafka-local", *common, "--checkpoint-dir",
                       str(tmp_path / "ckpt-count")], tmp_path / "count.log").start()
     land = AuditJob(["land", "--warehouse", str(tmp_path / "warehouse"), *common],
-                    tmp_path / "land.log").start()   # beside count: neither counts the other's records
+                    tmp_path / "land.log").start()   # beside count: neither counts the other's
     all_done(count, land, timeout_s=600)
 
     state = read_audit_topic(kafka.bootstrap_servers, audit_topic)
