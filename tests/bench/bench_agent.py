@@ -35,6 +35,9 @@ temporary worktree and run with the same interpreter and packages, alternates wi
 third contender: before_agent_events_s, before_agent_cpu_s_per_million, and ratio_vs_before /
 cpu_vs_before (this checkout's best over REF's best), for a change that must not make the agent
 slower or costlier per event.
+When the native send path's extension is installed (``make native``), the agent with
+``broker.send_path = "native"`` runs beside the others: native_events_s,
+native_cpu_s_per_million, native_peak_rss_mb, and native_vs_python_events / _cpu.
 Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
 """
 
@@ -151,7 +154,7 @@ def batch_loop(bootstrap: str, topic: str, path: Path) -> tuple[float, float]:
 
 
 def throughput_config(bootstrap: str, topic: str, work: Path, path: Path | str,
-                      numbered: bool = True) -> Path:
+                      numbered: bool = True, send_path: str = "python") -> Path:
     """``work`` (made here) with the agent's configuration of the throughput benchmarks: a 1 GiB
     pool of 1 MiB slots, ``sync_on_seal``, one file source on ``path``."""
     work.mkdir()
@@ -159,15 +162,25 @@ def throughput_config(bootstrap: str, topic: str, work: Path, path: Path | str,
                         [{"type": "file", "paths": [str(path)], "topic": topic}],
                         buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
                                 "sync_on_seal": True},
-                        agent={"id": "bench", "record_numbers": numbered})
+                        agent={"id": "bench", "record_numbers": numbered},
+                        broker={"send_path": send_path})
+
+
+def native_built() -> bool:
+    """Is the native send path's extension installed (``make native``)?"""
+    try:
+        import docket_native  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def agent_run(bootstrap: str, topic: str, work: Path, path: Path | str,
-              numbered: bool = True, lines: int = LINES,
-              code: Path | None = None) -> tuple[float, float, float, dict]:
+              numbered: bool = True, lines: int = LINES, code: Path | None = None,
+              send_path: str = "python") -> tuple[float, float, float, dict]:
     """The agent shipping ``lines`` lines from ``path`` (a file or a glob); the agent's code
     from ``code`` (a checkout) instead of this one's when given."""
-    agent = AgentProcess(throughput_config(bootstrap, topic, work, path, numbered),
+    agent = AgentProcess(throughput_config(bootstrap, topic, work, path, numbered, send_path),
                          work / "agent.log", env={"PYTHONPATH": str(code)} if code else None)
     t0 = time.perf_counter()
     agent.start()
@@ -208,6 +221,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--before", metavar="REF", help="also run the agent of this git commit")
     args = parser.parse_args()
+    native = native_built()
     with tempfile.TemporaryDirectory(prefix="bench-agent-") as d, \
             checkout(args.before, Path(d) / "before") as before:
         work = Path(d)
@@ -217,14 +231,20 @@ def main() -> None:
             names = [t for n, t in topics.items() if n != "agent"] + \
                 [f'{topics["agent"]}.{k}' for k in range(ROUNDS)] + \
                 [f'{topics["agent"]}.plain.{k}' for k in range(ROUNDS)] + \
-                ([f'{topics["agent"]}.before.{k}' for k in range(ROUNDS)] if before else [])
+                ([f'{topics["agent"]}.before.{k}' for k in range(ROUNDS)] if before else []) + \
+                ([f'{topics["agent"]}.native.{k}' for k in range(ROUNDS)] if native else [])
             ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in names])
             data = work / "events.log"
             write_file(data)
             # The bare loop and the agent alternate, twice; the best run of each is kept, so a
             # noisy neighbour on this shared machine does not decide the ratio.
             bare_runs, pos_runs, agent_runs, plain_runs, before_runs = [], [], [], [], []
+            native_runs = []
             for k in range(ROUNDS):
+                if native:
+                    native_runs.append(agent_run(bootstrap, f'{topics["agent"]}.native.{k}',
+                                                 work / f"native{k}", data,
+                                                 send_path="native"))
                 if before:
                     before_runs.append(agent_run(bootstrap, f'{topics["agent"]}.before.{k}',
                                                  work / f"before{k}", data, code=before))
@@ -243,14 +263,23 @@ def main() -> None:
             batch_s, batch_cpu = batch_loop(bootstrap, topics["batch"], data)
             arrived = [sum(high_watermarks(bootstrap, f'{topics["agent"]}.{k}').values())
                        for k in range(ROUNDS)]
-    versus = {}
+    versus: dict = {}
+    if native_runs:
+        nat_s, nat_cpu, _exec, nat_rss = max(native_runs, key=lambda r: r[0])
+        versus.update({"native_events_s": round(nat_s),
+                       "native_cpu_s_per_million": round(nat_cpu, 2),
+                       "native_peak_rss_mb": round(nat_rss["VmHWM"], 1),
+                       "native_runs_events_s": [round(r[0]) for r in native_runs],
+                       "native_vs_python_events": round(nat_s / agent_s, 3),
+                       "native_vs_python_cpu": round(nat_cpu / agent_cpu, 3),
+                       "native_cpu_vs_bare_positional": round(nat_cpu / pos_cpu, 3)})
     if before_runs:
         was_s, was_cpu = max((r[0], r[1]) for r in before_runs)
-        versus = {"before": args.before, "before_agent_events_s": round(was_s),
-                  "before_agent_cpu_s_per_million": round(was_cpu, 2),
-                  "before_runs_events_s": [round(r[0]) for r in before_runs],
-                  "ratio_vs_before": round(agent_s / was_s, 3),
-                  "cpu_vs_before": round(agent_cpu / was_cpu, 3)}
+        versus |= {"before": args.before, "before_agent_events_s": round(was_s),
+                   "before_agent_cpu_s_per_million": round(was_cpu, 2),
+                   "before_runs_events_s": [round(r[0]) for r in before_runs],
+                   "ratio_vs_before": round(agent_s / was_s, 3),
+                   "cpu_vs_before": round(agent_cpu / was_cpu, 3)}
     print(json.dumps({
         "bench": "agent_tail_to_kafka",
         "lines": LINES, "line_bytes": LINE,
