@@ -206,6 +206,7 @@ class Audit:
         self.receiver.close()
 
 
+@pytest.mark.soak   # ~7 min: CI keeps the secured audit across a mirror (every tier complete)
 def test_a_mirror_is_judged_per_hop_and_a_loss_inside_it_is_located_to_the_hop(
         kafka, aggregate, tmp_path):
     audit = Audit(tmp_path, aggregate, {"local": ["producer"], "aggregate": ["local"]},

@@ -27,7 +27,7 @@ from tests.unit.simkit import run_seed
 SEEDS = int(os.environ.get("DOCKET_SIM_SEEDS", "1200"))
 # The native send path's drain (``NativeDrain``, over the extension's fake: tests/unit/
 # fakenative.py) on the seeds from 0 too: the same writers and kills, the other send path.
-NATIVE_SEEDS = int(os.environ.get("DOCKET_SIM_NATIVE_SEEDS", "400"))
+NATIVE_SEEDS = int(os.environ.get("DOCKET_SIM_NATIVE_SEEDS", "200"))
 CHUNK = 100
 ONE = os.environ.get("DOCKET_SIM_SEED")
 ONE_PATH = os.environ.get("DOCKET_SIM_SEND_PATH", "python")
