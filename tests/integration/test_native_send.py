@@ -45,18 +45,22 @@ def blocks(slot):
         index, number = index + n, number + n
 
 
-def send_all(producer, token, topic, block, start=0) -> None:
+def send_all(producer, token, topic, block, failures: list, start=0) -> None:
+    """Hand the block over, serving reports between hand-overs (failures kept in
+    ``failures``: each is handed back once, by whichever poll serves it)."""
     index, payload, offsets, lengths, times, numbers = block
     done = start
     while done < len(offsets):
         done = producer.send(token, index, topic, payload, offsets, lengths, times, HEADERS,
                              numbers, None, done)
-        producer.poll(0.01)
+        failed, finished = producer.poll(0.01)
+        failures += failed
+        assert not finished                  # not sealed yet: never done
 
 
-def wait_done(producer, timeout_s: float = 60) -> tuple[list, list]:
+def wait_done(producer, failures: list, timeout_s: float = 60) -> tuple[list, list]:
     """(the failures, the slots done) served until a slot is done."""
-    failures, deadline = [], time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         failed, done = producer.poll(0.1)
         failures += failed
@@ -72,10 +76,11 @@ def test_a_slot_arrives_whole_with_its_identity_and_times(kafka, tmp_path, topic
     producer = native.SlotProducer({"bootstrap.servers": kafka.bootstrap_servers,
                                     "acks": "all", "enable.idempotence": "true",
                                     "compression.type": "snappy", "linger.ms": "2"})
+    failures: list = []
     for block in blocks(slot):
-        send_all(producer, 7, topic_name, block)
+        send_all(producer, 7, topic_name, block, failures)
     producer.seal(7, slot.record_count)
-    assert wait_done(producer) == ([], [(7, 5000, 0)])
+    assert wait_done(producer, failures) == ([], [(7, 5000, 0)])
     assert producer.poll(0.1) == ([], []) and len(producer) == 0      # reported once
     got = {}
     for m in read_all(kafka.bootstrap_servers, topic_name):
@@ -104,15 +109,16 @@ def test_a_slot_with_mixed_outcomes_is_reported_once_with_each_failure_by_index(
     # The first half goes and is acknowledged (flush sends at once, linger or not) ...
     half = 400
     first = (index, payload, offsets[:half], lengths[:half], times[:half], numbers[:half])
-    send_all(producer, 9, topic_name, first)
+    failures: list = []
+    send_all(producer, 9, topic_name, first, failures)
     producer.flush(30)
     # ... the second waits in librdkafka's queue (a 30 s linger) and is taken back.
     rest = (half, payload, offsets[half:], lengths[half:], times[half:], numbers[half:])
-    send_all(producer, 9, topic_name, rest)
+    send_all(producer, 9, topic_name, rest, failures)
     assert len(producer) > 0
     producer.purge()
     producer.seal(9, len(lines))
-    failed, ((token, acked, n_failed),) = wait_done(producer)
+    failed, ((token, acked, n_failed),) = wait_done(producer, failures)
     assert token == 9 and {t for t, *_ in failed} == {9} and n_failed == len(failed)
     codes = {i: (c, refused) for _t, i, c, refused in failed}
     assert len(codes) == len(failed)                             # each index once
