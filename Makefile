@@ -72,7 +72,7 @@ bench-tools:
 
 # Every benchmark's JSON line goes to stdout and build/bench/results.jsonl, drawn by plot.py into
 # build/bench/performance.png (docs/performance.png is a copy of one run's).
-bench: setup bench-tools
+bench: setup bench-tools native
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[audit,dashboard,dev,bench]'
 	@mkdir -p build/bench; : > build/bench/results.jsonl; failed=""; \
 	for f in tests/bench/bench_*.py; do \
