@@ -123,6 +123,7 @@ class NativeDrain(Drain):
         self.native = self.native_factory(_native_conf(self.conf))
         self._sends: dict[int, NativeSend] = {}        # token → the send its reports are for
         self._tokens = 0
+        self._reports_before = 0        # reports served by native producers since replaced
 
     # -- blocks as arrays --------------------------------------------------------------------
     def block_arrays(self, slot: SealedSlot, leave_out: set[int] = frozenset()) -> list[tuple]:
@@ -187,7 +188,9 @@ class NativeDrain(Drain):
         return n, False
 
     def _poll(self, timeout_s: float = 0) -> None:
-        failures, done = self.native.poll(timeout_s)
+        failures, done, errors = self.native.poll(timeout_s)
+        for code, text in errors:             # the client's own (transport, authentication)
+            self._on_error(KafkaError(code, text))
         for token, index, code, refused in failures:
             send = self._sends.get(token)
             if send is not None and not send.retired:
@@ -212,7 +215,7 @@ class NativeDrain(Drain):
 
     def _acked_now(self) -> int:
         return (self.handed + self.handed_alone - self._python_outstanding()
-                + self.native.reports())
+                + self._reports_before + self.native.reports())
 
     def pump(self, budget: int = 20000) -> int:
         fatal = self.native.fatal_error()
@@ -225,8 +228,12 @@ class NativeDrain(Drain):
         super()._purge(in_flight=in_flight)
 
     def _unreported(self, send) -> bool:
-        if isinstance(send, NativeSend):
-            return send.open or super()._unreported(send)
+        """A native send is unreported when a record it handed over has no report (every
+        report served by the purge before the rebuild counts: a send cut off by the budget or
+        a full queue, all of whose records were reported, goes on from its cursor)."""
+        if isinstance(send, NativeSend) and send.open \
+                and self.native.reported(send.token) < send.handed_native:
+            return True
         return super()._unreported(send)
 
     def _again(self, send):
@@ -241,13 +248,18 @@ class NativeDrain(Drain):
 
     def _new_producers(self) -> None:
         super()._new_producers()
+        self._reports_before += self.native.reports()
         self.native = self.native_factory(_native_conf(self.conf))
         self._sends = {t: s for t, s in self._sends.items() if not s.retired}
+        for send in self._sends.values():
+            if send.open:               # every record it handed over was reported: the new
+                send.open = send.sealed = False      # producer takes it from its cursor
+                send.handed_native = 0
 
     def close(self) -> None:
         self.native.purge(in_flight=True)
-        self.native.poll(0)
-        self.native.flush(0)
+        self.native.poll(0)              # serves every report the purge made
+        self.native.flush(0)             # (what is left stays in its slots for the next start)
         super().close()
 
 

@@ -53,7 +53,7 @@ def send_all(producer, token, topic, block, failures: list, start=0) -> None:
     while done < len(offsets):
         done = producer.send(token, index, topic, payload, offsets, lengths, times, HEADERS,
                              numbers, None, done)
-        failed, finished = producer.poll(0.01)
+        failed, finished, _errors = producer.poll(0.01)
         failures += failed
         assert not finished                  # not sealed yet: never done
 
@@ -62,7 +62,7 @@ def wait_done(producer, failures: list, timeout_s: float = 60) -> tuple[list, li
     """(the failures, the slots done) served until a slot is done."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        failed, done = producer.poll(0.1)
+        failed, done, _errors = producer.poll(0.1)
         failures += failed
         if done:
             return failures, done
@@ -81,7 +81,7 @@ def test_a_slot_arrives_whole_with_its_identity_and_times(kafka, tmp_path, topic
         send_all(producer, 7, topic_name, block, failures)
     producer.seal(7, slot.record_count)
     assert wait_done(producer, failures) == ([], [(7, 5000, 0)])
-    assert producer.poll(0.1) == ([], []) and len(producer) == 0      # reported once
+    assert producer.poll(0.1)[:2] == ([], []) and len(producer) == 0      # reported once
     got = {}
     for m in read_all(kafka.bootstrap_servers, topic_name):
         headers = dict(m.headers())
@@ -143,3 +143,23 @@ def test_bad_buffers_are_refused_with_a_clear_error(kafka):
         producer.send(1, 0, "t", b"abc", one, np.zeros(2, np.int64), one, [], None, None, 0)
     with pytest.raises(ValueError, match="cannot create the producer"):
         native.SlotProducer({"bootstrap.servers": "x:1", "no.such.property": "1"})
+
+
+def test_one_poll_serves_every_report_waiting_across_partitions(kafka, tmp_path, topic_name):
+    """Records of many partitions taken back at once: one poll(0) serves every report (one
+    event per partition's batch), so nothing is left for a flush to wait for."""
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=4)])
+    lines = [b"spread %d" % i for i in range(400)]
+    pool, slot = sealed_slot(tmp_path, topic_name, lines)
+    producer = native.SlotProducer({"bootstrap.servers": kafka.bootstrap_servers,
+                                    "linger.ms": "30000", "batch.num.messages": "100000"})
+    keys = [b"k%d" % i for i in range(400)]                   # keys: every partition used
+    index, payload, offsets, lengths, times, numbers = next(blocks(slot))
+    assert producer.send(3, index, topic_name, payload, offsets, lengths, times, HEADERS,
+                         numbers, keys, 0) == 400
+    producer.seal(3, 400)
+    producer.purge(in_flight=True)
+    failed, done, _errors = producer.poll(0)
+    assert len(failed) == 400 and {c for _t, _i, c, _r in failed} == {PURGE_QUEUE}
+    assert done == [(3, 0, 400)] and len(producer) == 0 and producer.flush(0)
+    pool.close()

@@ -27,14 +27,18 @@ class FakeSlotProducer:
         self.slots: dict[int, dict] = {}
         self.done: list[tuple] = []
         self.failures: list[tuple] = []
+        self.errors: list[tuple] = []
         self.served = 0
         self.fatal: tuple[int, str] | None = None
 
     def _error(self, err) -> None:
         """librdkafka's error callback, inside the extension: a fatal one is kept for
-        ``fatal_error`` (``FakeProducer.fail_fatally`` calls it)."""
+        ``fatal_error`` (``FakeProducer.fail_fatally`` calls it), any other handed back by
+        ``poll``."""
         if err.fatal():
             self.fatal = (err.code(), err.str())
+        else:
+            self.errors.append((err.code(), err.str()))
 
     def _slot(self, token: int) -> dict:
         return self.slots.setdefault(token, {"total": None, "acked": 0, "failed": 0})
@@ -82,11 +86,15 @@ class FakeSlotProducer:
         self._slot(token)["total"] = total
         self._settle(token)
 
-    def poll(self, timeout_s: float = 0) -> tuple[list[tuple], list[tuple]]:
+    def poll(self, timeout_s: float = 0) -> tuple[list[tuple], list[tuple], list[tuple]]:
         self.inner.poll(0)
-        out = (self.failures, self.done)
-        self.failures, self.done = [], []
+        out = (self.failures, self.done, self.errors)
+        self.failures, self.done, self.errors = [], [], []
         return out
+
+    def reported(self, token: int) -> int:
+        s = self.slots.get(token)
+        return 0 if s is None else s["acked"] + s["failed"]
 
     def reports(self) -> int:
         return self.served
@@ -100,5 +108,5 @@ class FakeSlotProducer:
     def fatal_error(self) -> tuple[int, str] | None:
         return self.fatal
 
-    def flush(self, timeout_s: float = 0) -> None:
-        self.inner.flush(timeout_s)
+    def flush(self, timeout_s: float = 0) -> bool:
+        return self.inner.flush(timeout_s) == 0

@@ -12,9 +12,6 @@ from confluent_kafka import KafkaError, Producer
 
 from agent.drain.drain import NO_PARTITION
 
-# Each test runs with both send paths of the drain (Python, native).
-pytestmark = pytest.mark.usefixtures("send_path")
-
 
 def _producer() -> Producer:
     return Producer({"bootstrap.servers": "127.0.0.1:9"}, logger=logging.getLogger("quiet"))
@@ -43,6 +40,7 @@ def test_seventh_is_the_timestamp_and_eighth_the_headers():
     p.purge(in_queue=True, in_flight=True)
 
 
+@pytest.mark.usefixtures("send_path")          # with both send paths of the drain
 def test_records_that_fail_go_again_with_their_own_time_and_headers(tmp_path):
     """librdkafka's failed reports have no timestamp and no headers: the drain must take them
     from the slot, or records resent after an outage lose their window and their origin."""

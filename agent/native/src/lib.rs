@@ -12,10 +12,10 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use rdkafka::config::ClientConfig;
@@ -28,6 +28,10 @@ use rdkafka::ClientContext;
 
 /// librdkafka's code for an error that is not a broker's or the client's own (none known).
 const UNKNOWN_ERROR: i32 = -1;
+/// A waiting `poll` looks for reports this often (the crate's own poll waits out its timeout).
+const POLL_STEP: Duration = Duration::from_millis(2);
+/// At most this many events are served by one `poll` before it returns.
+const POLL_MAX_EVENTS: usize = 100_000;
 
 #[derive(Default)]
 struct SlotReports {
@@ -55,6 +59,7 @@ struct Ledger {
     slots: HashMap<u32, SlotReports>,
     done: Vec<Done>,
     failures: Vec<Failure>,
+    errors: Vec<(i32, String)>,        // the client's error events, for the drain's handler
     reports: u64,
 }
 
@@ -84,7 +89,12 @@ struct Reports {
     ledger: Mutex<Ledger>,
 }
 
-impl ClientContext for Reports {}
+impl ClientContext for Reports {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.ledger.lock().expect("the ledger's lock").errors
+            .push((error_code(&error), reason.to_string()));
+    }
+}
 
 impl ProducerContext for Reports {
     type DeliveryOpaque = usize;
@@ -166,6 +176,9 @@ impl SlotProducer {
         let timestamps = contiguous::<i64>(timestamps, "timestamps")?;
         let numbers = numbers.map(|n| contiguous::<i64>(n, "numbers")).transpose()?;
         let n = offsets.item_count();
+        if first_index + n as u64 > u32::MAX as u64 + 1 {
+            return Err(PyValueError::new_err("a slot's record index must fit in 32 bits"));
+        }
         if lengths.item_count() != n || timestamps.item_count() != n
             || numbers.as_ref().is_some_and(|b| b.item_count() != n) {
             return Err(PyValueError::new_err("offsets, lengths, timestamps and numbers must \
@@ -181,7 +194,7 @@ impl SlotProducer {
         let (data, offs, lens, ts) =
             unsafe { (items(&payload), items(&offsets), items(&lengths), items(&timestamps)) };
         let nums = numbers.as_ref().map(|b| unsafe { items(b) });
-        for i in 0..n {
+        for i in start.min(n)..n {
             let (o, l) = (offs[i], lens[i]);
             if o < 0 || l < 0 || (o + l) as usize > data.len() {
                 return Err(PyValueError::new_err(format!("record {i} lies outside the payload")));
@@ -232,14 +245,39 @@ impl SlotProducer {
         ledger.settle(token);
     }
 
-    /// Serve delivery reports for up to `timeout_s` (GIL released); returns what happened
-    /// since the last call, each once: the failures, [(token, record index, error code,
-    /// refused by produce)], and the slots done, [(token, acknowledged, failed)].
-    fn poll(&self, py: Python<'_>, timeout_s: f64) -> (Vec<Failure>, Vec<Done>) {
+    /// Serve every delivery report waiting, or wait up to `timeout_s` for the first (GIL
+    /// released); returns what happened since the last call, each once: the failures,
+    /// [(token, record index, error code, refused by produce)], the slots done, [(token,
+    /// acknowledged, failed)], and the client's errors, [(code, reason)].
+    fn poll(&self, py: Python<'_>, timeout_s: f64)
+            -> (Vec<Failure>, Vec<Done>, Vec<(i32, String)>) {
         let producer = &self.producer;
-        py.detach(|| producer.poll(Duration::from_secs_f64(timeout_s.max(0.0))));
+        let served = || producer.context().ledger.lock().expect("the ledger's lock").reports;
+        py.detach(|| {
+            // The crate's poll serves one event with no timeout, and waits out a timeout
+            // whatever comes: serve while events come, wait in short steps while none has.
+            let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.max(0.0));
+            let start = served();
+            for _ in 0..POLL_MAX_EVENTS {
+                let before = served();
+                producer.poll(Duration::ZERO);
+                if served() == before {
+                    if served() > start || Instant::now() >= deadline {
+                        break;
+                    }
+                    producer.poll(POLL_STEP.min(deadline - Instant::now()));
+                }
+            }
+        });
         let mut ledger = producer.context().ledger.lock().expect("the ledger's lock");
-        (std::mem::take(&mut ledger.failures), std::mem::take(&mut ledger.done))
+        (std::mem::take(&mut ledger.failures), std::mem::take(&mut ledger.done),
+         std::mem::take(&mut ledger.errors))
+    }
+
+    /// Reports counted so far for slot `token` (0 once it is done and handed back).
+    fn reported(&self, token: u32) -> u64 {
+        let ledger = self.producer.context().ledger.lock().expect("the ledger's lock");
+        ledger.slots.get(&token).map_or(0, |s| s.acked + s.failed)
     }
 
     /// Delivery reports served so far (the drain's outage guard watches it move).
@@ -265,11 +303,11 @@ impl SlotProducer {
         self.producer.client().fatal_error().map(|(code, text)| (code as i32, text))
     }
 
-    /// Wait up to `timeout_s` for every record to be reported (GIL released).
-    fn flush(&self, py: Python<'_>, timeout_s: f64) -> PyResult<()> {
+    /// Wait up to `timeout_s` for every record to be reported (GIL released); whether all
+    /// were (a timeout is an answer, not an error: the caller decides).
+    fn flush(&self, py: Python<'_>, timeout_s: f64) -> bool {
         let producer = &self.producer;
-        py.detach(|| producer.flush(Duration::from_secs_f64(timeout_s.max(0.0))))
-            .map_err(|e| PyRuntimeError::new_err(format!("flush: {e}")))
+        py.detach(|| producer.flush(Duration::from_secs_f64(timeout_s.max(0.0)))).is_ok()
     }
 }
 
