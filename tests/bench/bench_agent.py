@@ -163,7 +163,9 @@ def throughput_config(bootstrap: str, topic: str, work: Path, path: Path | str,
                         buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
                                 "sync_on_seal": True},
                         agent={"id": "bench", "record_numbers": numbered},
-                        broker={"send_path": send_path})
+                        # (the default not written: an older agent, --before, knows no such key)
+                        **({"broker": {"send_path": send_path}} if send_path != "python"
+                           else {}))
 
 
 def native_built() -> bool:
