@@ -265,10 +265,15 @@ def main() -> None:
             batch_s, batch_cpu = batch_loop(bootstrap, topics["batch"], data)
             arrived = [sum(high_watermarks(bootstrap, f'{topics["agent"]}.{k}').values())
                        for k in range(ROUNDS)]
+            native_arrived = [sum(high_watermarks(bootstrap,
+                                                  f'{topics["agent"]}.native.{k}').values())
+                              for k in range(ROUNDS)] if native_runs else []
+    assert all(n == LINES for n in arrived + native_arrived), (arrived, native_arrived)
     versus: dict = {}
     if native_runs:
         nat_s, nat_cpu, _exec, nat_rss = max(native_runs, key=lambda r: r[0])
-        versus.update({"native_events_s": round(nat_s),
+        versus.update({"native_records_in_kafka_per_run": native_arrived,
+                       "native_events_s": round(nat_s),
                        "native_cpu_s_per_million": round(nat_cpu, 2),
                        "native_peak_rss_mb": round(nat_rss["VmHWM"], 1),
                        "native_runs_events_s": [round(r[0]) for r in native_runs],
