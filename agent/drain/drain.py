@@ -240,14 +240,18 @@ class Drain:
         ``first_record``, the same at every send of the slot."""
         number = slot.meta.first_record
         for block in slot.blocks():
-            headers = self.origin_headers
-            if block.part_count:
-                headers = headers + [(PART_HEADER,
-                                      f"{block.part_index}/{block.part_count}".encode())]
             yield (block.offsets.tolist(), block.lengths.tolist(), block.timestamps.tolist(),
-                   block.keys, BlockHeaders(headers or None,
+                   block.keys, BlockHeaders(self.block_headers(block) or None,
                                             number if self.numbered else None))
             number += len(block.offsets)
+
+    def block_headers(self, block) -> list[tuple[str, bytes]]:
+        """The headers every record of ``block`` carries: the origin's (and incarnation's),
+        and ``docket-part`` for the parts of a split line."""
+        if not block.part_count:
+            return self.origin_headers
+        return [*self.origin_headers,
+                (PART_HEADER, f"{block.part_index}/{block.part_count}".encode())]
 
     # -- outcomes -----------------------------------------------------------------------------
     def _report(self, send: SlotSend, err, msg) -> None:

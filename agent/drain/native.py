@@ -24,7 +24,7 @@ import logging
 import numpy as np
 from confluent_kafka import KafkaError
 
-from audit.contract.names import PART_HEADER, SEQ_HEADER
+from audit.contract.names import SEQ_HEADER
 
 from ..buffer import SealedSlot
 from .drain import Drain
@@ -91,10 +91,6 @@ class NativeSend(SendState):
             self.dead_records = previous.dead_records
             self.dead_index = previous.dead_index
 
-    @property
-    def unsent(self) -> bool:
-        return self.bi < len(self.blocks) or self.pending is not None
-
     def finished(self, settled: int) -> bool:
         return (not self.unsent and not self.open and not self.waiting()
                 and self.handed <= settled)
@@ -134,9 +130,7 @@ class NativeDrain(Drain):
         index, number = 0, slot.meta.first_record
         for block in slot.blocks():
             n = len(block.offsets)
-            headers = list(self.origin_headers)
-            if block.part_count:
-                headers.append((PART_HEADER, f"{block.part_index}/{block.part_count}".encode()))
+            headers = self.block_headers(block)
             numbers = np.arange(number, number + n, dtype=np.int64) if self.numbered else None
             arrays = (block.offsets.astype(np.int64), block.lengths.astype(np.int64),
                       block.timestamps.astype(np.int64), numbers, block.keys)
@@ -152,8 +146,14 @@ class NativeDrain(Drain):
 
     # -- sending ------------------------------------------------------------------------------
     def _start(self, slot: SealedSlot) -> NativeSend:
+        return self._register(NativeSend(slot, self._next_token(), self.block_arrays(slot)))
+
+    def _next_token(self) -> int:
         self._tokens = (self._tokens + 1) & 0xFFFFFFFF
-        send = NativeSend(slot, self._tokens, self.block_arrays(slot))
+        return self._tokens
+
+    def _register(self, send: NativeSend) -> NativeSend:
+        """``send``'s reports are looked up by its token."""
         self._sends[send.token] = send
         return send
 
@@ -240,11 +240,9 @@ class NativeDrain(Drain):
         """A native send whose report is not in goes again whole, but for its dead records."""
         if not isinstance(send, NativeSend):
             return super()._again(send)
-        self._tokens = (self._tokens + 1) & 0xFFFFFFFF
-        again = NativeSend(send.slot, self._tokens,
-                           self.block_arrays(send.slot, send.dead_index), previous=send)
-        self._sends[again.token] = again
-        return again
+        return self._register(NativeSend(send.slot, self._next_token(),
+                                         self.block_arrays(send.slot, send.dead_index),
+                                         previous=send))
 
     def _new_producers(self) -> None:
         super()._new_producers()

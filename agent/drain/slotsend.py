@@ -18,6 +18,12 @@ class SendState:
     __slots__ = ()
 
     @property
+    def unsent(self) -> bool:
+        """Records of it not yet handed over: blocks past the cursor, or one a full queue
+        refused."""
+        return self.bi < len(self.blocks) or self.pending is not None
+
+    @property
     def dead(self) -> int:
         return len(self.dead_records)
 
@@ -66,10 +72,6 @@ class SlotSend(SendState):
             self.payload = previous.payload
             self.blocks = previous._blocks_without(self.dead_records[previous._left_out:])
         self._left_out = len(self.dead_records)     # dead records ``blocks`` leaves out
-
-    @property
-    def unsent(self) -> bool:
-        return self.bi < len(self.blocks) or self.pending is not None
 
     def finished(self, settled: int) -> bool:
         """Every record handed over before the last zero point (``settled``: the drain's
