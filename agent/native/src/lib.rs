@@ -28,8 +28,6 @@ use rdkafka::ClientContext;
 
 /// librdkafka's code for an error that is not a broker's or the client's own (none known).
 const UNKNOWN_ERROR: i32 = -1;
-/// A waiting `poll` looks for reports this often (the crate's own poll waits out its timeout).
-const POLL_STEP: Duration = Duration::from_millis(2);
 /// At most this many events are served by one `poll` before it returns.
 const POLL_MAX_EVENTS: usize = 100_000;
 
@@ -135,7 +133,79 @@ unsafe fn items<T: pyo3::buffer::Element>(buf: &PyBuffer<T>) -> &[T] {
 /// A Kafka producer whose delivery reports are counted per slot.
 #[pyclass(module = "docket_native")]
 struct SlotProducer {
+    /// Declared before the producer: dropped first, while the client still lives.
+    wake: Wake,
     producer: BaseProducer<Reports>,
+}
+
+/// The pipe a waiting `poll` sleeps on: librdkafka writes a byte to it when its main queue
+/// (delivery reports, errors) goes from empty to not empty (`rd_kafka_queue_io_event_enable`).
+/// The crate's own poll cannot wait for an event: it waits out its whole timeout, and a
+/// timeout under a millisecond turns into a busy loop (librdkafka's queue poll takes whole
+/// milliseconds): an idle agent spent half a core in it.
+struct Wake {
+    queue: *mut rdkafka::bindings::rd_kafka_queue_t,
+    read: libc::c_int,
+    write: libc::c_int,
+}
+
+// SAFETY: librdkafka's queues may be used from any thread; the descriptors are plain numbers.
+unsafe impl Send for Wake {}
+unsafe impl Sync for Wake {}
+
+impl Wake {
+    fn new(producer: &BaseProducer<Reports>) -> PyResult<Self> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two descriptors into the array it is given.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+            return Err(PyValueError::new_err(format!(
+                "cannot create the producer's wake-up pipe: {}", std::io::Error::last_os_error())));
+        }
+        // SAFETY: the client pointer is valid while `producer` lives, and the queue reference
+        // taken here is released (Drop) before the producer is destroyed.
+        let queue = unsafe {
+            rdkafka::bindings::rd_kafka_queue_get_main(producer.client().native_ptr())
+        };
+        // SAFETY: a valid queue; the write end stays open until Drop has turned this off.
+        unsafe {
+            rdkafka::bindings::rd_kafka_queue_io_event_enable(
+                queue, fds[1], b"1".as_ptr() as *const libc::c_void, 1);
+        }
+        Ok(Wake { queue, read: fds[0], write: fds[1] })
+    }
+
+    /// Events waiting in the queue (one served may leave others: no byte comes for them).
+    fn waiting(&self) -> bool {
+        // SAFETY: a valid queue reference, this struct's own.
+        unsafe { rdkafka::bindings::rd_kafka_queue_length(self.queue) > 0 }
+    }
+
+    /// Sleep until librdkafka writes or `timeout` passes, then empty the pipe.
+    fn wait(&self, timeout: Duration) {
+        let mut fd = libc::pollfd { fd: self.read, events: libc::POLLIN, revents: 0 };
+        let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t,
+                                  tv_nsec: timeout.subsec_nanos() as libc::c_long };
+        // SAFETY: one valid pollfd; a null signal mask leaves the thread's mask as it is.
+        unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
+        let mut buf = [0u8; 64];
+        // SAFETY: reads into a local buffer from a non-blocking descriptor this struct owns.
+        while unsafe { libc::read(self.read, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) }
+            > 0 {}
+    }
+}
+
+impl Drop for Wake {
+    fn drop(&mut self) {
+        // SAFETY: the producer still lives (SlotProducer drops this first): librdkafka stops
+        // writing before the descriptors are closed, the queue reference is released once.
+        unsafe {
+            rdkafka::bindings::rd_kafka_queue_io_event_enable(self.queue, -1,
+                                                              std::ptr::null(), 0);
+            rdkafka::bindings::rd_kafka_queue_destroy(self.queue);
+            libc::close(self.read);
+            libc::close(self.write);
+        }
+    }
 }
 
 #[pymethods]
@@ -150,10 +220,11 @@ impl SlotProducer {
         }
         conf.set("delivery.report.only.error", "false");
         let reports = Reports { ledger: Mutex::new(Ledger::default()) };
-        let producer = conf
+        let producer: BaseProducer<Reports> = conf
             .create_with_context(reports)
             .map_err(|e| PyValueError::new_err(format!("cannot create the producer: {e}")))?;
-        Ok(SlotProducer { producer })
+        let wake = Wake::new(&producer)?;
+        Ok(SlotProducer { wake, producer })
     }
 
     /// Produce records [start, n) of one block of slot `token`, with the GIL released; returns
@@ -253,19 +324,23 @@ impl SlotProducer {
             -> (Vec<Failure>, Vec<Done>, Vec<(i32, String)>) {
         let producer = &self.producer;
         let served = || producer.context().ledger.lock().expect("the ledger's lock").reports;
+        let wake = &self.wake;
         py.detach(|| {
-            // The crate's poll serves one event with no timeout, and waits out a timeout
-            // whatever comes: serve while events come, wait in short steps while none has.
+            // Serve every event waiting (the crate's poll with no timeout serves at most one);
+            // with none served yet, sleep on the wake-up pipe until one comes or time is up.
             let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.max(0.0));
             let start = served();
             for _ in 0..POLL_MAX_EVENTS {
                 let before = served();
                 producer.poll(Duration::ZERO);
                 if served() == before {
-                    if served() > start || Instant::now() >= deadline {
+                    let now = Instant::now();
+                    if served() > start || now >= deadline {
                         break;
                     }
-                    producer.poll(POLL_STEP.min(deadline - Instant::now()));
+                    if !wake.waiting() {
+                        wake.wait(deadline - now);
+                    }
                 }
             }
         });
