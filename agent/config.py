@@ -68,6 +68,9 @@ SETTINGS: tuple[Setting, ...] = (
             "4096.", minimum=4096),
     Setting("buffer.linger_ms", float, 5.0, "Seal a slot this long after its first record.",
             minimum=0),
+    Setting("buffer.seal_when_idle", bool, True, "Seal a slot before its linger has passed "
+            "when nothing of the agent's waits for Kafka (the drain is idle): at low rates "
+            "records are sent as soon as they are read."),
     Setting("buffer.on_full", str, "block", "With no free slot: `block` (file sources stop "
             "reading, socket clients wait) or `drop_oldest` (drop the oldest sealed slot, "
             "counted).",

@@ -128,7 +128,8 @@ class Agent:
         spill = cfg["buffer.spill_max_bytes"]
         self.pool = BufferPool(
             cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
-            linger_ms=cfg["buffer.linger_ms"], on_full=cfg["buffer.on_full"],
+            linger_ms=cfg["buffer.linger_ms"], seal_when_idle=cfg["buffer.seal_when_idle"],
+            on_full=cfg["buffer.on_full"],
             oversize=cfg["buffer.oversize"], spill_dir=cfg.spill_dir if spill else None,
             spill_max_bytes=spill, quarantine_dir=cfg.quarantine_dir,
             sync_on_seal=cfg["buffer.sync_on_seal"], on_drop=self._pool_dropped,
@@ -264,7 +265,8 @@ class Agent:
         self._last_scan = self.monotonic()
         sealed = self.pool.stats()["sealed_slots"]
         self.notifier.ready(f"recovered {sealed} sealed slot(s); shipping")
-        log.info("agent %s ready: %d sealed slot(s) recovered", self.cfg.agent_id, sealed)
+        log.info("agent %s ready: %d sealed slot(s) recovered; send path %s",
+                 self.cfg.agent_id, sealed, self.drain.describe())
 
     def turn(self) -> tuple[int, int, bool]:
         """One turn of the loop: scan when due, read, seal what lingered, checkpoint, send.

@@ -161,6 +161,7 @@ class BufferPool:
         slot_size_bytes: int,
         *,
         linger_ms: float = 5,
+        seal_when_idle: bool = True,
         on_full: str = "block",
         oversize: str = "split",
         spill_dir: str | Path | None = None,
@@ -181,6 +182,7 @@ class BufferPool:
             raise ValueError(f"oversize must be one of {OVERSIZE}, not {oversize!r}")
         self.path = Path(path)
         self.linger_ns = int(linger_ms * 1_000_000)
+        self.seal_when_idle = seal_when_idle
         self.on_full = on_full
         self.oversize = oversize
         self.sync_on_seal = sync_on_seal
@@ -662,10 +664,16 @@ class BufferPool:
             return self._seal(topic)
 
     def seal_due(self) -> int:
-        """Seal every filling slot whose linger has passed; returns how many were sealed."""
+        """Seal every filling slot whose linger has passed, or every one holding records when
+        no sealed slot waits for Kafka (``seal_when_idle``: a drain with nothing in flight
+        gains nothing by the wait; while slots are in flight, records gather until linger, as
+        Nagle's rule does for a socket). Called once a turn after the sources were read.
+        Returns how many were sealed."""
         now = self.clock.monotonic_ns()
         with self._lock:
-            due = [t for t, f in self._current.items() if self._linger_over(f, now)]
+            idle = self.seal_when_idle and not self._sealed
+            due = [t for t, f in self._current.items()
+                   if (idle and f.records) or self._linger_over(f, now)]
             for topic in due:
                 self._seal(topic)
             return len(due)

@@ -45,6 +45,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, PART_HEADER, SEQ_HEADER
@@ -605,6 +606,10 @@ class Drain:
     def _now(self) -> float:
         """Seconds of the monotonic clock (``Clock``: a simulation drives it)."""
         return self.clock.monotonic_ns() / 1e9
+
+    def describe(self) -> str:
+        """The send path, for the agent's ready line."""
+        return f"python (confluent-kafka, librdkafka {confluent_kafka.libversion()[0]})"
 
     def in_flight_slots(self) -> list[SealedSlot]:
         """The slots on their way to Kafka, oldest first."""

@@ -121,6 +121,13 @@ class NativeDrain(Drain):
         self._tokens = 0
         self._reports_before = 0        # reports served by native producers since replaced
 
+    def describe(self) -> str:
+        try:
+            version = native_module().LIBRDKAFKA_VERSION
+        except NativeUnavailable:               # a test's stand-in producer
+            version = "?"
+        return f"native (docket_native, librdkafka {version})"
+
     # -- blocks as arrays --------------------------------------------------------------------
     def block_arrays(self, slot: SealedSlot, leave_out: set[int] = frozenset()) -> list[tuple]:
         """Per block: (first index, offsets, lengths, times, numbers or None, keys or None,

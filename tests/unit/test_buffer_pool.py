@@ -106,7 +106,7 @@ def test_topics_fill_separate_slots(tmp_path):
 
 def test_linger_seals_a_slot_once_linger_ms_has_passed(tmp_path):
     clock = FakeClock()
-    pool = open_pool(tmp_path, linger_ms=5, clock=clock)
+    pool = open_pool(tmp_path, linger_ms=5, clock=clock, seal_when_idle=False)
     pool.append("t", chunk_of(range(3)))
     assert pool.seal_due() == 0 and pool.sealed() == []
     clock.advance_ms(5)
@@ -118,6 +118,27 @@ def test_linger_seals_a_slot_once_linger_ms_has_passed(tmp_path):
     clock.advance_ms(6)
     pool.append("t", chunk_of(range(5, 6)))
     assert ids_of(values(pool)) == [0, 1, 2, 3, 4]
+
+
+def test_an_idle_drain_gets_the_records_at_once_a_busy_one_after_linger(tmp_path):
+    clock = FakeClock()
+    pool = open_pool(tmp_path, linger_ms=5, clock=clock)
+    assert pool.seal_due() == 0                  # nothing to seal
+    pool.append("t", chunk_of(range(3)))
+    assert pool.seal_due() == 1                  # nothing waits for Kafka: sealed at once
+    (first,) = pool.take()
+    pool.append("t", chunk_of(range(3, 6)))
+    clock.advance_ms(4)
+    assert pool.seal_due() == 0                  # the first slot in flight: the rest gather
+    clock.advance_ms(1)
+    assert pool.seal_due() == 1                  # ... until linger
+    pool.append("t", chunk_of(range(6, 8)))
+    pool.free(first)
+    assert pool.seal_due() == 0                  # the second slot still unacknowledged
+    for slot in pool.take():
+        pool.free(slot)
+    assert pool.seal_due() == 1                  # idle again
+    assert ids_of(values(pool)) == [6, 7]
 
 
 def test_linger_waits_while_a_sealed_slot_waits_for_the_drain(tmp_path):
