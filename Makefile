@@ -5,9 +5,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.docket-setup
 PYTEST_ARGS ?=
 
-.PHONY: setup debian-tools bench-tools native test test-unit lint bench soak demo demo-down demo-fault screenshots deb dist test-packages clean
+.PHONY: setup debian-tools bench-tools native native-build test test-unit lint bench soak demo demo-down demo-fault screenshots deb dist test-packages clean
 
-setup: $(STAMP)
+NATIVE_STAMP := $(VENV)/.docket-native
+NATIVE_WHEELS := build/native-wheel
+CARGO_ENV := PATH="$$HOME/.cargo/bin:$$PATH"
+
+setup: $(STAMP) $(NATIVE_STAMP)
 
 $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml
 	@command -v java >/dev/null || { echo "make setup: java (JDK 17+) is required for the local Kafka and Spark" >&2; exit 1; }
@@ -37,10 +41,31 @@ debian-tools:
 	else echo "make setup: install Debian's$$need (as root) for their tests" >&2; fi
 
 # The native send path (agent/native, Rust: PyO3, and librdkafka built from the rdkafka crate's
-# bundled source), installed into the venv as the module docket_native. Needs cargo (rustup's,
-# in ~/.cargo/bin, or on PATH), a C compiler, make, and OpenSSL's headers (libssl-dev).
-native: setup
-	PATH="$$HOME/.cargo/bin:$$PATH" $(BIN)/pip install --quiet ./agent/native
+# bundled source) as a wheel in build/native-wheel, installed into the venv as the module
+# docket_native (make deb installs the same wheel). Needs cargo (rustup's, in ~/.cargo/bin, or
+# on PATH), a C compiler, make, and OpenSSL's and zlib's headers (libssl-dev, zlib1g-dev:
+# installed here as root when missing). Without cargo, make setup says so and goes on: the
+# agent keeps its Python send path (broker.send_path = "python"), the native tests skip.
+native: $(STAMP)
+	@$(MAKE) --no-print-directory native-build
+
+native-build:
+	@need=""; [ -e /usr/include/openssl/ssl.h ] || need="$$need libssl-dev"; \
+	[ -e /usr/include/zlib.h ] || need="$$need zlib1g-dev"; \
+	if [ -n "$$need" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null; fi
+	rm -rf $(NATIVE_WHEELS)
+	$(CARGO_ENV) $(BIN)/pip wheel --quiet --no-deps --wheel-dir $(NATIVE_WHEELS) ./agent/native
+	$(BIN)/pip install --quiet --no-deps --force-reinstall $(NATIVE_WHEELS)/docket_native-*.whl
+	touch $(NATIVE_STAMP)
+
+$(NATIVE_STAMP): $(wildcard agent/native/src/*.rs) agent/native/Cargo.toml \
+		agent/native/Cargo.lock agent/native/pyproject.toml | $(STAMP)
+	@if $(CARGO_ENV) command -v cargo >/dev/null; then \
+		$(MAKE) --no-print-directory native-build; \
+	else echo "make setup: no cargo (Rust, https://rustup.rs) here: the native send path is" \
+		"not built; the agent sends with broker.send_path = \"python\" and the native" \
+		"tests are skipped" >&2; fi
 
 test: setup
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -72,7 +97,7 @@ bench-tools:
 
 # Every benchmark's JSON line goes to stdout and build/bench/results.jsonl, drawn by plot.py into
 # build/bench/performance.png (docs/performance.png is a copy of one run's).
-bench: setup bench-tools native
+bench: setup bench-tools
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[audit,dashboard,dev,bench]'
 	@mkdir -p build/bench; : > build/bench/results.jsonl; failed=""; \
 	for f in tests/bench/bench_*.py; do \
@@ -111,11 +136,15 @@ screenshots: setup
 	DOCKET_SCREENSHOTS=docs/screenshots $(BIN)/pytest -q tests/integration/test_dashboard_browser.py
 
 # The Debian packages docket-agent and docket-audit (packaging/debian, dh-virtualenv), built
-# from the checkout's files (tracked, or new and not ignored) into dist/.
-deb:
+# from the checkout's files (tracked, or new and not ignored) and the native send path's wheel
+# (make setup builds it) into dist/.
+deb: setup
+	@ls $(NATIVE_WHEELS)/docket_native-*.whl >/dev/null 2>&1 || { echo "make deb: the native" \
+		"send path is not built (make native says why); the package ships it" >&2; exit 1; }
 	rm -rf build/deb && mkdir -p build/deb/src dist
 	git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - | tar -xf - -C build/deb/src
 	cp -r packaging/debian build/deb/src/debian
+	cp -r $(NATIVE_WHEELS) build/deb/src/native-wheel
 	cd build/deb/src && dpkg-buildpackage -us -uc -b
 	mv build/deb/*.deb dist/
 	@ls -l dist/*.deb

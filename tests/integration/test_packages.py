@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agentkit import AgentProcess, write_config
+from broker.admin import TopicSpec, ensure_topics
+from tests.agentkit import AgentProcess, consume_counts, write_config
 from tests.integration.test_agent_service import NotifyListener
 
 REPO = Path(__file__).resolve().parents[2]
@@ -194,3 +195,30 @@ def test_the_installed_agent_speaks_the_notify_protocol(installed, kafka, tmp_pa
         rc = agent.stop()
     assert rc == 0
     notify.wait_for("STOPPING=1")
+
+
+def test_the_installed_agent_ships_with_its_native_send_path(installed, kafka, tmp_path):
+    """The package's virtualenv holds the native extension make setup built; the installed
+    agent with ``send_path = "native"`` ships every line, each once."""
+    ext = _run(str(AGENT_VENV / "bin/python"), "-c",
+               "import docket_native; print(docket_native.LIBRDKAFKA_VERSION)")
+    assert ext.returncode == 0, ext.stderr
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec("pkg.native", partitions=3)])
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    lines = 5000
+    (logs / "a.log").write_bytes(b"".join(b"pkg-%06d\n" % i for i in range(lines)))
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
+                          [{"type": "file", "paths": [str(logs / "*.log")],
+                            "topic": "pkg.native"}], broker={"send_path": "native"})
+    agent = AgentProcess(config, tmp_path / "agent.log", binary=AGENT_VENV / "bin/docket-agent")
+    agent.start()
+    try:
+        counts = consume_counts(kafka.bootstrap_servers, "pkg.native", lines, timeout_s=120)
+    finally:
+        rc = agent.stop()
+    assert rc == 0
+    assert f"send path native (docket_native, librdkafka {ext.stdout.strip()})" \
+        in agent.whole_log()
+    assert set(counts) == {b"pkg-%06d" % i for i in range(lines)}
+    assert max(counts.values()) == 1
