@@ -35,6 +35,15 @@ def clock_shift_env(seconds: int, build_dir: Path) -> dict[str, str]:
     return {"LD_PRELOAD": str(lib), "CLOCK_SHIFT_S": str(seconds)}
 
 
+def native_built() -> bool:
+    """Is the native send path's extension installed (``make native``)?"""
+    try:
+        import docket_native  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def write_config(path: Path, bootstrap: str, state_dir: Path, sources: list[dict],
                  **sections) -> Path:
     """A TOML config; ``sections`` like buffer={"size_bytes": ...} override the defaults."""

@@ -61,7 +61,7 @@ import numpy as np  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
-from tests.agentkit import AgentProcess, write_config  # noqa: E402
+from tests.agentkit import AgentProcess, native_built, write_config  # noqa: E402
 from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
 
 LINES = 2_000_000
@@ -166,15 +166,6 @@ def throughput_config(bootstrap: str, topic: str, work: Path, path: Path | str,
                         # (the default not written: an older agent, --before, knows no such key)
                         **({"broker": {"send_path": send_path}} if send_path != "python"
                            else {}))
-
-
-def native_built() -> bool:
-    """Is the native send path's extension installed (``make native``)?"""
-    try:
-        import docket_native  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def agent_run(bootstrap: str, topic: str, work: Path, path: Path | str,

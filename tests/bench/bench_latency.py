@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
-from tests.agentkit import AgentProcess, write_config  # noqa: E402
+from tests.agentkit import AgentProcess, native_built, write_config  # noqa: E402
 from tests.kafkautil import bench_kafka  # noqa: E402
 
 RATE = 1000                 # lines per second
@@ -102,8 +102,11 @@ def _drain(recv: Receiver, total: int) -> None:
     recv.join(10)
 
 
-def run_agent(bootstrap: str, work: Path) -> dict:
-    topic = "lat.agent"
+def run_agent(bootstrap: str, work: Path, send_path: str = "python") -> dict:
+    """The agent tailing a file at RATE lines/s; its figures named ``agent`` (the Python send
+    path) or ``agent_native``."""
+    prefix = "agent" if send_path == "python" else f"agent_{send_path}"
+    topic = f"lat.{prefix}"
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     logs = work / "logs"
     logs.mkdir(parents=True)
@@ -111,10 +114,11 @@ def run_agent(bootstrap: str, work: Path) -> dict:
     app.touch()
     config = write_config(work / "agent.toml", bootstrap, work / "state",
                           [{"type": "file", "paths": [str(logs / "*.log")], "topic": topic}],
-                          buffer={"linger_ms": 5, "size_bytes": 256 << 20})
+                          buffer={"linger_ms": 5, "size_bytes": 256 << 20},
+                          broker={"send_path": send_path})
     agent = AgentProcess(config, work / "agent.log").start()
     try:
-        return tail_latency(bootstrap, topic, app, "agent", settle_s=1)
+        return tail_latency(bootstrap, topic, app, prefix, settle_s=1)
     finally:
         agent.stop()
 
@@ -164,6 +168,8 @@ def main() -> None:
             agent_work = work / "agent"
             agent_work.mkdir()
             out.update(run_agent(bootstrap, agent_work))
+            if native_built():
+                out.update(run_agent(bootstrap, work / "agent-native", "native"))
             out["target_p50_ms"], out["target_p99_ms"] = 10, 50
             print(json.dumps(out))
 

@@ -5,14 +5,17 @@ Throughput: LINES lines of 100 bytes in one file written beforehand; each shippe
 a topic of its own (3 partitions) and is timed from its process's start until Kafka holds every
 line (the topics' high watermarks), with its CPU time and peak RSS (VmHWM, sampled):
 
-- docket: ``docket-agent run`` (1 GiB pool, 1 MiB slots, ``sync_on_seal``, audit on);
+- docket: ``docket-agent run`` (1 GiB pool, 1 MiB slots, ``sync_on_seal``, audit on), with
+  the Python send path, and as ``docket_native`` with the native one when it is built
+  (``make native``);
 - kcat: Debian's ``kcat -P -l FILE`` (librdkafka in C; acks=all, idempotence, snappy,
   linger.ms 5), a client that sends a file and exits, with no tailing, no buffer and no audit;
 - rsyslog: Debian's ``rsyslogd -n -f CONF -i PIDFILE`` with ``imfile`` (inotify) →
   ``omkafka`` (acks=all, snappy) through a disk-assisted queue, its own work folder, never the
   system's syslog.
 
-Each shipper runs ROUNDS times, alternating; the best run of each is kept. Ratios: docket / each.
+Each shipper runs ROUNDS times, alternating; the best run of each is kept. Ratios: each docket
+run / each peer, in events/s (``ratios``) and in CPU per event (``cpu_ratios``).
 The records that arrived are counted per run (a shipper that loses lines shows it).
 
 Latency: a writer appends 1,000 lines a second for 20 s to a file docket and rsyslog tail; a
@@ -38,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
-from tests.agentkit import AgentProcess  # noqa: E402
+from tests.agentkit import AgentProcess, native_built  # noqa: E402
 from tests.bench.bench_agent import throughput_config, write_file  # noqa: E402
 from tests.bench.bench_latency import RATE, WARMUP_S, run_agent, tail_latency  # noqa: E402
 from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
@@ -89,8 +92,10 @@ def _result(elapsed: float, held: int, w: Watched) -> dict:
             "peak_rss_mb": round(w.hwm_mb, 1), "records": held}
 
 
-def run_docket(bootstrap: str, topic: str, work: Path, data: Path) -> dict:
-    agent = AgentProcess(throughput_config(bootstrap, topic, work, data), work / "agent.log")
+def run_docket(bootstrap: str, topic: str, work: Path, data: Path,
+               send_path: str = "python") -> dict:
+    agent = AgentProcess(throughput_config(bootstrap, topic, work, data, send_path=send_path),
+                         work / "agent.log")
     t0 = time.perf_counter()
     agent.start()
     w = Watched(agent.proc)
@@ -192,7 +197,8 @@ def main() -> None:
         with bench_kafka(work) as bootstrap:
             data = work / "events.log"
             write_file(data, lines=LINES, size=LINE)
-            shippers = ["docket"] + [s for s in ("kcat", "rsyslog")
+            shippers = ["docket"] + (["docket_native"] if native_built() else []) \
+                + [s for s in ("kcat", "rsyslog")
                                      if s not in missing and not
                                      (s == "rsyslog" and "rsyslog-kafka" in missing)]
             topics = [f"peers.{s}.{k}" for s in shippers for k in range(ROUNDS)]
@@ -201,8 +207,10 @@ def main() -> None:
             for k in range(ROUNDS):
                 for s in shippers:
                     topic = f"peers.{s}.{k}"
-                    if s == "docket":
-                        runs[s].append(run_docket(bootstrap, topic, work / f"docket{k}", data))
+                    if s.startswith("docket"):
+                        runs[s].append(run_docket(bootstrap, topic, work / f"{s}{k}", data,
+                                                  "native" if s == "docket_native"
+                                                  else "python"))
                     elif s == "kcat":
                         runs[s].append(run_kcat(bootstrap, topic, data))
                     else:
@@ -212,12 +220,18 @@ def main() -> None:
             out = {"bench": "peers", "lines": LINES, "line_bytes": LINE, "rounds": ROUNDS,
                    "missing": missing, "best": best,
                    "runs_events_s": {s: [x["events_s"] for x in r] for s, r in runs.items()},
-                   "ratios": {f"docket_vs_{s}": round(best["docket"]["events_s"]
-                                                      / best[s]["events_s"], 2)
-                              for s in shippers if s != "docket"}}
+                   "ratios": {f"{d}_vs_{s}": round(best[d]["events_s"] / best[s]["events_s"], 2)
+                              for d in shippers if d.startswith("docket")
+                              for s in shippers if not s.startswith("docket")},
+                   "cpu_ratios": {f"{d}_vs_{s}": round(best[d]["cpu_us_per_event"]
+                                                       / best[s]["cpu_us_per_event"], 2)
+                                  for d in shippers if d.startswith("docket")
+                                  for s in shippers if not s.startswith("docket")}}
             lat = work / "lat"
             lat.mkdir()
             out.update(run_agent(bootstrap, lat / "docket"))
+            if "docket_native" in shippers:
+                out.update(run_agent(bootstrap, lat / "docket_native", "native"))
             if "rsyslog" in shippers:
                 out.update(latency_rsyslog(bootstrap, lat / "rsyslog"))
             out["latency_rate_lines_s"], out["latency_warmup_s"] = RATE, WARMUP_S
