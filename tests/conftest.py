@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from broker.cluster import LocalCluster
+from tests.agentkit import native_built
 
 
 @dataclass
@@ -131,6 +132,16 @@ def second_local(tmp_path_factory):
 @pytest.fixture(scope="session")
 def kafka3(tmp_path_factory):
     yield from _running(tmp_path_factory, "kafka3", 3)
+
+
+@pytest.fixture(params=["python", "native"])
+def agent_send_path(request):
+    """The agent's send path (``broker.send_path``): a fault test taking it runs once with
+    each; the native one skips where the extension is not built (``make setup`` builds it
+    when cargo is there)."""
+    if request.param == "native" and not native_built():
+        pytest.skip("the native send path is not built here (make setup builds it with cargo)")
+    return request.param
 
 
 @pytest.fixture

@@ -41,8 +41,9 @@ def in_flight_ids(pool_path: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_sigkill_five_times_loses_nothing_and_duplicates_only_in_flight_slots(
-        kafka, tmp_path, topic_name):
-    figures = sigkill_run(kafka, tmp_path, topic_name, kills=5, total=1_000_000, rate=100_000)
+        kafka, tmp_path, topic_name, agent_send_path):
+    figures = sigkill_run(kafka, tmp_path, topic_name, kills=5, total=1_000_000, rate=100_000,
+                          send_path=agent_send_path)
     # The cluster tier (the Spark count job over the same topic) says the same by record
     # number: its duplicates are the duplicates counted by id, and nothing is missing.
     audit_topic = f"{topic_name}.audit"
@@ -83,7 +84,8 @@ SOAK_RUNS = int(os.environ.get("DOCKET_SOAK_RUNS", "30"))
 @pytest.mark.soak
 @pytest.mark.timeout(4 * 3600)
 def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafka,
-                                                                           tmp_path_factory):
+                                                                           tmp_path_factory,
+                                                                           agent_send_path):
     """``make soak``: the five-SIGKILL rotation run, SOAK_RUNS times, at 30,000 and 100,000
     lines/s and as fast as the writer can, every other run with a busy loop on one core. Each
     run's folder is kept when it fails (the agent log, state database and pool). One JSON line
@@ -96,7 +98,8 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
         hogging = cpu_hog(0) if hog else None
         try:
             figures = sigkill_run(kafka, folder, f"soak.{i}.{os.getpid()}", kills=5,
-                                  total=1_000_000, rate=rate, seed=i, check=False)
+                                  total=1_000_000, rate=rate, seed=i, check=False,
+                                  send_path=agent_send_path)
         finally:
             if hogging is not None:
                 hogging.kill()
@@ -107,7 +110,8 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
                                    and figures["duplicates_by_number"] == figures["duplicates"])
         if not figures["lost"] and not figures["over_bound"] and figures["numbering_ok"]:
             subprocess.run(["rm", "-rf", str(folder)], check=False)
-    summary = {"runs": len(runs), "kills": sum(r["kills"] for r in runs),
+    summary = {"send_path": agent_send_path, "runs": len(runs),
+               "kills": sum(r["kills"] for r in runs),
                "lost": sum(r["lost"] for r in runs),
                "duplicates": sum(r["duplicates"] for r in runs),
                "bound": sum(r["bound"] for r in runs),
@@ -125,13 +129,14 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
 
 
 def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
-                seed: int = 4, check: bool = True) -> dict:
+                seed: int = 4, check: bool = True, send_path: str = "python") -> dict:
     """Kill the agent ``kills`` times at 0.8-1.6 s intervals while a writer rotates its file
     (rename-and-create and copytruncate alternately, every 50,000 lines); then every id must
     have arrived, and each id at most once more than the number of kills at which it was in a
     slot that could have been in flight. Returns the figures; ``check=False`` leaves judging
     them (but not the run's own sanity) to the caller."""
-    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name)
+    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
+                              broker={"send_path": send_path})
     pool_path = tmp_path / "state" / "buffer.pool"
     agent.start()
     writer = start_writer(logs, total, 50_000, rate)
@@ -225,11 +230,13 @@ class RecordNumbers:
 
 @pytest.mark.slow
 def test_broker_paused_30s_under_20k_lines_per_s_the_pool_absorbs_it(kafka, tmp_path,
-                                                                      topic_name):
+                                                                      topic_name,
+                                                                      agent_send_path):
     cluster = kafka.controlled()
     rate, seconds = 20_000, 40
     total = rate * seconds
-    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name)
+    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
+                              broker={"send_path": agent_send_path})
     agent.start()
     writer = start_writer(logs, total, 200_000, rate)
     began = time.monotonic()

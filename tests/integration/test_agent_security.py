@@ -38,7 +38,7 @@ def _admin_conf(cluster: LocalCluster) -> dict:
     return cluster.client_settings("admin")
 
 
-def _setup(cluster: LocalCluster, tmp_path: Path, password: str):
+def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str = "python"):
     """A topic and an audit topic, the agent's ACLs, and an agent config whose password file
     holds ``password``. Returns (topic, audit topic, config, password file, log file)."""
     conf = _admin_conf(cluster)
@@ -60,7 +60,8 @@ def _setup(cluster: LocalCluster, tmp_path: Path, password: str):
         [{"type": "file", "paths": [str(tmp_path / "logs" / "app.log")], "topic": topic}],
         agent={"id": "secured-host"}, buffer={"size_bytes": 32 << 20, "slot_size_bytes": 1 << 18},
         broker={"security_protocol": "sasl_ssl", "sasl_username": "agent",
-                "sasl_password_file": str(secret), "ssl_ca_file": str(security.ca_file)},
+                "sasl_password_file": str(secret), "ssl_ca_file": str(security.ca_file),
+                "send_path": send_path},
         audit={"topic": audit_topic, "interval_ms": 2000})
     return topic, audit_topic, config, secret
 
@@ -108,9 +109,10 @@ def _no_secret_anywhere(agent: AgentProcess, password: str) -> None:
 
 
 def test_a_wrong_password_waits_in_the_pool_and_a_reload_with_the_right_one_delivers_all(
-        secured, tmp_path):
+        secured, tmp_path, agent_send_path):
     right = secured.security().password("agent")
-    topic, _audit, config, secret = _setup(secured, tmp_path, "not-the-password")
+    topic, _audit, config, secret = _setup(secured, tmp_path, "not-the-password",
+                                           agent_send_path)
     agent = AgentProcess(config, tmp_path / "agent.log").start()
     try:
         _write(tmp_path / "logs" / "app.log", LINES)
@@ -142,9 +144,10 @@ def test_a_wrong_password_waits_in_the_pool_and_a_reload_with_the_right_one_deli
 
 
 def test_a_missing_write_acl_waits_in_the_pool_and_delivery_resumes_once_it_is_granted(
-        secured, tmp_path):
+        secured, tmp_path, agent_send_path):
     topic, audit_topic, config, _secret = _setup(secured, tmp_path,
-                                                 secured.security().password("agent"))
+                                                 secured.security().password("agent"),
+                                                 agent_send_path)
     admin = AdminClient(_admin_conf(secured))
     write = [a for a in role_acls("agent", "User:agent", Scope(topics=(topic,),
                                                                audit_topic=audit_topic))

@@ -17,11 +17,12 @@ from tests.integration.test_agent_end_to_end import (
 
 @pytest.mark.cluster3
 @pytest.mark.slow
-def test_one_of_three_brokers_killed_mid_stream_loses_nothing(kafka3, tmp_path, topic_name):
+def test_one_of_three_brokers_killed_mid_stream_loses_nothing(kafka3, tmp_path, topic_name,
+                                                             agent_send_path):
     cluster = kafka3.controlled()
     total = 300_000
     agent, logs = setup_agent(tmp_path, kafka3.bootstrap_servers, topic_name, partitions=6,
-                              replication=3)
+                              replication=3, broker={"send_path": agent_send_path})
     agent.start()
     writer = start_writer(logs, total, 100_000, 50_000)
     victim = 2
