@@ -44,6 +44,7 @@ from confluent_kafka import Producer
 
 from audit.contract.delivery import deliver
 from audit.contract.record import (
+    HASH_SEED,
     PRODUCER_TIER,
     AuditRecord,
     Ranges,
@@ -97,16 +98,26 @@ class Tally:
         self.late += other.late
 
 
-def tally_slot(slot: SealedSlot, window_ms: int, now_ms: int) -> dict[int, Tally]:
+# (payload, offsets, lengths, seed, out): the native extension's value_hashes
+NativeHashes = Callable[[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray], None]
+
+
+def tally_slot(slot: SealedSlot, window_ms: int, now_ms: int,
+               native_hashes: NativeHashes | None = None) -> dict[int, Tally]:
     """Per window start, the counts of a sealed slot's records (each split part is a record,
-    as it is in Kafka)."""
+    as it is in Kafka). ``native_hashes``: the native extension's pass over a block's values
+    (``docket_native.value_hashes``, the same XXH64), used with the native send path."""
     out: dict[int, Tally] = {}
     payload = memoryview(slot.payload)
     for block in slot.blocks():
         windows = block.timestamps // window_ms * window_ms
-        values = map(payload.__getitem__, map(slice, block.offsets.tolist(),
-                                              (block.offsets + block.lengths).tolist()))
-        hashes = np.fromiter(value_hashes(values), np.uint64, len(block))
+        hashes = np.empty(len(block), np.uint64)
+        if native_hashes is not None:
+            native_hashes(slot.payload, block.offsets, block.lengths, HASH_SEED, hashes)
+        else:
+            values = map(payload.__getitem__, map(slice, block.offsets.tolist(),
+                                                  (block.offsets + block.lengths).tolist()))
+            hashes[:] = np.fromiter(value_hashes(values), np.uint64, len(block))
         late = windows + window_ms <= now_ms
         first, last = int(windows[0]), int(windows[-1])
         if first == last and (windows == first).all():       # the usual case: one window
@@ -135,8 +146,10 @@ class AuditEmitter:
                  window_ms: int, interval_ms: int, producer_conf: dict, metrics: Metrics,
                  enabled: bool = True,
                  clock: Callable[[], float] = time.time, incarnation: str | None = None,
-                 numbers: Callable[[], RecordNumbers] | None = None):
+                 numbers: Callable[[], RecordNumbers] | None = None,
+                 native_hashes: NativeHashes | None = None):
         self.db = db                             # the agent's state database
+        self.native_hashes = native_hashes
         self.agent_id = agent_id
         self.topics = list(topics)
         self.audit_topic = audit_topic
@@ -179,7 +192,8 @@ class AuditEmitter:
         """A slot was just sealed: tally it while its pages are in memory."""
         if not self.enabled:
             return
-        tallies = tally_slot(slot, self.window_ms, int(self.clock() * 1000))
+        tallies = tally_slot(slot, self.window_ms, int(self.clock() * 1000),
+                             self.native_hashes)
         with self._lock:
             self._pending.append((slot.seq, {(slot.topic, w): t for w, t in tallies.items()}))
 
@@ -214,7 +228,8 @@ class AuditEmitter:
         """A counted slot was dropped (pool full under ``drop_oldest``)."""
         if not self.enabled:
             return
-        tallies = tally_slot(slot, self.window_ms, int(self.clock() * 1000))
+        tallies = tally_slot(slot, self.window_ms, int(self.clock() * 1000),
+                             self.native_hashes)
         with self._lock:
             self._pending.append((None, {(slot.topic, w): _negated(t)
                                          for w, t in tallies.items()}))

@@ -107,6 +107,16 @@ class Agent:
             self.abandon()            # as a process that dies here would: nothing written
             raise
 
+    def _native_hashes(self, cfg: AgentConfig):
+        """With the native send path, the tally's per-record hash is the extension's too
+        (a test's stand-in producer leaves the tally to Python)."""
+        if cfg["broker.send_path"] != "native" or self.seams.native_factory is not None:
+            return None
+        try:
+            return native_module().value_hashes
+        except NativeUnavailable:
+            return None              # refused with its reason when the drain is built
+
     def _open(self, cfg: AgentConfig) -> None:
         self.metrics = Metrics()
         self.db = StateDB(cfg.state_db_path, crash_point=self.seams.db_crash_point,
@@ -120,7 +130,8 @@ class Agent:
             enabled=cfg["audit.enabled"], clock=lambda: self.clock.time_ms() / 1000,
             incarnation=self.incarnation,
             numbers=self._numbers if cfg["agent.record_numbers"] and cfg["agent.origin_header"]
-            else None)
+            else None,
+            native_hashes=self._native_hashes(cfg))
         self.journal = LossJournal(cfg.journal_path, self.metrics,
                                    on_record=self.audit.dropped, clock=self.clock)
         self.checkpoints = Checkpoints(self.db, self.monotonic,

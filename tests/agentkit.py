@@ -59,12 +59,20 @@ def write_config(path: Path, bootstrap: str, state_dir: Path, sources: list[dict
     lines = []
     for name, values in conf.items():
         lines.append(f"[{name}]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
     for src in sources:
         lines.append("[[sources]]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in src.items()]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in src.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _toml_value(value) -> str:
+    """A value as TOML writes it: JSON's scalars and arrays are TOML's; a table goes inline."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}"
+                                for k, v in value.items()) + " }"
+    return json.dumps(value)
 
 
 class AgentProcess:

@@ -4,12 +4,13 @@ counted twice across a restart (no Kafka here: emission is tested end to end).""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from agent.buffer import BufferPool, Chunk
 from agent.producer_tally import AuditEmitter, tally_slot
 from agent.state import StateDB
 from agent.telemetry import Metrics
-from audit.contract.record import value_hash
+from audit.contract.record import HASH_SEED, value_hash
 
 WINDOW = 600_000
 NOW = 1_800_000_000_000
@@ -44,14 +45,22 @@ def as_tuples(em: AuditEmitter) -> dict[int, tuple[int, int, int]]:
             if t.count}
 
 
-def test_tally_of_a_slot_matches_counting_each_record(tmp_path):
+def native_hashes():
+    """The native extension's value_hashes, or a skip where it is not built."""
+    return pytest.importorskip("docket_native", reason="the native extension is not built "
+                               "(make setup builds it with cargo)").value_hashes
+
+
+@pytest.mark.parametrize("hashes", ["python", "native"])
+def test_tally_of_a_slot_matches_counting_each_record(tmp_path, hashes):
+    native = native_hashes() if hashes == "native" else None
     data, ts = lines(3000)
     with BufferPool(tmp_path / "p", 8 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False) as pool:
         pool.append("t", Chunk.from_lines(data, ts))
         pool.seal_all()
         got: dict[int, tuple] = {}
         for slot in pool.sealed():
-            for w, t in tally_slot(slot, WINDOW, NOW).items():
+            for w, t in tally_slot(slot, WINDOW, NOW, native).items():
                 c = got.get(w, (0, 0, 0))
                 got[w] = (c[0] + t.count, c[1] + t.bytes, (c[2] + t.checksum) % 2**64)
     assert got == truth(data, ts)
@@ -169,3 +178,29 @@ def test_a_round_says_where_the_record_numbers_stand(tmp_path, monkeypatch):
     assert (ranges.through, ranges.delivered, ranges.missing) == (49, 39, [[7, 7]])
     assert asked and asked[0] > 0
     db.close()
+
+
+def test_the_native_hash_is_the_audits_and_refuses_what_lies_outside_the_payload():
+    value_hashes = native_hashes()
+    rng = np.random.default_rng(7)
+    payload = rng.integers(0, 256, 5000, dtype=np.uint8)
+    offsets = rng.integers(0, 4000, 500)
+    lengths = rng.integers(0, 1000, 500).astype("<u4")
+    lengths[:3] = 0                                     # empty values hash too
+    out = np.empty(500, np.uint64)
+    value_hashes(payload, offsets, lengths, HASH_SEED, out)
+    raw = payload.tobytes()
+    assert out.tolist() == [value_hash(raw[o:o + n]) for o, n in
+                            zip(offsets.tolist(), lengths.tolist(), strict=True)]
+    with pytest.raises(ValueError, match="record 1: bytes 4990..5010 lie outside"):
+        value_hashes(payload, np.array([0, 4990]), np.array([1, 20], "<u4"), HASH_SEED,
+                     np.empty(2, np.uint64))
+    with pytest.raises(ValueError, match="record 0: bytes -1..0 lie outside"):
+        value_hashes(payload, np.array([-1]), np.array([1], "<u4"), HASH_SEED,
+                     np.empty(1, np.uint64))
+    with pytest.raises(ValueError, match="one entry per record"):
+        value_hashes(payload, offsets, lengths[:-1], HASH_SEED, out)
+    frozen = np.empty(500, np.uint64)
+    frozen.flags.writeable = False
+    with pytest.raises((ValueError, BufferError)):
+        value_hashes(payload, offsets, lengths, HASH_SEED, frozen)
