@@ -214,7 +214,10 @@ def test_an_alert_is_snoozed_from_its_page(page, dashboard, tmp_path):
 def test_the_topic_and_health_pages_draw_with_the_vendored_libraries(page, dashboard, tmp_path):
     base, _hook, _db = dashboard
     page.goto(f"{base}/topic/web.access?range=7d")
-    page.wait_for_function("document.querySelectorAll('.chart canvas').length === 2",
+    # Waits are functions, never expression strings: Playwright evaluates a string predicate
+    # with eval() in the page after its first check, which the dashboard's CSP (script-src
+    # 'self') refuses; a chart not drawn at the first check failed the test (CI, loaded host).
+    page.wait_for_function("() => document.querySelectorAll('.chart canvas').length === 2",
                            timeout=15_000)
     assert page.evaluate("typeof uPlot === 'function' && typeof htmx === 'object'")
     charts = page.locator("figure.correlation")
@@ -242,7 +245,7 @@ def test_the_auto_refresh_swaps_the_page_in_place(page, dashboard):
     assert page.evaluate("window.scrollY") == 150       # the page is long enough to scroll
     with page.expect_response(lambda r: r.url.endswith("/?tier=kafka-local&range=7d")):
         page.evaluate("htmx.trigger('#main', 'refresh')")     # what the 30 s poll does
-    page.wait_for_function("!document.getElementById('heatmap').dataset.mark")
+    page.wait_for_function("() => !document.getElementById('heatmap').dataset.mark")
     assert page.url.endswith("/?tier=kafka-local&range=7d")
     assert page.evaluate("window.scrollY") == 150
     assert page.locator("td.state-incomplete").count() == 1
