@@ -111,13 +111,13 @@ def tally_slot(slot: SealedSlot, window_ms: int, now_ms: int,
     payload = memoryview(slot.payload)
     for block in slot.blocks():
         windows = block.timestamps // window_ms * window_ms
-        hashes = np.empty(len(block), np.uint64)
         if native_hashes is not None:
+            hashes = np.empty(len(block), np.uint64)
             native_hashes(slot.payload, block.offsets, block.lengths, HASH_SEED, hashes)
         else:
             values = map(payload.__getitem__, map(slice, block.offsets.tolist(),
                                                   (block.offsets + block.lengths).tolist()))
-            hashes[:] = np.fromiter(value_hashes(values), np.uint64, len(block))
+            hashes = np.fromiter(value_hashes(values), np.uint64, len(block))
         late = windows + window_ms <= now_ms
         first, last = int(windows[0]), int(windows[-1])
         if first == last and (windows == first).all():       # the usual case: one window

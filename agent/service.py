@@ -107,17 +107,20 @@ class Agent:
             self.abandon()            # as a process that dies here would: nothing written
             raise
 
-    def _native_hashes(self, cfg: AgentConfig):
-        """With the native send path, the tally's per-record hash is the extension's too
-        (a test's stand-in producer leaves the tally to Python)."""
+    def _native(self, cfg: AgentConfig):
+        """The native extension when the agent sends with it (``broker.send_path =
+        "native"``), for the drain and the tally's per-record hash; None with the Python path
+        or a test's stand-in producer. Refuses to start without it, before anything opens."""
         if cfg["broker.send_path"] != "native" or self.seams.native_factory is not None:
             return None
         try:
-            return native_module().value_hashes
-        except NativeUnavailable:
-            return None              # refused with its reason when the drain is built
+            return native_module()
+        except NativeUnavailable as exc:
+            raise StartupError(str(exc), hint="make native; or [broker] "
+                               "send_path = \"python\"") from exc
 
     def _open(self, cfg: AgentConfig) -> None:
+        extension = self._native(cfg)
         self.metrics = Metrics()
         self.db = StateDB(cfg.state_db_path, crash_point=self.seams.db_crash_point,
                           clock=self.clock)
@@ -131,7 +134,7 @@ class Agent:
             incarnation=self.incarnation,
             numbers=self._numbers if cfg["agent.record_numbers"] and cfg["agent.origin_header"]
             else None,
-            native_hashes=self._native_hashes(cfg))
+            native_hashes=extension.value_hashes if extension else None)
         self.journal = LossJournal(cfg.journal_path, self.metrics,
                                    on_record=self.audit.dropped, clock=self.clock)
         self.checkpoints = Checkpoints(self.db, self.monotonic,
@@ -161,12 +164,6 @@ class Agent:
         numbered = cfg["agent.record_numbers"] and origin is not None
         drain_class, native = Drain, {}
         if cfg["broker.send_path"] == "native":
-            if self.seams.native_factory is None:
-                try:
-                    native_module()
-                except NativeUnavailable as exc:
-                    raise StartupError(str(exc), hint="make native; or [broker] "
-                                       "send_path = \"python\"") from exc
             drain_class, native = NativeDrain, {"native_factory": self.seams.native_factory}
         self.drain = drain_class(self.pool, producer_config(cfg), self.journal, self.metrics,
                                  cfg.dead_letter_dir, origin, on_slot_done=self._slot_done,

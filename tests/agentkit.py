@@ -15,6 +15,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from agent.drain.native import NativeUnavailable, native_module
+
 BIN = Path(sys.executable).parent
 
 
@@ -38,8 +40,8 @@ def clock_shift_env(seconds: int, build_dir: Path) -> dict[str, str]:
 def native_built() -> bool:
     """Is the native send path's extension installed (``make native``)?"""
     try:
-        import docket_native  # noqa: F401
-    except ImportError:
+        native_module()
+    except NativeUnavailable:
         return False
     return True
 

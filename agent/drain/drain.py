@@ -488,8 +488,6 @@ class Drain:
         start's self-check would read them again as new records (seen in the soak: 11,942
         ids sent twice with two record numbers, outside the in-flight bound). Slots of other
         sources still go out of order: one stuck slot holds back only its own sources."""
-        while self.inflight and self.inflight[0].finished(self.settled):
-            self._finish(self.inflight.popleft())
         held: set[int] = set()              # sources of the older slots not freed
         for send in list(self.inflight):
             sources = {src for src, _s, _e in send.slot.meta.positions}

@@ -410,21 +410,20 @@ fn value_hashes(py: Python<'_>, payload: &Bound<'_, PyAny>, offsets: &Bound<'_, 
     }
     // SAFETY: the buffers stay exported (held above) while the slices live.
     let (data, offs, lens) = unsafe { (items(&payload), items(&offsets), items(&lengths)) };
-    let mut ranges = Vec::with_capacity(n);
     for (i, (&o, &l)) in offs.iter().zip(lens).enumerate() {
         let end = o.saturating_add(l as i64);
         if o < 0 || end as usize > data.len() {
             return Err(PyValueError::new_err(format!(
                 "record {i}: bytes {o}..{end} lie outside the payload ({} bytes)", data.len())));
         }
-        ranges.push(o as usize..end as usize);
     }
     // SAFETY: `out` is a writable, contiguous buffer of n u64 the caller holds while this
     // runs, and nothing else writes it meanwhile.
     let hashes = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut u64, n) };
     py.detach(|| {
-        for (h, r) in hashes.iter_mut().zip(ranges) {
-            *h = xxhash_rust::xxh64::xxh64(&data[r], seed);
+        for ((h, &o), &l) in hashes.iter_mut().zip(offs).zip(lens) {
+            let start = o as usize;              // every range checked above
+            *h = xxhash_rust::xxh64::xxh64(&data[start..start + l as usize], seed);
         }
     });
     Ok(())
