@@ -203,7 +203,8 @@ def _status(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, seams=None) -> int:
+    """``seams``: a test's stand-ins for the agent's parts (``service.Seams``)."""
     args = _parser().parse_args(argv)
     try:
         if args.command == "validate":
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         for where, message in cfg.warnings:
             logging.getLogger("docket.agent").warning("config %s: %s", where, message)
         try:
-            agent = Agent(cfg)
+            agent = Agent(cfg, seams=seams)
             agent.install_signals()
             return agent.run()
         except (PoolError, StartupError) as exc:

@@ -89,8 +89,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("broker.send_path", str, "python", "How sealed slots reach Kafka: `python` "
             "(confluent-kafka, one call per record) or `native` (the extension built by `make "
             "native`: the record loop and the delivery reports in native code, agent/native). "
-            "In progress: not yet measured by the fault tests and the simulation "
-            "(docs/performance.md).", choices=("python", "native")),
+            "docs/performance.md compares them.", choices=("python", "native")),
+    Setting("broker.delivery", str, "at_least_once", "`at_least_once`: after a crash the "
+            "slots that were in flight are sent again (duplicates, never loss). "
+            "`exactly_once`: slots go in Kafka transactions with the agent's progress marker, "
+            "so read_committed consumers see every event once (docs/exactly-once.md); needs "
+            "`send_path = \"python\"`.", choices=("at_least_once", "exactly_once")),
+    Setting("broker.transaction_ms", float, 100.0, "`exactly_once`: slots join a transaction "
+            "for at most this long; it commits sooner when the agent has caught up. Records "
+            "are visible to read_committed consumers at the commit.", minimum=1),
+    Setting("broker.transaction_max_slots", int, 32, "`exactly_once`: at most this many slots "
+            "in one transaction (the progress marker names each).", minimum=1, maximum=64),
+    Setting("broker.transaction_timeout_ms", int, 60_000, "`exactly_once`: Kafka aborts a "
+            "transaction of an agent that died after this long, so read_committed consumers "
+            "wait at most this long behind it (a restarted agent aborts it at once). Also the "
+            "longest a record waits in librdkafka before its transaction is aborted and sent "
+            "again.", minimum=1000, maximum=900_000),
+    Setting("broker.progress_topic", str, "docket.progress", "`exactly_once`: the topic the "
+            "progress marker is committed on (as an offset of the agent's own group, "
+            "`docket-agent-<id>`); one partition, nothing is written to it. Created by the "
+            "agent when missing and allowed."),
     Setting("broker.librdkafka_options", dict, {}, "librdkafka properties passed to the producer "
             "as they are, e.g. `\"socket.keepalive.enable\" = true`. Security goes in the "
             "`broker.security_protocol` … keys above (docs/security.md): a password is never "
@@ -325,6 +343,11 @@ def _check_combinations(values: dict, sources: list[SourceConfig]) -> None:
             raise ConfigError(f"sources[{i}].topic", f"{src.topic!r} is the audit topic",
                               hint="events and audit counts need topics of their own; change "
                               "the source's topic or [audit] topic")
+    if values["broker.delivery"] == "exactly_once" and values["broker.send_path"] != "python":
+        raise ConfigError("broker.delivery", "exactly_once needs send_path = \"python\": the "
+                          "native send path does not do transactions",
+                          hint="set [broker] send_path = \"python\", or delivery = "
+                          "\"at_least_once\"")
     if not values["broker.bootstrap_servers"].strip():
         raise ConfigError("broker.bootstrap_servers", "must not be empty")
     if not sources:

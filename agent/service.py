@@ -30,6 +30,7 @@ from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
 from .drain.drain import Drain
 from .drain.native import NativeDrain, NativeUnavailable, native_module
+from .drain.transact import TransactionalDrain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .drain.topics import TopicWatch
 from .errors import StartupError
@@ -85,6 +86,7 @@ class Seams:
     pool_ops: FileOps | None = None
     producer_factory: Callable[[dict], object] | None = None
     native_factory: Callable[[dict], object] | None = None    # broker.send_path = "native"
+    txn_crash_point: Callable[[str], None] | None = None      # broker.delivery = "exactly_once"
     db_crash_point: Callable[[str], None] | None = None
     file_events: bool = True
 
@@ -165,6 +167,14 @@ class Agent:
         drain_class, native = Drain, {}
         if cfg["broker.send_path"] == "native":
             drain_class, native = NativeDrain, {"native_factory": self.seams.native_factory}
+        elif cfg["broker.delivery"] == "exactly_once":
+            drain_class, native = TransactionalDrain, {
+                "agent_id": cfg.agent_id, "incarnation_id": self.incarnation,
+                "progress_topic": cfg["broker.progress_topic"],
+                "transaction_ms": cfg["broker.transaction_ms"],
+                "max_slots": cfg["broker.transaction_max_slots"],
+                "transaction_timeout_ms": cfg["broker.transaction_timeout_ms"],
+                "crash_point": self.seams.txn_crash_point}
         self.drain = drain_class(self.pool, producer_config(cfg), self.journal, self.metrics,
                                  cfg.dead_letter_dir, origin, on_slot_done=self._slot_done,
                                  on_dead=self.audit.uncount, clock=self.clock,

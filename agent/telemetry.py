@@ -42,6 +42,13 @@ METRICS: dict[str, tuple[str, str]] = {
     "agent_drain_retried_events_total": ("counter", "Events sent again after a retriable error."),
     "agent_drain_slots_freed_total": ("counter", "Slots freed after full acknowledgement."),
     "agent_drain_broker_up": ("gauge", "1 while the cluster answers, 0 during an outage."),
+    "agent_drain_transactions_committed_total": ("counter", "exactly_once: transactions "
+                                                 "committed."),
+    "agent_drain_transactions_aborted_total": ("counter", "exactly_once: transactions aborted "
+                                               "(their slots sent again in the next one)."),
+    "agent_drain_committed_found_total": ("counter", "exactly_once: slots found committed by "
+                                          "the last transaction at a start or a new producer, "
+                                          "freed without sending them again."),
     "agent_drain_outages_total": ("counter", "Outages detected (librdkafka queue purged, pool "
                                   "absorbing)."),
     "agent_dropped_events_total": ("counter", "Events not delivered, by reason and whether a "

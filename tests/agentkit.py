@@ -153,12 +153,15 @@ class AgentProcess:
 
 
 def consume_counts(bootstrap: str, topic: str, expected: int, timeout_s: float,
-                   parse=lambda v: v, on_msg=None) -> Counter:
+                   parse=lambda v: v, on_msg=None,
+                   isolation: str = "read_committed") -> Counter:
     """Read ``topic`` from the start until ``expected`` distinct values (after ``parse``) came,
     or the time is up; ``on_msg`` sees every record (its timestamp, its headers). Distinct, not
-    records: duplicates must not end the reading while some values have yet to arrive."""
+    records: duplicates must not end the reading while some values have yet to arrive.
+    ``isolation``: ``read_uncommitted`` sees the records of aborted transactions too."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{time.time_ns()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "isolation.level": isolation})
     md = consumer.list_topics(topic, timeout=30).topics[topic]
     consumer.assign([TopicPartition(topic, p, 0) for p in md.partitions])
     counts: Counter = Counter()

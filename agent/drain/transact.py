@@ -1,0 +1,531 @@
+"""Exactly once into Kafka (``broker.delivery = "exactly_once"``): sealed slots go in Kafka
+transactions, each carrying the agent's progress marker, so a restart knows which slots
+Kafka committed and a read_committed consumer sees every event once.
+
+One transaction at a time, over a bounded group of slots: slots join it while it is younger
+than ``transaction_ms`` and holds fewer than ``max_slots``; it commits when all its records are
+handed over and reported, and either it is old or full or the agent has caught up (no other
+sealed slot waits: at low rates a record does not wait out ``transaction_ms``). With its
+records, the transaction commits the **progress marker**: an offset of the agent's own
+consumer group (``transactional.id`` and group id are both ``docket-agent-<agent id>``) on
+partition 0 of the progress topic, whose metadata names the slots of the transaction (their
+first record number and record count) and the agent's incarnation. Offsets committed in a
+transaction become visible with it, atomically with the records (Kafka's ``TxnOffsetCommit``).
+
+Slots are freed (and their files' positions acknowledged) only after the commit returned,
+before the next transaction begins: so at any moment the only slots Kafka committed that the
+pool may still hold are those the marker names. The crash points, and what a restart does:
+
+- before the commit (records written, marker sent or not): ``init_transactions`` of the new
+  producer fences the old one and aborts its open transaction; the marker still names the
+  previous transaction, whose slots are gone from the pool: every slot found is sent again.
+  read_committed readers never see the aborted copies.
+- during the commit (the request sent, the answer not heard): the coordinator either wrote
+  its decision or not; ``init_transactions`` completes a commit it decided and aborts one it
+  did not; the marker read afterwards (read_committed) says which, and the slots it names are
+  freed without being sent.
+- after the commit, before or while the slots were freed: the marker names them; those still
+  in the pool are freed without being sent.
+
+A producer that a fatal error replaced, or whose commit ended with an unknown outcome, is
+followed by the same reading of the marker. Any failed record (a retriable error, a purge in
+an outage, a topic refused) makes the transaction abortable: it is aborted and its slots are
+sent again in the next one, but for records dead-lettered (they are journaled as in the
+at-least-once mode). A record refused with its batch as too large sends the group again from
+a producer that puts one record in each batch, once; a record refused alone is dead. A topic
+refused (an ACL missing) holds its slots aside, tried again every ``DENIED_RETRY_S``, while
+the other topics go on.
+
+The client calls that wait for the cluster (``init_transactions``, the marker's read,
+``send_offsets_to_transaction`` with ``commit_transaction``, ``abort_transaction``) run in a
+thread of their own (``_Job``), one at a time; the agent's loop keeps reading files into the
+pool meanwhile and only waits for the job to end before it produces again.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from broker.admin import TopicSpec, ensure_topics
+
+from ..buffer import SealedSlot
+from .drain import DENIED_RETRY_S, Drain
+from .slotsend import SlotSend
+from .topics import connection_conf
+
+log = logging.getLogger("docket.agent.drain")
+
+PROGRESS_TOPIC = "docket.progress"
+MARKER_PARTITION = 0
+MARKER_VERSION = 1
+CALL_TIMEOUT_S = 10.0           # one wait of a transaction call for the cluster
+RETRY_PAUSE_S = 0.5             # between a call's retriable failures
+
+
+def transactional_id(agent_id: str) -> str:
+    """The agent's ``transactional.id``, also the group its progress marker is committed in."""
+    return f"docket-agent-{agent_id}"
+
+
+class TransactionsRefused(Exception):
+    """The cluster refuses this agent transactions or its marker (an ACL, the topic): said in
+    status and the log; tried again every ``DENIED_RETRY_S``."""
+
+
+class _Job:
+    """One blocking client call (or a few in a row) in a thread of its own."""
+
+    def __init__(self, name: str, fn: Callable[[], object]):
+        self.name = name
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        threading.Thread(target=self._run, args=(fn,), daemon=True,
+                         name=f"docket-txn-{name}").start()
+
+    def _run(self, fn: Callable[[], object]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as exc:          # handed to the agent's loop, which decides
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def kafka_error(self) -> KafkaError | None:
+        if isinstance(self.error, KafkaException):
+            return self.error.args[0]
+        return None
+
+
+def marker_value(incarnation: str, slots: list[SealedSlot]) -> str:
+    """The metadata of the progress marker: which slots (first record number, record count,
+    and the slot's sequence number, for people) the transaction holds."""
+    return json.dumps({"v": MARKER_VERSION, "incarnation": incarnation,
+                       "slots": [[s.first_record, s.record_count, s.seq] for s in slots]},
+                      separators=(",", ":"))
+
+
+def parse_marker(text: str | None, incarnation: str) -> set[tuple[int, int]]:
+    """The slots (first record, count) a committed marker names for this incarnation; none
+    for another incarnation's (the state was recreated: its numbers mean other records)."""
+    if not text:
+        return set()
+    try:
+        doc = json.loads(text)
+        if doc.get("v") != MARKER_VERSION or doc.get("incarnation") != incarnation:
+            return set()
+        return {(int(first), int(count)) for first, count, *_ in doc["slots"]}
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.error("progress marker unreadable (%s): %r; every slot in the pool is sent again "
+                  "(duplicates possible)", exc, text[:200])
+        return set()
+
+
+class TransactionalDrain(Drain):
+    """The drain of ``broker.delivery = "exactly_once"``. ``crash_point``: a test's hook,
+    called with the name of each step of a transaction (``txn:produced``,
+    ``txn:before_commit``, ``txn:committed``, ``txn:freed``)."""
+
+    def __init__(self, *args, agent_id: str, incarnation_id: str,
+                 progress_topic: str = PROGRESS_TOPIC, transaction_ms: float = 100.0,
+                 max_slots: int = 32, transaction_timeout_ms: int = 60_000,
+                 consumer_factory: Callable[[dict], Consumer] | None = None,
+                 crash_point: Callable[[str], None] | None = None, **kwargs):
+        self.txn_id = transactional_id(agent_id)
+        self.incarnation_id = incarnation_id
+        self.progress_topic = progress_topic
+        self.transaction_s = transaction_ms / 1000
+        self.max_slots = max_slots
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.consumer_factory = consumer_factory or Consumer
+        self.crash_point = crash_point or (lambda _name: None)
+        self.job: _Job | None = None
+        self.ready = False               # transactions initialised and the marker read
+        self.began: float | None = None  # the open transaction's first hand-over
+        self.broken = False              # a record of it failed: abort, then send again
+        self.lone_mode = False           # this attempt sends one record per batch
+        self.held: list[SlotSend] = []   # slots of refused topics, out of the transaction
+        self._finishing: SealedSlot | None = None
+        self._consumer: Consumer | None = None
+        self._closing = False
+        self._rebuild_later = False      # transactions refused: a new producer at ...
+        self._retry_init_at = 0.0        # ... this time
+        self.commits = self.aborts = 0
+        super().__init__(*args, **kwargs)
+        self.broker_state = "initialising transactions"
+
+    # -- the client ---------------------------------------------------------------------------
+    def _new_producer(self):
+        conf = {**self.conf, "error_cb": self._on_error, "delivery.report.only.error": True,
+                "transactional.id": self.txn_id,
+                "transaction.timeout.ms": self.transaction_timeout_ms,
+                # a record waits at most the transaction's life: then the transaction aborts
+                # and its slot goes again (the pool keeps the data meanwhile)
+                "message.timeout.ms": self.transaction_timeout_ms}
+        if self.lone_mode:
+            conf.update({"batch.num.messages": 1, "linger.ms": 0})
+        return self.producer_factory(conf)
+
+    def _lone_producer(self):
+        raise AssertionError("the transactional drain sends records alone by lone_mode")
+
+    def _marker_consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = self.consumer_factory({
+                **connection_conf(self.conf), "group.id": self.txn_id,
+                "enable.auto.commit": False, "isolation.level": "read_committed"})
+        return self._consumer
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def _run_job(self, name: str, fn: Callable[[], object]) -> None:
+        self.job = _Job(name, fn)
+
+    def _retrying(self, call: Callable[[], object], what: str) -> object:
+        """``call`` until it succeeds or fails for good; retriable failures (the cluster does
+        not answer, a coordinator moving) are waited out, the agent's loop running on."""
+        said = False
+        while not self._closing:
+            try:
+                return call()
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not err.retriable() or err.fatal() or err.txn_requires_abort():
+                    raise
+                if not said:
+                    log.warning("%s: %s; trying again", what, err.str())
+                    said = True
+                self.broker_state = f"waiting for the transaction coordinator ({what})"
+                self.clock.sleep(RETRY_PAUSE_S)
+        raise KafkaException(KafkaError(KafkaError._DESTROY, "the agent is stopping"))
+
+    def _init(self) -> set[tuple[int, int]]:
+        """Fence the previous producer of this ``transactional.id`` (its open transaction is
+        aborted, or completed if its commit was decided), make sure the progress topic
+        exists, then read the committed marker."""
+        producer = self.producer
+        self._retrying(lambda: producer.init_transactions(CALL_TIMEOUT_S),
+                       "initialising transactions")
+        self._ensure_progress_topic()
+        consumer = self._marker_consumer()
+        [tp] = self._retrying(lambda: consumer.committed(
+            [TopicPartition(self.progress_topic, MARKER_PARTITION)], CALL_TIMEOUT_S),
+            "reading the progress marker")
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        return parse_marker(tp.metadata, self.incarnation_id)
+
+    def _ensure_progress_topic(self) -> None:
+        try:
+            ensure_topics(self.conf["bootstrap.servers"],
+                          [TopicSpec(self.progress_topic, partitions=1)],
+                          timeout_s=CALL_TIMEOUT_S, client={
+                              k: v for k, v in connection_conf(self.conf).items()
+                              if k != "bootstrap.servers"})
+        except Exception as exc:
+            raise TransactionsRefused(
+                f"the progress topic {self.progress_topic} is missing and could not be "
+                f"created ({exc}). Create it (docket-broker topic ensure "
+                f"{self.progress_topic} --partitions 1) or let the agent create it") from exc
+
+    def _commit(self, slots: list[SealedSlot], through: int) -> None:
+        self.crash_point("txn:produced")
+        marker = TopicPartition(self.progress_topic, MARKER_PARTITION, through,
+                                metadata=marker_value(self.incarnation_id, slots))
+        group = self._marker_consumer().consumer_group_metadata()
+        producer = self.producer
+        self._retrying(lambda: producer.send_offsets_to_transaction(
+            [marker], group, CALL_TIMEOUT_S), "sending the progress marker")
+        self.crash_point("txn:before_commit")
+        self._retrying(lambda: producer.commit_transaction(CALL_TIMEOUT_S),
+                       "committing a transaction")
+
+    def _abort(self) -> None:
+        producer = self.producer
+        self._retrying(lambda: producer.abort_transaction(CALL_TIMEOUT_S),
+                       "aborting a transaction")
+
+    def _job_ended(self, job: _Job) -> None:
+        """The agent's loop takes the outcome of a job."""
+        err = job.kafka_error()
+        if job.error is not None and err is None:
+            if isinstance(job.error, TransactionsRefused):
+                self._refuse_for_now(str(job.error))
+                return
+            raise job.error                   # a crash point's, or a bug: not hidden
+        if job.name == "init":
+            if err is not None:
+                self._init_failed(err)
+                return
+            self._initialised(job.result)
+        elif job.name == "commit":
+            if err is None:
+                self._committed()
+            elif err.txn_requires_abort():
+                self._abort_and_send_again(f"commit refused: {err.str()}")
+            else:                              # fatal, or the outcome unknown
+                self._fatal = err
+        elif job.name == "abort":
+            if err is not None:
+                self._fatal = err
+            else:
+                self.aborts += 1
+                self.metrics.inc("agent_drain_transactions_aborted_total")
+                if self.broker_state.startswith("waiting for"):
+                    self.broker_state = "up"
+
+    def _init_failed(self, err: KafkaError) -> None:
+        if err.code() in (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                          KafkaError.GROUP_AUTHORIZATION_FAILED,
+                          KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                          KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+            self._refuse_for_now(
+                f"{err.str()}: the agent's principal needs Write on transactional id "
+                f"{self.txn_id}, Read on group {self.txn_id} and Read on topic "
+                f"{self.progress_topic} (docs/security.md)")
+            return
+        self._fatal = err
+
+    def _refuse_for_now(self, why: str) -> None:
+        """Transactions cannot start: events wait in the pool; tried again later."""
+        if self.broker_state != f"transactions refused: {why}":
+            log.error("broker: transactions refused: %s. Events wait in the pool; trying "
+                      "again every %.0f s", why, DENIED_RETRY_S)
+        self.broker_state = f"transactions refused: {why}"
+        self.metrics.set("agent_drain_broker_up", 0)
+        self._retry_init_at = self._now() + DENIED_RETRY_S
+        self._rebuild_later = True
+
+    def _initialised(self, covered: set[tuple[int, int]]) -> None:
+        """The previous producer fenced; free the slots its last committed transaction
+        holds (they are in Kafka), and send the rest."""
+        self.ready = True
+        self.broker_state = "up"
+        self.metrics.set("agent_drain_broker_up", 1)
+        done = [s for s in [*self.inflight, *self.held] if self._covers(covered, s.slot)]
+        for send in done:
+            (self.inflight if send in self.inflight else self.held).remove(send)
+            send.retired = True
+        leased = {s.slot.seq for s in [*self.inflight, *self.held]}
+        found = [s for s in self.pool.sealed()
+                 if s.seq not in leased and self._covers(covered, s)]
+        freed = [s.slot for s in done] + found
+        for slot in freed:
+            self._free_committed(slot)
+        if freed:
+            log.warning("%d slot(s) found committed by the last transaction (%d records): "
+                        "freed without sending them again", len(freed),
+                        sum(s.record_count for s in freed))
+            self.metrics.inc("agent_drain_committed_found_total", len(freed))
+
+    @staticmethod
+    def _covers(covered: set[tuple[int, int]], slot: SealedSlot) -> bool:
+        return slot.record_count > 0 and (slot.first_record, slot.record_count) in covered
+
+    # -- sending ------------------------------------------------------------------------------
+    def pump(self, budget: int = 20000) -> int:
+        if self.job is not None:
+            self._poll()
+            if not self.job.done.is_set():
+                return 0
+            job, self.job = self.job, None
+            self._job_ended(job)
+        if self._rebuild_later:
+            if self._now() < self._retry_init_at:
+                return 0
+            self._rebuild_later = False
+            self._reconfigured = True
+        if self._fatal is not None or self._reconfigured:
+            self._rebuild()
+        if not self.ready:
+            self._run_job("init", self._init)
+            return 0
+        self._poll()
+        if self.outage:
+            if not self._probe_ok.is_set():
+                return 0
+            self._end_outage()
+        if self.inflight and self.broken:
+            if self._outstanding() == 0:
+                self._abort_and_send_again("a record failed")
+            else:
+                self._watch_for_outage()
+            return 0
+        sent = self._produce(budget)
+        self._poll()
+        if self.broken:
+            return sent
+        if self._due(caught_up=sent < budget) and self._outstanding() == 0:
+            self._begin_commit()
+        else:
+            self._watch_for_outage()
+        return sent
+
+    def _produce(self, budget: int) -> int:
+        """Hand over the open transaction's records, taking slots into it while it is young
+        and not full."""
+        sent = 0
+        while sent < budget:
+            send = next((s for s in self.inflight if s.unsent), None)
+            if send is None:
+                if not self._room():
+                    break
+                send = self._next_send()
+                if send is None:
+                    break
+            if self.began is None:
+                self.producer.begin_transaction()
+                self.began = self._now()
+            n, blocked = self._produce_new(send, budget - sent)
+            sent += n
+            if blocked:
+                break
+        return sent
+
+    def _room(self) -> bool:
+        return len(self.inflight) < self.max_slots and (
+            self.began is None or self._now() - self.began < self.transaction_s)
+
+    def _next_send(self) -> SlotSend | None:
+        """The next slot for the open transaction: a held one whose topic is due again, or
+        the oldest sealed slot (one of a refused topic is held aside)."""
+        for send in self.held:
+            if not self._held(send.slot.topic):
+                self.held.remove(send)
+                self._denied[send.slot.topic] = self._now() + DENIED_RETRY_S
+                self.inflight.append(send)
+                return send
+        while True:
+            taken = self.pool.take(1)
+            if not taken:
+                return None
+            send = self._start(taken[0])
+            if send.slot.topic in self._denied and self._held(send.slot.topic):
+                self.held.append(send)
+                continue
+            self.inflight.append(send)
+            return send
+
+    def _due(self, caught_up: bool) -> bool:
+        if not self.inflight or any(s.unsent for s in self.inflight):
+            return False
+        return caught_up or not self._room()
+
+    def _begin_commit(self) -> None:
+        slots = [s.slot for s in self.inflight]
+        through = max(s.first_record + s.record_count for s in slots)
+        self._run_job("commit", lambda: self._commit(slots, through))
+
+    def _committed(self) -> None:
+        """The transaction is in Kafka: free its slots, oldest first, before anything else."""
+        self.crash_point("txn:committed")
+        self.commits += 1
+        self.metrics.inc("agent_drain_transactions_committed_total")
+        done, self.inflight = list(self.inflight), collections.deque()
+        self.began, self.broken = None, False
+        for send in done:
+            self._finish(send)
+            self.crash_point("txn:freed")
+        if self.lone_mode:                   # the records refused with their batch went
+            self.lone_mode = False
+            self._reconfigured = True
+
+    def _free_committed(self, slot: SealedSlot) -> None:
+        """A slot the marker names, found in the pool after a restart or a new producer."""
+        self._finishing = slot
+        try:
+            if self.on_slot_done is not None:
+                self.on_slot_done(slot)
+            self.pool.free(slot)
+        finally:
+            self._finishing = None
+
+    def _finish(self, send: SlotSend) -> None:
+        self._finishing = send.slot
+        try:
+            super()._finish(send)
+        finally:
+            self._finishing = None
+
+    def in_flight_slots(self) -> list[SealedSlot]:
+        """Every sealed slot but the one being freed: a slot waiting in the pool may be older
+        than one committed (a refused topic's), and the acknowledged offsets must not pass it."""
+        return [s for s in self.pool.sealed() if s is not self._finishing]
+
+    def _abort_and_send_again(self, why: str) -> None:
+        """Abort the open transaction; its slots go again in the next one, from their first
+        record but for the dead-lettered ones. Reports still coming for them are ignored."""
+        old = list(self.inflight)
+        lone = any(s.alone for s in old) and not self.lone_mode
+        log.warning("transaction aborted (%s): its %d slot(s) go again%s", why, len(old),
+                    ", one record per batch" if lone else "")
+        again = [self._again(s) for s in old]
+        self.inflight = collections.deque(s for s in again if s.slot.topic not in self._denied)
+        self.held.extend(s for s in again if s.slot.topic in self._denied)
+        self.began, self.broken = None, False
+        if lone:                 # a producer sending alone; its start aborts the transaction
+            self.lone_mode = True
+            self._reconfigured = True
+        else:
+            self._run_job("abort", self._abort)
+
+    # -- outcomes -----------------------------------------------------------------------------
+    def failed(self, send: SlotSend, record, err: KafkaError, alone: bool = False) -> None:
+        """A record failed: the transaction cannot commit. Dead records are dead-lettered now
+        (they are left out when the slot goes again); the rest go again with their slot."""
+        if send.retired:
+            return
+        self.broken = True
+        super().failed(send, record, err, alone=alone or self.lone_mode)
+
+    def _begin_outage(self) -> None:
+        super()._begin_outage()
+        self.broken = bool(self.inflight)     # purged records: the transaction must abort
+
+    def _rebuild(self) -> None:
+        """A new producer (after a fatal error, new settings, or to send records alone):
+        the old one's open transaction is aborted by the new one's ``init_transactions``,
+        which also completes a commit the coordinator had decided; the marker read then says
+        whether the open group was committed."""
+        if self._fatal is not None:
+            log.error("fatal producer error (%s): a new transactional producer fences the old "
+                      "one", self._fatal)
+        self._fatal, self._reconfigured = None, False
+        self.inflight = collections.deque(self._again(s) for s in self.inflight)
+        self.began, self.broken, self.ready = None, False, False
+        old = self.producer
+        old.purge(in_queue=True, in_flight=True)
+        old.poll(0)
+        self.producer = self._new_producer()
+
+    # -- stopping -----------------------------------------------------------------------------
+    def idle(self) -> bool:
+        return self.job is None and not self.inflight and not self.held \
+            and not self.pool.sealed()
+
+    def close(self) -> None:
+        """Stop: an open transaction is aborted (bounded), so read_committed readers are not
+        held up until its timeout; its slots stay in the pool for the next start."""
+        self._closing = True
+        if self.job is not None:
+            self.job.done.wait(CALL_TIMEOUT_S)
+        if self.began is not None and self.ready:
+            try:
+                self.producer.purge(in_queue=True, in_flight=True)
+                self.producer.poll(0)
+                self.producer.abort_transaction(CALL_TIMEOUT_S)
+            except KafkaException as exc:
+                log.warning("open transaction not aborted at stop (%s): read_committed "
+                            "readers wait for its timeout (%d ms) or the next start",
+                            exc.args[0].str(), self.transaction_timeout_ms)
+        self.producer.flush(0)
+        if self._consumer is not None:
+            self._consumer.close()
+
+    def describe(self) -> str:
+        return super().describe() + f", exactly once (transactional.id {self.txn_id})"
