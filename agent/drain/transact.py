@@ -51,11 +51,12 @@ import threading
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from broker.admin import TopicSpec, ensure_topics
 
 from ..buffer import SealedSlot
-from .drain import DENIED_RETRY_S, Drain
+from .drain import DENIED_RETRY_S, OUTAGE_AFTER_S, PROBE_INTERVAL_S, Drain
 from .slotsend import SlotSend
 from .topics import connection_conf
 
@@ -68,9 +69,29 @@ CALL_TIMEOUT_S = 10.0           # one wait of a transaction call for the cluster
 RETRY_PAUSE_S = 0.5             # between a call's retriable failures
 
 
+# Answers that say "ask again": the coordinator is moving or loading (a broker restarted).
+_COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                       KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                       KafkaError.CONCURRENT_TRANSACTIONS, KafkaError.REQUEST_TIMED_OUT,
+                       KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                       KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD}
+# A call still unanswered this long while a new client's metadata request is answered: the
+# producer is wedged (seen here after a 30 s broker pause: its metadata requests timed out for
+# minutes while other clients were answered). A new producer fences it and goes on.
+WEDGED_AFTER_S = 15.0
+
+
 def transactional_id(agent_id: str) -> str:
     """The agent's ``transactional.id``, also the group its progress marker is committed in."""
     return f"docket-agent-{agent_id}"
+
+
+def _let_go(producer) -> None:
+    """Drop a replaced producer in a thread of its own: destroying a client whose connection
+    does not answer can wait for it, and the agent's loop must not."""
+    holder = [producer]
+    del producer                       # the caller lets go of its own reference at once
+    threading.Timer(1.0, holder.clear).start()
 
 
 class TransactionsRefused(Exception):
@@ -189,19 +210,34 @@ class TransactionalDrain(Drain):
     def _retrying(self, call: Callable[[], object], what: str) -> object:
         """``call`` until it succeeds or fails for good; retriable failures (the cluster does
         not answer, a coordinator moving) are waited out, the agent's loop running on."""
-        said = False
+        began, down = self._now(), False
         while not self._closing:
             try:
-                return call()
+                result = call()
             except KafkaException as exc:
                 err = exc.args[0]
-                if not err.retriable() or err.fatal() or err.txn_requires_abort():
+                if err.fatal() or err.txn_requires_abort() or not (
+                        err.retriable() or err.code() in _COORDINATOR_MOVING):
                     raise
-                if not said:
-                    log.warning("%s: %s; trying again", what, err.str())
-                    said = True
-                self.broker_state = f"waiting for the transaction coordinator ({what})"
+                waited = self._now() - began
+                if down and waited >= WEDGED_AFTER_S and self._cluster_answers():
+                    raise KafkaException(KafkaError(
+                        KafkaError._TIMED_OUT, f"{what}: no answer for {waited:.0f} s while "
+                        f"the cluster answers a new client: the producer is replaced")) from exc
+                if waited >= OUTAGE_AFTER_S and not down:
+                    down = True             # as the outage guard would say it (status)
+                    log.warning("%s: no answer for %.0f s (%s); the pool keeps the data, "
+                                "trying again", what, OUTAGE_AFTER_S, err.str())
+                    self.broker_state = "unreachable"
+                    self.metrics.set("agent_drain_broker_up", 0)
+                    self.metrics.inc("agent_drain_outages_total")
                 self.clock.sleep(RETRY_PAUSE_S)
+                continue
+            if down:
+                log.warning("the cluster answers again: resuming")
+                self.broker_state = "up"
+                self.metrics.set("agent_drain_broker_up", 1)
+            return result
         raise KafkaException(KafkaError(KafkaError._DESTROY, "the agent is stopping"))
 
     def _init(self) -> set[tuple[int, int]]:
@@ -276,8 +312,6 @@ class TransactionalDrain(Drain):
             else:
                 self.aborts += 1
                 self.metrics.inc("agent_drain_transactions_aborted_total")
-                if self.broker_state.startswith("waiting for"):
-                    self.broker_state = "up"
 
     def _init_failed(self, err: KafkaError) -> None:
         if err.code() in (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -347,9 +381,9 @@ class TransactionalDrain(Drain):
             return 0
         self._poll()
         if self.outage:
-            if not self._probe_ok.is_set():
-                return 0
-            self._end_outage()
+            if self._probe_ok.is_set():
+                self._end_outage()          # a new producer at the next turn
+            return 0
         if self.inflight and self.broken:
             if self._outstanding() == 0:
                 self._abort_and_send_again("a record failed")
@@ -487,6 +521,31 @@ class TransactionalDrain(Drain):
         super()._begin_outage()
         self.broken = bool(self.inflight)     # purged records: the transaction must abort
 
+    def _cluster_answers(self, admin: AdminClient | None = None) -> bool:
+        """Does the cluster answer a metadata request of another client than the producer?
+        (After a long pause the producer's own requests may stay unanswered while the
+        cluster is back.) ``admin``: one made for this outage; else a new one."""
+        admin = admin or AdminClient(connection_conf(self.conf))
+        try:
+            admin.list_topics(timeout=PROBE_INTERVAL_S)
+            return True
+        except KafkaException:
+            return False
+
+    def _probe(self) -> None:
+        admin = AdminClient(connection_conf(self.conf))
+        while self.outage:
+            if self._cluster_answers(admin):
+                self._probe_ok.set()
+                return
+            self.clock.sleep(0.05)
+
+    def _end_outage(self) -> None:
+        """The cluster is back: a new producer fences the old one (aborting its transaction,
+        whose records were purged) and the marker is read again."""
+        super()._end_outage()
+        self._reconfigured = True
+
     def _rebuild(self) -> None:
         """A new producer (after a fatal error, new settings, or to send records alone):
         the old one's open transaction is aborted by the new one's ``init_transactions``,
@@ -502,6 +561,8 @@ class TransactionalDrain(Drain):
         old.purge(in_queue=True, in_flight=True)
         old.poll(0)
         self.producer = self._new_producer()
+        _let_go(old)
+        del old
 
     # -- stopping -----------------------------------------------------------------------------
     def idle(self) -> bool:

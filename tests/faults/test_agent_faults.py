@@ -234,11 +234,17 @@ class RecordNumbers:
 def test_broker_paused_30s_under_20k_lines_per_s_the_pool_absorbs_it(kafka, tmp_path,
                                                                       topic_name,
                                                                       agent_send_path):
+    broker_pause_run(kafka, tmp_path, topic_name, {"send_path": agent_send_path})
+
+
+def broker_pause_run(kafka, tmp_path, topic_name, broker: dict) -> Counter:
+    """The broker SIGSTOPped for 30 s under 20,000 lines/s: the agent keeps reading into its
+    pool without burning a core, says the cluster is unreachable, catches up after; every id
+    arrives with its event time and origin. Returns the counts by id (read_committed)."""
     cluster = kafka.controlled()
     rate, seconds = 20_000, 40
     total = rate * seconds
-    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
-                              broker={"send_path": agent_send_path})
+    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name, broker=broker)
     agent.start()
     writer = start_writer(logs, total, 200_000, rate)
     began = time.monotonic()
@@ -301,3 +307,4 @@ def test_broker_paused_30s_under_20k_lines_per_s_the_pool_absorbs_it(kafka, tmp_
     wrong = [t for t in stamps if not began_ms <= t <= ended_ms]
     assert not wrong, f"{len(wrong)} records with a timestamp outside the run: {wrong[:5]}"
     assert list(origins) == [b"test-agent"], origins
+    return counts

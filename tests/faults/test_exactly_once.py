@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.agentkit import AgentProcess, consume_counts
-from tests.faults.test_agent_faults import sigkill_run
+from tests.faults.test_agent_faults import broker_pause_run, sigkill_run
 from tests.integration.test_agent_end_to_end import parse_id, setup_agent, start_writer
 
 CRASHING_AGENT = Path(__file__).with_name("txn_crashing_agent.py")
@@ -32,10 +32,18 @@ def test_sigkill_five_times_with_rotation_a_read_committed_reader_sees_each_id_o
     figures["aborted_copies"] = sum(uncommitted.values()) - total
     print(json.dumps(figures))
     assert figures["lost"] == 0 and figures["duplicates"] == 0, figures
+    assert figures["journaled"] == 0, figures
     assert figures["duplicates_by_number"] == 0 and figures["number_clashes"] == 0, figures
     assert figures["number_holes"] == 0 and figures["incarnations"] == 1, figures
     # The kills cut transactions short: their records are in the log, aborted.
     assert figures["aborted_copies"] > 0, figures
+
+
+@pytest.mark.slow
+def test_broker_paused_30s_exactly_once_no_loss_no_duplicate(kafka, tmp_path, topic_name):
+    counts = broker_pause_run(kafka, tmp_path, topic_name, EXACTLY_ONCE)
+    duplicates = {i: c for i, c in counts.items() if c > 1}
+    assert not duplicates, f"{len(duplicates)} ids twice, e.g. {list(duplicates.items())[:5]}"
 
 
 def _written(logs: Path, total: int) -> None:
