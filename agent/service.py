@@ -30,9 +30,9 @@ from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
 from .drain.drain import Drain
 from .drain.native import NativeDrain, NativeUnavailable, native_module
-from .drain.transact import TransactionalDrain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .drain.topics import TopicWatch
+from .drain.transact import TransactionalDrain
 from .errors import StartupError
 from .journal import LossJournal
 from .logs import flush_held

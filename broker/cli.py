@@ -116,6 +116,13 @@ def _parser() -> argparse.ArgumentParser:
         a.add_argument("--legacy-brokers", action="store_true",
                        help="also IdempotentWrite on the cluster, which brokers before Kafka "
                        "3.0 require of idempotent producers")
+        a.add_argument("--exactly-once", action="store_true",
+                       help="agent: also what broker.delivery = \"exactly_once\" needs "
+                       "(transactional ids and groups docket-agent-*, Read on the progress "
+                       "topic)")
+        a.add_argument("--progress-topic", default="docket.progress",
+                       help="agent, --exactly-once: the progress topic (default "
+                       "docket.progress)")
         a.add_argument("--print", dest="print_only", action="store_true",
                        help="print the equivalent kafka-acls lines instead (any cluster)")
     alist = asub.add_parser("list", help="the ACLs on the cluster")
@@ -308,7 +315,8 @@ def run_acl(args, cluster: LocalCluster) -> int:
                   audit_topic=args.audit_topic or None,
                   groups=None if args.group is None else tuple(args.group),
                   group_prefixes=tuple(args.group_prefix), mirror_source=source,
-                  mirror_target=target, side=side, legacy_brokers=args.legacy_brokers)
+                  mirror_target=target, side=side, legacy_brokers=args.legacy_brokers,
+                  progress_topic=args.progress_topic if args.exactly_once else None)
     acls = role_acls(args.role, args.principal or f"User:{args.role}", scope)
     action = "--add" if args.acl_command == "grant" else "--remove"
     if args.print_only:

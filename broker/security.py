@@ -415,6 +415,7 @@ ROLE_GRANTS: dict[str, RoleGrants] = {
 # The default consumer groups of a role ("groups" above); --group/--group-prefix replace them.
 ROLE_GROUPS: dict[str, tuple[str, ...]] = {"reconcile": (RECONCILE_GROUP,)}
 CATCH_UP_PREFIX = "docket-caught-up-"
+AGENT_TXN_PREFIX = "docket-agent-"      # an agent's transactional id and marker group
 WATCH_PREFIX = "docket-mirror-watch-"
 
 # MirrorMaker 2 in dedicated mode, with broker/mirror.py's properties, for the flow
@@ -477,6 +478,7 @@ class Scope:
     mirror_target: str | None = None
     side: str | None = None                         # source | target (mirror only)
     legacy_brokers: bool = False                    # brokers before Kafka 3.0 (KIP-679)
+    progress_topic: str | None = None               # agent, exactly once: its marker's topic
 
 
 def role_acls(role: str, principal: str, scope: Scope) -> list[Acl]:
@@ -498,7 +500,19 @@ def role_acls(role: str, principal: str, scope: Scope) -> list[Acl]:
             out |= {Acl(resource, name, pattern, op, principal) for op in operations}
     if scope.legacy_brokers and role in IDEMPOTENT_ROLES:
         out.add(Acl("cluster", CLUSTER_NAME, "literal", "IdempotentWrite", principal))
+    if role == "agent" and scope.progress_topic:
+        out |= _exactly_once_acls(principal, scope.progress_topic)
     return sorted(out)
+
+
+def _exactly_once_acls(principal: str, progress_topic: str) -> set[Acl]:
+    """An agent with ``broker.delivery = "exactly_once"``: its transactions (transactional id
+    ``docket-agent-<id>``), its progress marker committed as an offset of its group of the
+    same name, on the progress topic (Read: an offset commit's ACL; Describe comes with it)."""
+    return {Acl("transactional-id", AGENT_TXN_PREFIX, "prefixed", "Write", principal),
+            Acl("transactional-id", AGENT_TXN_PREFIX, "prefixed", "Describe", principal),
+            Acl("group", AGENT_TXN_PREFIX, "prefixed", "Read", principal),
+            Acl("topic", progress_topic, "literal", "Read", principal)}
 
 
 def _mirror_side(scope: Scope) -> str:

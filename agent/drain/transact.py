@@ -54,6 +54,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from broker.admin import TopicSpec, ensure_topics
+from broker.security import AGENT_TXN_PREFIX
 
 from ..buffer import SealedSlot
 from .drain import DENIED_RETRY_S, OUTAGE_AFTER_S, PROBE_INTERVAL_S, Drain
@@ -75,6 +76,10 @@ _COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AV
                        KafkaError.CONCURRENT_TRANSACTIONS, KafkaError.REQUEST_TIMED_OUT,
                        KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
                        KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD}
+# The cluster refuses this agent what the mode needs: an ACL missing (docs/security.md).
+_REFUSALS = {KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+             KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+             KafkaError.CLUSTER_AUTHORIZATION_FAILED}
 # A call still unanswered this long while a new client's metadata request is answered: the
 # producer is wedged (seen here after a 30 s broker pause: its metadata requests timed out for
 # minutes while other clients were answered). A new producer fences it and goes on.
@@ -82,8 +87,9 @@ WEDGED_AFTER_S = 15.0
 
 
 def transactional_id(agent_id: str) -> str:
-    """The agent's ``transactional.id``, also the group its progress marker is committed in."""
-    return f"docket-agent-{agent_id}"
+    """The agent's ``transactional.id``, also the group its progress marker is committed in
+    (``broker.security.AGENT_TXN_PREFIX``: the ACLs of ``acl grant --exactly-once``)."""
+    return f"{AGENT_TXN_PREFIX}{agent_id}"
 
 
 def _let_go(producer) -> None:
@@ -314,16 +320,30 @@ class TransactionalDrain(Drain):
                 self.metrics.inc("agent_drain_transactions_aborted_total")
 
     def _init_failed(self, err: KafkaError) -> None:
-        if err.code() in (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                          KafkaError.GROUP_AUTHORIZATION_FAILED,
-                          KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                          KafkaError.CLUSTER_AUTHORIZATION_FAILED):
-            self._refuse_for_now(
-                f"{err.str()}: the agent's principal needs Write on transactional id "
-                f"{self.txn_id}, Read on group {self.txn_id} and Read on topic "
-                f"{self.progress_topic} (docs/security.md)")
-            return
-        self._fatal = err
+        if not self._refused_by_acl(err):
+            self._fatal = err
+
+    def _refused_by_acl(self, err: KafkaError) -> bool:
+        """An ACL the exactly-once mode needs is missing: said, and tried again later."""
+        if err.code() not in _REFUSALS:
+            return False
+        self._refuse_for_now(
+            f"{err.name()}: the agent's principal needs Write on transactional id "
+            f"{self.txn_id}, Read on group {self.txn_id} and Read on topic "
+            f"{self.progress_topic} (docket-broker acl grant --role agent --exactly-once; "
+            f"docs/security.md)")
+        return True
+
+    def _poll(self, timeout_s: float = 0) -> None:
+        """As the drain's; a fatal error that poll raises (a transactional producer's) is
+        taken as the error callback's."""
+        try:
+            super()._poll(timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not err.fatal():
+                raise
+            self._fatal = err
 
     def _refuse_for_now(self, why: str) -> None:
         """Transactions cannot start: events wait in the pool; tried again later."""
@@ -339,6 +359,8 @@ class TransactionalDrain(Drain):
         """The previous producer fenced; free the slots its last committed transaction
         holds (they are in Kafka), and send the rest."""
         self.ready = True
+        if self.broker_state.startswith("transactions refused"):
+            log.warning("broker: transactions accepted: waiting events go")
         self.broker_state = "up"
         self.metrics.set("agent_drain_broker_up", 1)
         done = [s for s in [*self.inflight, *self.held] if self._covers(covered, s.slot)]
@@ -374,6 +396,9 @@ class TransactionalDrain(Drain):
                 return 0
             self._rebuild_later = False
             self._reconfigured = True
+        if self._fatal is not None and self._refused_by_acl(self._fatal):
+            self._fatal = None
+            return 0
         if self._fatal is not None or self._reconfigured:
             self._rebuild()
         if not self.ready:
@@ -558,8 +583,11 @@ class TransactionalDrain(Drain):
         self.inflight = collections.deque(self._again(s) for s in self.inflight)
         self.began, self.broken, self.ready = None, False, False
         old = self.producer
-        old.purge(in_queue=True, in_flight=True)
-        old.poll(0)
+        try:
+            old.purge(in_queue=True, in_flight=True)
+            old.poll(0)
+        except KafkaException:             # a producer in a fatal state: let it go as it is
+            pass
         self.producer = self._new_producer()
         _let_go(old)
         del old

@@ -130,15 +130,16 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
 
 def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
                 seed: int = 4, check: bool = True, send_path: str = "python",
-                broker: dict | None = None) -> dict:
+                broker: dict | None = None, sections: dict | None = None) -> dict:
     """Kill the agent ``kills`` times at 0.8-1.6 s intervals while a writer rotates its file
     (rename-and-create and copytruncate alternately, every 50,000 lines); then every id must
     have arrived, and each id at most once more than the number of kills at which it was in a
     slot that could have been in flight. Returns the figures; ``check=False`` leaves judging
     them (but not the run's own sanity) to the caller. ``broker``: further settings of the
-    agent's ``[broker]``."""
+    agent's ``[broker]``; ``sections``: of its other sections."""
     agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
-                              broker={"send_path": send_path, **(broker or {})})
+                              broker={"send_path": send_path, **(broker or {})},
+                              **(sections or {}))
     pool_path = tmp_path / "state" / "buffer.pool"
     agent.start()
     writer = start_writer(logs, total, 50_000, rate)

@@ -7,15 +7,23 @@ aborted copies of the transactions the kills cut short)."""
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from audit.contract.collect import read_audit_topic
+from audit.reconcile.config import parse
+from audit.reconcile.service import Reconciler
+from broker.admin import ensure_audit_topic
 from tests.agentkit import AgentProcess, consume_counts
+from tests.auditkit import AuditJob
 from tests.faults.test_agent_faults import broker_pause_run, sigkill_run
 from tests.integration.test_agent_end_to_end import parse_id, setup_agent, start_writer
+from tests.integration.test_reconcile_spark import Clock
 
 CRASHING_AGENT = Path(__file__).with_name("txn_crashing_agent.py")
 EXACTLY_ONCE = {"delivery": "exactly_once"}
@@ -25,8 +33,11 @@ EXACTLY_ONCE = {"delivery": "exactly_once"}
 def test_sigkill_five_times_with_rotation_a_read_committed_reader_sees_each_id_once(
         kafka, tmp_path, topic_name):
     total = 1_000_000
+    audit_topic = f"{topic_name}.audit"
+    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
     figures = sigkill_run(kafka, tmp_path, topic_name, kills=5, total=total, rate=100_000,
-                          broker=EXACTLY_ONCE, check=False)
+                          broker=EXACTLY_ONCE, sections={"audit": {"topic": audit_topic}},
+                          check=False)
     uncommitted = consume_counts(kafka.bootstrap_servers, topic_name, total, 300, parse_id,
                                  isolation="read_uncommitted")
     figures["aborted_copies"] = sum(uncommitted.values()) - total
@@ -37,6 +48,40 @@ def test_sigkill_five_times_with_rotation_a_read_committed_reader_sees_each_id_o
     assert figures["number_holes"] == 0 and figures["incarnations"] == 1, figures
     # The kills cut transactions short: their records are in the log, aborted.
     assert figures["aborted_copies"] > 0, figures
+
+    # The audit: the cluster tier (the Spark count job, read_committed) counts every record
+    # once, and the reconciler judges every window of the topic complete at that tier.
+    job = AuditJob(["count", "--cluster", "kafka-local", "--bootstrap-servers",
+                    kafka.bootstrap_servers, "--audit-topic", audit_topic,
+                    "--topics", re.escape(topic_name), "--once",
+                    "--checkpoint-dir", str(tmp_path / "ckpt")], tmp_path / "count.log").start()
+    assert job.wait(600) == 0, job.log_text()
+    state = read_audit_topic(kafka.bootstrap_servers, audit_topic)
+    counts = [r for r in state.counts.values() if r.tier == "kafka-local"]
+    [numbers] = [r for r in state.ranges.values() if r.tier == "kafka-local"]
+    cluster = {"records": sum(r.count for r in counts),
+               "distinct": sum(r.distinct for r in counts),
+               "duplicates": sum(r.duplicates for r in counts), "missing": numbers.missing}
+    print(json.dumps({"cluster_tier": cluster}))
+    assert cluster == {"records": total, "distinct": total, "duplicates": 0, "missing": []}
+    verdicts = _judged(kafka.bootstrap_servers, audit_topic, topic_name, tmp_path / "r.db")
+    print(json.dumps({"windows": verdicts}))
+    assert verdicts and set(verdicts.values()) == {"complete"}, verdicts
+
+
+def _judged(bootstrap: str, audit_topic: str, topic: str, db: Path) -> dict:
+    """The reconciler's state of each window of ``topic`` at the cluster tier, judged with its
+    clock three hours ahead (every window closed and past its grace)."""
+    cfg = parse({"reconcile": {"bootstrap_servers": bootstrap, "audit_topic": audit_topic},
+                 "windows": {"tiers": ["producer", "kafka-local"], "settle_ms": 1000}})
+    Reconciler(cfg, db, clock=Clock(3 * 3_600_000)).run_once()
+    conn = sqlite3.connect(db)
+    try:
+        return {str(w): st for w, st in conn.execute(
+            "SELECT window_start, state FROM windows WHERE tier = 'kafka-local' AND topic = ?",
+            (topic,))}
+    finally:
+        conn.close()
 
 
 @pytest.mark.slow

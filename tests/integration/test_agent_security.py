@@ -38,9 +38,11 @@ def _admin_conf(cluster: LocalCluster) -> dict:
     return cluster.client_settings("admin")
 
 
-def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str = "python"):
+def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str = "python",
+           broker: dict | None = None):
     """A topic and an audit topic, the agent's ACLs, and an agent config whose password file
-    holds ``password``. Returns (topic, audit topic, config, password file, log file)."""
+    holds ``password`` (``broker``: further ``[broker]`` settings). Returns (topic, audit
+    topic, config, password file)."""
     conf = _admin_conf(cluster)
     bootstrap = conf["bootstrap.servers"]
     prefix = f"sec{uuid.uuid4().hex[:6]}"
@@ -61,7 +63,7 @@ def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str 
         agent={"id": "secured-host"}, buffer={"size_bytes": 32 << 20, "slot_size_bytes": 1 << 18},
         broker={"security_protocol": "sasl_ssl", "sasl_username": "agent",
                 "sasl_password_file": str(secret), "ssl_ca_file": str(security.ca_file),
-                "send_path": send_path},
+                "send_path": send_path, **(broker or {})},
         audit={"topic": audit_topic, "interval_ms": 2000})
     return topic, audit_topic, config, secret
 
@@ -176,6 +178,44 @@ def test_a_missing_write_acl_waits_in_the_pool_and_delivery_resumes_once_it_is_g
         _wait_state(agent, "up", 60)
         assert agent.metric("agent_dropped_events_total") == 0
         print(f"missing Write ACL: {cpu:.2f} CPU s in {FAILURE_S} s, then all {LINES} ids once")
+    finally:
+        if agent.alive():
+            assert agent.stop() == 0, agent.log_text()
+
+
+def test_exactly_once_without_its_acls_waits_and_delivers_each_id_once_once_granted(
+        secured, tmp_path):
+    """``broker.delivery = "exactly_once"`` with the agent's plain ACLs: the cluster refuses
+    its transactions, the events wait in the pool and status names the ACLs; once ``acl grant
+    --role agent --exactly-once``'s ACLs are granted, a read_committed reader sees each id
+    once, the agent not reloaded."""
+    progress = f"progress.{uuid.uuid4().hex[:6]}"
+    admin_conf = _admin_conf(secured)
+    ensure_topics(admin_conf["bootstrap.servers"], [TopicSpec(progress, partitions=1)],
+                  client={k: v for k, v in admin_conf.items() if k != "bootstrap.servers"})
+    topic, audit_topic, config, _secret = _setup(
+        secured, tmp_path, secured.security().password("agent"),
+        broker={"delivery": "exactly_once", "progress_topic": progress})
+    scope = Scope(topics=(topic,), audit_topic=audit_topic, progress_topic=progress)
+    extra = sorted(set(role_acls("agent", "User:agent", scope))
+                   - set(role_acls("agent", "User:agent",
+                                   Scope(topics=(topic,), audit_topic=audit_topic))))
+    assert [a.resource for a in extra] == ["group", "topic", "transactional-id",
+                                           "transactional-id"], extra
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    try:
+        _write(tmp_path / "logs" / "app.log", LINES)
+        st = _wait_state(agent, "transactions refused")
+        assert "docket-agent-secured-host" in st["broker"]["state"], st["broker"]
+        time.sleep(FAILURE_S / 2)
+        assert agent.status()["backlog"]["events"] == LINES
+        assert _ids(admin_conf, topic, 1, 5) == Counter()
+        grant(AdminClient(admin_conf), extra)
+        ids = _ids(admin_conf, topic, LINES, 120)
+        assert set(ids) == set(range(LINES)) and max(ids.values()) == 1
+        _wait_state(agent, "up", 60)
+        assert agent.metric("agent_drain_transactions_committed_total") >= 1
+        print(f"exactly once without its ACLs: refused, then all {LINES} ids once")
     finally:
         if agent.alive():
             assert agent.stop() == 0, agent.log_text()
