@@ -29,15 +29,16 @@ pool may still hold are those the marker names. The crash points, and what a res
 
 A producer that a fatal error replaced, or whose commit ended with an unknown outcome, is
 followed by the same reading of the marker. Any failed record (a retriable error, a purge in
-an outage, a topic refused) makes the transaction abortable: it is aborted and its slots are
-sent again in the next one, but for records dead-lettered (they are journaled as in the
+an outage, a topic refused) makes the transaction abortable: a new producer takes over (its
+``init_transactions`` aborts the transaction and fences the old one) and the slots are sent
+again in the next transaction, but for records dead-lettered (they are journaled as in the
 at-least-once mode). A record refused with its batch as too large sends the group again from
 a producer that puts one record in each batch, once; a record refused alone is dead. A topic
 refused (an ACL missing) holds its slots aside, tried again every ``DENIED_RETRY_S``, while
 the other topics go on.
 
 The client calls that wait for the cluster (``init_transactions``, the marker's read,
-``send_offsets_to_transaction`` with ``commit_transaction``, ``abort_transaction``) run in a
+``send_offsets_to_transaction`` with ``commit_transaction``) run in a
 thread of their own (``_Job``), one at a time; the agent's loop keeps reading files into the
 pool meanwhile and only waits for the job to end before it produces again.
 """
@@ -176,6 +177,7 @@ class TransactionalDrain(Drain):
         self.ready = False               # transactions initialised and the marker read
         self.began: float | None = None  # the open transaction's first hand-over
         self.broken = False              # a record of it failed: abort, then send again
+        self._purged = False             # ... and its queue was purged
         self.lone_mode = False           # this attempt sends one record per batch
         self.held: list[SlotSend] = []   # slots of refused topics, out of the transaction
         self._finishing: SealedSlot | None = None
@@ -287,11 +289,6 @@ class TransactionalDrain(Drain):
         self._retrying(lambda: producer.commit_transaction(CALL_TIMEOUT_S),
                        "committing a transaction")
 
-    def _abort(self) -> None:
-        producer = self.producer
-        self._retrying(lambda: producer.abort_transaction(CALL_TIMEOUT_S),
-                       "aborting a transaction")
-
     def _job_ended(self, job: _Job) -> None:
         """The agent's loop takes the outcome of a job."""
         err = job.kafka_error()
@@ -312,12 +309,6 @@ class TransactionalDrain(Drain):
                 self._abort_and_send_again(f"commit refused: {err.str()}")
             else:                              # fatal, or the outcome unknown
                 self._fatal = err
-        elif job.name == "abort":
-            if err is not None:
-                self._fatal = err
-            else:
-                self.aborts += 1
-                self.metrics.inc("agent_drain_transactions_aborted_total")
 
     def _init_failed(self, err: KafkaError) -> None:
         if not self._refused_by_acl(err):
@@ -410,6 +401,12 @@ class TransactionalDrain(Drain):
                 self._end_outage()          # a new producer at the next turn
             return 0
         if self.inflight and self.broken:
+            # A failed transaction sends nothing more (librdkafka holds its queue until the
+            # records time out): purged, the requests in flight answer, then it goes again.
+            if self._outstanding() and not self._purged:
+                self.producer.purge(in_queue=True, in_flight=False)
+                self._purged = True
+                self._poll()
             if self._outstanding() == 0:
                 self._abort_and_send_again("a record failed")
             else:
@@ -526,12 +523,15 @@ class TransactionalDrain(Drain):
         again = [self._again(s) for s in old]
         self.inflight = collections.deque(s for s in again if s.slot.topic not in self._denied)
         self.held.extend(s for s in again if s.slot.topic in self._denied)
-        self.began, self.broken = None, False
-        if lone:                 # a producer sending alone; its start aborts the transaction
-            self.lone_mode = True
-            self._reconfigured = True
-        else:
-            self._run_job("abort", self._abort)
+        self.began, self.broken, self._purged = None, False, False
+        self.lone_mode = self.lone_mode or lone
+        # A new producer: its init_transactions aborts the open transaction (and gives a new
+        # epoch). Aborting with the same producer, then producing on, was seen to leave the
+        # next transaction's records unsent until their timeout (librdkafka 2.16, after an
+        # error that "requires epoch bump").
+        self._reconfigured = True
+        self.aborts += 1
+        self.metrics.inc("agent_drain_transactions_aborted_total")
 
     # -- outcomes -----------------------------------------------------------------------------
     def failed(self, send: SlotSend, record, err: KafkaError, alone: bool = False) -> None:
@@ -581,7 +581,7 @@ class TransactionalDrain(Drain):
                       "one", self._fatal)
         self._fatal, self._reconfigured = None, False
         self.inflight = collections.deque(self._again(s) for s in self.inflight)
-        self.began, self.broken, self.ready = None, False, False
+        self.began, self.broken, self.ready, self._purged = None, False, False, False
         old = self.producer
         try:
             old.purge(in_queue=True, in_flight=True)

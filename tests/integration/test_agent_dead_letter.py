@@ -57,13 +57,17 @@ def wait_for(what, predicate, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("batch_size", [None, LIMIT],
-                         ids=["default_batch_size", "batch_size_at_the_topic_limit"])
+@pytest.mark.parametrize("batch_size, delivery",
+                         [(None, "at_least_once"), (LIMIT, "at_least_once"),
+                          (None, "exactly_once")],
+                         ids=["default_batch_size", "batch_size_at_the_topic_limit",
+                              "exactly_once"])
 def test_only_records_too_large_on_their_own_are_dead_lettered(kafka, tmp_path, topic_name,
-                                                                 batch_size):
+                                                                 batch_size, delivery):
     ensure_topics(kafka.bootstrap_servers,
                   [TopicSpec(topic_name, partitions=3, config={"max.message.bytes": str(LIMIT)})])
-    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name)
+    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
+                              broker={"delivery": delivery})
     if batch_size is not None:
         with open(agent.config, "a") as f:
             f.write(f'[broker.librdkafka_options]\n"batch.size" = {batch_size}\n')
@@ -90,8 +94,11 @@ def test_only_records_too_large_on_their_own_are_dead_lettered(kafka, tmp_path, 
     finally:
         rc = agent.stop()
     assert alive and rc == 0
-    if batch_size is None:             # the operator is told why the topic goes slowly
-        assert "refused a batch as too large" in (tmp_path / "agent.log").read_text()
+    said = (tmp_path / "agent.log").read_text()
+    if delivery == "exactly_once":     # the transaction went again, one record per batch
+        assert "one record per batch" in said
+    elif batch_size is None:           # the operator is told why the topic goes slowly
+        assert "refused a batch as too large" in said
 
     missing = [i for i in small_ids if counts.get(i, 0) == 0]
     assert not missing, f"{len(missing)} small lines missing, first {missing[:10]}"
