@@ -508,9 +508,9 @@ def role_acls(role: str, principal: str, scope: Scope) -> list[Acl]:
 def _exactly_once_acls(principal: str, progress_topic: str) -> set[Acl]:
     """An agent with ``broker.delivery = "exactly_once"``: its transactions (transactional id
     ``docket-agent-<id>``), its progress marker committed as an offset of its group of the
-    same name, on the progress topic (Read: an offset commit's ACL; Describe comes with it)."""
+    same name, on the progress topic (Read: an offset commit's ACL). Write and Read imply
+    Describe."""
     return {Acl("transactional-id", AGENT_TXN_PREFIX, "prefixed", "Write", principal),
-            Acl("transactional-id", AGENT_TXN_PREFIX, "prefixed", "Describe", principal),
             Acl("group", AGENT_TXN_PREFIX, "prefixed", "Read", principal),
             Acl("topic", progress_topic, "literal", "Read", principal)}
 

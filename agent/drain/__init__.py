@@ -4,6 +4,8 @@ acknowledged.
 - ``drain``: the sending, the delivery outcomes per slot, the outage guard, refused topics.
 - ``native``: the native send path (``broker.send_path = "native"``): slots handed to the
   extension built from agent/native, outcomes reported once per slot.
+- ``transact``: exactly once (``broker.delivery = "exactly_once"``): slots in Kafka
+  transactions with the agent's progress marker; a restart frees what the marker names.
 - ``slotsend``: one slot on its way: the cursor over its records and what became of each.
 - ``headers``: the records' identity headers, built per block.
 - ``deadletter``: records refused for good, written durably to ``dead-letter/``.

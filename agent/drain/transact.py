@@ -352,8 +352,9 @@ class TransactionalDrain(Drain):
         self.ready = True
         if self.broker_state.startswith("transactions refused"):
             log.warning("broker: transactions accepted: waiting events go")
-        self.broker_state = "up"
-        self.metrics.set("agent_drain_broker_up", 1)
+        if not self._refused():              # a refused topic stays said until accepted
+            self.broker_state = "up"
+            self.metrics.set("agent_drain_broker_up", 1)
         done = [s for s in [*self.inflight, *self.held] if self._covers(covered, s.slot)]
         for send in done:
             (self.inflight if send in self.inflight else self.held).remove(send)

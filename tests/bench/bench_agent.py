@@ -154,26 +154,30 @@ def batch_loop(bootstrap: str, topic: str, path: Path) -> tuple[float, float]:
 
 
 def throughput_config(bootstrap: str, topic: str, work: Path, path: Path | str,
-                      numbered: bool = True, send_path: str = "python") -> Path:
+                      numbered: bool = True, send_path: str = "python",
+                      broker: dict | None = None) -> Path:
     """``work`` (made here) with the agent's configuration of the throughput benchmarks: a 1 GiB
-    pool of 1 MiB slots, ``sync_on_seal``, one file source on ``path``."""
+    pool of 1 MiB slots, ``sync_on_seal``, one file source on ``path``; ``broker``: further
+    ``[broker]`` settings."""
     work.mkdir()
+    broker = {**({"send_path": send_path} if send_path != "python" else {}), **(broker or {})}
     return write_config(work / "agent.toml", bootstrap, work / "state",
                         [{"type": "file", "paths": [str(path)], "topic": topic}],
                         buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
                                 "sync_on_seal": True},
                         agent={"id": "bench", "record_numbers": numbered},
                         # (the default not written: an older agent, --before, knows no such key)
-                        **({"broker": {"send_path": send_path}} if send_path != "python"
-                           else {}))
+                        **({"broker": broker} if broker else {}))
 
 
 def agent_run(bootstrap: str, topic: str, work: Path, path: Path | str,
               numbered: bool = True, lines: int = LINES, code: Path | None = None,
-              send_path: str = "python") -> tuple[float, float, float, dict]:
+              send_path: str = "python",
+              broker: dict | None = None) -> tuple[float, float, float, dict]:
     """The agent shipping ``lines`` lines from ``path`` (a file or a glob); the agent's code
     from ``code`` (a checkout) instead of this one's when given."""
-    agent = AgentProcess(throughput_config(bootstrap, topic, work, path, numbered, send_path),
+    agent = AgentProcess(throughput_config(bootstrap, topic, work, path, numbered, send_path,
+                                           broker),
                          work / "agent.log", env={"PYTHONPATH": str(code)} if code else None)
     t0 = time.perf_counter()
     agent.start()

@@ -52,7 +52,8 @@ class Receiver(threading.Thread):
         super().__init__(daemon=True)
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{topic}",
                                   "enable.auto.commit": False, "fetch.wait.max.ms": 1,
-                                  "fetch.min.bytes": 1, "socket.nagle.disable": True})
+                                  "fetch.min.bytes": 1, "socket.nagle.disable": True,
+                                  "isolation.level": "read_committed"})
         self.consumer.assign([TopicPartition(topic, 0, 0)])
         self.latency_ms: dict[int, float] = {}
         self.stop = threading.Event()
@@ -102,10 +103,11 @@ def _drain(recv: Receiver, total: int) -> None:
     recv.join(10)
 
 
-def run_agent(bootstrap: str, work: Path, send_path: str = "python") -> dict:
+def run_agent(bootstrap: str, work: Path, send_path: str = "python",
+              broker: dict | None = None, prefix: str | None = None) -> dict:
     """The agent tailing a file at RATE lines/s; its figures named ``agent`` (the Python send
-    path) or ``agent_native``."""
-    prefix = "agent" if send_path == "python" else f"agent_{send_path}"
+    path) or ``agent_native``, or ``prefix``; ``broker``: further ``[broker]`` settings."""
+    prefix = prefix or ("agent" if send_path == "python" else f"agent_{send_path}")
     topic = f"lat.{prefix}"
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     logs = work / "logs"
@@ -115,7 +117,7 @@ def run_agent(bootstrap: str, work: Path, send_path: str = "python") -> dict:
     config = write_config(work / "agent.toml", bootstrap, work / "state",
                           [{"type": "file", "paths": [str(logs / "*.log")], "topic": topic}],
                           buffer={"linger_ms": 5, "size_bytes": 256 << 20},
-                          broker={"send_path": send_path})
+                          broker={"send_path": send_path, **(broker or {})})
     agent = AgentProcess(config, work / "agent.log").start()
     try:
         return tail_latency(bootstrap, topic, app, prefix, settle_s=1)

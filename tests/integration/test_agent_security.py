@@ -185,37 +185,59 @@ def test_a_missing_write_acl_waits_in_the_pool_and_delivery_resumes_once_it_is_g
 
 def test_exactly_once_without_its_acls_waits_and_delivers_each_id_once_once_granted(
         secured, tmp_path):
-    """``broker.delivery = "exactly_once"`` with the agent's plain ACLs: the cluster refuses
-    its transactions, the events wait in the pool and status names the ACLs; once ``acl grant
-    --role agent --exactly-once``'s ACLs are granted, a read_committed reader sees each id
-    once, the agent not reloaded."""
+    """``broker.delivery = "exactly_once"`` with the agent's plain ACLs, and no Write on a
+    second topic: the cluster refuses its transactions, the events wait in the pool and status
+    names the ACLs. Once ``acl grant --role agent --exactly-once``'s ACLs are granted, the first
+    topic's events go (a read_committed reader sees each id once) while the second topic's wait
+    aside, refused; once Write on it is granted, they go too, each once. Not reloaded."""
     progress = f"progress.{uuid.uuid4().hex[:6]}"
     admin_conf = _admin_conf(secured)
+    admin = AdminClient(admin_conf)
+    client = {k: v for k, v in admin_conf.items() if k != "bootstrap.servers"}
     ensure_topics(admin_conf["bootstrap.servers"], [TopicSpec(progress, partitions=1)],
-                  client={k: v for k, v in admin_conf.items() if k != "bootstrap.servers"})
+                  client=client)
     topic, audit_topic, config, _secret = _setup(
         secured, tmp_path, secured.security().password("agent"),
         broker={"delivery": "exactly_once", "progress_topic": progress})
+    second = f"{topic}.refused"                            # no Write ACL on it yet
+    ensure_topics(admin_conf["bootstrap.servers"], [TopicSpec(second, partitions=2)],
+                  client=client)
+    with open(config, "a") as f:
+        f.write(f'[[sources]]\ntype = "file"\npaths = ["{tmp_path / "logs" / "other.log"}"]\n'
+                f'topic = "{second}"\n')
     scope = Scope(topics=(topic,), audit_topic=audit_topic, progress_topic=progress)
     extra = sorted(set(role_acls("agent", "User:agent", scope))
                    - set(role_acls("agent", "User:agent",
                                    Scope(topics=(topic,), audit_topic=audit_topic))))
-    assert [a.resource for a in extra] == ["group", "topic", "transactional-id",
-                                           "transactional-id"], extra
+    assert [(a.resource, a.operation) for a in extra] == [
+        ("group", "Read"), ("topic", "Read"), ("transactional-id", "Write")], extra
     agent = AgentProcess(config, tmp_path / "agent.log").start()
     try:
         _write(tmp_path / "logs" / "app.log", LINES)
+        _write(tmp_path / "logs" / "other.log", LINES)
         st = _wait_state(agent, "transactions refused")
         assert "docket-agent-secured-host" in st["broker"]["state"], st["broker"]
         time.sleep(FAILURE_S / 2)
-        assert agent.status()["backlog"]["events"] == LINES
+        assert agent.status()["backlog"]["events"] == 2 * LINES
         assert _ids(admin_conf, topic, 1, 5) == Counter()
-        grant(AdminClient(admin_conf), extra)
+
+        grant(admin, extra)                                # the mode's ACLs
         ids = _ids(admin_conf, topic, LINES, 120)
         assert set(ids) == set(range(LINES)) and max(ids.values()) == 1
+        st = _wait_state(agent, "not authorised")
+        assert _ids(admin_conf, second, 1, 5) == Counter()     # waits aside, refused
+        assert agent.status()["backlog"]["events"] == LINES
+
+        grant(admin, [a for a in role_acls("agent", "User:agent", Scope(topics=(second,)))
+                      if a.name == second])
+        ids = _ids(admin_conf, second, LINES, 120)
+        assert set(ids) == set(range(LINES)) and max(ids.values()) == 1
         _wait_state(agent, "up", 60)
-        assert agent.metric("agent_drain_transactions_committed_total") >= 1
-        print(f"exactly once without its ACLs: refused, then all {LINES} ids once")
+        assert agent.metric("agent_drain_transactions_committed_total") >= 2
+        assert agent.metric("agent_dropped_events_total") == 0
+        assert not (tmp_path / "state" / "dead-letter").exists()
+        print(f"exactly once without its ACLs: refused; granted, {LINES} ids once while "
+              f"{LINES} of a refused topic waited; then those too, once")
     finally:
         if agent.alive():
             assert agent.stop() == 0, agent.log_text()
