@@ -179,7 +179,9 @@ class TransactionalDrain(Drain):
         self.broken = False              # a record of it failed: abort, then send again
         self._purged = False             # ... and its queue was purged
         self.lone_mode = False           # this attempt sends one record per batch
-        self.held: list[SlotSend] = []   # slots of refused topics, out of the transaction
+        self.aside: list[SlotSend] = []  # taken, out of the transaction: a refused topic's,
+        #                                  or waiting behind a slot sent one record per batch;
+        #                                  in the pool's order, taken again before new slots
         self._finishing: SealedSlot | None = None
         self._consumer: Consumer | None = None
         self._closing = False
@@ -218,7 +220,7 @@ class TransactionalDrain(Drain):
     def _retrying(self, call: Callable[[], object], what: str) -> object:
         """``call`` until it succeeds or fails for good; retriable failures (the cluster does
         not answer, a coordinator moving) are waited out, the agent's loop running on."""
-        began, down = self._now(), False
+        began, down, before = self._now(), False, self.broker_state
         while not self._closing:
             try:
                 result = call()
@@ -243,7 +245,8 @@ class TransactionalDrain(Drain):
                 continue
             if down:
                 log.warning("the cluster answers again: resuming")
-                self.broker_state = "up"
+                refused = before.startswith(("not authorised", "authentication failed"))
+                self.broker_state = before if refused else "up"
                 self.metrics.set("agent_drain_broker_up", 1)
             return result
         raise KafkaException(KafkaError(KafkaError._DESTROY, "the agent is stopping"))
@@ -355,11 +358,11 @@ class TransactionalDrain(Drain):
         if not self._refused():              # a refused topic stays said until accepted
             self.broker_state = "up"
             self.metrics.set("agent_drain_broker_up", 1)
-        done = [s for s in [*self.inflight, *self.held] if self._covers(covered, s.slot)]
+        done = [s for s in [*self.inflight, *self.aside] if self._covers(covered, s.slot)]
         for send in done:
-            (self.inflight if send in self.inflight else self.held).remove(send)
+            (self.inflight if send in self.inflight else self.aside).remove(send)
             send.retired = True
-        leased = {s.slot.seq for s in [*self.inflight, *self.held]}
+        leased = {s.slot.seq for s in [*self.inflight, *self.aside]}
         found = [s for s in self.pool.sealed()
                  if s.seq not in leased and self._covers(covered, s)]
         freed = [s.slot for s in done] + found
@@ -413,6 +416,8 @@ class TransactionalDrain(Drain):
             else:
                 self._watch_for_outage()
             return 0
+        if self._fatal is not None:
+            return 0                          # a new producer at the next turn
         sent = self._produce(budget)
         self._poll()
         if self.broken:
@@ -436,7 +441,11 @@ class TransactionalDrain(Drain):
                 if send is None:
                     break
             if self.began is None:
-                self.producer.begin_transaction()
+                try:
+                    self.producer.begin_transaction()
+                except KafkaException as exc:     # a fatal error not yet served
+                    self._fatal = exc.args[0]
+                    break
                 self.began = self._now()
             n, blocked = self._produce_new(send, budget - sent)
             sent += n
@@ -445,16 +454,26 @@ class TransactionalDrain(Drain):
         return sent
 
     def _room(self) -> bool:
-        return len(self.inflight) < self.max_slots and (
+        most = 1 if self.lone_mode else self.max_slots
+        return len(self.inflight) < most and (
             self.began is None or self._now() - self.began < self.transaction_s)
 
     def _next_send(self) -> SlotSend | None:
-        """The next slot for the open transaction: a held one whose topic is due again, or
-        the oldest sealed slot (one of a refused topic is held aside)."""
-        for send in self.held:
-            if not self._held(send.slot.topic):
-                self.held.remove(send)
-                self._denied[send.slot.topic] = self._now() + DENIED_RETRY_S
+        """The next slot for the open transaction: the oldest set aside whose topic is not
+        refused (a refused topic's goes again once per ``DENIED_RETRY_S``, its oldest slot
+        first), else the oldest sealed slot (one of a refused topic is set aside). Slots of a
+        topic, so of a source, thus commit in the pool's order: the acknowledged offsets stay
+        contiguous (``Drain._complete``)."""
+        tried: set[str] = set()
+        for send in self.aside:
+            topic = send.slot.topic
+            if topic in tried:
+                continue                      # an older slot of it waits: not this one
+            tried.add(topic)
+            if not self._held(topic):
+                self.aside.remove(send)
+                if topic in self._denied:     # still refused: one try per DENIED_RETRY_S
+                    self._denied[topic] = self._now() + DENIED_RETRY_S
                 self.inflight.append(send)
                 return send
         while True:
@@ -462,11 +481,17 @@ class TransactionalDrain(Drain):
             if not taken:
                 return None
             send = self._start(taken[0])
-            if send.slot.topic in self._denied and self._held(send.slot.topic):
-                self.held.append(send)
+            if send.slot.topic in tried or self._held(send.slot.topic):
+                self._set_aside([send])
                 continue
             self.inflight.append(send)
             return send
+
+    def _set_aside(self, sends: list[SlotSend]) -> None:
+        """Out of the transaction, kept in the pool's order."""
+        order = {slot.seq: i for i, slot in enumerate(self.pool.sealed())}
+        self.aside.extend(sends)
+        self.aside.sort(key=lambda s: order.get(s.slot.seq, -1))
 
     def _due(self, caught_up: bool) -> bool:
         if not self.inflight or any(s.unsent for s in self.inflight):
@@ -493,7 +518,11 @@ class TransactionalDrain(Drain):
             self._reconfigured = True
 
     def _free_committed(self, slot: SealedSlot) -> None:
-        """A slot the marker names, found in the pool after a restart or a new producer."""
+        """A slot the marker names, found in the pool after a restart or a new producer (as
+        the pool holds it now: a socket source's thread may have spilled it meanwhile)."""
+        slot = next((s for s in self.pool.sealed() if s.seq == slot.seq), None)
+        if slot is None:
+            return                            # dropped meanwhile (journaled by the pool)
         self._finishing = slot
         try:
             if self.on_slot_done is not None:
@@ -503,6 +532,8 @@ class TransactionalDrain(Drain):
             self._finishing = None
 
     def _finish(self, send: SlotSend) -> None:
+        if send.slot.topic in self._denied:  # a refused topic took a transaction: accepted
+            self._accepted(send.slot.topic)
         self._finishing = send.slot
         try:
             super()._finish(send)
@@ -522,10 +553,15 @@ class TransactionalDrain(Drain):
         log.warning("transaction aborted (%s): its %d slot(s) go again%s", why, len(old),
                     ", one record per batch" if lone else "")
         again = [self._again(s) for s in old]
-        self.inflight = collections.deque(s for s in again if s.slot.topic not in self._denied)
-        self.held.extend(s for s in again if s.slot.topic in self._denied)
         self.began, self.broken, self._purged = None, False, False
         self.lone_mode = self.lone_mode or lone
+        # The next transaction: in one record per batch, only the oldest slot (each such
+        # transaction commits one slot at least, and none outlives its timeout); the rest,
+        # and a refused topic's slots, wait aside in order.
+        keep = [s for s in again if s.slot.topic not in self._denied]
+        keep = keep[:1] if self.lone_mode else keep
+        self.inflight = collections.deque(keep)
+        self._set_aside([s for s in again if s not in keep])
         # A new producer: its init_transactions aborts the open transaction (and gives a new
         # epoch). Aborting with the same producer, then producing on, was seen to leave the
         # next transaction's records unsent until their timeout (librdkafka 2.16, after an
@@ -592,18 +628,23 @@ class TransactionalDrain(Drain):
         self.producer = self._new_producer()
         _let_go(old)
         del old
+        if self._consumer is not None:        # new settings (a reload) reach it too
+            self._consumer.close()
+            self._consumer = None
 
     # -- stopping -----------------------------------------------------------------------------
     def idle(self) -> bool:
-        return self.job is None and not self.inflight and not self.held \
+        return self.job is None and not self.inflight and not self.aside \
             and not self.pool.sealed()
 
     def close(self) -> None:
         """Stop: an open transaction is aborted (bounded), so read_committed readers are not
         held up until its timeout; its slots stay in the pool for the next start."""
         self._closing = True
-        if self.job is not None:
-            self.job.done.wait(CALL_TIMEOUT_S)
+        if self.job is not None and not self.job.done.wait(2 * CALL_TIMEOUT_S + RETRY_PAUSE_S):
+            log.warning("a transaction call still waits for the cluster at stop: not waiting "
+                        "for it (what it covers stays in the pool for the next start)")
+            return
         if self.began is not None and self.ready:
             try:
                 self.producer.purge(in_queue=True, in_flight=True)
