@@ -185,6 +185,9 @@ class TransactionalDrain(Drain):
         self._finishing: SealedSlot | None = None
         self._consumer: Consumer | None = None
         self._closing = False
+        self._job_began = 0.0
+        self._job_probe: _Job | None = None      # does the cluster answer, a job waiting?
+        self._down_from: str | None = None       # the state before a job said unreachable
         self._rebuild_later = False      # transactions refused: a new producer at ...
         self._retry_init_at = 0.0        # ... this time
         self.commits = self.aborts = 0
@@ -216,11 +219,46 @@ class TransactionalDrain(Drain):
     # -- jobs ---------------------------------------------------------------------------------
     def _run_job(self, name: str, fn: Callable[[], object]) -> None:
         self.job = _Job(name, fn)
+        self._job_began = self._now()
+
+    def _watch_job(self) -> None:
+        """A job waiting long: does the cluster answer another client? If not, say so (one
+        call can wait 30 s and more for a broker that does not answer: librdkafka's own
+        request timeout)."""
+        if self._now() - self._job_began < OUTAGE_AFTER_S or self._down_from is not None:
+            return
+        if self._job_probe is None:
+            self._job_probe = _Job("probe", self._cluster_answers)
+        elif self._job_probe.done.is_set():
+            answered, self._job_probe = self._job_probe.result, None
+            if answered is False:
+                self._unreachable(f"{self.job.name}: no answer for "
+                                  f"{self._now() - self._job_began:.0f} s")
+
+    def _unreachable(self, why: str) -> None:
+        """The cluster does not answer while a transaction call waits: said as the outage
+        guard says it (status, metrics), once."""
+        if self._down_from is not None:
+            return
+        self._down_from = self.broker_state
+        log.warning("%s; the pool keeps the data, trying again", why)
+        self.broker_state = "unreachable"
+        self.metrics.set("agent_drain_broker_up", 0)
+        self.metrics.inc("agent_drain_outages_total")
+
+    def _answers_again(self) -> None:
+        if self._down_from is None:
+            return
+        before, self._down_from = self._down_from, None
+        log.warning("the cluster answers again: resuming")
+        refused = before.startswith(("not authorised", "authentication failed"))
+        self.broker_state = before if refused else "up"
+        self.metrics.set("agent_drain_broker_up", 1)
 
     def _retrying(self, call: Callable[[], object], what: str) -> object:
         """``call`` until it succeeds or fails for good; retriable failures (the cluster does
         not answer, a coordinator moving) are waited out, the agent's loop running on."""
-        began, down, before = self._now(), False, self.broker_state
+        began = self._now()
         while not self._closing:
             try:
                 result = call()
@@ -230,24 +268,16 @@ class TransactionalDrain(Drain):
                         err.retriable() or err.code() in _COORDINATOR_MOVING):
                     raise
                 waited = self._now() - began
-                if down and waited >= WEDGED_AFTER_S and self._cluster_answers():
+                if self._down_from is not None and waited >= WEDGED_AFTER_S \
+                        and self._cluster_answers():
                     raise KafkaException(KafkaError(
                         KafkaError._TIMED_OUT, f"{what}: no answer for {waited:.0f} s while "
                         f"the cluster answers a new client: the producer is replaced")) from exc
-                if waited >= OUTAGE_AFTER_S and not down:
-                    down = True             # as the outage guard would say it (status)
-                    log.warning("%s: no answer for %.0f s (%s); the pool keeps the data, "
-                                "trying again", what, OUTAGE_AFTER_S, err.str())
-                    self.broker_state = "unreachable"
-                    self.metrics.set("agent_drain_broker_up", 0)
-                    self.metrics.inc("agent_drain_outages_total")
+                if waited >= OUTAGE_AFTER_S:
+                    self._unreachable(f"{what}: no answer for {waited:.0f} s ({err.str()})")
                 self.clock.sleep(RETRY_PAUSE_S)
                 continue
-            if down:
-                log.warning("the cluster answers again: resuming")
-                refused = before.startswith(("not authorised", "authentication failed"))
-                self.broker_state = before if refused else "up"
-                self.metrics.set("agent_drain_broker_up", 1)
+            self._answers_again()
             return result
         raise KafkaException(KafkaError(KafkaError._DESTROY, "the agent is stopping"))
 
@@ -294,7 +324,10 @@ class TransactionalDrain(Drain):
 
     def _job_ended(self, job: _Job) -> None:
         """The agent's loop takes the outcome of a job."""
+        self._job_probe = None
         err = job.kafka_error()
+        if job.error is None:
+            self._answers_again()
         if job.error is not None and err is None:
             if isinstance(job.error, TransactionsRefused):
                 self._refuse_for_now(str(job.error))
@@ -383,6 +416,7 @@ class TransactionalDrain(Drain):
         if self.job is not None:
             self._poll()
             if not self.job.done.is_set():
+                self._watch_job()
                 return 0
             job, self.job = self.job, None
             self._job_ended(job)

@@ -5,13 +5,16 @@ a while, and when a record is too large; deterministic, where the real cluster
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 import agent.drain.transact as transact
 from agent.buffer import BufferPool, Chunk
-from agent.drain.drain import DENIED_RETRY_S
+from agent.drain.drain import DENIED_RETRY_S, OUTAGE_AFTER_S
 from agent.drain.transact import TransactionalDrain
 from agent.journal import LossJournal
 from agent.telemetry import Metrics
@@ -30,6 +33,7 @@ class TxKafka(FakeKafka):
         self.committed: list[tuple] = []
         self.marker: str | None = None
         self.transactions: list[tuple[int, int]] = []   # (records, batch.num.messages)
+        self.commit_gate: threading.Event | None = None  # a commit waits for it
 
     def producer(self, conf: dict, role: str = "main") -> TxProducer:
         p = TxProducer(conf, self)
@@ -51,6 +55,8 @@ class TxProducer(FakeProducer):
         self.marker = offsets[0].metadata
 
     def commit_transaction(self, timeout: float) -> None:
+        if self.kafka.commit_gate is not None:        # a coordinator that does not answer
+            assert self.kafka.commit_gate.wait(30)
         records = self.kafka.log[self.txn_start:]
         self.kafka.committed.extend(records)
         self.kafka.marker = self.marker
@@ -187,3 +193,32 @@ def _slot_values(slot) -> list[bytes]:
     payload = bytes(slot.payload)
     return [payload[o:o + n] for block in slot.blocks()
             for o, n in zip(block.offsets.tolist(), block.lengths.tolist(), strict=True)]
+
+
+def test_a_commit_waiting_for_a_cluster_that_does_not_answer_is_said_unreachable(tmp_path):
+    """One transaction call can wait 30 s and more (librdkafka's request timeout) for a paused
+    broker: status must say the cluster is unreachable meanwhile, not "up" (seen in CI: a
+    broker paused 30 s during a commit), and "up" again once the commit returns."""
+    kafka, clock = TxKafka(), StoppedClock()
+    kafka.commit_gate = threading.Event()
+    drain, pool, _freed = _drain(tmp_path, kafka, {"t": 300}, clock)
+    for _ in range(1000):
+        drain.pump()
+        if drain.job is not None and drain.job.name == "commit":
+            break
+        if drain.job is not None:
+            drain.job.done.wait(5)
+    assert drain.job.name == "commit" and drain.broker_state == "up"
+    clock.now += OUTAGE_AFTER_S
+    deadline = time.monotonic() + 30            # the probe's client waits 1 s for an answer
+    while drain.broker_state != "unreachable":
+        assert time.monotonic() < deadline, drain.broker_state
+        drain.pump()
+        time.sleep(0.05)
+    assert drain.metrics.get("agent_drain_broker_up") == 0
+    assert drain.metrics.get("agent_drain_outages_total") == 1
+    kafka.commit_gate.set()
+    _pump_until(drain, lambda: not pool.sealed(), clock)
+    assert drain.broker_state == "up" and drain.metrics.get("agent_drain_broker_up") == 1
+    got = _values(kafka.committed)
+    assert len(got) == len(set(got)) == 300
