@@ -190,7 +190,6 @@ class TransactionalDrain(Drain):
         self._down_from: str | None = None       # the state before a job said unreachable
         self._rebuild_later = False      # transactions refused: a new producer at ...
         self._retry_init_at = 0.0        # ... this time
-        self.commits = self.aborts = 0
         super().__init__(*args, **kwargs)
         self.broker_state = "initialising transactions"
 
@@ -391,14 +390,12 @@ class TransactionalDrain(Drain):
         if not self._refused():              # a refused topic stays said until accepted
             self.broker_state = "up"
             self.metrics.set("agent_drain_broker_up", 1)
-        done = [s for s in [*self.inflight, *self.aside] if self._covers(covered, s.slot)]
-        for send in done:
-            (self.inflight if send in self.inflight else self.aside).remove(send)
-            send.retired = True
-        leased = {s.slot.seq for s in [*self.inflight, *self.aside]}
-        found = [s for s in self.pool.sealed()
-                 if s.seq not in leased and self._covers(covered, s)]
-        freed = [s.slot for s in done] + found
+        freed = [s for s in self.pool.sealed() if self._covers(covered, s)]
+        seqs = {s.seq for s in freed}
+        for send in [*self.inflight, *self.aside]:   # sent or set aside before: not again
+            if send.slot.seq in seqs:
+                (self.inflight if send in self.inflight else self.aside).remove(send)
+                send.retired = True
         for slot in freed:
             self._free_committed(slot)
         if freed:
@@ -540,7 +537,6 @@ class TransactionalDrain(Drain):
     def _committed(self) -> None:
         """The transaction is in Kafka: free its slots, oldest first, before anything else."""
         self.crash_point("txn:committed")
-        self.commits += 1
         self.metrics.inc("agent_drain_transactions_committed_total")
         done, self.inflight = list(self.inflight), collections.deque()
         self.began, self.broken = None, False
@@ -601,7 +597,6 @@ class TransactionalDrain(Drain):
         # next transaction's records unsent until their timeout (librdkafka 2.16, after an
         # error that "requires epoch bump").
         self._reconfigured = True
-        self.aborts += 1
         self.metrics.inc("agent_drain_transactions_aborted_total")
 
     # -- outcomes -----------------------------------------------------------------------------

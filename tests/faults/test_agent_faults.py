@@ -48,6 +48,16 @@ def test_sigkill_five_times_loses_nothing_and_duplicates_only_in_flight_slots(
     # number: its duplicates are the duplicates counted by id, and nothing is missing.
     audit_topic = f"{topic_name}.audit"
     ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
+    cluster = cluster_tier(kafka, tmp_path, topic_name, audit_topic)
+    assert cluster == {"records": 1_000_000 + figures["duplicates"], "distinct": 1_000_000,
+                       "duplicates": figures["duplicates"],
+                       "through": figures["numbers"] - 1, "missing": []}, (cluster, figures)
+
+
+def cluster_tier(kafka, tmp_path, topic_name: str, audit_topic: str) -> dict:
+    """The Spark count job (``--once``) over ``topic_name``, writing to ``audit_topic``: the
+    kafka-local tier's records, distinct records, duplicates, highest record number and
+    missing numbers, as the audit topic then says (printed as a JSON line)."""
     job = AuditJob(["count", "--cluster", "kafka-local", "--bootstrap-servers",
                     kafka.bootstrap_servers, "--audit-topic", audit_topic,
                     "--topics", re.escape(topic_name), "--once",
@@ -61,9 +71,7 @@ def test_sigkill_five_times_loses_nothing_and_duplicates_only_in_flight_slots(
                "duplicates": sum(r.duplicates for r in counts),
                "through": numbers.through, "missing": numbers.missing}
     print(json.dumps({"cluster_tier": cluster}))
-    assert cluster == {"records": 1_000_000 + figures["duplicates"], "distinct": 1_000_000,
-                       "duplicates": figures["duplicates"],
-                       "through": figures["numbers"] - 1, "missing": []}, (cluster, figures)
+    return cluster
 
 
 @pytest.mark.soak

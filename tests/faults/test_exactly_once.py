@@ -7,7 +7,6 @@ aborted copies of the transactions the kills cut short)."""
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import sys
 import time
@@ -15,13 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from audit.contract.collect import read_audit_topic
 from audit.reconcile.config import parse
 from audit.reconcile.service import Reconciler
 from broker.admin import ensure_audit_topic
 from tests.agentkit import AgentProcess, consume_counts
-from tests.auditkit import AuditJob
-from tests.faults.test_agent_faults import broker_pause_run, sigkill_run
+from tests.faults.test_agent_faults import broker_pause_run, cluster_tier, sigkill_run
 from tests.integration.test_agent_end_to_end import parse_id, setup_agent, start_writer
 from tests.integration.test_reconcile_spark import Clock
 
@@ -51,19 +48,9 @@ def test_sigkill_five_times_with_rotation_a_read_committed_reader_sees_each_id_o
 
     # The audit: the cluster tier (the Spark count job, read_committed) counts every record
     # once, and the reconciler judges every window of the topic complete at that tier.
-    job = AuditJob(["count", "--cluster", "kafka-local", "--bootstrap-servers",
-                    kafka.bootstrap_servers, "--audit-topic", audit_topic,
-                    "--topics", re.escape(topic_name), "--once",
-                    "--checkpoint-dir", str(tmp_path / "ckpt")], tmp_path / "count.log").start()
-    assert job.wait(600) == 0, job.log_text()
-    state = read_audit_topic(kafka.bootstrap_servers, audit_topic)
-    counts = [r for r in state.counts.values() if r.tier == "kafka-local"]
-    [numbers] = [r for r in state.ranges.values() if r.tier == "kafka-local"]
-    cluster = {"records": sum(r.count for r in counts),
-               "distinct": sum(r.distinct for r in counts),
-               "duplicates": sum(r.duplicates for r in counts), "missing": numbers.missing}
-    print(json.dumps({"cluster_tier": cluster}))
-    assert cluster == {"records": total, "distinct": total, "duplicates": 0, "missing": []}
+    cluster = cluster_tier(kafka, tmp_path, topic_name, audit_topic)
+    assert cluster == {"records": total, "distinct": total, "duplicates": 0,
+                       "through": figures["numbers"] - 1, "missing": []}, (cluster, figures)
     verdicts = _judged(kafka.bootstrap_servers, audit_topic, topic_name, tmp_path / "r.db")
     print(json.dumps({"windows": verdicts}))
     assert verdicts and set(verdicts.values()) == {"complete"}, verdicts
