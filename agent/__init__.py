@@ -11,6 +11,7 @@ import what.
 - ``globs``: the folder a glob pattern lives in (the configuration's checks, the folder watch).
 - ``state``: the state database: file checkpoints, one row per generation of content.
 - ``checkpoints``: where each source stands, sealed and acknowledged, on its way there.
+- ``diskguard``: free space on the state folder: reading pauses when it runs out.
 - ``journal``: the loss journal: every event not delivered, durably, with why.
 - ``producer_tally``: the producer tier of the audit, counted at seal and emitted.
 - ``selfcheck``: at start, every byte the checkpoints call sealed still accounted for.

@@ -8,6 +8,10 @@ turn (``flush``), with the producer tier's counts and the next record number; th
 each slot Kafka acknowledged whole (``acknowledged``). A source's acknowledged offset moves only
 over contiguous acknowledged bytes: never past the start of an older slot of that source still
 in flight. What is in flight is the drain's to say (``Drain.in_flight_slots``).
+
+A write the file system refuses for lack of space (``agent/diskguard.py``) is rolled back by
+SQLite whole; what it carried stays noted here and goes with the next flush that may write, and
+the guard pauses reading meanwhile. Nothing noted is dropped.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from .buffer import SealedSlot
+from .diskguard import DiskGuard, disk_full
 from .state import StateDB
 
 FORGET_EVERY_S = 60.0              # the locate map's retention is applied this often
@@ -24,14 +29,17 @@ class Checkpoints:
     """The sealed and acknowledged positions of every source of one agent, on their way into
     ``db``. ``now`` is the agent's monotonic clock in seconds."""
 
-    def __init__(self, db: StateDB, now: Callable[[], float], locate_retention_ms: int):
+    def __init__(self, db: StateDB, now: Callable[[], float], locate_retention_ms: int,
+                 guard: DiskGuard | None = None):
         self.db = db
+        self.guard = guard
         self.now = now
         self.locate_retention_ms = locate_retention_ms
         self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
         self._sealed_runs: list[tuple] = []         # their locate rows
         self._acked_ahead: dict[int, int] = {}      # source → end acknowledged, not yet
         #                                             contiguous (an older slot in flight)
+        self._acked_unwritten: dict[int, int] = {}  # source → acknowledged end to write
         self._seal_times: dict[int, float] = {}     # slot seq → when it was sealed
         self._next_forget = 0.0
 
@@ -51,27 +59,61 @@ class Checkpoints:
         """When the slot ``seq`` was sealed, if it still waits for Kafka."""
         return self._seal_times.get(seq)
 
-    def flush(self, next_record: Callable[[], int], audit_persist, audit_pending: bool
-              ) -> None:
+    def flush(self, next_record: Callable[[], int], audit_persist, audit_pending: bool,
+              audit_written: Callable[[], None] = lambda: None) -> None:
         """Write the sealed positions and record runs noted since the last flush, with the
-        audit's counts (``audit_persist``) and the pool's next record number, in one
-        transaction; apply the locate map's retention once a minute. ``next_record`` is read
-        after the noted slots are taken: a slot sealed meanwhile (a socket source's thread)
-        waits for the next flush, and the number stored is never below a run stored with it."""
+        audit's counts (``audit_persist``; ``audit_written`` once they are stored) and the
+        pool's next record number, in one transaction; then the acknowledged offsets; apply the
+        locate map's retention once a minute. ``next_record`` is read after the noted slots are
+        taken: a slot sealed meanwhile (a socket source's thread) waits for the next flush, and
+        the number stored is never below a run stored with it. Sealed before acknowledged: an
+        acknowledged offset is never stored past a sealed one still unwritten (the database
+        would clamp it, and the start's self-check would then read the bytes again)."""
+        if self.guard is not None and not self.guard.write_due():
+            return                               # a write was refused a moment ago
         now = self.now()
         if now >= self._next_forget:
             self._next_forget = now + FORGET_EVERY_S
-            self.db.forget_runs(self.locate_retention_ms)
-        if not self._sealed_positions and not audit_pending:
-            return                               # nothing sealed since the last turn
-        batch, self._sealed_positions = self._sealed_positions, []
-        runs, self._sealed_runs = self._sealed_runs, []
-        ends: dict[int, int] = {}
-        for positions in batch:
-            for source, _start, end in positions:
-                ends[source] = max(end, ends.get(source, 0))
-        self.db.advance_sealed(ends, audit=audit_persist, next_record=next_record(),
-                               runs=runs)
+            if not self._write(lambda: self.db.forget_runs(self.locate_retention_ms),
+                               "the record-number map's retention"):
+                return
+        if self._sealed_positions or audit_pending:
+            batch, self._sealed_positions = self._sealed_positions, []
+            runs, self._sealed_runs = self._sealed_runs, []
+            ends: dict[int, int] = {}
+            for positions in batch:
+                for source, _start, end in positions:
+                    ends[source] = max(end, ends.get(source, 0))
+            if not self._write(lambda: self.db.advance_sealed(
+                    ends, audit=audit_persist, next_record=next_record(), runs=runs),
+                    "the sealed checkpoints"):
+                self._sealed_positions[:0] = batch
+                self._sealed_runs[:0] = runs
+                return
+            audit_written()
+        self._write_acked()
+
+    def _write_acked(self) -> None:
+        if not self._acked_unwritten:
+            return
+        acked, self._acked_unwritten = self._acked_unwritten, {}
+        if not self._write(lambda: self.db.advance_acked(acked), "the acknowledged offsets"):
+            for src, end in acked.items():
+                self._acked_unwritten[src] = max(end, self._acked_unwritten.get(src, 0))
+
+    def _write(self, write: Callable[[], None], what: str) -> bool:
+        """Run one database write; False when the file system refused it for lack of space
+        (the guard is told; SQLite rolled it back)."""
+        try:
+            write()
+        except Exception as exc:
+            if self.guard is None or not disk_full(exc):
+                raise
+            self.guard.refused(exc, f"writing {what} to the state database")
+            return False
+        if self.guard is not None:
+            self.guard.written()
+        return True
 
     def acknowledged(self, slot: SealedSlot, in_flight: Iterable[SealedSlot]) -> None:
         """Kafka acknowledged every record of ``slot``; ``in_flight``: the slots still on
@@ -88,4 +130,10 @@ class Checkpoints:
         for src, end in ends.items():
             if end >= ahead[src]:
                 del ahead[src]                  # contiguous again
-        self.db.advance_acked(ends)
+        for src, end in ends.items():
+            self._acked_unwritten[src] = max(end, self._acked_unwritten.get(src, 0))
+        # Written now, before the drain frees the slot (a SIGKILL after the free must find
+        # the offset moved), unless sealed checkpoints wait to be written (disk full): the
+        # database would clamp the offset to them.
+        if not self._sealed_positions and (self.guard is None or self.guard.write_due()):
+            self._write_acked()

@@ -54,6 +54,11 @@ SETTINGS: tuple[Setting, ...] = (
             "sealed slots to Kafka before exiting; the rest stays in the pool. Not waited for "
             "while the cluster does not answer. With the last audit round (up to 8 s) it must "
             "stay within the unit's `TimeoutStopSec` (45 s).", minimum=0),
+    Setting("agent.disk_reserve_bytes", int, 64 << 20, "Free space the state folder's file "
+            "system must keep: below it the agent stops reading (files wait, unread) and goes "
+            "on sending what the pool holds, until the space is back (the pool file is "
+            "preallocated; the state database and the loss journal grow). 0: only a refused "
+            "write pauses reading.", minimum=0),
     Setting("agent.origin_header", bool, True, "Add the `docket-origin` header to every record."),
     Setting("agent.record_numbers", bool, True, "Number every record: headers `docket-seq` "
             "(the origin's record number) and `docket-incarnation`, so every tier can count "

@@ -22,6 +22,11 @@ could count their lines (a file deleted or truncated before it was read). Such e
 audit as ``dropped_unknown`` of the window they were found in, so the reconciler can flag that
 window as a possible loss although every count agrees.
 
+A line the file system refuses for lack of space (``agent/diskguard.py``) is cut back off the
+file (no half line is left) and kept in memory, in order, to be written before the next entry
+or at the next ``retry``; the entry counts at once (metrics, audit, record numbers), since the
+events were not delivered either way. Only a crash while such lines wait loses them.
+
 ``LossJournal.record`` is the one function that both writes the entry and counts it in the
 agent's metrics (``agent_dropped_events_total{reason}`` for events,
 ``agent_loss_journal_entries_total{reason}`` for entries), so no counter exists without its entry.
@@ -29,6 +34,7 @@ agent's metrics (``agent_dropped_events_total{reason}`` for events,
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -37,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .buffer.seams import Clock
+from .diskguard import disk_full
 from .telemetry import Metrics
 
 log = logging.getLogger("docket.agent.journal")
@@ -51,6 +58,8 @@ class LossJournal:
         self.metrics = metrics
         self._lock = threading.Lock()
         self._on_record = on_record      # the audit emitter: drops per (topic, window)
+        self._unwritten: list[bytes] = []   # lines refused for lack of space, in order
+        self.on_refused: Callable[[BaseException], None] | None = None    # the disk guard
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         size = os.fstat(self._fd).st_size
         if size:                          # a line a crash cut short: end it, so the next
@@ -73,8 +82,8 @@ class LossJournal:
                  "detail": detail}
         line = (json.dumps(entry, sort_keys=True) + "\n").encode()
         with self._lock:
-            os.write(self._fd, line)
-            os.fsync(self._fd)
+            self._unwritten.append(line)
+            self._write_unwritten()
             if records:
                 self._numbers.append(tuple(records))
         self.metrics.dropped(reason, topic, max(events, 0), intentional=reason in INTENTIONAL,
@@ -87,6 +96,40 @@ class LossJournal:
                     f" from {source}" if source else "", self.path)
         if self._on_record is not None:
             self._on_record(topic, reason, events, event_ts_ms)
+
+    def retry(self) -> bool:
+        """Write the lines a full disk refused; True when there were some and all are
+        written now."""
+        with self._lock:
+            if not self._unwritten:
+                return False
+            self._write_unwritten()
+            return not self._unwritten
+
+    def _write_unwritten(self) -> None:
+        """Append the waiting lines, oldest first, each whole or not at all (under the lock)."""
+        while self._unwritten:
+            line = self._unwritten[0]
+            size = os.fstat(self._fd).st_size
+            try:
+                done = os.write(self._fd, line)
+                if done < len(line):
+                    raise OSError(errno.ENOSPC, "No space left on device (a short write)")
+                os.fsync(self._fd)
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                os.ftruncate(self._fd, size)       # no half line stays behind
+                log.error("loss journal: %d entr%s wait in memory: %s", len(self._unwritten),
+                          "y" if len(self._unwritten) == 1 else "ies", exc)
+                if self.on_refused is not None:
+                    self.on_refused(exc)
+                return
+            self._unwritten.pop(0)
+
+    def waiting(self) -> int:
+        """Lines a full disk refused, waiting in memory."""
+        return len(self._unwritten)
 
     def dropped_numbers(self) -> list[list[int]]:
         """The record-number ranges journalled, sorted and merged (inclusive pairs)."""

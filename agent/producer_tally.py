@@ -168,6 +168,9 @@ class AuditEmitter:
         self._dirty: set[tuple[str, int]] = set()
         self._pending: list[tuple[int, dict[tuple[str, int], Tally]]] = []   # (slot seq, tallies)
         self._pending_drops: list[tuple[tuple[str, int], str, int]] = []
+        # windows changed since the state database last stored them (``persisted``): a write
+        # refused for lack of space leaves them here for the next one
+        self._unwritten: set[tuple[str, int]] = set()
         self.last_emission_ms: int | None = None
         self._producer_conf = _audit_producer_conf(producer_conf, agent_id)
         self._new_conf: dict | None = None    # a reload's, taken by the next round
@@ -245,16 +248,17 @@ class AuditEmitter:
                                         events))
 
     def has_pending(self) -> bool:
-        return bool(self._pending or self._pending_drops)
+        return bool(self._pending or self._pending_drops or self._unwritten)
 
     def persist(self) -> AuditUpdate | None:
         """Apply what was counted since the last call; returns what the state database
         writes, inside the transaction that also moves the file checkpoints (it calls this:
-        ``StateDB.advance_sealed``). None: nothing was counted."""
+        ``StateDB.advance_sealed``), with every window not yet stored (``persisted``). None:
+        nothing was counted."""
         with self._lock:
             pending, self._pending = self._pending, []
             drops, self._pending_drops = self._pending_drops, []
-            if not pending and not drops:
+            if not pending and not drops and not self._unwritten:
                 return None
             changed: set[tuple[str, int]] = set()
             for seq, tallies in pending:
@@ -274,11 +278,17 @@ class AuditEmitter:
             for key in changed:
                 self._version[key] = self._version.get(key, 0) + 1
                 self._dirty.add(key)
+            self._unwritten |= changed
             windows = [AuditWindow(k[0], k[1], t.count, t.bytes, t.checksum, t.late, t.dropped,
                                    dict(t.dropped_reasons), dict(t.dropped_unknown),
                                    self._now_ms())
-                       for k in changed for t in (self._windows[k],)]
+                       for k in sorted(self._unwritten) for t in (self._windows[k],)]
             return AuditUpdate(windows, self.counted_seq)
+
+    def persisted(self) -> None:
+        """The transaction holding the last ``persist``'s windows committed."""
+        with self._lock:
+            self._unwritten.clear()
 
     # -- emitting (the scheduler's thread, its own database connection) -----------------------
     def start(self) -> None:

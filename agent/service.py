@@ -28,6 +28,7 @@ from .buffer import BufferPool, DropEvent, SealedSlot
 from .buffer.seams import Clock, FileOps
 from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
+from .diskguard import DiskGuard, disk_full
 from .drain.drain import Drain
 from .drain.native import NativeDrain, NativeUnavailable, native_module
 from .drain.producer import MAX_RECORD_BYTES, producer_config
@@ -139,8 +140,12 @@ class Agent:
             native_hashes=extension.value_hashes if extension else None)
         self.journal = LossJournal(cfg.journal_path, self.metrics,
                                    on_record=self.audit.dropped, clock=self.clock)
+        self.disk = DiskGuard(cfg.state_dir, cfg["agent.disk_reserve_bytes"], self.monotonic,
+                              on_change=lambda full: self.metrics.set("agent_disk_full",
+                                                                      int(full)))
+        self.journal.on_refused = lambda exc: self.disk.refused(exc, "writing the loss journal")
         self.checkpoints = Checkpoints(self.db, self.monotonic,
-                                       cfg["agent.locate_retention_ms"])
+                                       cfg["agent.locate_retention_ms"], self.disk)
         spill = cfg["buffer.spill_max_bytes"]
         self.pool = BufferPool(
             cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
@@ -155,6 +160,7 @@ class Agent:
         self.audit.count_recovered(self.pool.sealed())
         self.db.advance_sealed(self.recovered, audit=self.audit.persist,
                                next_record=self.pool.next_record)
+        self.audit.persisted()
         self.db.add_inexact_runs([
             (slot.first_record, slot.record_count, slot.topic, src, start, end, False)
             for slot in self.pool.sealed() for src, start, end in slot.meta.positions])
@@ -245,7 +251,7 @@ class Agent:
 
     def _flush_checkpoints(self) -> None:
         self.checkpoints.flush(lambda: self.pool.next_record, self.audit.persist,
-                               self.audit.has_pending())
+                               self.audit.has_pending(), self.audit.persisted)
 
     def _slot_done(self, slot: SealedSlot) -> None:
         """Kafka acknowledged every record of ``slot`` (``Checkpoints.acknowledged``)."""
@@ -293,6 +299,32 @@ class Agent:
         if self._reload.is_set():
             self._reload.clear()
             self._do_reload()
+        read, blocked = 0, False
+        if self.disk.check():                    # no room for what reading writes: wait
+            blocked = True
+            if self.disk.write_due() and self.journal.retry():
+                self.disk.written()
+        else:
+            try:
+                read, blocked = self._read(now)
+            except Exception as exc:
+                if not disk_full(exc):
+                    raise
+                self.disk.refused(exc, "reading the sources (a state database write)")
+        self.pool.seal_due()
+        self._flush_checkpoints()
+        sent = self.drain.pump()
+        if now >= self._next_gauges:
+            flush_held()
+            self.board.update_gauges(now - self._last_gauges)
+            self._last_gauges, self._next_gauges = now, now + GAUGE_INTERVAL_S
+        if self.notifier.watchdog_interval_s and now >= self._next_watchdog:
+            self.notifier.watchdog()
+            self._next_watchdog = now + self.notifier.watchdog_interval_s
+        return read, sent, blocked
+
+    def _read(self, now: float) -> tuple[int, bool]:
+        """Scan when due, then read every file source within the turn's budget."""
         if now >= self._next_scan or (now - self._last_scan >= EVENT_SCAN_MIN_S
                                       and self.watch.consume()):
             self._last_scan = now
@@ -305,17 +337,7 @@ class Agent:
             got = f.read_some(READ_BUDGET_BYTES)
             read += got.bytes
             blocked |= got.blocked
-        self.pool.seal_due()
-        self._flush_checkpoints()
-        sent = self.drain.pump()
-        if now >= self._next_gauges:
-            flush_held()
-            self.board.update_gauges(now - self._last_gauges)
-            self._last_gauges, self._next_gauges = now, now + GAUGE_INTERVAL_S
-        if self.notifier.watchdog_interval_s and now >= self._next_watchdog:
-            self.notifier.watchdog()
-            self._next_watchdog = now + self.notifier.watchdog_interval_s
-        return read, sent, blocked
+        return read, blocked
 
     def abandon(self) -> None:
         """For tests that simulate a SIGKILL: let go of every descriptor, lock and mapping as

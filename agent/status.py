@@ -43,6 +43,9 @@ class StatusBoard:
         m = a.metrics
         st = a.pool.stats()
         m.set("agent_buffer_size_bytes", a.pool.geometry.file_bytes)
+        m.set("agent_disk_full", int(a.disk.full))
+        if a.disk.free_bytes is not None:
+            m.set("agent_state_free_bytes", a.disk.free_bytes)
         # Each pool slot in one state (they add up to the pool's slot count); spilled slots
         # are outside the pool, on disk.
         for state, key in (("free", "free_slots"), ("filling", "filling_slots"),
@@ -118,11 +121,13 @@ class StatusBoard:
                        "auto_create_topics": a.topic_watch.auto_create,
                        "weakened_delivery": [k for k, _ in weakened_delivery(
                            a.cfg["broker.librdkafka_options"])]},
+            "disk": a.disk.describe(),
             "dropped_events": m.get("agent_dropped_events_total"),
             "loss_journal": {
                 "path": str(a.journal.path),
                 "entries": m.total("agent_loss_journal_entries_total"),
-                "unknown_size": m.total("agent_loss_journal_entries_total", size="unknown")},
+                "unknown_size": m.total("agent_loss_journal_entries_total", size="unknown"),
+                "waiting_in_memory": a.journal.waiting()},
             "audit": {"enabled": a.cfg["audit.enabled"], "topic": a.cfg["audit.topic"],
                       "last_emission_ms": a.audit.last_emission_ms,
                       "seq": a.audit.seq},

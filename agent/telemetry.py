@@ -24,6 +24,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "agent_source_files": ("gauge", "Files being tailed."),
     "agent_source_lag_bytes": ("gauge", "Per file, bytes written but not yet read."),
     "agent_buffer_size_bytes": ("gauge", "Size of the pool file."),
+    "agent_disk_full": ("gauge", "1 while reading is paused for lack of space on the state "
+                        "folder's file system (below `agent.disk_reserve_bytes`, or a write "
+                        "refused), else 0."),
+    "agent_state_free_bytes": ("gauge", "Free bytes on the state folder's file system, as last "
+                               "looked at."),
     "agent_buffer_oversize_lines_total": ("counter", "Lines longer than a record, by policy "
                                           "(split, truncate, drop)."),
     "agent_buffer_quarantined_slots_total": ("counter", "Slots that failed their CRC at start "

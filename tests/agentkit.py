@@ -152,6 +152,21 @@ class AgentProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
+def wait_until(what: str, check, timeout_s: float, agent: AgentProcess | None = None,
+               step_s: float = 0.2):
+    """``check()`` until it returns something true, which is returned; fails naming ``what``
+    (and showing ``agent``'s log) after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not seen in {timeout_s} s"
+                                 + (f":\n{agent.log_text()}" if agent else ""))
+        time.sleep(step_s)
+
+
 def consume_counts(bootstrap: str, topic: str, expected: int, timeout_s: float,
                    parse=lambda v: v, on_msg=None,
                    isolation: str = "read_committed") -> Counter:

@@ -17,7 +17,7 @@ import pytest
 
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.cluster import LocalCluster
-from tests.agentkit import BIN, AgentProcess, consume_counts, write_config
+from tests.agentkit import BIN, AgentProcess, consume_counts, wait_until, write_config
 
 LINE_BYTES = 100
 
@@ -28,18 +28,6 @@ def _lines(a: int, b: int) -> bytes:
 
 def _id(value: bytes) -> int:
     return int(value[3:11])
-
-
-def _wait(what: str, check, timeout_s: float, agent: AgentProcess | None = None):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not seen in {timeout_s} s"
-                                 + (f":\n{agent.log_text()}" if agent else ""))
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +51,9 @@ def test_metrics_are_exact_after_10_mb(kafka, topic_name, tmp_path):
                           audit={"interval_ms": 1000})
     agent = AgentProcess(config, tmp_path / "agent.log").start()
     try:
-        _wait("every event sent", lambda: agent.metric("agent_drain_sent_events_total") == n,
+        wait_until("every event sent", lambda: agent.metric("agent_drain_sent_events_total") == n,
               120, agent)
-        _wait("an audit emission", lambda: agent.metric(
+        wait_until("an audit emission", lambda: agent.metric(
             "agent_audit_last_emission_timestamp_seconds") > 0, 30, agent)
         text = agent.metrics()
         status = agent.status()
@@ -109,13 +97,13 @@ def test_an_outage_logs_little_and_sigterm_during_it_stops_at_once_keeping_the_d
                           audit={"interval_ms": 2000, "window_ms": 60000})
     agent = AgentProcess(config, tmp_path / "agent.log").start()
     try:
-        _wait("1000 sent", lambda: agent.metric("agent_drain_sent_events_total") == 1000, 60,
+        wait_until("1000 sent", lambda: agent.metric("agent_drain_sent_events_total") == 1000, 60,
               agent)
         cluster.kill_node(1)
         mark = agent.log.stat().st_size
         with open(app, "ab") as f:
             f.write(_lines(1000, 2000))
-        _wait("the outage seen", lambda: agent.status()["broker"]["state"] != "up", 60, agent)
+        wait_until("the outage seen", lambda: agent.status()["broker"]["state"] != "up", 60, agent)
         time.sleep(60)                                 # a minute of outage
         status = agent.status()
         lines = _log_lines(agent, mark)
@@ -155,7 +143,7 @@ def test_a_missing_topic_on_a_cluster_that_does_not_create_topics_is_named_until
                           [{"type": "file", "paths": [str(logs / "*.log")], "topic": topic_name}])
     agent = AgentProcess(config, tmp_path / "agent.log").start()
     try:
-        broker = _wait("the missing topic in status",
+        broker = wait_until("the missing topic in status",
                        lambda: (b := agent.status()["broker"])["missing_topics"] and b, 60, agent)
         assert broker["missing_topics"] == [topic_name] and broker["auto_create_topics"] is False
         assert re.search(rf"WARNING .*topic {re.escape(topic_name)} does not exist on the "
@@ -168,7 +156,7 @@ def test_a_missing_topic_on_a_cluster_that_does_not_create_topics_is_named_until
         ensure_topics(bootstrap, [TopicSpec(topic_name, partitions=1)])
         counts = consume_counts(bootstrap, topic_name, 100, 120, parse=_id)
         assert sorted(counts) == list(range(100))
-        _wait("the topic no longer missing",
+        wait_until("the topic no longer missing",
               lambda: not agent.status()["broker"]["missing_topics"], 60, agent)
         assert f"topic {topic_name} exists now" in agent.whole_log()
     finally:
@@ -187,7 +175,8 @@ def test_weakened_delivery_accepted_on_purpose_is_warned_and_shown_and_logs_can_
         f.write('[broker.librdkafka_options]\n"acks" = "1"\n"enable.idempotence" = false\n')
     agent = AgentProcess(config, tmp_path / "agent.log", args=["--log-format", "json"]).start()
     try:
-        _wait("10 sent", lambda: agent.metric("agent_drain_sent_events_total") == 10, 60, agent)
+        wait_until("10 sent", lambda: agent.metric("agent_drain_sent_events_total") == 10, 60,
+                   agent)
         assert agent.status()["broker"]["weakened_delivery"] == ["acks", "enable.idempotence"]
         shown = subprocess.run([str(BIN / "docket-agent"), "status", "--config", str(config)],
                                capture_output=True, text=True, timeout=30)

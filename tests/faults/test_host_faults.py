@@ -1,0 +1,152 @@
+"""What a producer host does to the agent, against the real local Kafka: the state folder's
+disk fills up under traffic; the pool file or the state database is damaged or deleted."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.agentkit import consume_counts, wait_until
+from tests.integration.test_agent_end_to_end import (
+    assert_exactly_once,
+    parse_id,
+    setup_agent,
+    start_writer,
+)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 48 MiB tmpfs for the state folder, mounted for this test alone."""
+    where = tmp_path / "small-fs"
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system for the state folder needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """Fill ``folder``'s file system to its last byte; the filler file is returned."""
+    filler = folder / "filler"
+    chunk = b"\0" * (1 << 20)
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            try:
+                if os.write(fd, chunk) < len(chunk):
+                    break
+            except OSError:
+                break
+        for size in (4096, 512, 1):                    # what a 1 MiB write could not take
+            while True:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError:
+                    break
+    finally:
+        os.close(fd)
+    return filler
+
+
+def free_bytes(folder: Path) -> int:
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize
+
+
+@pytest.mark.slow
+def test_a_full_disk_pauses_reading_keeps_sending_and_resumes_losing_nothing(
+        kafka, tmp_path, topic_name, small_fs):
+    """The state folder on a 48 MiB file system (the 16 MiB pool preallocated in it), 200,000
+    lines at 20,000 lines/s. 2 s in the broker is paused (a backlog gathers in the pool), at 4 s
+    the file system is filled to its last byte, at 6 s the broker resumes: the agent has paused
+    reading (status and one log line say so), sends what its pool holds meanwhile (the
+    acknowledged offsets it cannot write wait in memory), and reads on once the space is back,
+    10 s later. Every id arrives; the state database passes SQLite's integrity check and no
+    loss-journal line is torn."""
+    total, rate = 200_000, 20_000
+    state = small_fs / "state"
+    cluster = kafka.controlled()
+    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
+                              buffer={"size_bytes": 16 << 20, "slot_size_bytes": 1 << 20},
+                              agent={"state_dir": str(state), "disk_reserve_bytes": 4 << 20})
+    agent.start()
+    writer = start_writer(logs, total, 50_000, rate)
+    reasons = set()
+    try:
+        time.sleep(2)
+        cluster.pause_node(1)
+        try:
+            time.sleep(2)
+            filler = fill(small_fs)
+            assert free_bytes(small_fs) < 4096, "the file system was not filled"
+            paused = wait_until("status disk full", lambda: (s := agent.status())
+                              and s["disk"]["state"] == "full" and s, 10)
+            time.sleep(2)
+        finally:
+            cluster.resume_node(1)
+        cpu0, read0 = agent.cpu_seconds(), paused["totals"]["read_events"]
+        sent0, held = paused["totals"]["sent_events"], paused["backlog"]["events"]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            during = agent.status()
+            assert during is not None and agent.alive(), \
+                f"the agent died on a full disk:\n{agent.log_text()}"
+            assert during["disk"]["state"] == "full", during["disk"]
+            reasons.add(during["disk"]["reason"].split(":")[0])
+            time.sleep(0.5)
+        cpu_full = agent.cpu_seconds() - cpu0
+        assert agent.metric("agent_disk_full") == 1
+        # It stopped reading (after the pause began at most the turn that saw it: one read
+        # budget) and sent what its pool held.
+        read_full = during["totals"]["read_events"] - read0
+        sent_full = during["totals"]["sent_events"] - sent0
+        assert read_full <= (8 << 20) // 100, read_full
+        assert held > 0, "no backlog was held when the disk filled: the test proves nothing"
+        assert sent_full >= held, (sent_full, held)
+        assert during["backlog"]["events"] == 0
+        filler.unlink()
+        resumed = time.monotonic()
+        wait_until("status disk ok", lambda: (s := agent.status()) and s["disk"]["state"] == "ok",
+                 10)
+        assert writer.wait(timeout=300) == 0
+        counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 300, parse_id)
+        catch_up = time.monotonic() - resumed
+        retried = agent.metric("agent_drain_retried_events_total")
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        rc = agent.stop()
+    assert rc == 0, agent.log_text()
+    assert any("refused" in r for r in reasons), \
+        f"no write was refused while the disk was full: {reasons}"
+    duplicates = sum(c - 1 for c in counts.values() if c > 1)
+    assert duplicates <= retried                  # no agent was killed
+    if duplicates == 0:
+        assert_exactly_once(counts, total=total)
+    assert len(counts) == total, f"{total - len(counts)} ids lost"
+    log = agent.whole_log()
+    assert log.count("disk full:") == 1, log[-3000:]
+    assert "reading resumed" in log
+    with sqlite3.connect(state / "state.db") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    journal = state / "loss-journal.jsonl"
+    for line in journal.read_text().splitlines() if journal.exists() else []:
+        json.loads(line)
+    print(json.dumps({"fault": "disk_full", "events": total, "lost": total - len(counts),
+                      "duplicates": duplicates, "backlog_when_full": held,
+                      "read_while_full": read_full, "sent_while_full": sent_full,
+                      "agent_cpu_s_while_full": round(cpu_full, 2),
+                      "catch_up_s": round(catch_up, 1), "full_because": sorted(reasons)}))
