@@ -15,6 +15,7 @@ import what.
 - ``journal``: the loss journal: every event not delivered, durably, with why.
 - ``producer_tally``: the producer tier of the audit, counted at seal and emitted.
 - ``selfcheck``: at start, every byte the checkpoints call sealed still accounted for.
+- ``statefolder``: a damaged state database or pool file, at start and under the running agent.
 - ``service``: the running agent: sources → pool → drain in one loop, wired.
 - ``errors``: why the agent cannot start here (``StartupError``).
 - ``status``: what it says of itself: gauges, the ``/status`` document, the HTTP server.

@@ -13,7 +13,7 @@ from importlib.metadata import version
 from audit.contract.errors import print_error
 from docket_common.formats import utc_text
 
-from .buffer import PoolError
+from .buffer import PoolError, PoolFormatError, PoolGeometryMismatch
 from .config import EX_CONFIG, ConfigError, default_toml, load
 from .journal import read_entries
 
@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None, seams=None) -> int:
         logs.setup(args.log_level, args.log_format)
         from .errors import StartupError
         from .service import Agent
+        from .statefolder import StateFolderRefused
 
         cfg = load(args.config)
         check(cfg)                  # what would fail below fails here, as validate says it
@@ -239,6 +240,11 @@ def main(argv: list[str] | None = None, seams=None) -> int:
             agent = Agent(cfg, seams=seams)
             agent.install_signals()
             return agent.run()
+        except (PoolFormatError, PoolGeometryMismatch, StateFolderRefused) as exc:
+            # What only a person can settle (the pool's format or geometry, the state folder's
+            # owner): 78, which systemd does not restart in a loop (RestartPreventExitStatus).
+            print_error(exc, "docket-agent: error")
+            return EX_CONFIG
         except (PoolError, StartupError) as exc:
             print_error(exc, "docket-agent: error")
             return 1

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .buffer import BufferPool, DropEvent, SealedSlot
+from .buffer import BufferPool, DropEvent, PoolDamaged, SealedSlot
 from .buffer.seams import Clock, FileOps
 from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
@@ -41,6 +41,7 @@ from .notify import Notifier
 from .producer_tally import AuditEmitter, RecordNumbers
 from .selfcheck import rewind_uncovered
 from .state import StateDB
+from .statefolder import Finding, PoolWatch, examine_state_db, pool_damaged
 from .status import StatusBoard
 from .tail.files import FileSource
 from .tail.seams import FsOps
@@ -125,6 +126,10 @@ class Agent:
     def _open(self, cfg: AgentConfig) -> None:
         extension = self._native(cfg)
         self.metrics = Metrics()
+        self.exit_code = 0
+        self._pool_gone = False          # the pool file was cut short: never touch it again
+        findings = [f for f in [examine_state_db(cfg.state_db_path, cfg.journal_path,
+                                                 self.clock.time_ms())] if f]
         self.db = StateDB(cfg.state_db_path, crash_point=self.seams.db_crash_point,
                           clock=self.clock)
         self.incarnation, next_record = self.db.identity()
@@ -146,16 +151,14 @@ class Agent:
         self.journal.on_refused = lambda exc: self.disk.refused(exc, "writing the loss journal")
         self.checkpoints = Checkpoints(self.db, self.monotonic,
                                        cfg["agent.locate_retention_ms"], self.disk)
-        spill = cfg["buffer.spill_max_bytes"]
-        self.pool = BufferPool(
-            cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
-            linger_ms=cfg["buffer.linger_ms"], seal_when_idle=cfg["buffer.seal_when_idle"],
-            on_full=cfg["buffer.on_full"],
-            oversize=cfg["buffer.oversize"], spill_dir=cfg.spill_dir if spill else None,
-            spill_max_bytes=spill, quarantine_dir=cfg.quarantine_dir,
-            sync_on_seal=cfg["buffer.sync_on_seal"], on_drop=self._pool_dropped,
-            on_seal=self._sealed, max_record_bytes=MAX_RECORD_BYTES, clock=self.clock,
-            ops=self.seams.pool_ops, first_record=next_record)
+        try:
+            self.pool = self._open_pool(cfg, next_record)
+        except PoolDamaged as exc:
+            findings.append(pool_damaged(cfg.buffer_path, exc, self.clock.time_ms()))
+            self.pool = self._open_pool(cfg, next_record)
+        self.pool_watch = PoolWatch(cfg.buffer_path, self.pool.geometry.file_bytes)
+        for finding in findings:
+            self._journal_finding(finding)
         self.recovered = self.pool.recovered_positions()
         self.audit.count_recovered(self.pool.sealed())
         self.db.advance_sealed(self.recovered, audit=self.audit.persist,
@@ -198,6 +201,24 @@ class Agent:
         self.board = StatusBoard(self)
         self._next_scan = self._next_gauges = self._next_watchdog = 0.0
         self._last_gauges = self._last_scan = self.monotonic()
+
+    def _open_pool(self, cfg: AgentConfig, next_record: int) -> BufferPool:
+        spill = cfg["buffer.spill_max_bytes"]
+        return BufferPool(
+            cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
+            linger_ms=cfg["buffer.linger_ms"], seal_when_idle=cfg["buffer.seal_when_idle"],
+            on_full=cfg["buffer.on_full"],
+            oversize=cfg["buffer.oversize"], spill_dir=cfg.spill_dir if spill else None,
+            spill_max_bytes=spill, quarantine_dir=cfg.quarantine_dir,
+            sync_on_seal=cfg["buffer.sync_on_seal"], on_drop=self._pool_dropped,
+            on_seal=self._sealed, max_record_bytes=MAX_RECORD_BYTES, clock=self.clock,
+            ops=self.seams.pool_ops, first_record=next_record)
+
+    def _journal_finding(self, finding: Finding) -> None:
+        """A part of the state folder the agent could not keep (``agent/statefolder.py``): a
+        loss of unknown size for every configured topic."""
+        for topic in _topics(self.cfg.sources):
+            self.journal.record(finding.reason, topic, -1, detail=finding.detail)
 
     def _topics(self) -> list[str]:
         """Every topic this agent writes: its sources' and, when on, the audit topic."""
@@ -296,6 +317,10 @@ class Agent:
         """One turn of the loop: scan when due, read, seal what lingered, checkpoint, send.
         Returns (bytes read, records sent, whether the pool pushed back)."""
         now = self.monotonic()
+        damage = self.pool_watch.check()
+        if damage is not None:
+            self._pool_lost(damage)
+            return 0, 0, False
         if self._reload.is_set():
             self._reload.clear()
             self._do_reload()
@@ -323,6 +348,22 @@ class Agent:
             self._next_watchdog = now + self.notifier.watchdog_interval_s
         return read, sent, blocked
 
+    def _pool_lost(self, damage: str) -> None:
+        """The pool file was deleted, replaced or cut short under the agent: stop, exit 1
+        (``agent/statefolder.py``)."""
+        self.exit_code = 1
+        self._stop.set()
+        if damage == "truncated":
+            self._pool_gone = True
+            log.error("the buffer pool %s was cut short under the running agent: stopping at "
+                      "once without touching it again; the next start moves it aside and reads "
+                      "again from the files what it held unacknowledged", self.cfg.buffer_path)
+        else:
+            log.error("the buffer pool %s was %s under the running agent: stopping (sending what "
+                      "it holds first, up to agent.shutdown_timeout_ms); the next start creates "
+                      "a new pool and reads again from the files what was not acknowledged",
+                      self.cfg.buffer_path, damage)
+
     def _read(self, now: float) -> tuple[int, bool]:
         """Scan when due, then read every file source within the turn's budget."""
         if now >= self._next_scan or (now - self._last_scan >= EVENT_SCAN_MIN_S
@@ -348,6 +389,8 @@ class Agent:
             self.watch.stop()
         if self.pool is not None:
             self.pool.abandon()
+        if getattr(self, "pool_watch", None) is not None:
+            self.pool_watch.close()
         if self.db is not None:
             self.db.close()                      # an open transaction rolls back
         if self.journal is not None:
@@ -391,6 +434,8 @@ class Agent:
         self.notifier.stopping()
         for s in self.socket_sources:
             s.close()
+        if self._pool_gone:
+            return self._stop_without_pool()
         self.pool.seal_all()
         self._flush_checkpoints()
         deadline = self.monotonic() + self.cfg["agent.shutdown_timeout_ms"] / 1000
@@ -416,10 +461,29 @@ class Agent:
         self.watch.stop()
         self.board.close()
         self.pool.close()
+        self.pool_watch.close()
         self.journal.close()
         self.db.close()
         os.close(self._state_lock)              # the next agent may start
-        return 0
+        return self.exit_code
+
+    def _stop_without_pool(self) -> int:
+        """Stop when the pool file was cut short: the checkpoints noted so far are written,
+        the pool's mapping is left alone (a page past the file's end is SIGBUS), as is the
+        drain (its slots live there); the process ends."""
+        self._flush_checkpoints()
+        self.topic_watch.stop()
+        self.audit.stop(last_round=False)
+        self.watch.stop()
+        self.board.close()
+        self.pool.abandon()
+        self.pool_watch.close()
+        self.journal.close()
+        self.db.close()
+        os.close(self._state_lock)
+        log.info("stopped: the buffer pool was cut short; what it held is read again at the "
+                 "next start")
+        return self.exit_code
 
 
 def lock_state_dir(state_dir: Path) -> int:

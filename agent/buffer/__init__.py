@@ -91,6 +91,7 @@ Modules
 from .errors import (
     PoolBusy,
     PoolCorrupt,
+    PoolDamaged,
     PoolDiskTooSmall,
     PoolError,
     PoolFormatError,
@@ -101,5 +102,6 @@ from .pool import AppendResult, BufferPool, DropEvent, SealedSlot
 
 __all__ = [
     "AppendResult", "BufferPool", "Chunk", "DropEvent", "PoolBusy", "PoolCorrupt",
-    "PoolDiskTooSmall", "PoolError", "PoolFormatError", "PoolGeometryMismatch", "SealedSlot",
+    "PoolDamaged", "PoolDiskTooSmall", "PoolError", "PoolFormatError", "PoolGeometryMismatch",
+    "SealedSlot",
 ]

@@ -11,6 +11,11 @@ class PoolFormatError(PoolError):
     """The file is not a docket buffer pool, or one of an unknown format version."""
 
 
+class PoolDamaged(PoolFormatError):
+    """The file was a docket buffer pool and is damaged: cut short, or its header fails its
+    CRC. The agent moves it aside and starts a new pool (``agent/statefolder.py``)."""
+
+
 class PoolGeometryMismatch(PoolError):
     """An existing pool was opened with another slot size or slot count."""
 

@@ -23,6 +23,7 @@ from . import layout as L
 from .errors import (
     PoolBusy,
     PoolCorrupt,
+    PoolDamaged,
     PoolDiskTooSmall,
     PoolFormatError,
     PoolGeometryMismatch,
@@ -306,8 +307,8 @@ class BufferPool:
         with open(self.path, "rb") as f:
             raw = f.read(L.FILE_HEADER.itemsize)
         if len(raw) < L.FILE_HEADER.itemsize:
-            raise PoolFormatError(f"{self.path} is too short to be a buffer pool",
-                                  hint="move the file away; the agent creates a new pool")
+            raise PoolDamaged(f"{self.path} is too short to be a buffer pool",
+                              hint="move the file away; the agent creates a new pool")
         header = np.frombuffer(raw, L.FILE_HEADER)
         h = header[0]
         if bytes(h["magic"]) != L.MAGIC:
@@ -321,8 +322,8 @@ class BufferPool:
                 f"{self.path} has pool format version {int(h['version'])}; this agent reads "
                 f"version {L.VERSION}", hint="drain it with the agent version that wrote it")
         if int(h["geometry_crc"]) != L.geometry_crc(header):
-            raise PoolFormatError(f"{self.path}: the file header fails its CRC",
-                                  hint="the file is damaged; move it away to start a new pool")
+            raise PoolDamaged(f"{self.path}: the file header fails its CRC",
+                              hint="the file is damaged; move it away to start a new pool")
         found = (int(h["slot_bytes"]), int(h["slot_count"]))
         want = (self.geometry.slot_bytes, self.geometry.slot_count)
         if found != want:
@@ -333,8 +334,8 @@ class BufferPool:
                 "pool has drained, or move the file away (its unsent events would be lost)",
             )
         if self.path.stat().st_size < self.geometry.file_bytes:
-            raise PoolFormatError(f"{self.path} is shorter than its header says",
-                                  hint="the file was truncated; move it away")
+            raise PoolDamaged(f"{self.path} is shorter than its header says",
+                              hint="the file was truncated; move it away")
 
     def _upgrade_v1(self, header: np.ndarray) -> None:
         """A version 1 pool (no record numbers) is rewritten as version 2 when no slot of it

@@ -150,3 +150,107 @@ def test_a_full_disk_pauses_reading_keeps_sending_and_resumes_losing_nothing(
                       "read_while_full": read_full, "sent_while_full": sent_full,
                       "agent_cpu_s_while_full": round(cpu_full, 2),
                       "catch_up_s": round(catch_up, 1), "full_because": sorted(reasons)}))
+
+
+NO_ROTATION = 10**9
+
+
+def counts_within(counts, total: int, most: int) -> int:
+    """Every id of ``range(total)`` arrived, none more than ``most`` times, none unknown;
+    returns the duplicates."""
+    missing = [i for i in range(total) if counts.get(i, 0) == 0]
+    assert not missing, f"{len(missing)} ids lost, first {missing[:10]}"
+    assert not set(counts) - set(range(total)), "ids never written arrived"
+    over = {i: c for i, c in counts.items() if c > most}
+    assert not over, f"{len(over)} ids arrived more than {most} times: {list(over.items())[:5]}"
+    return sum(c - 1 for c in counts.values())
+
+
+def journal_reasons(state: Path) -> list[str]:
+    path = state / "loss-journal.jsonl"
+    return [json.loads(line)["reason"] for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["deleted", "garbage"])
+def test_a_state_database_lost_while_stopped_starts_a_new_incarnation_and_says_so(
+        kafka, tmp_path, topic_name, damage):
+    """20,000 lines delivered, the agent stopped, its state database deleted (or overwritten
+    with bytes that are not SQLite) and 10,000 more lines written: the agent starts (no crash,
+    nothing silent): an ERROR line, the damaged file moved aside, a ``state_lost`` journal
+    entry of unknown size; every file is read again from its start, so all 30,000 ids arrive,
+    the first 20,000 twice at most."""
+    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name)
+    state = tmp_path / "state"
+    agent.start()
+    writer = start_writer(logs, 20_000, NO_ROTATION, 20_000)
+    assert writer.wait(timeout=60) == 0
+    consume_counts(kafka.bootstrap_servers, topic_name, 20_000, 120, parse_id)
+    assert agent.stop() == 0
+    db = state / "state.db"
+    if damage == "deleted":
+        for name in ("state.db", "state.db-wal", "state.db-shm"):
+            (state / name).unlink(missing_ok=True)
+    else:
+        db.write_bytes(b"this is not an SQLite database\n" * 512)
+    writer = start_writer(logs, 10_000, NO_ROTATION, 20_000, first=20_000)
+    assert writer.wait(timeout=60) == 0
+    agent.start()
+    try:
+        counts = consume_counts(kafka.bootstrap_servers, topic_name, 30_000, 180, parse_id)
+        status = agent.status()
+    finally:
+        rc = agent.stop()
+    assert rc == 0, agent.log_text()
+    duplicates = counts_within(counts, 30_000, 2)
+    log = agent.whole_log()
+    assert ("is missing" if damage == "deleted" else "is damaged") in log, log[-3000:]
+    if damage == "garbage":
+        assert len(list(state.glob("state.db.damaged-*"))) == 1
+    assert journal_reasons(state).count("state_lost") == 1
+    assert status["loss_journal"]["unknown_size"] == 1
+    print(json.dumps({"fault": f"state_db_{damage}", "events": 30_000, "lost": 0,
+                      "duplicates": duplicates}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_pool_file_deleted_or_cut_short_under_the_agent_stops_it_and_the_restart_recovers(
+        kafka, tmp_path, topic_name, damage):
+    """100,000 lines at 20,000 lines/s; 2 s in the pool file is deleted (or cut to 4 KiB):
+    the agent says so and exits 1 (deleted: after sending what it held; cut short: at once,
+    or killed by SIGBUS if it touched a page past the end first); started again, as systemd
+    would, it runs (a cut-short pool moved aside, journalled ``pool_damaged``) and every id
+    arrives, none more than twice."""
+    total = 100_000
+    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name)
+    state = tmp_path / "state"
+    pool = state / "buffer.pool"
+    agent.start()
+    writer = start_writer(logs, total, NO_ROTATION, 20_000)
+    try:
+        time.sleep(2)
+        if damage == "deleted":
+            pool.unlink()
+        else:
+            os.truncate(pool, 4096)
+        rc = agent.proc.wait(timeout=60)
+        first_log = agent.whole_log()
+        agent.start()
+        assert writer.wait(timeout=120) == 0
+        counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 180, parse_id)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        if agent.alive():
+            assert agent.stop() == 0, agent.log_text()
+    if damage == "deleted":
+        assert rc == 1, first_log[-3000:]
+        assert "was deleted under the running agent" in first_log
+    else:
+        assert rc in (1, -7), first_log[-3000:]         # -7: SIGBUS
+        assert len(list(state.glob("buffer.pool.damaged-*"))) == 1
+        assert journal_reasons(state).count("pool_damaged") == 1
+    duplicates = counts_within(counts, total, 2)
+    print(json.dumps({"fault": f"pool_{damage}", "events": total, "lost": 0,
+                      "duplicates": duplicates, "first_exit": rc}))
