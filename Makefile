@@ -25,8 +25,10 @@ $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml
 
 # Debian's Alertmanager (the alert delivery test against a real one), Prometheus' promtool
 # (the alerting rules' and the Grafana dashboard's checks), chromium (the dashboard's browser
-# tests, driven by Playwright: its own browser download cannot work offline) and dh-virtualenv
-# with debhelper (make deb); their tests are skipped without them.
+# tests, driven by Playwright: its own browser download cannot work offline), dh-virtualenv
+# with debhelper (make deb), and iptables with libnetfilter_queue's headers (the fleet's
+# network faults, tests/fleetkit.py: loss and partitions, and the delay tool netdelay.c in
+# place of netem); their tests are skipped without them.
 debian-tools:
 	@need=""; \
 	command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null \
@@ -34,6 +36,9 @@ debian-tools:
 	command -v promtool >/dev/null || need="$$need prometheus"; \
 	command -v chromium >/dev/null || need="$$need chromium"; \
 	command -v dh_virtualenv >/dev/null || need="$$need dh-virtualenv debhelper dpkg-dev"; \
+	command -v iptables >/dev/null || need="$$need iptables"; \
+	[ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] \
+		|| need="$$need libnetfilter-queue-dev"; \
 	if [ -z "$$need" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null \
@@ -108,8 +113,9 @@ bench: setup bench-tools
 		|| failed="$$failed plot.py"; \
 	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed" >&2; exit 1; fi
 
-# Long runs kept out of CI (the fault soaks, the demo, the mirror with real agents, the Spark
-# standalone cluster, three secured brokers); -s shows each run's figures and JSON lines.
+# Long runs kept out of CI (the fault soaks, the fleet's network faults, the demo, the mirror
+# with real agents, the Spark standalone cluster, three secured brokers); -s shows each run's
+# figures and JSON lines.
 soak: setup
 	$(BIN)/pytest -m soak -s $(PYTEST_ARGS)
 

@@ -15,6 +15,13 @@ Layout of a data directory::
 Ports: with base port B and N nodes, node i (1-based) takes B+i-1 for clients and B+N+i-1 for
 its controller listener. Base port 0 asks the OS for free ports (what the tests use).
 
+Hosts: every node listens on 127.0.0.1 unless ``up(hosts=...)`` gives each its own address (a
+plaintext cluster only: the certificates name 127.0.0.1). ``LocalCluster(spawn_prefixes=...)``
+runs a node's JVM through a command, e.g. ``ip netns exec NS`` to put it in a network namespace
+of its own (tests/fleetkit.py). The wait for the ports and for metadata runs from this
+process, so it must reach every host; a node without a prefix binds its host here, where its
+ports are checked free first.
+
 Security (``--security``): ``plaintext`` (the default: no authentication, no authorizer),
 ``sasl_ssl`` or ``mtls``; the listeners, certificates and users of a secured cluster are
 ``broker.security``'s. The mode is kept in ``cluster.json``: a restart keeps it.
@@ -26,6 +33,7 @@ directory, are ever signalled: ``down`` never touches a Kafka that someone else 
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import logging
 import os
@@ -47,6 +55,7 @@ from .libs import KAFKA_VERSION, ensure_kafka_libs
 from .security import ADMIN, PLAINTEXT, Security, check_mode, write_argument_file
 
 DEFAULT_BASE_PORT = 9092
+LOOPBACK = "127.0.0.1"
 HEAP = "512m"
 
 
@@ -94,6 +103,7 @@ class Node:
     node_id: int
     port: int
     controller_port: int
+    host: str = LOOPBACK               # the address both listeners bind (up(hosts=...))
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,7 @@ class Layout:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        return ",".join(f"{n.host}:{n.port}" for n in self.nodes)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -144,29 +154,35 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
-def _port_is_free(port: int) -> bool:
+def _port_is_free(port: int, host: str = LOOPBACK) -> bool:
     """True unless something listens there (SO_REUSEADDR, as Kafka's own listeners: TIME_WAIT
-    connections left by a cluster that just stopped do not make a port busy)."""
+    connections left by a cluster that just stopped do not make a port busy). Raises
+    BrokerError when ``host`` is not an address of this host (of this network namespace)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise BrokerError(f"{host} is not an address of this host",
+                                  hint="start the cluster from the network namespace that "
+                                  "holds its hosts' addresses") from None
             return False
     return True
 
 
-def _port_answers(port: int) -> bool:
+def _port_answers(port: int, host: str = LOOPBACK) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 class LocalCluster:
     """Start, inspect, fault and stop the local cluster kept in ``data_dir``."""
 
     def __init__(self, data_dir: Path | str | None = None, die_with_parent: bool = False,
-                 broker_props: dict | None = None):
+                 broker_props: dict | None = None,
+                 spawn_prefixes: dict[int, list[str]] | None = None):
         """``die_with_parent``: brokers this object starts are SIGKILLed by the kernel when the
         process that started them dies, however it dies (tests: a killed pytest leaves no
         JVM). The kernel ties them to the *thread* that started them (PR_SET_PDEATHSIG), so
@@ -176,6 +192,8 @@ class LocalCluster:
         self.die_with_parent = die_with_parent
         # server.properties set over the defaults (tests: auto.create.topics.enable=false)
         self.broker_props = dict(broker_props or {})
+        # node id → the command its JVM runs through (module docstring, "Hosts")
+        self.spawn_prefixes = {k: list(v) for k, v in (spawn_prefixes or {}).items()}
         self.log = logging.getLogger("docket.broker")
         self._children: dict[int, subprocess.Popen] = {}   # brokers this object started
 
@@ -210,9 +228,17 @@ class LocalCluster:
                               hint="start one with `docket-broker up`")
         return self.security(layout).client_settings(layout.bootstrap_servers, user)
 
-    def _plan(self, brokers: int, base_port: int, security: str = PLAINTEXT) -> Layout:
+    def _plan(self, brokers: int, base_port: int, security: str = PLAINTEXT,
+              hosts: tuple[str, ...] | None = None) -> Layout:
         if brokers not in (1, 3):
             raise BrokerError(f"--brokers must be 1 or 3, not {brokers}")
+        hosts = tuple(hosts or (LOOPBACK,) * brokers)
+        if len(hosts) != brokers:
+            raise BrokerError(f"{len(hosts)} host(s) given for {brokers} broker(s)")
+        if set(hosts) != {LOOPBACK} and check_mode(security) != PLAINTEXT:
+            raise BrokerError(f"a {security} cluster listens on {LOOPBACK} only",
+                              hint="its certificates name 127.0.0.1; give hosts to a "
+                              "plaintext cluster")
         if base_port == 0:
             ports = _free_ports(2 * brokers)
         else:
@@ -220,7 +246,8 @@ class LocalCluster:
             if ports[-1] > 65535 or base_port < 1024:
                 raise BrokerError(f"--base-port {base_port} leaves no room for {2 * brokers} ports",
                                   hint="choose a port between 1024 and 65000")
-        nodes = tuple(Node(i + 1, ports[i], ports[brokers + i]) for i in range(brokers))
+        nodes = tuple(Node(i + 1, ports[i], ports[brokers + i], hosts[i])
+                      for i in range(brokers))
         return Layout(_new_cluster_id(), KAFKA_VERSION, nodes, check_mode(security))
 
     # -- processes ----------------------------------------------------------------------------
@@ -255,10 +282,12 @@ class LocalCluster:
         return [n.node_id for n in layout.nodes if self.pid(n.node_id) is not None]
 
     def up(self, brokers: int = 1, base_port: int | None = None, fresh: bool = False,
-           timeout_s: float = 120.0, security: str | None = None) -> Layout:
+           timeout_s: float = 120.0, security: str | None = None,
+           hosts: tuple[str, ...] | None = None) -> Layout:
         """Start the cluster and return once every broker answers a metadata request.
         ``security``: plaintext, sasl_ssl or mtls; None keeps an existing cluster's (a new
-        one is plaintext)."""
+        one is plaintext). ``hosts``: each node's address (a new cluster's; module docstring),
+        else 127.0.0.1."""
         running = self.running_nodes()
         if running:
             raise ClusterAlreadyRunning(
@@ -281,17 +310,25 @@ class LocalCluster:
                 f"{security}",
                 hint="add --fresh to wipe it (new credentials), or pick another --data-dir",
             )
+        if existing is not None and hosts is not None \
+                and tuple(hosts) != tuple(n.host for n in existing.nodes):
+            raise BrokerError(
+                f"{self.data_dir} holds a cluster on {[n.host for n in existing.nodes]}; "
+                f"asked for {list(hosts)}",
+                hint="add --fresh to wipe it, or pick another --data-dir",
+            )
         if existing is None:
             self._clear_data_dir()
             layout = self._plan(brokers, DEFAULT_BASE_PORT if base_port is None else base_port,
-                                security or PLAINTEXT)
+                                security or PLAINTEXT, hosts)
         else:
             layout = existing
-        ports = [p for n in layout.nodes for p in (n.port, n.controller_port)]
-        busy = [p for p in ports if not _port_is_free(p)]
+        ports = [(n.host, p) for n in layout.nodes if n.node_id not in self.spawn_prefixes
+                 for p in (n.port, n.controller_port)]
+        busy = [f"{h}:{p}" for h, p in ports if not _port_is_free(p, h)]
         if busy:
             raise PortBusy(
-                f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 are already in use",
+                f"{', '.join(busy)} already in use",
                 hint="another Kafka may be running: stop it, or pass --base-port N "
                 "(or --base-port 0 for any free ports) with a new --data-dir",
             )
@@ -331,12 +368,13 @@ class LocalCluster:
         n = len(layout.nodes)
         replication = 3 if n == 3 else 1
         min_isr = 2 if n == 3 else 1
-        voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in layout.nodes)
+        voters = ",".join(f"{m.node_id}@{m.host}:{m.controller_port}" for m in layout.nodes)
         props = {
             "process.roles": "broker,controller",
             "node.id": node.node_id,
             "controller.quorum.voters": voters,
-            **self.security(layout).broker_properties(node.port, node.controller_port),
+            **self.security(layout).broker_properties(node.port, node.controller_port,
+                                                      node.host),
             "log.dirs": d / "data",
             "num.partitions": 1,
             "default.replication.factor": replication,
@@ -382,7 +420,8 @@ class LocalCluster:
 
     def _spawn(self, libs: Path, node: Node) -> None:
         d = self.node_dir(node.node_id)
-        cmd = java_command(libs, "kafka.Kafka", str(d / "server.properties"), folder=d)
+        cmd = [*self.spawn_prefixes.get(node.node_id, []),
+               *java_command(libs, "kafka.Kafka", str(d / "server.properties"), folder=d)]
         proc = spawn(cmd, d, self.die_with_parent, f"broker {node.node_id}")
         self._children[node.node_id] = proc
 
@@ -398,7 +437,7 @@ class LocalCluster:
                         f"broker {node_id} exited during start-up:\n{self.log_tail(node_id)}",
                         hint=f"the full logs are under {self.node_dir(node_id)}",
                     )
-                if _port_answers(node.port):
+                if _port_answers(node.port, node.host):
                     del pending[node_id]
             if pending and time.monotonic() > deadline:
                 raise ClusterStartFailed(f"broker(s) {sorted(pending)} did not open their port "
@@ -442,7 +481,7 @@ class LocalCluster:
             return
         self._spawn(ensure_kafka_libs(), node)
         deadline = time.monotonic() + timeout_s
-        while not _port_answers(node.port):
+        while not _port_answers(node.port, node.host):
             if self._children[node_id].poll() is not None or time.monotonic() > deadline:
                 raise ClusterStartFailed(f"broker {node_id} did not come back:\n"
                                          f"{self.log_tail(node_id)}")
@@ -457,7 +496,7 @@ class LocalCluster:
         for n in layout.nodes:
             pid = self.pid(n.node_id)
             state = "stopped" if pid is None else process_state(pid)
-            if state == "running" and not _port_answers(n.port):
+            if state == "running" and not _port_answers(n.port, n.host):
                 state = "starting"
             rows.append({"node_id": n.node_id, "pid": pid, "port": n.port,
                          "controller_port": n.controller_port, "state": state,

@@ -238,12 +238,13 @@ class Security:
         """The name (and security protocol) of the client listener."""
         return {PLAINTEXT: "PLAINTEXT", SASL_SSL: "SASL_SSL", MTLS: "SSL"}[self.mode]
 
-    def broker_properties(self, port: int, controller_port: int) -> dict[str, str]:
+    def broker_properties(self, port: int, controller_port: int,
+                          host: str = "127.0.0.1") -> dict[str, str]:
         """The listener, TLS, SASL and authorizer part of a node's ``server.properties``."""
         client = self.listener
         props = {
-            "listeners": f"{client}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"{client}://127.0.0.1:{port}",
+            "listeners": f"{client}://{host}:{port},CONTROLLER://{host}:{controller_port}",
+            "advertised.listeners": f"{client}://{host}:{port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": client,
         }

@@ -7,12 +7,15 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
 from audit.contract.collect import AuditState, read_audit_topic
 from audit.contract.record import value_hash
+from audit.reconcile.config import parse as reconcile_settings
+from audit.reconcile.service import Reconciler
 from tests.agentkit import BIN
 
 WINDOW_MS = 600_000
@@ -158,3 +161,29 @@ def wait_for_tier(bootstrap: str, audit_topic: str, tier: str,
                                  f"{job.log_text()}")
         time.sleep(1)                  # each look reads the whole audit topic
     return got
+
+
+class Clock:
+    """A reconciler's clock ``ahead_ms`` ahead of the true time (windows judged as later)."""
+
+    def __init__(self, ahead_ms: int = 0):
+        self.ahead_ms = ahead_ms
+
+    def __call__(self) -> float:
+        return time.time() + self.ahead_ms / 1000
+
+
+def judged_windows(bootstrap: str, audit_topic: str, topic: str, db: Path) -> dict:
+    """The reconciler's state of each window of ``topic`` at the cluster tier, judged with its
+    clock three hours ahead (every window closed and past its grace)."""
+    cfg = reconcile_settings({
+        "reconcile": {"bootstrap_servers": bootstrap, "audit_topic": audit_topic},
+        "windows": {"tiers": ["producer", "kafka-local"], "settle_ms": 1000}})
+    Reconciler(cfg, db, clock=Clock(3 * 3_600_000)).run_once()
+    conn = sqlite3.connect(db)
+    try:
+        return {str(w): st for w, st in conn.execute(
+            "SELECT window_start, state FROM windows WHERE tier = 'kafka-local' AND topic = ?",
+            (topic,))}
+    finally:
+        conn.close()

@@ -40,7 +40,7 @@ from tests.agentkit import (
     free_port,
     write_config,
 )
-from tests.auditkit import AuditJob, all_stopped_cleanly
+from tests.auditkit import AuditJob, Clock, all_stopped_cleanly
 from tests.integration.test_reconcile import Receiver
 
 pytestmark = [pytest.mark.slow,
@@ -53,14 +53,6 @@ SKEWS = {"skew-minus10": -10, "skew-minus5": -5, "skew-zero": 0, "skew-plus5": 5
 LOSSY_HOST = "skew-minus5"
 LOSSY_LINES, DELETED = 300, 200                 # the first 200 of its 300 records deleted
 RATE, WRITE_S = 15, 75                          # lines per second per host, for this long
-
-
-class Clock:
-    def __init__(self, ahead_ms: int = 0):
-        self.ahead_ms = ahead_ms
-
-    def __call__(self) -> float:
-        return time.time() + self.ahead_ms / 1000
 
 
 def reconcile_settings(bootstrap: str, audit_topic: str, hook_url: str, listen: str,

@@ -34,10 +34,9 @@ from audit.reconcile.service import Reconciler
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.mirror import Mirror, MirrorSpec
 from tests.agentkit import AgentProcess, write_config
-from tests.auditkit import AuditJob, all_stopped_cleanly, tier_counts
+from tests.auditkit import AuditJob, Clock, all_stopped_cleanly, tier_counts
 from tests.integration.test_mirror import _end_offsets
 from tests.integration.test_reconcile import Receiver, send
-from tests.integration.test_reconcile_spark import Clock
 
 pytestmark = pytest.mark.slow
 

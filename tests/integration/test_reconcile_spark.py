@@ -20,7 +20,7 @@ from audit.contract.record import parse as parse_record
 from audit.reconcile.config import parse
 from audit.reconcile.service import Reconciler
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
-from tests.auditkit import AuditJob
+from tests.auditkit import AuditJob, Clock
 from tests.integration.test_reconcile import Receiver, count, send
 
 pytestmark = pytest.mark.slow
@@ -28,14 +28,6 @@ pytestmark = pytest.mark.slow
 W = 600_000
 MIN = 60_000
 LOST = (300, 309)                     # web-2's numbers never written to Kafka
-
-
-class Clock:
-    def __init__(self, ahead_ms: int = 0):
-        self.ahead_ms = ahead_ms
-
-    def __call__(self) -> float:
-        return time.time() + self.ahead_ms / 1000
 
 
 def write(bootstrap: str, topic: str, window: int, origin: str, numbers: range) -> None:

@@ -62,6 +62,39 @@ def test_single_node_config_replicates_once(tmp_path):
                for k, v in props.items() if k.endswith("listeners"))
 
 
+def test_nodes_given_hosts_listen_advertise_and_vote_on_them(tmp_path):
+    cluster = LocalCluster(tmp_path)
+    hosts = ("10.77.0.1", "10.77.0.2", "10.77.0.3")
+    layout = cluster._plan(3, 9092, hosts=hosts)
+    assert layout.bootstrap_servers == "10.77.0.1:9092,10.77.0.2:9093,10.77.0.3:9094"
+    assert Layout.from_json(layout.to_json()) == layout
+    cluster._write_node_files(layout, layout.nodes[1])
+    props = _props((cluster.node_dir(2) / "server.properties").read_text())
+    assert props["listeners"] == "PLAINTEXT://10.77.0.2:9093,CONTROLLER://10.77.0.2:9096"
+    assert props["advertised.listeners"] == "PLAINTEXT://10.77.0.2:9093"
+    assert props["controller.quorum.voters"] == (
+        "1@10.77.0.1:9095,2@10.77.0.2:9096,3@10.77.0.3:9097")
+
+
+def test_a_layout_written_before_hosts_reads_as_loopback():
+    layout = Layout.from_json('{"cluster_id": "c", "kafka_version": "4.1.1", "nodes": '
+                              '[{"node_id": 1, "port": 9092, "controller_port": 9093}]}')
+    assert layout.bootstrap_servers == "127.0.0.1:9092"
+
+
+def test_hosts_refused_for_a_secured_cluster_or_in_the_wrong_number(tmp_path):
+    with pytest.raises(BrokerError, match="listens on 127.0.0.1 only"):
+        LocalCluster(tmp_path)._plan(1, 9092, "sasl_ssl", hosts=("10.77.0.1",))
+    with pytest.raises(BrokerError, match="1 host"):
+        LocalCluster(tmp_path)._plan(3, 9092, hosts=("10.77.0.1",))
+
+
+def test_an_address_not_of_this_host_is_named_not_called_busy(tmp_path):
+    cluster = LocalCluster(tmp_path)
+    with pytest.raises(BrokerError, match="192.0.2.1 is not an address of this host"):
+        cluster.up(1, 9092, hosts=("192.0.2.1",))
+
+
 def test_a_stale_pid_file_is_not_a_running_broker(tmp_path):
     cluster = LocalCluster(tmp_path)
     layout = cluster._plan(1, 0)
