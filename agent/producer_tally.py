@@ -299,6 +299,15 @@ class AuditEmitter:
                                 id="docket-audit-emit", max_instances=1, coalesce=True)
         self._scheduler.start()
 
+    def clock_stepped(self) -> None:
+        """The wall clock was stepped (``Agent``): the schedule starts again from now. APScheduler
+        keeps the next round as a wall-clock time, so a step back of ten minutes would hold
+        the next round ten minutes (and the reconciler would see a silent producer); a step
+        forward only brings one round early. The counts do not depend on it."""
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.reschedule_job("docket-audit-emit", trigger="interval",
+                                           seconds=self.interval_ms / 1000)
+
     def stop(self, last_round: bool = True) -> None:
         """Stop the schedule and send a last round (after the final counts were persisted),
         within ``STOP_BUDGET_S`` in all: a round under way gets ``ROUND_UNDER_WAY_S`` to end,

@@ -75,6 +75,8 @@ GAUGE_INTERVAL_S = 1.0
 EVENT_SCAN_MIN_S = 0.05          # file events trigger a scan at most this often
 IDLE_WAIT_S = 0.002              # nothing read or sent: wait this long for delivery reports
 IDLE_WAIT_BLOCKED_S = 0.05       # ... and this long when the pool is full
+CLOCK_STEP_S = 2.0               # the wall clock moving this much more or less than the
+#                                  monotonic one between two looks (a second apart) is a step
 
 
 @dataclass
@@ -200,6 +202,7 @@ class Agent:
         self._reload = threading.Event()
         self.board = StatusBoard(self)
         self._next_scan = self._next_gauges = self._next_watchdog = 0.0
+        self._wall_mark: tuple[float, float] | None = None   # (wall s, monotonic s) last seen
         self._last_gauges = self._last_scan = self.monotonic()
 
     def _open_pool(self, cfg: AgentConfig, next_record: int) -> BufferPool:
@@ -341,12 +344,28 @@ class Agent:
         sent = self.drain.pump()
         if now >= self._next_gauges:
             flush_held()
+            self._watch_wall_clock(now)
             self.board.update_gauges(now - self._last_gauges)
             self._last_gauges, self._next_gauges = now, now + GAUGE_INTERVAL_S
         if self.notifier.watchdog_interval_s and now >= self._next_watchdog:
             self.notifier.watchdog()
             self._next_watchdog = now + self.notifier.watchdog_interval_s
         return read, sent, blocked
+
+    def _watch_wall_clock(self, now: float) -> None:
+        """Compare the wall clock's progress with the monotonic clock's since the last look: a
+        difference over ``CLOCK_STEP_S`` is a step (NTP, an operator). Waits and deadlines run
+        on the monotonic clock and event times are what the wall clock said when each event was
+        read, so only the audit's wall-clock schedule needs telling."""
+        wall = self.clock.time_ms() / 1000
+        if self._wall_mark is not None:
+            step = (wall - self._wall_mark[0]) - (now - self._wall_mark[1])
+            if abs(step) > CLOCK_STEP_S:
+                log.warning("the wall clock stepped %+.1f s: event times follow it; the audit "
+                            "rounds start again from now", step)
+                self.metrics.inc("agent_clock_steps_total")
+                self.audit.clock_stepped()
+        self._wall_mark = (wall, now)
 
     def _pool_lost(self, damage: str) -> None:
         """The pool file was deleted, replaced or cut short under the agent: stop, exit 1

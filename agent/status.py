@@ -30,7 +30,8 @@ class StatusBoard:
 
     def __init__(self, agent: Agent):
         self.agent = agent
-        self.started_ms = agent.clock.time_ms()
+        self.started = agent.monotonic()         # uptime on the monotonic clock: steps
+        #                                          of the wall clock do not change it
         self.rates = {"in_events_s": 0.0, "out_events_s": 0.0}
         self._prev_counts = (0.0, 0.0)          # events read / sent at the last gauge update
         self._http: PageServer | None = None
@@ -92,7 +93,7 @@ class StatusBoard:
         return {
             "agent_id": a.cfg.agent_id,
             "version": version("docket"),
-            "uptime_s": round((a.clock.time_ms() - self.started_ms) / 1000, 1),
+            "uptime_s": round(a.monotonic() - self.started, 1),
             "rates": {k: round(v, 1) for k, v in self.rates.items()},
             "totals": {"read_events": m.get("agent_source_read_events_total"),
                        "read_bytes": m.get("agent_source_read_bytes_total"),

@@ -24,6 +24,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "agent_source_files": ("gauge", "Files being tailed."),
     "agent_source_lag_bytes": ("gauge", "Per file, bytes written but not yet read."),
     "agent_buffer_size_bytes": ("gauge", "Size of the pool file."),
+    "agent_clock_steps_total": ("counter", "Steps of the wall clock seen (more than 2 s off the "
+                                "monotonic clock's progress in a second)."),
     "agent_disk_full": ("gauge", "1 while reading is paused for lack of space on the state "
                         "folder's file system (below `agent.disk_reserve_bytes`, or a write "
                         "refused), else 0."),

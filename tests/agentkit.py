@@ -29,12 +29,24 @@ def free_port() -> int:
 def clock_shift_env(seconds: int, build_dir: Path) -> dict[str, str]:
     """The environment that runs a process on a host whose wall clock is ``seconds`` off: the
     shim ``tests/clockshift.c``, built here with the system's C compiler, preloaded."""
+    return {"LD_PRELOAD": str(_clock_shim(build_dir)), "CLOCK_SHIFT_S": str(seconds)}
+
+
+def clock_step_env(shift_file: Path, build_dir: Path) -> dict[str, str]:
+    """The environment of a process whose wall clock is off by the seconds written in
+    ``shift_file``, looked at again every 100 ms: the test steps the clock by writing it."""
+    if not shift_file.exists():
+        shift_file.write_text("0")
+    return {"LD_PRELOAD": str(_clock_shim(build_dir)), "CLOCK_SHIFT_FILE": str(shift_file)}
+
+
+def _clock_shim(build_dir: Path) -> Path:
     lib = build_dir / "clockshift.so"
     if not lib.exists():
         build_dir.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(lib),
                         str(Path(__file__).with_name("clockshift.c")), "-ldl"], check=True)
-    return {"LD_PRELOAD": str(lib), "CLOCK_SHIFT_S": str(seconds)}
+    return lib
 
 
 def native_built() -> bool:
@@ -150,6 +162,14 @@ class AgentProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def stop_with_writer(agent: AgentProcess, writer: subprocess.Popen) -> int:
+    """End a run: the writer killed if it still writes, the agent stopped (SIGTERM); the
+    agent's exit code."""
+    if writer.poll() is None:
+        writer.kill()
+    return agent.stop()
 
 
 def wait_until(what: str, check, timeout_s: float, agent: AgentProcess | None = None,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agentkit import consume_counts, wait_until
+from tests.agentkit import consume_counts, stop_with_writer, wait_until
 from tests.integration.test_agent_end_to_end import (
     assert_exactly_once,
     parse_id,
@@ -119,16 +119,14 @@ def test_a_full_disk_pauses_reading_keeps_sending_and_resumes_losing_nothing(
         assert during["backlog"]["events"] == 0
         filler.unlink()
         resumed = time.monotonic()
-        wait_until("status disk ok", lambda: (s := agent.status()) and s["disk"]["state"] == "ok",
-                 10)
+        wait_until("status disk ok",
+                   lambda: (s := agent.status()) and s["disk"]["state"] == "ok", 10)
         assert writer.wait(timeout=300) == 0
         counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 300, parse_id)
         catch_up = time.monotonic() - resumed
         retried = agent.metric("agent_drain_retried_events_total")
     finally:
-        if writer.poll() is None:
-            writer.kill()
-        rc = agent.stop()
+        rc = stop_with_writer(agent, writer)
     assert rc == 0, agent.log_text()
     assert any("refused" in r for r in reasons), \
         f"no write was refused while the disk was full: {reasons}"
