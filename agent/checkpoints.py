@@ -71,6 +71,9 @@ class Checkpoints:
         would clamp it, and the start's self-check would then read the bytes again)."""
         if self.guard is not None and not self.guard.write_due():
             return                               # a write was refused a moment ago
+        if self.guard is not None and self.guard.refusing \
+                and not self._write(self.db.touch, "a probe"):
+            return                               # still no room: nothing else is tried
         now = self.now()
         if now >= self._next_forget:
             self._next_forget = now + FORGET_EVERY_S
@@ -92,6 +95,15 @@ class Checkpoints:
                 return
             audit_written()
         self._write_acked()
+
+    def unwritten(self) -> str:
+        """What waits to be written (a refused write), for a log line; empty when nothing."""
+        parts = []
+        if self._sealed_positions:
+            parts.append(f"the sealed checkpoints of {len(self._sealed_positions)} slot(s)")
+        if self._acked_unwritten:
+            parts.append(f"the acknowledged offsets of {len(self._acked_unwritten)} file(s)")
+        return " and ".join(parts)
 
     def _write_acked(self) -> None:
         if not self._acked_unwritten:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sqlite3
 import sys
 import urllib.error
 import urllib.request
@@ -228,6 +229,7 @@ def main(argv: list[str] | None = None, seams=None) -> int:
         from .preflight import check
 
         logs.setup(args.log_level, args.log_format)
+        from .diskguard import disk_full
         from .errors import StartupError
         from .service import Agent
         from .statefolder import StateFolderRefused
@@ -247,6 +249,13 @@ def main(argv: list[str] | None = None, seams=None) -> int:
             return EX_CONFIG
         except (PoolError, StartupError) as exc:
             print_error(exc, "docket-agent: error")
+            return 1
+        except sqlite3.Error as exc:
+            if not disk_full(exc):
+                raise
+            logging.getLogger("docket.agent").error(
+                "cannot start: the state folder's file system is full (%s); free space there",
+                exc)
             return 1
         except OSError as exc:      # the state folder or the pool file, refused by the system
             logging.getLogger("docket.agent").error(

@@ -59,6 +59,7 @@ class LossJournal:
         self._lock = threading.Lock()
         self._on_record = on_record      # the audit emitter: drops per (topic, window)
         self._unwritten: list[bytes] = []   # lines refused for lack of space, in order
+        self._refused_logged = False
         self.on_refused: Callable[[BaseException], None] | None = None    # the disk guard
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         size = os.fstat(self._fd).st_size
@@ -120,12 +121,15 @@ class LossJournal:
                 if not disk_full(exc):
                     raise
                 os.ftruncate(self._fd, size)       # no half line stays behind
-                log.error("loss journal: %d entr%s wait in memory: %s", len(self._unwritten),
-                          "y" if len(self._unwritten) == 1 else "ies", exc)
+                if not self._refused_logged:       # once until they are written
+                    log.error("loss journal: entries wait in memory until there is room: %s",
+                              exc)
+                    self._refused_logged = True
                 if self.on_refused is not None:
                     self.on_refused(exc)
                 return
             self._unwritten.pop(0)
+        self._refused_logged = False
 
     def waiting(self) -> int:
         """Lines a full disk refused, waiting in memory."""
@@ -148,6 +152,9 @@ class LossJournal:
         return read_entries(self.path)
 
     def close(self) -> None:
+        for line in self._unwritten:        # the last place they can be kept
+            log.error("loss journal: an entry the full disk refused, not written: %s",
+                      line.decode().strip())
         os.close(self._fd)
 
 

@@ -117,6 +117,15 @@ def check_pool_space(cfg: AgentConfig) -> None:
                           f"the pool file needs {need:,} more bytes, the file system of "
                           f"{folder} has {free:,} free",
                           hint="lower buffer.size_bytes or put buffer.path on a larger disk")
+    state = _nearest_existing(cfg.state_dir)
+    left = FileOps().free_bytes(state) - (need if os.stat(state).st_dev ==
+                                          os.stat(folder).st_dev else 0)
+    if left < cfg["agent.disk_reserve_bytes"]:
+        cfg.warnings.append((
+            "agent.disk_reserve_bytes",
+            f"the state folder's file system would have {left:,} bytes free with the pool, "
+            f"below the reserve of {cfg['agent.disk_reserve_bytes']:,}: the agent would not "
+            "read until space is freed (lower the reserve or free space)"))
 
 
 def pool_geometry(cfg: AgentConfig) -> L.Geometry:

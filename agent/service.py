@@ -41,7 +41,13 @@ from .notify import Notifier
 from .producer_tally import AuditEmitter, RecordNumbers
 from .selfcheck import rewind_uncovered
 from .state import StateDB
-from .statefolder import Finding, PoolWatch, examine_state_db, pool_damaged
+from .statefolder import (
+    Finding,
+    PoolWatch,
+    examine_state_db,
+    pool_damaged,
+    pool_of_lost_state,
+)
 from .status import StatusBoard
 from .tail.files import FileSource
 from .tail.seams import FsOps
@@ -130,8 +136,9 @@ class Agent:
         self.metrics = Metrics()
         self.exit_code = 0
         self._pool_gone = False          # the pool file was cut short: never touch it again
-        findings = [f for f in [examine_state_db(cfg.state_db_path, cfg.journal_path,
-                                                 self.clock.time_ms())] if f]
+        lost = examine_state_db(cfg.state_db_path, cfg.journal_path, self.clock.time_ms())
+        if lost is not None:
+            pool_of_lost_state(cfg.buffer_path, lost, self.clock.time_ms())
         self.db = StateDB(cfg.state_db_path, crash_point=self.seams.db_crash_point,
                           clock=self.clock)
         self.incarnation, next_record = self.db.identity()
@@ -147,6 +154,8 @@ class Agent:
             native_hashes=extension.value_hashes if extension else None)
         self.journal = LossJournal(cfg.journal_path, self.metrics,
                                    on_record=self.audit.dropped, clock=self.clock)
+        if lost is not None:
+            self._journal_finding(lost)          # now: a start failing below must not lose it
         self.disk = DiskGuard(cfg.state_dir, cfg["agent.disk_reserve_bytes"], self.monotonic,
                               on_change=lambda full: self.metrics.set("agent_disk_full",
                                                                       int(full)))
@@ -156,11 +165,9 @@ class Agent:
         try:
             self.pool = self._open_pool(cfg, next_record)
         except PoolDamaged as exc:
-            findings.append(pool_damaged(cfg.buffer_path, exc, self.clock.time_ms()))
+            self._journal_finding(pool_damaged(cfg.buffer_path, exc, self.clock.time_ms()))
             self.pool = self._open_pool(cfg, next_record)
         self.pool_watch = PoolWatch(cfg.buffer_path, self.pool.geometry.file_bytes)
-        for finding in findings:
-            self._journal_finding(finding)
         self.recovered = self.pool.recovered_positions()
         self.audit.count_recovered(self.pool.sealed())
         self.db.advance_sealed(self.recovered, audit=self.audit.persist,
@@ -203,6 +210,7 @@ class Agent:
         self.board = StatusBoard(self)
         self._next_scan = self._next_gauges = self._next_watchdog = 0.0
         self._wall_mark: tuple[float, float] | None = None   # (wall s, monotonic s) last seen
+        self._sources_stale = False      # a file source's write was refused: build them again
         self._last_gauges = self._last_scan = self.monotonic()
 
     def _open_pool(self, cfg: AgentConfig, next_record: int) -> BufferPool:
@@ -273,9 +281,18 @@ class Agent:
         self.audit.count_sealed(slot)
         self.checkpoints.sealed(slot)
 
-    def _flush_checkpoints(self) -> None:
+    def _flush_checkpoints(self, stopping: bool = False) -> None:
+        """Write what the checkpoints noted. ``stopping``: also right after a refused write,
+        and a refusal is logged (the next start reads those bytes again) instead of waited
+        out."""
+        if stopping:
+            self.disk.written()                  # one more try, whenever the last one was
         self.checkpoints.flush(lambda: self.pool.next_record, self.audit.persist,
                                self.audit.has_pending(), self.audit.persisted)
+        if stopping and self.checkpoints.unwritten():
+            log.error("stopping with a full disk: %s not written to the state database; the "
+                      "next start reads those bytes again (duplicates, no loss)",
+                      self.checkpoints.unwritten())
 
     def _slot_done(self, slot: SealedSlot) -> None:
         """Kafka acknowledged every record of ``slot`` (``Checkpoints.acknowledged``)."""
@@ -326,12 +343,22 @@ class Agent:
             return 0, 0, False
         if self._reload.is_set():
             self._reload.clear()
-            self._do_reload()
+            try:
+                self._do_reload()
+            except Exception as exc:
+                if not disk_full(exc):
+                    raise
+                log.error("reload cut short by a full disk (%s): the running sources are "
+                          "built again once there is room; reload again then", exc)
+                self.disk.refused(exc, "reloading")
+                self._sources_stale = True
         read, blocked = 0, False
+        if self.journal.waiting() and self.disk.write_due() and self.journal.retry():
+            self.disk.written()
         if self.disk.check():                    # no room for what reading writes: wait
             blocked = True
-            if self.disk.write_due() and self.journal.retry():
-                self.disk.written()
+        elif self._sources_stale:
+            self._renew_sources()
         else:
             try:
                 read, blocked = self._read(now)
@@ -339,12 +366,13 @@ class Agent:
                 if not disk_full(exc):
                     raise
                 self.disk.refused(exc, "reading the sources (a state database write)")
+                self._sources_stale = True
         self.pool.seal_due()
         self._flush_checkpoints()
         sent = self.drain.pump()
         if now >= self._next_gauges:
             flush_held()
-            self._watch_wall_clock(now)
+            self._watch_wall_clock()
             self.board.update_gauges(now - self._last_gauges)
             self._last_gauges, self._next_gauges = now, now + GAUGE_INTERVAL_S
         if self.notifier.watchdog_interval_s and now >= self._next_watchdog:
@@ -352,12 +380,12 @@ class Agent:
             self._next_watchdog = now + self.notifier.watchdog_interval_s
         return read, sent, blocked
 
-    def _watch_wall_clock(self, now: float) -> None:
+    def _watch_wall_clock(self) -> None:
         """Compare the wall clock's progress with the monotonic clock's since the last look: a
         difference over ``CLOCK_STEP_S`` is a step (NTP, an operator). Waits and deadlines run
         on the monotonic clock and event times are what the wall clock said when each event was
         read, so only the audit's wall-clock schedule needs telling."""
-        wall = self.clock.time_ms() / 1000
+        wall, now = self.clock.time_ms() / 1000, self.monotonic()     # read together
         if self._wall_mark is not None:
             step = (wall - self._wall_mark[0]) - (now - self._wall_mark[1])
             if abs(step) > CLOCK_STEP_S:
@@ -382,6 +410,26 @@ class Agent:
                       "it holds first, up to agent.shutdown_timeout_ms); the next start creates "
                       "a new pool and reads again from the files what was not acknowledged",
                       self.cfg.buffer_path, damage)
+
+    def _renew_sources(self) -> None:
+        """A write of a file source was refused for lack of space: what it holds in memory
+        may be ahead of the state database. Once writes pass, the file sources are built again
+        from the database, as a reload does (what was read is sealed and checkpointed first)."""
+        try:
+            self.pool.seal_all()
+            self._flush_checkpoints()
+            if self.disk.refusing:
+                return
+            self._close_sources()
+            self.recovered = {}
+            self._build_sources(self.cfg)
+        except Exception as exc:
+            if not disk_full(exc):
+                raise
+            self.disk.refused(exc, "building the file sources again")
+            return
+        self._sources_stale = False
+        log.info("file sources built again from the state database after the full disk")
 
     def _read(self, now: float) -> tuple[int, bool]:
         """Scan when due, then read every file source within the turn's budget."""
@@ -456,7 +504,7 @@ class Agent:
         if self._pool_gone:
             return self._stop_without_pool()
         self.pool.seal_all()
-        self._flush_checkpoints()
+        self._flush_checkpoints(stopping=True)
         deadline = self.monotonic() + self.cfg["agent.shutdown_timeout_ms"] / 1000
         if self.drain.reachable:
             emptied = self.drain.drain_until(deadline)
@@ -468,7 +516,7 @@ class Agent:
         reachable = self.drain.reachable
         self.topic_watch.stop()
         self.drain.close()
-        self._flush_checkpoints()                # dead letters found while draining
+        self._flush_checkpoints(stopping=True)   # dead letters found while draining
         # A last round of counts, unless the cluster does not answer: the counts are persisted
         # and the next start sends them.
         self.audit.stop(last_round=reachable)
@@ -476,7 +524,13 @@ class Agent:
         log.info("stopped: %s", "everything acknowledged" if emptied else
                  f"{left['sealed_records']} record(s) stay in the pool for the next start")
         for f in self.file_sources:
-            f.close()
+            try:
+                f.close()                        # stores the sizes last seen
+            except Exception as exc:
+                if not disk_full(exc):
+                    raise
+                log.error("stopping with a full disk: %s's last sizes not stored (%s)",
+                          f.cfg.topic, exc)
         self.watch.stop()
         self.board.close()
         self.pool.close()

@@ -426,6 +426,12 @@ class StateDB:
             return self.db.conn.execute("DELETE FROM locate WHERE sealed_ms < ?",
                                         (self.clock.time_ms() - retention_ms,)).rowcount
 
+    def touch(self) -> None:
+        """A one-row write (the next record number, unchanged): whether writes pass again
+        after one was refused for lack of space (``agent/diskguard.py``)."""
+        with self.db.conn:
+            self.db.conn.execute("UPDATE identity SET next_record = next_record")
+
     def advance_acked(self, positions: dict[int, int]) -> None:
         """Move acknowledged offsets forward, never past what is sealed."""
         self._advance("acked_offset = MIN(sealed_offset, MAX(acked_offset, ?))", positions)

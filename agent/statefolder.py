@@ -11,6 +11,8 @@ At start, before anything is opened (``examine``):
   from its start — events already delivered arrive again (duplicates, never a loss) — and what
   came and went while the database was missing (files rotated away and deleted) cannot be
   known.
+  A pool file beside a lost database is moved aside too (``buffer.pool.damaged-<ms>``): its
+  slots name files by the lost database's ids, which the new database gives to other files.
 - **The pool file damaged** (cut short, its header failing its CRC: ``PoolDamaged``): moved
   aside as ``buffer.pool.damaged-<ms>`` (``docket-agent pool inspect`` reads it); a new pool is
   created, and the start self-check (``agent/selfcheck.py``) reads again from the files the
@@ -43,6 +45,7 @@ from .errors import StartupError
 log = logging.getLogger("docket.agent.statefolder")
 
 STATE_LOST = "state_lost"
+LOCK_WAIT_S = 5.0          # a database another process holds this long is not damaged: refused
 POOL_DAMAGED = "pool_damaged"
 
 
@@ -71,9 +74,14 @@ def move_aside(path: Path, now_ms: int) -> Path:
 
 def examine_state_db(db_path: Path, journal_path: Path, now_ms: int) -> Finding | None:
     """Before the state database is opened: move a damaged one aside; say when it is missing
-    where the agent ran before. Raises StateFolderRefused when it may not be opened."""
+    (or empty) where the agent ran before. Raises StateFolderRefused when it may not be opened,
+    StartupError when it cannot be read now for another reason (locked, an I/O error: a
+    restart may do; a healthy database is never moved aside for it)."""
+    ran_before = journal_path.exists()
+    if db_path.exists() and db_path.stat().st_size == 0 and ran_before:
+        db_path.unlink()                    # an empty file: as good as missing
     if not db_path.exists():
-        if journal_path.exists():
+        if ran_before:
             log.error("the state database %s is missing, but the agent ran in this state folder "
                       "before (%s is there): where each file was read up to is lost; a new "
                       "incarnation starts and every file is read again from its start (events "
@@ -97,19 +105,41 @@ def examine_state_db(db_path: Path, journal_path: Path, now_ms: int) -> Finding 
                                f"{moved}; files read again from their start")
 
 
+# What SQLite says of a file that is not a database (any more): only these move it aside.
+SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
+
+
 def _damage(db_path: Path) -> str | None:
-    """What is wrong with the SQLite file at ``db_path``, or None."""
+    """What is wrong with the SQLite file at ``db_path`` (not a database, corrupt, failing
+    ``quick_check``), or None. Raises StartupError for any other error (locked, I/O)."""
     try:
-        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        conn = sqlite3.connect(db_path.as_uri() + "?mode=ro", uri=True, timeout=LOCK_WAIT_S)
+        try:
+            result = conn.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            conn.close()
     except sqlite3.Error as exc:
-        return str(exc)
-    try:
-        result = conn.execute("PRAGMA quick_check").fetchone()[0]
-        return None if result == "ok" else f"quick_check: {result}"
-    except sqlite3.DatabaseError as exc:
-        return str(exc)
-    finally:
-        conn.close()
+        if getattr(exc, "sqlite_errorcode", None) in (SQLITE_CORRUPT, SQLITE_NOTADB) or \
+                isinstance(exc, sqlite3.DatabaseError) and (
+                    "not a database" in str(exc) or "malformed" in str(exc)):
+            return str(exc)
+        raise StartupError(f"cannot read the state database {db_path}: {exc}",
+                           hint="another process may hold it, or the disk failed; the agent "
+                           "moved nothing: it tries again when started again") from exc
+    return None if result == "ok" else f"quick_check: {result}"
+
+
+def pool_of_lost_state(pool_path: Path, finding: Finding, now_ms: int) -> None:
+    """The state database was lost (``finding``): a pool file beside it is moved aside too. Its
+    slots name files by the lost database's ids, which the new one gives again to other files:
+    kept, they would move the new files' checkpoints. The files are read again from their
+    start anyway; records of a socket source it held are lost (the finding says so)."""
+    if not pool_path.exists() or pool_path.stat().st_size == 0:
+        return
+    moved = move_aside(pool_path, now_ms)
+    log.error("the buffer pool %s belongs to the lost state database: moved to %s (its slots' "
+              "files are read again from their start)", pool_path, moved)
+    finding.detail += f"; the buffer pool moved to {moved} (records of socket sources in it lost)"
 
 
 def pool_damaged(pool_path: Path, exc: Exception, now_ms: int) -> Finding:
@@ -140,6 +170,8 @@ class PoolWatch:
             now = os.stat(self.path)
         except FileNotFoundError:
             return "deleted"
+        except OSError:
+            return None                     # cannot look now (permissions, a stale mount)
         if (now.st_dev, now.st_ino) != self._ident:
             return "replaced"
         return "deleted" if st.st_nlink == 0 else None

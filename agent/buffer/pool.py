@@ -311,6 +311,10 @@ class BufferPool:
                               hint="move the file away; the agent creates a new pool")
         header = np.frombuffer(raw, L.FILE_HEADER)
         h = header[0]
+        if not any(raw):
+            raise PoolDamaged(f"{self.path} has a header of zeros (an agent killed while it "
+                              "created the pool?)", hint="move it away; the agent creates a "
+                              "new pool")
         if bytes(h["magic"]) != L.MAGIC:
             raise PoolFormatError(f"{self.path} is not a docket buffer pool (bad magic)",
                                   hint="point buffer.path at another file")

@@ -1,11 +1,13 @@
 """Records Kafka refused for good: one JSON line each in ``dead-letter/dead-letter.jsonl``
 (topic, time, error, the slot, key, value and headers in base64), fsync'd before the drain
-journals the loss and frees the record's slot.
+journals the loss and frees the record's slot. A line the file system refuses is cut off again
+and the error raised: the drain keeps the record (``Drain.failed``).
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 from pathlib import Path
@@ -27,7 +29,16 @@ def write_dead_letter(folder: Path, record: Record, err: KafkaError, slot_seq: i
              "key_b64": base64.b64encode(key).decode() if key is not None else None,
              "value_b64": base64.b64encode(value or b"").decode(),
              "headers": [[k, base64.b64encode(v or b"").decode()] for k, v in headers or []]}
-    with open(folder / FILE_NAME, "a") as f:
-        f.write(json.dumps(entry) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    line = (json.dumps(entry) + "\n").encode()
+    fd = os.open(folder / FILE_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            if os.write(fd, line) < len(line):
+                raise OSError(errno.ENOSPC, "No space left on device (a short write)")
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, size)           # no half line stays behind
+            raise
+    finally:
+        os.close(fd)

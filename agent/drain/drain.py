@@ -52,6 +52,7 @@ from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, PART_HEADER,
 
 from ..buffer import BufferPool, SealedSlot
 from ..buffer.seams import Clock
+from ..diskguard import disk_full
 from ..journal import LossJournal
 from ..telemetry import Metrics
 from .deadletter import write_dead_letter
@@ -126,6 +127,7 @@ class Drain:
         self.producer = self._new_producer()
         self.lone: Producer | None = None       # sends records alone; built when first needed
         self._took_alone: set[str] = set()     # topics warned about
+        self._dead_letters_waiting = False     # a dead letter refused for lack of space
         self.outage = False
         self._fatal: KafkaError | None = None
         self._progress_mark = (0, self._now())
@@ -288,8 +290,9 @@ class Drain:
             self.on_unknown_topic(record[0])
         outcome = classify(err, alone=alone)
         if outcome is Outcome.DEAD:
-            self._dead_letter(send, record, err)
-            return
+            if self._dead_letter(send, record, err):
+                return
+            outcome = Outcome.RETRY      # no room to keep it as a dead letter: it waits
         if outcome is Outcome.DENIED:
             self._deny(record[0], err)
         (send.alone if outcome is Outcome.ALONE else send.retry).append(record)
@@ -307,9 +310,23 @@ class Drain:
                         "[broker.librdkafka_options] \"batch.size\" to at most the topic's "
                         "max.message.bytes", topic, self.conf.get("batch.size", "default"))
 
-    def _dead_letter(self, send: SlotSend, record: Record, err: KafkaError) -> None:
+    def _dead_letter(self, send: SlotSend, record: Record, err: KafkaError) -> bool:
+        """Keep ``record`` in the dead-letter file and journal it; False when the file system
+        refused the line for lack of space (the record then goes again, refused again, until
+        there is room: never dropped unkept)."""
         topic, value, key, ts, headers = record
-        write_dead_letter(self.dead_letter_dir, record, err, send.slot.seq)
+        try:
+            write_dead_letter(self.dead_letter_dir, record, err, send.slot.seq)
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            if not self._dead_letters_waiting:
+                log.error("cannot write the dead-letter file in %s (%s): records Kafka refuses "
+                          "for good wait in the pool until there is room", self.dead_letter_dir,
+                          exc)
+            self._dead_letters_waiting = True
+            return False
+        self._dead_letters_waiting = False
         if self.on_dead is not None:
             self.on_dead(topic, ts, value or b"")
         number = record_number(headers)
@@ -319,6 +336,7 @@ class Drain:
                             event_ts_ms=ts,
                             records=(number, number) if number is not None else None)
         send.dead_records.append(record)
+        return True
 
     # -- sending ------------------------------------------------------------------------------
     def pump(self, budget: int = 20000) -> int:

@@ -208,10 +208,12 @@ class NativeDrain(Drain):
                 send.open = False
         super()._poll(0)
 
-    def _dead_letter(self, send, record: Record, err: KafkaError) -> None:
-        super()._dead_letter(send, record, err)
+    def _dead_letter(self, send, record: Record, err: KafkaError) -> bool:
+        if not super()._dead_letter(send, record, err):
+            return False
         if isinstance(send, NativeSend) and id(record) in send.index_of:
             send.dead_index.add(send.index_of[id(record)])
+        return True
 
     # -- what is outstanding, outages, rebuilding -----------------------------------------------
     def _python_outstanding(self) -> int:

@@ -315,7 +315,10 @@ def broker_pause_run(kafka, tmp_path, topic_name, broker: dict) -> Counter:
     # Not a timing claim: a spinning librdkafka burns one CPU-second per second of outage; the
     # agent, reading 20k lines/s into its pool, must stay far below that.
     assert cpu_outage < 0.5 * pause_s
-    assert during["backlog"]["events"] > 0 and during["broker"]["state"] == "unreachable"
+    # Out of reach either way: the drain's probe unanswered, or librdkafka having closed every
+    # connection after its 10 s request timeout ("all brokers down").
+    assert during["backlog"]["events"] > 0 \
+        and during["broker"]["state"] in ("unreachable", "all brokers down"), during["broker"]
     assert outages >= 1
     missing = [i for i in range(total) if counts.get(i, 0) == 0]
     assert not missing, f"{len(missing)} missing, first {missing[:10]}"

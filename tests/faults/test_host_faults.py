@@ -72,9 +72,9 @@ def test_a_full_disk_pauses_reading_keeps_sending_and_resumes_losing_nothing(
     """The state folder on a 48 MiB file system (the 16 MiB pool preallocated in it), 200,000
     lines at 20,000 lines/s. 2 s in the broker is paused (a backlog gathers in the pool), at 4 s
     the file system is filled to its last byte, at 6 s the broker resumes: the agent has paused
-    reading (status and one log line say so), sends what its pool holds meanwhile (the
-    acknowledged offsets it cannot write wait in memory), and reads on once the space is back,
-    10 s later. Every id arrives; the state database passes SQLite's integrity check and no
+    reading (status and one log line say so), sends what its pool holds meanwhile (a checkpoint
+    write the full disk refuses waits in memory), and reads on once the space is back, 10 s
+    later. Every id arrives; the state database passes SQLite's integrity check and no
     loss-journal line is torn."""
     total, rate = 200_000, 20_000
     state = small_fs / "state"
@@ -128,8 +128,9 @@ def test_a_full_disk_pauses_reading_keeps_sending_and_resumes_losing_nothing(
     finally:
         rc = stop_with_writer(agent, writer)
     assert rc == 0, agent.log_text()
-    assert any("refused" in r for r in reasons), \
-        f"no write was refused while the disk was full: {reasons}"
+    # Whether a write is also refused depends on the room SQLite's WAL file already has (a
+    # reset WAL is written over in place): the JSON line says which it was; the unit tests
+    # (tests/unit/test_agent_disk_full.py) refuse writes on purpose.
     duplicates = sum(c - 1 for c in counts.values() if c > 1)
     assert duplicates <= retried                  # no agent was killed
     if duplicates == 0:

@@ -172,3 +172,53 @@ def test_a_journal_line_cut_short_by_enospc_is_cut_off_and_written_later(tmp_pat
     assert [e["records"] for e in entries] == [[10, 12], [13, 14]]
     assert journal.waiting() == 0
     journal.close()
+
+
+def test_a_refused_write_inside_a_file_source_rebuilds_the_sources_from_the_database(
+        tmp_path, monkeypatch):
+    """A new file's row refused (``add_file``): the file sources' memory may be ahead of the
+    database, so once writes pass they are built again from it; the new file is then found,
+    stored and read whole, once."""
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka)
+    log = tmp_path / "logs" / "app.log"
+    refusing = {"on": True}
+    real_add = agent.db.add_file
+
+    def add_file(*args, **kwargs):
+        if refusing["on"]:
+            raise FULL
+        return real_add(*args, **kwargs)
+    monkeypatch.setattr(agent.db, "add_file", add_file)
+    log.write_bytes(lines(0, 60))
+    turns(agent, 10)
+    assert agent.disk.full and agent._sources_stale
+    assert kafka.log == []
+    refusing["on"] = False
+    turns(agent, 30)
+    assert not agent.disk.full and not agent._sources_stale
+    sent = [id_of(m[1]) for m in kafka.log]
+    assert sorted(sent) == list(range(60))
+    [row] = agent.db.all_files()
+    assert row["sealed_offset"] == len(lines(0, 60))
+    agent.abandon()
+
+
+def test_a_stop_during_a_full_disk_says_what_stays_unwritten_and_exits_0(tmp_path, monkeypatch,
+                                                                        caplog):
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka)
+    log = tmp_path / "logs" / "app.log"
+    log.write_bytes(lines(0, 30))
+    turns(agent, 5)
+    def refuse(*_args, **_kwargs):
+        raise FULL
+    monkeypatch.setattr(StateDB, "_write_audit", staticmethod(refuse))
+    for name in ("advance_acked", "touch", "update"):
+        monkeypatch.setattr(agent.db, name, refuse)
+    with open(log, "ab") as f:
+        f.write(lines(30, 60))
+    turns(agent, 5)
+    assert agent.disk.full
+    assert agent.shutdown() == 0
+    assert "stopping with a full disk" in caplog.text

@@ -5,11 +5,13 @@ not restart that in a loop)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 
 import pytest
 
 from agent.cli import main as agent_main
 from agent.config import EX_CONFIG
+from agent.errors import StartupError
 from agent.statefolder import PoolWatch, StateFolderRefused, examine_state_db
 
 
@@ -54,3 +56,52 @@ def test_a_state_database_this_user_may_not_open_is_refused_with_78(tmp_path, mo
                       f'[[sources]]\ntype = "file"\ntopic = "t"\npaths = ["{tmp_path}/*.log"]\n')
     assert agent_main(["run", "--config", str(config)]) == EX_CONFIG
     assert (state / "state.db").exists()                # refused: nothing moved or made
+
+
+def test_an_empty_state_database_where_the_agent_ran_before_is_a_lost_one(tmp_path):
+    db, journal = tmp_path / "state.db", tmp_path / "loss-journal.jsonl"
+    db.write_bytes(b"")
+    journal.write_text("")
+    finding = examine_state_db(db, journal, 1)
+    assert finding is not None and finding.reason == "state_lost" and not db.exists()
+
+
+def test_a_locked_healthy_state_database_is_never_moved_aside(tmp_path, monkeypatch):
+    """Only SQLite's "not a database" and "corrupt" move a database aside: a lock held by
+    another process (or an I/O error) stops the start, the file untouched."""
+    monkeypatch.setattr("agent.statefolder.LOCK_WAIT_S", 0.2)
+    db = tmp_path / "state.db"
+    holder = sqlite3.connect(db)
+    holder.execute("CREATE TABLE t (x)")
+    holder.commit()
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StartupError, match="cannot read the state database"):
+            examine_state_db(db, tmp_path / "loss-journal.jsonl", 1)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert db.exists() and not list(tmp_path.glob("state.db.damaged-*"))
+
+
+def test_a_pool_beside_a_lost_state_database_is_moved_aside_with_it(tmp_path):
+    """Its slots name files by the lost database's ids, which a new database gives to other
+    files: kept, they would move the new files' checkpoints."""
+    from tests.unit.fakeproducer import FakeKafka
+    from tests.unit.test_agent_disk_full import agent_on, lines, turns
+    agent = agent_on(tmp_path, FakeKafka())
+    (tmp_path / "logs" / "app.log").write_bytes(lines(0, 20))
+    turns(agent, 5)
+    agent.abandon()
+    state = tmp_path / "state"
+    for name in ("state.db", "state.db-wal", "state.db-shm"):
+        (state / name).unlink(missing_ok=True)
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka)
+    assert len(list(state.glob("buffer.pool.damaged-*"))) == 1
+    reasons = [e["reason"] for e in agent.journal.entries()]
+    assert reasons == ["state_lost"], reasons
+    assert "buffer pool moved to" in agent.journal.entries()[0]["detail"]
+    turns(agent, 10)
+    assert len(kafka.log) == 20                  # the file read again from its start
+    agent.abandon()
