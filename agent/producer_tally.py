@@ -282,7 +282,8 @@ class AuditEmitter:
             windows = [AuditWindow(k[0], k[1], t.count, t.bytes, t.checksum, t.late, t.dropped,
                                    dict(t.dropped_reasons), dict(t.dropped_unknown),
                                    self._now_ms())
-                       for k in sorted(self._unwritten) for t in (self._windows[k],)]
+                       for k in sorted(self._unwritten) if k in self._windows
+                       for t in (self._windows[k],)]     # (a round may have retired one)
             return AuditUpdate(windows, self.counted_seq)
 
     def persisted(self) -> None:
