@@ -47,8 +47,9 @@ SETTINGS: tuple[Setting, ...] = (
             "consumer as they are, e.g. `\"fetch.max.bytes\" = 52428800`. Security goes in "
             "the `reconcile.security_protocol` … keys above (docs/security.md)."),
     Setting("reconcile.evaluate_interval_ms", int, MINUTE_MS, "How often windows are evaluated "
-            "and alerts raised or resolved: each time once the audit topic is read to its end "
-            "(after 10 minutes behind, anyway).", minimum=1000),
+            "and alerts raised or resolved: each time once the audit topic is read to the end it "
+            "had when the evaluation fell due (after 10 minutes behind, anyway).",
+            minimum=1000),
     Setting("reconcile.deliver_interval_ms", int, 5000, "How often due alert notifications are "
             "sent (a channel that is down never delays the evaluation).", minimum=100),
     Setting("reconcile.listen", str, "127.0.0.1:9465", "Address (HOST:PORT) of `/metrics`, the "

@@ -11,8 +11,8 @@ their own (WAL: readers never wait for the writer):
   ``reconcile.evaluate_interval_ms`` has passed since the last evaluation, the same thread
   evaluates (``evaluate.evaluate``): it judges the windows that changed or are not final
   yet, stores the verdicts and fires or resolves alerts, queuing their notifications in the
-  outbox in the same transaction. It evaluates only with every partition read to its current
-  end (asked of the brokers at most every ``CATCH_UP_CHECK_S``; after ``CATCH_UP_WAIT_S``
+  outbox in the same transaction. It evaluates only with every partition read to the end it
+  had when the evaluation fell due (asked at most every ``CATCH_UP_CHECK_S``; after ``CATCH_UP_WAIT_S``
   behind, it evaluates anyway, with a warning), so a tier's counts and its progress, on
   different partitions, are judged together; nothing is applied while windows are judged. A
   failed evaluation is logged and tried again at the next interval.
@@ -80,6 +80,7 @@ class Reconciler:
         self.last_evaluation_ms: int | None = None
         self._evaluate_due: float | None = None    # monotonic time of the next evaluation
         self._next_catch_up_check = 0.0
+        self._due_ends: dict[int, int] | None = None  # partition → its end when evaluation fell due
         self._unstamped_said = False           # the warning about a topic without LogAppendTime
         self.metrics: MetricsServer | None = None
 
@@ -173,18 +174,22 @@ class Reconciler:
                          clock_offsets)
         self.applied += len(records)
 
-    def caught_up(self, ends: dict[int, int] | None = None) -> bool:
-        """Every assigned partition read to its current end (or to ``ends``: partition → an
-        end taken before). Positions, not the last offset applied: a transaction marker can
-        end a partition."""
+    def ends(self) -> dict[int, int]:
+        """Each assigned partition's current end (high watermark), asked of the brokers."""
+        return {p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                       timeout=10)[1] for p in self.partitions}
+
+    def caught_up(self, ends: dict[int, int]) -> bool:
+        """Every assigned partition read to ``ends`` (partition → an end taken before,
+        ``ends()``). Positions, not the last offset applied: a transaction marker can end a
+        partition."""
         if not self.partitions:
             return False
         stored = self.store.offsets(self.topic)
         positions = self.consumer.position([TopicPartition(self.topic, p)
                                             for p in self.partitions])
         for tp in positions:
-            hi = ends.get(tp.partition, 0) if ends is not None else \
-                self.consumer.get_watermark_offsets(tp, timeout=10)[1]
+            hi = ends.get(tp.partition, 0)
             at = tp.offset if tp.offset >= 0 else stored.get(tp.partition, 0)  # none fetched
             if at < hi:
                 return False
@@ -233,8 +238,7 @@ class Reconciler:
             while True:
                 self._assign_new_partitions()
                 if ends is None and self.partitions:
-                    ends = {p: self.consumer.get_watermark_offsets(
-                        TopicPartition(self.topic, p), timeout=10)[1] for p in self.partitions}
+                    ends = self.ends()
                 if ends is not None and self.caught_up(ends):
                     break
                 if time.monotonic() > deadline:
@@ -250,13 +254,18 @@ class Reconciler:
 
     def step(self) -> Evaluation | None:
         """Apply a batch of the audit topic; then, when an evaluation is due, evaluate — only
-        with every partition read to its current end. A tier's counts and its progress record
-        go to different partitions: judged in between, a tier whose progress says it is
-        current but whose counts are still unread would show as a loss (seen: a reconciler
-        restarted on a backlog fired and resolved a loss alert). Evaluated here, in the
-        consuming thread, nothing is applied while windows are judged. Whether the topic is
-        read to its end is asked of the brokers at most every ``CATCH_UP_CHECK_S``; a failed
-        question or a failed evaluation is logged and tried again, never fatal."""
+        with every partition read to the end it had when the evaluation fell due. A tier's
+        counts and its progress record go to different partitions: judged in between, a tier
+        whose progress says it is current but whose counts are still unread would show as a
+        loss (seen: a reconciler restarted on a backlog fired and resolved a loss alert).
+        The ends are taken once per evaluation, never chased: agents that write a round every
+        few seconds keep the topic's *current* end ahead of any reader, and an evaluation
+        that waited for it was put off until they stopped (seen: five agents on a loaded host,
+        no window judged for 7 minutes). Records written after the ends were taken wait for
+        the next evaluation. Evaluated here, in the consuming thread, nothing is applied while
+        windows are judged. Whether the ends are reached is asked at most every
+        ``CATCH_UP_CHECK_S``; a failed question or a failed evaluation is logged and tried
+        again, never fatal."""
         self.consume_batch()
         now = time.monotonic()
         if self._evaluate_due is None:
@@ -264,13 +273,14 @@ class Reconciler:
         if now < self._evaluate_due or now < self._next_catch_up_check:
             return None
         behind_for = now - self._evaluate_due
-        if self.partitions and not self._caught_up_or_false():
+        if self.partitions and not self._read_to_due_ends():
             if behind_for < CATCH_UP_WAIT_S:
                 self._next_catch_up_check = now + CATCH_UP_CHECK_S
                 return None
             log.warning("the audit topic has not been read to its end for %.0f s: evaluating "
                         "anyway (a tier's counts not yet read may show as missing)", behind_for)
         self._evaluate_due = now + self.cfg["reconcile.evaluate_interval_ms"] / 1000
+        self._due_ends = None
         try:
             return self.evaluate_job()
         except Exception:                    # noqa: BLE001 — the next evaluation tries again
@@ -278,9 +288,13 @@ class Reconciler:
                           self.cfg["reconcile.evaluate_interval_ms"] / 1000)
             return None
 
-    def _caught_up_or_false(self) -> bool:
+    def _read_to_due_ends(self) -> bool:
+        """Every partition read to the end it had when this evaluation fell due (taken at the
+        first question; a partition assigned since then waits for the next evaluation)."""
         try:
-            return self.caught_up()
+            if self._due_ends is None:
+                self._due_ends = self.ends()
+            return self.caught_up(self._due_ends)
         except KafkaException as exc:
             log.warning("cannot tell whether the audit topic is read to its end: %s", exc)
             return False

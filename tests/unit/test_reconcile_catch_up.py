@@ -8,6 +8,7 @@ loss alert)."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 from confluent_kafka import KafkaError, TopicPartition
 
@@ -40,6 +41,38 @@ class ScriptedConsumer:
 
 
 assert KafkaError  # (the real consumer's EOF errors are not scripted: consume returns [])
+
+
+class Growing(ScriptedConsumer):
+    """A topic the agents keep writing to: a record more in partition 0 after every read, as
+    five agents sending a round every 3 s keep it on a loaded host."""
+
+    def __init__(self, partitions: dict[int, list[bytes]], more: bytes):
+        super().__init__(partitions)
+        self.more = more
+        self.turn = 0
+
+    def consume(self, n, timeout):
+        order = sorted(self.logs)                      # the partitions in turn, as a fetch
+        self.turn += 1                                 # of several partitions serves them
+        out = []
+        for p in order[self.turn % len(order):] + order[:self.turn % len(order)]:
+            if self.next[p] < len(self.logs[p]):
+                self.next[p] += 1
+                out = [Message(p, self.next[p] - 1, self.logs[p][self.next[p] - 1])]
+                break
+        self.logs[0].append(self.more)
+        return out
+
+    def list_topics(self, topic, timeout=None):
+        return SimpleNamespace(topics={topic: SimpleNamespace(
+            partitions=dict.fromkeys(self.logs), error=None)})
+
+    def incremental_assign(self, tps):
+        pass
+
+    def close(self):
+        pass
 
 
 def test_windows_are_judged_only_with_every_partition_read_to_its_end(tmp_path):
@@ -121,28 +154,9 @@ def test_once_reads_the_topic_to_its_end_as_found_and_never_chases_it(tmp_path, 
     """``--once`` on a topic the agents keep writing to (a record more after every read, as
     seen with five agents on a loaded host): it reads to the end the partitions had when it
     found them, and ends."""
-    from types import SimpleNamespace
-
     now = int(time.time() * 1000)
     heartbeat = count("producer", 0, "web-1", window=T0, at=now).encode()[1]
-
-    class Growing(ScriptedConsumer):
-        def consume(self, n, timeout):
-            out = super().consume(n, timeout)
-            self.logs[0].append(heartbeat)               # another round came meanwhile
-            return out
-
-        def list_topics(self, topic, timeout=None):
-            return SimpleNamespace(topics={topic: SimpleNamespace(partitions={0: None},
-                                                                  error=None)})
-
-        def incremental_assign(self, tps):
-            pass
-
-        def close(self):
-            pass
-
-    growing = Growing({0: [heartbeat] * 3})
+    growing = Growing({0: [heartbeat] * 3}, heartbeat)
     rec = Reconciler(cfg(), tmp_path / "r.db", clock=lambda: now / 1000)
     monkeypatch.setattr(rec, "_consumer", lambda: growing)
     rec.run_once(timeout_s=30)
@@ -161,3 +175,36 @@ def test_stopping_a_mirror_process_that_ended_meanwhile_is_no_error():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()                                            # ended and reaped: no such process
     _terminate(proc.pid, timeout_s=1.0)
+
+
+def test_a_topic_the_agents_keep_writing_to_is_judged_at_the_ends_it_had_when_due(tmp_path):
+    """The running reconciler on a topic whose end moves after every read: it evaluates once it
+    has read to the ends the partitions had when the evaluation fell due — everything written
+    before then, the cluster's count in the other partition included — and never waits for the
+    agents to stop (seen: no window judged for 7 minutes while five agents wrote)."""
+    now = int(time.time() * 1000)
+    window = T0
+    at = window + W + MIN
+    heartbeat = count("producer", 0, "web-1", window=T0 + 5 * W, at=now).encode()[1]
+    growing = Growing({0: [count("producer", 500, "web-3", window=window, at=at).encode()[1],
+                           heartbeat],
+                       1: [progress(now).encode()[1],
+                           count("kafka-local", 500, "web-3", window=window, at=at).encode()[1]]},
+                      heartbeat)
+    rec = Reconciler(cfg(), tmp_path / "r.db", clock=lambda: now / 1000)
+    rec.consumer, rec.partitions = growing, {0, 1}
+    rec._evaluate_due = time.monotonic()
+    ends = {p: len(log) for p, log in growing.logs.items()}   # when the evaluation falls due
+    evaluated_at = None
+    for _ in range(20):
+        rec._next_catch_up_check = 0.0                # the brokers may be asked at every step
+        if rec.step() is not None:
+            evaluated_at = growing.next.copy()
+            break
+    assert evaluated_at is not None, "never judged while the topic grew"
+    assert all(evaluated_at[p] >= ends[p] for p in ends), (evaluated_at, ends)
+    assert len(growing.logs[0]) > evaluated_at[0]     # the end had moved on meanwhile
+    states = {(r["tier"], r["state"]) for r in rec.store.db.query(
+        "SELECT tier, state FROM windows WHERE window_start = ?", [window])}
+    rec.store.close()
+    assert states == {("producer", "complete"), ("kafka-local", "complete")}
