@@ -80,6 +80,7 @@ READ_BUDGET_BYTES = 8 << 20      # per loop turn, across file sources
 GAUGE_INTERVAL_S = 1.0
 EVENT_SCAN_MIN_S = 0.05          # file events trigger a scan at most this often
 IDLE_WAIT_S = 0.002              # nothing read or sent: wait this long for delivery reports
+IDLE_WAIT_WATCHED_S = 0.05      # ... or this long when a write wakes the wait (watch.py)
 IDLE_WAIT_BLOCKED_S = 0.05       # ... and this long when the pool is full
 CLOCK_STEP_S = 2.0               # the wall clock moving this much more or less than the
 #                                  monotonic one between two looks (a second apart) is a step
@@ -218,6 +219,7 @@ class Agent:
         return BufferPool(
             cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
             linger_ms=cfg["buffer.linger_ms"], seal_when_idle=cfg["buffer.seal_when_idle"],
+            seal_when_caught_up=cfg["buffer.seal_when_caught_up"],
             on_full=cfg["buffer.on_full"],
             oversize=cfg["buffer.oversize"], spill_dir=cfg.spill_dir if spill else None,
             spill_max_bytes=spill, quarantine_dir=cfg.quarantine_dir,
@@ -249,7 +251,8 @@ class Agent:
     # -- wiring -------------------------------------------------------------------------------
     def _build_sources(self, cfg: AgentConfig) -> None:
         patterns = [p for s in cfg.sources if s.type == "file" for p in s.paths]
-        self.watch = FolderWatch(patterns if self.seams.file_events else [])
+        self.watch = FolderWatch(patterns if self.seams.file_events else [],
+                                 writes=self.drain.WAKES_ON_FD)
         for src in cfg.sources:
             if src.type == "file":
                 self.file_sources.append(FileSource(src, self.pool, self.db, self.journal,
@@ -319,8 +322,19 @@ class Agent:
         while not self._stop.is_set():
             read, sent, blocked = self.turn()
             if not read and not sent:
-                self.drain.wait(IDLE_WAIT_BLOCKED_S if blocked else IDLE_WAIT_S)
+                self.drain.wait(self._idle_wait(blocked), self.watch.wake_fd)
         return self.shutdown()
+
+    def _idle_wait(self, blocked: bool) -> float:
+        """How long an idle turn may wait for delivery reports: long while the pool pushes
+        back; long too when the file writes wake the wait (``FolderWatch.wake_fd``) and no
+        record waits for its linger nor comes from a socket source's thread; else a turn every
+        ``IDLE_WAIT_S``."""
+        if blocked:
+            return IDLE_WAIT_BLOCKED_S
+        if self.watch.wake_fd >= 0 and not self.socket_sources and not self.pool.filling():
+            return IDLE_WAIT_WATCHED_S
+        return IDLE_WAIT_S
 
     def begin(self) -> None:
         """The first scan (every file the state database knows, and what vanished while the
@@ -352,7 +366,8 @@ class Agent:
                           "built again once there is room; reload again then", exc)
                 self.disk.refused(exc, "reloading")
                 self._sources_stale = True
-        read, blocked = 0, False
+        read, blocked, caught_up = 0, False, False
+        self.watch.writes_seen()                 # before the reads: a later write wakes the wait
         if self.journal.waiting() and self.disk.write_due() and self.journal.retry():
             self.disk.written()
         if self.disk.check():                    # no room for what reading writes: wait
@@ -361,13 +376,13 @@ class Agent:
             self._renew_sources()
         else:
             try:
-                read, blocked = self._read(now)
+                read, blocked, caught_up = self._read(now)
             except Exception as exc:
                 if not disk_full(exc):
                     raise
                 self.disk.refused(exc, "reading the sources (a state database write)")
                 self._sources_stale = True
-        self.pool.seal_due()
+        self.pool.seal_due(caught_up)
         self._flush_checkpoints()
         sent = self.drain.pump()
         if now >= self._next_gauges:
@@ -431,8 +446,9 @@ class Agent:
         self._sources_stale = False
         log.info("file sources built again from the state database after the full disk")
 
-    def _read(self, now: float) -> tuple[int, bool]:
-        """Scan when due, then read every file source within the turn's budget."""
+    def _read(self, now: float) -> tuple[int, bool, bool]:
+        """Scan when due, then read every file source within the turn's budget. Returns (bytes
+        read, whether the pool pushed back, whether every file source was read to its end)."""
         if now >= self._next_scan or (now - self._last_scan >= EVENT_SCAN_MIN_S
                                       and self.watch.consume()):
             self._last_scan = now
@@ -440,12 +456,13 @@ class Agent:
                 f.scan()
             self._next_scan = now + min((f.cfg.poll_interval_ms for f in self.file_sources),
                                         default=250) / 1000
-        read, blocked = 0, False
+        read, blocked, caught_up = 0, False, True
         for f in self.file_sources:
             got = f.read_some(READ_BUDGET_BYTES)
             read += got.bytes
             blocked |= got.blocked
-        return read, blocked
+            caught_up &= got.bytes < READ_BUDGET_BYTES
+        return read, blocked, caught_up and not blocked
 
     def abandon(self) -> None:
         """For tests that simulate a SIGKILL: let go of every descriptor, lock and mapping as

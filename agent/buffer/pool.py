@@ -49,6 +49,10 @@ ON_FULL = ("block", "drop_oldest")
 HOT_FREE_SLOTS = 8
 RESIDENT_WAITING_SLOTS = 16
 OVERSIZE = ("split", "truncate", "drop")
+# Slots on their way below which a reader that caught up seals at once (``seal_due``): enough
+# to keep librdkafka's pipeline busy at a steady trickle, few enough that tiny slots never use
+# up the pool's slot count.
+CAUGHT_UP_IN_FLIGHT = 8
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,7 @@ class BufferPool:
         *,
         linger_ms: float = 5,
         seal_when_idle: bool = True,
+        seal_when_caught_up: bool = True,
         on_full: str = "block",
         oversize: str = "split",
         spill_dir: str | Path | None = None,
@@ -184,6 +189,7 @@ class BufferPool:
         self.path = Path(path)
         self.linger_ns = int(linger_ms * 1_000_000)
         self.seal_when_idle = seal_when_idle
+        self.seal_when_caught_up = seal_when_caught_up
         self.on_full = on_full
         self.oversize = oversize
         self.sync_on_seal = sync_on_seal
@@ -668,17 +674,25 @@ class BufferPool:
         with self._lock:
             return self._seal(topic)
 
-    def seal_due(self) -> int:
+    def seal_due(self, caught_up: bool = False) -> int:
         """Seal every filling slot whose linger has passed, or every one holding records when
         no sealed slot waits for Kafka (``seal_when_idle``: a drain with nothing in flight
-        gains nothing by the wait; while slots are in flight, records gather until linger, as
-        Nagle's rule does for a socket). Called once a turn after the sources were read.
-        Returns how many were sealed."""
+        gains nothing by the wait), or when the caller read its sources to their ends
+        (``caught_up`` and ``seal_when_caught_up``: nothing more is coming this turn) while
+        the drain keeps up (every sealed slot taken) and fewer than ``CAUGHT_UP_IN_FLIGHT``
+        slots are on their way. Otherwise records gather until linger, as Nagle's rule does
+        for a socket. Waiting for the slot in flight to be acknowledged put that whole round
+        trip into each record's latency (issue 30: p50 9.7 ms at 1,000 lines/s, 4.3 ms
+        without the wait). Called once a turn after the sources were read. Returns how many
+        were sealed."""
         now = self.clock.monotonic_ns()
         with self._lock:
             idle = self.seal_when_idle and not self._sealed
+            early = idle or (caught_up and self.seal_when_caught_up
+                             and len(self._sealed) == len(self._leased)
+                             and len(self._sealed) < CAUGHT_UP_IN_FLIGHT)
             due = [t for t, f in self._current.items()
-                   if (idle and f.records) or self._linger_over(f, now)]
+                   if (early and f.records) or self._linger_over(f, now)]
             for topic in due:
                 self._seal(topic)
             return len(due)
@@ -690,6 +704,11 @@ class BufferPool:
         if fill.first_ns is None or now - fill.first_ns < self.linger_ns:
             return False
         return len(self._sealed) == len(self._leased)
+
+    def filling(self) -> bool:
+        """Records wait in a filling slot (for their linger, or the next ``seal_due``)."""
+        with self._lock:
+            return any(f.records for f in self._current.values())
 
     def seal_all(self) -> int:
         with self._lock:

@@ -103,6 +103,8 @@ class _OneProbe:
 
 
 class Drain:
+    WAKES_ON_FD = False        # ``wait`` cannot end early on a descriptor (confluent-kafka's poll)
+
     def __init__(self, pool: BufferPool, producer_conf: dict, journal: LossJournal,
                  metrics: Metrics, dead_letter_dir: Path, origin: bytes | None,
                  on_slot_done: Callable[[SealedSlot], None] | None = None,
@@ -388,8 +390,9 @@ class Drain:
         self.pool.release_pages(slot)
         return send
 
-    def wait(self, timeout_s: float) -> None:
-        """Nothing to do but wait for reports (the service's idle turn)."""
+    def wait(self, timeout_s: float, wake_fd: int = -1) -> None:
+        """Nothing to do but wait for reports (the service's idle turn). ``wake_fd``: a
+        descriptor that ends the wait when readable, for a drain that ``WAKES_ON_FD``."""
         self._poll(timeout_s)
 
     def _produce_new(self, send: SlotSend, budget: int) -> tuple[int, bool]:

@@ -113,6 +113,8 @@ class NativeSend(SendState):
 class NativeDrain(Drain):
     """``Drain`` with the records of each slot sent by ``docket_native.SlotProducer``."""
 
+    WAKES_ON_FD = True         # the extension's poll sleeps on a descriptor of the caller's too
+
     def __init__(self, *args, native_factory=None, **kwargs):
         self.native_factory = native_factory or (lambda conf: native_module().SlotProducer(conf))
         super().__init__(*args, **kwargs)
@@ -194,8 +196,11 @@ class NativeDrain(Drain):
             self.pool.release_pages(send.slot)       # librdkafka holds its copies now
         return n, False
 
-    def _poll(self, timeout_s: float = 0) -> None:
-        failures, done, errors = self.native.poll(timeout_s)
+    def wait(self, timeout_s: float, wake_fd: int = -1) -> None:
+        self._poll(timeout_s, wake_fd)
+
+    def _poll(self, timeout_s: float = 0, wake_fd: int = -1) -> None:
+        failures, done, errors = self.native.poll(timeout_s, wake_fd)
         for code, text in errors:             # the client's own (transport, authentication)
             self._on_error(KafkaError(code, text))
         for token, index, code, refused in failures:

@@ -12,10 +12,10 @@ their own (WAL: readers never wait for the writer):
   evaluates (``evaluate.evaluate``): it judges the windows that changed or are not final
   yet, stores the verdicts and fires or resolves alerts, queuing their notifications in the
   outbox in the same transaction. It evaluates only with every partition read to the end it
-  had when the evaluation fell due (asked at most every ``CATCH_UP_CHECK_S``; after ``CATCH_UP_WAIT_S``
-  behind, it evaluates anyway, with a warning), so a tier's counts and its progress, on
-  different partitions, are judged together; nothing is applied while windows are judged. A
-  failed evaluation is logged and tried again at the next interval.
+  had when the evaluation fell due (asked at most every ``CATCH_UP_CHECK_S``; after
+  ``CATCH_UP_WAIT_S`` behind, it evaluates anyway, with a warning), so a tier's counts and its
+  progress, on different partitions, are judged together; nothing is applied while windows are
+  judged. A failed evaluation is logged and tried again at the next interval.
 - an apscheduler job every ``reconcile.deliver_interval_ms``, in apscheduler's thread, sends
   due notifications, so a channel that is down or slow never delays the consumer or the
   evaluation.

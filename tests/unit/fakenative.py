@@ -86,7 +86,8 @@ class FakeSlotProducer:
         self._slot(token)["total"] = total
         self._settle(token)
 
-    def poll(self, timeout_s: float = 0) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    def poll(self, timeout_s: float = 0, wake_fd: int = -1
+             ) -> tuple[list[tuple], list[tuple], list[tuple]]:
         self.inner.poll(0)
         out = (self.failures, self.done, self.errors)
         self.failures, self.done, self.errors = [], [], []

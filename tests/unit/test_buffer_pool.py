@@ -141,6 +141,44 @@ def test_an_idle_drain_gets_the_records_at_once_a_busy_one_after_linger(tmp_path
     assert ids_of(values(pool)) == [6, 7]
 
 
+def test_a_reader_that_caught_up_seals_at_once_while_the_drain_keeps_up(tmp_path):
+    """Read to the end with a slot in flight: sealed at once (the record does not wait for the
+    acknowledgement of the slot before it), up to CAUGHT_UP_IN_FLIGHT slots on their way and
+    never while a sealed slot waits to be taken; off, records gather until linger."""
+    from agent.buffer.pool import CAUGHT_UP_IN_FLIGHT
+
+    clock = FakeClock()
+    pool = open_pool(tmp_path, linger_ms=5, clock=clock)
+    pool.append("t", chunk_of(range(1)))
+    assert pool.seal_due(caught_up=True) == 1
+    pool.take()
+    pool.append("t", chunk_of(range(1, 2)))
+    assert pool.seal_due() == 0                  # in flight, more may come: gather
+    assert pool.seal_due(caught_up=True) == 1    # nothing more this turn: at once
+    pool.append("t", chunk_of(range(2, 3)))
+    assert pool.seal_due(caught_up=True) == 0    # the slot sealed before is not taken yet
+    for _ in range(CAUGHT_UP_IN_FLIGHT - 2):
+        pool.take()
+        pool.append("t", chunk_of(range(1)))
+        assert pool.seal_due(caught_up=True) == 1
+    pool.take()
+    assert len(pool.sealed()) == CAUGHT_UP_IN_FLIGHT
+    pool.append("t", chunk_of(range(1)))
+    assert pool.seal_due(caught_up=True) == 0    # enough on their way: gather until linger
+    clock.advance_ms(5)
+    assert pool.seal_due(caught_up=True) == 1
+
+    (tmp_path / "off").mkdir()
+    off = open_pool(tmp_path / "off", linger_ms=5, clock=clock, seal_when_caught_up=False)
+    off.append("t", chunk_of(range(1)))
+    assert off.seal_due(caught_up=True) == 1     # idle: at once, as before
+    off.take()
+    off.append("t", chunk_of(range(1, 2)))
+    assert off.seal_due(caught_up=True) == 0     # in flight: until linger
+    clock.advance_ms(5)
+    assert off.seal_due(caught_up=True) == 1
+
+
 def test_linger_waits_while_a_sealed_slot_waits_for_the_drain(tmp_path):
     clock = FakeClock()
     pool = open_pool(tmp_path, linger_ms=5, clock=clock)

@@ -180,17 +180,22 @@ impl Wake {
         unsafe { rdkafka::bindings::rd_kafka_queue_length(self.queue) > 0 }
     }
 
-    /// Sleep until librdkafka writes or `timeout` passes, then empty the pipe.
-    fn wait(&self, timeout: Duration) {
-        let mut fd = libc::pollfd { fd: self.read, events: libc::POLLIN, revents: 0 };
+    /// Sleep until librdkafka writes, `other` (the caller's descriptor, -1 for none) becomes
+    /// readable or `timeout` passes, then empty the pipe. `other` is left for its owner to
+    /// read; true when it is readable.
+    fn wait(&self, timeout: Duration, other: libc::c_int) -> bool {
+        let mut fds = [libc::pollfd { fd: self.read, events: libc::POLLIN, revents: 0 },
+                       libc::pollfd { fd: other, events: libc::POLLIN, revents: 0 }];
         let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t,
                                   tv_nsec: timeout.subsec_nanos() as libc::c_long };
-        // SAFETY: one valid pollfd; a null signal mask leaves the thread's mask as it is.
-        unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
+        let count: libc::nfds_t = if other >= 0 { 2 } else { 1 };
+        // SAFETY: `count` valid pollfds; a null signal mask leaves the thread's mask as it is.
+        unsafe { libc::ppoll(fds.as_mut_ptr(), count, &ts, std::ptr::null()) };
         let mut buf = [0u8; 64];
         // SAFETY: reads into a local buffer from a non-blocking descriptor this struct owns.
         while unsafe { libc::read(self.read, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) }
             > 0 {}
+        other >= 0 && fds[1].revents != 0
     }
 }
 
@@ -319,8 +324,11 @@ impl SlotProducer {
     /// Serve every delivery report waiting, or wait up to `timeout_s` for the first (GIL
     /// released); returns what happened since the last call, each once: the failures,
     /// [(token, record index, error code, refused by produce)], the slots done, [(token,
-    /// acknowledged, failed)], and the client's errors, [(code, reason)].
-    fn poll(&self, py: Python<'_>, timeout_s: f64)
+    /// acknowledged, failed)], and the client's errors, [(code, reason)]. `wake_fd`: a
+    /// descriptor of the caller's (the agent's file-write watch) that ends the wait too when
+    /// it becomes readable; the caller reads it.
+    #[pyo3(signature = (timeout_s, wake_fd = -1))]
+    fn poll(&self, py: Python<'_>, timeout_s: f64, wake_fd: i32)
             -> (Vec<Failure>, Vec<Done>, Vec<(i32, String)>) {
         let producer = &self.producer;
         let served = || producer.context().ledger.lock().expect("the ledger's lock").reports;
@@ -338,8 +346,8 @@ impl SlotProducer {
                     if served() > start || now >= deadline {
                         break;
                     }
-                    if !wake.waiting() {
-                        wake.wait(deadline - now);
+                    if !wake.waiting() && wake.wait(deadline - now, wake_fd) {
+                        break;                  // the caller's descriptor: its turn
                     }
                 }
             }
