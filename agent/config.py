@@ -76,11 +76,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("buffer.seal_when_idle", bool, True, "Seal a slot before its linger has passed "
             "when nothing of the agent's waits for Kafka (the drain is idle): at low rates "
             "records are sent as soon as they are read."),
-    Setting("buffer.seal_when_caught_up", bool, True, "Seal a slot before its linger has "
-            "passed when every file source was read to its end, while the drain keeps up and "
-            "fewer than 8 slots are on their way: a record does not wait for the slot before "
-            "it to be acknowledged. Off: while slots are in flight, records gather until "
-            "linger (fewer, larger slots at a steady moderate rate)."),
+    Setting("buffer.seal_when_caught_up", bool, True, "Native send path: seal a slot "
+            "before its linger has passed when every file source was read to its end, while "
+            "the drain keeps up and fewer than 8 slots are on their way: a record does not "
+            "wait for the slot before it to be acknowledged. Off, and always with the Python "
+            "path: while slots are in flight, records gather until linger (fewer, larger "
+            "slots at a steady moderate rate)."),
     Setting("buffer.on_full", str, "block", "With no free slot: `block` (file sources stop "
             "reading, socket clients wait) or `drop_oldest` (drop the oldest sealed slot, "
             "counted).",

@@ -219,7 +219,8 @@ class Agent:
         return BufferPool(
             cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
             linger_ms=cfg["buffer.linger_ms"], seal_when_idle=cfg["buffer.seal_when_idle"],
-            seal_when_caught_up=cfg["buffer.seal_when_caught_up"],
+            seal_when_caught_up=cfg["buffer.seal_when_caught_up"]
+            and cfg["broker.send_path"] == "native",
             on_full=cfg["buffer.on_full"],
             oversize=cfg["buffer.oversize"], spill_dir=cfg.spill_dir if spill else None,
             spill_max_bytes=spill, quarantine_dir=cfg.quarantine_dir,
