@@ -213,6 +213,7 @@ class Agent:
         self._wall_mark: tuple[float, float] | None = None   # (wall s, monotonic s) last seen
         self._sources_stale = False      # a file source's write was refused: build them again
         self._last_gauges = self._last_scan = self.monotonic()
+        self._writes_for_nothing = False       # the last turn: woken by writes, read nothing
 
     def _open_pool(self, cfg: AgentConfig, next_record: int) -> BufferPool:
         spill = cfg["buffer.spill_max_bytes"]
@@ -323,19 +324,24 @@ class Agent:
         while not self._stop.is_set():
             read, sent, blocked = self.turn()
             if not read and not sent:
-                self.drain.wait(self._idle_wait(blocked), self.watch.wake_fd)
+                self.drain.wait(*self._idle_wait(blocked))
         return self.shutdown()
 
-    def _idle_wait(self, blocked: bool) -> float:
-        """How long an idle turn may wait for delivery reports: long while the pool pushes
-        back; long too when the file writes wake the wait (``FolderWatch.wake_fd``) and no
-        record waits for its linger nor comes from a socket source's thread; else a turn every
-        ``IDLE_WAIT_S``."""
+    def _idle_wait(self, blocked: bool) -> tuple[float, int]:
+        """How long an idle turn may wait for delivery reports, and the descriptor that ends
+        the wait when a file is written (-1: none): long while the pool pushes back; long too
+        when the file writes wake the wait (``FolderWatch.wake_fd``) and no record waits for
+        its linger nor comes from a socket source's thread; else a turn every ``IDLE_WAIT_S``.
+        A turn woken by writes that read nothing (another file of a watched folder, written
+        busily) waits ``IDLE_WAIT_S`` deaf to them: never more turns than the 2 ms look."""
         if blocked:
-            return IDLE_WAIT_BLOCKED_S
-        if self.watch.wake_fd >= 0 and not self.socket_sources and not self.pool.filling():
-            return IDLE_WAIT_WATCHED_S
-        return IDLE_WAIT_S
+            return IDLE_WAIT_BLOCKED_S, -1
+        if self._writes_for_nothing:
+            return IDLE_WAIT_S, -1
+        fd = self.watch.wake_fd
+        if fd >= 0 and not self.socket_sources and not self.pool.filling():
+            return IDLE_WAIT_WATCHED_S, fd
+        return IDLE_WAIT_S, fd
 
     def begin(self) -> None:
         """The first scan (every file the state database knows, and what vanished while the
@@ -368,7 +374,7 @@ class Agent:
                 self.disk.refused(exc, "reloading")
                 self._sources_stale = True
         read, blocked, caught_up = 0, False, False
-        self.watch.writes_seen()                 # before the reads: a later write wakes the wait
+        written = self.watch.writes_seen()       # before the reads: a later write wakes the wait
         if self.journal.waiting() and self.disk.write_due() and self.journal.retry():
             self.disk.written()
         if self.disk.check():                    # no room for what reading writes: wait
@@ -383,6 +389,7 @@ class Agent:
                     raise
                 self.disk.refused(exc, "reading the sources (a state database write)")
                 self._sources_stale = True
+        self._writes_for_nothing = written and not read
         self.pool.seal_due(caught_up)
         self._flush_checkpoints()
         sent = self.drain.pump()
@@ -457,7 +464,7 @@ class Agent:
                 f.scan()
             self._next_scan = now + min((f.cfg.poll_interval_ms for f in self.file_sources),
                                         default=250) / 1000
-        read, blocked, caught_up = 0, False, True
+        read, blocked, caught_up = 0, False, bool(self.file_sources)
         for f in self.file_sources:
             got = f.read_some(READ_BUDGET_BYTES)
             read += got.bytes

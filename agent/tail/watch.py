@@ -13,9 +13,10 @@ at every ``consume`` and watched from when it appears.
 Writes wake the loop another way, when its send path can wait on a descriptor (the native one,
 ``writes=True``): ``wake_fd`` is an inotify instance of the agent's own asking for IN_MODIFY in
 the same folders, which no thread reads. The loop sleeps on it beside librdkafka's reports and
-empties it (``writes_seen``) before it reads the files, so a write after that read always ends
-the next sleep. The kernel merges a file's writes into one queued event until they are read:
-a burst costs one wake-up, not one per write. Without it (the Python path, or no inotify) the
+empties it (``writes_seen``) before it reads the files, so a later write to a file of a watched
+folder ends the next sleep (writes elsewhere wait for the next look: docs/agent.md). The
+kernel merges a file's writes into one queued event until they are read: a burst costs one
+wake-up, not one per write. Without it (the Python path, or no inotify) the
 loop looks at its files every 2 ms.
 """
 

@@ -81,6 +81,8 @@ class Reconciler:
         self._evaluate_due: float | None = None    # monotonic time of the next evaluation
         self._next_catch_up_check = 0.0
         self._due_ends: dict[int, int] | None = None  # partition → its end when evaluation fell due
+        self._held: list = []                  # records read past those ends, applied after it
+        self._paused: set[int] = set()         # partitions read to those ends, until then
         self._unstamped_said = False           # the warning about a topic without LogAppendTime
         self.metrics: MetricsServer | None = None
 
@@ -111,6 +113,9 @@ class Reconciler:
         if new:
             self.consumer.incremental_assign(new)
             self.partitions |= {tp.partition for tp in new}
+            if self._due_ends is not None:     # the ends to read to must name it too
+                self._due_ends = None
+                self._release_held()
             log.info("reading %s partitions %s from offsets %s", self.topic,
                      [tp.partition for tp in new], [tp.offset for tp in new])
 
@@ -120,18 +125,50 @@ class Reconciler:
         audit topic stamps its records (``LogAppendTime``), else now on this reconciler's
         clock. A producer record the broker stamped also measures its origin's clock: how far
         its ``emitted_at`` is ahead of the broker's time."""
+        messages = self.consumer.consume(BATCH_RECORDS, timeout=timeout_s)
+        at_end = not any(m.error() is None for m in messages)
+        if self._due_ends is not None:
+            messages = self._hold_past_due_ends(messages)
+        return self._apply_messages(messages), at_end
+
+    def _hold_past_due_ends(self, messages: list) -> list:
+        """Of a batch read while an evaluation waits for the ends it took, the records at or
+        past a partition's end are held back (and the partition paused) until the evaluation
+        is done: a tier's progress written after the ends must not be judged without its
+        counts, which may sit unread in a slower partition."""
+        ends, keep = self._due_ends, []
+        for msg in messages:
+            p = msg.partition() if msg.error() is None else None
+            if p is not None and p in ends and msg.offset() >= ends[p]:
+                self._held.append(msg)
+                if p not in self._paused:
+                    self._paused.add(p)
+                    self.consumer.pause([TopicPartition(self.topic, p)])
+            else:
+                keep.append(msg)
+        return keep
+
+    def _release_held(self) -> None:
+        """After an evaluation (or when its ends are given up): apply what was held back and
+        read the paused partitions on."""
+        held, self._held = self._held, []
+        if held:
+            self._apply_messages(held)
+        if self._paused:
+            self.consumer.resume([TopicPartition(self.topic, p) for p in sorted(self._paused)])
+            self._paused.clear()
+
+    def _apply_messages(self, messages: list) -> int:
         records, malformed, offsets = [], {}, {}
         clock_offsets: dict[str, tuple[int, int]] = {}
         bad: Counter = Counter()
-        at_end = True
         now_ms = int(self.clock() * 1000)
-        for msg in self.consumer.consume(BATCH_RECORDS, timeout=timeout_s):
+        for msg in messages:
             err = msg.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("audit topic read error: %s", err)
                 continue
-            at_end = False
             offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
             try:
                 rec = parse(msg.value())
@@ -164,7 +201,7 @@ class Reconciler:
                                      asynchronous=True)
             except Exception as exc:   # noqa: BLE001 — the database is the record of truth
                 log.debug("offset commit failed: %s", exc)
-        return len(records) + sum(bad.values()), at_end
+        return len(records) + sum(bad.values())
 
     def apply(self, records: list, malformed: dict[str, tuple[int, str]],
               offsets: dict[tuple[str, int], int],
@@ -234,12 +271,11 @@ class Reconciler:
         self.open()
         try:
             deadline = time.monotonic() + timeout_s
-            ends: dict[int, int] | None = None
             while True:
                 self._assign_new_partitions()
-                if ends is None and self.partitions:
-                    ends = self.ends()
-                if ends is not None and self.caught_up(ends):
+                if self._due_ends is None and self.partitions:
+                    self._due_ends = self.ends()   # what is read past them waits for next run
+                if self._due_ends is not None and self.caught_up(self._due_ends):
                     break
                 if time.monotonic() > deadline:
                     raise AuditError(f"the audit topic {self.topic} was not read to its end in "
@@ -280,17 +316,19 @@ class Reconciler:
             log.warning("the audit topic has not been read to its end for %.0f s: evaluating "
                         "anyway (a tier's counts not yet read may show as missing)", behind_for)
         self._evaluate_due = now + self.cfg["reconcile.evaluate_interval_ms"] / 1000
-        self._due_ends = None
         try:
             return self.evaluate_job()
         except Exception:                    # noqa: BLE001 — the next evaluation tries again
             log.exception("evaluation failed; trying again in %.0f s",
                           self.cfg["reconcile.evaluate_interval_ms"] / 1000)
             return None
+        finally:
+            self._due_ends = None
+            self._release_held()
 
     def _read_to_due_ends(self) -> bool:
         """Every partition read to the end it had when this evaluation fell due (taken at the
-        first question; a partition assigned since then waits for the next evaluation)."""
+        first question, and again when a partition was assigned since)."""
         try:
             if self._due_ends is None:
                 self._due_ends = self.ends()

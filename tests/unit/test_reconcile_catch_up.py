@@ -23,9 +23,11 @@ class ScriptedConsumer:
         self.logs = partitions
         self.next = dict.fromkeys(partitions, 0)
 
+    paused: frozenset = frozenset()
+
     def consume(self, n, timeout):
         for p, log in self.logs.items():
-            if self.next[p] < len(log):
+            if self.next[p] < len(log) and p not in self.paused:
                 self.next[p] += 1
                 return [Message(p, self.next[p] - 1, log[self.next[p] - 1])]
         return []
@@ -38,6 +40,12 @@ class ScriptedConsumer:
 
     def commit(self, offsets=None, asynchronous=True):
         pass
+
+    def pause(self, tps):
+        self.paused = self.paused | {tp.partition for tp in tps}
+
+    def resume(self, tps):
+        self.paused = self.paused - {tp.partition for tp in tps}
 
 
 assert KafkaError  # (the real consumer's EOF errors are not scripted: consume returns [])
@@ -57,7 +65,7 @@ class Growing(ScriptedConsumer):
         self.turn += 1                                 # of several partitions serves them
         out = []
         for p in order[self.turn % len(order):] + order[:self.turn % len(order)]:
-            if self.next[p] < len(self.logs[p]):
+            if self.next[p] < len(self.logs[p]) and p not in self.paused:
                 self.next[p] += 1
                 out = [Message(p, self.next[p] - 1, self.logs[p][self.next[p] - 1])]
                 break
@@ -204,6 +212,50 @@ def test_a_topic_the_agents_keep_writing_to_is_judged_at_the_ends_it_had_when_du
     assert evaluated_at is not None, "never judged while the topic grew"
     assert all(evaluated_at[p] >= ends[p] for p in ends), (evaluated_at, ends)
     assert len(growing.logs[0]) > evaluated_at[0]     # the end had moved on meanwhile
+    states = {(r["tier"], r["state"]) for r in rec.store.db.query(
+        "SELECT tier, state FROM windows WHERE window_start = ?", [window])}
+    rec.store.close()
+    assert states == {("producer", "complete"), ("kafka-local", "complete")}
+
+
+def test_records_past_the_due_ends_wait_until_the_evaluation_is_done(tmp_path):
+    """The cluster's count (partition 0) and then its progress saying it is current
+    (partition 1) are written just after the ends were taken; partition 1 is read first. The
+    progress, past its partition's end, is held back until the evaluation is done: judged with
+    it and without the count, the cluster would show a loss it does not have. Then both are
+    applied and the next evaluation finds the window complete."""
+    now = int(time.time() * 1000)
+    window, report_at = T0, now - 10 * MIN
+
+    class Late(ScriptedConsumer):
+        written = False
+
+        def get_watermark_offsets(self, tp, timeout=None):
+            end = super().get_watermark_offsets(tp, timeout)
+            if tp.partition == 1 and not self.written:    # right after the ends were taken
+                self.written = True
+                self.logs[0].append(
+                    count("kafka-local", 500, "web-3", window=window, at=now).encode()[1])
+                self.logs[1].append(progress(now).encode()[1])
+            return end
+
+    late = Late({1: [progress(now - 20 * MIN).encode()[1]],       # served first
+                 0: [count("producer", 500, "web-3", window=window, at=report_at).encode()[1],
+                     count("producer", 1, "web-9", window=window, at=report_at).encode()[1],
+                     count("kafka-local", 1, "web-9", window=window, at=report_at).encode()[1]]})
+    rec = Reconciler(cfg(), tmp_path / "r.db", clock=lambda: now / 1000)
+    rec.consumer, rec.partitions = late, {0, 1}
+    evaluations = 0
+    for _ in range(30):
+        rec._next_catch_up_check = 0.0
+        if evaluations < 2:
+            rec._evaluate_due = time.monotonic()          # due at every step until judged twice
+        if rec.step() is not None:
+            evaluations += 1
+            alerts = list(rec.store.db.query("SELECT kind, origin FROM alerts"))
+            assert alerts == [], (evaluations, alerts)
+    assert late.written and evaluations == 2
+    assert late.next == {0: 4, 1: 2} and not late.paused
     states = {(r["tier"], r["state"]) for r in rec.store.db.query(
         "SELECT tier, state FROM windows WHERE window_start = ?", [window])}
     rec.store.close()
