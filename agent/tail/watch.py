@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import glob
 import logging
 import os
 import threading
@@ -111,19 +110,16 @@ class FolderWatch:
             log.warning("folder %s does not exist yet; watched until it appears", folder)
         if not folders:
             return
-        if writes and any(glob.has_magic(str(Path(p).parent)) for p in patterns):
+        if writes and any(glob_folder(p) != Path(p).parent for p in patterns):
             log.info("a glob with wildcards in a folder: files are looked at every 2 ms")
         elif writes:
             try:
                 self.writes = WriteWatch()
-                for folder in folders:
-                    if folder not in self.missing:
-                        self.writes.add(folder)
             except OSError as exc:
                 log.warning("write events unavailable (%s): files are looked at every 2 ms", exc)
-                if self.writes is not None:
-                    self.writes.close()
-                self.writes = None
+            for folder in folders:
+                if folder not in self.missing:
+                    self._watch_writes(folder)
         try:
             observer = Observer()
             for folder in folders:
