@@ -27,7 +27,9 @@ from tests.auditkit import judged_windows
 from tests.faults.test_agent_faults import cluster_tier
 from tests.integration.test_agent_end_to_end import parse_id, setup_agent, start_writer
 
-pytestmark = [pytest.mark.slow,
+# 90 s of one agent whose clock is stepped four times: `make soak`. CI keeps the fleet of agents
+# whose clocks are off (test_clock_skew.py) and the caught-up rule's unit tests.
+pytestmark = [pytest.mark.soak,
               pytest.mark.skipif(shutil.which("cc") is None,
                                  reason="needs a C compiler for tests/clockshift.c")]
 
