@@ -21,6 +21,7 @@ native = pytest.importorskip("docket_native", reason="the native extension is no
 TS = 1_763_766_000_000
 HEADERS = [(ORIGIN_HEADER, b"web-1"), (INCARNATION_HEADER, b"1763766000000-0a1b2c3d")]
 PURGE_QUEUE, MSG_SIZE_TOO_LARGE = -152, 10        # librdkafka's codes (rd_kafka_resp_err_t)
+INVALID_ARG, UNKNOWN = -186, -1                   # librdkafka's; the extension's own
 
 
 def sealed_slot(tmp_path, topic: str, lines: list[bytes]):
@@ -143,6 +144,25 @@ def test_bad_buffers_are_refused_with_a_clear_error(kafka):
         producer.send(1, 0, "t", b"abc", one, np.zeros(2, np.int64), one, [], None, None, 0)
     with pytest.raises(ValueError, match="cannot create the producer"):
         native.SlotProducer({"bootstrap.servers": "x:1", "no.such.property": "1"})
+
+
+@pytest.mark.parametrize("topic, code", [("t" * 600, INVALID_ARG), ("a\0b", UNKNOWN)],
+                         ids=["too-long", "nul"])
+def test_a_topic_name_librdkafka_refuses_refuses_every_record_once(kafka, tmp_path, topic,
+                                                                  code):
+    lines = [b"line %d" % i for i in range(50)]
+    pool, slot = sealed_slot(tmp_path, "docket-native-named", lines)
+    (block,) = list(blocks(slot))
+    index, payload, offsets, lengths, times, numbers = block
+    producer = native.SlotProducer({"bootstrap.servers": kafka.bootstrap_servers})
+    assert producer.send(4, index, topic, payload, offsets, lengths, times, HEADERS, numbers,
+                         None, 10) == len(lines)               # from record 10 on, as asked
+    assert len(producer) == 0
+    producer.seal(4, len(lines) - 10)
+    failed, done = wait_done(producer, [])
+    assert done == [(4, 0, len(lines) - 10)]
+    assert sorted(failed) == [(4, i, code, True) for i in range(10, len(lines))]
+    pool.close()
 
 
 def test_one_poll_serves_every_report_waiting_across_partitions(kafka, tmp_path, topic_name):

@@ -11,6 +11,8 @@
 //! in, the slot is done: `poll` returns (token, acknowledged, failed) once for it.
 
 use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CString};
+use std::ptr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -19,15 +21,16 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use rdkafka::config::ClientConfig;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{
-    BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig,
-};
+use rdkafka::error::KafkaError;
+use rdkafka::bindings as rdsys;
+use rdkafka::bindings::rd_kafka_resp_err_t as RespErr;
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext, PurgeConfig};
 use rdkafka::ClientContext;
 
 /// librdkafka's code for an error that is not a broker's or the client's own (none known).
 const UNKNOWN_ERROR: i32 = -1;
+/// The header that carries each record's number.
+const SEQ_HEADER: &str = "docket-seq";
 /// At most this many events are served by one `poll` before it returns.
 const POLL_MAX_EVENTS: usize = 100_000;
 
@@ -277,39 +280,93 @@ impl SlotProducer {
             }
         }
         let producer = &self.producer;
+        let topic_c = CString::new(topic);
         py.detach(|| {
+            // One topic handle for the block (librdkafka's, looked up or made once here):
+            // naming the topic on every record would look it up and copy its name each time.
+            let rk = producer.client().native_ptr();
+            let rkt = match &topic_c {
+                // SAFETY: a valid client and a NUL-terminated name; a null conf means the
+                // client's default topic configuration, as a record naming its topic gets.
+                Ok(name) => unsafe { rdsys::rd_kafka_topic_new(rk, name.as_ptr(), ptr::null_mut()) },
+                Err(_) => ptr::null_mut(),
+            };
+            if rkt.is_null() {
+                // No handle (a name librdkafka refuses): every record is refused, as it would
+                // be one by one.
+                let code = if topic_c.is_ok() {
+                    // SAFETY: reads the calling thread's last error.
+                    unsafe { rdsys::rd_kafka_last_error() as i32 }
+                } else {
+                    UNKNOWN_ERROR
+                };
+                let mut ledger = producer.context().ledger.lock().expect("the ledger's lock");
+                for i in start.min(n)..n {
+                    ledger.count(token, Some((first_index + i as u64, code, true)));
+                }
+                return Ok(n.max(start));
+            }
             let mut i = start;
             while i < n {
-                let mut h = OwnedHeaders::new_with_capacity(headers.len() + 1);
+                // SAFETY: a fresh header list, filled from slices that live through the call;
+                // librdkafka copies each name and value. The message owns it once produced.
+                let h = unsafe { rdsys::rd_kafka_headers_new(headers.len() + 1) };
                 for (name, value) in &headers {
-                    h = h.insert(Header { key: name.as_str(), value: Some(value.as_slice()) });
+                    unsafe {
+                        rdsys::rd_kafka_header_add(h, name.as_ptr() as *const c_char,
+                                                   name.len() as isize,
+                                                   value.as_ptr() as *const c_void,
+                                                   value.len() as isize);
+                    }
                 }
-                let seq;
                 if let Some(nums) = nums {
-                    seq = (nums[i] as u64).to_be_bytes();
-                    h = h.insert(Header { key: "docket-seq", value: Some(&seq[..]) });
+                    let seq = (nums[i] as u64).to_be_bytes();
+                    unsafe {
+                        rdsys::rd_kafka_header_add(h, SEQ_HEADER.as_ptr() as *const c_char,
+                                                   SEQ_HEADER.len() as isize,
+                                                   seq.as_ptr() as *const c_void, 8);
+                    }
                 }
                 let opaque = ((token as usize) << 32) | (first_index as usize + i);
                 let (o, l) = (offs[i] as usize, lens[i] as usize);
-                let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, opaque)
-                    .payload(&data[o..o + l])
-                    .timestamp(ts[i])
-                    .headers(h);
-                if let Some(Some(key)) = keys.as_ref().map(|k| &k[i]) {
-                    record = record.key(key.as_slice());
+                let (key_ptr, key_len) = match keys.as_ref().map(|k| &k[i]) {
+                    Some(Some(key)) => (key.as_ptr() as *mut c_void, key.len()),
+                    _ => (ptr::null_mut(), 0),
+                };
+                // SAFETY: the handle and every pointer are valid for the call; the payload is
+                // copied (F_COPY); on success librdkafka owns the headers, on failure we do.
+                let err = unsafe {
+                    rdsys::rd_kafka_producev(
+                        rk,
+                        rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_RKT, rkt,
+                        rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_PARTITION, -1i32,
+                        rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_MSGFLAGS,
+                        rdsys::RD_KAFKA_MSG_F_COPY,
+                        rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_VALUE,
+                        data[o..o + l].as_ptr() as *mut c_void, l,
+                        rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_KEY, key_ptr, key_len,
+                        rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_OPAQUE, opaque as *mut c_void,
+                        rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_TIMESTAMP, ts[i],
+                        rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_HEADERS, h,
+                        rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_END)
+                };
+                if err == RespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    i += 1;
+                    continue;
                 }
-                match producer.send(record) {
-                    Ok(()) => i += 1,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => break,
-                    Err((err, _)) => {
-                        // Refused before it was queued (too large for the client, unknown
-                        // partition): reported as a failure of this record at once.
-                        producer.context().ledger.lock().expect("the ledger's lock")
-                            .count(token, Some((first_index + i as u64, error_code(&err), true)));
-                        i += 1;
-                    }
+                // SAFETY: not produced: the headers are still ours.
+                unsafe { rdsys::rd_kafka_headers_destroy(h) };
+                if err == RespErr::RD_KAFKA_RESP_ERR__QUEUE_FULL {
+                    break;
                 }
+                // Refused before it was queued (too large for the client, unknown partition):
+                // reported as a failure of this record at once.
+                producer.context().ledger.lock().expect("the ledger's lock")
+                    .count(token, Some((first_index + i as u64, err as i32, true)));
+                i += 1;
             }
+            // SAFETY: the handle taken above, released once; queued records hold their own.
+            unsafe { rdsys::rd_kafka_topic_destroy(rkt) };
             Ok(i)
         })
     }
