@@ -10,6 +10,9 @@ line (the topics' high watermarks), with its CPU time and peak RSS (VmHWM, sampl
   (``make native``);
 - kcat: Debian's ``kcat -P -l FILE`` (librdkafka in C; acks=all, idempotence, snappy,
   linger.ms 5), a client that sends a file and exits, with no tailing, no buffer and no audit;
+  and as ``kcat_headers``, the same with docket's three identity headers on every record
+  (``-H``; values of the sizes the agent's carry): librdkafka's own cost for records that carry
+  an identity;
 - rsyslog: Debian's ``rsyslogd -n -f CONF -i PIDFILE`` with ``imfile`` (inotify) →
   ``omkafka`` (acks=all, snappy) through a disk-assisted queue, its own work folder, never the
   system's syslog.
@@ -40,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER  # noqa: E402
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
 from tests.agentkit import AgentProcess, native_built  # noqa: E402
 from tests.bench.bench_agent import throughput_config, write_file  # noqa: E402
@@ -107,10 +111,20 @@ def run_docket(bootstrap: str, topic: str, work: Path, data: Path,
     return _result(elapsed, held, w)
 
 
-def run_kcat(bootstrap: str, topic: str, data: Path) -> dict:
+# kcat_headers: every record with docket's three identity headers, values of the sizes the
+# agent's records carry (its id here, an incarnation, an 8-byte record number): what librdkafka
+# itself spends on records that carry an identity, the floor for any shipper that does.
+IDENTITY_HEADERS = [f"{ORIGIN_HEADER}=bench", f"{INCARNATION_HEADER}=1763766000000-0a1b2c3d",
+                    f"{SEQ_HEADER}=00000001"]
+
+
+def run_kcat(bootstrap: str, topic: str, data: Path, headers: bool = False) -> dict:
     cmd = [KCAT, "-P", "-b", bootstrap, "-t", topic, "-l", "-z", "snappy",
            "-X", "acks=all", "-X", "enable.idempotence=true", "-X", "linger.ms=5",
-           "-X", "queue.buffering.max.kbytes=65536", str(data)]
+           "-X", "queue.buffering.max.kbytes=65536"]
+    for header in IDENTITY_HEADERS if headers else []:
+        cmd += ["-H", header]
+    cmd.append(str(data))
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     w = Watched(proc)
@@ -198,8 +212,8 @@ def main() -> None:
             data = work / "events.log"
             write_file(data, lines=LINES, size=LINE)
             shippers = ["docket"] + (["docket_native"] if native_built() else []) \
-                + [s for s in ("kcat", "rsyslog")
-                                     if s not in missing and not
+                + [s for s in ("kcat", "kcat_headers", "rsyslog")
+                                     if s.removesuffix("_headers") not in missing and not
                                      (s == "rsyslog" and "rsyslog-kafka" in missing)]
             topics = [f"peers.{s}.{k}" for s in shippers for k in range(ROUNDS)]
             ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in topics])
@@ -211,8 +225,8 @@ def main() -> None:
                         runs[s].append(run_docket(bootstrap, topic, work / f"{s}{k}", data,
                                                   "native" if s == "docket_native"
                                                   else "python"))
-                    elif s == "kcat":
-                        runs[s].append(run_kcat(bootstrap, topic, data))
+                    elif s.startswith("kcat"):
+                        runs[s].append(run_kcat(bootstrap, topic, data, s == "kcat_headers"))
                     else:
                         runs[s].append(run_rsyslog(bootstrap, topic, work / f"rsyslog{k}",
                                                    data))
