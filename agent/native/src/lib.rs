@@ -21,9 +21,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use rdkafka::config::ClientConfig;
-use rdkafka::error::KafkaError;
 use rdkafka::bindings as rdsys;
 use rdkafka::bindings::rd_kafka_resp_err_t as RespErr;
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext, PurgeConfig};
 use rdkafka::ClientContext;
 
@@ -108,6 +108,16 @@ impl ProducerContext for Reports {
             Err((err, _)) => Some((index, error_code(err), false)),
         };
         self.ledger.lock().expect("the ledger's lock").count(token, failure);
+    }
+}
+
+/// Add a header to `h`, a list of our own not yet handed to a message; librdkafka copies the
+/// name and the value.
+fn add_header(h: *mut rdsys::rd_kafka_headers_t, name: &str, value: &[u8]) {
+    // SAFETY: a valid, writable list; both slices live through the call.
+    unsafe {
+        rdsys::rd_kafka_header_add(h, name.as_ptr() as *const c_char, name.len() as isize,
+                                   value.as_ptr() as *const c_void, value.len() as isize);
     }
 }
 
@@ -288,7 +298,9 @@ impl SlotProducer {
             let rkt = match &topic_c {
                 // SAFETY: a valid client and a NUL-terminated name; a null conf means the
                 // client's default topic configuration, as a record naming its topic gets.
-                Ok(name) => unsafe { rdsys::rd_kafka_topic_new(rk, name.as_ptr(), ptr::null_mut()) },
+                Ok(name) => unsafe {
+                    rdsys::rd_kafka_topic_new(rk, name.as_ptr(), ptr::null_mut())
+                },
                 Err(_) => ptr::null_mut(),
             };
             if rkt.is_null() {
@@ -308,24 +320,13 @@ impl SlotProducer {
             }
             let mut i = start;
             while i < n {
-                // SAFETY: a fresh header list, filled from slices that live through the call;
-                // librdkafka copies each name and value. The message owns it once produced.
+                // SAFETY: a fresh header list; the message owns it once produced.
                 let h = unsafe { rdsys::rd_kafka_headers_new(headers.len() + 1) };
                 for (name, value) in &headers {
-                    unsafe {
-                        rdsys::rd_kafka_header_add(h, name.as_ptr() as *const c_char,
-                                                   name.len() as isize,
-                                                   value.as_ptr() as *const c_void,
-                                                   value.len() as isize);
-                    }
+                    add_header(h, name, value);
                 }
                 if let Some(nums) = nums {
-                    let seq = (nums[i] as u64).to_be_bytes();
-                    unsafe {
-                        rdsys::rd_kafka_header_add(h, SEQ_HEADER.as_ptr() as *const c_char,
-                                                   SEQ_HEADER.len() as isize,
-                                                   seq.as_ptr() as *const c_void, 8);
-                    }
+                    add_header(h, SEQ_HEADER, &(nums[i] as u64).to_be_bytes());
                 }
                 let opaque = ((token as usize) << 32) | (first_index as usize + i);
                 let (o, l) = (offs[i] as usize, lens[i] as usize);
