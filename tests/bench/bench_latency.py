@@ -108,7 +108,7 @@ def run_agent(bootstrap: str, work: Path, send_path: str = "python",
     """The agent tailing a file at RATE lines/s; its figures named ``agent`` (the Python send
     path) or ``agent_native``, or ``prefix``; ``broker``: further ``[broker]`` settings."""
     prefix = prefix or ("agent" if send_path == "python" else f"agent_{send_path}")
-    topic = f"lat.{prefix}"
+    topic = f"lat.{prefix}.{os.getpid()}"          # not a topic of an earlier run
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     logs = work / "logs"
     logs.mkdir(parents=True)
@@ -141,7 +141,7 @@ def tail_latency(bootstrap: str, topic: str, app: Path, prefix: str, settle_s: f
 
 
 def run_direct(bootstrap: str) -> dict:
-    topic = "lat.direct"
+    topic = f"lat.direct.{os.getpid()}"
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "enable.idempotence": True, "linger.ms": 5,

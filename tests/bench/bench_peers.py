@@ -188,7 +188,7 @@ def run_rsyslog(bootstrap: str, topic: str, work: Path, data: Path) -> dict:
 
 
 def latency_rsyslog(bootstrap: str, work: Path) -> dict:
-    topic = "lat.rsyslog"
+    topic = f"lat.rsyslog.{os.getpid()}"
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     work.mkdir()
     app = work / "app.log"
@@ -215,12 +215,13 @@ def main() -> None:
                 + [s for s in ("kcat", "kcat_headers", "rsyslog")
                                      if s.removesuffix("_headers") not in missing and not
                                      (s == "rsyslog" and "rsyslog-kafka" in missing)]
-            topics = [f"peers.{s}.{k}" for s in shippers for k in range(ROUNDS)]
+            # With $KAFKA_BOOTSTRAP a topic of an earlier run may hold LINES records already.
+            topics = [f"peers.{os.getpid()}.{s}.{k}" for s in shippers for k in range(ROUNDS)]
             ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in topics])
             runs: dict[str, list[dict]] = {s: [] for s in shippers}
             for k in range(ROUNDS):
                 for s in shippers:
-                    topic = f"peers.{s}.{k}"
+                    topic = f"peers.{os.getpid()}.{s}.{k}"
                     if s.startswith("docket"):
                         runs[s].append(run_docket(bootstrap, topic, work / f"{s}{k}", data,
                                                   "native" if s == "docket_native"
