@@ -103,6 +103,7 @@ sqlite_utils = _sqlite_utils_without_pandas()
 
 FINGERPRINT_BYTES = 1024
 LOCK_WAIT_S = 60.0        # how long a write waits for the other connection's (see StateDB)
+PAGE_BYTES = 1024         # the page size of a new state database (see StateDB)
 
 # Generation states.
 PENDING = "pending"      # a file just found: open, not read until it is known to be new content
@@ -119,6 +120,13 @@ STATES = (PENDING, ACTIVE, ROTATED, DONE, ORPHANED, LOST, GONE)
 _LEGACY = {"truncated": ORPHANED, "copied": DONE}
 
 _NEW_COLUMNS = {"tail": "BLOB", "orphaned_ms": "INTEGER", "orphan_reason": "TEXT"}
+
+
+def _set_audit_meta(conn: sqlite3.Connection, name: str, value: int) -> None:
+    """One ``audit_meta`` value, rewritten in place: a row replaced whole would rewrite the
+    name's index page too, with every checkpoint."""
+    conn.execute("INSERT INTO audit_meta VALUES (?, ?) "
+                 "ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, value))
 
 
 class AuditWindow(NamedTuple):
@@ -155,6 +163,11 @@ class StateDB:
         # that must wait for it waits as long as it would (SQLite's default is 5 s, and a
         # loaded host has taken longer: an agent died of "database is locked").
         self.db = sqlite_utils.Database(sqlite3.connect(path, timeout=LOCK_WAIT_S))
+        # Pages of 1 KiB, not SQLite's 4 KiB: a slot's checkpoint rewrites about eight pages
+        # whole in the write-ahead log, and the checkpoints that sync the log stall the loop
+        # in proportion (docs/performance.md). SQLite sets this only for a database not yet
+        # written; one created before keeps its pages.
+        self.db.execute(f"PRAGMA page_size={PAGE_BYTES}")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self._crash_point = crash_point or (lambda name: None)
@@ -394,8 +407,7 @@ class StateDB:
               json.dumps(w.dropped_unknown, sort_keys=True), int(w.dirty), w.updated_ms)
              for w in update.windows])
         if update.counted_seq is not None:
-            conn.execute("INSERT OR REPLACE INTO audit_meta VALUES ('counted_seq', ?)",
-                         (update.counted_seq,))
+            _set_audit_meta(conn, "counted_seq", update.counted_seq)
 
     def _add_runs(self, conn: sqlite3.Connection, runs: list[tuple]) -> None:
         ids = {r[3] for r in runs if r[3] is not None}
@@ -472,7 +484,7 @@ class AuditRound:
     def save_seq(self, seq: int) -> None:
         """Store the round's ``seq`` before its records are sent: it only grows."""
         with self.conn:
-            self.conn.execute("INSERT OR REPLACE INTO audit_meta VALUES ('seq', ?)", (seq,))
+            _set_audit_meta(self.conn, "seq", seq)
 
     def settle(self, delivered: Iterable[tuple[str, int, int, int, int]],
                forget_before_ms: int) -> None:

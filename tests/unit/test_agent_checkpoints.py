@@ -4,14 +4,16 @@ source, pool and state database, and a fake Kafka at the transport seam."""
 from __future__ import annotations
 
 import sqlite3
+import struct
 import threading
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError
 
 from agent.config import parse
 from agent.service import Agent, Seams
-from agent.state import LOCK_WAIT_S, StateDB
+from agent.state import LOCK_WAIT_S, PAGE_BYTES, AuditUpdate, AuditWindow, StateDB
 from tests.unit.fakeproducer import FakeKafka
 from tests.unit.tailkit import FakeClock, lines
 
@@ -120,3 +122,64 @@ def test_a_crash_while_an_older_slot_waits_reads_nothing_again(tmp_path):
     assert set(kafka.values()) | set(again.values()) == set(values)
     assert len(again.values()) == len(set(again.values()))       # each once after the start
     agent.abandon()
+
+
+def _wal_pages_since(wal: Path, offset: int) -> tuple[list[int], int]:
+    """The database pages written to the write-ahead log ``wal`` after byte ``offset`` (its
+    frames, in order), and the log's size now."""
+    data = wal.read_bytes()
+    page_bytes = struct.unpack(">I", data[8:12])[0]
+    pages, at = [], max(offset, 32)                   # 32: the log's header
+    while at + 24 + page_bytes <= len(data):
+        pages.append(struct.unpack(">I", data[at:at + 4])[0])
+        at += 24 + page_bytes
+    return pages, len(data)
+
+
+def test_a_slots_sealed_checkpoint_writes_few_small_pages_and_each_once(tmp_path):
+    """Every slot's sealed checkpoint rewrites its pages whole in SQLite's log, and the
+    checkpoints that sync the log stall the agent's loop: at 1,000 lines/s every line is a
+    slot. A new database takes 1 KiB pages; the slot's transaction writes the file's row, the
+    next record number, its locate run (row and two index entries), its tally window and the
+    last slot counted — that one in place, not its name's index page too."""
+    db = StateDB(tmp_path / "state.db")
+    assert db.db.conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_BYTES == 1024
+    source = db.add_file(0, 1, 2, b"fp", "/x.log")
+
+    def seal(seq: int) -> None:
+        window = AuditWindow("t", 600_000, seq, 100 * seq, seq, 0, 0, {}, {}, seq)
+        db.advance_sealed({source: 100 * seq}, audit=lambda: AuditUpdate([window], seq),
+                          next_record=seq, runs=[(seq - 1, 1, "t", source, 100 * seq - 100,
+                                                  100 * seq, True)])
+    seal(1)
+    _, end = _wal_pages_since(tmp_path / "state.db-wal", 0)
+    seal(2)
+    pages, _ = _wal_pages_since(tmp_path / "state.db-wal", end)
+    names = dict(db.db.conn.execute("SELECT pageno, name FROM dbstat"))
+    written = sorted(names[p] for p in pages)
+    assert len(pages) == len(set(pages)) == 7, written
+    assert written == sorted(["files", "identity", "locate", "sqlite_autoindex_locate_1",
+                              "locate_sealed", "audit_windows", "audit_meta"])
+    assert db.audit_meta() == {"counted_seq": 2}
+    db.close()
+
+
+def test_a_state_database_created_before_keeps_its_pages_and_works(tmp_path):
+    """SQLite cannot change the page size of a database in WAL mode without rewriting it:
+    one created with 4 KiB pages keeps them, and every write and read works as before."""
+    old = sqlite3.connect(tmp_path / "state.db")
+    old.execute("PRAGMA page_size=4096")
+    old.execute("PRAGMA journal_mode=WAL")
+    old.execute("CREATE TABLE audit_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+    old.execute("INSERT INTO audit_meta VALUES ('seq', 7)")
+    old.commit()
+    old.close()
+    db = StateDB(tmp_path / "state.db")
+    assert db.db.conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+    source = db.add_file(0, 1, 2, b"fp", "/x.log")
+    db.advance_sealed({source: 10}, audit=lambda: AuditUpdate([], 3), next_record=4)
+    with db.audit_round() as round_:
+        round_.save_seq(8)
+    assert db.audit_meta() == {"seq": 8, "counted_seq": 3}
+    assert db.get(source)["sealed_offset"] == 10 and db.identity()[1] == 4
+    db.close()
