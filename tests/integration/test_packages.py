@@ -1,10 +1,11 @@
 """The Debian packages as a user installs them (as root, on this machine): ``make deb`` builds
 ``docket-agent`` and ``docket-audit``; ``dpkg -i`` installs them; their files, users, folders
 and units are checked; the installed agent runs its ``--version`` and validates the shipped
-configuration, and its virtualenv holds no PySpark; every installed unit passes
-``systemd-analyze verify`` with nothing on stderr and the agent's unit scores "OK" or better
-in ``systemd-analyze security --offline=true`` (printed); the installed agent speaks the notify
-protocol to a socket this test listens on; ``dpkg --purge`` leaves nothing behind.
+configuration, its virtualenv holds no PySpark and the bytecode of every module the agent
+imports; every installed unit passes ``systemd-analyze verify`` with nothing on stderr and the
+agent's unit scores "OK" or better in ``systemd-analyze security --offline=true`` (printed);
+the installed agent speaks the notify protocol to a socket this test listens on; ``dpkg
+--purge`` leaves nothing behind.
 
 PID 1 here is not systemd: the services are not started, the agent is run by hand. Skipped
 when not root or without dh-virtualenv; marked ``packages`` (``make test-packages`` runs them
@@ -42,6 +43,20 @@ LEFT_BEHIND = [AGENT_VENV, AUDIT_VENV, Path("/etc/docket"), Path("/var/lib/docke
                Path("/usr/lib/sysusers.d/docket-agent.conf"),
                Path("/usr/lib/tmpfiles.d/docket-agent.conf"),
                Path("/etc/systemd/system/multi-user.target.wants/docket-agent.service")]
+
+# Printed by the installed interpreter: how many modules importing the agent loaded from source
+# files, then each whose bytecode is not there.
+UNCOMPILED = """
+import importlib.util, os, sys
+import agent.service, agent.cli
+assert agent.service.__file__.startswith(sys.prefix), agent.service.__file__
+sources = [m.__file__ for m in list(sys.modules.values())
+           if getattr(m, "__file__", None) and m.__file__.endswith(".py")]
+print("modules", len(sources))
+for path in sources:
+    if not os.path.exists(importlib.util.cache_from_source(path)):
+        print(path)
+"""
 
 pytestmark = [
     pytest.mark.packages,
@@ -141,6 +156,13 @@ def test_the_packages_install_their_files_users_and_a_working_agent(installed):
     audit_valid = _run(str(AUDIT_VENV / "bin/docket-audit"), "validate", "--config",
                        "/etc/docket/reconcile.toml")
     assert audit_valid.returncode == 0, audit_valid.stderr
+
+    # Bytecode for every module the agent imports (postinst compiles it): the agent's user may
+    # not write the virtualenv, and a start without it compiles every module again. -B: this
+    # check, run as root, writes none itself.
+    uncompiled = _run(str(AGENT_VENV / "bin/python"), "-B", "-c", UNCOMPILED, cwd="/")
+    assert uncompiled.returncode == 0 and uncompiled.stdout.startswith("modules "), uncompiled
+    assert uncompiled.stdout.split("\n", 1)[1] == "", uncompiled.stdout
 
     assert not list(AGENT_VENV.glob("lib/python3*/site-packages/pyspark*"))
     no_spark = _run(str(AGENT_VENV / "bin/python"), "-c", "import pyspark")
