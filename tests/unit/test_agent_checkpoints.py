@@ -13,7 +13,14 @@ from confluent_kafka import KafkaError
 
 from agent.config import parse
 from agent.service import Agent, Seams
-from agent.state import LOCK_WAIT_S, PAGE_BYTES, AuditUpdate, AuditWindow, StateDB
+from agent.state import (
+    FINGERPRINT_BYTES,
+    LOCK_WAIT_S,
+    PAGE_BYTES,
+    AuditUpdate,
+    AuditWindow,
+    StateDB,
+)
 from tests.unit.fakeproducer import FakeKafka
 from tests.unit.tailkit import FakeClock, lines
 
@@ -136,28 +143,30 @@ def _wal_pages_since(wal: Path, offset: int) -> tuple[list[int], int]:
     return pages, len(data)
 
 
-def test_a_slots_sealed_checkpoint_writes_few_small_pages_and_each_once(tmp_path):
+def test_a_slots_sealed_checkpoint_writes_few_small_pages(tmp_path):
     """Every slot's sealed checkpoint rewrites its pages whole in SQLite's log, and the
     checkpoints that sync the log stall the agent's loop: at 1,000 lines/s every line is a
-    slot. A new database takes 1 KiB pages; the slot's transaction writes the file's row, the
-    next record number, its locate run (row and two index entries), its tally window and the
-    last slot counted — that one in place, not its name's index page too."""
+    slot. A new database takes 1 KiB pages; the slot's transaction writes the file's row (with
+    a whole fingerprint it spills into an overflow page: only that page, where the offsets
+    are), the next record number, its locate run (row and two index entries), its tally window
+    and the last slot counted — that one in place, not its name's index page too. (An offset
+    that grows into a longer integer, at 32 KiB, 8 MiB, 2 GiB, rewrites the row whole, once.)"""
     db = StateDB(tmp_path / "state.db")
     assert db.db.conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_BYTES == 1024
-    source = db.add_file(0, 1, 2, b"fp", "/x.log")
+    source = db.add_file(0, 1, 2, b"f" * FINGERPRINT_BYTES, "/var/log/app/events.log")
 
-    def seal(seq: int) -> None:
-        window = AuditWindow("t", 600_000, seq, 100 * seq, seq, 0, 0, {}, {}, seq)
-        db.advance_sealed({source: 100 * seq}, audit=lambda: AuditUpdate([window], seq),
-                          next_record=seq, runs=[(seq - 1, 1, "t", source, 100 * seq - 100,
-                                                  100 * seq, True)])
+    def seal(seq: int) -> None:              # 1,000-byte slots: offsets of two bytes each
+        window = AuditWindow("t", 600_000, seq, 1000 * seq, seq, 0, 0, {}, {}, seq)
+        db.advance_sealed({source: 1000 * seq}, audit=lambda: AuditUpdate([window], seq),
+                          next_record=seq, runs=[(seq - 1, 1, "t", source, 1000 * seq - 1000,
+                                                  1000 * seq, True)])
     seal(1)
     _, end = _wal_pages_since(tmp_path / "state.db-wal", 0)
     seal(2)
     pages, _ = _wal_pages_since(tmp_path / "state.db-wal", end)
     names = dict(db.db.conn.execute("SELECT pageno, name FROM dbstat"))
     written = sorted(names[p] for p in pages)
-    assert len(pages) == len(set(pages)) == 7, written
+    assert len(pages) == 7, written
     assert written == sorted(["files", "identity", "locate", "sqlite_autoindex_locate_1",
                               "locate_sealed", "audit_windows", "audit_meta"])
     assert db.audit_meta() == {"counted_seq": 2}
