@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -31,7 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
-from tests.agentkit import AgentProcess, native_built, write_config  # noqa: E402
+from tests.agentkit import (  # noqa: E402
+    AgentProcess,
+    compile_sources,
+    native_built,
+    write_config,
+)
 from tests.kafkautil import bench_kafka  # noqa: E402
 
 RATE = 1000                 # lines per second
@@ -39,6 +45,7 @@ SECONDS = 20
 WARMUP_S = 2
 LINE = 100
 NAGLE_OFF = os.environ.get("BENCH_NAGLE_OFF", "1") == "1"
+RUN = uuid.uuid4().hex[:8]      # in topic names: a cluster of $KAFKA_BOOTSTRAP keeps earlier runs'
 
 
 def _line(i: int) -> bytes:
@@ -108,7 +115,7 @@ def run_agent(bootstrap: str, work: Path, send_path: str = "python",
     """The agent tailing a file at RATE lines/s; its figures named ``agent`` (the Python send
     path) or ``agent_native``, or ``prefix``; ``broker``: further ``[broker]`` settings."""
     prefix = prefix or ("agent" if send_path == "python" else f"agent_{send_path}")
-    topic = f"lat.{prefix}.{os.getpid()}"          # not a topic of an earlier run
+    topic = f"lat.{prefix}.{RUN}"
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     logs = work / "logs"
     logs.mkdir(parents=True)
@@ -141,7 +148,7 @@ def tail_latency(bootstrap: str, topic: str, app: Path, prefix: str, settle_s: f
 
 
 def run_direct(bootstrap: str) -> dict:
-    topic = f"lat.direct.{os.getpid()}"
+    topic = f"lat.direct.{RUN}"
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "enable.idempotence": True, "linger.ms": 5,
@@ -161,6 +168,7 @@ def run_direct(bootstrap: str) -> dict:
 
 
 def main() -> None:
+    compile_sources()
     with tempfile.TemporaryDirectory(prefix="docket-bench-latency-") as tmp:
         work = Path(tmp)
         with bench_kafka(work) as bootstrap:

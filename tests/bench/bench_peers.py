@@ -45,9 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER  # noqa: E402
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
-from tests.agentkit import AgentProcess, native_built  # noqa: E402
+from tests.agentkit import AgentProcess, compile_sources, native_built  # noqa: E402
 from tests.bench.bench_agent import throughput_config, write_file  # noqa: E402
-from tests.bench.bench_latency import RATE, WARMUP_S, run_agent, tail_latency  # noqa: E402
+from tests.bench.bench_latency import RATE, RUN, WARMUP_S, run_agent, tail_latency  # noqa: E402
 from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
 
 LINES = 1_000_000
@@ -188,7 +188,7 @@ def run_rsyslog(bootstrap: str, topic: str, work: Path, data: Path) -> dict:
 
 
 def latency_rsyslog(bootstrap: str, work: Path) -> dict:
-    topic = f"lat.rsyslog.{os.getpid()}"
+    topic = f"lat.rsyslog.{RUN}"
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     work.mkdir()
     app = work / "app.log"
@@ -206,6 +206,7 @@ def main() -> None:
     if "rsyslog" not in missing and not Path("/usr/lib/x86_64-linux-gnu/rsyslog/omkafka.so") \
             .exists() and not list(Path("/usr/lib").glob("*/rsyslog/omkafka.so")):
         missing.append("rsyslog-kafka")
+    compile_sources()
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as d:
         work = Path(d)
         with bench_kafka(work) as bootstrap:
@@ -216,12 +217,12 @@ def main() -> None:
                                      if s.removesuffix("_headers") not in missing and not
                                      (s == "rsyslog" and "rsyslog-kafka" in missing)]
             # With $KAFKA_BOOTSTRAP a topic of an earlier run may hold LINES records already.
-            topics = [f"peers.{os.getpid()}.{s}.{k}" for s in shippers for k in range(ROUNDS)]
+            topics = [f"peers.{RUN}.{s}.{k}" for s in shippers for k in range(ROUNDS)]
             ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in topics])
             runs: dict[str, list[dict]] = {s: [] for s in shippers}
             for k in range(ROUNDS):
                 for s in shippers:
-                    topic = f"peers.{os.getpid()}.{s}.{k}"
+                    topic = f"peers.{RUN}.{s}.{k}"
                     if s.startswith("docket"):
                         runs[s].append(run_docket(bootstrap, topic, work / f"{s}{k}", data,
                                                   "native" if s == "docket_native"
