@@ -44,14 +44,15 @@ LEFT_BEHIND = [AGENT_VENV, AUDIT_VENV, Path("/etc/docket"), Path("/var/lib/docke
                Path("/usr/lib/tmpfiles.d/docket-agent.conf"),
                Path("/etc/systemd/system/multi-user.target.wants/docket-agent.service")]
 
-# Printed by the installed interpreter: how many modules importing the agent loaded from source
-# files, then each whose bytecode is not there.
+# Printed by the installed interpreter: how many modules of the virtualenv importing the agent
+# loaded (the standard library's bytecode is Debian's python3's), then each without bytecode.
 UNCOMPILED = """
 import importlib.util, os, sys
 import agent.service, agent.cli
-assert agent.service.__file__.startswith(sys.prefix), agent.service.__file__
+assert agent.service.__file__.startswith(sys.prefix + "/"), agent.service.__file__
 sources = [m.__file__ for m in list(sys.modules.values())
-           if getattr(m, "__file__", None) and m.__file__.endswith(".py")]
+           if getattr(m, "__file__", None) and m.__file__.endswith(".py")
+           and m.__file__.startswith(sys.prefix + "/")]
 print("modules", len(sources))
 for path in sources:
     if not os.path.exists(importlib.util.cache_from_source(path)):
