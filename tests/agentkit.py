@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import signal
@@ -18,6 +19,17 @@ from confluent_kafka import Consumer, TopicPartition
 from agent.drain.native import NativeUnavailable, native_module
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("agent", "audit", "broker", "docket_common")     # what the agent imports
+
+
+def compile_sources(root: Path = REPO) -> None:
+    """Bytecode for the project's modules in the checkout ``root``, as an installed agent has
+    it (pip and the .deb's postinst compile it): a benchmark's agent then starts as a user's
+    does, instead of compiling every module of the project at each start, as it does when
+    ``PYTHONDONTWRITEBYTECODE`` is set (0.2-0.25 CPU-s here)."""
+    for package in PACKAGES:
+        compileall.compile_dir(root / package, quiet=1)
 
 
 def free_port() -> int:

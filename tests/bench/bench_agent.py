@@ -61,7 +61,12 @@ import numpy as np  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
-from tests.agentkit import AgentProcess, native_built, write_config  # noqa: E402
+from tests.agentkit import (  # noqa: E402
+    AgentProcess,
+    compile_sources,
+    native_built,
+    write_config,
+)
 from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
 
 LINES = 2_000_000
@@ -221,6 +226,9 @@ def main() -> None:
     native = native_built()
     with tempfile.TemporaryDirectory(prefix="bench-agent-") as d, \
             checkout(args.before, Path(d) / "before") as before:
+        compile_sources()
+        if before is not None:
+            compile_sources(before)
         work = Path(d)
         with bench_kafka(work) as bootstrap:
             topics = {name: f"bench.{name}.{os.getpid()}"

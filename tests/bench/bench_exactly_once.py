@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
+from tests.agentkit import compile_sources  # noqa: E402
 from tests.bench.bench_agent import LINES, ROUNDS, agent_run, write_file  # noqa: E402
 from tests.bench.bench_latency import run_agent  # noqa: E402
 from tests.kafkautil import bench_kafka  # noqa: E402
@@ -57,6 +58,7 @@ def committed_ids(bootstrap: str, topic: str, want: int, timeout_s: float = 120)
 
 
 def main() -> None:
+    compile_sources()
     with tempfile.TemporaryDirectory(prefix="bench-eos-") as d:
         work = Path(d)
         with bench_kafka(work) as bootstrap:

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_agent import agent_run, bare_loop, write_file  # noqa: E402
 
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
+from tests.agentkit import compile_sources  # noqa: E402
 from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
 
 SHAPES = {                      # name: (lines, bytes per line, files)
@@ -49,6 +50,7 @@ def write_files(folder: Path, lines: int, size: int, files: int) -> list[Path]:
 
 def main() -> None:
     out = {}
+    compile_sources()
     with tempfile.TemporaryDirectory(prefix="bench-shapes-") as d:
         work = Path(d)
         with bench_kafka(work) as bootstrap:
