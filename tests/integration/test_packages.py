@@ -164,6 +164,8 @@ def test_the_packages_install_their_files_users_and_a_working_agent(installed):
     uncompiled = _run(str(AGENT_VENV / "bin/python"), "-B", "-c", UNCOMPILED, cwd="/")
     assert uncompiled.returncode == 0 and uncompiled.stdout.startswith("modules "), uncompiled
     assert uncompiled.stdout.split("\n", 1)[1] == "", uncompiled.stdout
+    verify = _run("dpkg", "--verify", "docket-agent")          # and no file of the package
+    assert verify.returncode == 0 and verify.stdout == "", verify.stdout[:3000]  # rewritten
 
     assert not list(AGENT_VENV.glob("lib/python3*/site-packages/pyspark*"))
     no_spark = _run(str(AGENT_VENV / "bin/python"), "-c", "import pyspark")
