@@ -217,12 +217,12 @@ def main() -> None:
                                      if s.removesuffix("_headers") not in missing and not
                                      (s == "rsyslog" and "rsyslog-kafka" in missing)]
             # With $KAFKA_BOOTSTRAP a topic of an earlier run may hold LINES records already.
-            topics = [f"peers.{RUN}.{s}.{k}" for s in shippers for k in range(ROUNDS)]
-            ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in topics])
+            topics = {(s, k): f"peers.{RUN}.{s}.{k}" for s in shippers for k in range(ROUNDS)}
+            ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in topics.values()])
             runs: dict[str, list[dict]] = {s: [] for s in shippers}
             for k in range(ROUNDS):
                 for s in shippers:
-                    topic = f"peers.{RUN}.{s}.{k}"
+                    topic = topics[s, k]
                     if s.startswith("docket"):
                         runs[s].append(run_docket(bootstrap, topic, work / f"{s}{k}", data,
                                                   "native" if s == "docket_native"
