@@ -33,18 +33,19 @@ WINDOWS = 6
 
 def plan(rng: random.Random):
     """The audit records in the order they are sent, and the alerts they must end with:
-    every (topic, window, origin) reported by the producer and the cluster; some origins short
-    at the cluster (loss), half of which a later report completes (``late``: sent once their
-    alerts fired, so they resolve them)."""
+    every (topic, window, origin) reported by the producer (one round of the agents per topic,
+    round ``seq`` 1 upwards) and the cluster; some origins short at the cluster (loss), half of
+    which a later report completes (``late``: sent once their alerts fired, so they resolve
+    them)."""
     batches, late, open_losses, resolved = [], [], set(), set()
-    for topic in TOPICS:
+    for seq, topic in enumerate(TOPICS, start=1):
         batch = []
         for w in range(WINDOWS):
             window = T0 + w * W
             for origin in ORIGINS:
                 n = rng.randrange(100, 1000)
                 short = rng.random() < 0.15
-                batch.append(count("producer", topic, origin, n, window=window))
+                batch.append(count("producer", topic, origin, n, window=window, seq=seq))
                 batch.append(count("kafka-local", topic, origin, n - 7 if short else n,
                                    window=window))
                 if short:
@@ -76,16 +77,22 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
     db = tmp_path / "reconcile.db"
     args = ["reconcile", "--db", str(db), "--config", str(tmp_path / "reconcile.toml")]
     batches, late, open_losses, resolved = plan(rng)
-    send(kafka.bootstrap_servers, audit_topic,       # the count job has read past them all
-         [progress("kafka-local", at=NOW + 600_000, marks=True),
-          *(caught_up("kafka-local", o, seq=2) for o in ORIGINS)])
+    # The count job announces itself; once a batch of counts is acknowledged, its marks say
+    # (a batch later, as the jobs' marks come) it has read past that round of the agents. A
+    # mark sent before the counts it vouches for has the tier judged without them: a loss
+    # that is not (this feed once sent every mark first, and a reconciler that took its ends
+    # between a round's report and its count, on another partition, fired such alerts).
+    send(kafka.bootstrap_servers, audit_topic,
+         [progress("kafka-local", at=NOW + 600_000, marks=True)])
     fired = {("firing", k) for k in open_losses | resolved}
     all_fired = threading.Event()
 
     def writer():
-        for batch in batches:                        # one topic every 0.5-1 s
-            send(kafka.bootstrap_servers, audit_topic, batch)
+        for seq, batch in enumerate(batches, start=1):   # one topic every 0.5-1 s, its
+            send(kafka.bootstrap_servers, audit_topic, batch)    # marks with the next batch
             time.sleep(rng.uniform(0.5, 1.0))
+            send(kafka.bootstrap_servers, audit_topic,
+                 [caught_up("kafka-local", o, seq=seq, batch=seq) for o in ORIGINS])
         if all_fired.wait(180):
             for half in (late[::2], late[1::2]):     # the late reports, in two parts
                 send(kafka.bootstrap_servers, audit_topic, half)

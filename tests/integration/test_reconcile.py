@@ -86,10 +86,10 @@ def progress(tier: str, at: int = NOW, batch: int = 100, marks: bool = False) ->
                     incarnation="j1" if marks else None)
 
 
-def caught_up(tier: str, origin: str, seq: int = 1) -> CaughtUp:
-    """``tier``'s job has read past ``origin``'s audit records up to ``seq`` (its reports here
-    carry no record numbers: read past by their own ``seq``)."""
-    return CaughtUp(tier=tier, emitter=f"{tier}/count", incarnation="j1", seq=1,
+def caught_up(tier: str, origin: str, seq: int = 1, batch: int = 1) -> CaughtUp:
+    """``tier``'s job, in its batch ``batch``, has read past ``origin``'s audit records up to
+    ``seq`` (its reports here carry no record numbers: read past by their own ``seq``)."""
+    return CaughtUp(tier=tier, emitter=f"{tier}/count", incarnation="j1", seq=batch,
                     source=f"{origin}/agent", source_incarnation="i1", source_seq=seq)
 
 

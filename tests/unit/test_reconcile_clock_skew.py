@@ -215,3 +215,47 @@ def test_a_jobs_first_counts_before_its_first_progress_are_not_a_loss(tmp_path):
         assert rec.store.conn.execute("SELECT state FROM window_origins WHERE tier = "
                                       "'kafka-local'").fetchone() == (state,), announced
         rec.close()
+
+
+def test_a_mark_vouches_for_the_counts_sent_before_it_and_judges_none_sent_after(tmp_path):
+    """The jobs acknowledge a batch's counts before they publish the marks of it: a reconciler
+    that evaluates between a report and the counts of it finds the tier's marks older than the
+    report, and the window waits. A mark sent before its counts vouches for counts not there
+    yet: the tier is judged on the counts it holds, a loss fires and resolves when they come.
+    (A fault test whose feed sent its marks first fired such alerts when the reconciler took
+    its ends between a report and the count of it, on another partition.)"""
+    cfg = parse({"windows": {"tiers": ["producer", "kafka-local"]}})
+    for marks_first, fired in ((False, []), (True, [("loss", "true", "resolved")])):
+        broker, db = Broker(), tmp_path / f"{marks_first}.db"
+        broker.append(END - MIN, progress(END - MIN, -1))
+        broker.append(END, *report("true", END, 500, 1, 499, 499))
+        broker.append(END + MIN, counted("true", END + MIN, 500, 1),
+                      caught_up("true", END + MIN, 1, 1, 499), progress(END + MIN, 1))
+        broker.append(END + 2 * MIN, *report("true", END + 2 * MIN, 1000, 2, 999, 999))
+        mark = caught_up("true", END + 3 * MIN, 2, 2, 999)
+        if marks_first:
+            broker.append(END + 3 * MIN, mark)
+        state, alerts = _judge(cfg, broker, db, END + 31 * MIN)   # round 2's counts not yet
+        assert (state, alerts) == ((("incomplete",), [("loss", "true", "open")])
+                                   if marks_first else (("unknown",), [])), marks_first
+        broker.append(END + 3 * MIN, counted("true", END + 3 * MIN, 1000, 2))
+        if not marks_first:
+            broker.append(END + 3 * MIN, mark)
+        state, alerts = _judge(cfg, broker, db, END + 32 * MIN)
+        assert (state, alerts) == (None, fired), marks_first     # complete: a plain origin
+
+
+def _judge(cfg, broker: Broker, db, now: int) -> tuple:
+    """A reconciler at ``now`` reads what ``broker`` holds and evaluates: the kafka-local
+    state of the origin's window (None: plain) and the loss alerts."""
+    rec = Reconciler(cfg, db, clock=lambda: now / 1000)
+    rec.consumer, rec.partitions = broker, {0}
+    while rec.consume_batch(timeout_s=0)[0]:
+        pass
+    rec.evaluate_job()
+    state = rec.store.conn.execute("SELECT state FROM window_origins WHERE tier = "
+                                   "'kafka-local'").fetchone()
+    alerts = rec.store.conn.execute("SELECT kind, origin, status FROM alerts "
+                                    "WHERE kind = 'loss'").fetchall()
+    rec.close()
+    return state, alerts
