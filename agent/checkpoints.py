@@ -2,8 +2,9 @@
 the pool, so a restart reads on from there) and the bytes *acknowledged* (Kafka holds every
 record of them), per source, with the map from record numbers to files (``locate``).
 
-The pool seals a slot under its lock (``sealed``: the slot's source positions and record runs
-are noted, nothing is written); the agent's loop writes what was noted in one transaction each
+The pool seals a slot under its lock, in the agent's loop or a socket source's thread
+(``sealed``: the slot's source positions and record runs are noted, under a lock of their own,
+nothing is written); the agent's loop writes what was noted in one transaction each
 turn (``flush``), with the producer tier's counts and the next record number; the drain reports
 each slot Kafka acknowledged whole (``acknowledged``). A source's acknowledged offset moves only
 over contiguous acknowledged bytes: never past the start of an older slot of that source still
@@ -16,6 +17,7 @@ the guard pauses reading meanwhile. Nothing noted is dropped.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 
 from .buffer import SealedSlot
@@ -35,6 +37,7 @@ class Checkpoints:
         self.guard = guard
         self.now = now
         self.locate_retention_ms = locate_retention_ms
+        self._noted = threading.Lock()              # the two lists below: sealing threads add
         self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
         self._sealed_runs: list[tuple] = []         # their locate rows
         self._acked_ahead: dict[int, int] = {}      # source → end acknowledged, not yet
@@ -50,9 +53,11 @@ class Checkpoints:
 
     def sealed(self, slot: SealedSlot) -> None:
         """The pool sealed ``slot`` (under its lock): noted, written at the next ``flush``."""
-        self._sealed_positions.append(slot.meta.positions)
-        self._sealed_runs.extend((first, n, slot.topic, src, start, end, True)
-                                 for first, n, src, start, end in slot.segments)
+        runs = [(first, n, slot.topic, src, start, end, True)
+                for first, n, src, start, end in slot.segments]
+        with self._noted:
+            self._sealed_positions.append(slot.meta.positions)
+            self._sealed_runs.extend(runs)
         self._seal_times[slot.seq] = self.now()
 
     def seal_time(self, seq: int) -> float | None:
@@ -81,8 +86,9 @@ class Checkpoints:
                                "the record-number map's retention"):
                 return
         if self._sealed_positions or audit_pending:
-            batch, self._sealed_positions = self._sealed_positions, []
-            runs, self._sealed_runs = self._sealed_runs, []
+            with self._noted:
+                batch, self._sealed_positions = self._sealed_positions, []
+                runs, self._sealed_runs = self._sealed_runs, []
             ends: dict[int, int] = {}
             for positions in batch:
                 for source, _start, end in positions:
@@ -90,8 +96,9 @@ class Checkpoints:
             if not self._write(lambda: self.db.advance_sealed(
                     ends, audit=audit_persist, next_record=next_record(), runs=runs),
                     "the sealed checkpoints"):
-                self._sealed_positions[:0] = batch
-                self._sealed_runs[:0] = runs
+                with self._noted:
+                    self._sealed_positions[:0] = batch
+                    self._sealed_runs[:0] = runs
                 return
             audit_written()
         self._write_acked()

@@ -227,7 +227,10 @@ class Agent:
             spill_max_bytes=spill, quarantine_dir=cfg.quarantine_dir,
             sync_on_seal=cfg["buffer.sync_on_seal"], on_drop=self._pool_dropped,
             on_seal=self._sealed, max_record_bytes=MAX_RECORD_BYTES, clock=self.clock,
-            ops=self.seams.pool_ops, first_record=next_record)
+            ops=self.seams.pool_ops, first_record=next_record,
+            # A thread seals (the disk's syncs) while the loop reads and sends; a test's
+            # stand-in file operations seal at once, in the loop, in the order it chose.
+            seal_thread=self.seams.pool_ops is None)
 
     def _journal_finding(self, finding: Finding) -> None:
         """A part of the state folder the agent could not keep (``agent/statefolder.py``): a

@@ -75,8 +75,8 @@ def write_config(path: Path, bootstrap: str, state_dir: Path, sources: list[dict
     """A TOML config; ``sections`` like buffer={"size_bytes": ...} override the defaults."""
     conf = {
         "agent": {"id": "test-agent", "state_dir": str(state_dir), "shutdown_timeout_ms": 20000},
-        "buffer": {"size_bytes": 128 << 20, "slot_size_bytes": 1 << 20, "linger_ms": 5,
-                   "sync_on_seal": False},
+        # sync_on_seal as shipped: the pool's sealing thread syncs each slot
+        "buffer": {"size_bytes": 128 << 20, "slot_size_bytes": 1 << 20, "linger_ms": 5},
         "broker": {"bootstrap_servers": bootstrap},
         "status": {"listen": f"127.0.0.1:{free_port()}"},
     }

@@ -48,7 +48,11 @@ one memcpy per block, and reading a block back takes no per-record parsing.
 
 Sealing: a slot is sealed when the next record does not fit, when 8 sources share it, or when
 ``linger_ms`` has passed since its first record *and* no sealed slot is waiting to be taken by
-the drain (while slots wait, sealing early sends nothing sooner and wastes slots).
+the drain (while slots wait, sealing early sends nothing sooner and wastes slots). It is first
+*closed* (numbered, in memory; no more records), then sealed, in closing order: at once by the
+caller, or by the pool's sealing thread (``seal_thread``) while the caller goes on, and then
+collected by the caller (``on_seal`` in its thread, then the drain may take it). Nothing
+counts a closed slot as sealed: not the drain, nor ``next_record``, nor ``record_marks``.
 
 Invariants
 - The state byte is the only field whose change makes a slot count: free → filling when it is

@@ -12,6 +12,7 @@ import mmap
 import os
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +140,19 @@ class _Filling:
     segments: list[list] = field(default_factory=list)   # see SealedSlot; offsets in the slot
 
 
+@dataclass
+class _Closing:
+    """A slot closed for appends and given its sequence and record numbers, not yet sealed:
+    its data is being made durable (``seal_thread``), its header not yet written."""
+
+    topic: str
+    fill: _Filling
+    seq: int
+    first_record: int
+    header: np.ndarray          # the header's bytes up to its state, built when it closed
+    synced: bool = False        # sealed on disk; handed to the drain once collected
+
+
 def slot_meta(h: np.ndarray, geometry: L.Geometry) -> SlotMeta | None:
     """The header of one slot (a 1-row view of SLOT_HEADER), or None when it fails its checks."""
     r = h[0]
@@ -181,6 +195,7 @@ class BufferPool:
         max_record_bytes: int | None = None,
         first_seq: int = 0,
         first_record: int = 0,
+        seal_thread: bool = False,
     ):
         if on_full not in ON_FULL:
             raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
@@ -211,6 +226,19 @@ class BufferPool:
         self._leased: set[int] = set()
         self._free: list[int] = []                      # a stack: last freed is handed out first
         self._recovered_positions: dict[int, int] = {}
+        # Sealing in two steps: a full slot is *closed* (numbered, no more appends) by the
+        # appender, then *sealed* (its data synced, its header written and synced) in order —
+        # by a thread of its own with ``seal_thread``, so reading and sending go on while the
+        # disk syncs; else at once, by the caller. A slot the thread sealed is *collected* by
+        # the pool's caller (``seal_due``, ``seal``, ``seal_all``): only then is it handed to
+        # the drain, after ``on_seal`` in the caller's thread, as a slot sealed at once is
+        # (the agent writes what ``on_seal`` noted before its drain takes the slot).
+        self._closing: deque[_Closing] = deque()        # closed, not yet collected
+        self._unsynced: deque[_Closing] = deque()       # closed, not yet sealed on disk
+        self._closed = threading.Condition(self._lock)   # a closed slot sealed, or failed
+        self._seal_error: BaseException | None = None
+        self._sealer: threading.Thread | None = None
+        self._sealer_stop = False
 
         self.geometry = L.Geometry.fit(size_bytes, slot_size_bytes)
         self._unlock: weakref.finalize | None = None    # closes the fd holding the file's flock
@@ -223,6 +251,10 @@ class BufferPool:
         self.max_value_bytes = self.geometry.slot_bytes - BLOCK_HEADER_BYTES - PER_RECORD_BYTES - 8
         if max_record_bytes is not None:
             self.max_value_bytes = min(self.max_value_bytes, max_record_bytes)
+        if seal_thread and sync_on_seal:
+            self._sealer = threading.Thread(target=self._seal_loop, name="docket-seal",
+                                            daemon=True)
+            self._sealer.start()
 
     # -- opening -------------------------------------------------------------------------------
     def _open(self, first_seq: int, first_record: int, spill_dir: str | Path | None,
@@ -495,6 +527,7 @@ class BufferPool:
         oversized.append(n)
         starts = chunk.starts
         with self._lock:
+            self._raise_seal_error()
             a, next_big = 0, 0
             while a < n:
                 if a == oversized[next_big]:
@@ -553,6 +586,7 @@ class BufferPool:
         """A free slot index, making room per policy; None when the pool stayed full."""
         deadline = None
         while not self._free:
+            self._collect()                     # a slot just sealed may be spilled or dropped
             if self._spill_oldest() or (self.on_full == "drop_oldest" and self._drop_oldest()):
                 continue
             if deadline is None:
@@ -670,9 +704,12 @@ class BufferPool:
 
     # -- sealing -------------------------------------------------------------------------------
     def seal(self, topic: str) -> int | None:
-        """Seal the topic's filling slot now; returns its sequence number (None if empty)."""
+        """Seal the topic's filling slot now, and wait until it is (with every slot closed
+        before it); returns its sequence number (None if empty)."""
         with self._lock:
-            return self._seal(topic)
+            seq = self._seal(topic)
+            self._wait_sealed()
+            return seq
 
     def seal_due(self, caught_up: bool = False) -> int:
         """Seal every filling slot whose linger has passed, or every one holding records when
@@ -683,14 +720,17 @@ class BufferPool:
         slots are on their way. Otherwise records gather until linger, as Nagle's rule does
         for a socket. Waiting for the slot in flight to be acknowledged put that whole round
         trip into each record's latency (issue 30: p50 9.7 ms at 1,000 lines/s, 4.3 ms
-        without the wait). Called once a turn after the sources were read. Returns how many
-        were sealed."""
+        without the wait). Called once a turn after the sources were read; first hands the
+        drain what the sealing thread sealed since (``_collect``). Returns how many were
+        sealed (closed, with the sealing thread)."""
         now = self.clock.monotonic_ns()
         with self._lock:
-            idle = self.seal_when_idle and not self._sealed
+            self._raise_seal_error()
+            self._collect()
+            idle = self.seal_when_idle and not self._sealed and not self._closing
             early = idle or (caught_up and self.seal_when_caught_up
                              and len(self._sealed) == len(self._leased)
-                             and len(self._sealed) < CAUGHT_UP_IN_FLIGHT)
+                             and len(self._sealed) + len(self._closing) < CAUGHT_UP_IN_FLIGHT)
             due = [t for t, f in self._current.items()
                    if (early and f.records) or self._linger_over(f, now)]
             for topic in due:
@@ -706,24 +746,44 @@ class BufferPool:
         return len(self._sealed) == len(self._leased)
 
     def filling(self) -> bool:
-        """Records wait in a filling slot (for their linger, or the next ``seal_due``)."""
+        """Records wait in a filling slot (for their linger, or the next ``seal_due``), or in
+        a closed one not yet sealed."""
         with self._lock:
-            return any(f.records for f in self._current.values())
+            return bool(self._closing) or any(f.records for f in self._current.values())
 
     def seal_all(self) -> int:
+        """Seal every filling slot, and wait until every closed one is sealed."""
         with self._lock:
             topics = list(self._current)
-            return sum(self._seal(t) is not None for t in topics)
+            n = sum(self._seal(t) is not None for t in topics)
+            self._wait_sealed()
+            return n
 
     def _seal(self, topic: str) -> int | None:
+        """Close the topic's filling slot and seal it: at once, or (``seal_thread``) by the
+        sealing thread, in order. Returns its sequence number."""
         fill = self._current.get(topic)
         if fill is None or fill.records == 0:
             return None
-        index = fill.index
-        o = self.geometry.slot_offset(index)
-        if self.sync_on_seal:
-            self.ops.msync(self._map._mmap, o, fill.used)
-        self.ops.crash_point("seal:before_header")
+        del self._current[topic]
+        closing = self._close(topic, fill)
+        self._closing.append(closing)
+        if self._sealer is not None:
+            self._unsynced.append(closing)
+            self._closed.notify_all()
+            return closing.seq
+        try:
+            self._seal_closed(closing)
+        except BaseException:
+            if self._closing and self._closing[-1] is closing:   # as it was: still filling
+                self._closing.pop()
+                self._current[topic] = fill
+                self._next_seq, self._next_record = closing.seq, closing.first_record
+            raise
+        return closing.seq
+
+    def _close(self, topic: str, fill: _Filling) -> _Closing:
+        """Number the slot and build its header aside; nothing is written to its header yet."""
         seq = self._next_seq
         first_record = self._next_record
         tb = topic.encode()
@@ -731,40 +791,113 @@ class BufferPool:
         pos = np.zeros((L.MAX_POSITIONS, 3), np.uint64)
         if positions:
             pos[:len(positions)] = positions
-        # Build the header aside, then store every byte but the state in one copy.
         self._scratch[0] = (L.SLOT_MAGIC, len(tb), len(positions), seq, fill.records, fill.used,
                             fill.min_ts, fill.max_ts, fill.crc, fill.blocks, first_record, pos, tb,
                             0, L.FILLING, 0)
         self._scratch[0]["header_crc"] = crc32c(self._scratch_bytes[:L.HEADER_CRC_SPAN])
-        self._hdr_bytes[index, :L.STATE_OFFSET] = self._scratch_bytes[:L.STATE_OFFSET]
-        self.ops.crash_point("seal:before_state")
-        self._hdr_bytes[index, L.STATE_OFFSET] = L.SEALED
         self._next_seq = (seq + 1) % L.SEQ_MOD
-        self._fh[0]["next_seq"] = self._next_seq
         self._next_record = first_record + fill.records
-        self._fh[0]["next_record"] = self._next_record
+        return _Closing(topic, fill, seq, first_record,
+                        self._scratch_bytes[:L.STATE_OFFSET].copy())
+
+    def _seal_closed(self, c: _Closing) -> None:
+        """Seal the oldest closed slot ``c`` at once, under the lock (without ``seal_thread``):
+        its data synced, then its header, then the header synced."""
         if self.sync_on_seal:
-            self.ops.msync(self._map._mmap, 0, L.FILE_HEADER_BYTES)
-            self.ops.msync(self._map._mmap,
-                           self.geometry.slot_headers_offset + index * L.SLOT_HEADER_BYTES,
-                           L.SLOT_HEADER_BYTES)
+            self.ops.msync(self._map._mmap, self.geometry.slot_offset(c.fill.index), c.fill.used)
+        self._write_header(c)
+        if self.sync_on_seal:
+            self._sync_headers(self._map._mmap, c.fill.index)
+        c.synced = True
+        self._sealed_now(c)
+
+    def _write_header(self, c: _Closing) -> None:
+        """Store every byte of the header but the state in one copy, then the state."""
+        self.ops.crash_point("seal:before_header")
+        self._hdr_bytes[c.fill.index, :L.STATE_OFFSET] = c.header
+        self.ops.crash_point("seal:before_state")
+        self._hdr_bytes[c.fill.index, L.STATE_OFFSET] = L.SEALED
+        self._fh[0]["next_seq"] = (c.seq + 1) % L.SEQ_MOD
+        self._fh[0]["next_record"] = max(int(self._fh[0]["next_record"]),
+                                         c.first_record + c.fill.records)
+
+    def _sync_headers(self, mm: mmap.mmap, index: int) -> None:
+        self.ops.msync(mm, 0, L.FILE_HEADER_BYTES)
+        self.ops.msync(mm, self.geometry.slot_headers_offset + index * L.SLOT_HEADER_BYTES,
+                       L.SLOT_HEADER_BYTES)
+
+    def _collect(self) -> None:
+        """Hand the slots the sealing thread sealed to the drain, in order (under the lock)."""
+        while self._closing and self._closing[0].synced:
+            self._sealed_now(self._closing[0])
+
+    def _sealed_now(self, c: _Closing) -> None:
+        """The oldest closed slot ``c`` is sealed on disk: hand it to the drain."""
         self.ops.crash_point("seal:after_state")
-        meta = SlotMeta(seq, topic, fill.records, fill.used, fill.min_ts, fill.max_ts, fill.crc,
-                        fill.blocks, positions, first_record)
-        segments = tuple((first_record + k, n, src, b, e) for k, n, src, b, e in fill.segments)
-        slot = self._sealed[seq] = SealedSlot(meta, index, self._payload_view(index, fill.used),
-                                              segments=segments)
-        del self._current[topic]
+        self._closing.popleft()
+        fill, index = c.fill, c.fill.index
+        positions = tuple((src, s, e) for src, (s, e) in fill.positions.items())
+        meta = SlotMeta(c.seq, c.topic, fill.records, fill.used, fill.min_ts, fill.max_ts,
+                        fill.crc, fill.blocks, positions, c.first_record)
+        segments = tuple((c.first_record + k, n, src, b, e) for k, n, src, b, e in fill.segments)
+        slot = self._sealed[c.seq] = SealedSlot(meta, index, self._payload_view(index, fill.used),
+                                                segments=segments)
         self.counters["slots_sealed"] += 1
         if self._on_seal is not None:
             self._on_seal(slot)                     # while its pages are still in memory
         if len(self._sealed) - len(self._leased) > RESIDENT_WAITING_SLOTS:
             self._release_pages(index)
-        return seq
+
+    def _seal_loop(self) -> None:
+        """The sealing thread (``seal_thread``): seals the closed slots on disk in order,
+        syncing without the lock, so appends go on meanwhile; the pool's caller collects them
+        (``_collect``). A sync that fails stops it; the error is raised to the pool's next
+        caller (``_raise_seal_error``)."""
+        try:
+            while True:
+                with self._lock:
+                    while not self._unsynced and not self._sealer_stop:
+                        self._closed.wait()
+                    if not self._unsynced:
+                        return
+                    c, mm = self._unsynced[0], self._map._mmap
+                self.ops.msync(mm, self.geometry.slot_offset(c.fill.index), c.fill.used)
+                with self._lock:
+                    if not self._unsynced or self._unsynced[0] is not c:
+                        return                          # abandoned meanwhile
+                    self._write_header(c)
+                self._sync_headers(mm, c.fill.index)
+                with self._lock:
+                    if not self._unsynced or self._unsynced[0] is not c:
+                        return
+                    self._unsynced.popleft()
+                    c.synced = True
+                    self._closed.notify_all()
+                    self._space.notify_all()        # a sealed slot may be spilled or dropped
+        except BaseException as exc:          # noqa: BLE001 (handed to the appender)
+            with self._lock:
+                self._seal_error = exc
+                self._closed.notify_all()
+                self._space.notify_all()
+
+    def _raise_seal_error(self) -> None:
+        if self._seal_error is not None:
+            raise self._seal_error
+
+    def _wait_sealed(self) -> None:
+        """Until every closed slot is sealed, and collected (under the lock)."""
+        while self._closing:
+            self._raise_seal_error()
+            if self._closing[0].synced:
+                self._collect()
+            else:
+                self._closed.wait()
 
     def _take_records(self, n: int) -> int:
         """Take ``n`` record numbers for records that are not sealed (a dropped line, a spilled
-        slot from before numbering); the header keeps the count, as a seal does."""
+        slot from before numbering); the header keeps the count, as a seal does. Closed slots
+        are sealed first: the header never counts past numbers of a slot not yet on disk."""
+        self._wait_sealed()
         first = self._next_record
         self._next_record += n
         self._fh[0]["next_record"] = self._next_record
@@ -772,8 +905,10 @@ class BufferPool:
 
     @property
     def next_record(self) -> int:
-        """The number the next sealed record gets: every lower one was given out."""
-        return self._next_record
+        """The number the next sealed record gets: every lower one was given out, and is in a
+        sealed slot or journalled (a closed slot's numbers count once it is sealed)."""
+        with self._lock:
+            return self._closing[0].first_record if self._closing else self._next_record
 
     def record_marks(self) -> tuple[int, int]:
         """(the last record number given, the highest number up to which every one is
@@ -784,6 +919,8 @@ class BufferPool:
         with self._lock:
             waiting = min((s.first_record for s in self._sealed.values() if s.record_count),
                           default=self._next_record)
+            if self._closing:
+                waiting = min(waiting, self._closing[0].first_record)
             return self._next_record - 1, min(waiting, self._next_record) - 1
 
     # -- draining ------------------------------------------------------------------------------
@@ -795,6 +932,7 @@ class BufferPool:
     def take(self, limit: int | None = None) -> list[SealedSlot]:
         """Lease the oldest sealed slots not yet leased, in sequence order, for sending."""
         with self._lock:
+            self._raise_seal_error()
             out = []
             for seq, slot in self._sealed.items():
                 if seq in self._leased:
@@ -848,15 +986,15 @@ class BufferPool:
                 "slot_count": self.geometry.slot_count,
                 "slot_size_bytes": self.geometry.slot_bytes,
                 "free_slots": len(self._free),
-                "filling_slots": len(self._current),
+                "filling_slots": len(self._current) + len(self._closing),
                 "sealed_slots": len(in_pool),
                 "spilled_slots": len(self._sealed) - len(in_pool),
                 "leased_slots": len(self._leased),
                 # in the pool and being sent (so free + filling + waiting + sending = slots)
                 "sending_slots": sum(1 for s in in_pool if s.seq in self._leased),
                 "waiting_slots": sum(1 for s in in_pool if s.seq not in self._leased),
-                "filling_records": sum(f.records for f in self._current.values()),
-                "filling_bytes": sum(f.used for f in self._current.values()),
+                "filling_records": sum(f.records for f in self._filling_slots()),
+                "filling_bytes": sum(f.used for f in self._filling_slots()),
                 "sealed_records": sum(s.record_count for s in self._sealed.values()),
                 "sealed_bytes": sum(s.meta.used_bytes for s in self._sealed.values()),
                 "spill_bytes": self.spill.used_bytes if self.spill else 0,
@@ -865,6 +1003,9 @@ class BufferPool:
                 **self.counters,
             }
 
+    def _filling_slots(self) -> list[_Filling]:
+        return [*self._current.values(), *(c.fill for c in self._closing)]
+
     def verify(self, slot: SealedSlot) -> None:
         """Check a slot's payload against its CRC (raises PoolCorrupt)."""
         if crc32c(slot.payload) != slot.meta.payload_crc:
@@ -872,7 +1013,8 @@ class BufferPool:
 
     def close(self) -> None:
         """Unmap the file and release its lock. Filling slots are not sealed (call seal_all()
-        first to keep them)."""
+        first to keep them); closed ones are."""
+        self._stop_sealer()
         with self._lock:
             if self._mm is None:
                 return
@@ -889,8 +1031,25 @@ class BufferPool:
     def abandon(self) -> None:
         """For tests that simulate a crash: release the file's lock as a killed process would,
         writing nothing — nothing sealed, flushed or unmapped; filling slots stay ``filling``.
-        A new pool may then open the file. Do not use this object afterwards."""
+        A new pool may then open the file. Do not use this object afterwards. The sealing
+        thread stops where it is, as a killed process's would."""
+        with self._lock:
+            self._closing.clear()
+            self._unsynced.clear()
+            self._sealer_stop = True
+            self._closed.notify_all()
         self._release_file_lock()
+
+    def _stop_sealer(self) -> None:
+        """Let the sealing thread seal what was closed, then end it."""
+        if self._sealer is None:
+            return
+        with self._lock:
+            self._sealer_stop = True
+            self._closed.notify_all()
+        self._sealer.join()
+        self._sealer = None
+        self._raise_seal_error()
 
     def __enter__(self):
         return self

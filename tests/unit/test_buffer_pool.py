@@ -8,9 +8,11 @@ nothing), and a new one opens the same file — as a restarted agent would find 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -624,3 +626,120 @@ def test_a_corrupt_spill_file_is_quarantined_and_the_rest_replays(tmp_path):
     assert (tmp_path / "quarantine" / spilled[0].name).exists()
     got = ids_of(values(again))
     assert got == sorted(got) and len(got) < n
+
+
+# -- the sealing thread (``seal_thread``) ------------------------------------------------------
+
+class HeldSyncs(CrashingOps):
+    """File ops whose syncs of slot data wait for ``go`` (those of the headers do not), or
+    fail with ``fail``; ``synced`` lists the data ranges synced, in order."""
+
+    def __init__(self, data_from: int, fail: OSError | None = None):
+        super().__init__()
+        self.data_from, self.fail = data_from, fail
+        self.go, self.waiting = threading.Event(), threading.Event()
+        self.synced: list[int] = []
+
+    def msync(self, mm, offset: int, length: int) -> None:
+        if offset >= self.data_from:
+            self.waiting.set()
+            assert self.go.wait(10), "the test never let the sync go"
+            if self.fail is not None:
+                raise self.fail
+            self.synced.append(offset)
+        super().msync(mm, offset, length)
+
+
+def threaded_pool(tmp_path, fail: OSError | None = None, **kw) -> tuple[BufferPool, HeldSyncs]:
+    probe = open_pool(tmp_path / "probe")
+    ops = HeldSyncs(probe.geometry.slot_offset(0), fail)
+    probe.close()
+    return open_pool(tmp_path, sync_on_seal=True, seal_thread=True, ops=ops, **kw), ops
+
+
+def until(condition, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not within 10 s"
+        time.sleep(0.01)
+
+
+def test_the_sealing_thread_seals_in_order_while_appends_go_on(tmp_path):
+    """Slots closed while the disk syncs the first are sealed after it, in order: none is
+    handed out, nor its numbers called settled or stored, before its data and then its header
+    are synced; the appender is not held up meanwhile. A slot sealed on disk is handed to the
+    drain by the caller's next call, after ``on_seal`` in the caller's thread: the agent writes
+    what ``on_seal`` noted (checkpoints, counts) before its drain can take the slot. (With
+    ``on_seal`` on the sealing thread, a slot sealed just after the loop wrote its checkpoints
+    was sent, acknowledged and freed before they were written; a SIGKILL then had its bytes
+    read again under new record numbers.)"""
+    (tmp_path / "probe").mkdir()
+    noted: list[tuple[int, str]] = []
+    pool, ops = threaded_pool(tmp_path, on_seal=lambda slot: noted.append(
+        (slot.seq, threading.current_thread().name)))
+    per_slot = 20
+    for k in range(3):                       # three slots, each closed when the reader caught up
+        pool.append("t", chunk_of(range(k * per_slot, (k + 1) * per_slot)), source=1,
+                    source_start=k * 10_000)
+        assert pool.seal_due(caught_up=True) == 1
+        assert ops.waiting.wait(10)          # the first slot's data sync waits meanwhile
+    pool.append("t", chunk_of(range(1000, 1010)))
+    assert pool.sealed() == [] and ops.synced == []
+    assert pool.next_record == 0 and pool.record_marks()[1] == -1
+    assert pool.filling() and pool.stats()["filling_slots"] == 4
+    first = pool._closing[0].fill.index
+    assert int(pool._hdr[first]["state"]) == L.FILLING
+    ops.go.set()
+    until(lambda: not pool._unsynced)                 # sealed on disk, not yet collected:
+    assert pool.sealed() == [] and pool.take() == []   # the caller's next turn hands them out
+    assert noted == []
+    pool.seal_due()
+    assert [seq for seq, _ in noted] == [s.seq for s in pool.sealed()] == [0, 1, 2]
+    pool.seal_all()
+    assert {name for _, name in noted} == {threading.current_thread().name}
+    seqs = [s.seq for s in pool.sealed()]
+    assert seqs == sorted(seqs) and len(seqs) == pool.stats()["slots_sealed"]
+    assert len(seqs) == 4 and len(ops.synced) == 4 and ops.synced == sorted(ops.synced)
+    assert sorted(ids_of(values(pool, "t"))) == list(range(3 * per_slot)) + \
+        list(range(1000, 1010))
+    assert pool.next_record == pool.stats()["next_record"] == \
+        sum(s.record_count for s in pool.sealed())
+    assert all(int(pool._hdr[s.index]["state"]) == L.SEALED for s in pool.sealed())
+    pool.close()
+    again = open_pool(tmp_path)
+    assert [s.seq for s in again.sealed()] == seqs
+    again.close()
+
+
+def test_a_pool_abandoned_while_its_thread_syncs_keeps_nothing_of_the_closed_slot(tmp_path):
+    """Killed while a closed slot's data syncs: its header was never written, so the slot is
+    discarded as filling and its record numbers are given again (none reached Kafka)."""
+    (tmp_path / "probe").mkdir()
+    pool, ops = threaded_pool(tmp_path)
+    pool.append("t", chunk_of(range(10)), source=1)
+    pool.seal_due(caught_up=True)
+    assert ops.waiting.wait(10)
+    pool.abandon()
+    ops.go.set()                                       # the old thread stops where it is
+    sealer = pool._sealer
+    sealer.join(10)
+    assert not sealer.is_alive()
+    again = open_pool(tmp_path)
+    assert again.sealed() == [] and again.counters["filling_discarded"] == 1
+    assert again.next_record == 0
+    again.close()
+
+
+def test_a_sync_that_fails_on_the_sealing_thread_is_raised_to_the_appender(tmp_path):
+    (tmp_path / "probe").mkdir()
+    pool, ops = threaded_pool(tmp_path, fail=OSError(errno.EIO, "Input/output error"))
+    pool.append("t", chunk_of(range(10)), source=1)
+    pool.seal_due(caught_up=True)
+    ops.go.set()
+    until(lambda: pool._seal_error is not None)
+    with pytest.raises(OSError, match="Input/output error"):
+        pool.append("t", chunk_of(range(10, 20)), source=1)
+    with pytest.raises(OSError, match="Input/output error"):
+        pool.take()
+    assert pool.sealed() == [] and pool.next_record == 0
+    pool.abandon()
