@@ -37,7 +37,8 @@ class Checkpoints:
         self.guard = guard
         self.now = now
         self.locate_retention_ms = locate_retention_ms
-        self._noted = threading.Lock()              # the two lists below: sealing threads add
+        self._noted = threading.Lock()              # the two lists below: socket sources'
+        #                                             threads add to them too
         self._sealed_positions: list[tuple] = []    # of slots sealed since the last flush
         self._sealed_runs: list[tuple] = []         # their locate rows
         self._acked_ahead: dict[int, int] = {}      # source → end acknowledged, not yet

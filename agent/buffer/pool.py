@@ -149,6 +149,7 @@ class _Closing:
     fill: _Filling
     seq: int
     first_record: int
+    positions: tuple            # (source, start, end) of each source in it
     header: np.ndarray          # the header's bytes up to its state, built when it closed
     synced: bool = False        # sealed on disk; handed to the drain once collected
 
@@ -800,12 +801,13 @@ class BufferPool:
         self._scratch[0]["header_crc"] = crc32c(self._scratch_bytes[:L.HEADER_CRC_SPAN])
         self._next_seq = (seq + 1) % L.SEQ_MOD
         self._next_record = first_record + fill.records
-        return _Closing(topic, fill, seq, first_record,
+        return _Closing(topic, fill, seq, first_record, positions,
                         self._scratch_bytes[:L.STATE_OFFSET].copy())
 
     def _seal_closed(self, c: _Closing) -> None:
-        """Seal the oldest closed slot ``c`` at once, under the lock (without ``seal_thread``):
-        its data synced, then its header, then the header synced."""
+        """Seal the oldest closed slot ``c`` at once, under the lock (without ``seal_thread``,
+        or ``at_once`` with nothing else closed): its data synced, then its header, then the
+        header synced."""
         if self.sync_on_seal:
             self.ops.msync(self._map._mmap, self.geometry.slot_offset(c.fill.index), c.fill.used)
         self._write_header(c)
@@ -839,9 +841,8 @@ class BufferPool:
         self.ops.crash_point("seal:after_state")
         self._closing.popleft()
         fill, index = c.fill, c.fill.index
-        positions = tuple((src, s, e) for src, (s, e) in fill.positions.items())
         meta = SlotMeta(c.seq, c.topic, fill.records, fill.used, fill.min_ts, fill.max_ts,
-                        fill.crc, fill.blocks, positions, c.first_record)
+                        fill.crc, fill.blocks, c.positions, c.first_record)
         segments = tuple((c.first_record + k, n, src, b, e) for k, n, src, b, e in fill.segments)
         slot = self._sealed[c.seq] = SealedSlot(meta, index, self._payload_view(index, fill.used),
                                                 segments=segments)
@@ -866,12 +867,12 @@ class BufferPool:
                     c, mm = self._unsynced[0], self._map._mmap
                 self.ops.msync(mm, self.geometry.slot_offset(c.fill.index), c.fill.used)
                 with self._lock:
-                    if not self._unsynced or self._unsynced[0] is not c:
-                        return                          # abandoned meanwhile
+                    if self._abandoned(c):
+                        return
                     self._write_header(c)
                 self._sync_headers(mm, c.fill.index)
                 with self._lock:
-                    if not self._unsynced or self._unsynced[0] is not c:
+                    if self._abandoned(c):
                         return
                     self._unsynced.popleft()
                     c.synced = True
@@ -882,6 +883,10 @@ class BufferPool:
                 self._seal_error = exc
                 self._closed.notify_all()
                 self._space.notify_all()
+
+    def _abandoned(self, c: _Closing) -> bool:
+        """The pool was abandoned while the thread synced ``c`` (``abandon`` cleared it)."""
+        return not self._unsynced or self._unsynced[0] is not c
 
     def _raise_seal_error(self) -> None:
         if self._seal_error is not None:
