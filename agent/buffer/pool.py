@@ -826,10 +826,13 @@ class BufferPool:
         self._fh[0]["next_record"] = max(int(self._fh[0]["next_record"]),
                                          c.first_record + c.fill.records)
 
-    def _sync_headers(self, mm: mmap.mmap, index: int) -> None:
-        self.ops.msync(mm, 0, L.FILE_HEADER_BYTES)
-        self.ops.msync(mm, self.geometry.slot_headers_offset + index * L.SLOT_HEADER_BYTES,
-                       L.SLOT_HEADER_BYTES)
+    def _sync_headers(self, mm: mmap.mmap, last_index: int) -> None:
+        """Sync the file header and the slot headers up to ``last_index``'s in one ``msync``
+        (one flush of the disk's cache; only dirty pages are written). A power loss during it
+        may keep the file header without a slot header (numbers skipped, as before) or a slot
+        header without the file header (``_recover`` takes the larger of them)."""
+        self.ops.msync(mm, 0, self.geometry.slot_headers_offset
+                       + (last_index + 1) * L.SLOT_HEADER_BYTES)
 
     def _collect(self) -> None:
         """Hand the slots the sealing thread sealed to the drain, in order (under the lock)."""
@@ -854,7 +857,9 @@ class BufferPool:
 
     def _seal_loop(self) -> None:
         """The sealing thread (``seal_thread``): seals the closed slots on disk in order,
-        syncing without the lock, so appends go on meanwhile; the pool's caller collects them
+        syncing without the lock, so appends go on meanwhile. A round takes every slot closed
+        so far: their data synced one by one, then their headers written and synced in one
+        ``msync`` (a group commit: k slots cost k + 1 flushes). The pool's caller collects them
         (``_collect``). A sync that fails stops it; the error is raised to the pool's next
         caller (``_raise_seal_error``)."""
         try:
@@ -864,18 +869,21 @@ class BufferPool:
                         self._closed.wait()
                     if not self._unsynced:
                         return
-                    c, mm = self._unsynced[0], self._map._mmap
-                self.ops.msync(mm, self.geometry.slot_offset(c.fill.index), c.fill.used)
+                    batch, mm = list(self._unsynced), self._map._mmap
+                for c in batch:
+                    self.ops.msync(mm, self.geometry.slot_offset(c.fill.index), c.fill.used)
                 with self._lock:
-                    if self._abandoned(c):
+                    if self._abandoned(batch[0]):
                         return
-                    self._write_header(c)
-                self._sync_headers(mm, c.fill.index)
+                    for c in batch:
+                        self._write_header(c)
+                self._sync_headers(mm, max(c.fill.index for c in batch))
                 with self._lock:
-                    if self._abandoned(c):
+                    if self._abandoned(batch[0]):
                         return
-                    self._unsynced.popleft()
-                    c.synced = True
+                    for c in batch:
+                        self._unsynced.popleft()
+                        c.synced = True
                     self._closed.notify_all()
                     self._space.notify_all()        # a sealed slot may be spilled or dropped
         except BaseException as exc:          # noqa: BLE001 (handed to the appender)

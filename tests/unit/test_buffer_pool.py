@@ -632,16 +632,20 @@ def test_a_corrupt_spill_file_is_quarantined_and_the_rest_replays(tmp_path):
 
 class HeldSyncs(CrashingOps):
     """File ops whose syncs of slot data wait for ``go`` (those of the headers do not), or
-    fail with ``fail``; ``synced`` lists the data ranges synced, in order."""
+    fail with ``fail``; ``synced`` lists the data ranges synced, in order, ``headers`` the
+    header syncs' (offset, length)."""
 
     def __init__(self, data_from: int, fail: OSError | None = None):
         super().__init__()
         self.data_from, self.fail = data_from, fail
         self.go, self.waiting = threading.Event(), threading.Event()
         self.synced: list[int] = []
+        self.headers: list[tuple[int, int]] = []
 
     def msync(self, mm, offset: int, length: int) -> None:
-        if offset >= self.data_from:
+        if offset < self.data_from:
+            self.headers.append((offset, length))
+        else:
             self.waiting.set()
             assert self.go.wait(10), "the test never let the sync go"
             if self.fail is not None:
@@ -698,6 +702,12 @@ def test_the_sealing_thread_seals_in_order_while_appends_go_on(tmp_path):
     seqs = [s.seq for s in pool.sealed()]
     assert seqs == sorted(seqs) and len(seqs) == pool.stats()["slots_sealed"]
     assert len(seqs) == len(ops.synced) == closed + 1 and ops.synced == sorted(ops.synced)
+    # a round seals every slot closed so far, their headers in one sync with the file's: the
+    # ones closed before the first sync, then those closed while it waited, then the last
+    assert 2 <= len(ops.headers) <= 3 < closed + 1 and all(o == 0 for o, _ in ops.headers)
+    last = max(s.index for s in pool.sealed())
+    assert max(n for _, n in ops.headers) == \
+        pool.geometry.slot_headers_offset + (last + 1) * L.SLOT_HEADER_BYTES
     assert sorted(ids_of(values(pool, "t"))) == list(range(300)) + list(range(1000, 1010))
     assert pool.next_record == pool.stats()["next_record"] == \
         sum(s.record_count for s in pool.sealed())
