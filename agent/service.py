@@ -358,7 +358,8 @@ class Agent:
                  self.cfg.agent_id, sealed, self.drain.describe())
 
     def turn(self) -> tuple[int, int, bool]:
-        """One turn of the loop: scan when due, read, seal what lingered, checkpoint, send.
+        """One turn of the loop: scan when due, read, seal what lingered, send it, checkpoint, serve
+        delivery reports and send on.
         Returns (bytes read, records sent, whether the pool pushed back)."""
         now = self.monotonic()
         damage = self.pool_watch.check()
@@ -394,8 +395,12 @@ class Agent:
                 self._sources_stale = True
         self._writes_for_nothing = written and not read
         self.pool.seal_due(caught_up)
+        # A slot just sealed goes to Kafka before the checkpoints are written (their SQLite
+        # transaction is off its path); no report is served before they are, so no slot is
+        # acknowledged and freed with its sealed checkpoint unwritten.
+        sent = self.drain.pump(reports=False)
         self._flush_checkpoints()
-        sent = self.drain.pump()
+        sent += self.drain.pump()
         if now >= self._next_gauges:
             flush_held()
             self._watch_wall_clock()

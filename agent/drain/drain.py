@@ -341,12 +341,18 @@ class Drain:
         return True
 
     # -- sending ------------------------------------------------------------------------------
-    def pump(self, budget: int = 20000) -> int:
-        """Produce up to ``budget`` records, serve delivery reports, free finished slots."""
+    def pump(self, budget: int = 20000, reports: bool = True) -> int:
+        """Produce up to ``budget`` records, serve delivery reports, free finished slots.
+        ``reports=False``: only produce, serving no report, so no slot is finished (the service
+        hands a slot just sealed to Kafka before it writes the checkpoints, then pumps in
+        full); a producer to rebuild or an outage waits for the full pump."""
+        if not reports and (self._fatal is not None or self._reconfigured or self.outage):
+            return 0
         if self._fatal is not None or self._reconfigured:
             self._rebuild()
-        self._poll()
-        self._complete()
+        if reports:
+            self._poll()
+            self._complete()
         if self.outage:
             if not self._probe_ok.is_set():
                 return 0
@@ -377,9 +383,10 @@ class Drain:
             sent += n
             if blocked:
                 break
-        self._poll()
-        self._complete()
-        self._watch_for_outage()
+        if reports:
+            self._poll()
+            self._complete()
+            self._watch_for_outage()
         return sent
 
     def _start(self, slot: SealedSlot) -> SlotSend:

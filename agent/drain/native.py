@@ -231,11 +231,11 @@ class NativeDrain(Drain):
         return (self.handed + self.handed_alone - self._python_outstanding()
                 + self._reports_before + self.native.reports())
 
-    def pump(self, budget: int = 20000) -> int:
+    def pump(self, budget: int = 20000, reports: bool = True) -> int:
         fatal = self.native.fatal_error()
         if fatal is not None and self._fatal is None:
             self._fatal = KafkaError(fatal[0], fatal[1], fatal=True)
-        return super().pump(budget)
+        return super().pump(budget, reports)
 
     def _purge(self, in_flight: bool = False) -> None:
         self.native.purge(in_flight=in_flight)

@@ -409,7 +409,10 @@ class TransactionalDrain(Drain):
         return slot.record_count > 0 and (slot.first_record, slot.record_count) in covered
 
     # -- sending ------------------------------------------------------------------------------
-    def pump(self, budget: int = 20000) -> int:
+    def pump(self, budget: int = 20000, reports: bool = True) -> int:
+        """``reports=False`` hands nothing over: every step of a transaction serves reports."""
+        if not reports:
+            return 0
         if self.job is not None:
             self._poll()
             if not self.job.done.is_set():

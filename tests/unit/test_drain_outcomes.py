@@ -194,3 +194,20 @@ def test_a_failed_record_with_a_twin_in_its_slot_never_takes_the_twins_number(tm
     assert numbers[5] == numbers[20] == {b"event 5"}
     drain.close()
     pool.close()
+
+
+def test_a_pump_without_reports_hands_a_slot_over_and_finishes_none(tmp_path):
+    """The service's first pump of a turn (before it writes the checkpoints) produces the slot
+    just sealed and serves no report: Kafka may have acknowledged every record, yet no slot is
+    finished or freed until a full pump serves the reports."""
+    lines = _events(30)
+    drain, pool, kafka, frees, time_of = _slot(tmp_path, lines)
+    assert drain.pump(reports=False) == 30
+    assert drain._outstanding() == 30 and len(drain.inflight) == 1     # handed over
+    for _ in range(3):
+        assert drain.pump(reports=False) == 0
+    assert drain._outstanding() == 30                    # no report served
+    assert frees == [] and len(pool.sealed()) == 1
+    _pump(drain, pool)
+    assert len(frees) == 1 and pool.sealed() == []
+    _assert_kafka_holds(kafka, time_of, lines)
