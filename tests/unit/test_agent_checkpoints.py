@@ -74,6 +74,34 @@ def test_the_acknowledged_offset_never_passes_an_older_slot_still_in_flight(tmp_
     agent.abandon()
 
 
+def test_a_turn_hands_a_slot_over_then_writes_its_checkpoints_then_serves_reports(tmp_path):
+    """The order within one turn (``Agent.turn``): the slot just sealed is produced before the
+    checkpoints' transaction (off its latency), and no delivery report is served before that
+    transaction, so no slot is acknowledged and freed with its sealed checkpoint unwritten."""
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka)
+    steps: list[str] = []
+    producer = agent.drain.producer
+    produce, poll = producer.produce, producer.poll
+    producer.produce = lambda *a, **k: (steps.append("produce"), produce(*a, **k))[1]
+    producer.poll = lambda *a, **k: (steps.append("poll"), poll(*a, **k))[1]
+    agent.db._crash_point = lambda name: steps.append(name) if name == "db:advance" else None
+    (tmp_path / "logs" / "app.log").write_bytes(lines(0, 3))
+    agent.clock.advance(0.3)
+    agent.turn()
+    assert steps.count("produce") == 3
+    written = steps.index("db:advance")
+    assert steps[:written] == ["produce"] * 3                  # nothing served before
+    assert "poll" in steps[written:]                           # served after, in the turn
+    for _ in range(5):
+        agent.clock.advance(0.3)
+        agent.turn()
+    [row] = agent.db.all_files()
+    assert row["acked_offset"] == row["sealed_offset"] == len(lines(0, 3))
+    assert agent.metrics.get("agent_drain_slots_freed_total") == 1
+    agent.abandon()
+
+
 def test_a_state_write_waits_for_the_emitters_connection_as_long_as_a_loaded_host_needs(
         tmp_path):
     """Seen on a loaded host: the agent's main loop died of "database is locked" while the
