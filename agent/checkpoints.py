@@ -104,6 +104,11 @@ class Checkpoints:
             audit_written()
         self._write_acked()
 
+    def sealed_waiting(self) -> bool:
+        """Whether sealed positions were noted since the last write that passed."""
+        with self._noted:
+            return bool(self._sealed_positions)
+
     def unwritten(self) -> str:
         """What waits to be written (a refused write), for a log line; empty when nothing."""
         parts = []

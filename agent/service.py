@@ -303,7 +303,12 @@ class Agent:
                       self.checkpoints.unwritten())
 
     def _slot_done(self, slot: SealedSlot) -> None:
-        """Kafka acknowledged every record of ``slot`` (``Checkpoints.acknowledged``)."""
+        """Kafka acknowledged every record of ``slot`` (``Checkpoints.acknowledged``). Sealed
+        checkpoints noted since the turn wrote its own (slots a socket source's thread
+        collected while it waited for room in a full pool) are written first: the acknowledged
+        offset is written before the drain frees the slot only when none waits."""
+        if self.checkpoints.sealed_waiting():
+            self._flush_checkpoints()
         self.checkpoints.acknowledged(slot, self.drain.in_flight_slots())
 
     # -- running ------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from agent.state import (
     AuditWindow,
     StateDB,
 )
-from tests.unit.fakeproducer import FakeKafka
+from tests.unit.fakeproducer import HOLD, FakeKafka
 from tests.unit.tailkit import FakeClock, lines
 
 SLOT = 4096
@@ -99,6 +99,37 @@ def test_a_turn_hands_a_slot_over_then_writes_its_checkpoints_then_serves_report
     [row] = agent.db.all_files()
     assert row["acked_offset"] == row["sealed_offset"] == len(lines(0, 3))
     assert agent.metrics.get("agent_drain_slots_freed_total") == 1
+    agent.abandon()
+
+
+def test_a_slot_acknowledged_while_another_slots_checkpoint_waits_is_freed_written(tmp_path):
+    """A socket source's thread waiting for room in a full pool collects the slots sealed so
+    far, file slots too: their positions are noted after the turn wrote its checkpoints. A
+    slot acknowledged in that turn's pump must still have its acknowledged offset written
+    before the drain frees it (were the agent killed then, the start would find the bytes
+    neither acknowledged nor in the pool, and read them again under new numbers): the noted
+    checkpoints are written first."""
+    kafka = FakeKafka()
+    first, second = lines(0, 1), lines(1, 2)
+    kafka.script(first[:-1], HOLD)
+    agent = agent_on(tmp_path, kafka)
+    log = tmp_path / "logs" / "app.log"
+    log.write_bytes(first)
+    agent.clock.advance(0.3)
+    agent.turn()                                        # sealed, sent, checkpoint written
+    [row] = agent.db.all_files()
+    assert (row["sealed_offset"], row["acked_offset"]) == (len(first), 0)
+    log.write_bytes(first + second)
+    agent._read(agent.monotonic())                      # what a socket thread's collection
+    agent.clock.advance(0.3)                            # does between the turn's write and
+    agent.pool.seal_due(False)                          # its pump: a slot sealed, noted
+    assert agent.checkpoints.unwritten()
+    kafka.producers[0].release()
+    agent.drain.pump()                                  # the first slot acknowledged, freed
+    assert agent.metrics.get("agent_drain_slots_freed_total") >= 1
+    [row] = agent.db.all_files()
+    assert row["acked_offset"] >= len(first)            # written before the free
+    assert row["sealed_offset"] == len(first + second)  # the noted checkpoint first
     agent.abandon()
 
 
