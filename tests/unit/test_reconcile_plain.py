@@ -7,6 +7,7 @@ same, and each path must really have been taken."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import sqlite3
 
@@ -17,6 +18,7 @@ from audit.reconcile import evaluate as evaluation
 from audit.reconcile import store as store_module
 from audit.reconcile.config import parse
 from audit.reconcile.evaluate import evaluate
+from audit.reconcile.figures import PLAIN_QUERY
 from audit.reconcile.store import Store
 
 W = 600_000
@@ -195,6 +197,17 @@ def test_figures_the_reading_process_did_not_give_are_read_by_the_evaluation(
     killed = []
 
     class Dying(evaluation.FiguresProcess):
+        def _send(self, batches):
+            # The first batch only, and the pipe left open: the process answers it, then waits
+            # for more, alive when it is killed. (Sent every batch, it could answer them all and
+            # exit before the kill: then it ends with 0 and nothing ended early.)
+            if not killed:
+                self.proc.stdin.write(json.dumps(PLAIN_QUERY).encode() + b"\n")
+                self.proc.stdin.write(json.dumps(batches[0]).encode() + b"\n")
+                self.proc.stdin.flush()
+            else:
+                super()._send(batches)
+
         def next_text(self):
             text = super().next_text()
             if not killed:
