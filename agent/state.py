@@ -67,11 +67,9 @@ a connection of their own (``audit_round``).
 
 from __future__ import annotations
 
-import importlib
 import json
 import secrets
 import sqlite3
-import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -79,27 +77,6 @@ from typing import NamedTuple
 from audit.contract.record import checksum_hex
 
 from .buffer.seams import Clock
-
-
-def _sqlite_utils_without_pandas():
-    """sqlite-utils imports pandas whenever it is installed, only to store pandas timestamps
-    as TEXT (the agent stores none). Where the agent shares a venv with the audit jobs that
-    brought pandas and pyarrow into every agent process (measured in ``bench_agent.py``'s run:
-    peak RSS 164–169 MB with them, 99–106 MB without). So sqlite-utils is imported with pandas
-    hidden; a later ``import pandas`` by anything else works as usual. What sqlite-utils does
-    with pandas stays off in that process (it would not store a ``pandas.Timestamp``): no
-    code of docket passes it pandas objects, and the audit side never imports ``agent``."""
-    hide = "pandas" not in sys.modules
-    if hide:
-        sys.modules["pandas"] = None        # ``import pandas`` raises ImportError meanwhile
-    try:
-        return importlib.import_module("sqlite_utils")
-    finally:
-        if hide:
-            del sys.modules["pandas"]
-
-
-sqlite_utils = _sqlite_utils_without_pandas()
 
 FINGERPRINT_BYTES = 1024
 LOCK_WAIT_S = 60.0        # how long a write waits for the other connection's (see StateDB)
@@ -119,6 +96,13 @@ STATES = (PENDING, ACTIVE, ROTATED, DONE, ORPHANED, LOST, GONE)
 # Names written by earlier versions, read as today's.
 _LEGACY = {"truncated": ORPHANED, "copied": DONE}
 
+# Table ``files`` as the agent creates it, and the columns added since its first version (a
+# database from then gets them at start).
+_FILES_COLUMNS = {"source_id": "INTEGER PRIMARY KEY", "source_index": "INTEGER",
+                  "dev": "INTEGER", "ino": "INTEGER", "fingerprint": "BLOB", "path": "TEXT",
+                  "sealed_offset": "INTEGER", "acked_offset": "INTEGER", "size_seen": "INTEGER",
+                  "state": "TEXT", "tail": "BLOB", "orphaned_ms": "INTEGER",
+                  "orphan_reason": "TEXT", "updated_ms": "INTEGER"}
 _NEW_COLUMNS = {"tail": "BLOB", "orphaned_ms": "INTEGER", "orphan_reason": "TEXT"}
 
 
@@ -162,51 +146,46 @@ class StateDB:
         # The emitter's thread writes with a connection of its own (``AuditRound``); a write
         # that must wait for it waits as long as it would (SQLite's default is 5 s, and a
         # loaded host has taken longer: an agent died of "database is locked").
-        self.db = sqlite_utils.Database(sqlite3.connect(path, timeout=LOCK_WAIT_S))
+        self.conn = sqlite3.connect(path, timeout=LOCK_WAIT_S)
         # Pages of 1 KiB, not SQLite's 4 KiB: a slot's checkpoint rewrites about eight pages
         # whole in the write-ahead log, and the checkpoints that sync the log stall the loop
         # in proportion (docs/performance.md). SQLite sets this only for a database not yet
         # written; one created before keeps its pages.
-        self.db.execute(f"PRAGMA page_size={PAGE_BYTES}")
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute(f"PRAGMA page_size={PAGE_BYTES}")
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
         self._crash_point = crash_point or (lambda name: None)
-        self.files = self.db["files"]
-        if not self.files.exists():
-            self.files.create({
-                "source_id": int, "source_index": int, "dev": int, "ino": int,
-                "fingerprint": bytes, "path": str, "sealed_offset": int, "acked_offset": int,
-                "size_seen": int, "state": str, "tail": bytes, "orphaned_ms": int,
-                "orphan_reason": str, "updated_ms": int,
-            }, pk="source_id")
-            self.files.create_index(["dev", "ino"])
-        else:
-            have = set(self.files.columns_dict)
-            with self.db.conn:
+        have = {row[1] for row in self.conn.execute("PRAGMA table_info(files)")}
+        with self.conn:
+            if not have:
+                columns = ", ".join(f'"{name}" {kind}' for name, kind in _FILES_COLUMNS.items())
+                self.conn.execute(f"CREATE TABLE files ({columns})")
+                self.conn.execute('CREATE INDEX "idx_files_dev_ino" ON files ("dev", "ino")')
+            else:
                 for name, kind in _NEW_COLUMNS.items():
                     if name not in have:
-                        self.db.execute(f"ALTER TABLE files ADD COLUMN {name} {kind}")
+                        self.conn.execute(f"ALTER TABLE files ADD COLUMN {name} {kind}")
                 for old, new in _LEGACY.items():
-                    self.db.execute("UPDATE files SET state = ? WHERE state = ?", (new, old))
-        with self.db.conn:
-            self.db.execute(
+                    self.conn.execute("UPDATE files SET state = ? WHERE state = ?", (new, old))
+        with self.conn:
+            self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS identity (id INTEGER PRIMARY KEY CHECK (id = 0), "
                 "incarnation TEXT NOT NULL, created_ms INTEGER NOT NULL, "
                 "next_record INTEGER NOT NULL)")
-            self.db.execute(
+            self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS locate (first_record INTEGER NOT NULL, "
                 "records INTEGER NOT NULL, topic TEXT NOT NULL, source_id INTEGER, path TEXT, "
                 "ino INTEGER, start INTEGER, end INTEGER, exact INTEGER NOT NULL, "
                 "sealed_ms INTEGER NOT NULL, PRIMARY KEY (first_record, source_id))")
-            self.db.execute("CREATE INDEX IF NOT EXISTS locate_sealed ON locate (sealed_ms)")
-            if not self.db.execute("SELECT 1 FROM identity").fetchone():
+            self.conn.execute("CREATE INDEX IF NOT EXISTS locate_sealed ON locate (sealed_ms)")
+            if not self.conn.execute("SELECT 1 FROM identity").fetchone():
                 now = self.clock.time_ms()
-                self.db.execute("INSERT INTO identity VALUES (0, ?, ?, 0)",
+                self.conn.execute("INSERT INTO identity VALUES (0, ?, ?, 0)",
                                 (f"{now}-{secrets.token_hex(4)}", now))
         self._create_audit_tables()
 
     def _create_audit_tables(self) -> None:
-        conn = self.db.conn
+        conn = self.conn
         with conn:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS audit_windows (topic TEXT NOT NULL, "
@@ -225,11 +204,11 @@ class StateDB:
     # -- reading ------------------------------------------------------------------------------
     def identity(self) -> tuple[str, int]:
         """(incarnation, next_record)."""
-        inc, nxt = self.db.execute("SELECT incarnation, next_record FROM identity").fetchone()
+        inc, nxt = self.conn.execute("SELECT incarnation, next_record FROM identity").fetchone()
         return inc, nxt
 
     def locate(self, first: int, last: int) -> list[dict]:
-        return self.runs_between(self.db.conn, first, last)
+        return self.runs_between(self.conn, first, last)
 
     @staticmethod
     def runs_between(conn: sqlite3.Connection, first: int, last: int) -> list[dict]:
@@ -246,46 +225,55 @@ class StateDB:
         return [AuditWindow(topic, w, count, nbytes, int(checksum, 16), late, dropped,
                             json.loads(reasons), json.loads(unknown), updated, bool(dirty))
                 for topic, w, count, nbytes, checksum, late, dropped, reasons, unknown, dirty,
-                updated in self.db.conn.execute(
+                updated in self.conn.execute(
                     "SELECT topic, window_start, count, bytes, checksum, late, dropped, "
                     "dropped_reasons, dropped_unknown, dirty, updated_ms FROM audit_windows")]
 
     def audit_meta(self) -> dict[str, int]:
         """``audit_meta``: ``seq`` and ``counted_seq``, when stored."""
-        return dict(self.db.conn.execute("SELECT name, value FROM audit_meta"))
+        return dict(self.conn.execute("SELECT name, value FROM audit_meta"))
 
     def audit_round(self) -> AuditRound:
         """A connection of its own for one emission round (the emitter's thread)."""
         return AuditRound(self.path)
 
+    def _files(self, where: str = "", params: Iterable = ()) -> list[dict]:
+        """Rows of ``files`` as dicts, by ``source_id``."""
+        cur = self.conn.execute(f"SELECT * FROM files {where} ORDER BY source_id", list(params))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur]
+
     def all_files(self) -> list[dict]:
-        return list(self.files.rows)
+        return self._files()
 
     def rows(self, source_index: int, states: Iterable[str]) -> list[dict]:
         states = list(states)
         marks = ", ".join("?" * len(states))
-        return list(self.files.rows_where(f"source_index = ? AND state IN ({marks})",
-                                          [source_index, *states], order_by="source_id"))
+        return self._files(f"WHERE source_index = ? AND state IN ({marks})",
+                           [source_index, *states])
 
     def rows_at(self, source_index: int, dev: int, ino: int) -> list[dict]:
         """The generations recorded on one inode, oldest first."""
-        return list(self.files.rows_where("source_index = ? AND dev = ? AND ino = ?",
-                                          [source_index, dev, ino], order_by="source_id"))
+        return self._files("WHERE source_index = ? AND dev = ? AND ino = ?",
+                           [source_index, dev, ino])
 
     def get(self, source_id: int) -> dict:
-        return self.files.get(source_id)
+        rows = self._files("WHERE source_id = ?", [source_id])
+        if not rows:
+            raise KeyError(f"no file generation {source_id} in {self.path}")
+        return rows[0]
 
     # -- writing ------------------------------------------------------------------------------
     def add_file(self, source_index: int, dev: int, ino: int, fingerprint: bytes, path: str,
                  start_offset: int = 0, size_seen: int = 0, state: str = ACTIVE) -> int:
         self._crash_point("db:add_file")
-        with self.db.conn:
+        with self.conn:
             return self._insert(source_index, dev, ino, fingerprint, path, start_offset,
                                 size_seen, state)
 
     def _insert(self, source_index, dev, ino, fingerprint, path, start_offset, size_seen,
                 state=ACTIVE) -> int:
-        cur = self.db.conn.execute(
+        cur = self.conn.execute(
             "INSERT INTO files (source_index, dev, ino, fingerprint, path, sealed_offset, "
             "acked_offset, size_seen, state, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (source_index, dev, ino, fingerprint, path, start_offset, start_offset, size_seen,
@@ -296,8 +284,8 @@ class StateDB:
         self._crash_point("db:update")
         fields["updated_ms"] = self.clock.time_ms()
         names = ", ".join(f"{k} = ?" for k in fields)
-        with self.db.conn:
-            self.db.conn.execute(f"UPDATE files SET {names} WHERE source_id = ?",
+        with self.conn:
+            self.conn.execute(f"UPDATE files SET {names} WHERE source_id = ?",
                                  [*fields.values(), source_id])
 
     def orphan(self, source_id: int, size_seen: int, tail: bytes | None, reason: str,
@@ -308,8 +296,8 @@ class StateDB:
         size_seen). Returns the successor's source_id."""
         self._crash_point("db:orphan")
         now = self.clock.time_ms() if now_ms is None else now_ms
-        with self.db.conn:
-            self.db.conn.execute(
+        with self.conn:
+            self.conn.execute(
                 "UPDATE files SET state = ?, size_seen = MAX(size_seen, ?), tail = ?, "
                 "orphaned_ms = ?, orphan_reason = ?, updated_ms = ? WHERE source_id = ?",
                 (ORPHANED, size_seen, tail, now, reason, now, source_id))
@@ -324,23 +312,23 @@ class StateDB:
         """A copy of an orphan was found: the orphan's generation now lives on the copy's
         inode, and the copy's own pending row goes, in one transaction."""
         self._crash_point("db:relocate")
-        with self.db.conn:
-            self.db.conn.execute(
+        with self.conn:
+            self.conn.execute(
                 "UPDATE files SET dev = ?, ino = ?, path = ?, state = ?, size_seen = ?, "
                 "fingerprint = ?, tail = NULL, orphaned_ms = NULL, orphan_reason = NULL, "
                 "updated_ms = ? WHERE source_id = ?",
                 (dev, ino, path, ACTIVE, size_seen, fingerprint, self.clock.time_ms(),
                  source_id))
             if replaces is not None:
-                self.db.conn.execute("DELETE FROM files WHERE source_id = ?", (replaces,))
+                self.conn.execute("DELETE FROM files WHERE source_id = ?", (replaces,))
 
     def start(self, source_id: int, state: str, offset: int, fingerprint: bytes, path: str,
               size_seen: int) -> None:
         """A pending file is decided: tailed from ``offset`` (0, or its end for a plain copy
         of content read elsewhere)."""
         self._crash_point("db:start")
-        with self.db.conn:
-            self.db.conn.execute(
+        with self.conn:
+            self.conn.execute(
                 "UPDATE files SET state = ?, sealed_offset = MAX(sealed_offset, ?), "
                 "acked_offset = MAX(acked_offset, ?), fingerprint = ?, path = ?, "
                 "size_seen = ?, updated_ms = ? WHERE source_id = ?",
@@ -350,24 +338,24 @@ class StateDB:
     def rewind(self, source_id: int, offset: int, state: str) -> None:
         """Move a sealed checkpoint *back* (the start self-check, ``agent/selfcheck.py``):
         the only way it ever moves back."""
-        with self.db.conn:
-            self.db.conn.execute(
+        with self.conn:
+            self.conn.execute(
                 "UPDATE files SET sealed_offset = ?, acked_offset = MIN(acked_offset, ?), "
                 "state = ?, updated_ms = ? WHERE source_id = ?",
                 (offset, offset, state, self.clock.time_ms(), source_id))
 
     def delete(self, source_id: int) -> None:
         self._crash_point("db:delete")
-        with self.db.conn:
-            self.db.conn.execute("DELETE FROM files WHERE source_id = ?", (source_id,))
+        with self.conn:
+            self.conn.execute("DELETE FROM files WHERE source_id = ?", (source_id,))
 
     def set_sizes(self, sizes: dict[int, int]) -> None:
         if not sizes:
             return
         self._crash_point("db:set_sizes")
         now = self.clock.time_ms()
-        with self.db.conn:
-            self.db.conn.executemany(
+        with self.conn:
+            self.conn.executemany(
                 "UPDATE files SET size_seen = ?, updated_ms = ? WHERE source_id = ?",
                 [(size, now, sid) for sid, size in sizes.items()])
 
@@ -425,24 +413,24 @@ class StateDB:
 
     def add_inexact_runs(self, runs: list[tuple]) -> None:
         """Runs of slots found at start, unless the runs of their numbers are stored."""
-        keep = [r for r in runs if not self.db.execute(
+        keep = [r for r in runs if not self.conn.execute(
             "SELECT 1 FROM locate WHERE first_record = ? AND exact = 1", (r[0],)).fetchone()]
         if keep:
-            with self.db.conn:
-                self._add_runs(self.db.conn, keep)
+            with self.conn:
+                self._add_runs(self.conn, keep)
 
     def forget_runs(self, retention_ms: int) -> int:
         """Delete the locate rows sealed more than ``retention_ms`` ago (wall clock, as
         ``sealed_ms``)."""
-        with self.db.conn:
-            return self.db.conn.execute("DELETE FROM locate WHERE sealed_ms < ?",
+        with self.conn:
+            return self.conn.execute("DELETE FROM locate WHERE sealed_ms < ?",
                                         (self.clock.time_ms() - retention_ms,)).rowcount
 
     def touch(self) -> None:
         """A one-row write (the next record number, unchanged): whether writes pass again
         after one was refused for lack of space (``agent/diskguard.py``)."""
-        with self.db.conn:
-            self.db.conn.execute("UPDATE identity SET next_record = next_record")
+        with self.conn:
+            self.conn.execute("UPDATE identity SET next_record = next_record")
 
     def advance_acked(self, positions: dict[int, int]) -> None:
         """Move acknowledged offsets forward, never past what is sealed."""
@@ -454,17 +442,17 @@ class StateDB:
             return
         self._crash_point("db:advance")
         now = self.clock.time_ms()
-        with self.db.conn:
+        with self.conn:
             if positions:
-                self.db.conn.executemany(
+                self.conn.executemany(
                     f"UPDATE files SET {assignment}, updated_ms = ? WHERE source_id = ?",
                     [(end, now, sid) for sid, end in positions.items()],
                 )
             if also is not None:
-                also(self.db.conn)
+                also(self.conn)
 
     def close(self) -> None:
-        self.db.conn.close()
+        self.conn.close()
 
 
 class AuditRound:

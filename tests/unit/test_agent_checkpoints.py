@@ -139,7 +139,7 @@ def test_a_state_write_waits_for_the_emitters_connection_as_long_as_a_loaded_hos
     audit emitter's connection wrote (SQLite's default wait is 5 s). Both connections wait
     ``LOCK_WAIT_S``; a write held 6 s by the other one is waited for, not fatal."""
     db = StateDB(tmp_path / "state.db")
-    assert db.db.conn.execute("PRAGMA busy_timeout").fetchone()[0] == LOCK_WAIT_S * 1000
+    assert db.conn.execute("PRAGMA busy_timeout").fetchone()[0] == LOCK_WAIT_S * 1000
     with db.audit_round() as round_:
         assert round_.conn.execute("PRAGMA busy_timeout").fetchone()[0] == LOCK_WAIT_S * 1000
     other = sqlite3.connect(tmp_path / "state.db", check_same_thread=False)
@@ -211,7 +211,7 @@ def test_a_slots_sealed_checkpoint_writes_few_small_pages(tmp_path):
     and the last slot counted — that one in place, not its name's index page too. (An offset
     that grows into a longer integer, at 32 KiB, 8 MiB, 2 GiB, rewrites the row whole, once.)"""
     db = StateDB(tmp_path / "state.db")
-    assert db.db.conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_BYTES == 1024
+    assert db.conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_BYTES == 1024
     source = db.add_file(0, 1, 2, b"f" * FINGERPRINT_BYTES, "/var/log/app/events.log")
 
     def seal(seq: int) -> None:              # 1,000-byte slots: offsets of two bytes each
@@ -223,7 +223,7 @@ def test_a_slots_sealed_checkpoint_writes_few_small_pages(tmp_path):
     _, end = _wal_pages_since(tmp_path / "state.db-wal", 0)
     seal(2)
     pages, _ = _wal_pages_since(tmp_path / "state.db-wal", end)
-    names = dict(db.db.conn.execute("SELECT pageno, name FROM dbstat"))
+    names = dict(db.conn.execute("SELECT pageno, name FROM dbstat"))
     written = sorted(names[p] for p in pages)
     assert len(pages) == 7, written
     assert written == sorted(["files", "identity", "locate", "sqlite_autoindex_locate_1",
@@ -243,7 +243,7 @@ def test_a_state_database_created_before_keeps_its_pages_and_works(tmp_path):
     old.commit()
     old.close()
     db = StateDB(tmp_path / "state.db")
-    assert db.db.conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+    assert db.conn.execute("PRAGMA page_size").fetchone()[0] == 4096
     source = db.add_file(0, 1, 2, b"fp", "/x.log")
     db.advance_sealed({source: 10}, audit=lambda: AuditUpdate([], 3), next_record=4)
     with db.audit_round() as round_:

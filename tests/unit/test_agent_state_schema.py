@@ -1,0 +1,75 @@
+"""The state database's ``files`` table is created with plain ``sqlite3``; databases written
+before — by agents that created it through sqlite-utils, or before some columns and state names
+existed — open as they are and read the same."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+import sqlite_utils
+
+from agent.state import ORPHANED, StateDB
+
+
+def _schema(path) -> tuple[list, list]:
+    """(each column's name, type, not-null, default and primary-key place; the indexes' columns)
+    of ``files``."""
+    with sqlite3.connect(path) as conn:
+        columns = [row[1:] for row in conn.execute("PRAGMA table_info(files)")]
+        names = [row[1] for row in conn.execute("PRAGMA index_list(files)")]
+        indexes = sorted((name, [col[2] for col in conn.execute(f"PRAGMA index_info('{name}')")])
+                         for name in names)
+    return columns, indexes
+
+
+def test_a_state_database_whose_files_table_sqlite_utils_created_reads_the_same(tmp_path):
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as conn:
+        files = sqlite_utils.Database(conn)["files"]
+        files.create({"source_id": int, "source_index": int, "dev": int, "ino": int,
+                      "fingerprint": bytes, "path": str, "sealed_offset": int,
+                      "acked_offset": int, "size_seen": int, "state": str, "tail": bytes,
+                      "orphaned_ms": int, "orphan_reason": str, "updated_ms": int},
+                     pk="source_id")
+        files.create_index(["dev", "ino"])
+        files.insert({"source_id": 7, "source_index": 1, "dev": 2, "ino": 3,
+                      "fingerprint": b"abc", "path": "/var/log/app.log", "sealed_offset": 100,
+                      "acked_offset": 90, "size_seen": 120, "state": "active",
+                      "updated_ms": 5})
+    fresh = StateDB(tmp_path / "fresh.db")
+    fresh.close()
+    assert _schema(old) == _schema(tmp_path / "fresh.db")
+    db = StateDB(old)
+    row = db.get(7)
+    assert (row["path"], row["fingerprint"], row["sealed_offset"], row["acked_offset"],
+            row["tail"]) == ("/var/log/app.log", b"abc", 100, 90, None)
+    assert db.rows(1, ["active"]) == db.rows_at(1, 2, 3) == db.all_files() == [row]
+    assert db.add_file(1, 2, 4, b"def", "/var/log/app.log.1") == 8
+    assert [r["source_id"] for r in db.all_files()] == [7, 8]
+    db.close()
+
+
+def test_a_files_table_of_the_first_version_gains_its_columns_and_todays_state_names(tmp_path):
+    path = tmp_path / "v1.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE files (source_id INTEGER PRIMARY KEY, source_index INTEGER, "
+                     "dev INTEGER, ino INTEGER, fingerprint BLOB, path TEXT, "
+                     "sealed_offset INTEGER, acked_offset INTEGER, size_seen INTEGER, "
+                     "state TEXT, updated_ms INTEGER)")
+        conn.execute("INSERT INTO files VALUES (1, 1, 2, 3, x'00', '/a', 10, 10, 10, "
+                     "'truncated', 0)")
+    db = StateDB(path)
+    (row,) = db.all_files()
+    assert row["state"] == ORPHANED
+    assert (row["tail"], row["orphaned_ms"], row["orphan_reason"]) == (None, None, None)
+    db.update(1, tail=b"xyz", orphan_reason="unaccounted_bytes")
+    assert db.get(1)["tail"] == b"xyz"
+    db.close()
+
+
+def test_a_generation_not_recorded_is_a_clear_error(tmp_path):
+    db = StateDB(tmp_path / "state.db")
+    with pytest.raises(KeyError, match="no file generation 3"):
+        db.get(3)
+    db.close()
