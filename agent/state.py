@@ -160,13 +160,16 @@ class StateDB:
             if not have:
                 columns = ", ".join(f'"{name}" {kind}' for name, kind in _FILES_COLUMNS.items())
                 self.conn.execute(f"CREATE TABLE files ({columns})")
-                self.conn.execute('CREATE INDEX "idx_files_dev_ino" ON files ("dev", "ino")')
             else:
                 for name, kind in _NEW_COLUMNS.items():
                     if name not in have:
                         self.conn.execute(f"ALTER TABLE files ADD COLUMN {name} {kind}")
                 for old, new in _LEGACY.items():
                     self.conn.execute("UPDATE files SET state = ? WHERE state = ?", (new, old))
+            # Either way: SQLite commits each CREATE alone, and a stop between the two would
+            # leave the table without its index.
+            self.conn.execute('CREATE INDEX IF NOT EXISTS "idx_files_dev_ino" '
+                              'ON files ("dev", "ino")')
         with self.conn:
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS identity (id INTEGER PRIMARY KEY CHECK (id = 0), "

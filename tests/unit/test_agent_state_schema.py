@@ -13,13 +13,13 @@ from agent.state import ORPHANED, StateDB
 
 
 def _schema(path) -> tuple[list, list]:
-    """(each column's name, type, not-null, default and primary-key place; the indexes' columns)
-    of ``files``."""
+    """(each column's name, type, not-null, default and primary-key place; each index's name,
+    uniqueness, origin and columns) of ``files``."""
     with sqlite3.connect(path) as conn:
         columns = [row[1:] for row in conn.execute("PRAGMA table_info(files)")]
-        names = [row[1] for row in conn.execute("PRAGMA index_list(files)")]
-        indexes = sorted((name, [col[2] for col in conn.execute(f"PRAGMA index_info('{name}')")])
-                         for name in names)
+        indexes = sorted(
+            (index, [col[2] for col in conn.execute(f"PRAGMA index_info('{index[0]}')")])
+            for index in [row[1:] for row in conn.execute("PRAGMA index_list(files)")])
     return columns, indexes
 
 
@@ -66,6 +66,20 @@ def test_a_files_table_of_the_first_version_gains_its_columns_and_todays_state_n
     db.update(1, tail=b"xyz", orphan_reason="unaccounted_bytes")
     assert db.get(1)["tail"] == b"xyz"
     db.close()
+
+
+def test_a_files_table_whose_index_a_stop_prevented_gets_it_at_the_next_start(tmp_path):
+    path = tmp_path / "state.db"
+    StateDB(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute('DROP INDEX "idx_files_dev_ino"')
+    StateDB(path).close()
+    assert _schema(path) == _schema_of_fresh(tmp_path)
+
+
+def _schema_of_fresh(tmp_path) -> tuple[list, list]:
+    StateDB(tmp_path / "fresh.db").close()
+    return _schema(tmp_path / "fresh.db")
 
 
 def test_a_generation_not_recorded_is_a_clear_error(tmp_path):
