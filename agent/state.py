@@ -103,7 +103,7 @@ _FILES_COLUMNS = {"source_id": "INTEGER PRIMARY KEY", "source_index": "INTEGER",
                   "sealed_offset": "INTEGER", "acked_offset": "INTEGER", "size_seen": "INTEGER",
                   "state": "TEXT", "tail": "BLOB", "orphaned_ms": "INTEGER",
                   "orphan_reason": "TEXT", "updated_ms": "INTEGER"}
-_NEW_COLUMNS = {"tail": "BLOB", "orphaned_ms": "INTEGER", "orphan_reason": "TEXT"}
+_NEW_COLUMNS = {name: _FILES_COLUMNS[name] for name in ("tail", "orphaned_ms", "orphan_reason")}
 
 
 def _set_audit_meta(conn: sqlite3.Connection, name: str, value: int) -> None:
@@ -184,7 +184,7 @@ class StateDB:
             if not self.conn.execute("SELECT 1 FROM identity").fetchone():
                 now = self.clock.time_ms()
                 self.conn.execute("INSERT INTO identity VALUES (0, ?, ?, 0)",
-                                (f"{now}-{secrets.token_hex(4)}", now))
+                                  (f"{now}-{secrets.token_hex(4)}", now))
         self._create_audit_tables()
 
     def _create_audit_tables(self) -> None:
@@ -289,7 +289,7 @@ class StateDB:
         names = ", ".join(f"{k} = ?" for k in fields)
         with self.conn:
             self.conn.execute(f"UPDATE files SET {names} WHERE source_id = ?",
-                                 [*fields.values(), source_id])
+                              [*fields.values(), source_id])
 
     def orphan(self, source_id: int, size_seen: int, tail: bytes | None, reason: str,
                successor: dict | None = None, now_ms: int | None = None) -> int | None:
@@ -427,7 +427,7 @@ class StateDB:
         ``sealed_ms``)."""
         with self.conn:
             return self.conn.execute("DELETE FROM locate WHERE sealed_ms < ?",
-                                        (self.clock.time_ms() - retention_ms,)).rowcount
+                                     (self.clock.time_ms() - retention_ms,)).rowcount
 
     def touch(self) -> None:
         """A one-row write (the next record number, unchanged): whether writes pass again
