@@ -97,15 +97,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("broker.compression", str, "snappy", "Kafka compression codec.",
             choices=("none", "gzip", "snappy", "lz4", "zstd")),
     *security_settings("broker"),
-    Setting("broker.send_path", str, "python", "How sealed slots reach Kafka: `python` "
-            "(confluent-kafka, one call per record) or `native` (the extension built by `make "
-            "native`: the record loop and the delivery reports in native code, agent/native). "
-            "docs/performance.md compares them.", choices=("python", "native")),
+    Setting("broker.send_path", str, "auto", "How sealed slots reach Kafka: `native` (the "
+            "extension `make setup` builds and the .deb ships: the record loop and the delivery "
+            "reports in native code, agent/native), `python` (confluent-kafka, one call per "
+            "record), or `auto`: `native` where the extension is installed, `python` where it "
+            "is not and with `delivery = \"exactly_once\"`; the ready line says which runs and "
+            "why. docs/performance.md compares them.", choices=("auto", "native", "python")),
     Setting("broker.delivery", str, "at_least_once", "`at_least_once`: after a crash the "
             "slots that were in flight are sent again (duplicates, never loss). "
             "`exactly_once`: slots go in Kafka transactions with the agent's progress marker, "
-            "so read_committed consumers see every event once (docs/exactly-once.md); needs "
-            "`send_path = \"python\"`.", choices=("at_least_once", "exactly_once")),
+            "so read_committed consumers see every event once (docs/exactly-once.md); sends "
+            "through the Python path (`send_path` `auto` or `python`).",
+            choices=("at_least_once", "exactly_once")),
     Setting("broker.transaction_ms", float, 100.0, "`exactly_once`: slots join a transaction "
             "for at most this long; it commits sooner when the agent has caught up. Records "
             "are visible to read_committed consumers at the commit.", minimum=1),
@@ -354,10 +357,10 @@ def _check_combinations(values: dict, sources: list[SourceConfig]) -> None:
             raise ConfigError(f"sources[{i}].topic", f"{src.topic!r} is the audit topic",
                               hint="events and audit counts need topics of their own; change "
                               "the source's topic or [audit] topic")
-    if values["broker.delivery"] == "exactly_once" and values["broker.send_path"] != "python":
-        raise ConfigError("broker.delivery", "exactly_once needs send_path = \"python\": the "
+    if values["broker.delivery"] == "exactly_once" and values["broker.send_path"] == "native":
+        raise ConfigError("broker.delivery", "exactly_once needs the Python send path: the "
                           "native send path does not do transactions",
-                          hint="set [broker] send_path = \"python\", or delivery = "
+                          hint="set [broker] send_path = \"auto\" or \"python\", or delivery = "
                           "\"at_least_once\"")
     if not values["broker.bootstrap_servers"].strip():
         raise ConfigError("broker.bootstrap_servers", "must not be empty")

@@ -52,11 +52,13 @@ def check_socket_groups(cfg: AgentConfig) -> None:
 def check_producer(cfg: AgentConfig) -> None:
     from confluent_kafka import KafkaException, Producer
 
+    from .drain.native import choose_send_path
     from .drain.producer import producer_config
 
     # Built without the bootstrap servers, so it connects to nothing: the properties are
     # checked when the client is created (ssl.* files included), not when it connects.
-    conf = {k: v for k, v in producer_config(cfg).items() if k != "bootstrap.servers"}
+    path, _ = choose_send_path(cfg["broker.send_path"], cfg["broker.delivery"])
+    conf = {k: v for k, v in producer_config(cfg, path).items() if k != "bootstrap.servers"}
     ours = set(cfg["broker.librdkafka_options"])
     try:
         producer = Producer(conf, logger=_SILENT)

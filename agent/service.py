@@ -30,7 +30,7 @@ from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
 from .diskguard import DiskGuard, disk_full
 from .drain.drain import Drain
-from .drain.native import NativeDrain, NativeUnavailable, native_module
+from .drain.native import NativeDrain, NativeUnavailable, choose_send_path, native_module
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .drain.topics import TopicWatch
 from .drain.transact import TransactionalDrain
@@ -120,11 +120,19 @@ class Agent:
             self.abandon()            # as a process that dies here would: nothing written
             raise
 
+    def _choose_send_path(self, cfg: AgentConfig) -> tuple[str, str]:
+        """The send path this agent runs, and why (``broker.send_path``; a test's stand-in
+        producer without a stand-in extension is the Python path's)."""
+        seams = self.seams
+        stand_in = seams.native_factory or seams.producer_factory
+        return choose_send_path(cfg["broker.send_path"], cfg["broker.delivery"],
+                                installed=seams.native_factory is not None if stand_in else None)
+
     def _native(self, cfg: AgentConfig):
-        """The native extension when the agent sends with it (``broker.send_path =
-        "native"``), for the drain and the tally's per-record hash; None with the Python path
-        or a test's stand-in producer. Refuses to start without it, before anything opens."""
-        if cfg["broker.send_path"] != "native" or self.seams.native_factory is not None:
+        """The native extension when the agent sends with it, for the drain and the tally's
+        per-record hash; None with the Python path or a test's stand-in producer. Refuses to
+        start without it (``send_path = "native"``), before anything opens."""
+        if self.send_path != "native" or self.seams.native_factory is not None:
             return None
         try:
             return native_module()
@@ -133,6 +141,7 @@ class Agent:
                                "send_path = \"python\"") from exc
 
     def _open(self, cfg: AgentConfig) -> None:
+        self.send_path, self.send_path_why = self._choose_send_path(cfg)
         extension = self._native(cfg)
         self.metrics = Metrics()
         self.exit_code = 0
@@ -147,7 +156,7 @@ class Agent:
             db=self.db, agent_id=cfg.agent_id, topics=_topics(cfg.sources),
             audit_topic=cfg["audit.topic"],
             window_ms=cfg["audit.window_ms"], interval_ms=cfg["audit.interval_ms"],
-            producer_conf=producer_config(cfg), metrics=self.metrics,
+            producer_conf=producer_config(cfg, self.send_path), metrics=self.metrics,
             enabled=cfg["audit.enabled"], clock=lambda: self.clock.time_ms() / 1000,
             incarnation=self.incarnation,
             numbers=self._numbers if cfg["agent.record_numbers"] and cfg["agent.origin_header"]
@@ -184,7 +193,7 @@ class Agent:
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
         numbered = cfg["agent.record_numbers"] and origin is not None
         drain_class, native = Drain, {}
-        if cfg["broker.send_path"] == "native":
+        if self.send_path == "native":
             drain_class, native = NativeDrain, {"native_factory": self.seams.native_factory}
         elif cfg["broker.delivery"] == "exactly_once":
             drain_class, native = TransactionalDrain, {
@@ -194,13 +203,14 @@ class Agent:
                 "max_slots": cfg["broker.transaction_max_slots"],
                 "transaction_timeout_ms": cfg["broker.transaction_timeout_ms"],
                 "crash_point": self.seams.txn_crash_point}
-        self.drain = drain_class(self.pool, producer_config(cfg), self.journal, self.metrics,
-                                 cfg.dead_letter_dir, origin, on_slot_done=self._slot_done,
-                                 on_dead=self.audit.uncount, clock=self.clock,
+        self.drain = drain_class(self.pool, producer_config(cfg, self.send_path), self.journal,
+                                 self.metrics, cfg.dead_letter_dir, origin,
+                                 on_slot_done=self._slot_done, on_dead=self.audit.uncount,
+                                 clock=self.clock,
                                  producer_factory=self.seams.producer_factory,
                                  incarnation=self.incarnation.encode() if numbered else None,
                                  **native)
-        self.topic_watch = TopicWatch(producer_config(cfg), self._topics,
+        self.topic_watch = TopicWatch(producer_config(cfg, self.send_path), self._topics,
                                       on_answer=self.drain.cluster_answered)
         self.drain.on_unknown_topic = self.topic_watch.unknown
         self.socket_sources: list[SocketSource] = []
@@ -221,7 +231,7 @@ class Agent:
             cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
             linger_ms=cfg["buffer.linger_ms"], seal_when_idle=cfg["buffer.seal_when_idle"],
             seal_when_caught_up=cfg["buffer.seal_when_caught_up"]
-            and cfg["broker.send_path"] == "native",
+            and self.send_path == "native",
             on_full=cfg["buffer.on_full"],
             oversize=cfg["buffer.oversize"], spill_dir=cfg.spill_dir if spill else None,
             spill_max_bytes=spill, quarantine_dir=cfg.quarantine_dir,
@@ -359,8 +369,8 @@ class Agent:
         self._last_scan = self.monotonic()
         sealed = self.pool.stats()["sealed_slots"]
         self.notifier.ready(f"recovered {sealed} sealed slot(s); shipping")
-        log.info("agent %s ready: %d sealed slot(s) recovered; send path %s",
-                 self.cfg.agent_id, sealed, self.drain.describe())
+        log.info("agent %s ready: %d sealed slot(s) recovered; send path %s (%s)",
+                 self.cfg.agent_id, sealed, self.drain.describe(), self.send_path_why)
 
     def turn(self) -> tuple[int, int, bool]:
         """One turn of the loop: scan when due, read, seal what lingered, send it, checkpoint, serve
@@ -511,7 +521,7 @@ class Agent:
             self.notifier.ready("reload refused, running sources kept")
             return
         try:
-            conf = producer_config(cfg)          # the secret files, read again
+            conf = producer_config(cfg, self.send_path)       # the secret files, read again
         except ConfigError as exc:
             log.error("reload refused, keeping the running settings: %s", exc.render())
             self.notifier.ready("reload refused, running settings kept")

@@ -116,6 +116,7 @@ class StatusBoard:
             "broker": {"state": a.drain.broker_state,
                        "bootstrap_servers": a.cfg["broker.bootstrap_servers"],
                        "security": a.cfg.security.describe(),
+                       "send_path": a.send_path, "send_path_why": a.send_path_why,
                        "outages": m.get("agent_drain_outages_total"),
                        "missing_topics": list(a.topic_watch.missing),
                        "topics_checked": a.topic_watch.checked,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from agent.drain.native import NativeUnavailable, native_module
+from agent.drain.native import extension_installed as native_built  # noqa: F401 (make native)
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
@@ -59,15 +59,6 @@ def _clock_shim(build_dir: Path) -> Path:
         subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(lib),
                         str(Path(__file__).with_name("clockshift.c")), "-ldl"], check=True)
     return lib
-
-
-def native_built() -> bool:
-    """Is the native send path's extension installed (``make native``)?"""
-    try:
-        native_module()
-    except NativeUnavailable:
-        return False
-    return True
 
 
 def write_config(path: Path, bootstrap: str, state_dir: Path, sources: list[dict],

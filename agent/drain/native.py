@@ -49,6 +49,32 @@ def native_module():
     return docket_native
 
 
+def extension_installed() -> bool:
+    try:
+        native_module()
+    except NativeUnavailable:
+        return False
+    return True
+
+
+def choose_send_path(setting: str, delivery: str,
+                     installed: bool | None = None) -> tuple[str, str]:
+    """The send path an agent runs for ``broker.send_path`` = ``setting``, and why (for its
+    ready line). ``auto`` is the native path wherever the extension imports, the Python path
+    where it does not (said, with how to build it) and with exactly once (transactions are the
+    Python path's); an explicit ``native`` or ``python`` is taken as it is (``config.check``
+    refuses ``native`` with exactly once). ``installed``: whether the extension is there
+    (None: try to import it)."""
+    if setting != "auto":
+        return setting, "set by broker.send_path"
+    if delivery == "exactly_once":
+        return "python", "auto: exactly_once sends through the Python path"
+    if extension_installed() if installed is None else installed:
+        return "native", "auto: the native extension is installed"
+    return "python", ("auto: the native extension (docket_native) is not installed here; "
+                      "`make native` builds it")
+
+
 def _native_conf(conf: dict) -> dict[str, str]:
     """librdkafka's properties as text (the Python client takes Python values); the drain's
     callbacks are the Python producer's own."""

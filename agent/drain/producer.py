@@ -55,14 +55,15 @@ CONNECT_TIMEOUT_MS = 10_000
 RECONNECT_BACKOFF_MAX_MS = 2_000
 
 
-def producer_config(cfg: AgentConfig) -> dict:
+def producer_config(cfg: AgentConfig, send_path: str) -> dict:
+    """librdkafka's settings for the agent's producers; ``send_path``: the path the agent runs
+    (``native.choose_send_path``), whose linger differs."""
     conf = {
         "bootstrap.servers": cfg["broker.bootstrap_servers"],
         "acks": "all",
         "enable.idempotence": True,
         "compression.type": cfg["broker.compression"],
-        "linger.ms": (NATIVE_LINGER_MS if cfg["broker.send_path"] == "native"
-                      else PRODUCER_LINGER_MS),
+        "linger.ms": NATIVE_LINGER_MS if send_path == "native" else PRODUCER_LINGER_MS,
         "batch.size": min(cfg["buffer.slot_size_bytes"], BATCH_MAX_BYTES),
         "queue.buffering.max.kbytes": 64 * 1024,
         "queue.buffering.max.messages": 500_000,

@@ -30,11 +30,11 @@ Prints one JSON line. Figures:
   loop (target >= 1.0) and cpu_vs_bare_positional, the agent's CPU per event over that loop's
   (target <= 1.3); rss target <= 150 MB. The agent (each way) and the two bare loops without a
   callback run alternately twice each; the best run of each is reported.
-With ``--before REF`` (a git commit of this repository) the agent of REF, checked out into a
-temporary worktree and run with the same interpreter and packages, alternates with this one as a
-third contender: before_agent_events_s, before_agent_cpu_s_per_million, and ratio_vs_before /
-cpu_vs_before (this checkout's best over REF's best), for a change that must not make the agent
-slower or costlier per event.
+With ``--before REF`` (a git commit of this repository, 5f98e57 or later: each agent is told
+its send path) the agent of REF, checked out into a temporary worktree and run with the same
+interpreter and packages, alternates with this one as a third contender: before_agent_events_s,
+before_agent_cpu_s_per_million, and ratio_vs_before / cpu_vs_before (this checkout's best over
+REF's best), for a change that must not make the agent slower or costlier per event.
 When the native send path's extension is installed (``make native``), the agent with
 ``broker.send_path = "native"`` runs beside the others: native_events_s,
 native_cpu_s_per_million, native_peak_rss_mb, and native_vs_python_events / _cpu.
@@ -165,14 +165,15 @@ def throughput_config(bootstrap: str, topic: str, work: Path, path: Path | str,
     pool of 1 MiB slots, ``sync_on_seal``, one file source on ``path``; ``broker``: further
     ``[broker]`` settings."""
     work.mkdir()
-    broker = {**({"send_path": send_path} if send_path != "python" else {}), **(broker or {})}
+    broker = {"send_path": send_path, **(broker or {})}
     return write_config(work / "agent.toml", bootstrap, work / "state",
                         [{"type": "file", "paths": [str(path)], "topic": topic}],
                         buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
                                 "sync_on_seal": True},
                         agent={"id": "bench", "record_numbers": numbered},
-                        # (the default not written: an older agent, --before, knows no such key)
-                        **({"broker": broker} if broker else {}))
+                        # (written, not left to `auto`: an agent before 5f98e57, given to
+                        # --before, knows no such key and refuses it)
+                        broker=broker)
 
 
 def agent_run(bootstrap: str, topic: str, work: Path, path: Path | str,

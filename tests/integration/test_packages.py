@@ -224,7 +224,8 @@ def test_the_installed_agent_speaks_the_notify_protocol(installed, kafka, tmp_pa
 
 def test_the_installed_agent_ships_with_its_native_send_path(installed, kafka, tmp_path):
     """The package's virtualenv holds the native extension make setup built; the installed
-    agent with ``send_path = "native"`` ships every line, each once."""
+    agent, its send path left to the default (``auto``), runs it and ships every line, each
+    once."""
     ext = _run(str(AGENT_VENV / "bin/python"), "-c",
                "import docket_native; print(docket_native.LIBRDKAFKA_VERSION)")
     assert ext.returncode == 0, ext.stderr
@@ -235,7 +236,7 @@ def test_the_installed_agent_ships_with_its_native_send_path(installed, kafka, t
     (logs / "a.log").write_bytes(b"".join(b"pkg-%06d\n" % i for i in range(lines)))
     config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
                           [{"type": "file", "paths": [str(logs / "*.log")],
-                            "topic": "pkg.native"}], broker={"send_path": "native"})
+                            "topic": "pkg.native"}])
     agent = AgentProcess(config, tmp_path / "agent.log", binary=AGENT_VENV / "bin/docket-agent")
     agent.start()
     try:
@@ -243,7 +244,7 @@ def test_the_installed_agent_ships_with_its_native_send_path(installed, kafka, t
     finally:
         rc = agent.stop()
     assert rc == 0
-    assert f"send path native (docket_native, librdkafka {ext.stdout.strip()})" \
-        in agent.whole_log()
+    assert f"send path native (docket_native, librdkafka {ext.stdout.strip()}) (auto: the " \
+        "native extension is installed)" in agent.whole_log()
     assert set(counts) == {b"pkg-%06d" % i for i in range(lines)}
     assert max(counts.values()) == 1

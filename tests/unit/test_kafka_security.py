@@ -43,7 +43,7 @@ def _sasl(files, **more) -> dict:
 
 def test_sasl_ssl_reads_the_password_from_its_file_into_the_producer(files):
     cfg = parse_agent(_sasl(files))
-    conf = producer_config(cfg)
+    conf = producer_config(cfg, "python")
     assert conf["security.protocol"] == "SASL_SSL"
     assert conf["sasl.mechanism"] == "SCRAM-SHA-512"
     assert (conf["sasl.username"], conf["sasl.password"]) == ("agent", PASSWORD)
@@ -54,16 +54,16 @@ def test_sasl_ssl_reads_the_password_from_its_file_into_the_producer(files):
 
 def test_a_changed_password_file_is_read_again(files):
     cfg = parse_agent(_sasl(files))
-    before = producer_config(cfg)["sasl.password"]
+    before = producer_config(cfg, "python")["sasl.password"]
     files["password"].write_text("the new one\n")
-    assert (before, producer_config(cfg)["sasl.password"]) == (PASSWORD, "the new one")
+    assert (before, producer_config(cfg, "python")["sasl.password"]) == (PASSWORD, "the new one")
 
 
 def test_mutual_tls_names_the_certificate_and_key(files):
     cfg = parse_agent({"broker": {"security_protocol": "ssl", "ssl_ca_file": str(files["ca"]),
                                   "ssl_certificate_file": str(files["cert"]),
                                   "ssl_key_file": str(files["key"])}})
-    conf = producer_config(cfg)
+    conf = producer_config(cfg, "python")
     assert conf["security.protocol"] == "SSL"
     assert conf["ssl.certificate.location"] == str(files["cert"])
     assert conf["ssl.key.location"] == str(files["key"])
@@ -132,7 +132,7 @@ def test_a_secret_among_the_pass_through_options_is_refused(files):
 def test_systemd_credentials_are_found_in_their_folder(files, monkeypatch):
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(files["password"].parent))
     cfg = parse_agent(_sasl(files, sasl_password_file="${CREDENTIALS_DIRECTORY}/kafka.password"))
-    assert producer_config(cfg)["sasl.password"] == PASSWORD
+    assert producer_config(cfg, "python")["sasl.password"] == PASSWORD
     monkeypatch.delenv("CREDENTIALS_DIRECTORY")
     with pytest.raises(ConfigError) as e:
         parse_agent(_sasl(files, sasl_password_file="${CREDENTIALS_DIRECTORY}/kafka.password"))
@@ -155,7 +155,8 @@ def test_spark_gets_a_jaas_line_with_the_password_escaped(files):
 
 def test_plaintext_adds_nothing():
     cfg = parse_agent({})
-    assert not any(k.startswith(("security.", "sasl.", "ssl.")) for k in producer_config(cfg))
+    conf = producer_config(cfg, "python")
+    assert not any(k.startswith(("security.", "sasl.", "ssl.")) for k in conf)
     assert cfg.security.describe() == "plaintext"
 
 

@@ -4,12 +4,16 @@ the native path's."""
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
 
 from agent.config import parse
-from agent.drain.native import NativeDrain, NativeUnavailable, native_module
+from agent.drain.drain import Drain
+from agent.drain.native import NativeDrain, NativeUnavailable, extension_installed, native_module
+from agent.drain.producer import NATIVE_LINGER_MS
+from agent.drain.transact import TransactionalDrain
 from agent.errors import StartupError
 from agent.service import Agent, Seams
 from tests.unit.fakenative import FakeSlotProducer
@@ -17,12 +21,12 @@ from tests.unit.fakeproducer import FakeKafka
 from tests.unit.tailkit import FakeClock
 
 
-def config(tmp_path):
+def config(tmp_path, send_path="native"):
     return parse({
         "agent": {"id": "t", "state_dir": str(tmp_path / "state")},
         "buffer": {"size_bytes": 4096 + 4096 + 16 * 4096, "slot_size_bytes": 4096,
                    "sync_on_seal": False},
-        "broker": {"bootstrap_servers": "127.0.0.1:9", "send_path": "native"},
+        "broker": {"bootstrap_servers": "127.0.0.1:9", "send_path": send_path},
         "audit": {"enabled": False},
         "sources": [{"type": "file", "topic": "t", "paths": [str(tmp_path / "app.log")]}],
     })
@@ -36,6 +40,53 @@ def test_without_the_extension_the_agent_refuses_to_start_and_says_how(tmp_path,
         Agent(config(tmp_path), seams=Seams(clock=FakeClock(), file_events=False,
                                             producer_factory=FakeKafka().producer))
     assert "docket_native" in str(e.value) and "send_path" in e.value.hint
+
+
+def test_auto_without_the_extension_runs_the_python_path_and_says_why(tmp_path, monkeypatch,
+                                                                    caplog):
+    """The default: no stand-in producer, the real clients (to a port nobody listens on)."""
+    monkeypatch.setitem(sys.modules, "docket_native", None)
+    agent = Agent(config(tmp_path, "auto"), seams=Seams(clock=FakeClock(), file_events=False))
+    try:
+        assert agent.send_path == "python" and type(agent.drain) is Drain
+        assert not agent.pool.seal_when_caught_up
+        with caplog.at_level(logging.INFO, logger="docket.agent"):
+            agent.begin()
+        ready = [r.getMessage() for r in caplog.records if " ready: " in r.getMessage()]
+        assert len(ready) == 1 and "send path python (confluent-kafka" in ready[0]
+        assert "not installed" in ready[0] and "make native" in ready[0]
+    finally:
+        agent.abandon()
+
+
+@pytest.mark.skipif(not extension_installed(), reason="the native extension is not built here")
+def test_auto_with_the_extension_runs_the_native_path_and_says_why(tmp_path, caplog):
+    agent = Agent(config(tmp_path, "auto"), seams=Seams(clock=FakeClock(), file_events=False))
+    try:
+        assert agent.send_path == "native" and isinstance(agent.drain, NativeDrain)
+        assert agent.drain.conf["linger.ms"] == NATIVE_LINGER_MS
+        with caplog.at_level(logging.INFO, logger="docket.agent"):
+            agent.begin()
+        ready = [r.getMessage() for r in caplog.records if " ready: " in r.getMessage()]
+        assert len(ready) == 1 and "send path native (docket_native, librdkafka" in ready[0]
+        assert "auto: the native extension is installed" in ready[0]
+        broker = agent.board.document()["broker"]
+        assert (broker["send_path"], broker["send_path_why"]) == (
+            "native", "auto: the native extension is installed")
+    finally:
+        agent.abandon()
+
+
+def test_auto_with_exactly_once_runs_the_transactional_python_path(tmp_path):
+    cfg = config(tmp_path, "auto")
+    cfg.values = {**cfg.values, "broker.delivery": "exactly_once"}
+    agent = Agent(cfg, seams=Seams(clock=FakeClock(), file_events=False,
+                                   producer_factory=FakeKafka().producer))
+    try:
+        assert agent.send_path == "python" and isinstance(agent.drain, TransactionalDrain)
+        assert "exactly_once" in agent.send_path_why
+    finally:
+        agent.abandon()
 
 
 def test_with_it_the_drain_is_the_native_path_s(tmp_path):

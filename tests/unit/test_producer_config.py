@@ -1,12 +1,16 @@
-"""The producer's librdkafka settings (``agent/drain/producer.py``): librdkafka's own linger is
-shorter on the native send path, which hands a slot's records over in one native loop; a
-setting in ``broker.librdkafka_options`` still decides."""
+"""The send path an agent runs (``broker.send_path``, ``agent/drain/native.py``) and the
+producer's librdkafka settings (``agent/drain/producer.py``): ``auto`` is the native path where
+the extension is installed and the Python path where it is not or with exactly once; an
+explicit path is kept, and ``native`` with exactly once is refused. librdkafka's own linger is
+shorter on the native path, which hands a slot's records over in one native loop; a setting in
+``broker.librdkafka_options`` still decides."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.config import parse
+from agent.config import ConfigError, parse
+from agent.drain.native import choose_send_path, extension_installed
 from agent.drain.producer import NATIVE_LINGER_MS, PRODUCER_LINGER_MS, producer_config
 
 
@@ -15,14 +19,50 @@ def _config(**broker):
                   "sources": [{"type": "file", "paths": ["/tmp/*.log"], "topic": "app.events"}]})
 
 
+def test_the_default_is_auto():
+    assert _config()["broker.send_path"] == "auto"
+
+
+@pytest.mark.parametrize("setting, delivery, installed, path", [
+    ("auto", "at_least_once", True, "native"),
+    ("auto", "at_least_once", False, "python"),
+    ("auto", "exactly_once", True, "python"),
+    ("auto", "exactly_once", False, "python"),
+    ("python", "at_least_once", True, "python"),
+    ("python", "exactly_once", True, "python"),
+    ("native", "at_least_once", False, "native"),     # the agent then refuses to start, saying so
+])
+def test_the_path_chosen_and_why(setting, delivery, installed, path):
+    chosen, why = choose_send_path(setting, delivery, installed=installed)
+    assert chosen == path
+    if setting != "auto":
+        assert why == "set by broker.send_path"
+    elif delivery == "exactly_once":
+        assert "exactly_once" in why
+    elif not installed:
+        assert "not installed" in why and "make native" in why
+
+
+def test_auto_looks_for_the_extension_itself():
+    assert choose_send_path("auto", "at_least_once")[0] == (
+        "native" if extension_installed() else "python")
+
+
+def test_native_with_exactly_once_is_refused_and_auto_is_not():
+    with pytest.raises(ConfigError) as e:
+        _config(send_path="native", delivery="exactly_once")
+    assert e.value.path == "broker.delivery" and "auto" in e.value.hint
+    assert _config(delivery="exactly_once")["broker.delivery"] == "exactly_once"
+
+
 @pytest.mark.parametrize("send_path, linger", [("python", PRODUCER_LINGER_MS),
                                                ("native", NATIVE_LINGER_MS)])
 def test_librdkafkas_linger_by_send_path(send_path, linger):
-    assert producer_config(_config(send_path=send_path))["linger.ms"] == linger
+    assert producer_config(_config(), send_path)["linger.ms"] == linger
     assert NATIVE_LINGER_MS < PRODUCER_LINGER_MS
 
 
 @pytest.mark.parametrize("send_path", ["python", "native"])
 def test_a_linger_in_librdkafka_options_decides(send_path):
-    cfg = _config(send_path=send_path, librdkafka_options={"linger.ms": 7})
-    assert producer_config(cfg)["linger.ms"] == 7
+    cfg = _config(librdkafka_options={"linger.ms": 7})
+    assert producer_config(cfg, send_path)["linger.ms"] == 7
