@@ -209,14 +209,15 @@ def main(argv: list[str] | None = None, seams=None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "validate":
-            from .preflight import check, describe_pool
+            from .preflight import check, describe_pool, send_path
 
             cfg = load(args.config)
             check(cfg)
             for where, message in cfg.warnings:
                 print(f"{args.config}: warning: {where}: {message}", file=sys.stderr)
+            path, why = send_path(cfg)
             print(f"{args.config}: ok ({len(cfg.sources)} source(s), agent id {cfg.agent_id}, "
-                  f"{describe_pool(cfg)})")
+                  f"{describe_pool(cfg)}; send path {path}: {why})")
             return 0
         if args.command == "default-config":
             print(default_toml(), end="")

@@ -28,6 +28,7 @@ _SILENT.addHandler(logging.NullHandler())
 
 
 def check(cfg: AgentConfig) -> None:
+    check_send_path(cfg)
     check_producer(cfg)
     check_state_dir(cfg.state_dir)
     check_pool_space(cfg)
@@ -49,16 +50,35 @@ def check_socket_groups(cfg: AgentConfig) -> None:
                                   "drop-in")
 
 
+def send_path(cfg: AgentConfig) -> tuple[str, str]:
+    """The send path the agent would run, and why (``drain.native.choose_send_path``)."""
+    from .drain.native import choose_send_path
+
+    return choose_send_path(cfg["broker.send_path"], cfg["broker.delivery"])
+
+
+def check_send_path(cfg: AgentConfig) -> None:
+    """``send_path = "native"`` needs the extension (``auto`` does without it)."""
+    from .drain.native import NativeUnavailable, native_module
+
+    if cfg["broker.send_path"] == "native":
+        try:
+            native_module()
+        except NativeUnavailable as exc:
+            raise ConfigError("broker.send_path", str(exc),
+                              hint="make native; or [broker] send_path = \"auto\" (the Python "
+                              "path where the extension is not installed)") from None
+
+
 def check_producer(cfg: AgentConfig) -> None:
     from confluent_kafka import KafkaException, Producer
 
-    from .drain.native import choose_send_path
     from .drain.producer import producer_config
 
     # Built without the bootstrap servers, so it connects to nothing: the properties are
     # checked when the client is created (ssl.* files included), not when it connects.
-    path, _ = choose_send_path(cfg["broker.send_path"], cfg["broker.delivery"])
-    conf = {k: v for k, v in producer_config(cfg, path).items() if k != "bootstrap.servers"}
+    conf = {k: v for k, v in producer_config(cfg, send_path(cfg)[0]).items()
+            if k != "bootstrap.servers"}
     ours = set(cfg["broker.librdkafka_options"])
     try:
         producer = Producer(conf, logger=_SILENT)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agentkit import BIN
+from tests.agentkit import BIN, native_built
 
 GOOD = """
 [agent]
@@ -107,6 +107,9 @@ def test_the_good_configuration_validates(tmp):
     assert res.returncode == 0, res.stderr
     assert "ok (1 source(s), agent id web-42, pool 63 slots of 1,048,576 bytes: a file of " \
         in res.stdout
+    native = native_built()
+    assert f"; send path {'native' if native else 'python'}: auto: the native extension " \
+        f"{'is installed' if native else '(docket_native) is not installed here'}" in res.stdout
 
 
 @pytest.mark.parametrize("old,new,key,words", CASES, ids=[c[2] or "toml" for c in CASES])

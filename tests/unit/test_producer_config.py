@@ -1,17 +1,21 @@
 """The send path an agent runs (``broker.send_path``, ``agent/drain/native.py``) and the
 producer's librdkafka settings (``agent/drain/producer.py``): ``auto`` is the native path where
 the extension is installed and the Python path where it is not or with exactly once; an
-explicit path is kept, and ``native`` with exactly once is refused. librdkafka's own linger is
+explicit path is kept, ``native`` with exactly once is refused, and so is ``native`` without
+the extension (``docket-agent validate``). librdkafka's own linger is
 shorter on the native path, which hands a slot's records over in one native loop; a setting in
 ``broker.librdkafka_options`` still decides."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 
 from agent.config import ConfigError, parse
 from agent.drain.native import choose_send_path, extension_installed
 from agent.drain.producer import NATIVE_LINGER_MS, PRODUCER_LINGER_MS, producer_config
+from agent.preflight import check_send_path, send_path
 
 
 def _config(**broker):
@@ -46,6 +50,16 @@ def test_the_path_chosen_and_why(setting, delivery, installed, path):
 def test_auto_looks_for_the_extension_itself():
     assert choose_send_path("auto", "at_least_once")[0] == (
         "native" if extension_installed() else "python")
+
+
+def test_validate_refuses_native_without_the_extension_and_auto_runs_python(monkeypatch):
+    monkeypatch.setitem(sys.modules, "docket_native", None)      # import fails: not built
+    with pytest.raises(ConfigError) as e:
+        check_send_path(_config(send_path="native"))
+    assert e.value.path == "broker.send_path" and "make native" in e.value.hint
+    check_send_path(_config())
+    path, why = send_path(_config())
+    assert path == "python" and "not installed" in why
 
 
 def test_native_with_exactly_once_is_refused_and_auto_is_not():
