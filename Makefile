@@ -50,7 +50,8 @@ debian-tools:
 # docket_native (make deb installs the same wheel). Needs cargo (rustup's, in ~/.cargo/bin, or
 # on PATH), a C compiler, make, and OpenSSL's and zlib's headers (libssl-dev, zlib1g-dev:
 # installed here as root when missing). Without cargo, make setup says so and goes on: the
-# agent keeps its Python send path (broker.send_path = "python"), the native tests skip.
+# agent sends with its Python send path (broker.send_path = "auto" chooses it), the native tests
+# skip.
 native: $(STAMP)
 	@$(MAKE) --no-print-directory native-build
 
@@ -69,8 +70,8 @@ $(NATIVE_STAMP): $(wildcard agent/native/src/*.rs) agent/native/Cargo.toml \
 	@if $(CARGO_ENV) command -v cargo >/dev/null; then \
 		$(MAKE) --no-print-directory native-build; \
 	else echo "make setup: no cargo (Rust, https://rustup.rs) here: the native send path is" \
-		"not built; the agent sends with broker.send_path = \"python\" and the native" \
-		"tests are skipped" >&2; fi
+		"not built; the agent sends with its Python send path (the default, \"auto\"," \
+		"chooses it there) and the native tests are skipped" >&2; fi
 
 test: setup
 	$(BIN)/pytest $(PYTEST_ARGS)

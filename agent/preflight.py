@@ -71,26 +71,40 @@ def check_send_path(cfg: AgentConfig) -> None:
 
 
 def check_producer(cfg: AgentConfig) -> None:
+    """The producer settings as the clients of the agent's send path take them: the Python
+    client's (every path has one: the audit's producer, resends), and with the native path the
+    extension's, whose librdkafka is another build (no libcurl: ``https.*`` refused)."""
     from confluent_kafka import KafkaException, Producer
 
+    from .drain.native import native_refusal
     from .drain.producer import producer_config
 
     # Built without the bootstrap servers, so it connects to nothing: the properties are
     # checked when the client is created (ssl.* files included), not when it connects.
-    conf = {k: v for k, v in producer_config(cfg, send_path(cfg)[0]).items()
-            if k != "bootstrap.servers"}
+    path = send_path(cfg)[0]
+    conf = {k: v for k, v in producer_config(cfg, path).items() if k != "bootstrap.servers"}
     ours = set(cfg["broker.librdkafka_options"])
     try:
         producer = Producer(conf, logger=_SILENT)
     except (KafkaException, ValueError, TypeError) as exc:
         text = str(exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc)
-        key = next((k for k in sorted(ours, key=len, reverse=True) if f'"{k}"' in text
-                    or f" {k}" in text), None)
-        where = f"broker.librdkafka_options.{key}" if key else "broker.librdkafka_options"
-        raise ConfigError(where, f"librdkafka refuses the producer configuration: {text}",
-                          hint="see librdkafka's CONFIGURATION.md for the property names and "
-                          "values") from None
+        raise _refused(ours, f"librdkafka refuses the producer configuration: {text}",
+                       "see librdkafka's CONFIGURATION.md for the property names and "
+                       "values") from None
     del producer
+    text = native_refusal(conf) if path == "native" else None
+    if text is not None:
+        raise _refused(ours, f"the native send path's librdkafka refuses the producer "
+                       f"configuration: {text}", "remove the property, or set [broker] "
+                       "send_path = \"python\" to send with the Python client, which takes it")
+
+
+def _refused(ours: set[str], problem: str, hint: str) -> ConfigError:
+    """A refused producer configuration, at the option of ours that librdkafka's text names."""
+    key = next((k for k in sorted(ours, key=len, reverse=True) if f'"{k}"' in problem
+                or f" {k}" in problem), None)
+    where = f"broker.librdkafka_options.{key}" if key else "broker.librdkafka_options"
+    return ConfigError(where, problem, hint=hint)
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -82,6 +82,8 @@ EVENT_SCAN_MIN_S = 0.05          # file events trigger a scan at most this often
 IDLE_WAIT_S = 0.002              # nothing read or sent: wait this long for delivery reports
 IDLE_WAIT_WATCHED_S = 0.05      # ... or this long when a write wakes the wait (watch.py)
 IDLE_WAIT_BLOCKED_S = 0.05       # ... and this long when the pool is full
+# Settings a reload (SIGHUP) cannot change: they choose the drain (docs/agent.md)
+RESTART_SETTINGS = ("broker.send_path", "broker.delivery")
 CLOCK_STEP_S = 2.0               # the wall clock moving this much more or less than the
 #                                  monotonic one between two looks (a second apart) is a step
 
@@ -96,7 +98,7 @@ class Seams:
     fs: FsOps = field(default_factory=FsOps)
     pool_ops: FileOps | None = None
     producer_factory: Callable[[dict], object] | None = None
-    native_factory: Callable[[dict], object] | None = None    # broker.send_path = "native"
+    native_factory: Callable[[dict], object] | None = None    # the native send path's
     txn_crash_point: Callable[[str], None] | None = None      # broker.delivery = "exactly_once"
     db_crash_point: Callable[[str], None] | None = None
     file_events: bool = True
@@ -138,10 +140,11 @@ class Agent:
             return native_module()
         except NativeUnavailable as exc:
             raise StartupError(str(exc), hint="make native; or [broker] "
-                               "send_path = \"python\"") from exc
+                               "send_path = \"auto\"") from exc
 
     def _open(self, cfg: AgentConfig) -> None:
         self.send_path, self.send_path_why = self._choose_send_path(cfg)
+        self._started_with = {k: cfg[k] for k in RESTART_SETTINGS}
         extension = self._native(cfg)
         self.metrics = Metrics()
         self.exit_code = 0
@@ -520,6 +523,11 @@ class Agent:
             log.error("reload refused, keeping the running sources: %s", exc.render())
             self.notifier.ready("reload refused, running sources kept")
             return
+        for key in RESTART_SETTINGS:
+            if cfg[key] != self._started_with[key]:
+                log.warning("reload: %s = %r takes effect at the next start; this agent goes "
+                            "on with %r (send path %s)", key, cfg[key], self._started_with[key],
+                            self.send_path)
         try:
             conf = producer_config(cfg, self.send_path)       # the secret files, read again
         except ConfigError as exc:

@@ -2,8 +2,9 @@
 acknowledged.
 
 - ``drain``: the sending, the delivery outcomes per slot, the outage guard, refused topics.
-- ``native``: the native send path (``broker.send_path = "native"``): slots handed to the
-  extension built from agent/native, outcomes reported once per slot.
+- ``native``: the native send path (``broker.send_path``: ``auto`` where the extension is
+  installed, or ``native``), and the choice of path: slots handed to the extension built from
+  agent/native, outcomes reported once per slot.
 - ``transact``: exactly once (``broker.delivery = "exactly_once"``): slots in Kafka
   transactions with the agent's progress marker; a restart frees what the marker names.
 - ``slotsend``: one slot on its way: the cursor over its records and what became of each.

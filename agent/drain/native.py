@@ -1,6 +1,7 @@
-"""The drain with the native send path (``broker.send_path = "native"``): a slot's blocks are
-handed to ``docket_native.SlotProducer`` (agent/native) as the pool frames them, and the record
-loop and every delivery report run in native code. The drain hears of each failure by its index
+"""The drain with the native send path (``broker.send_path`` ``auto``, where the extension is
+installed, or ``native``; ``choose_send_path`` below): a slot's blocks are handed to
+``docket_native.SlotProducer`` (agent/native) as the pool frames them, and the record loop and
+every delivery report run in native code. The drain hears of each failure by its index
 in the slot (no search for its record among twins), and once per slot that every record of it
 was reported: the slot is complete when that report is in and nothing of it waits to go again
 (no zero points for it).
@@ -45,8 +46,18 @@ def native_module():
         raise NativeUnavailable(
             "broker.send_path = \"native\" needs the native extension (docket_native), which "
             f"is not installed here ({exc}); build it with `make native`, or set "
-            "send_path = \"python\"") from exc
+            "send_path = \"auto\" (the Python path where it is not installed)") from exc
     return docket_native
+
+
+def native_refusal(conf: dict) -> str | None:
+    """Why the extension's librdkafka refuses the producer settings ``conf``, or None: a
+    producer made and dropped (it contacts nobody when ``conf`` names no bootstrap servers)."""
+    try:
+        native_module().SlotProducer(_native_conf(conf))
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def extension_installed() -> bool:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from agent.config import parse
+from agent.config import load, parse, to_toml
 from agent.drain.drain import Drain
 from agent.drain.native import NativeDrain, NativeUnavailable, extension_installed, native_module
 from agent.drain.producer import NATIVE_LINGER_MS
@@ -89,11 +89,17 @@ def test_auto_with_exactly_once_runs_the_transactional_python_path(tmp_path):
         agent.abandon()
 
 
-def test_with_it_the_drain_is_the_native_path_s(tmp_path):
+def _with_stand_ins(cfg, file_events=False):
+    """An agent over a fake Kafka with a stand-in of the extension, and the fake."""
     kafka = FakeKafka()
-    agent = Agent(config(tmp_path), seams=Seams(
-        clock=FakeClock(), file_events=False, producer_factory=kafka.producer,
-        native_factory=lambda conf: FakeSlotProducer(conf, kafka)))
+    agent = Agent(cfg, seams=Seams(clock=FakeClock(), file_events=file_events,
+                                   producer_factory=kafka.producer,
+                                   native_factory=lambda conf: FakeSlotProducer(conf, kafka)))
+    return agent, kafka
+
+
+def test_with_it_the_drain_is_the_native_path_s(tmp_path):
+    agent, kafka = _with_stand_ins(config(tmp_path))
     try:
         assert isinstance(agent.drain, NativeDrain)
         assert [p.role for p in kafka.producers] == ["main", "native"]
@@ -109,10 +115,7 @@ def test_the_idle_wait_sleeps_on_file_writes_and_never_turns_faster_for_other_fi
     from agent.service import IDLE_WAIT_S, IDLE_WAIT_WATCHED_S
 
     (tmp_path / "app.log").write_bytes(b"")
-    kafka = FakeKafka()
-    agent = Agent(config(tmp_path), seams=Seams(
-        clock=FakeClock(), file_events=True, producer_factory=kafka.producer,
-        native_factory=lambda conf: FakeSlotProducer(conf, kafka)))
+    agent, _ = _with_stand_ins(config(tmp_path), file_events=True)
     try:
         agent.begin()
         agent.turn()
@@ -133,5 +136,36 @@ def test_the_idle_wait_sleeps_on_file_writes_and_never_turns_faster_for_other_fi
         assert read == 0 and agent._idle_wait(False) == (IDLE_WAIT_S, -1)
         agent.turn()
         assert agent._idle_wait(False) == (IDLE_WAIT_WATCHED_S, fd)
+    finally:
+        agent.abandon()
+
+
+def test_a_reload_keeps_the_send_path_and_says_that_a_change_waits_for_the_next_start(
+        tmp_path, caplog):
+    file = tmp_path / "agent.toml"
+    values = {"agent.id": "t", "agent.state_dir": str(tmp_path / "state"),
+              "buffer.size_bytes": 4096 + 4096 + 16 * 4096, "buffer.slot_size_bytes": 4096,
+              "buffer.sync_on_seal": False, "broker.bootstrap_servers": "127.0.0.1:9",
+              "audit.enabled": False}
+    sources = [{"type": "file", "topic": "t", "paths": [str(tmp_path / "app.log")]}]
+    file.write_text(to_toml(values, sources))
+    agent, _ = _with_stand_ins(load(file))
+    try:
+        agent.begin()
+        assert agent.send_path == "native"
+        file.write_text(to_toml({**values, "broker.send_path": "python"}, sources))
+        agent._reload.set()
+        with caplog.at_level(logging.WARNING, logger="docket.agent"):
+            agent.turn()
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert said == ["reload: broker.send_path = 'python' takes effect at the next start; "
+                        "this agent goes on with 'auto' (send path native)"]
+        assert agent.send_path == "native" and isinstance(agent.drain, NativeDrain)
+        caplog.clear()
+        file.write_text(to_toml(values, sources))          # back as it started: nothing said
+        agent._reload.set()
+        with caplog.at_level(logging.WARNING, logger="docket.agent"):
+            agent.turn()
+        assert not [r for r in caplog.records if r.levelno == logging.WARNING]
     finally:
         agent.abandon()

@@ -15,7 +15,7 @@ import pytest
 from agent.config import ConfigError, parse
 from agent.drain.native import choose_send_path, extension_installed
 from agent.drain.producer import NATIVE_LINGER_MS, PRODUCER_LINGER_MS, producer_config
-from agent.preflight import check_send_path, send_path
+from agent.preflight import check_producer, check_send_path, send_path
 
 
 def _config(**broker):
@@ -60,6 +60,20 @@ def test_validate_refuses_native_without_the_extension_and_auto_runs_python(monk
     check_send_path(_config())
     path, why = send_path(_config())
     assert path == "python" and "not installed" in why
+
+
+@pytest.mark.skipif(not extension_installed(), reason="the native extension is not built here")
+def test_validate_refuses_what_only_the_native_paths_librdkafka_refuses():
+    """The extension's librdkafka is built without libcurl; the Python client's takes
+    ``https.ca.pem``. A start on the native path would fail where validate passed."""
+    options = {"librdkafka_options": {"https.ca.pem": "unused"}}
+    check_producer(_config(send_path="python", **options))
+    for path in ("auto", "native"):
+        with pytest.raises(ConfigError) as e:
+            check_producer(_config(send_path=path, **options))
+        assert e.value.path == "broker.librdkafka_options.https.ca.pem"
+        assert "native send path" in e.value.problem and "python" in e.value.hint
+    check_producer(_config())
 
 
 def test_native_with_exactly_once_is_refused_and_auto_is_not():
