@@ -144,7 +144,6 @@ class Agent:
 
     def _open(self, cfg: AgentConfig) -> None:
         self.send_path, self.send_path_why = self._choose_send_path(cfg)
-        self._started_with = {k: cfg[k] for k in RESTART_SETTINGS}
         extension = self._native(cfg)
         self.metrics = Metrics()
         self.exit_code = 0
@@ -524,9 +523,9 @@ class Agent:
             self.notifier.ready("reload refused, running sources kept")
             return
         for key in RESTART_SETTINGS:
-            if cfg[key] != self._started_with[key]:
+            if cfg[key] != self.cfg[key]:
                 log.warning("reload: %s = %r takes effect at the next start; this agent goes "
-                            "on with %r (send path %s)", key, cfg[key], self._started_with[key],
+                            "on with %r (send path %s)", key, cfg[key], self.cfg[key],
                             self.send_path)
         try:
             conf = producer_config(cfg, self.send_path)       # the secret files, read again
@@ -537,8 +536,10 @@ class Agent:
         if conf != self.drain.conf or self.drain.broker_state != "up":
             # Credentials (read again from their files) or the cluster changed, or the
             # cluster refuses us: every Kafka client starts afresh with what the files say.
-            self.cfg.values = {**self.cfg.values, **{k: v for k, v in cfg.values.items()
-                                                     if k.startswith("broker.")}}
+            # (the settings a reload cannot change stay as the agent runs them)
+            self.cfg.values = {**self.cfg.values, **{
+                k: v for k, v in cfg.values.items()
+                if k.startswith("broker.") and k not in RESTART_SETTINGS}}
             self.drain.reconfigure(conf)
             self.topic_watch.reconfigure(conf)
             self.audit.reconfigure(conf)
