@@ -167,6 +167,12 @@ def _status(args) -> int:
           + (f", oldest event {age:.1f} s old" if age is not None else ""))
     print(f"  broker    {broker['state']} ({broker['bootstrap_servers']}, "
           f"{broker.get('security', 'plaintext')}), {broker['outages']:.0f} outage(s)")
+    stall = broker.get("stall")
+    if stall is not None:
+        print(f"  stall     nothing acknowledged since {stall['since']} while the cluster "
+              f"answers: {stall['replacements']} producer(s) replaced")
+    elif broker.get("unacknowledged_s", 0) >= 10:
+        print(f"  waiting   nothing acknowledged for {broker['unacknowledged_s']:.0f} s")
     if not broker["topics_checked"]:
         print("  topics    not checked yet: the cluster has not answered a metadata request")
     for topic in broker["missing_topics"]:

@@ -6,7 +6,8 @@ state once and then a reminder, not 1.8 million lines a day: :class:`Quieter` le
 line of each kind through, then at most one per ``every_s``, saying how many like it were held
 back (and :func:`flush_held` says it when no later line comes to carry the count). A "kind" is
 the logger, the level, the message with its numbers blanked (the same failure against another
-port or after another delay is the same kind) and the exception's type.
+port or after another delay is the same kind) and the exception's type. DEBUG lines, asked for
+with ``--log-level debug`` (and librdkafka's ``debug`` setting), are never held back.
 
 Messages known to be expected noise (a fresh broker's ``Coordinator load in progress`` while
 the idempotent producer starts) are logged at INFO, not WARNING.
@@ -37,8 +38,8 @@ class Quieter(logging.Filter):
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if getattr(record, "docket_held_summary", False):
-            return True
+        if getattr(record, "docket_held_summary", False) or record.levelno < logging.INFO:
+            return True             # DEBUG lines were asked for (--log-level, librdkafka's debug)
         message = record.getMessage()
         if record.levelno == logging.WARNING and any(n in message for n in EXPECTED_NOISE):
             record.levelno, record.levelname = logging.INFO, "INFO"

@@ -91,14 +91,16 @@ CLOCK_STEP_S = 2.0               # the wall clock moving this much more or less 
 @dataclass
 class Seams:
     """What a test replaces to drive the real agent step by step: time, the file system, the
-    pool's file operations (crash points), the Kafka client, crash points of the state database,
-    and file events (off: scans happen on the poll interval alone)."""
+    pool's file operations (crash points), the Kafka clients (the producers, and the client
+    that asks whether the cluster answers), crash points of the state database, and file
+    events (off: scans happen on the poll interval alone)."""
 
     clock: Clock = field(default_factory=Clock)
     fs: FsOps = field(default_factory=FsOps)
     pool_ops: FileOps | None = None
     producer_factory: Callable[[dict], object] | None = None
     native_factory: Callable[[dict], object] | None = None    # the native send path's
+    probe_factory: Callable[[dict], object] | None = None     # the drain's "does it answer?"
     txn_crash_point: Callable[[str], None] | None = None      # broker.delivery = "exactly_once"
     db_crash_point: Callable[[str], None] | None = None
     file_events: bool = True
@@ -210,6 +212,7 @@ class Agent:
                                  on_slot_done=self._slot_done, on_dead=self.audit.uncount,
                                  clock=self.clock,
                                  producer_factory=self.seams.producer_factory,
+                                 probe_factory=self.seams.probe_factory,
                                  incarnation=self.incarnation.encode() if numbered else None,
                                  **native)
         self.topic_watch = TopicWatch(producer_config(cfg, self.send_path), self._topics,
@@ -424,9 +427,18 @@ class Agent:
             self.board.update_gauges(now - self._last_gauges)
             self._last_gauges, self._next_gauges = now, now + GAUGE_INTERVAL_S
         if self.notifier.watchdog_interval_s and now >= self._next_watchdog:
-            self.notifier.watchdog()
+            self._feed_watchdog()
             self._next_watchdog = now + self.notifier.watchdog_interval_s
         return read, sent, blocked
+
+    def _feed_watchdog(self) -> None:
+        """WATCHDOG=1, from the loop alone (a loop that stops turning stops it), and only
+        while the drain is not wedged: replaced producers that still had nothing acknowledged
+        (``Drain.wedged``) leave it unfed, so systemd restarts the agent (WatchdogSec); the pool
+        keeps every slot for the next start."""
+        if self.drain.wedged():
+            return
+        self.notifier.watchdog()
 
     def _watch_wall_clock(self) -> None:
         """Compare the wall clock's progress with the monotonic clock's since the last look: a

@@ -14,6 +14,7 @@ import logging
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
+from docket_common.formats import utc_iso
 from docket_common.pages import Page, PageServer
 
 from .config import weakened_delivery
@@ -61,6 +62,7 @@ class StatusBoard:
         m.set("agent_buffer_backlog_events", events)
         m.set("agent_buffer_oldest_unacked_age_seconds",
               self.oldest_unacked_age(a.pool.sealed()))
+        m.set("agent_drain_unacknowledged_seconds", round(a.drain.unacknowledged_s(), 3))
         m.clear("agent_source_lag_bytes")
         for f in a.file_sources:
             for path, lag in f.lag().items():
@@ -118,6 +120,10 @@ class StatusBoard:
                        "security": a.cfg.security.describe(),
                        "send_path": a.send_path, "send_path_why": a.send_path_why,
                        "outages": m.get("agent_drain_outages_total"),
+                       "stall": _stall(a.drain.stall),
+                       "unacknowledged_s": round(a.drain.unacknowledged_s(), 1),
+                       "producer_replacements": m.by("agent_drain_producer_replacements_total",
+                                                     "reason"),
                        "missing_topics": list(a.topic_watch.missing),
                        "topics_checked": a.topic_watch.checked,
                        "auto_create_topics": a.topic_watch.auto_create,
@@ -159,6 +165,15 @@ def backlog(st: dict) -> tuple[int, int]:
     drops aside."""
     return (st["sealed_records"] + st["filling_records"],
             st["sealed_bytes"] + st["filling_bytes"])
+
+
+def _stall(stall: dict | None) -> dict | None:
+    """The stall being handled (``Drain.stall``) as status shows it: since when nothing was
+    acknowledged (RFC 3339, UTC) and how many producers were replaced since."""
+    if stall is None:
+        return None
+    return {"since": utc_iso(stall["since_ms"], millis=True),
+            "replacements": stall["replacements"]}
 
 
 def _merge_waiting(parts) -> dict:

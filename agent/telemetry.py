@@ -58,6 +58,13 @@ METRICS: dict[str, tuple[str, str]] = {
                                           "freed without sending them again."),
     "agent_drain_outages_total": ("counter", "Outages detected (librdkafka queue purged, pool "
                                   "absorbing)."),
+    "agent_drain_producer_replacements_total": ("counter", "Producers replaced, by reason: "
+                                                "stalled (nothing acknowledged while the "
+                                                "cluster answers), fatal, settings (a reload), "
+                                                "and exactly_once's own."),
+    "agent_drain_unacknowledged_seconds": ("gauge", "Seconds since the last delivery report "
+                                           "while records are out at the producer (0 when "
+                                           "none are)."),
     "agent_dropped_events_total": ("counter", "Events not delivered, by reason and whether a "
                                    "policy chose it (intentional)."),
     "agent_dropped_bytes_total": ("counter", "Bytes not delivered, by reason."),
@@ -113,6 +120,15 @@ class Metrics:
         want = set(labels.items())
         with self._lock:
             return sum(v for key, v in self._values.get(name, {}).items() if want <= set(key))
+
+    def by(self, name: str, label: str) -> dict[str, float]:
+        """The series of ``name`` summed per value of ``label``."""
+        out: dict[str, float] = {}
+        with self._lock:
+            for key, v in self._values.get(name, {}).items():
+                value = dict(key).get(label)
+                out[value] = out.get(value, 0) + v
+        return out
 
     def snapshot(self) -> dict[str, list[dict]]:
         with self._lock:

@@ -1,7 +1,9 @@
 """Drain: sealed slots → Kafka, in sequence order; a slot is freed once every record in it is
 acknowledged.
 
-- ``drain``: the sending, the delivery outcomes per slot, the outage guard, refused topics.
+- ``drain``: the sending, the delivery outcomes per slot, liveness (outages and a producer
+  that stalls), refused topics.
+- ``probe``: does the cluster answer? Asked by a new client, never the producer in question.
 - ``native``: the native send path (``broker.send_path``: ``auto`` where the extension is
   installed, or ``native``), and the choice of path: slots handed to the extension built from
   agent/native, outcomes reported once per slot.

@@ -12,15 +12,29 @@ drain stops taking slots once ``MAX_INFLIGHT_SLOTS`` are in flight and resumes w
 complete (measured here: a success callback per record costs 0.4–0.8 µs of the ~2.5 µs a
 record costs the client in all).
 
-Outage guard: librdkafka 2.16 with idempotence spins its broker thread at 100% of a core while
-messages wait for an unreachable broker (measured here: 14.5 CPU-seconds in a 15 s pause, 0.02
-with an empty queue). So when no delivery report has arrived for ``OUTAGE_AFTER_S`` while records
-are outstanding, one metadata request asks whether the cluster answers at all. If it does, this
-is a failover that librdkafka rides out by itself. If not, the drain purges librdkafka's queue
-(not the requests in flight, which finish when the broker is back; purged records come back as
-RETRY reports, and their data never left its slot), stops producing, and a background thread
-probes the cluster with a metadata request every ``PROBE_INTERVAL_S``. When it answers, sending
-resumes. Measured with the queue purged: 0.01 CPU-seconds in 12 s of outage.
+Liveness (outages and stalls): librdkafka 2.16 with idempotence spins its broker thread at 100%
+of a core while messages wait for an unreachable broker (measured here: 14.5 CPU-seconds in a
+15 s pause, 0.02 with an empty queue). So when no delivery report has arrived for
+``OUTAGE_AFTER_S`` while records are outstanding, the drain asks whether the cluster answers at
+all — a new client's metadata request (``probe.Probe``), never its own producer's, which may be
+the part that stopped. If the cluster does not answer, this is an outage: the drain purges
+librdkafka's queue (not the requests in flight, which finish when the broker is back; purged
+records come back as RETRY reports, and their data never left its slot), stops producing, and a
+background thread asks again every ``PROBE_INTERVAL_S``. When it answers, sending resumes.
+Measured with the queue purged: 0.01 CPU-seconds in 12 s of outage.
+
+If the cluster answers while the producer has nothing acknowledged, librdkafka may be riding
+out a failover (a leader moving, an in-sync replica being dropped after
+``replica.lag.time.max.ms``, 30 s by Kafka's default), so the drain waits — but not for ever:
+after ``STALL_AFTER_S`` without a report while the cluster answers, or ``RESUME_STALL_S`` when
+the producer lived through an outage that just ended, the producer is *stalled*. It is
+replaced like one after a fatal error (below: slots whose records it never reported go again
+whole, under the same record numbers), status says ``stalled`` with how long and since when,
+and ``agent_drain_producer_replacements_total{reason="stalled"}`` counts it. Seen here before
+this rule: a producer that lived through a 30 s broker pause re-bootstrapped and then made no
+connection at all, for minutes, while status said ``up``. ``RESTART_AFTER_STALLS`` replacements
+in a row with nothing acknowledged make ``wedged()`` true: the service then stops feeding
+systemd's watchdog, and systemd starts the agent again (every slot waits in the pool).
 
 Too large, alone or with its batch: the broker checks ``max.message.bytes`` against a whole
 batch and refuses all of it, so a MSG_SIZE_TOO_LARGE report from the batching producer says
@@ -58,10 +72,23 @@ from ..telemetry import Metrics
 from .deadletter import write_dead_letter
 from .headers import BlockHeaders, Record, record_number
 from .outcome import Outcome, classify, reason
+from .probe import Probe, admin_client, cluster_answers
 from .slotsend import SlotSend
 
 OUTAGE_AFTER_S = 2.0
 PROBE_INTERVAL_S = 1.0
+# Nothing acknowledged this long while the cluster answers a new client: the producer is
+# stalled (a failover librdkafka rides out takes less: a leader moved, or an in-sync replica
+# dropped after Kafka's replica.lag.time.max.ms, 30 s, while our requests time out after 10 s
+# and go again: socket.timeout.ms, producer.py).
+STALL_AFTER_S = 45.0
+# ... or this long after an outage ended: the producer lived through it, and the cluster just
+# answered (catch-up after a 30 s pause takes 1-4 s here, its first acknowledgement well under
+# a second).
+RESUME_STALL_S = 5.0
+# Replacements in a row with nothing acknowledged before ``wedged()``: the service stops
+# feeding systemd's watchdog, which restarts the agent.
+RESTART_AFTER_STALLS = 3
 PURGE_WAIT_S = 2.0
 MAX_INFLIGHT_SLOTS = 8
 # A topic the cluster refuses this client (an ACL missing): its records wait in their slots
@@ -86,22 +113,6 @@ def _certificate_refused(err: KafkaError) -> bool:
     return err.code() == KafkaError._TRANSPORT and "certificate" in err.str().lower()
 
 
-class _OneProbe:
-    """One metadata request in a thread of its own; ``answered`` is None until it is known."""
-
-    def __init__(self, producer: Producer):
-        self.answered: bool | None = None
-        threading.Thread(target=self._run, args=(producer,), daemon=True,
-                         name="docket-stall-probe").start()
-
-    def _run(self, producer: Producer) -> None:
-        try:
-            producer.list_topics(timeout=PROBE_INTERVAL_S)
-            self.answered = True
-        except KafkaException:
-            self.answered = False
-
-
 class Drain:
     WAKES_ON_FD = False        # ``wait`` cannot end early on a descriptor (confluent-kafka's poll)
 
@@ -110,10 +121,12 @@ class Drain:
                  on_slot_done: Callable[[SealedSlot], None] | None = None,
                  on_dead: Callable[[str, int, bytes], None] | None = None,
                  producer_factory: Callable[[dict], Producer] | None = None,
-                 incarnation: bytes | None = None, clock: Clock | None = None):
+                 incarnation: bytes | None = None, clock: Clock | None = None,
+                 probe_factory: Callable[[dict], object] | None = None):
         self.pool = pool
         self.clock = clock or Clock()
         self.producer_factory = producer_factory or _real_producer
+        self.probe_factory = probe_factory or admin_client     # asks whether the cluster answers
         self.conf = dict(producer_conf)
         self.journal = journal
         self.metrics = metrics
@@ -132,8 +145,13 @@ class Drain:
         self._dead_letters_waiting = False     # a dead letter refused for lack of space
         self.outage = False
         self._fatal: KafkaError | None = None
-        self._progress_mark = (0, self._now())
-        self._stall_probe: _OneProbe | None = None
+        self._progress_mark = (0, self._now())   # (reports so far, when they last moved)
+        self._stall_probe: Probe | None = None
+        self._next_probe = 0.0           # ... not asked again before this (the answer was yes)
+        self._resumed = False            # an outage ended, nothing acknowledged since
+        self._replace_why: str | None = None     # "stalled": a new producer at the next pump
+        self.stall: dict | None = None   # the stall being handled (status): since, replacements
+        self.stalls_in_a_row = 0         # replacements with nothing acknowledged in between
         self.handed = 0                 # records handed to librdkafka so far
         self.settled = 0                # ... of which every one is acknowledged or reported
         self.handed_alone = 0           # records handed to the lone producer so far
@@ -160,17 +178,18 @@ class Drain:
         return self.lone
 
     def _producers(self) -> list[Producer]:
-        return [self.producer] if self.lone is None else [self.producer, self.lone]
+        return [p for p in (self.producer, self.lone) if p is not None]
 
     def _outstanding(self) -> int:
         return sum(len(p) for p in self._producers())
 
     def _poll(self, timeout_s: float = 0) -> None:
         """Serve reports; at a zero point, everything handed over so far is settled."""
-        self.producer.poll(timeout_s)
+        if self.producer is not None:
+            self.producer.poll(timeout_s)
         if self.lone is not None:
             self.lone.poll(0)
-        if len(self.producer) == 0:
+        if self.producer is None or len(self.producer) == 0:
             self.settled = self.handed
 
     def _on_error(self, err: KafkaError) -> None:
@@ -346,9 +365,9 @@ class Drain:
         ``reports=False``: only produce, serving no report, so no slot is finished (the service
         hands a slot just sealed to Kafka before it writes the checkpoints, then pumps in
         full); a producer to rebuild or an outage waits for the full pump."""
-        if not reports and (self._fatal is not None or self._reconfigured or self.outage):
+        if not reports and (self._to_replace() or self.outage):
             return 0
-        if self._fatal is not None or self._reconfigured:
+        if self._to_replace():
             self._rebuild()
         if reports:
             self._poll()
@@ -386,7 +405,7 @@ class Drain:
         if reports:
             self._poll()
             self._complete()
-            self._watch_for_outage()
+            self._watch_progress()
         return sent
 
     def _start(self, slot: SealedSlot) -> SlotSend:
@@ -534,36 +553,97 @@ class Drain:
             self.on_slot_done(send.slot)
         self.pool.free(send.slot)
 
-    # -- outages ------------------------------------------------------------------------------
+    # -- liveness: outages and stalls -----------------------------------------------------------
     def _acked_now(self) -> int:
         """Records librdkafka is done with (acknowledged or reported): progress, in bulk."""
         return self.handed + self.handed_alone - self._outstanding()
 
-    def _watch_for_outage(self) -> None:
+    def _watch_progress(self) -> None:
+        """Nothing reported for ``OUTAGE_AFTER_S`` while records are out: ask a new client
+        whether the cluster answers. No: an outage. Yes: wait (a failover), asking again when
+        the stall bound is reached; then the producer is replaced (module docstring)."""
         now = self._now()
         acked = self._acked_now()
         if acked != self._progress_mark[0] or self._outstanding() == 0:
-            if acked != self._progress_mark[0] and self.broker_state == "all brokers down":
-                self.broker_state = "up"             # acknowledgements again
+            if acked != self._progress_mark[0]:
+                self._progressed()
             self._progress_mark = (acked, now)
+            self._stall_probe, self._next_probe = None, 0.0
             return
-        if now - self._progress_mark[1] < OUTAGE_AFTER_S:
+        silent = now - self._progress_mark[1]
+        if silent < OUTAGE_AFTER_S:
             return
-        # Stalled. A cluster that still answers metadata is failing over (a leader moved, an
-        # in-sync replica is being fenced): librdkafka rides that out; purging then would only
-        # make it resend. A cluster that does not answer is an outage.
         if self._stall_probe is None:
-            self._stall_probe = _OneProbe(self.producer)
-        elif self._stall_probe.answered is not None:
-            answered, self._stall_probe = self._stall_probe.answered, None
-            if answered:
-                self._progress_mark = (acked, now)
-            else:
-                self._begin_outage()
+            if now >= self._next_probe:
+                self._stall_probe = Probe(self.conf, self.probe_factory)
+            return
+        answered = self._stall_probe.answered
+        if answered is None:
+            return
+        self._stall_probe = None
+        if not answered:
+            self._begin_outage()
+            return
+        bound = RESUME_STALL_S if self._resumed else STALL_AFTER_S
+        if silent >= bound:
+            self._stalled(silent)
+        else:                           # a failover, perhaps: asked again at the bound
+            self._next_probe = self._progress_mark[1] + bound
+
+    def _progressed(self) -> None:
+        """A report came: whatever stopped them is over."""
+        if self.broker_state == "all brokers down":
+            self.broker_state = "up"             # acknowledgements again
+        self._resumed = False
+        self.stalls_in_a_row = 0
+        if self.stall is not None:
+            log.warning("acknowledgements again, %.1f s after the last one before the stall "
+                        "(%d producer replacement(s))",
+                        self._now() - self.stall["monotonic"], self.stall["replacements"])
+            self.stall = None
+            if self.broker_state.startswith("stalled"):
+                self.broker_state = "up"
+
+    def _stalled(self, silent: float) -> None:
+        """The cluster answers a new client, this producer has had nothing acknowledged for
+        ``silent`` seconds: replace it (at the next pump) and send the slots in flight again
+        under their record numbers."""
+        self.stalls_in_a_row += 1
+        if self.stall is None:
+            since = self._progress_mark[1]
+            self.stall = {"monotonic": since,
+                          "since_ms": self.clock.time_ms() - int((self._now() - since) * 1000),
+                          "replacements": 0}
+        self.stall["replacements"] += 1
+        self.broker_state = (f"stalled: nothing acknowledged for {silent:.0f} s while the "
+                             "cluster answers; producer replaced")
+        log.error("send path stalled: nothing acknowledged for %.1f s while the cluster answers "
+                  "a new client%s: replacing the producer and sending the %d slot(s) in flight "
+                  "again under their record numbers (replacement %d in a row)", silent,
+                  " (since the outage ended)" if self._resumed else "", len(self.inflight),
+                  self.stalls_in_a_row)
+        if self.wedged():
+            log.error("%d producer replacements in a row and nothing acknowledged: the agent no "
+                      "longer feeds systemd's watchdog (WatchdogSec restarts it; the pool keeps "
+                      "every slot)", self.stalls_in_a_row)
+        self._replace_why = "stalled"          # the next pump replaces the producers
+
+    def wedged(self) -> bool:
+        """Replaced ``RESTART_AFTER_STALLS`` times in a row with nothing acknowledged: the
+        service stops feeding systemd's watchdog, so systemd restarts the agent."""
+        return self.stalls_in_a_row >= RESTART_AFTER_STALLS
+
+    def unacknowledged_s(self) -> float:
+        """Seconds since a report last came while records are out (0 when none are out): the
+        gauge ``agent_drain_unacknowledged_seconds``."""
+        if self._outstanding() == 0:
+            return 0.0
+        return max(0.0, self._now() - self._progress_mark[1])
 
     def _begin_outage(self) -> None:
-        log.warning("no acknowledgement for %.0f s: purging librdkafka's queue, the pool keeps "
-                    "the data; probing the cluster every %.0f s", OUTAGE_AFTER_S, PROBE_INTERVAL_S)
+        log.warning("no acknowledgement for %.0f s and the cluster does not answer: purging "
+                    "librdkafka's queue, the pool keeps the data; asking the cluster every "
+                    "%.0f s", OUTAGE_AFTER_S, PROBE_INTERVAL_S)
         self.outage = True
         if not self._refused():
             self.broker_state = "unreachable"
@@ -591,13 +671,12 @@ class Drain:
                 send.pending = None
 
     def _probe(self) -> None:
+        """During an outage: a new client asks every ``PROBE_INTERVAL_S`` until answered."""
         while self.outage:
-            try:
-                self.producer.list_topics(timeout=PROBE_INTERVAL_S)
+            if cluster_answers(self.conf, self.probe_factory, PROBE_INTERVAL_S):
                 self._probe_ok.set()
                 return
-            except KafkaException:
-                self.clock.sleep(0.05)
+            self.clock.sleep(0.05)
 
     def _end_outage(self) -> None:
         log.warning("the cluster answers again: resuming")
@@ -606,17 +685,28 @@ class Drain:
             self.broker_state = "up"          # it answered: authenticated (again)
         self.metrics.set("agent_drain_broker_up", 1)
         self._progress_mark = (self._acked_now(), self._now())
-        self._stall_probe = None
+        self._stall_probe, self._next_probe = None, 0.0
+        self._resumed = True                 # its producer must show progress soon
+
+    def _to_replace(self) -> bool:
+        """A fatal error, new settings or a stall: new producers at the next pump."""
+        return self._fatal is not None or self._reconfigured or self._replace_why is not None
 
     def _rebuild(self) -> None:
-        """Replace the producers after a fatal error. A report the old ones never served
-        must not pass for an acknowledgement at the new one's first zero point: every slot
-        whose completion is not known goes again from its first record."""
+        """Replace the producers: after a fatal error, for new settings, or stalled. A report
+        the old ones never served must not pass for an acknowledgement at the new one's first
+        zero point: every slot whose completion is not known goes again from its first
+        record."""
         if self._fatal is not None:
+            why = "fatal"
             log.error("fatal producer error (%s): rebuilding the producer", self._fatal)
+        elif self._replace_why is not None:
+            why = self._replace_why
         else:
+            why = "settings"
             log.warning("new client settings: replacing the producer")
-        self._fatal, self._reconfigured = None, False
+        self.metrics.inc("agent_drain_producer_replacements_total", reason=why)
+        self._fatal, self._reconfigured, self._replace_why = None, False, None
         self._purge(in_flight=True)     # what the old producers still report is known
         unknown = [s for s in self.inflight if self._unreported(s)]
         if unknown:
@@ -624,10 +714,17 @@ class Drain:
                         "sent again whole (duplicates possible)", len(unknown))
             for s in unknown:            # every record sent again counts as retried
                 self.metrics.inc("agent_drain_retried_events_total", s.total - s.dead,
-                                 reason="producer_rebuilt", topic=s.slot.topic)
+                                 reason="producer_replaced", topic=s.slot.topic)
         self.inflight = collections.deque(self._again(s) if s in unknown else s
                                           for s in self.inflight)
         self._new_producers()
+        self._fresh_start()
+
+    def _fresh_start(self) -> None:
+        """New producers: their own bound from now (what the old ones held out no longer
+        counts as outstanding, which is no acknowledgement)."""
+        self._progress_mark = (self._acked_now(), self._now())
+        self._stall_probe, self._next_probe = None, 0.0
 
     def _unreported(self, send: SlotSend) -> bool:
         """Has ``send`` records whose reports the producers being replaced never served?"""

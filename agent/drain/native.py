@@ -7,11 +7,15 @@ was reported: the slot is complete when that report is in and nothing of it wait
 (no zero points for it).
 
 Everything else is the drain's (``Drain``), unchanged: a failure is classified as in the Python
-path (RETRY, ALONE, DENIED, DEAD) and handled by the same code — records to send again go
-through the Python producer (few, one ``produce`` each), records too large with their batch go
-alone through the lone producer, dead ones to the dead-letter folder and the journal; the outage
-guard watches the native reports move and purges the native queue too; a fatal error or new
-settings replace both producers, and a slot whose report is not in is sent again whole.
+path (RETRY, ALONE, DENIED, DEAD) and handled by the same code — records to send again go back
+through the native producer, block by block under a token of their own (``_resend``), records
+too large with their batch go alone through the lone producer (a Python one, built when first
+needed), dead ones to the dead-letter folder and the journal; the liveness watch sees the
+native reports move and purges the native queue too; a fatal error, new settings or a stall
+replace the producers, and a slot whose report is not in is sent again whole. There is no other
+producer: one client that can stop answering, not two (the Python producer that carried the
+resends here before, and that the outage probe asked, was the one found stuck after a 30 s
+broker pause, holding its slots and making the probe say the cluster was gone).
 
 The payload is read from the pool's map while its blocks are handed over (librdkafka copies
 each value); the slot's pages are then released, and read again only for a failure.
@@ -33,6 +37,11 @@ from .headers import Record
 from .slotsend import SendState
 
 log = logging.getLogger("docket.agent.drain")
+# librdkafka's own lines, under the logger the Python path's client logs to (agent/logs.py
+# quiets its bursts); syslog levels as confluent-kafka maps them.
+rdlog = logging.getLogger("docket.agent.librdkafka")
+SYSLOG_LEVELS = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: logging.ERROR,
+                 4: logging.WARNING, 5: logging.INFO, 6: logging.INFO, 7: logging.DEBUG}
 
 
 class NativeUnavailable(Exception):
@@ -110,9 +119,10 @@ class NativeSend(SendState):
         #                                  headers), arrays of the slot's records, in order
         self.firsts = [b[0] for b in blocks]
         self.bi = self.ri = 0
-        self.open = False               # handed to the native producer, its report not in
-        self.sealed = False             # ... and told how many records it holds
+        self.sealed = False             # every block handed over, and the producer told so
         self.handed_native = 0
+        self.tokens: dict[int, int] = {}        # token → records handed under it, its report
+        #                                         not in: the send's own, and its resends'
         self.retry: list[Record] = []
         self.alone: list[Record] = []
         self.alone_out = 0
@@ -128,15 +138,23 @@ class NativeSend(SendState):
             self.dead_records = previous.dead_records
             self.dead_index = previous.dead_index
 
+    @property
+    def open(self) -> bool:
+        """Records handed to the native producer whose report is not in."""
+        return bool(self.tokens)
+
     def finished(self, settled: int) -> bool:
         return (not self.unsent and not self.open and not self.waiting()
                 and self.handed <= settled)
 
+    def _locate(self, index: int) -> tuple[tuple, int]:
+        """The block holding record ``index`` of the slot, and the record's place in it."""
+        b = bisect.bisect_right(self.firsts, index) - 1
+        return self.blocks[b], index - self.blocks[b][0]
+
     def record(self, index: int) -> Record:
         """Record ``index`` of the slot, as the drain's Python code takes records."""
-        b = bisect.bisect_right(self.firsts, index) - 1
-        first, offsets, lengths, times, numbers, keys, headers = self.blocks[b]
-        i = index - first
+        (first, offsets, lengths, times, numbers, keys, headers), i = self._locate(index)
         o = int(offsets[i])
         value = self.slot.payload[o:o + int(lengths[i])].tobytes()
         h = list(headers) if headers else []
@@ -145,6 +163,27 @@ class NativeSend(SendState):
         rec = (self.slot.topic, value, keys[i] if keys else None, int(times[i]), h or None)
         self.index_of[id(rec)] = index
         return rec
+
+    def resend_blocks(self, records: list[Record]) -> list[tuple[list[Record], tuple]]:
+        """``records`` (this send's, to go again) grouped by the block of the slot that holds
+        them, in the slot's order: per block, (its records, (indices, offsets, lengths, times,
+        numbers or None, keys or None, headers)), the arrays as the native producer takes
+        them."""
+        groups: dict[int, list[tuple[int, Record]]] = {}
+        for index, record in sorted(((self.index_of[id(r)], r) for r in records),
+                                    key=lambda pair: pair[0]):
+            groups.setdefault(self._locate(index)[0][0], []).append((index, record))
+        out = []
+        for pairs in groups.values():
+            (first, offsets, lengths, times, numbers, keys, headers), _ = \
+                self._locate(pairs[0][0])
+            indices = np.fromiter((i for i, _r in pairs), dtype=np.int64, count=len(pairs))
+            at = indices - first
+            out.append(([r for _i, r in pairs],
+                        (indices, offsets[at], lengths[at], times[at],
+                         numbers[at] if numbers is not None else None,
+                         [keys[i] for i in at.tolist()] if keys else None, headers)))
+        return out
 
 
 class NativeDrain(Drain):
@@ -156,9 +195,15 @@ class NativeDrain(Drain):
         self.native_factory = native_factory or (lambda conf: native_module().SlotProducer(conf))
         super().__init__(*args, **kwargs)
         self.native = self.native_factory(_native_conf(self.conf))
+        self.native_name = _client_name(self.native)
         self._sends: dict[int, NativeSend] = {}        # token → the send its reports are for
         self._tokens = 0
         self._reports_before = 0        # reports served by native producers since replaced
+
+    def _new_producer(self) -> None:
+        """No Python producer: every record of a slot goes through the native one, resends
+        too (only records too large with their batch go alone, through the lone producer)."""
+        return None
 
     def describe(self) -> str:
         try:
@@ -213,13 +258,13 @@ class NativeDrain(Drain):
         while send.bi < len(send.blocks) and n < budget:
             first, offsets, lengths, times, numbers, keys, headers = send.blocks[send.bi]
             stop = min(len(offsets), send.ri + budget - n)
-            send.open = True
             done = self.native.send(send.token, first, send.slot.topic, payload,
                                     offsets[:stop], lengths[:stop], times[:stop], headers,
                                     numbers[:stop] if numbers is not None else None,
                                     keys[:stop] if keys else None, send.ri)
             n += done - send.ri
             send.handed_native += done - send.ri
+            send.tokens[send.token] = send.handed_native
             if done < stop:                     # librdkafka's queue is full
                 send.ri = done
                 return n, True
@@ -233,11 +278,41 @@ class NativeDrain(Drain):
             self.pool.release_pages(send.slot)       # librdkafka holds its copies now
         return n, False
 
+    def _resend(self, send, budget: int) -> int:
+        """A slot's records that came back RETRY go again through the native producer (the
+        one client of this path: no second producer to go quiet with them), under a token of
+        their own, block by block, before anything new."""
+        if not isinstance(send, NativeSend):
+            return super()._resend(send, budget)
+        todo, send.retry = send.retry[:budget], send.retry[budget:]
+        groups = send.resend_blocks(todo)
+        n = 0
+        for g, (records, (indices, offsets, lengths, times, numbers, keys, headers)) in \
+                enumerate(groups):
+            token = self._next_token()
+            done = self.native.send(token, 0, send.slot.topic, send.slot.payload, offsets,
+                                    lengths, times, headers, numbers, keys, 0, indices)
+            for record in records[:done]:
+                del send.index_of[id(record)]
+            if done:
+                self._sends[token] = send
+                send.tokens[token] = done
+                self.native.seal(token, done)
+                n += done
+            if done < len(records):             # librdkafka's queue is full: the rest later
+                later = records[done:] + [r for rs, _ in groups[g + 1:] for r in rs]
+                send.retry = later + send.retry
+                break
+        return n
+
     def wait(self, timeout_s: float, wake_fd: int = -1) -> None:
         self._poll(timeout_s, wake_fd)
 
     def _poll(self, timeout_s: float = 0, wake_fd: int = -1) -> None:
-        failures, done, errors = self.native.poll(timeout_s, wake_fd)
+        failures, done, errors, lines = self.native.poll(timeout_s, wake_fd)
+        for level, fac, text in lines:
+            rdlog.log(SYSLOG_LEVELS.get(level, logging.INFO), "%s [%s] %s", fac,
+                      self.native_name, text)
         for code, text in errors:             # the client's own (transport, authentication)
             self._on_error(KafkaError(code, text))
         for token, index, code, refused in failures:
@@ -247,7 +322,7 @@ class NativeDrain(Drain):
         for token, _acked, _failed in done:
             send = self._sends.pop(token, None)
             if send is not None:
-                send.open = False
+                send.tokens.pop(token, None)
         super()._poll(0)
 
     def _dead_letter(self, send, record: Record, err: KafkaError) -> bool:
@@ -279,11 +354,12 @@ class NativeDrain(Drain):
         super()._purge(in_flight=in_flight)
 
     def _unreported(self, send) -> bool:
-        """A native send is unreported when a record it handed over has no report (every
-        report served by the purge before the rebuild counts: a send cut off by the budget or
-        a full queue, all of whose records were reported, goes on from its cursor)."""
-        if isinstance(send, NativeSend) and send.open \
-                and self.native.reported(send.token) < send.handed_native:
+        """A native send is unreported when a record it handed over (under its own token, or
+        a resend's) has no report (every report served by the purge before the rebuild counts:
+        a send cut off by the budget or a full queue, all of whose records were reported, goes
+        on from its cursor)."""
+        if isinstance(send, NativeSend) and any(
+                self.native.reported(token) < handed for token, handed in send.tokens.items()):
             return True
         return super()._unreported(send)
 
@@ -299,10 +375,12 @@ class NativeDrain(Drain):
         super()._new_producers()
         self._reports_before += self.native.reports()
         self.native = self.native_factory(_native_conf(self.conf))
+        self.native_name = _client_name(self.native)
         self._sends = {t: s for t, s in self._sends.items() if not s.retired}
         for send in self._sends.values():
             if send.open:               # every record it handed over was reported: the new
-                send.open = send.sealed = False      # producer takes it from its cursor
+                send.tokens.clear()     # producer takes it from its cursor
+                send.sealed = False
                 send.handed_native = 0
 
     def close(self) -> None:
@@ -310,6 +388,13 @@ class NativeDrain(Drain):
         self.native.poll(0)              # serves every report the purge made
         self.native.flush(0)             # (what is left stays in its slots for the next start)
         super().close()
+
+
+def _client_name(producer) -> str:
+    """How the native client is named in the agent's log: librdkafka's name for it, which
+    counts clients per librdkafka copy (the Python path's client in the same process can have
+    the same), marked as the native one's."""
+    return f"native {producer.name()}"
 
 
 def _one(array, i: int):

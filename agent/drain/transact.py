@@ -52,13 +52,13 @@ import threading
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from broker.admin import TopicSpec, ensure_topics
 from broker.security import AGENT_TXN_PREFIX
 
 from ..buffer import SealedSlot
 from .drain import DENIED_RETRY_S, OUTAGE_AFTER_S, PROBE_INTERVAL_S, Drain
+from .probe import cluster_answers
 from .slotsend import SlotSend
 from .topics import connection_conf
 
@@ -424,11 +424,11 @@ class TransactionalDrain(Drain):
             if self._now() < self._retry_init_at:
                 return 0
             self._rebuild_later = False
-            self._reconfigured = True
+            self._replace_why = "transactions_refused"
         if self._fatal is not None and self._refused_by_acl(self._fatal):
             self._fatal = None
             return 0
-        if self._fatal is not None or self._reconfigured:
+        if self._to_replace():
             self._rebuild()
         if not self.ready:
             self._run_job("init", self._init)
@@ -448,7 +448,7 @@ class TransactionalDrain(Drain):
             if self._outstanding() == 0:
                 self._abort_and_send_again("a record failed")
             else:
-                self._watch_for_outage()
+                self._watch_progress()
             return 0
         if self._fatal is not None:
             return 0                          # a new producer at the next turn
@@ -459,7 +459,7 @@ class TransactionalDrain(Drain):
         if self._due(caught_up=sent < budget) and self._outstanding() == 0:
             self._begin_commit()
         else:
-            self._watch_for_outage()
+            self._watch_progress()
         return sent
 
     def _produce(self, budget: int) -> int:
@@ -548,7 +548,7 @@ class TransactionalDrain(Drain):
             self.crash_point("txn:freed")
         if self.lone_mode:                   # the records refused with their batch went
             self.lone_mode = False
-            self._reconfigured = True
+            self._replace_why = "one_per_batch_done"
 
     def _free_committed(self, slot: SealedSlot) -> None:
         """A slot the marker names, found in the pool after a restart or a new producer (as
@@ -599,7 +599,7 @@ class TransactionalDrain(Drain):
         # epoch). Aborting with the same producer, then producing on, was seen to leave the
         # next transaction's records unsent until their timeout (librdkafka 2.16, after an
         # error that "requires epoch bump").
-        self._reconfigured = True
+        self._replace_why = "transaction_aborted"
         self.metrics.inc("agent_drain_transactions_aborted_total")
 
     # -- outcomes -----------------------------------------------------------------------------
@@ -615,30 +615,16 @@ class TransactionalDrain(Drain):
         super()._begin_outage()
         self.broken = bool(self.inflight)     # purged records: the transaction must abort
 
-    def _cluster_answers(self, admin: AdminClient | None = None) -> bool:
-        """Does the cluster answer a metadata request of another client than the producer?
-        (After a long pause the producer's own requests may stay unanswered while the
-        cluster is back.) ``admin``: one made for this outage; else a new one."""
-        admin = admin or AdminClient(connection_conf(self.conf))
-        try:
-            admin.list_topics(timeout=PROBE_INTERVAL_S)
-            return True
-        except KafkaException:
-            return False
-
-    def _probe(self) -> None:
-        admin = AdminClient(connection_conf(self.conf))
-        while self.outage:
-            if self._cluster_answers(admin):
-                self._probe_ok.set()
-                return
-            self.clock.sleep(0.05)
+    def _cluster_answers(self) -> bool:
+        """Does the cluster answer a metadata request of a new client? (After a long pause the
+        producer's own requests may stay unanswered while the cluster is back.)"""
+        return cluster_answers(self.conf, self.probe_factory, PROBE_INTERVAL_S)
 
     def _end_outage(self) -> None:
         """The cluster is back: a new producer fences the old one (aborting its transaction,
         whose records were purged) and the marker is read again."""
         super()._end_outage()
-        self._reconfigured = True
+        self._replace_why = "outage_ended"
 
     def _rebuild(self) -> None:
         """A new producer (after a fatal error, new settings, or to send records alone):
@@ -646,9 +632,13 @@ class TransactionalDrain(Drain):
         which also completes a commit the coordinator had decided; the marker read then says
         whether the open group was committed."""
         if self._fatal is not None:
+            why = "fatal"
             log.error("fatal producer error (%s): a new transactional producer fences the old "
                       "one", self._fatal)
-        self._fatal, self._reconfigured = None, False
+        else:
+            why = self._replace_why or "settings"
+        self.metrics.inc("agent_drain_producer_replacements_total", reason=why)
+        self._fatal, self._reconfigured, self._replace_why = None, False, None
         self.inflight = collections.deque(self._again(s) for s in self.inflight)
         self.began, self.broken, self.ready, self._purged = None, False, False, False
         old = self.producer
@@ -663,6 +653,7 @@ class TransactionalDrain(Drain):
         if self._consumer is not None:        # new settings (a reload) reach it too
             self._consumer.close()
             self._consumer = None
+        self._fresh_start()
 
     # -- stopping -----------------------------------------------------------------------------
     def idle(self) -> bool:

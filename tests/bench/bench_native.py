@@ -123,7 +123,7 @@ def native_path(bootstrap: str, topic: str, folder: Path) -> tuple[float, float]
                 index, number = index + n, number + n
             producer.seal(token, index)
             inflight[token] = slot
-        failed, done, _errors = producer.poll(0.001)
+        failed, done, _errors, _logs = producer.poll(0.001)
         assert not failed, failed[:3]
         for token, acked, _ in done:
             slot = inflight.pop(token)

@@ -54,7 +54,7 @@ def send_all(producer, token, topic, block, failures: list, start=0) -> None:
     while done < len(offsets):
         done = producer.send(token, index, topic, payload, offsets, lengths, times, HEADERS,
                              numbers, None, done)
-        failed, finished, _errors = producer.poll(0.01)
+        failed, finished, _errors, _logs = producer.poll(0.01)
         failures += failed
         assert not finished                  # not sealed yet: never done
 
@@ -63,7 +63,7 @@ def wait_done(producer, failures: list, timeout_s: float = 60) -> tuple[list, li
     """(the failures, the slots done) served until a slot is done."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        failed, done, _errors = producer.poll(0.1)
+        failed, done, _errors, _logs = producer.poll(0.1)
         failures += failed
         if done:
             return failures, done
@@ -179,7 +179,7 @@ def test_one_poll_serves_every_report_waiting_across_partitions(kafka, tmp_path,
                          numbers, keys, 0) == 400
     producer.seal(3, 400)
     producer.purge(in_flight=True)
-    failed, done, _errors = producer.poll(0)
+    failed, done, _errors, _logs = producer.poll(0)
     assert len(failed) == 400 and {c for _t, _i, c, _r in failed} == {PURGE_QUEUE}
     assert done == [(3, 0, 400)] and len(producer) == 0 and producer.flush(0)
     pool.close()

@@ -28,6 +28,7 @@ class FakeSlotProducer:
         self.done: list[tuple] = []
         self.failures: list[tuple] = []
         self.errors: list[tuple] = []
+        self.logs: list[tuple] = []                # (syslog level, facility, text)
         self.served = 0
         self.fatal: tuple[int, str] | None = None
 
@@ -61,7 +62,7 @@ class FakeSlotProducer:
 
     # -- the extension's methods --------------------------------------------------------------
     def send(self, token, first_index, topic, payload, offsets, lengths, timestamps, headers,
-             numbers, keys, start) -> int:
+             numbers, keys, start, indices=None) -> int:
         n = len(offsets)
         for i in range(start, n):
             o, ln = int(offsets[i]), int(lengths[i])
@@ -69,7 +70,7 @@ class FakeSlotProducer:
             h = list(headers)
             if numbers is not None:
                 h.append((SEQ_HEADER, int(numbers[i]).to_bytes(8, "big")))
-            index = first_index + i
+            index = first_index + i if indices is None else int(indices[i])
 
             def report(err, msg, token=token, index=index):
                 self._count(token, index, err)
@@ -87,11 +88,14 @@ class FakeSlotProducer:
         self._settle(token)
 
     def poll(self, timeout_s: float = 0, wake_fd: int = -1
-             ) -> tuple[list[tuple], list[tuple], list[tuple]]:
+             ) -> tuple[list[tuple], list[tuple], list[tuple], list[tuple]]:
         self.inner.poll(0)
-        out = (self.failures, self.done, self.errors)
-        self.failures, self.done, self.errors = [], [], []
+        out = (self.failures, self.done, self.errors, self.logs)
+        self.failures, self.done, self.errors, self.logs = [], [], [], []
         return out
+
+    def name(self) -> str:
+        return "fake#native"
 
     def reported(self, token: int) -> int:
         s = self.slots.get(token)

@@ -59,7 +59,14 @@ class FakeKafka:
     log: list[tuple] = field(default_factory=list)        # acknowledged, in order
     producers: list[FakeProducer] = field(default_factory=list)
     reachable: bool = True                                 # does list_topics answer?
+    probes: int = 0                                        # clients the probe made
     _script: dict = field(default_factory=lambda: collections.defaultdict(collections.deque))
+
+    def admin(self, conf: dict) -> FakeAdmin:
+        """The drain's ``probe_factory``: a new client asking whether the cluster answers
+        (``reachable``), as a new admin client does."""
+        self.probes += 1
+        return FakeAdmin(self)
 
     def producer(self, conf: dict, role: str = "main") -> FakeProducer:
         """The ``producer_factory``: a new producer over this cluster. ``role``: "main" (the
@@ -155,9 +162,9 @@ class FakeProducer:
         return len(self)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1):
-        if not self.kafka.reachable:
-            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
-        return object()
+        raise AssertionError("the drain asked its own producer whether the cluster answers: "
+                             "a producer that stopped would answer for itself (agent/drain/"
+                             "probe.py); a new client (FakeKafka.admin) must be asked")
 
     # -- what a test does to it --------------------------------------------------------------
     def release(self, outcome=None) -> None:
@@ -176,6 +183,18 @@ class FakeProducer:
     def fail_fatally(self, code: int = KafkaError._FATAL) -> None:
         """librdkafka raised a fatal error: the client must be replaced."""
         self.conf["error_cb"](KafkaError(code, fatal=True))
+
+
+class FakeAdmin:
+    """A new client's metadata request: answered while the cluster is ``reachable``."""
+
+    def __init__(self, kafka: FakeKafka):
+        self.kafka = kafka
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1):
+        if not self.kafka.reachable:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        return object()
 
 
 def _report(msg: _Msg, err: KafkaError | None) -> Message:

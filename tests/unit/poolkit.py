@@ -114,11 +114,13 @@ def sealed_drain(tmp_path, data: bytes, times, origin: bytes | None, conf: dict,
     args = (pool, conf, LossJournal(tmp_path / "j", metrics), metrics, tmp_path / "dead",
             origin)
     kwargs = {"producer_factory": producer_factory, "incarnation": incarnation, "clock": clock}
+    kafka = getattr(producer_factory, "__self__", None)
+    if kafka is not None:                       # a FakeKafka: its probe's clients too
+        kwargs["probe_factory"] = kafka.admin
     if SEND_PATH == "python":
         return Drain(*args, **kwargs), pool
     from agent.drain.native import NativeDrain
 
-    kafka = getattr(producer_factory, "__self__", None)
     if kafka is not None:                       # a FakeKafka: the fake extension over it
         from tests.unit.fakenative import FakeSlotProducer
 

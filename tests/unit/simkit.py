@@ -387,7 +387,8 @@ class Simulation:
             native = lambda conf: FakeSlotProducer(conf, self.kafka)   # noqa: E731
         seams = Seams(clock=self.clock, fs=self.fs, pool_ops=CrashOps(self.crasher),
                       producer_factory=self.kafka.producer, native_factory=native,
-                      db_crash_point=self.crasher.tick, file_events=False)
+                      probe_factory=self.kafka.admin, db_crash_point=self.crasher.tick,
+                      file_events=False)
         while True:
             try:
                 self.agent = Agent(self.cfg, seams=seams)

@@ -93,16 +93,20 @@ def _with_stand_ins(cfg, file_events=False):
     """An agent over a fake Kafka with a stand-in of the extension, and the fake."""
     kafka = FakeKafka()
     agent = Agent(cfg, seams=Seams(clock=FakeClock(), file_events=file_events,
-                                   producer_factory=kafka.producer,
+                                   producer_factory=kafka.producer, probe_factory=kafka.admin,
                                    native_factory=lambda conf: FakeSlotProducer(conf, kafka)))
     return agent, kafka
 
 
-def test_with_it_the_drain_is_the_native_path_s(tmp_path):
+def test_with_it_the_drain_is_the_native_path_s_and_sends_through_one_producer_only(tmp_path):
+    """The native path has one client that carries records: no Python producer beside it
+    (records sent again go through the native one; only a record too large with its batch
+    goes alone, through a lone producer built when first needed)."""
     agent, kafka = _with_stand_ins(config(tmp_path))
     try:
         assert isinstance(agent.drain, NativeDrain)
-        assert [p.role for p in kafka.producers] == ["main", "native"]
+        assert [p.role for p in kafka.producers] == ["native"]
+        assert agent.drain.producer is None
     finally:
         agent.abandon()
 

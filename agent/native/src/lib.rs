@@ -20,7 +20,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::bindings as rdsys;
 use rdkafka::bindings::rd_kafka_resp_err_t as RespErr;
 use rdkafka::error::KafkaError;
@@ -33,6 +33,9 @@ const UNKNOWN_ERROR: i32 = -1;
 const SEQ_HEADER: &str = "docket-seq";
 /// At most this many events are served by one `poll` before it returns.
 const POLL_MAX_EVENTS: usize = 100_000;
+/// At most this many of librdkafka's log lines wait for a `poll` to hand them to Python; more
+/// are counted, not kept (a `debug` setting under an outage writes thousands a second).
+const LOGS_KEPT: usize = 10_000;
 
 #[derive(Default)]
 struct SlotReports {
@@ -61,8 +64,13 @@ struct Ledger {
     done: Vec<Done>,
     failures: Vec<Failure>,
     errors: Vec<(i32, String)>,        // the client's error events, for the drain's handler
+    logs: Vec<LogLine>,                // librdkafka's log lines, for the agent's log
+    logs_dropped: u64,                 // ... beyond LOGS_KEPT since the last poll
     reports: u64,
 }
+
+/// One of librdkafka's log lines: (syslog level, facility, message).
+type LogLine = (i32, String, String);
 
 impl Ledger {
     fn count(&mut self, token: u32, failure: Option<(u64, i32, bool)>) {
@@ -94,6 +102,17 @@ impl ClientContext for Reports {
     fn error(&self, error: KafkaError, reason: &str) {
         self.ledger.lock().expect("the ledger's lock").errors
             .push((error_code(&error), reason.to_string()));
+    }
+
+    /// librdkafka's log lines (from its own threads) wait for the next `poll`, which hands
+    /// them to the agent's logger, as confluent-kafka does for the Python path's client.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        let mut ledger = self.ledger.lock().expect("the ledger's lock");
+        if ledger.logs.len() < LOGS_KEPT {
+            ledger.logs.push((level as i32, fac.to_string(), message.to_string()));
+        } else {
+            ledger.logs_dropped += 1;
+        }
     }
 }
 
@@ -237,6 +256,10 @@ impl SlotProducer {
             conf.set(k, v);
         }
         conf.set("delivery.report.only.error", "false");
+        // librdkafka's own lines from Info up (Debug with a `debug` setting), as the Python
+        // client logs them; the crate's default follows Rust's logger, which nobody set here.
+        conf.set_log_level(if config.contains_key("debug") { RDKafkaLogLevel::Debug }
+                           else { RDKafkaLogLevel::Info });
         let reports = Reports { ledger: Mutex::new(Ledger::default()) };
         let producer: BaseProducer<Reports> = conf
             .create_with_context(reports)
@@ -250,28 +273,42 @@ impl SlotProducer {
     /// again from there after a `poll`). `first_index`: the slot-wide index of the block's
     /// record 0 (failures are reported by it). `numbers`: each record's number (its
     /// `docket-seq` header, 8 bytes big-endian), or None. `keys`: a list of bytes or None per
-    /// record, or None.
+    /// record, or None. `indices`: each record's slot-wide index (int64), for records that are
+    /// not consecutive in the slot (those sent again after a failure); then `first_index` is
+    /// not used.
     #[pyo3(signature = (token, first_index, topic, payload, offsets, lengths, timestamps,
-                        headers, numbers, keys, start))]
+                        headers, numbers, keys, start, indices = None))]
     #[allow(clippy::too_many_arguments)]
     fn send(&self, py: Python<'_>, token: u32, first_index: u64, topic: &str,
             payload: &Bound<'_, PyAny>, offsets: &Bound<'_, PyAny>,
             lengths: &Bound<'_, PyAny>, timestamps: &Bound<'_, PyAny>,
             headers: Vec<(String, Vec<u8>)>, numbers: Option<&Bound<'_, PyAny>>,
-            keys: Option<&Bound<'_, PyList>>, start: usize) -> PyResult<usize> {
+            keys: Option<&Bound<'_, PyList>>, start: usize,
+            indices: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let payload = contiguous::<u8>(payload, "payload")?;
         let offsets = contiguous::<i64>(offsets, "offsets")?;
         let lengths = contiguous::<i64>(lengths, "lengths")?;
         let timestamps = contiguous::<i64>(timestamps, "timestamps")?;
         let numbers = numbers.map(|n| contiguous::<i64>(n, "numbers")).transpose()?;
+        let indices = indices.map(|i| contiguous::<i64>(i, "indices")).transpose()?;
         let n = offsets.item_count();
-        if first_index + n as u64 > u32::MAX as u64 + 1 {
-            return Err(PyValueError::new_err("a slot's record index must fit in 32 bits"));
-        }
         if lengths.item_count() != n || timestamps.item_count() != n
-            || numbers.as_ref().is_some_and(|b| b.item_count() != n) {
-            return Err(PyValueError::new_err("offsets, lengths, timestamps and numbers must \
-                                              have one item per record"));
+            || numbers.as_ref().is_some_and(|b| b.item_count() != n)
+            || indices.as_ref().is_some_and(|b| b.item_count() != n) {
+            return Err(PyValueError::new_err("offsets, lengths, timestamps, numbers and \
+                                              indices must have one item per record"));
+        }
+        // Safety: the buffer lives until this function returns; the array is the caller's.
+        let idx = indices.as_ref().map(|b| unsafe { items(b) });
+        let index_of = |i: usize| -> u64 {
+            idx.map_or(first_index + i as u64, |v| v[i] as u64)
+        };
+        let in_range = match idx {
+            Some(v) => v.iter().all(|&x| (0..=u32::MAX as i64).contains(&x)),
+            None => first_index + n as u64 <= u32::MAX as u64 + 1,
+        };
+        if !in_range {
+            return Err(PyValueError::new_err("a slot's record index must fit in 32 bits"));
         }
         let keys: Option<Vec<Option<Vec<u8>>>> = match keys {
             None => None,
@@ -314,7 +351,7 @@ impl SlotProducer {
                 };
                 let mut ledger = producer.context().ledger.lock().expect("the ledger's lock");
                 for i in start.min(n)..n {
-                    ledger.count(token, Some((first_index + i as u64, code, true)));
+                    ledger.count(token, Some((index_of(i), code, true)));
                 }
                 return Ok(n.max(start));
             }
@@ -328,7 +365,7 @@ impl SlotProducer {
                 if let Some(nums) = nums {
                     add_header(h, SEQ_HEADER, &(nums[i] as u64).to_be_bytes());
                 }
-                let opaque = ((token as usize) << 32) | (first_index as usize + i);
+                let opaque = ((token as usize) << 32) | index_of(i) as usize;
                 let (o, l) = (offs[i] as usize, lens[i] as usize);
                 let (key_ptr, key_len) = match keys.as_ref().map(|k| &k[i]) {
                     Some(Some(key)) => (key.as_ptr() as *mut c_void, key.len()),
@@ -363,7 +400,7 @@ impl SlotProducer {
                 // Refused before it was queued (too large for the client, unknown partition):
                 // reported as a failure of this record at once.
                 producer.context().ledger.lock().expect("the ledger's lock")
-                    .count(token, Some((first_index + i as u64, err as i32, true)));
+                    .count(token, Some((index_of(i), err as i32, true)));
                 i += 1;
             }
             // SAFETY: the handle taken above, released once; queued records hold their own.
@@ -382,12 +419,14 @@ impl SlotProducer {
     /// Serve every delivery report waiting, or wait up to `timeout_s` for the first (GIL
     /// released); returns what happened since the last call, each once: the failures,
     /// [(token, record index, error code, refused by produce)], the slots done, [(token,
-    /// acknowledged, failed)], and the client's errors, [(code, reason)]. `wake_fd`: a
+    /// acknowledged, failed)], the client's errors, [(code, reason)], and librdkafka's log
+    /// lines, [(syslog level, facility, message)] (with one more saying how many were not
+    /// kept, when more than `LOGS_KEPT` came). `wake_fd`: a
     /// descriptor of the caller's (the agent's file-write watch) that ends the wait too when
     /// it becomes readable; the caller reads it.
     #[pyo3(signature = (timeout_s, wake_fd = -1))]
     fn poll(&self, py: Python<'_>, timeout_s: f64, wake_fd: i32)
-            -> (Vec<Failure>, Vec<Done>, Vec<(i32, String)>) {
+            -> (Vec<Failure>, Vec<Done>, Vec<(i32, String)>, Vec<LogLine>) {
         let producer = &self.producer;
         let served = || producer.context().ledger.lock().expect("the ledger's lock").reports;
         let wake = &self.wake;
@@ -411,14 +450,28 @@ impl SlotProducer {
             }
         });
         let mut ledger = producer.context().ledger.lock().expect("the ledger's lock");
+        let mut logs = std::mem::take(&mut ledger.logs);
+        if ledger.logs_dropped > 0 {
+            logs.push((RDKafkaLogLevel::Warning as i32, "LOGS".to_string(), format!(
+                "{} log line(s) of librdkafka not kept (more than {LOGS_KEPT} between two polls)",
+                std::mem::take(&mut ledger.logs_dropped))));
+        }
         (std::mem::take(&mut ledger.failures), std::mem::take(&mut ledger.done),
-         std::mem::take(&mut ledger.errors))
+         std::mem::take(&mut ledger.errors), logs)
     }
 
     /// Reports counted so far for slot `token` (0 once it is done and handed back).
     fn reported(&self, token: u32) -> u64 {
         let ledger = self.producer.context().ledger.lock().expect("the ledger's lock");
         ledger.slots.get(&token).map_or(0, |s| s.acked + s.failed)
+    }
+
+    /// The client's name, as librdkafka names it in its log lines (`client.id#producer-N`).
+    fn name(&self) -> String {
+        // SAFETY: a valid client; librdkafka returns its own NUL-terminated name, which lives
+        // as long as the client and is copied here.
+        unsafe { std::ffi::CStr::from_ptr(rdsys::rd_kafka_name(self.producer.client().native_ptr())) }
+            .to_string_lossy().into_owned()
     }
 
     /// Delivery reports served so far (the drain's outage guard watches it move).

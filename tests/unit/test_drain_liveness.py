@@ -1,0 +1,251 @@
+"""The send path cannot stall silently. A producer with records out and nothing reported is
+asked about through a new client (never itself): a cluster that does not answer is an outage;
+one that answers while the producer stays silent past the stall bound — ``STALL_AFTER_S``, or
+``RESUME_STALL_S`` once an outage has ended — gets the producer replaced, the slots in flight
+sent again under their record numbers, status ``stalled`` and a metric; replacements in a row
+with nothing acknowledged make the drain ``wedged`` (the service then starves systemd's
+watchdog). The interleaving seen after a 30 s broker pause is replayed here step by step: the
+producer that lived through the outage never answers again, while the cluster does."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from agent.drain.drain import (
+    OUTAGE_AFTER_S,
+    RESTART_AFTER_STALLS,
+    RESUME_STALL_S,
+    STALL_AFTER_S,
+)
+from audit.contract.names import SEQ_HEADER
+from tests.unit.fakeproducer import HOLD, NEVER
+from tests.unit.poolkit import fake_drain
+from tests.unit.test_drain_denied import StoppedClock
+
+# Each test runs with both send paths of the drain (Python, native).
+pytestmark = pytest.mark.usefixtures("send_path")
+
+RECORDS = 300
+
+
+def _fake(tmp_path, clock):
+    data = b"".join(b"event %d\n" % i for i in range(RECORDS))
+    drain, pool, kafka = fake_drain(tmp_path, data, np.full(RECORDS, 1_795_000_000_000),
+                                    clock=clock)
+    return drain, pool, kafka, [b"event %d" % i for i in range(RECORDS)]
+
+
+def _turn_until(drain, done, what: str, turns: int = 3000) -> None:
+    """Pump until ``done()``, giving the probe's thread time to answer; the drain's clock does
+    not move."""
+    for _ in range(turns):
+        if done():
+            return
+        drain.pump()
+        time.sleep(0.001)
+    raise AssertionError(f"not reached: {what} (state {drain.broker_state!r})")
+
+
+def _replaced(drain, reason: str = "stalled") -> float:
+    return drain.metrics.get("agent_drain_producer_replacements_total", reason=reason)
+
+
+def _delivered_once_under_their_numbers(kafka, values) -> None:
+    """Every value in Kafka once, with the record number it was sealed with (``event i`` is
+    record i: the pool numbers from 0 in seal order)."""
+    got = Counter(kafka.values())
+    assert got == Counter(values), (len(got), sum(got.values()))
+    for _topic, value, _key, _ts, headers in kafka.log:
+        number = int.from_bytes(dict(headers)[SEQ_HEADER], "big")
+        assert value == b"event %d" % number
+
+
+def test_a_producer_silent_while_the_cluster_answers_is_waited_for_then_replaced(tmp_path):
+    clock = StoppedClock()
+    drain, pool, kafka, values = _fake(tmp_path, clock)
+    for v in values:
+        kafka.script(v, NEVER)                # the first producer reports none of them
+    drain.pump()
+    assert kafka.log == [] and pool.sealed()
+
+    clock.now += OUTAGE_AFTER_S               # asked: the cluster answers (a failover?)
+    _turn_until(drain, lambda: kafka.probes == 1 and drain._stall_probe is None, "asked once")
+    assert not drain.outage and drain.broker_state == "up"
+    clock.now += STALL_AFTER_S - OUTAGE_AFTER_S - 1
+    for _ in range(100):                      # still within the bound: waited for, not asked
+        drain.pump()
+    assert kafka.probes == 1 and _replaced(drain) == 0
+    assert drain.unacknowledged_s() == pytest.approx(STALL_AFTER_S - 1)
+
+    clock.now += 1                            # the bound: asked again, answered: replaced
+    _turn_until(drain, lambda: drain.broker_state.startswith("stalled"), "stalled")
+    assert drain.stall["replacements"] == 1 and drain.stalls_in_a_row == 1
+    assert not drain.wedged()
+    _turn_until(drain, lambda: not pool.sealed(), "the slot freed")
+    assert _replaced(drain) == 1 and kafka.probes == 2
+    _delivered_once_under_their_numbers(kafka, values)
+    assert drain.broker_state == "up" and drain.stall is None and drain.stalls_in_a_row == 0
+    assert drain.metrics.get("agent_drain_outages_total") == 0
+
+
+def test_after_an_outage_a_producer_that_never_answers_again_is_replaced_within_the_resume_bound(
+        tmp_path, send_path):
+    """What a 30 s broker pause did: the outage is found and purged; the cluster answers
+    again; the producer that lived through it sends nothing more. Its records in flight are
+    held (requests that never come back), the cluster answers a new client at once: within
+    ``RESUME_STALL_S`` of the outage's end the producer is replaced, and everything arrives
+    once. On the native path every record goes through native producers, resends too."""
+    clock = StoppedClock()
+    drain, pool, kafka, values = _fake(tmp_path, clock)
+    for v in values:
+        kafka.script(v, HOLD)                 # in flight when the broker stops, never answered
+    drain.pump()
+    kafka.reachable = False
+    clock.now += OUTAGE_AFTER_S
+    _turn_until(drain, lambda: drain.outage, "an outage")
+    assert drain.broker_state == "unreachable"
+
+    kafka.reachable = True                    # the broker is back: a new client is answered
+    _turn_until(drain, lambda: not drain.outage, "the outage's end")
+    assert drain.broker_state == "up"
+    ended = clock.now
+    for _ in range(100):                      # the old producer answers nothing
+        drain.pump()
+    assert pool.sealed() and kafka.log == []
+    clock.now += RESUME_STALL_S
+    _turn_until(drain, lambda: _replaced(drain) == 1, "replaced")
+    assert clock.now - ended <= RESUME_STALL_S
+    _turn_until(drain, lambda: not pool.sealed(), "the slot freed")
+    _delivered_once_under_their_numbers(kafka, values)
+    assert drain.broker_state == "up" and drain.metrics.get("agent_drain_outages_total") == 1
+    roles = [p.role for p in kafka.producers]
+    assert roles == (["native", "native"] if send_path == "native" else ["main", "main"])
+
+
+def test_replacements_in_a_row_with_nothing_acknowledged_make_the_drain_wedged(tmp_path):
+    clock = StoppedClock()
+    drain, pool, kafka, values = _fake(tmp_path, clock)
+    for v in values:
+        kafka.script(v, *[NEVER] * RESTART_AFTER_STALLS)   # three producers in turn say nothing
+    drain.pump()
+    for n in range(1, RESTART_AFTER_STALLS + 1):
+        clock.now += OUTAGE_AFTER_S
+        _turn_until(drain, lambda: drain._next_probe > 0, "asked")
+        clock.now += STALL_AFTER_S - OUTAGE_AFTER_S
+        _turn_until(drain, lambda n=n: drain.stalls_in_a_row == n, f"stall {n}")
+        assert drain.stall["replacements"] == n and drain.broker_state.startswith("stalled")
+        assert drain.wedged() == (n >= RESTART_AFTER_STALLS)
+        _turn_until(drain, lambda n=n: _replaced(drain) == n, f"replacement {n}")
+    _turn_until(drain, lambda: not pool.sealed(), "the slot freed")   # the fourth one answers
+    assert not drain.wedged() and drain.stall is None and drain.broker_state == "up"
+    _delivered_once_under_their_numbers(kafka, values)
+
+
+def test_a_cluster_that_does_not_answer_a_new_client_is_an_outage_never_a_stall(tmp_path):
+    clock = StoppedClock()
+    drain, pool, kafka, values = _fake(tmp_path, clock)
+    for v in values:
+        kafka.script(v, HOLD)
+    drain.pump()
+    kafka.reachable = False
+    clock.now += STALL_AFTER_S               # however long: no answer, no replacement
+    _turn_until(drain, lambda: drain.outage, "an outage")
+    for _ in range(200):
+        drain.pump()
+        time.sleep(0.001)
+    assert _replaced(drain) == 0 and drain.broker_state == "unreachable"
+    assert drain.unacknowledged_s() >= STALL_AFTER_S
+
+
+class _Notes:
+    """systemd's notify socket, as the agent's ``Notifier`` speaks to it: what was sent."""
+
+    watchdog_interval_s = 0.5
+
+    def __init__(self):
+        self.sent: list[str] = []
+
+    def __getattr__(self, name):                 # ready, status, stopping, reloading
+        return lambda *args: self.sent.append(name)
+
+    def watchdog(self) -> None:
+        self.sent.append("WATCHDOG=1")
+
+
+def test_the_agent_says_stalled_and_starves_the_watchdog_only_while_wedged(tmp_path, send_path):
+    """The running agent over a cluster whose producers say nothing while a new client is
+    answered: status ``stalled`` with since when, the metric, and no WATCHDOG=1 once the
+    replacements in a row reach ``RESTART_AFTER_STALLS``; the first acknowledgement brings
+    ``up`` and the watchdog back."""
+    from agent.config import parse
+    from agent.service import Agent, Seams
+    from tests.unit.fakenative import FakeSlotProducer
+    from tests.unit.fakeproducer import FakeKafka
+    from tests.unit.tailkit import FakeClock
+
+    log = tmp_path / "app.log"
+    log.write_bytes(b"".join(b"line %d\n" % i for i in range(50)))
+    cfg = parse({
+        "agent": {"id": "t", "state_dir": str(tmp_path / "state")},
+        "buffer": {"size_bytes": 4096 + 4096 + 16 * 4096, "slot_size_bytes": 4096,
+                   "sync_on_seal": False},
+        "broker": {"bootstrap_servers": "127.0.0.1:9", "send_path": send_path},
+        "audit": {"enabled": False},
+        "sources": [{"type": "file", "topic": "t", "paths": [str(log)]}],
+    })
+    kafka, clock, notes = FakeKafka(), FakeClock(), _Notes()
+    for i in range(50):                       # one producer more than the wedge takes
+        kafka.script(b"line %d" % i, *[NEVER] * (RESTART_AFTER_STALLS + 1))
+    native = (lambda conf: FakeSlotProducer(conf, kafka)) if send_path == "native" else None
+    agent = Agent(cfg, notifier=notes, seams=Seams(
+        clock=clock, file_events=False, producer_factory=kafka.producer,
+        native_factory=native, probe_factory=kafka.admin))
+
+    def turns(until, what: str) -> None:
+        for _ in range(3000):
+            if until():
+                return
+            agent.turn()
+            time.sleep(0.001)
+        raise AssertionError(f"not reached: {what}: {agent.status()['broker']}")
+
+    def fed() -> int:
+        return notes.sent.count("WATCHDOG=1")
+
+    try:
+        agent.begin()
+        turns(lambda: agent.drain.in_flight_slots(), "a slot in flight")
+        for n in range(1, RESTART_AFTER_STALLS + 2):
+            clock.advance(OUTAGE_AFTER_S)
+            turns(lambda: agent.drain._next_probe > 0, "asked")
+            clock.advance(STALL_AFTER_S - OUTAGE_AFTER_S)
+            turns(lambda n=n: agent.drain.stalls_in_a_row == n, f"stall {n}")
+            broker = agent.status()["broker"]
+            assert re.match(r"stalled: nothing acknowledged for \d+ s while the cluster answers",
+                            broker["state"]), broker["state"]
+            assert broker["stall"]["replacements"] == n
+            assert broker["stall"]["since"].endswith("Z")       # RFC 3339, UTC
+            if n > RESTART_AFTER_STALLS:
+                break                         # the next producer answers
+            before = fed()
+            for _ in range(5):                # the new producer says nothing either
+                clock.advance(1)
+                agent.turn()
+            assert (fed() > before) == (n < RESTART_AFTER_STALLS), (n, notes.sent[-5:])
+            assert agent.metrics.get("agent_drain_producer_replacements_total",
+                                     reason="stalled") == n
+        turns(lambda: not agent.pool.sealed(), "the backlog sent")      # the fifth answers
+        assert agent.status()["broker"]["state"] == "up"
+        assert agent.status()["broker"]["stall"] is None
+        before = fed()
+        clock.advance(1)
+        agent.turn()
+        assert fed() == before + 1
+        assert sorted(kafka.values()) == sorted(b"line %d" % i for i in range(50))
+    finally:
+        agent.abandon()
