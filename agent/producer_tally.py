@@ -414,8 +414,16 @@ class AuditEmitter:
         if len(delivered) < len(keys):
             self.metrics.inc("agent_audit_emit_failures_total")
             log.warning("audit round %d: %d of %d record(s) not acknowledged (%s); they go "
-                        "again next round", seq, len(keys) - len(delivered), len(keys),
-                        errors[0] if errors else "no answer in time")
+                        "again next round%s", seq, len(keys) - len(delivered), len(keys),
+                        errors[0] if errors else "no answer in time",
+                        ", with a new producer" if not acked else "")
+        if not acked:
+            # Nothing acknowledged: the next round makes a new producer. A client can be left
+            # without a broker for good (seen for the drain's producer after a broker pause:
+            # agent/drain/drain.py, "Liveness"); a new one starts from the bootstrap servers.
+            self._producer.purge()
+            self._producer.flush(0)
+            self._producer = None
         return delivered
 
     def snapshot(self) -> dict[tuple[str, int], Tally]:

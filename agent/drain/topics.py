@@ -72,15 +72,19 @@ class TopicWatch:
         while not self._stop.is_set():
             if self._new_conf is not None:
                 self.conf, self._new_conf, self._admin = self._new_conf, None, None
+            unanswered = False
             try:
                 self.check()
             except KafkaException as exc:
                 log.debug("topic check: the cluster did not answer (%s)", exc)
+                unanswered = True
             except Exception as exc:                # never let the check's thread die
                 log.warning("topic check failed: %r", exc)
             finally:
                 if self._admin is not None:
                     self._admin.poll(0)            # hand its log lines to the logger
+                if unanswered:      # the next check asks with a new client: one left without
+                    self._admin = None      # a broker would never answer again
             self._wake.wait(self.check_s)
             self._wake.clear()
 

@@ -180,6 +180,39 @@ def test_a_round_says_where_the_record_numbers_stand(tmp_path, monkeypatch):
     db.close()
 
 
+def test_a_round_with_nothing_acknowledged_gets_a_new_producer_for_the_next(tmp_path,
+                                                                         monkeypatch):
+    """A producer that had nothing of a round acknowledged (a client left without a broker
+    never answers again) is replaced for the next round; one that had some keeps going."""
+    from agent import producer_tally
+
+    answers = iter([False, True, True])      # round 1: nothing acknowledged; then all
+
+    def deliver(producer, topic, records, timeout_s, timestamp_ms=0):
+        return (set(range(len(records))) if next(answers) else set()), []
+    made: list = []
+
+    class Client:
+        def __init__(self, conf, logger=None):
+            made.append(self)
+
+        def purge(self):
+            pass
+
+        def flush(self, timeout):
+            return 0
+    monkeypatch.setattr(producer_tally, "deliver", deliver)
+    monkeypatch.setattr(producer_tally, "Producer", Client)
+    db = StateDB(tmp_path / "state.db")
+    em = AuditEmitter(db=db, agent_id="a1", topics=["t"], audit_topic="docket.audit",
+                      window_ms=WINDOW, interval_ms=60_000, producer_conf={},
+                      metrics=Metrics(), clock=lambda: NOW / 1000)
+    assert em.emit() == 0 and len(made) == 1
+    assert em.emit() == 1 and len(made) == 2          # a new producer, answered
+    assert em.emit() == 1 and len(made) == 2          # kept
+    db.close()
+
+
 def test_the_native_hash_is_the_audits_and_refuses_what_lies_outside_the_payload():
     value_hashes = native_hashes()
     rng = np.random.default_rng(7)
