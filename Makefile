@@ -73,8 +73,10 @@ $(NATIVE_STAMP): $(wildcard agent/native/src/*.rs) agent/native/Cargo.toml \
 		"not built; the agent sends with its Python send path (the default, \"auto\"," \
 		"chooses it there) and the native tests are skipped" >&2; fi
 
+# Two groups side by side, each a pytest session with its own clusters (tests/run_groups.py);
+# PYTEST_ARGS naming tests (a path, -k, -m) run one plain session.
 test: setup
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/python tests/run_groups.py $(PYTEST_ARGS)
 
 test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

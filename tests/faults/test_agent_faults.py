@@ -41,10 +41,10 @@ def in_flight_ids(pool_path: Path) -> list[int]:
     return [parse_id(v) for s in view.sealed[:MAX_INFLIGHT_SLOTS] for _, _, v in s.records()]
 
 
-# CI runs the path an agent runs by default (`broker.send_path = "auto"`): the native one where
-# the extension is built, the Python one under `make soak` then (its run would cost a minute of
-# CI's 45; the soak runs each path's 30 times: test_soak_sigkill_with_rotation...); where it is
-# not built, CI runs the Python one.
+# The SIGKILL run: CI runs the path an agent runs by default (`broker.send_path = "auto"`): the
+# native one where the extension is built, the Python one under `make soak` then (the soak runs
+# each path's 30 times: test_soak_sigkill_with_rotation...); where it is not built, CI runs the
+# Python one.
 BOTH_PATHS_PYTHON_IN_SOAK = pytest.mark.parametrize(
     "agent_send_path",
     [pytest.param("python", marks=[pytest.mark.soak] if native_built() else []), "native"],

@@ -53,8 +53,8 @@ def test_sigkill_five_times_with_rotation_a_read_committed_reader_sees_each_id_o
     assert verdicts and set(verdicts.values()) == {"complete"}, verdicts
 
 
-# Under `make soak`: a minute that CI's 45 do not have; CI keeps the at-least-once pause test
-# and the exactly-once three-broker, crash-step and SIGKILL tests.
+# Under `make soak` (the pause matrix's harness, transactions on); CI keeps the at-least-once
+# pause test and the exactly-once three-broker, crash-step and SIGKILL tests.
 @pytest.mark.soak
 def test_broker_paused_30s_exactly_once_no_loss_no_duplicate(kafka, tmp_path, topic_name):
     counts = broker_pause_run(kafka, tmp_path, topic_name, EXACTLY_ONCE)

@@ -205,7 +205,8 @@ class Audit:
         self.receiver.close()
 
 
-@pytest.mark.soak   # ~7 min: CI keeps the secured audit across a mirror (every tier complete)
+# In CI (~7 min, in the audit group beside the agent's tests: tests/run_groups.py): seed 003's
+# first Audit UI example, a loss located to the hop.
 def test_a_mirror_is_judged_per_hop_and_a_loss_inside_it_is_located_to_the_hop(
         kafka, aggregate, tmp_path):
     audit = Audit(tmp_path, aggregate, {"local": ["producer"], "aggregate": ["local"]},

@@ -33,10 +33,9 @@ from broker.security import Scope, grant, role_acls
 from tests.agentkit import AgentProcess, write_config
 from tests.auditkit import AuditJob, all_stopped_cleanly
 
-# Three Spark jobs and MirrorMaker 2, all secured: 3.5 minutes, the longest test; under
-# `make soak` (CI keeps each secured part's own tests: test_broker_security.py,
-# test_agent_security.py).
-pytestmark = pytest.mark.soak
+# Three Spark jobs and MirrorMaker 2, all secured: 3.5 minutes, in CI's audit group (run beside
+# the agent's tests: tests/run_groups.py).
+pytestmark = pytest.mark.slow
 
 W = 600_000
 ORIGINS = ("sec-1", "sec-2")

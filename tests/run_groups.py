@@ -1,0 +1,125 @@
+"""``make test``: the suite in independent groups, side by side.
+
+Most of a Kafka or Spark test's time is waiting — for a broker, a job's trigger, a window, a
+timeout — not CPU, so on two cores two sessions finish well before one session of both. Each
+group is a pytest session of its own: its own clusters (``tests/conftest.py`` starts them per
+session), its own Spark starts, its own temporary folder. ``audit`` holds what needs Spark, the
+mirror, the secured clusters and the reconciler; ``agent`` everything else (the agent, its faults,
+the unit tests), so a test file added anywhere runs in exactly one group.
+
+Every line a group prints is streamed with the group's name in front, and kept in
+``build/test-groups/NAME.log``; a last line sums the groups up. The exit status is the first
+failing group's (pytest's own codes; 5 only when no group collected a test). SIGTERM or SIGINT
+reaches every group, whose sessions stop their clusters as pytest does on Ctrl-C.
+
+Arguments are pytest's, given to every group (``make test PYTEST_ARGS=-q``). Arguments naming
+tests (a path, ``-k``, ``-m``) run one plain session instead: a selection is not split.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOGS = ROOT / "build" / "test-groups"
+# Each group's temporary folder, emptied by pytest when the group starts (short: unix socket
+# paths under it must stay within 108 bytes).
+TMP = Path("/tmp/docket-tests")
+
+# The audit pipeline's tests: Spark jobs, MirrorMaker 2, the secured clusters (their fixtures,
+# kafka_sasl and kafka_mtls, start once, in this group), the reconciler and the dashboards.
+AUDIT = [
+    "tests/integration/test_audit_identity.py",
+    "tests/integration/test_audit_tiers.py",
+    "tests/integration/test_clock_skew.py",
+    "tests/integration/test_reconcile.py",
+    "tests/integration/test_reconcile_scenarios.py",
+    "tests/integration/test_reconcile_spark.py",
+    "tests/integration/test_mirror.py",
+    "tests/integration/test_mirror_audit.py",
+    "tests/integration/test_secured_audit.py",
+    "tests/integration/test_broker_security.py",
+    "tests/integration/test_agent_security.py",
+    "tests/integration/test_dashboard_browser.py",
+    "tests/integration/test_dashboard_process.py",
+    "tests/integration/test_alert_delivery.py",
+    "tests/faults/test_audit_job_kill.py",
+    "tests/faults/test_reconcile_kill.py",
+]
+GROUPS = {"agent": [f"--ignore={path}" for path in AUDIT], "audit": AUDIT}
+# Each group's slowest tests, so a CI log says where its time went.
+DEFAULT_ARGS = ["--durations=15"]
+_SELECTING = re.compile(r"^(-k|-m|--deselect|tests/|\./tests)")
+
+
+def selects(args: list[str]) -> bool:
+    """Do ``args`` name tests (then one plain session runs them)?"""
+    return any(_SELECTING.match(a) or Path(a.split("::")[0]).exists() for a in args)
+
+
+def _stream(name: str, proc: subprocess.Popen, log: Path, lock: threading.Lock) -> None:
+    with open(log, "w") as out:
+        for line in proc.stdout:
+            out.write(line)
+            out.flush()
+            with lock:
+                sys.stdout.write(f"[{name}] {line}")
+                sys.stdout.flush()
+
+
+def _summary(log: Path) -> str:
+    """pytest's own last line of a group: ``N passed, M deselected in S s``."""
+    lines = [ln.strip("= \n") for ln in log.read_text(errors="replace").splitlines()]
+    return next((ln for ln in reversed(lines) if re.search(r"\bin [\d.]+s\b", ln)), "no summary")
+
+
+def run_groups(args: list[str]) -> int:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+    procs: dict[str, subprocess.Popen] = {}
+    threads = []
+    began = time.monotonic()
+    for name, selection in GROUPS.items():
+        cmd = [sys.executable, "-m", "pytest", *DEFAULT_ARGS, *args, *selection,
+               f"--basetemp={TMP}/{name}"]
+        procs[name] = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True, bufsize=1)
+        t = threading.Thread(target=_stream, args=(name, procs[name], LOGS / f"{name}.log", lock))
+        t.start()
+        threads.append(t)
+
+    def forward(signum, _frame):
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    codes = {name: p.wait() for name, p in procs.items()}
+    for t in threads:
+        t.join()
+    spent = time.monotonic() - began
+    for name in GROUPS:
+        print(f"group {name}: exit {codes[name]}: {_summary(LOGS / f'{name}.log')}")
+    failing = [c for c in codes.values() if c not in (0, 5)]
+    code = failing[0] if failing else (5 if all(c == 5 for c in codes.values()) else 0)
+    verdict = "passed" if code == 0 else f"FAILED (exit {code})"
+    print(f"=== {len(GROUPS)} groups side by side {verdict} in {spent:.0f}s: "
+          + "; ".join(f"{n}: {_summary(LOGS / f'{n}.log')}" for n in GROUPS) + " ===")
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if selects(argv):
+        return subprocess.call([sys.executable, "-m", "pytest", *argv], cwd=ROOT)
+    return run_groups(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
