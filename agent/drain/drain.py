@@ -31,8 +31,10 @@ the producer lived through an outage that just ended, the producer is *stalled*.
 replaced like one after a fatal error (below: slots whose records it never reported go again
 whole, under the same record numbers), status says ``stalled`` with how long and since when,
 and ``agent_drain_producer_replacements_total{reason="stalled"}`` counts it. Seen here before
-this rule: a producer that lived through a 30 s broker pause re-bootstrapped and then made no
-connection at all, for minutes, while status said ``up``. ``RESTART_AFTER_STALLS`` replacements
+this rule: after a 30 s broker pause, a metadata answer given while the resuming broker was
+fenced listed no broker, librdkafka dropped the only one its producer knew, and that producer
+never connected again, while status said ``up`` (docs/agent.md, "Outages and stalls"); a
+producer replaced once is held to ``STALL_AFTER_S`` again. ``RESTART_AFTER_STALLS`` replacements
 in a row with nothing acknowledged make ``wedged()`` true: the service then stops feeding
 systemd's watchdog, and systemd starts the agent again (every slot waits in the pool).
 
@@ -684,8 +686,7 @@ class Drain:
         if not self.broker_state.startswith("not authorised"):
             self.broker_state = "up"          # it answered: authenticated (again)
         self.metrics.set("agent_drain_broker_up", 1)
-        self._progress_mark = (self._acked_now(), self._now())
-        self._stall_probe, self._next_probe = None, 0.0
+        self._fresh_start()
         self._resumed = True                 # its producer must show progress soon
 
     def _to_replace(self) -> bool:
@@ -721,10 +722,12 @@ class Drain:
         self._fresh_start()
 
     def _fresh_start(self) -> None:
-        """New producers: their own bound from now (what the old ones held out no longer
-        counts as outstanding, which is no acknowledgement)."""
+        """The stall bound counts from now (new producers: what the old ones held out no longer
+        counts as outstanding, which is no acknowledgement; a new producer did not live through
+        the last outage)."""
         self._progress_mark = (self._acked_now(), self._now())
         self._stall_probe, self._next_probe = None, 0.0
+        self._resumed = False
 
     def _unreported(self, send: SlotSend) -> bool:
         """Has ``send`` records whose reports the producers being replaced never served?"""

@@ -183,3 +183,45 @@ def test_one_poll_serves_every_report_waiting_across_partitions(kafka, tmp_path,
     assert len(failed) == 400 and {c for _t, _i, c, _r in failed} == {PURGE_QUEUE}
     assert done == [(3, 0, 400)] and len(producer) == 0 and producer.flush(0)
     pool.close()
+
+
+def test_records_sent_again_by_index_arrive_under_their_own_numbers(kafka, tmp_path,
+                                                                   topic_name):
+    """Records picked out of a slot (the ones a purge gave back) go again as one block with
+    their slot-wide ``indices``: each arrives with its own number, and a failure would name
+    its index in the slot."""
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=2)])
+    lines = [b"again %04d" % i for i in range(100)]
+    pool, slot = sealed_slot(tmp_path, topic_name, lines)
+    (block,) = list(blocks(slot))
+    _index, payload, offsets, lengths, times, numbers = block
+    picked = np.array([3, 17, 18, 64, 99], np.int64)
+    producer = native.SlotProducer({"bootstrap.servers": kafka.bootstrap_servers})
+    assert producer.send(7, 0, topic_name, payload, offsets[picked], lengths[picked],
+                         times[picked], HEADERS, numbers[picked], None, 0, picked) == 5
+    producer.seal(7, 5)
+    failures, done = wait_done(producer, [])
+    assert failures == [] and done == [(7, 5, 0)]
+    got = {int.from_bytes(dict(m.headers())[SEQ_HEADER], "big") - slot.first_record: m.value()
+           for m in read_all(kafka.bootstrap_servers, topic_name)}
+    assert got == {int(i): lines[i] for i in picked}
+    with pytest.raises(ValueError, match="one item per record"):
+        producer.send(8, 0, topic_name, payload, offsets[picked], lengths[picked],
+                      times[picked], HEADERS, None, None, 0, picked[:2])
+    pool.close()
+
+
+def test_its_librdkafka_lines_are_handed_over_by_poll(tmp_path):
+    """librdkafka's own lines reach the agent's log through ``poll``: from Info up by default,
+    every line with a ``debug`` setting (here a broker nobody listens on)."""
+    quiet = native.SlotProducer({"bootstrap.servers": "127.0.0.1:9"})
+    chatty = native.SlotProducer({"bootstrap.servers": "127.0.0.1:9", "debug": "broker"})
+    assert quiet.name() != chatty.name() and "#producer-" in chatty.name()
+    seen: dict = {"quiet": [], "chatty": []}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not seen["chatty"]:
+        seen["quiet"] += quiet.poll(0.1)[3]
+        seen["chatty"] += chatty.poll(0.1)[3]
+    assert any(level == 7 and fac in ("BROKER", "CONNECT", "STATE", "BRKMAIN")
+               for level, fac, _text in seen["chatty"]), seen["chatty"][:5]
+    assert all(level < 7 for level, _fac, _text in seen["quiet"]), seen["quiet"][:5]

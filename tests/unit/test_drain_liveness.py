@@ -127,6 +127,33 @@ def test_after_an_outage_a_producer_that_never_answers_again_is_replaced_within_
     assert roles == (["native", "native"] if send_path == "native" else ["main", "main"])
 
 
+def test_a_producer_replaced_after_an_outage_is_held_to_the_long_bound(tmp_path):
+    """The short bound is for the producer that lived through the outage; the one that
+    replaced it gets ``STALL_AFTER_S``, as after any replacement (a broker still electing its
+    leaders is not cut short every five seconds)."""
+    clock = StoppedClock()
+    drain, pool, kafka, values = _fake(tmp_path, clock)
+    for v in values:
+        kafka.script(v, HOLD, NEVER)           # the first holds them, the second says nothing
+    drain.pump()
+    kafka.reachable = False
+    clock.now += OUTAGE_AFTER_S
+    _turn_until(drain, lambda: drain.outage, "an outage")
+    kafka.reachable = True
+    _turn_until(drain, lambda: not drain.outage, "the outage's end")
+    clock.now += RESUME_STALL_S
+    _turn_until(drain, lambda: _replaced(drain) == 1, "replaced after the outage")
+    clock.now += RESUME_STALL_S
+    for _ in range(200):                       # the new producer: not replaced at 5 s
+        drain.pump()
+        time.sleep(0.001)
+    assert _replaced(drain) == 1
+    clock.now += STALL_AFTER_S - RESUME_STALL_S
+    _turn_until(drain, lambda: _replaced(drain) == 2, "replaced at the long bound")
+    _turn_until(drain, lambda: not pool.sealed(), "the slot freed")
+    _delivered_once_under_their_numbers(kafka, values)
+
+
 def test_replacements_in_a_row_with_nothing_acknowledged_make_the_drain_wedged(tmp_path):
     clock = StoppedClock()
     drain, pool, kafka, values = _fake(tmp_path, clock)

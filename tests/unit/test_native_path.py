@@ -173,3 +173,20 @@ def test_a_reload_keeps_the_send_path_and_says_that_a_change_waits_for_the_next_
         assert not [r for r in caplog.records if r.levelno == logging.WARNING]
     finally:
         agent.abandon()
+
+
+def test_the_native_client_s_lines_reach_the_agent_s_log_at_their_level(tmp_path, caplog):
+    agent, _kafka = _with_stand_ins(config(tmp_path))
+    try:
+        caplog.set_level(logging.DEBUG, logger="docket.agent.librdkafka")
+        agent.drain.native.logs += [(4, "FAIL", "[thrd:x]: x/1: connection refused"),
+                                    (7, "STATE", "[thrd:x]: x/1: Broker changed state")]
+        agent.drain.pump()
+        got = [(r.levelno, r.getMessage()) for r in caplog.records
+               if r.name == "docket.agent.librdkafka"]
+        assert got == [(logging.WARNING, "FAIL [native fake#native] [thrd:x]: x/1: connection "
+                                         "refused"),
+                       (logging.DEBUG, "STATE [native fake#native] [thrd:x]: x/1: Broker "
+                                       "changed state")]
+    finally:
+        agent.abandon()

@@ -67,6 +67,7 @@ struct Ledger {
     logs: Vec<LogLine>,                // librdkafka's log lines, for the agent's log
     logs_dropped: u64,                 // ... beyond LOGS_KEPT since the last poll
     reports: u64,
+    events: u64,                       // reports, errors and log lines: what `poll` serves
 }
 
 /// One of librdkafka's log lines: (syslog level, facility, message).
@@ -75,6 +76,7 @@ type LogLine = (i32, String, String);
 impl Ledger {
     fn count(&mut self, token: u32, failure: Option<(u64, i32, bool)>) {
         self.reports += 1;
+        self.events += 1;
         let slot = self.slots.entry(token).or_default();
         match failure {
             None => slot.acked += 1,
@@ -100,14 +102,16 @@ struct Reports {
 
 impl ClientContext for Reports {
     fn error(&self, error: KafkaError, reason: &str) {
-        self.ledger.lock().expect("the ledger's lock").errors
-            .push((error_code(&error), reason.to_string()));
+        let mut ledger = self.ledger.lock().expect("the ledger's lock");
+        ledger.events += 1;
+        ledger.errors.push((error_code(&error), reason.to_string()));
     }
 
     /// librdkafka's log lines (from its own threads) wait for the next `poll`, which hands
     /// them to the agent's logger, as confluent-kafka does for the Python path's client.
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         let mut ledger = self.ledger.lock().expect("the ledger's lock");
+        ledger.events += 1;
         if ledger.logs.len() < LOGS_KEPT {
             ledger.logs.push((level as i32, fac.to_string(), message.to_string()));
         } else {
@@ -428,7 +432,9 @@ impl SlotProducer {
     fn poll(&self, py: Python<'_>, timeout_s: f64, wake_fd: i32)
             -> (Vec<Failure>, Vec<Done>, Vec<(i32, String)>, Vec<LogLine>) {
         let producer = &self.producer;
-        let served = || producer.context().ledger.lock().expect("the ledger's lock").reports;
+        // Reports, errors and log lines alike: each served is progress through the queue (the
+        // reports behind a log line must not wait for one line a call).
+        let served = || producer.context().ledger.lock().expect("the ledger's lock").events;
         let wake = &self.wake;
         py.detach(|| {
             // Serve every event waiting (the crate's poll with no timeout serves at most one);
