@@ -291,8 +291,9 @@ def test_soak_broker_pause_matrix(kafka, tmp_path_factory, agent_send_path):
         for fault, down_s in faults:
             folder = tmp_path_factory.mktemp(f"{fault}-{down_s}-{r}")
             try:
-                figures = broker_fault_run(kafka, folder, f"soak.{fault}{down_s}.{r}.{os.getpid()}",
-                                           {"send_path": agent_send_path}, fault, down_s)
+                topic = f"soak.{agent_send_path}.{fault}{down_s}.{r}.{os.getpid()}"
+                figures = broker_fault_run(kafka, folder, topic, {"send_path": agent_send_path},
+                                           fault, down_s)
             except AssertionError as exc:
                 failed.append({"fault": fault, "down_s": down_s, "round": r,
                                "folder": str(folder), "error": str(exc)[:2000]})
