@@ -81,6 +81,8 @@ def _summary(log: Path) -> str:
 
 def run_groups(args: list[str]) -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
+    # pytest makes --basetemp itself but not its parent: a fresh machine has no /tmp/docket-tests.
+    TMP.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
     procs: dict[str, subprocess.Popen] = {}
     threads = []
