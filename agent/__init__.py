@@ -17,6 +17,7 @@ import what.
 - ``selfcheck``: at start, every byte the checkpoints call sealed still accounted for.
 - ``statefolder``: a damaged state database or pool file, at start and under the running agent.
 - ``service``: the running agent: sources → pool → drain in one loop, wired.
+- ``wake``: what ends the loop's sleep when it has nothing to do (writes, a stop, a signal).
 - ``errors``: why the agent cannot start here (``StartupError``).
 - ``status``: what it says of itself: gauges, the ``/status`` document, the HTTP server.
 - ``telemetry``: the agent's metrics, named once (docs/telemetry.md).

@@ -155,8 +155,9 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
     Setting("read_chunk_bytes", int, MiB, "`file`: bytes read per read call.", minimum=4096),
     Setting("partial_flush_ms", int, 0, "`file`: send a last line without its newline after this "
             "long unchanged (0: wait for the newline).", minimum=0),
-    Setting("poll_interval_ms", int, 250, "`file`: polling interval behind the watchdog events.",
-            minimum=10),
+    Setting("poll_interval_ms", int, 250, "`file`: polling interval behind the file events "
+            "(every 10 s instead while the agent's own watch sees every folder and no file "
+            "found waits to be decided on: docs/agent.md, Sources).", minimum=10),
 )
 
 @dataclass

@@ -54,6 +54,7 @@ from .tail.seams import FsOps
 from .tail.sock import SocketSource
 from .tail.watch import FolderWatch
 from .telemetry import Metrics
+from .wake import LoopWake
 
 log = logging.getLogger("docket.agent")
 
@@ -79,9 +80,11 @@ class StateDirLocked(StartupError):
 READ_BUDGET_BYTES = 8 << 20      # per loop turn, across file sources
 GAUGE_INTERVAL_S = 1.0
 EVENT_SCAN_MIN_S = 0.05          # file events trigger a scan at most this often
+WATCHED_SCAN_S = 10.0            # the poll behind the write watch, when it sees every folder
 IDLE_WAIT_S = 0.002              # nothing read or sent: wait this long for delivery reports
 IDLE_WAIT_WATCHED_S = 0.05      # ... or this long when a write wakes the wait (watch.py)
 IDLE_WAIT_BLOCKED_S = 0.05       # ... and this long when the pool is full
+IDLE_WAIT_QUIET_S = 1.0          # ... and up to this long with nothing to send (wake.py)
 # Settings a reload (SIGHUP) cannot change: they choose the drain (docs/agent.md)
 RESTART_SETTINGS = ("broker.send_path", "broker.delivery")
 CLOCK_STEP_S = 2.0               # the wall clock moving this much more or less than the
@@ -218,6 +221,8 @@ class Agent:
         self.topic_watch = TopicWatch(producer_config(cfg, self.send_path), self._topics,
                                       on_answer=self.drain.cluster_answered)
         self.drain.on_unknown_topic = self.topic_watch.unknown
+        self.wake = LoopWake()                  # ends the idle loop's sleep (wake.py)
+        self._signals_wake = False
         self.socket_sources: list[SocketSource] = []
         self.watch: FolderWatch | None = None
         self._build_sources(cfg)
@@ -271,15 +276,15 @@ class Agent:
     # -- wiring -------------------------------------------------------------------------------
     def _build_sources(self, cfg: AgentConfig) -> None:
         patterns = [p for s in cfg.sources if s.type == "file" for p in s.paths]
-        self.watch = FolderWatch(patterns if self.seams.file_events else [],
-                                 writes=self.drain.WAKES_ON_FD)
+        self.watch = FolderWatch(patterns if self.seams.file_events else [], writes=True)
         for src in cfg.sources:
             if src.type == "file":
                 self.file_sources.append(FileSource(src, self.pool, self.db, self.journal,
                                                     self.metrics, self.recovered,
                                                     fs=self.seams.fs, clock=self.clock))
             else:
-                self.socket_sources.append(SocketSource(src, self.pool, self.metrics, self.clock))
+                self.socket_sources.append(SocketSource(src, self.pool, self.metrics, self.clock,
+                                                        on_data=self.wake.notify))
 
     def _close_sources(self) -> None:
         if self.watch is not None:
@@ -331,9 +336,13 @@ class Agent:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
         signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+        # A signal also ends the loop's sleep (``agent/wake.py``), on whatever thread it lands.
+        signal.set_wakeup_fd(self.wake.write_fd, warn_on_full_buffer=False)
+        self._signals_wake = True
 
     def stop(self) -> None:
         self._stop.set()
+        self.wake.notify()
 
     def status(self) -> dict:
         """The ``/status`` document (``StatusBoard.document``)."""
@@ -352,19 +361,46 @@ class Agent:
 
     def _idle_wait(self, blocked: bool) -> tuple[float, int]:
         """How long an idle turn may wait for delivery reports, and the descriptor that ends
-        the wait when a file is written (-1: none): long while the pool pushes back; long too
-        when the file writes wake the wait (``FolderWatch.wake_fd``) and no record waits for
-        its linger nor comes from a socket source's thread; else a turn every ``IDLE_WAIT_S``.
+        the wait (-1: none; ``agent/wake.py``: a file written, a folder changed, a stop, a
+        signal):
+
+        - while the pool pushes back, ``IDLE_WAIT_BLOCKED_S``;
+        - when every source can end the wait (the write watch on the file sources' folders; a
+          socket source's threads wake it when they append) and no record waits for its
+          linger: until the next duty (a scan, the gauges, the watchdog), up to
+          ``IDLE_WAIT_QUIET_S``, when nothing is sealed or on its way (the Python path too: no
+          report can come); ``IDLE_WAIT_WATCHED_S`` when something is, on the native path
+          (its wait ends on a report as well);
+        - else a turn every ``IDLE_WAIT_S`` (the Python path's poll cannot end on a
+          descriptor while reports may come).
+
         A turn woken by writes that read nothing (another file of a watched folder, written
         busily) waits ``IDLE_WAIT_S`` deaf to them: never more turns than the 2 ms look."""
         if blocked:
             return IDLE_WAIT_BLOCKED_S, -1
-        if self._writes_for_nothing:
+        if self._writes_for_nothing or (self.file_sources and self.watch.wake_fd < 0):
             return IDLE_WAIT_S, -1
-        fd = self.watch.wake_fd
-        if fd >= 0 and not self.socket_sources and not self.pool.filling():
-            return IDLE_WAIT_WATCHED_S, fd
-        return IDLE_WAIT_S, fd
+        native = self.drain.WAKES_ON_FD
+        if self.pool.filling():
+            return IDLE_WAIT_S, self.wake.fd(self.watch.writes) if native else -1
+        if self.drain.idle():
+            return self._until_next_duty(), self.wake.fd(self.watch.writes)
+        if native:
+            return IDLE_WAIT_WATCHED_S, self.wake.fd(self.watch.writes)
+        return IDLE_WAIT_S, -1
+
+    def _until_next_duty(self) -> float:
+        """Seconds until the loop has something to do with nothing arriving: a scan (or the
+        one a folder's change asks for), the gauges, the watchdog, a journal write to try
+        again; at least ``IDLE_WAIT_S``, at most ``IDLE_WAIT_QUIET_S``."""
+        if self.journal.waiting():
+            return IDLE_WAIT_WATCHED_S
+        due = [self._next_scan, self._next_gauges]
+        if self.notifier.watchdog_interval_s:
+            due.append(self._next_watchdog)
+        if self.watch.pending():
+            due.append(self._last_scan + EVENT_SCAN_MIN_S)
+        return min(IDLE_WAIT_QUIET_S, max(IDLE_WAIT_S, min(due) - self.monotonic()))
 
     def begin(self) -> None:
         """The first scan (every file the state database knows, and what vanished while the
@@ -398,6 +434,7 @@ class Agent:
                 self.disk.refused(exc, "reloading")
                 self._sources_stale = True
         read, blocked, caught_up = 0, False, False
+        self.wake.clear()
         written = self.watch.writes_seen()       # before the reads: a later write wakes the wait
         if self.journal.waiting() and self.disk.write_due() and self.journal.retry():
             self.disk.written()
@@ -499,8 +536,10 @@ class Agent:
             self._last_scan = now
             for f in self.file_sources:
                 f.scan()
-            self._next_scan = now + min((f.cfg.poll_interval_ms for f in self.file_sources),
-                                        default=250) / 1000
+            every = min((f.cfg.poll_interval_ms for f in self.file_sources), default=250) / 1000
+            if self.watch.covers_all() and not any(f.settling() for f in self.file_sources):
+                every = max(every, WATCHED_SCAN_S)       # events wake the scans: a safety net
+            self._next_scan = now + every
         read, blocked, caught_up = 0, False, bool(self.file_sources)
         for f in self.file_sources:
             got = f.read_some(READ_BUDGET_BYTES)
@@ -516,6 +555,8 @@ class Agent:
             f.abandon()
         if getattr(self, "watch", None) is not None:
             self.watch.stop()
+        if getattr(self, "wake", None) is not None:
+            self._close_wake()
         if self.pool is not None:
             self.pool.abandon()
         if getattr(self, "pool_watch", None) is not None:
@@ -525,6 +566,12 @@ class Agent:
         if self.journal is not None:
             self.journal.close()
         os.close(self._state_lock)
+
+    def _close_wake(self) -> None:
+        if self._signals_wake:
+            signal.set_wakeup_fd(-1)
+            self._signals_wake = False
+        self.wake.close()
 
     def _do_reload(self) -> None:
         self.notifier.reloading()
@@ -601,6 +648,7 @@ class Agent:
                 log.error("stopping with a full disk: %s's last sizes not stored (%s)",
                           f.cfg.topic, exc)
         self.watch.stop()
+        self._close_wake()
         self.board.close()
         self.pool.close()
         self.pool_watch.close()
@@ -617,6 +665,7 @@ class Agent:
         self.topic_watch.stop()
         self.audit.stop(last_round=False)
         self.watch.stop()
+        self._close_wake()
         self.board.close()
         self.pool.abandon()
         self.pool_watch.close()

@@ -57,6 +57,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import select
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -420,8 +421,14 @@ class Drain:
 
     def wait(self, timeout_s: float, wake_fd: int = -1) -> None:
         """Nothing to do but wait for reports (the service's idle turn). ``wake_fd``: a
-        descriptor that ends the wait when readable, for a drain that ``WAKES_ON_FD``."""
-        self._poll(timeout_s)
+        descriptor that ends the wait when readable — for this drain only when nothing is on
+        its way (confluent-kafka's poll cannot end on one: the wait is a ``select`` then, and
+        no report can come meanwhile)."""
+        if wake_fd < 0:
+            self._poll(timeout_s)
+            return
+        select.select([wake_fd], [], [], timeout_s)
+        self._poll(0)
 
     def _produce_new(self, send: SlotSend, budget: int) -> tuple[int, bool]:
         """The hot loop: one ``produce`` per record, nothing else per record but slicing."""

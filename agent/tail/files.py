@@ -583,6 +583,11 @@ class FileSource:
         self.db.update(t.source_id, fingerprint=t.fingerprint)
 
     # -- reading ------------------------------------------------------------------------------
+    def settling(self) -> bool:
+        """Files found and not yet decided on (a copy still being written?): only scans
+        decide them, so the service keeps scanning at ``poll_interval_ms`` meanwhile."""
+        return bool(self.pending)
+
     def read_some(self, budget_bytes: int) -> ReadStats:
         """Read what is new, old (rotated) files first; stop when the pool pushes back."""
         stats = ReadStats()

@@ -4,6 +4,8 @@ Each connection is read by its own thread. When the pool has no free slot the th
 before reading more, so the kernel's socket buffer fills and the client's writes block:
 backpressure, not loss. Socket data cannot be re-read, so records still in a filling slot when
 the agent is killed are lost (at most ``linger_ms`` of them); a graceful stop seals them first.
+Each append wakes the agent's loop (``on_data``: ``agent/wake.py``), which may be asleep for up
+to a second with nothing to send.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ READ_BYTES = 256 * 1024
 
 class SocketSource:
     def __init__(self, cfg: SourceConfig, pool: BufferPool, metrics: Metrics,
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, on_data=None):
         self.cfg = cfg
+        self._on_data = on_data or (lambda: None)   # records appended: wake the agent's loop
         self.clock = clock or Clock()
         self.pool = pool
         self.metrics = metrics
@@ -91,6 +94,7 @@ class SocketSource:
             done += res.records
             self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
                              topic=self.cfg.topic)
+            self._on_data()
         self.metrics.inc("agent_source_read_bytes_total", len(data), topic=self.cfg.topic)
 
     def close(self) -> None:

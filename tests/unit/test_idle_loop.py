@@ -1,0 +1,159 @@
+"""An idle agent sleeps (``agent/wake.py``): with nothing filling, sealed or on its way, the
+loop waits until its next duty, up to ``IDLE_WAIT_QUIET_S``, on one descriptor that a write to
+a watched file, a stop or a signal makes readable — on both send paths; with the write watch on
+every folder and no file settling, the timed scan is only a safety net."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+
+from agent.service import (
+    IDLE_WAIT_QUIET_S,
+    IDLE_WAIT_S,
+    IDLE_WAIT_WATCHED_S,
+    WATCHED_SCAN_S,
+    Agent,
+    Seams,
+)
+from tests.unit.fakenative import FakeSlotProducer
+from tests.unit.fakeproducer import FakeKafka
+from tests.unit.tailkit import FakeClock
+from tests.unit.test_native_path import config
+
+
+def _agent(tmp_path, send_path="native", file_events=True):
+    kafka = FakeKafka()
+    return Agent(config(tmp_path, send_path),
+                 seams=Seams(clock=FakeClock(), file_events=file_events,
+                             producer_factory=kafka.producer, probe_factory=kafka.admin,
+                             native_factory=lambda conf: FakeSlotProducer(conf, kafka)))
+
+
+def readable(fd: int, timeout_s: float = 1.0) -> bool:
+    return bool(select.select([fd], [], [], timeout_s)[0])
+
+
+def _settled(agent) -> None:
+    """Turns until the file found at the start is decided on and read (the clock moving)."""
+    agent.begin()
+    for _ in range(10):
+        agent.clock.advance(0.3)
+        agent.turn()
+    assert not any(f.settling() for f in agent.file_sources)
+
+
+def test_both_paths_sleep_until_the_next_duty_on_the_wake_descriptor(tmp_path):
+    for send_path in ("native", "python"):
+        work = tmp_path / send_path
+        work.mkdir()
+        (work / "app.log").write_bytes(b"")
+        agent = _agent(work, send_path)
+        try:
+            _settled(agent)
+            wait, fd = agent._idle_wait(False)
+            assert IDLE_WAIT_S <= wait <= IDLE_WAIT_QUIET_S and fd >= 0, send_path
+            assert not readable(fd, 0)
+            with open(work / "app.log", "ab") as f:
+                f.write(b"a line\n")
+            assert readable(fd), f"{send_path}: a write must end the sleep"
+            agent.turn()
+            agent.drain.idle = lambda: False        # something on its way
+            assert agent._idle_wait(False) == ((IDLE_WAIT_WATCHED_S, fd) if send_path == "native"
+                                               else (IDLE_WAIT_S, -1))
+        finally:
+            agent.abandon()
+
+
+def test_a_stop_from_another_thread_ends_the_sleep(tmp_path):
+    (tmp_path / "app.log").write_bytes(b"")
+    agent = _agent(tmp_path)
+    try:
+        _settled(agent)
+        _wait, fd = agent._idle_wait(False)
+        assert not readable(fd, 0)
+        threading.Thread(target=agent.stop).start()
+        assert readable(fd) and agent._stop.is_set()
+        agent.turn()                               # the turn empties the pipe
+        assert not readable(agent._idle_wait(False)[1], 0)
+    finally:
+        agent.abandon()
+
+
+def test_a_signal_ends_the_sleep_and_the_handler_runs(tmp_path):
+    (tmp_path / "app.log").write_bytes(b"")
+    agent = _agent(tmp_path)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        _settled(agent)
+        agent.install_signals()
+        _wait, fd = agent._idle_wait(False)
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert readable(fd) and agent._reload.is_set()
+    finally:
+        agent.abandon()                            # the wake-up descriptor is given back
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    assert signal.set_wakeup_fd(-1) == -1
+
+
+def test_with_the_write_watch_on_every_folder_the_timed_scan_is_a_safety_net(tmp_path):
+    """Scans every ``WATCHED_SCAN_S`` (events ask for the others), but every
+    ``poll_interval_ms`` while a file found waits to be decided on, and without file events."""
+    for events, every in ((True, WATCHED_SCAN_S), (False, 0.25)):
+        work = tmp_path / str(events)
+        work.mkdir()
+        (work / "app.log").write_bytes(b"the first line of the file\n")
+        agent = _agent(work, file_events=events)
+        try:
+            _settled(agent)
+            agent.clock.advance(WATCHED_SCAN_S)
+            agent.turn()                            # a scan, due
+            assert abs(agent._next_scan - agent.monotonic() - every) < 1e-6
+            # Rotated, and the new file so far a prefix of the old one (a copy being written?):
+            # it waits to be decided on, and scans come often meanwhile.
+            (work / "app.log").rename(work / "app.log.1")
+            (work / "app.log").write_bytes(b"the first")
+            agent.clock.advance(WATCHED_SCAN_S)
+            agent.turn()
+            assert any(f.settling() for f in agent.file_sources)
+            assert abs(agent._next_scan - agent.monotonic() - 0.25) < 1e-6
+        finally:
+            agent.abandon()
+
+
+def test_a_socket_source_s_records_end_the_sleep(tmp_path):
+    """A socket source's threads append without the loop; each append wakes it, so an agent
+    with one sleeps as long as any other."""
+    import socket
+
+    from agent.config import parse
+
+    path = str(tmp_path / "in.sock")
+    cfg = parse({
+        "agent": {"id": "t", "state_dir": str(tmp_path / "state")},
+        "buffer": {"size_bytes": 4096 + 4096 + 16 * 4096, "slot_size_bytes": 4096,
+                   "sync_on_seal": False},
+        "broker": {"bootstrap_servers": "127.0.0.1:9", "send_path": "native"},
+        "audit": {"enabled": False},
+        "sources": [{"type": "socket", "topic": "t", "path": path}],
+    })
+    kafka = FakeKafka()
+    agent = Agent(cfg, seams=Seams(clock=FakeClock(), file_events=True,
+                                   producer_factory=kafka.producer, probe_factory=kafka.admin,
+                                   native_factory=lambda conf: FakeSlotProducer(conf, kafka)))
+    try:
+        agent.begin()
+        agent.turn()
+        wait, fd = agent._idle_wait(False)
+        assert IDLE_WAIT_S <= wait <= IDLE_WAIT_QUIET_S and not readable(fd, 0)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(path)
+            client.sendall(b"an event\n")
+            assert readable(fd), "an appended record must end the sleep"
+    finally:
+        agent.abandon()
+        for s in agent.socket_sources:
+            s.close()
