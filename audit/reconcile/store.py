@@ -778,14 +778,16 @@ class VerdictWriter:
                 (topic, window_start, tier, revision, now_ms, state, count, distinct,
                  completeness, old["state"], old["count"]))
         final_at = old["final_at"] if old and old["final_at"] else (now_ms if final else None)
+        unknown = state == UNKNOWN or any(o[4] == UNKNOWN for o in origins)
         self.windows.append(
-            # A final window stays final, unless it turns ``unknown`` (new records: a late
-            # producer report, an origin's first copy through a mirror): it is judged again
-            # at every evaluation then, as ``unknown`` windows are, until a verdict holds
-            # (seen: a window revised to unknown never judged again when the tier caught up,
-            # for nothing marks a window changed when a ``caught_up`` record arrives).
+            # A final window stays final, unless it or one of its origins turns ``unknown``
+            # (new records: a late producer report, an origin's first copy through a mirror):
+            # it is judged again at every evaluation then, as ``unknown`` windows are, until a
+            # verdict holds (seen: a window revised to unknown never judged again when the
+            # tier caught up, for nothing marks a window changed when a ``caught_up`` record
+            # arrives; and an origin unknown beside another's loss, whose own loss never fired).
             (topic, window_start, tier, window_ms, state,
-             int(final or (bool(old and old["final"]) and state != UNKNOWN)), expected, count,
+             int(final or (bool(old and old["final"]) and not unknown)), expected, count,
              distinct, duplicates,
              dropped, dropped_unknown, completeness, hop_completeness, checksum, missing,
              now_ms, final_at, revision))

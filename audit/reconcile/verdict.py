@@ -311,7 +311,11 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
                 verdicts.append(v)
         v = _tier(topic, window_start, tier, False, verdicts, fed or (PRODUCER_TIER,))
         v.state = _phase(v.state, now_ms, end, timing)
-        v.final = _final(v.state, now_ms, end, timing)
+        # An origin still unknown (the tier has not read past its report) holds the window
+        # open as an unknown tier does, whatever another origin's verdict made of the tier:
+        # nothing marks a final window changed when the tier's mark for that origin comes.
+        held = UNKNOWN if any(o.state == UNKNOWN for o in verdicts) else v.state
+        v.final = _final(held, now_ms, end, timing)
         judged[tier] = v
     return [judged[t] for t in tiers]
 

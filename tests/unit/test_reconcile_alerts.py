@@ -221,6 +221,30 @@ def test_a_final_window_revised_to_unknown_is_judged_again_when_the_tier_catches
     assert ("loss", "kafka-local", "web-2") in r.alerts()   # (and audit_lag: hours later)
 
 
+def test_an_origin_still_unknown_keeps_a_window_with_a_loss_from_being_final(tmp_path):
+    """web-1's records are short at the tier (a loss: the tier is incomplete) while the tier's
+    job has not read past web-2's report (unknown). The window must not become final for the
+    loss, else nothing judges it again when the tier's mark for web-2 comes (it changes no
+    count) and web-2's loss never fires (seen: a reconciler killed mid-stream between the
+    marks of two origins, tests/faults/test_reconcile_kill.py)."""
+    from tests.unit.reconcilekit import caught_up
+    r = Reconciler(tmp_path)
+    late = JUDGED + 2 * 3_600_000                           # past the window's final_ms
+    r.apply(count("producer", 1000, "web-1"), count("kafka-local", 993, "web-1"),
+            count("producer", 500, "web-2"), count("kafka-local", 493, "web-2"),
+            progress(END + 5 * MIN, marks=True), caught_up("web-1"))
+    r.at(late)
+    assert [a for a in r.alerts() if a[0] == "loss"] == [("loss", "kafka-local", "web-1")]
+    assert r.store.conn.execute("SELECT state, final FROM windows WHERE tier = 'kafka-local'"
+                                ).fetchall() == [("incomplete", 0)]
+    r.apply(caught_up("web-2"))                             # no count: web-2's 7 are lost too
+    r.at(late + MIN)
+    assert sorted(a for a in r.alerts() if a[0] == "loss") == [
+        ("loss", "kafka-local", "web-1"), ("loss", "kafka-local", "web-2")]
+    assert r.store.conn.execute("SELECT state, final FROM windows WHERE tier = 'kafka-local'"
+                                ).fetchall() == [("incomplete", 1)]
+
+
 def test_a_tiers_mark_that_came_through_a_mirror_counts_once_the_mirror_vouches_for_it(
         tmp_path):
     """On the aggregate, kafka-local's records arrive through the mirror in no order: its mark
