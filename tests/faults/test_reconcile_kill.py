@@ -69,7 +69,7 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
     receiver = Receiver()
     (tmp_path / "reconcile.toml").write_text(
         f'[reconcile]\nbootstrap_servers = "{kafka.bootstrap_servers}"\n'
-        f'audit_topic = "{audit_topic}"\nevaluate_interval_ms = 1000\n'
+        f'audit_topic = "{audit_topic}"\nevaluate_interval_ms = 1000\nlisten = ""\n'
         f'deliver_interval_ms = 200\n\n[windows]\ntiers = ["producer", "kafka-local"]\n\n'
         f'[alerts]\nsilent_ms = 86400000\nclock_skew_ms = 86400000\n'
         f'default_channels = ["ops"]\n\n'
@@ -126,6 +126,7 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
         assert job.stop() == 0, job.log_text()
     finally:
         receiver.close()
+        job.kill()                  # stopped above unless an assertion failed: never left behind
     assert kills >= 4
     bodies = [b for b in receiver.bodies if b["kind"] == "loss"]
     got = Counter((b["event"], (b["topic"], b["window_start"], b["origin"])) for b in bodies)
