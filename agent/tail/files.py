@@ -584,9 +584,12 @@ class FileSource:
 
     # -- reading ------------------------------------------------------------------------------
     def settling(self) -> bool:
-        """Files found and not yet decided on (a copy still being written?): only scans
-        decide them, so the service keeps scanning at ``poll_interval_ms`` meanwhile."""
-        return bool(self.pending)
+        """Something only a later scan decides: files found and not yet decided on (a copy
+        still being written?), content truncated or deleted whose copy is awaited for
+        ``COPY_GRACE_S``, known files whose folder is away; the service keeps scanning at
+        ``poll_interval_ms`` meanwhile."""
+        return bool(self.pending or self.folders_away
+                    or any(not o.journaled for o in self.orphans))
 
     def read_some(self, budget_bytes: int) -> ReadStats:
         """Read what is new, old (rotated) files first; stop when the pool pushes back."""
