@@ -238,10 +238,10 @@ def test_each_role_works_with_its_acls_and_fails_without_any_one_of_them(secured
     admin = _admin(secured)
     acls = role_acls(role, f"User:{role}", env.scope(role))
     # The cluster is the session's, and other tests leave this user ACLs of their own (the
-    # secured audit's count and land keep Write on its audit topic; revoking its grants at its
-    # end had a client of its mirror refused for minutes after, failing the mirror's check
-    # below). Any Write elsewhere gives an idempotent producer its id (KIP-679) and changes
-    # what each refusal looks like: the check starts from none.
+    # secured audit's count and land keep Write on its audit topic; when it revoked its grants
+    # at its end, the mirror's check below once saw its mirror's user refused on its topics).
+    # Any Write elsewhere gives an idempotent producer its id (KIP-679) and changes what each
+    # refusal looks like: the check starts from none.
     revoke(admin, list_acls(admin, f"User:{role}"))
     assert list_acls(admin, f"User:{role}") == []
     work = WORK[role]

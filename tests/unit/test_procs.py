@@ -21,9 +21,11 @@ def _wait(condition, timeout_s: float = 10.0) -> bool:
 
 
 def test_a_group_outlives_its_leader_until_its_last_member_ends():
-    # The leader ends on SIGTERM; the member it started ignores SIGTERM.
+    # The leader ends on SIGTERM; the member it started ignores SIGTERM. The member's pid is
+    # printed once the leader heeds SIGTERM again: printed before, a SIGTERM sent on reading it
+    # could come while the leader still ignored it (seen once in CI on a loaded host).
     leader = subprocess.Popen(
-        ["sh", "-c", "trap '' TERM; sleep 30 & echo $!; trap - TERM; wait"],
+        ["sh", "-c", "trap '' TERM; sleep 30 & pid=$!; trap - TERM; echo $pid; wait"],
         stdout=subprocess.PIPE, text=True, start_new_session=True)
     member = int(leader.stdout.readline())
     try:
