@@ -151,38 +151,44 @@ def run_shipper(bootstrap: str, shipper: str, files: int, work: Path) -> list[di
         halt()
 
 
-def _goals(table: dict) -> dict:
-    """The issue's goals, each docket shipper against rsyslog's figures of the same run."""
+def _pairs(table: dict):
+    """Each docket shipper's row beside rsyslog's of the same layout and rate, with its key
+    (``shipper.Nf.rate``); nothing without rsyslog."""
     if "rsyslog" not in table:
-        return {}
-    goals = {}
+        return
     for shipper, layouts in table.items():
         if shipper == "rsyslog":
             continue
         for files, rows in layouts.items():
             peer = {r["rate"]: r for r in table["rsyslog"][files]}
             for r in rows:
-                rate, p = r["rate"], peer[r["rate"]]
-                key = f"{shipper}.{files}f.{rate}"
-                if rate == 0:
-                    goals[f"{key}.idle_le_0.002_core"] = r["cores"] <= 0.002
-                    continue
-                bound = 0.5 if rate >= 10000 else 1.0
-                goals[f"{key}.cpu_le_{bound}x"] = r["cpu_us_per_line"] <= bound * \
-                    p["cpu_us_per_line"]
-                if rate == 1000 and "p50_ms" in r and "p50_ms" in p:
-                    goals[f"{key}.p50_le_rsyslog_plus_1ms"] = r["p50_ms"] <= p["p50_ms"] + 1
+                yield f"{shipper}.{files}f.{r['rate']}", r, peer[r["rate"]]
+
+
+def _goals(table: dict) -> dict:
+    """The issue's goals, each docket shipper against rsyslog's figures of the same run."""
+    goals = {}
+    for key, r, p in _pairs(table):
+        rate = r["rate"]
+        if rate == 0:
+            goals[f"{key}.idle_le_0.002_core"] = r["cores"] <= 0.002
+            continue
+        bound = 0.5 if rate >= 10000 else 1.0
+        goals[f"{key}.cpu_le_{bound}x"] = r["cpu_us_per_line"] <= bound * p["cpu_us_per_line"]
+        if rate == 1000 and "p50_ms" in r and "p50_ms" in p:
+            goals[f"{key}.p50_le_rsyslog_plus_1ms"] = r["p50_ms"] <= p["p50_ms"] + 1
     return goals
 
 
 def main() -> None:
     compile_sources()
+    peer = _rsyslog_present()
     shippers = (["docket_native"] if native_built() else []) + ["docket"] \
-        + ["docket_exactly_once"] + (["rsyslog"] if _rsyslog_present() else [])
+        + ["docket_exactly_once"] + (["rsyslog"] if peer else [])
     chosen = os.environ.get("BENCH_RATES_SHIPPERS")
     if chosen:
         shippers = [s for s in shippers if s in chosen.split(",")]
-    missing = [] if _rsyslog_present() else ["rsyslog"]
+    missing = [] if peer else ["rsyslog"]
     table: dict[str, dict[int, list[dict]]] = {}
     with tempfile.TemporaryDirectory(prefix="docket-bench-rates-") as tmp:
         work = Path(tmp)
@@ -191,17 +197,8 @@ def main() -> None:
                 for shipper in shippers:
                     table.setdefault(shipper, {})[files] = run_shipper(
                         bootstrap, shipper, files, work / f"{shipper}-{files}")
-    ratios = {}
-    if "rsyslog" in table:
-        for shipper, layouts in table.items():
-            if shipper == "rsyslog":
-                continue
-            for files, rows in layouts.items():
-                peer = {r["rate"]: r for r in table["rsyslog"][files]}
-                for r in rows:
-                    if r["rate"] and peer[r["rate"]].get("cpu_us_per_line"):
-                        ratios[f"{shipper}.{files}f.{r['rate']}"] = round(
-                            r["cpu_us_per_line"] / peer[r["rate"]]["cpu_us_per_line"], 2)
+    ratios = {key: round(r["cpu_us_per_line"] / p["cpu_us_per_line"], 2)
+              for key, r, p in _pairs(table) if r["rate"] and p.get("cpu_us_per_line")}
     print(json.dumps({"bench": "rates", "window_s": WINDOW_S, "missing": missing,
                       "results": {s: {f"{f}_files": rows for f, rows in layouts.items()}
                                   for s, layouts in table.items()},
