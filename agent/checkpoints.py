@@ -5,7 +5,8 @@ record of them), per source, with the map from record numbers to files (``locate
 The pool seals a slot under its lock, in the agent's loop or a socket source's thread
 (``sealed``: the slot's source positions and record runs are noted, under a lock of their own,
 nothing is written); the agent's loop writes what was noted in one transaction each
-turn (``flush``), with the producer tier's counts and the next record number; the drain reports
+turn (``flush``), with the producer tier's counts, the next record number and the files'
+anchors (``agent/tail/anchors.py``); the drain reports
 each slot Kafka acknowledged whole (``acknowledged``). A source's acknowledged offset moves only
 over contiguous acknowledged bytes: never past the start of an older slot of that source still
 in flight. What is in flight is the drain's to say (``Drain.in_flight_slots``).
@@ -32,8 +33,10 @@ class Checkpoints:
     ``db``. ``now`` is the agent's monotonic clock in seconds."""
 
     def __init__(self, db: StateDB, now: Callable[[], float], locate_retention_ms: int,
-                 guard: DiskGuard | None = None):
+                 guard: DiskGuard | None = None,
+                 anchors: Callable[[dict[int, int]], dict[int, bytes]] | None = None):
         self.db = db
+        self.anchors = anchors       # sealed ends → the generations' anchors to store with them
         self.guard = guard
         self.now = now
         self.locate_retention_ms = locate_retention_ms
@@ -94,9 +97,10 @@ class Checkpoints:
             for positions in batch:
                 for source, _start, end in positions:
                     ends[source] = max(end, ends.get(source, 0))
+            anchors = self.anchors(ends) if self.anchors is not None and ends else None
             if not self._write(lambda: self.db.advance_sealed(
-                    ends, audit=audit_persist, next_record=next_record(), runs=runs),
-                    "the sealed checkpoints"):
+                    ends, audit=audit_persist, next_record=next_record(), runs=runs,
+                    anchors=anchors), "the sealed checkpoints"):
                 with self._noted:
                     self._sealed_positions[:0] = batch
                     self._sealed_runs[:0] = runs

@@ -178,7 +178,8 @@ class Agent:
                                                                       int(full)))
         self.journal.on_refused = lambda exc: self.disk.refused(exc, "writing the loss journal")
         self.checkpoints = Checkpoints(self.db, self.monotonic,
-                                       cfg["agent.locate_retention_ms"], self.disk)
+                                       cfg["agent.locate_retention_ms"], self.disk,
+                                       anchors=self._anchors)
         try:
             self.pool = self._open_pool(cfg, next_record)
         except PoolDamaged as exc:
@@ -196,6 +197,9 @@ class Agent:
         rewound = rewind_uncovered(self.db, self.pool.sealed())
         if rewound:
             self.metrics.inc("agent_source_rewound_total", len(rewound))
+        # Reading resumes at the rewound offset, not after a later slot that survived: the
+        # bytes between are read again (those of the later slots twice), never skipped.
+        self.recovered.update(rewound)
         self.checkpoints.recovered(self.pool.sealed())
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
         numbered = cfg["agent.record_numbers"] and origin is not None
@@ -321,6 +325,13 @@ class Agent:
             log.error("stopping with a full disk: %s not written to the state database; the "
                       "next start reads those bytes again (duplicates, no loss)",
                       self.checkpoints.unwritten())
+
+    def _anchors(self, ends: dict[int, int]) -> dict[int, bytes]:
+        """The file sources' anchors at the sealed ends about to be written."""
+        out: dict[int, bytes] = {}
+        for f in self.file_sources:
+            out.update(f.anchors(ends))
+        return out
 
     def _slot_done(self, slot: SealedSlot) -> None:
         """Kafka acknowledged every record of ``slot`` (``Checkpoints.acknowledged``). Sealed

@@ -21,6 +21,9 @@ old content found later continues the old generation (its row moves to the copy'
     orphan_reason  the loss journal's reason if no copy of it turns up: ``unaccounted_bytes``
                    (truncated in place) or ``deleted_unread`` (gone while the agent was stopped)
     updated_ms
+    anchors        offsets the content was sealed to, each with the CRC-32 of the bytes before
+                   it, newest last: whether the file still holds what was read below its
+                   checkpoint (``agent/tail/anchors.py``)
 
 Table ``identity``, one row: the agent's *incarnation* (created once with the database: its
 creation time in ms and a random part) and ``next_record``, the record number the next sealed
@@ -102,8 +105,9 @@ _FILES_COLUMNS = {"source_id": "INTEGER PRIMARY KEY", "source_index": "INTEGER",
                   "dev": "INTEGER", "ino": "INTEGER", "fingerprint": "BLOB", "path": "TEXT",
                   "sealed_offset": "INTEGER", "acked_offset": "INTEGER", "size_seen": "INTEGER",
                   "state": "TEXT", "tail": "BLOB", "orphaned_ms": "INTEGER",
-                  "orphan_reason": "TEXT", "updated_ms": "INTEGER"}
-_NEW_COLUMNS = {name: _FILES_COLUMNS[name] for name in ("tail", "orphaned_ms", "orphan_reason")}
+                  "orphan_reason": "TEXT", "updated_ms": "INTEGER", "anchors": "BLOB"}
+_NEW_COLUMNS = {name: _FILES_COLUMNS[name]
+                for name in ("tail", "orphaned_ms", "orphan_reason", "anchors")}
 
 
 def _set_audit_meta(conn: sqlite3.Connection, name: str, value: int) -> None:
@@ -364,12 +368,17 @@ class StateDB:
 
     def advance_sealed(self, positions: dict[int, int],
                        audit: Callable[[], AuditUpdate | None] | None = None,
-                       next_record: int | None = None, runs: list[tuple] = ()) -> None:
+                       next_record: int | None = None, runs: list[tuple] = (),
+                       anchors: dict[int, bytes] | None = None) -> None:
         """Move sealed checkpoints forward (never back) in one transaction, with the next
         record number, the locate rows of the runs sealed (first_record, records, topic,
-        source_id, start, end, exact) and the tallies ``audit`` gives, called inside the
-        transaction (the audit counts of the slots these positions were sealed in)."""
+        source_id, start, end, exact), the generations' anchors (``agent/tail/anchors.py``)
+        and the tallies ``audit`` gives, called inside the transaction (the audit counts of
+        the slots these positions were sealed in)."""
         def write(conn: sqlite3.Connection) -> None:
+            if anchors:
+                conn.executemany("UPDATE files SET anchors = ? WHERE source_id = ?",
+                                 [(blob, sid) for sid, blob in anchors.items()])
             if next_record is not None:
                 conn.execute("UPDATE identity SET next_record = MAX(next_record, ?)",
                              (next_record,))

@@ -55,6 +55,7 @@ from ..state import (
     StateDB,
 )
 from ..telemetry import Metrics
+from . import anchors
 from . import generations as gen
 from .discovery import Ident, find_outside, list_files
 from .generations import MATCH, MAYBE, NO, Orphan, Pending
@@ -81,6 +82,7 @@ class FileSource:
         self.fs = fs or FsOps()
         self.clock = clock or pool.clock
         self.tracked: dict[Ident, Tracked] = {}
+        self._by_source: dict[int, Tracked] = {}       # the same, by source_id
         self.pending: dict[Ident, Pending] = {}
         self.unreadable: dict[str, str] = {}           # path → why, while it stays so
         self._warned: set[tuple[str, str]] = set()
@@ -200,6 +202,7 @@ class FileSource:
 
     def _track(self, ident: Ident, t: Tracked) -> None:
         self.tracked[ident] = t
+        self._by_source[t.source_id] = t
         self._sizes_stored[t.source_id] = t.size_seen
 
     def _open_known(self, ident: Ident, path: str, st: os.stat_result, rows: list[dict]) -> None:
@@ -241,6 +244,11 @@ class FileSource:
         reading stopped. The file starts with its fingerprint; what the file holds now beyond
         it becomes the fingerprint (as the next look would make it)."""
         offset = self._resume_offset(row)
+        kept = anchors.unpack(row["anchors"])
+        back = anchors.resume_at(lambda off, n: self.fs.pread(fd, n, off), offset, kept)
+        if back is not None:
+            offset = self._cut_back(row, path, offset, back, size)
+            kept = [a for a in kept if a[0] <= offset]
         fingerprint = row["fingerprint"] or b""
         if len(head) > len(fingerprint):
             fingerprint = head
@@ -249,7 +257,32 @@ class FileSource:
         log.info("resuming %s (inode %d, source %d)%s at offset %d of %d", path, ident[1],
                  row["source_id"], why, offset, size)
         self._track(ident, Tracked(row["source_id"], path, fd, *ident, fingerprint, offset,
-                                   size_seen=size, rotated=rotated))
+                                   size_seen=size, rotated=rotated, anchors=kept))
+
+    def _cut_back(self, row: dict, path: str, offset: int, back: int, size: int) -> int:
+        """The file no longer holds, below the checkpoint ``offset``, what was read there (a
+        power loss took the application's unsynced tail, and it wrote on from the cut): read
+        again from ``back``, the newest anchor it still holds, so no line written since the
+        cut is skipped (those from ``back`` to the cut arrive twice). What was seen beyond the
+        checkpoint and never read is gone with the old tail: journaled."""
+        sid = row["source_id"]
+        log.warning("%s (source %d) no longer holds what was read before offset %d (cut back "
+                    "while the agent was stopped: a power loss?); reading again from offset "
+                    "%d of %d (lines before the cut may arrive twice)", path, sid, offset, back,
+                    size)
+        self._rotation("cut_back")
+        unread = max(0, (row["size_seen"] or 0) - offset)
+        if unread:
+            self.journal.record("cut_back_unread", self.cfg.topic, -1, nbytes=unread,
+                                source=path, byte_range=(offset, offset + unread),
+                                source_id=sid, open_ended=True,
+                                detail=f"{path} was cut back below offset {offset} while the "
+                                       f"agent was stopped: {unread} byte(s) seen after it "
+                                       "were never read and are gone")
+        self.db.rewind(sid, back, row["state"])
+        self.recovered.pop(sid, None)
+        self._closed.pop(sid, None)
+        return back
 
     def _open_new(self, ident: Ident, path: str, st: os.stat_result) -> None:
         """A file no generation is known on: opened and recorded now, decided on below."""
@@ -575,9 +608,35 @@ class FileSource:
                                 successor={"source_index": self.cfg.index, "dev": t.dev,
                                            "ino": t.ino, "fingerprint": head, "path": t.path,
                                            "size_seen": size}, now_ms=self.clock.time_ms())
+        self._by_source.pop(t.source_id, None)
         t.source_id, t.fingerprint, t.offset, t.tail = new_id, head, 0, b""
+        t.anchors, t.anchor_since = [], float("-inf")
+        t.handed.clear()
+        self._by_source[new_id] = t
         t.size_seen, t.idle_since, t.partial_since, t.partial_size = size, None, None, 0
         self._sizes_stored[new_id] = size
+
+    def anchors(self, ends: dict[int, int]) -> dict[int, bytes]:
+        """Of the sealed ends about to be written (source_id → offset), those of files this
+        source reads: each generation's anchors with the newest hand-over at or below its end
+        as the newest (``anchors.py``)."""
+        out = {}
+        now = self._now()
+        for sid, end in ends.items():
+            t = self._by_source.get(sid)
+            if t is None:
+                continue
+            newest = None
+            while t.handed and t.handed[0][0] <= end:
+                newest = t.handed.popleft()
+            if newest is None:
+                continue
+            fresh = now - t.anchor_since < anchors.EVERY_S
+            if not fresh:
+                t.anchor_since = now
+            t.anchors = anchors.add(t.anchors, newest, fresh)
+            out[sid] = anchors.pack(t.anchors)
+        return out
 
     def _store_fingerprint(self, t: Tracked) -> None:
         self.db.update(t.source_id, fingerprint=t.fingerprint)
@@ -611,6 +670,7 @@ class FileSource:
                     continue                  # grew meanwhile: read on
                 self.fs.close(t.fd)
                 del self.tracked[ident]
+                self._by_source.pop(t.source_id, None)
                 self._closed[t.source_id] = t.offset
                 self.db.update(t.source_id, state=DONE, size_seen=size)
                 self._sizes_stored.pop(t.source_id, None)
@@ -650,6 +710,7 @@ class FileSource:
         for fd in self._descriptors():
             self.fs.close(fd)
         self.tracked.clear()
+        self._by_source.clear()
         self.pending.clear()
 
     def close(self) -> None:
@@ -657,4 +718,5 @@ class FileSource:
         for fd in self._descriptors():
             self.fs.close(fd)
         self.tracked.clear()
+        self._by_source.clear()
         self.pending.clear()

@@ -20,14 +20,17 @@ content that starts with it is the content the checkpoint counts.
 from __future__ import annotations
 
 import logging
+import zlib
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..buffer import BufferPool
 from ..buffer.seams import Clock
 from ..config import SourceConfig
 from ..state import FINGERPRINT_BYTES
 from ..telemetry import Metrics
+from . import anchors
 from .generations import TAIL_BYTES
 from .lines import LineCutter
 from .seams import FsOps
@@ -52,6 +55,10 @@ class Tracked:
     idle_since: float | None = None  # at its end since (monotonic s)
     partial_since: float | None = None
     partial_size: int = 0
+    anchors: list = field(default_factory=list)   # (offset, crc) sealed to (anchors.py)
+    anchor_since: float = float("-inf")          # when the newest one was first kept
+    handed: deque = field(default_factory=lambda: deque(maxlen=anchors.HANDED_KEPT))
+    #                                  (offset, crc) at each hand-over not yet sealed to
 
 
 @dataclass
@@ -190,6 +197,10 @@ class Reader:
             end -= 1                      # the newline we added is not in the file
             t.tail = t.tail[:-1]
         t.offset += end
+        if end and len(t.tail) >= min(anchors.SPAN, t.offset):
+            # What was read, not what the file holds by the time it is sealed (a truncation
+            # and new content meanwhile would make a false anchor).
+            t.handed.append((t.offset, zlib.crc32(t.tail[-anchors.SPAN:])))
         stats.bytes += end
         stats.events += res.records
         self.metrics.inc("agent_source_read_bytes_total", end, topic=self.cfg.topic)

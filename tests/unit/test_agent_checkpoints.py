@@ -3,6 +3,7 @@ source, pool and state database, and a fake Kafka at the transport seam."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import struct
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError
 
+from agent.buffer import layout as L
 from agent.config import parse
 from agent.service import Agent, Seams
 from agent.state import (
@@ -22,7 +24,7 @@ from agent.state import (
     StateDB,
 )
 from tests.unit.fakeproducer import HOLD, FakeKafka
-from tests.unit.tailkit import FakeClock, lines
+from tests.unit.tailkit import FakeClock, id_of, lines
 
 SLOT = 4096
 
@@ -160,10 +162,20 @@ def test_a_state_write_waits_for_the_emitters_connection_as_long_as_a_loaded_hos
     db.close()
 
 
-def test_a_crash_while_an_older_slot_waits_reads_nothing_again(tmp_path):
-    """As above, then the agent dies (nothing written) while the oldest slot waits and later
-    slots are acknowledged: the next start finds every byte either acknowledged or in the pool
-    — nothing to read again — and sends again only the pool's slots."""
+def _started_again(tmp_path, turns: int) -> tuple[FakeKafka, Agent]:
+    """The next start on the same state folder, with a Kafka of its own, ``turns`` turns on
+    (the metrics of the start are kept: the self-check's among them)."""
+    again = FakeKafka()
+    agent = agent_on(tmp_path, again)
+    for _ in range(turns):
+        agent.clock.advance(0.3)
+        agent.turn()
+    return again, agent
+
+
+def _oldest_slot_waiting(tmp_path) -> tuple[FakeKafka, Agent, bytes]:
+    """400 lines whose first record fails (retriable) again and again: the oldest slot waits
+    for Kafka while later slots are acknowledged (and kept: see above)."""
     kafka = FakeKafka()
     content = lines(0, 400)
     kafka.script(lines(0, 1)[:-1], *[KafkaError(KafkaError._MSG_TIMED_OUT)] * 50)
@@ -172,16 +184,20 @@ def test_a_crash_while_an_older_slot_waits_reads_nothing_again(tmp_path):
     for _ in range(15):
         agent.clock.advance(0.3)
         agent.turn()
+    return kafka, agent, content
+
+
+def test_a_crash_while_an_older_slot_waits_reads_nothing_again(tmp_path):
+    """As above, then the agent dies (nothing written) while the oldest slot waits and later
+    slots are acknowledged: the next start finds every byte either acknowledged or in the pool
+    — nothing to read again — and sends again only the pool's slots."""
+    kafka, agent, content = _oldest_slot_waiting(tmp_path)
     held = kafka.values()
     assert len(held) > 100 and lines(0, 1)[:-1] not in held   # later slots acknowledged
     agent.abandon()                                          # SIGKILL
 
-    again = FakeKafka()
-    agent = agent_on(tmp_path, again)
+    again, agent = _started_again(tmp_path, 30)
     assert agent.metrics.get("agent_source_rewound_total") == 0
-    for _ in range(30):
-        agent.clock.advance(0.3)
-        agent.turn()
     [row] = agent.db.all_files()
     assert row["acked_offset"] == row["sealed_offset"] == len(content)
     values = content.split(b"\n")[:-1]
@@ -251,3 +267,84 @@ def test_a_state_database_created_before_keeps_its_pages_and_works(tmp_path):
     assert db.audit_meta() == {"seq": 8, "counted_seq": 3}
     assert db.get(source)["sealed_offset"] == 10 and db.identity()[1] == 4
     db.close()
+
+
+def test_a_slot_lost_before_a_later_one_that_survives_is_read_again(tmp_path):
+    """The start's self-check moves a file's sealed offset back to the first byte no
+    surviving slot covers; reading must resume there, not after the highest slot that
+    survived (which skipped the lost slot's bytes: neither read again nor journalled). The
+    oldest slot waits for Kafka (its first record fails again and again) while later slots
+    are acknowledged and kept; the agent dies; the oldest slot's header is damaged in the
+    pool file (a power cut that kept later headers, not its own). Every line must arrive."""
+    kafka, agent, content = _oldest_slot_waiting(tmp_path)
+    slots = agent.pool.sealed()
+    oldest = min(slots, key=lambda s: s.meta.positions[0][1])
+    assert oldest.meta.positions[0][1] == 0 and len(slots) > 2
+    at = agent.pool.geometry.slot_headers_offset + oldest.index * L.SLOT_HEADER_BYTES
+    agent.abandon()                                          # SIGKILL
+    with open(tmp_path / "state" / "buffer.pool", "r+b") as f:   # its header, cut short
+        f.seek(at + 8)
+        f.write(b"\xff" * 8)
+
+    again, agent = _started_again(tmp_path, 40)
+    assert agent.metrics.get("agent_source_rewound_total") == 1
+    values = content.split(b"\n")[:-1]
+    delivered = set(kafka.values()) | set(again.values())
+    missing = [v for v in values if v not in delivered]
+    assert not missing, f"{len(missing)} line(s) never delivered, first {missing[:2]}"
+    agent.abandon()
+
+
+def _cut_back_run(tmp_path, seen_beyond: int = 0):
+    """Four batches of 100 lines, read a second and more apart (each batch's end an anchor),
+    every line acknowledged; a SIGKILL; the file cut back to 217 lines (a power loss took the
+    application's unsynced tail) and 300 new lines appended from there, reaching past the old
+    checkpoint; the agent starts again. ``seen_beyond``: bytes the first agent had seen past
+    its checkpoint and not read. Returns (every value delivered, the journal's entries, the
+    second agent's Kafka)."""
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka)
+    log_file = tmp_path / "logs" / "app.log"
+    for batch in range(4):
+        with open(log_file, "ab") as f:
+            f.write(lines(batch * 100, batch * 100 + 100))
+        for _ in range(5):
+            agent.clock.advance(0.3)
+            agent.turn()
+    [row] = agent.db.all_files()
+    assert row["acked_offset"] == row["sealed_offset"] == len(lines(0, 400))
+    if seen_beyond:
+        agent.db.set_sizes({row["source_id"]: row["sealed_offset"] + seen_beyond})
+    agent.abandon()                                               # the power cut
+    with open(log_file, "r+b") as f:
+        f.truncate(len(lines(0, 217)))
+    with open(log_file, "ab") as f:
+        f.write(lines(1000, 1300))
+    again, agent = _started_again(tmp_path, 20)
+    entries = [json.loads(x) for x in (tmp_path / "state" / "loss-journal.jsonl").read_text()
+               .splitlines()] if (tmp_path / "state" / "loss-journal.jsonl").exists() else []
+    agent.abandon()
+    return kafka.values() + again.values(), entries, again
+
+
+def test_a_file_cut_back_below_its_checkpoint_and_written_on_loses_no_new_line(tmp_path):
+    """Resuming at the checkpoint would skip the new lines written below it (offsets 13,020
+    to 24,000): the newest anchor the file still holds (the second batch's end) is where
+    reading resumes instead. The lines from there to the cut arrive twice; nothing was lost,
+    so nothing is journaled."""
+    delivered, entries, _ = _cut_back_run(tmp_path)
+    new = lines(1000, 1300).split(b"\n")[:-1]
+    missing = [v for v in new if v not in delivered]
+    assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
+    twice = [v for v in set(delivered) if delivered.count(v) > 1]
+    assert 0 < len(twice) <= 100 and all(200 <= id_of(v) < 217 for v in twice), \
+        "only the lines from the newest anchor held to the cut go twice"
+    assert entries == []
+
+
+def test_bytes_seen_and_never_read_before_a_cut_back_are_journaled_with_their_range(tmp_path):
+    delivered, entries, _ = _cut_back_run(tmp_path, seen_beyond=6000)
+    end = len(lines(0, 400))
+    assert [(e["reason"], e["bytes"], e["range"], e["open_ended"]) for e in entries] == \
+        [("cut_back_unread", 6000, [end, end + 6000], True)]
+    assert all(v in delivered for v in lines(1000, 1300).split(b"\n")[:-1])

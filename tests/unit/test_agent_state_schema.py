@@ -39,8 +39,8 @@ def test_a_state_database_whose_files_table_sqlite_utils_created_reads_the_same(
                       "updated_ms": 5})
     fresh = StateDB(tmp_path / "fresh.db")
     fresh.close()
+    db = StateDB(old)                 # gains the columns added since (``anchors``)
     assert _schema(old) == _schema(tmp_path / "fresh.db")
-    db = StateDB(old)
     row = db.get(7)
     assert (row["path"], row["fingerprint"], row["sealed_offset"], row["acked_offset"],
             row["tail"]) == ("/var/log/app.log", b"abc", 100, 90, None)
@@ -62,7 +62,8 @@ def test_a_files_table_of_the_first_version_gains_its_columns_and_todays_state_n
     db = StateDB(path)
     (row,) = db.all_files()
     assert row["state"] == ORPHANED
-    assert (row["tail"], row["orphaned_ms"], row["orphan_reason"]) == (None, None, None)
+    assert (row["tail"], row["orphaned_ms"], row["orphan_reason"], row["anchors"]) == \
+        (None, None, None, None)
     db.update(1, tail=b"xyz", orphan_reason="unaccounted_bytes")
     assert db.get(1)["tail"] == b"xyz"
     db.close()

@@ -1,0 +1,78 @@
+"""Anchors: what a generation held just before points it was sealed to, so that a start can tell
+whether the file still holds, below its checkpoint, the content that was read there.
+
+A power loss takes the application's unsynced writes with it: its log comes back shorter, its
+head unchanged, and the application writes on from the cut. The agent, which read those lost
+bytes from the page cache before the cut and sealed them, would resume at its checkpoint —
+beyond the cut, in the middle of the new lines — and skip every new line written below it,
+without a trace. Sizes cannot tell (the file may have grown past the checkpoint again by the
+time the agent starts); content can.
+
+So with each sealed checkpoint the state database keeps, per generation, up to ``KEPT``
+anchors: an offset the generation was handed to the pool up to (always a line's end; the newest
+such offset at or below the sealed one) and the CRC-32 of the ``SPAN`` bytes before it, as they
+were read (the reader notes each hand-over: a file rewritten between the read and the seal must
+not make a false anchor). The newest follows the checkpoint; an older one is kept at most
+every ``EVERY_S`` seconds, so the anchors reach back about ``KEPT * EVERY_S`` seconds of
+reading. At start (``resume_at``) the newest anchor at or below the checkpoint is checked
+against the file; if the file no longer holds it, the newest anchor it still holds is where
+reading resumes (the lines from there to the cut arrive twice; none is skipped), or the
+generation's start when it holds none.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+
+SPAN = 64                  # bytes before an anchor's offset its checksum covers
+KEPT = 48                  # anchors kept per generation
+EVERY_S = 1.0              # an older anchor kept at most this often (monotonic s)
+HANDED_KEPT = 256          # hand-overs remembered until a seal reaches them (then the oldest
+#                            go: an anchor a little older than the seal is still exact)
+_ENTRY = struct.Struct("<QI")
+
+Anchor = tuple[int, int]   # (offset, CRC-32 of the SPAN bytes before it)
+
+
+def unpack(blob: bytes | None) -> list[Anchor]:
+    if not blob or len(blob) % _ENTRY.size:
+        return []
+    return [_ENTRY.unpack_from(blob, i) for i in range(0, len(blob), _ENTRY.size)]
+
+
+def pack(anchors: list[Anchor]) -> bytes:
+    return b"".join(_ENTRY.pack(off, crc) for off, crc in anchors)
+
+
+def checksum(read_at: Callable[[int, int], bytes], offset: int) -> int | None:
+    """The CRC-32 of the bytes before ``offset`` (up to ``SPAN``), None when the file does not
+    hold them all."""
+    lo = max(0, offset - SPAN)
+    data = read_at(lo, offset - lo)
+    return zlib.crc32(data) if len(data) == offset - lo else None
+
+
+def add(anchors: list[Anchor], anchor: Anchor, fresh: bool) -> list[Anchor]:
+    """``anchors`` with ``anchor`` (at a higher offset than any) as the newest: it replaces
+    the newest unless that one is older than ``EVERY_S`` (``fresh`` False), keeping at most
+    ``KEPT``."""
+    if anchors and anchor[0] <= anchors[-1][0]:
+        return anchors
+    kept = anchors[:-1] if anchors and fresh else anchors
+    return (kept + [anchor])[-KEPT:]
+
+
+def resume_at(read_at: Callable[[int, int], bytes], offset: int,
+              anchors: list[Anchor]) -> int | None:
+    """Where a generation checkpointed at ``offset`` resumes: None when the file still holds
+    the newest anchor at or below ``offset`` (or none is known: nothing to check); else the
+    offset of the newest anchor it still holds, or 0."""
+    below = [a for a in anchors if a[0] <= offset]
+    if not below:
+        return None
+    for i, (off, crc) in enumerate(reversed(below)):
+        if checksum(read_at, off) == crc:
+            return None if i == 0 else off
+    return 0
