@@ -73,6 +73,11 @@ SETTINGS: tuple[Setting, ...] = (
             "4096.", minimum=4096),
     Setting("buffer.linger_ms", float, 5.0, "Seal a slot this long after its first record.",
             minimum=0),
+    Setting("buffer.gather_ms", float, 0.0, "When a write wakes an agent with nothing "
+            "filling, wait this long before reading, deaf to more writes: what arrives "
+            "meanwhile is read, sealed, synced and checkpointed with it (one slot, one sync, "
+            "one transaction), for up to this much more latency. Cuts CPU at 100–1,000 "
+            "lines/s (`docs/performance.md`). 0: read at once.", minimum=0, maximum=1000),
     Setting("buffer.seal_when_idle", bool, True, "Seal a slot before its linger has passed "
             "when nothing of the agent's waits for Kafka (the drain is idle): at low rates "
             "records are sent as soon as they are read."),

@@ -29,7 +29,7 @@ from .buffer.seams import Clock, FileOps
 from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
 from .diskguard import DiskGuard, disk_full
-from .drain.drain import Drain
+from .drain.drain import PUMP_BUDGET, Drain
 from .drain.native import NativeDrain, NativeUnavailable, choose_send_path, native_module
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .drain.topics import TopicWatch
@@ -238,6 +238,8 @@ class Agent:
         self._sources_stale = False      # a file source's write was refused: build them again
         self._last_gauges = self._last_scan = self.monotonic()
         self._writes_for_nothing = False       # the last turn: woken by writes, read nothing
+        self._behind = False                   # the last turn left bytes unread
+        self._gather_s = cfg["buffer.gather_ms"] / 1000
 
     def _open_pool(self, cfg: AgentConfig, next_record: int) -> BufferPool:
         spill = cfg["buffer.spill_max_bytes"]
@@ -366,7 +368,9 @@ class Agent:
         self.begin()
         while not self._stop.is_set():
             read, sent, blocked = self.turn()
-            if not read and not sent:
+            if not self._behind and sent < PUMP_BUDGET:
+                # Nothing left unread or unsent by this turn: the next one waits for a
+                # write, a report or a duty (``_idle_wait``), as after a turn that did nothing.
                 self.drain.wait(*self._idle_wait(blocked))
         return self.shutdown()
 
@@ -446,6 +450,7 @@ class Agent:
                 self._sources_stale = True
         read, blocked, caught_up = 0, False, False
         self.wake.clear()
+        self._gather()
         written = self.watch.writes_seen()       # before the reads: a later write wakes the wait
         if self.journal.waiting() and self.disk.write_due() and self.journal.retry():
             self.disk.written()
@@ -462,6 +467,7 @@ class Agent:
                 self.disk.refused(exc, "reading the sources (a state database write)")
                 self._sources_stale = True
         self._writes_for_nothing = written and not read
+        self._behind = read > 0 and not caught_up
         self.pool.seal_due(caught_up)
         # A slot just sealed goes to Kafka before the checkpoints are written (their SQLite
         # transaction is off its path); no report is served before they are, so no slot is
@@ -478,6 +484,18 @@ class Agent:
             self._feed_watchdog()
             self._next_watchdog = now + self.notifier.watchdog_interval_s
         return read, sent, blocked
+
+    def _gather(self) -> None:
+        """``buffer.gather_ms``: a turn that a write woke (every source read to its end the
+        turn before, nothing filling) first waits that long, deaf to more writes and serving
+        delivery reports, so the lines written meanwhile share its read, its slot, its syncs
+        and its transaction."""
+        if not self._gather_s or self._behind or self.watch.wake_fd < 0 \
+                or self.pool.filling() or not self.watch.writes_waiting():
+            return
+        until = self.clock.monotonic_ns() + int(self._gather_s * 1e9)
+        while (left := until - self.clock.monotonic_ns()) > 0:
+            self.drain.wait(left / 1e9)
 
     def _feed_watchdog(self) -> None:
         """WATCHDOG=1, from the loop alone (a loop that stops turning stops it), and only

@@ -94,6 +94,7 @@ RESUME_STALL_S = 5.0
 RESTART_AFTER_STALLS = 3
 PURGE_WAIT_S = 2.0
 MAX_INFLIGHT_SLOTS = 8
+PUMP_BUDGET = 20000               # records one pump produces at most
 # A topic the cluster refuses this client (an ACL missing): its records wait in their slots
 # and go again this often, so a granted ACL takes effect by itself (outcome.DENIED).
 DENIED_RETRY_S = 5.0
@@ -363,7 +364,7 @@ class Drain:
         return True
 
     # -- sending ------------------------------------------------------------------------------
-    def pump(self, budget: int = 20000, reports: bool = True) -> int:
+    def pump(self, budget: int = PUMP_BUDGET, reports: bool = True) -> int:
         """Produce up to ``budget`` records, serve delivery reports, free finished slots.
         ``reports=False``: only produce, serving no report, so no slot is finished (the service
         hands a slot just sealed to Kafka before it writes the checkpoints, then pumps in

@@ -32,7 +32,7 @@ from confluent_kafka import KafkaError
 from audit.contract.names import SEQ_HEADER
 
 from ..buffer import SealedSlot
-from .drain import Drain
+from .drain import PUMP_BUDGET, Drain
 from .headers import Record
 from .slotsend import SendState
 
@@ -343,7 +343,7 @@ class NativeDrain(Drain):
         return (self.handed + self.handed_alone - self._python_outstanding()
                 + self._reports_before + self.native.reports())
 
-    def pump(self, budget: int = 20000, reports: bool = True) -> int:
+    def pump(self, budget: int = PUMP_BUDGET, reports: bool = True) -> int:
         fatal = self.native.fatal_error()
         if fatal is not None and self._fatal is None:
             self._fatal = KafkaError(fatal[0], fatal[1], fatal=True)

@@ -57,7 +57,7 @@ from broker.admin import TopicSpec, ensure_topics
 from broker.security import AGENT_TXN_PREFIX
 
 from ..buffer import SealedSlot
-from .drain import DENIED_RETRY_S, OUTAGE_AFTER_S, PROBE_INTERVAL_S, Drain
+from .drain import DENIED_RETRY_S, OUTAGE_AFTER_S, PROBE_INTERVAL_S, PUMP_BUDGET, Drain
 from .probe import cluster_answers
 from .slotsend import SlotSend
 from .topics import connection_conf
@@ -409,7 +409,7 @@ class TransactionalDrain(Drain):
         return slot.record_count > 0 and (slot.first_record, slot.record_count) in covered
 
     # -- sending ------------------------------------------------------------------------------
-    def pump(self, budget: int = 20000, reports: bool = True) -> int:
+    def pump(self, budget: int = PUMP_BUDGET, reports: bool = True) -> int:
         """``reports=False`` hands nothing over: every step of a transaction serves reports."""
         if not reports:
             return 0

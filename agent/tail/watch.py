@@ -25,6 +25,7 @@ import ctypes
 import errno
 import logging
 import os
+import select
 import struct
 import threading
 from pathlib import Path
@@ -189,6 +190,12 @@ class FolderWatch:
     def wake_fd(self) -> int:
         """The write watch's descriptor, -1 without one."""
         return self.writes.fd if self.writes is not None else -1
+
+    def writes_waiting(self) -> bool:
+        """Events wait in the write watch (nothing is read from it)."""
+        if self.writes is None:
+            return False
+        return bool(select.select([self.writes.fd], [], [], 0)[0])
 
     def writes_seen(self) -> bool:
         """Empty the write watch (before the files are read); True if it had events. A file

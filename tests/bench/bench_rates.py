@@ -13,7 +13,9 @@ rate, for WINDOW_S seconds of writing:
 - p50_ms, p99_ms: append → receipt, the window's first second left out;
 - lost: lines written and not received (must be 0).
 
-Shippers: ``docket_native`` (the default send path, when built), ``docket`` (the Python path),
+Shippers: ``docket_native`` (the default send path, when built), ``docket_native_gatherN`` (the
+same with ``buffer.gather_ms = N``, for each N of ``BENCH_RATES_GATHER_MS``, default 5),
+``docket`` (the Python path),
 ``docket_exactly_once`` (the Python path, ``delivery = "exactly_once"``) and ``rsyslog``
 (Debian's ``imfile`` in inotify mode → ``omkafka``, acks=all, as ``bench_peers.py`` runs it;
 ``make bench-tools`` installs it) — ``BENCH_RATES_SHIPPERS`` picks some by name. The agent runs
@@ -22,7 +24,10 @@ with its defaults (``linger_ms`` 5, ``sync_on_seal`` on, audit on).
 Prints one JSON line: every figure, the ratios of each docket shipper's CPU per line to
 rsyslog's (``cpu_ratio_vs_rsyslog``), and the goals (issue 50): CPU ≤ 1× rsyslog's from 10 to
 1,000 lines/s and ≤ 0.5× at 10,000; idle ≤ 0.002 core; p50 ≤ rsyslog's + 1 ms at 1,000
-lines/s. Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
+lines/s. Beside them ``seal_floor``: the least CPU one seal costs under the agent's durability
+rules, outside the agent (``seal_floor.py``), and ``lines_per_seal_to_match_rsyslog``: that floor
+over rsyslog's CPU per line, per rate. Uses ``KAFKA_BOOTSTRAP`` when set, else starts a
+1-broker local cluster for the run.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from broker.admin import TopicSpec, ensure_topics  # noqa: E402
 from tests.agentkit import AgentProcess, compile_sources, native_built, write_config  # noqa: E402
 from tests.bench.bench_latency import RUN, Receiver, _line  # noqa: E402
 from tests.bench.bench_peers import RSYSLOGD, Watched, start_rsyslog, stop  # noqa: E402
+from tests.bench.seal_floor import seal_floor  # noqa: E402
 from tests.kafkautil import bench_kafka  # noqa: E402
 
 RATES = (0, 10, 100, 1000, 10000)        # lines per second; 0: idle
@@ -49,6 +55,8 @@ IDLE_S = 3 * WINDOW_S                    # idle: /proc counts CPU in 10 ms ticks
 SETTLE_S = 3.0                           # after a shipper's start, before its first window
 DRAIN_S = 60.0                           # longest wait for a window's lines to arrive
 SKIP_S = 1.0                             # the first second of a window: not in its latency
+# The native path again with ``buffer.gather_ms`` at each of these (``docket_native_gatherN``).
+GATHER_MS = [g for g in os.environ.get("BENCH_RATES_GATHER_MS", "5").split(",") if g]
 
 
 def _rsyslog_present() -> bool:
@@ -113,13 +121,16 @@ def _window(rate: int, writer: Writer, recv: Receiver, watched: Watched) -> dict
 
 
 def _docket(bootstrap: str, topic: str, work: Path, logs: Path, shipper: str):
-    send_path = "native" if shipper == "docket_native" else "python"
+    send_path = "native" if shipper.startswith("docket_native") else "python"
     broker = {"send_path": send_path}
     if shipper == "docket_exactly_once":
         broker["delivery"] = "exactly_once"
+    buffer = {"size_bytes": 256 << 20}
+    if "_gather" in shipper:
+        buffer["gather_ms"] = float(shipper.rsplit("_gather", 1)[1])
     config = write_config(work / "agent.toml", bootstrap, work / "state",
                           [{"type": "file", "paths": [str(logs / "*.log")], "topic": topic}],
-                          buffer={"size_bytes": 256 << 20}, broker=broker)
+                          buffer=buffer, broker=broker)
     agent = AgentProcess(config, work / "agent.log").start()
     return agent.proc, agent.stop
 
@@ -180,10 +191,19 @@ def _goals(table: dict) -> dict:
     return goals
 
 
+def _lines_per_seal(table: dict, floor: dict) -> dict:
+    """How many lines a seal must carry for the seal floor alone (``seal_floor.py``) to cost
+    no more per line than rsyslog's whole CPU per line at each rate, one file and 100."""
+    return {f"{files}f.{r['rate']}": round(floor["total_us"] / r["cpu_us_per_line"], 1)
+            for files, rows in table.get("rsyslog", {}).items()
+            for r in rows if r.get("cpu_us_per_line")}
+
+
 def main() -> None:
     compile_sources()
     peer = _rsyslog_present()
-    shippers = (["docket_native"] if native_built() else []) + ["docket"] \
+    gathers = [f"docket_native_gather{g}" for g in GATHER_MS] if native_built() else []
+    shippers = (["docket_native"] if native_built() else []) + gathers + ["docket"] \
         + ["docket_exactly_once"] + (["rsyslog"] if peer else [])
     chosen = os.environ.get("BENCH_RATES_SHIPPERS")
     if chosen:
@@ -197,12 +217,17 @@ def main() -> None:
                 for shipper in shippers:
                     table.setdefault(shipper, {})[files] = run_shipper(
                         bootstrap, shipper, files, work / f"{shipper}-{files}")
+            topic = f"rates.{RUN}.floor"
+            ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
+            floor = seal_floor(bootstrap, topic)
     ratios = {key: round(r["cpu_us_per_line"] / p["cpu_us_per_line"], 2)
               for key, r, p in _pairs(table) if r["rate"] and p.get("cpu_us_per_line")}
     print(json.dumps({"bench": "rates", "window_s": WINDOW_S, "missing": missing,
                       "results": {s: {f"{f}_files": rows for f, rows in layouts.items()}
                                   for s, layouts in table.items()},
-                      "cpu_ratio_vs_rsyslog": ratios, "goals": _goals(table)}))
+                      "cpu_ratio_vs_rsyslog": ratios, "seal_floor": floor,
+                      "lines_per_seal_to_match_rsyslog": _lines_per_seal(table, floor),
+                      "goals": _goals(table)}))
 
 
 if __name__ == "__main__":

@@ -157,3 +157,58 @@ def test_a_socket_source_s_records_end_the_sleep(tmp_path):
         agent.abandon()
         for s in agent.socket_sources:
             s.close()
+
+
+def _gathering(tmp_path, gather_ms: float) -> list[int]:
+    """A quiet agent woken by one line, a second line written while its turn gathers: the
+    record count of each slot the two lines were sealed in."""
+    (tmp_path / "app.log").write_bytes(b"")
+    cfg = config(tmp_path, "native")
+    cfg.values["buffer.gather_ms"] = gather_ms
+    kafka = FakeKafka()
+    agent = Agent(cfg, seams=Seams(clock=FakeClock(), producer_factory=kafka.producer,
+                                   probe_factory=kafka.admin,
+                                   native_factory=lambda conf: FakeSlotProducer(conf, kafka)))
+    try:
+        _settled(agent)
+        sealed = []
+        agent.pool._on_seal = lambda slot, seal=agent.pool._on_seal: (
+            sealed.append(slot.record_count), seal(slot))
+        waits = []
+        wait = agent.drain.wait
+
+        def gathering(timeout_s, wake_fd=-1):
+            """The gather's wait: a second line arrives meanwhile, the clock moves on."""
+            waits.append((timeout_s, wake_fd))
+            if len(waits) == 1:
+                with open(tmp_path / "app.log", "ab") as f:
+                    f.write(b"the second line\n")
+            agent.clock.advance(timeout_s)
+            wait(0, wake_fd)
+        agent.drain.wait = gathering
+        with open(tmp_path / "app.log", "ab") as f:
+            f.write(b"the first line\n")
+        assert readable(agent.watch.wake_fd)
+        agent.turn()
+        if gather_ms:
+            assert waits and waits[0] == (gather_ms / 1000, -1), "deaf to writes, that long"
+        else:
+            assert not waits
+            with open(tmp_path / "app.log", "ab") as f:
+                f.write(b"the second line\n")
+            agent.turn()
+        for _ in range(3):
+            agent.turn()
+        return sealed
+    finally:
+        agent.abandon()
+
+
+def test_a_write_that_wakes_a_quiet_agent_gathers_what_follows_into_its_slot(tmp_path):
+    """``buffer.gather_ms``: the turn a write wakes waits that long before it reads, so the
+    line written meanwhile shares its slot (one seal, one sync, one transaction); without it
+    each line is sealed alone (a reader that caught up seals at once)."""
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    assert _gathering(tmp_path / "on", 20) == [2]
+    assert _gathering(tmp_path / "off", 0) == [1, 1]
