@@ -43,6 +43,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from .buffer.durable import make_folder, open_created
 from .buffer.seams import Clock
 from .diskguard import disk_full
 from .telemetry import Metrics
@@ -53,7 +54,7 @@ log = logging.getLogger("docket.agent.journal")
 class LossJournal:
     def __init__(self, path: Path, metrics: Metrics,
                  on_record: Callable[..., None] | None = None, clock: Clock | None = None):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         self.clock = clock or Clock()
         self.path = path
         self.metrics = metrics
@@ -62,7 +63,7 @@ class LossJournal:
         self._unwritten: list[bytes] = []   # lines refused for lack of space, in order
         self._refused_logged = False
         self.on_refused: Callable[[BaseException], None] | None = None    # the disk guard
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        self._fd = open_created(path, os.O_WRONLY | os.O_APPEND, 0o640)
         size = os.fstat(self._fd).st_size
         if size:                          # a line a crash cut short: end it, so the next
             with open(path, "rb") as f:   # entry starts on a line of its own

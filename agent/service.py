@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .buffer import BufferPool, DropEvent, PoolDamaged, SealedSlot
+from .buffer.durable import make_folder
 from .buffer.seams import Clock, FileOps
 from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
@@ -117,7 +118,7 @@ class Agent:
         self.seams = seams or Seams()
         self.clock = self.seams.clock
         state = cfg.state_dir
-        state.mkdir(parents=True, exist_ok=True)
+        make_folder(state)
         self._state_lock = lock_state_dir(state)     # before the state DB and the pool
         self.db = self.journal = self.pool = None
         self.file_sources: list[FileSource] = []

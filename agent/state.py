@@ -79,6 +79,7 @@ from typing import NamedTuple
 
 from audit.contract.record import checksum_hex
 
+from .buffer.durable import make_folder, sync_folder
 from .buffer.seams import Clock
 
 FINGERPRINT_BYTES = 1024
@@ -144,8 +145,9 @@ class AuditUpdate(NamedTuple):
 class StateDB:
     def __init__(self, path: Path, crash_point: Callable[[str], None] | None = None,
                  clock: Clock | None = None):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         self.path = path
+        created = not path.exists()
         self.clock = clock or Clock()
         # The emitter's thread writes with a connection of its own (``AuditRound``); a write
         # that must wait for it waits as long as it would (SQLite's default is 5 s, and a
@@ -190,6 +192,8 @@ class StateDB:
                 self.conn.execute("INSERT INTO identity VALUES (0, ?, ?, 0)",
                                   (f"{now}-{secrets.token_hex(4)}", now))
         self._create_audit_tables()
+        if created:                      # the database and its log, by name
+            sync_folder(path.parent)
 
     def _create_audit_tables(self) -> None:
         conn = self.conn

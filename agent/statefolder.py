@@ -40,6 +40,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from .buffer.durable import sync_folder
 from .errors import StartupError
 
 log = logging.getLogger("docket.agent.statefolder")
@@ -69,6 +70,7 @@ def move_aside(path: Path, now_ms: int) -> Path:
         side = path.with_name(path.name + suffix)
         if side.exists():
             os.replace(side, target.with_name(target.name + suffix))
+    sync_folder(path.parent)          # moved aside for good: a power loss must not undo it
     return target
 
 

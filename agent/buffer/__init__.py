@@ -89,6 +89,7 @@ Modules
 - ``spill``: sealed slots spilled to disk, compressed, when no slot is free.
 - ``inspect``: a pool file read without opening it as a pool (no lock, recovery or write).
 - ``seams``: the pool's only contact with time and the file system (``FileOps``, crash points).
+- ``durable``: names that survive a power loss: folders synced after a file is made or moved.
 - ``errors``: the pool's named failures.
 """
 

@@ -21,6 +21,7 @@ import numpy as np
 from crc32c import crc32c
 
 from . import layout as L
+from .durable import make_folder, moved, sync_folder
 from .errors import (
     PoolBusy,
     PoolCorrupt,
@@ -290,7 +291,7 @@ class BufferPool:
             self._lock_file(os.open(self.path, os.O_RDWR))
             self._check_existing()
             return False
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(self.path.parent)
         available = self.ops.free_bytes(self.path.parent)
         if available < g.file_bytes:
             raise PoolDiskTooSmall(
@@ -317,6 +318,7 @@ class BufferPool:
         header[0]["geometry_crc"] = L.geometry_crc(header)
         os.pwrite(fd, header.tobytes(), 0)
         os.fsync(fd)
+        sync_folder(self.path.parent)        # its name: the file is durable only with it
         return True
 
     def _lock_file(self, fd: int) -> None:
@@ -479,7 +481,7 @@ class BufferPool:
     def _quarantine(self, index: int, why: str, meta: SlotMeta | None = None) -> None:
         """Copy a slot that failed its checks out of the pool, report it, and free it."""
         g = self.geometry
-        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(self.quarantine_dir)
         ho = g.slot_headers_offset + index * L.SLOT_HEADER_BYTES
         o = g.slot_offset(index)
         blob = self._mm[ho:ho + L.SLOT_HEADER_BYTES].tobytes() \
@@ -496,8 +498,8 @@ class BufferPool:
                                first_record=meta.first_record if meta else None))
 
     def _quarantine_file(self, path: Path, why: str) -> None:
-        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
-        os.replace(path, self.quarantine_dir / path.name)
+        make_folder(self.quarantine_dir)
+        moved(path, self.quarantine_dir / path.name)
         self.counters["slots_quarantined"] += 1
         self._report(DropEvent("corrupt", "", -1, f"{why}; moved to {self.quarantine_dir}"))
 

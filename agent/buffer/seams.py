@@ -13,6 +13,8 @@ import os
 import time
 from pathlib import Path
 
+from .durable import sync_folder
+
 
 class SimulatedCrash(BaseException):
     """Raised by a test's FileOps at a crash point. BaseException, so no handler swallows it."""
@@ -60,11 +62,7 @@ class FileOps:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        sync_folder(path.parent)
 
     def crash_point(self, name: str) -> None:
         """Nothing happens here in production; a test's FileOps may raise SimulatedCrash."""

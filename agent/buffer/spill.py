@@ -24,6 +24,7 @@ from pathlib import Path
 import snappy
 from crc32c import crc32c
 
+from .durable import make_folder
 from .errors import PoolCorrupt
 from .seams import FileOps
 
@@ -55,7 +56,7 @@ class SpillStore:
         self.dir = Path(directory)
         self.max_bytes = max_bytes
         self.ops = ops
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_folder(self.dir)
         self._sizes: dict[int, int] = {}
         self._metas: dict[int, SlotMeta] = {}
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError
 
+from ..buffer.durable import make_folder, open_created
 from .headers import Record
 
 FILE_NAME = "dead-letter.jsonl"
@@ -23,14 +24,14 @@ def write_dead_letter(folder: Path, record: Record, err: KafkaError, slot_seq: i
     """Append ``record`` (refused with ``err``, from the slot ``slot_seq``) to ``folder``'s
     dead-letter file, durably."""
     topic, value, key, ts, headers = record
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     entry = {"topic": topic, "timestamp_ms": ts, "error": err.str(), "code": err.name(),
              "slot_seq": slot_seq,
              "key_b64": base64.b64encode(key).decode() if key is not None else None,
              "value_b64": base64.b64encode(value or b"").decode(),
              "headers": [[k, base64.b64encode(v or b"").decode()] for k, v in headers or []]}
     line = (json.dumps(entry) + "\n").encode()
-    fd = os.open(folder / FILE_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    fd = open_created(folder / FILE_NAME, os.O_WRONLY | os.O_APPEND, 0o640)
     try:
         size = os.fstat(fd).st_size
         try:
