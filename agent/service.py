@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .buffer import BufferPool, DropEvent, PoolDamaged, SealedSlot
 from .buffer.durable import make_folder
+from .buffer.pool import FREE_SETTLE_S
 from .buffer.seams import Clock, FileOps
 from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
@@ -257,7 +258,7 @@ class Agent:
             ops=self.seams.pool_ops, first_record=next_record,
             # A thread seals (the disk's syncs) while the loop reads and sends; a test's
             # stand-in file operations seal at once, in the loop, in the order it chose.
-            seal_thread=self.seams.pool_ops is None)
+            seal_thread=self.seams.pool_ops is None, free_barrier=self.db.sync_log)
 
     def _journal_finding(self, finding: Finding) -> None:
         """A part of the state folder the agent could not keep (``agent/statefolder.py``): a
@@ -412,6 +413,8 @@ class Agent:
         if self.journal.waiting():
             return IDLE_WAIT_WATCHED_S
         due = [self._next_scan, self._next_gauges]
+        if self.pool.freeing():
+            due.append(self.monotonic() + FREE_SETTLE_S)
         if self.notifier.watchdog_interval_s:
             due.append(self._next_watchdog)
         if self.watch.pending():
@@ -476,6 +479,7 @@ class Agent:
         sent = self.drain.pump(reports=False)
         self._flush_checkpoints()
         sent += self.drain.pump()
+        self.pool.settle_frees()
         if now >= self._next_gauges:
             flush_held()
             self._watch_wall_clock()

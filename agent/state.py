@@ -71,6 +71,7 @@ a connection of their own (``audit_round``).
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterable
@@ -466,6 +467,20 @@ class StateDB:
                 )
             if also is not None:
                 also(self.conn)
+
+    def sync_log(self) -> None:
+        """Make every transaction committed so far durable. With ``synchronous = NORMAL`` a
+        commit reaches the write-ahead log, and the disk only at the next checkpoint; an
+        ``fsync`` of the log makes it durable (the pool's frees wait for this:
+        ``BufferPool.free``)."""
+        try:
+            fd = os.open(self.path.with_name(self.path.name + "-wal"), os.O_RDONLY)
+        except FileNotFoundError:
+            return                        # no log: every commit is in the database file
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         self.conn.close()

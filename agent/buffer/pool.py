@@ -55,6 +55,9 @@ OVERSIZE = ("split", "truncate", "drop")
 # to keep librdkafka's pipeline busy at a steady trickle, few enough that tiny slots never use
 # up the pool's slot count.
 CAUGHT_UP_IN_FLIGHT = 8
+# Acknowledged slots are given back (their headers marked free) after a barrier at most this
+# often (``free``): one fsync of the agent's state log per period, not per slot.
+FREE_SETTLE_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,7 @@ class BufferPool:
         first_seq: int = 0,
         first_record: int = 0,
         seal_thread: bool = False,
+        free_barrier: Callable[[], None] | None = None,
     ):
         if on_full not in ON_FULL:
             raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
@@ -227,6 +231,11 @@ class BufferPool:
         self._sealed: dict[int, SealedSlot] = {}       # seq → slot, in-pool and spilled
         self._leased: set[int] = set()
         self._free: list[int] = []                      # a stack: last freed is handed out first
+        # Acknowledged slots wait here until ``free_barrier`` made what was written of their
+        # acknowledgement durable (``free``); only with ``sync_on_seal``.
+        self._free_barrier = free_barrier if sync_on_seal else None
+        self._freeing: list[SealedSlot] = []
+        self._settled_ns = 0
         self._recovered_positions: dict[int, int] = {}
         # Sealing in two steps: a full slot is *closed* (numbered, no more appends) by the
         # appender, then *sealed* (its data synced, its header written and synced) in order —
@@ -589,6 +598,9 @@ class BufferPool:
         """A free slot index, making room per policy; None when the pool stayed full."""
         deadline = None
         while not self._free:
+            if self._freeing:
+                self._settle()
+                continue
             self._collect()                     # a slot just sealed may be spilled or dropped
             if self._spill_oldest() or (self.on_full == "drop_oldest" and self._drop_oldest()):
                 continue
@@ -962,7 +974,14 @@ class BufferPool:
             return out
 
     def free(self, slot: SealedSlot) -> None:
-        """Kafka acknowledged every record of ``slot``: give its space back."""
+        """Kafka acknowledged every record of ``slot``: give its space back. With a
+        ``free_barrier`` (and ``sync_on_seal``) its header is marked free only after the
+        barrier made the caller's record of the acknowledgement durable (the agent's: the
+        acknowledged offsets its state database committed, ``StateDB.sync_log``): the kernel
+        may write a header page back at any moment, and a free durable before the offset
+        would leave bytes neither acknowledged nor in the pool after a power loss — read
+        again as new records. The barrier runs for every slot freed since the last one, at
+        most every ``FREE_SETTLE_S`` (``settle_frees``), and at once when no slot is free."""
         with self._lock:
             if self._sealed.get(slot.seq) is not slot:
                 raise ValueError(f"slot seq {slot.seq} is not sealed in this pool")
@@ -972,6 +991,38 @@ class BufferPool:
     def _release(self, slot: SealedSlot) -> None:
         del self._sealed[slot.seq]
         self._leased.discard(slot.seq)
+        if self._free_barrier is not None:
+            self._freeing.append(slot)
+            return
+        self._give_back(slot)
+
+    def settle_frees(self, force: bool = False) -> int:
+        """Give back the slots freed since the last barrier, after a barrier, when
+        ``FREE_SETTLE_S`` passed since it (or ``force``). Returns how many."""
+        with self._lock:
+            if not self._freeing or (not force and self.clock.monotonic_ns() - self._settled_ns
+                                     < FREE_SETTLE_S * 1e9):
+                return 0
+            return self._settle()
+
+    def freeing(self) -> bool:
+        """Slots freed wait for their barrier (``settle_frees``)."""
+        with self._lock:
+            return bool(self._freeing)
+
+    def _settle(self) -> int:
+        batch, self._freeing = self._freeing, []
+        try:
+            self._free_barrier()
+        except BaseException:
+            self._freeing[:0] = batch
+            raise
+        self._settled_ns = self.clock.monotonic_ns()
+        for slot in batch:
+            self._give_back(slot)
+        return len(batch)
+
+    def _give_back(self, slot: SealedSlot) -> None:
         if slot.index is None:
             self.spill.remove(slot.seq)
         else:
@@ -1003,7 +1054,9 @@ class BufferPool:
             return {
                 "slot_count": self.geometry.slot_count,
                 "slot_size_bytes": self.geometry.slot_bytes,
-                "free_slots": len(self._free),
+                "free_slots": len(self._free) + sum(1 for s in self._freeing
+                                                    if s.index is not None),
+                "settling_slots": len(self._freeing),     # free, waiting for the barrier
                 "filling_slots": len(self._current) + len(self._closing),
                 "sealed_slots": len(in_pool),
                 "spilled_slots": len(self._sealed) - len(in_pool),
@@ -1036,6 +1089,8 @@ class BufferPool:
         with self._lock:
             if self._mm is None:
                 return
+            if self._freeing:
+                self._settle()
             self._sealed.clear()
             self._current.clear()
             self._hdr = self._fh = self._mm = None

@@ -4,6 +4,7 @@ source, pool and state database, and a fake Kafka at the transport seam."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import struct
 import threading
@@ -13,6 +14,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from agent.buffer import layout as L
+from agent.buffer.seams import FileOps
 from agent.config import parse
 from agent.service import Agent, Seams
 from agent.state import (
@@ -29,19 +31,20 @@ from tests.unit.tailkit import FakeClock, id_of, lines
 SLOT = 4096
 
 
-def agent_on(tmp_path, kafka: FakeKafka) -> Agent:
+def agent_on(tmp_path, kafka: FakeKafka, sync_on_seal: bool = False,
+             pool_ops: FileOps | None = None) -> Agent:
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
     cfg = parse({
         "agent": {"id": "t", "state_dir": str(tmp_path / "state")},
         "buffer": {"size_bytes": 4096 + 4096 + 16 * SLOT, "slot_size_bytes": SLOT,
-                   "linger_ms": 5, "sync_on_seal": False},
+                   "linger_ms": 5, "sync_on_seal": sync_on_seal},
         "broker": {"bootstrap_servers": "127.0.0.1:9"},
         "audit": {"enabled": False},
         "sources": [{"type": "file", "topic": "t", "paths": [str(logs / "app.log")]}],
     })
     agent = Agent(cfg, seams=Seams(clock=FakeClock(), producer_factory=kafka.producer,
-                                   file_events=False))
+                                   file_events=False, pool_ops=pool_ops))
     agent.begin()
     return agent
 
@@ -348,3 +351,43 @@ def test_bytes_seen_and_never_read_before_a_cut_back_are_journaled_with_their_ra
     assert [(e["reason"], e["bytes"], e["range"], e["open_ended"]) for e in entries] == \
         [("cut_back_unread", 6000, [end, end + 6000], True)]
     assert all(v in delivered for v in lines(1000, 1300).split(b"\n")[:-1])
+
+
+def test_a_slot_is_marked_free_only_after_its_acknowledged_offset_is_durable(tmp_path,
+                                                                             monkeypatch):
+    """With ``sync_on_seal`` (the default) the state database commits without syncing
+    (``synchronous = NORMAL``); a slot's header marked free could reach the disk before the
+    acknowledged offset did, and a power loss would then leave bytes neither acknowledged nor
+    in the pool (read again as new records). Every free must come after the write-ahead log
+    was synced, and that after the acknowledged offset it carries was committed."""
+    events: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (
+        events.append("sync") if os.readlink(f"/proc/self/fd/{fd}").endswith("-wal") else None,
+        real_fsync(fd))[1])
+
+    class Ops(FileOps):
+        def crash_point(self, name):
+            if name == "free:before_state":
+                events.append("free")
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka, sync_on_seal=True, pool_ops=Ops())
+    logs = tmp_path / "logs"
+    advance_acked = agent.db.advance_acked
+    monkeypatch.setattr(agent.db, "advance_acked",
+                        lambda positions: (events.append("acked"), advance_acked(positions)))
+    try:
+        for k in range(6):
+            with open(logs / "app.log", "ab") as f:
+                f.write(lines(k * 50, k * 50 + 50))
+            for _ in range(4):
+                agent.clock.advance(0.1)
+                agent.turn()
+        assert len(kafka.values()) == 300
+        assert events.count("free") >= 6
+        for i, e in enumerate(events):
+            if e == "free":
+                last_acked = max(j for j in range(i) if events[j] == "acked")
+                assert "sync" in events[last_acked:i], events[:i + 1]
+    finally:
+        agent.abandon()

@@ -26,6 +26,7 @@ from agent.buffer import (
     PoolGeometryMismatch,
 )
 from agent.buffer import layout as L
+from agent.buffer.pool import FREE_SETTLE_S
 from agent.buffer.seams import SimulatedCrash
 from tests.unit.poolkit import (
     ENOSPC,
@@ -760,4 +761,68 @@ def test_a_reader_that_caught_up_seals_a_lone_slot_itself_at_once(tmp_path):
     pool.append("t", chunk_of(range(10)), source=1)
     assert pool.seal_due(caught_up=True) == 1
     assert [s.record_count for s in pool.sealed()] == [10] and ops.synced
+    pool.close()
+
+
+# -- frees after the acknowledgement is durable ------------------------------------------------
+def test_a_freed_slot_is_marked_free_only_after_the_barrier(tmp_path):
+    """With ``sync_on_seal`` and a ``free_barrier``, ``free`` keeps the slot's header sealed
+    until the barrier ran (at most every ``FREE_SETTLE_S``, or at once when no slot is free):
+    the header page may reach the disk any moment after it changes. Without ``sync_on_seal``
+    nothing is promised across a power loss and the header is marked at once."""
+    clock = FakeClock()
+    header_at_barrier = []
+    pool = open_pool(tmp_path, sync_on_seal=True, clock=clock,
+                     free_barrier=lambda: header_at_barrier.append(
+                         [int(pool._hdr[i]["state"]) for i in range(2)]))
+    pool.append("t", chunk_of(range(0, 5)))
+    pool.seal("t")
+    pool.append("t", chunk_of(range(5, 10)))
+    pool.seal("t")
+    first, second = pool.take()
+    pool.free(first)
+    pool.free(second)
+    assert [int(pool._hdr[s.index]["state"]) for s in (first, second)] == [L.SEALED] * 2
+    assert pool.stats()["settling_slots"] == 2 and pool.freeing()
+    assert pool.settle_frees() == 2            # the last barrier was long ago
+    assert header_at_barrier == [[L.SEALED, L.SEALED]]
+    assert [int(pool._hdr[s.index]["state"]) for s in (first, second)] == [L.FREE] * 2
+    pool.append("t", chunk_of(range(10, 15)))
+    pool.seal("t")
+    [third] = pool.take()
+    pool.free(third)
+    assert pool.settle_frees() == 0 and pool.freeing()     # within FREE_SETTLE_S: waits
+    clock.advance_ms(FREE_SETTLE_S * 1000)
+    assert pool.settle_frees() == 1 and len(header_at_barrier) == 2
+    pool.close()
+
+    quick = open_pool(tmp_path / "off", sync_on_seal=False, free_barrier=lambda: 1 / 0)
+    quick.append("t", chunk_of(range(5)))
+    quick.seal("t")
+    [slot] = quick.take()
+    quick.free(slot)
+    assert int(quick._hdr[slot.index]["state"]) == L.FREE and not quick.freeing()
+    quick.close()
+
+
+def test_a_full_pool_runs_the_barrier_at_once_for_room(tmp_path):
+    clock = FakeClock()
+    barriers = []
+    pool = open_pool(tmp_path, sync_on_seal=True, clock=clock,
+                     free_barrier=lambda: barriers.append(clock.now))
+    for k in range(pool.geometry.slot_count):
+        pool.append("t", chunk_of(range(k * 5, k * 5 + 5)))
+        pool.seal("t")
+    slots = pool.take()
+    pool.settle_frees(force=True)                 # nothing freed: no barrier
+    for slot in slots:
+        pool.free(slot)
+    assert pool.settle_frees() == len(slots) and len(barriers) == 1
+    for k in range(pool.geometry.slot_count):     # every slot used again
+        pool.append("t", chunk_of(range(1000 + k * 5, 1000 + k * 5 + 5)))
+        pool.seal("t")
+    for slot in pool.take():
+        pool.free(slot)
+    pool.append("t", chunk_of(range(2000, 2005)), timeout_s=0)   # no slot free but settling
+    assert len(barriers) == 2 and pool.stats()["filling_records"] == 5
     pool.close()
