@@ -10,6 +10,8 @@
      "source_id": the file generation's id in the state database, or null,
      "open_ended": true when bytes after ``range`` may have existed too and are unknown,
      "records": [first, last] (the events' record numbers, ``docket-seq``, inclusive) or null,
+     "incarnation": the number space ``records`` belongs to (absent in entries of earlier
+                    versions),
      "detail": "..."}
 
 ``records`` is set for every drop of events that had, or took, record numbers: a record
@@ -53,8 +55,10 @@ log = logging.getLogger("docket.agent.journal")
 
 class LossJournal:
     def __init__(self, path: Path, metrics: Metrics,
-                 on_record: Callable[..., None] | None = None, clock: Clock | None = None):
+                 on_record: Callable[..., None] | None = None, clock: Clock | None = None,
+                 incarnation: str | None = None):
         make_folder(path.parent)
+        self.incarnation = incarnation   # stamped on each entry: whose record numbers
         self.clock = clock or Clock()
         self.path = path
         self.metrics = metrics
@@ -71,8 +75,10 @@ class LossJournal:
                 if f.read(1) != b"\n":
                     os.write(self._fd, b"\n")
                     os.fsync(self._fd)
-        # The record numbers journalled, kept in memory (the audit asks every round).
-        self._numbers = [tuple(e["records"]) for e in self.entries() if e.get("records")]
+        # The record numbers journalled in this number space (an entry of another incarnation
+        # names numbers of a lost state's), kept in memory (the audit asks every round).
+        self._numbers = [tuple(e["records"]) for e in self.entries() if e.get("records")
+                         and e.get("incarnation", incarnation) == incarnation]
 
     def record(self, reason: str, topic: str, events: int, *, nbytes: int = 0,
                source: str = "", byte_range: tuple[int, int] | None = None,
@@ -83,6 +89,8 @@ class LossJournal:
                  "range": list(byte_range) if byte_range else None, "source_id": source_id,
                  "open_ended": open_ended, "records": list(records) if records else None,
                  "detail": detail}
+        if self.incarnation is not None:
+            entry["incarnation"] = self.incarnation
         line = (json.dumps(entry, sort_keys=True) + "\n").encode()
         with self._lock:
             self._unwritten.append(line)
@@ -148,6 +156,14 @@ class LossJournal:
             else:
                 out.append([a, b])
         return out
+
+    def next_number(self) -> int:
+        """One past the highest record number journalled in this number space (0 if none).
+        An entry is fsync'ed before the drop it names is reported; the pool's own count of
+        numbers given (its file header) is synced only at the next seal, so after a power loss
+        the journal may be the one place that knows a number was given."""
+        with self._lock:
+            return max((b for _a, b in self._numbers), default=-1) + 1
 
     def entries(self) -> list[dict]:
         """Every entry (``read_entries``)."""

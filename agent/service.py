@@ -172,7 +172,11 @@ class Agent:
             else None,
             native_hashes=extension.value_hashes if extension else None)
         self.journal = LossJournal(cfg.journal_path, self.metrics,
-                                   on_record=self.audit.dropped, clock=self.clock)
+                                   on_record=self.audit.dropped, clock=self.clock,
+                                   incarnation=self.incarnation)
+        # A number a drop took and journalled is never given again, even if the pool's header
+        # that counted it was lost with the power (only the journal was synced).
+        next_record = max(next_record, self.journal.next_number())
         if lost is not None:
             self._journal_finding(lost)          # now: a start failing below must not lose it
         self.disk = DiskGuard(cfg.state_dir, cfg["agent.disk_reserve_bytes"], self.monotonic,

@@ -143,7 +143,7 @@ def test_a_version_1_pool_is_upgraded_when_empty_and_refused_when_it_holds_seale
 
 
 # -- through the agent ---------------------------------------------------------------------------
-def _agent(tmp_path, kafka: FakeKafka):
+def _agent(tmp_path, kafka: FakeKafka, **buffer):
     from agent.config import parse
     from agent.service import Agent, Seams
 
@@ -152,7 +152,7 @@ def _agent(tmp_path, kafka: FakeKafka):
     conf = {
         "agent": {"id": "h1", "state_dir": str(tmp_path / "state")},
         "buffer": {"size_bytes": 4096 + 4096 + 16 * SLOT, "slot_size_bytes": SLOT,
-                   "linger_ms": 5, "sync_on_seal": False},
+                   "linger_ms": 5, "sync_on_seal": False, **buffer},
         "broker": {"bootstrap_servers": "127.0.0.1:9"},
         "audit": {"enabled": False},
         "sources": [{"type": "file", "topic": "t", "paths": [str(logs / "*.log")]}],
@@ -365,3 +365,60 @@ def test_a_dropped_slot_is_settled_and_a_spilled_one_is_not(tmp_path):
     assert spilling.stats()["slots_spilled"] > 0
     assert spilling.record_marks() == (spilling.next_record - 1, -1)
     spilling.close()
+
+
+def test_a_number_a_drop_took_is_never_given_again_after_a_power_loss(tmp_path):
+    """An oversized line dropped takes a number: the pool's file header counts it (synced only
+    at the next seal) and the loss journal names it (fsync'ed at once). A power loss that keeps
+    the journal entry but neither the header's count nor the state database's, and a start
+    that does not read that line again (its file deleted meanwhile), must not give that number
+    to another record: the journal names it as dropped."""
+    kafka = FakeKafka()
+    agent = _agent(tmp_path, kafka, oversize="drop")
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(lines(0, 10))
+    _run(agent)
+    (logs / "b.log").write_bytes(b"id-000000010 " + b"y" * (2 * SLOT) + b"\n")
+    _run(agent)
+    [entry] = agent.journal.entries()
+    assert entry["reason"] == "oversize_dropped" and entry["records"] == [10, 10]
+    assert entry["incarnation"] == agent.incarnation
+    agent.abandon()                               # the power cut, then what it undid:
+    pool_file = tmp_path / "state" / "buffer.pool"
+    header = np.frombuffer(pool_file.read_bytes()[:L.FILE_HEADER.itemsize], L.FILE_HEADER).copy()
+    header[0]["next_record"] = 10
+    with open(pool_file, "r+b") as f:
+        f.write(header.tobytes())
+    db = StateDB(tmp_path / "state" / "state.db")
+    db.conn.execute("UPDATE identity SET next_record = 10")
+    db.conn.commit()
+    db.close()
+    (logs / "b.log").unlink()                     # the dropped line is not read again
+    with open(logs / "a.log", "ab") as f:
+        f.write(lines(11, 20))
+    agent = _agent(tmp_path, kafka, oversize="drop")
+    _run(agent)
+    agent.shutdown()
+    arrived = _arrived(kafka)
+    assert 10 not in arrived, f"number 10 given to id {arrived.get(10)}, journalled as dropped"
+    assert sorted(arrived.values()) == [*range(10), *range(11, 20)]
+
+
+def test_journalled_numbers_count_only_in_their_own_number_space(tmp_path):
+    """After a lost state (a new incarnation) the old entries' numbers are another number
+    space's: they neither mark numbers of the new one as dropped nor hold its numbering back.
+    Entries written before entries carried their incarnation count as before."""
+    from agent.journal import LossJournal
+    from agent.telemetry import Metrics
+
+    path = tmp_path / "loss-journal.jsonl"
+    old = LossJournal(path, Metrics(), incarnation="1-old")
+    old.record("oversize_dropped", "t", 1, records=(500, 500))
+    old.close()
+    with open(path, "a") as f:                       # an entry of an earlier version
+        f.write(json.dumps({"reason": "oversize_dropped", "topic": "t", "events": 1,
+                            "records": [7, 7]}) + "\n")
+    new = LossJournal(path, Metrics(), incarnation="2-new")
+    assert new.dropped_numbers() == [[7, 7]] and new.next_number() == 8
+    again = LossJournal(path, Metrics(), incarnation="1-old")
+    assert again.dropped_numbers() == [[7, 7], [500, 500]] and again.next_number() == 501
