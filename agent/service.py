@@ -262,7 +262,16 @@ class Agent:
             ops=self.seams.pool_ops, first_record=next_record,
             # A thread seals (the disk's syncs) while the loop reads and sends; a test's
             # stand-in file operations seal at once, in the loop, in the order it chose.
-            seal_thread=self.seams.pool_ops is None, free_barrier=self.db.sync_log)
+            seal_thread=self.seams.pool_ops is None, free_barrier=self.db.sync_log,
+            delivered=self._delivered_before())
+
+    def _delivered_before(self) -> Callable:
+        """For the pool's recovery: whether every record of a slot found at open was
+        acknowledged (each of its positions at or below its file's acknowledged offset, which
+        the state database has durable before any free: ``BufferPool.free``)."""
+        acked = {row["source_id"]: row["acked_offset"] for row in self.db.all_files()}
+        return lambda meta: bool(meta.positions) and all(
+            end <= acked.get(src, -1) for src, _start, end in meta.positions)
 
     def _journal_finding(self, finding: Finding) -> None:
         """A part of the state folder the agent could not keep (``agent/statefolder.py``): a

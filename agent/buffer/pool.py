@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
+import logging
 import mmap
 import os
 import threading
@@ -42,6 +43,8 @@ from .framing import (
 )
 from .seams import Clock, FileOps
 from .spill import SlotMeta, SpillStore
+
+log = logging.getLogger("docket.agent.buffer")
 
 ON_FULL = ("block", "drop_oldest")
 # Pages the agent keeps mapped: the most recently freed slots (reused next, KAFKA-1955's warm
@@ -202,6 +205,7 @@ class BufferPool:
         first_record: int = 0,
         seal_thread: bool = False,
         free_barrier: Callable[[], None] | None = None,
+        delivered: Callable[[SlotMeta], bool] | None = None,
     ):
         if on_full not in ON_FULL:
             raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
@@ -223,6 +227,7 @@ class BufferPool:
             "records_appended": 0, "slots_sealed": 0, "slots_freed": 0, "slots_spilled": 0,
             "slots_quarantined": 0, "filling_discarded": 0, "oversize_split": 0,
             "oversize_truncated": 0, "oversize_dropped": 0, "buffer_full_dropped": 0,
+            "stale_freed": 0,
         }
         self.drop_events: list[DropEvent] = []
         self._lock = threading.RLock()
@@ -234,6 +239,9 @@ class BufferPool:
         # Acknowledged slots wait here until ``free_barrier`` made what was written of their
         # acknowledgement durable (``free``); only with ``sync_on_seal``.
         self._free_barrier = free_barrier if sync_on_seal else None
+        # Whether every record of a slot found at open was acknowledged before (the agent:
+        # its positions are all at or below their files' acknowledged offsets).
+        self._delivered = delivered
         self._freeing: list[SealedSlot] = []
         self._settled_ns = 0
         self._recovered_positions: dict[int, int] = {}
@@ -443,6 +451,16 @@ class BufferPool:
                 continue
             payload = self._payload_view(index, meta.used_bytes)
             if crc32c(payload) != meta.payload_crc:
+                if self._delivered is not None and self._delivered(meta):
+                    # Acknowledged and freed; the free was lost (a power loss) and the slot
+                    # was filling again: its payload is new, unsealed bytes (read again from
+                    # their files), not a loss.
+                    log.info("slot %d (seq %d): its records were acknowledged before; its free "
+                             "did not reach the disk and the slot was filling again: freed",
+                             index, meta.seq)
+                    states[index] = L.FREE
+                    self.counters["stale_freed"] += 1
+                    continue
                 self._quarantine(index, "torn payload (payload CRC mismatch)", meta)
                 continue
             self._sealed[meta.seq] = SealedSlot(meta, index, payload)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError
 
+from agent.buffer import Chunk
 from agent.buffer import layout as L
 from agent.buffer.seams import FileOps
 from agent.config import parse
@@ -391,3 +392,36 @@ def test_a_slot_is_marked_free_only_after_its_acknowledged_offset_is_durable(tmp
                 assert "sync" in events[last_acked:i], events[:i + 1]
     finally:
         agent.abandon()
+
+
+def test_a_slot_whose_free_was_lost_is_not_journalled_as_lost(tmp_path):
+    """A slot acknowledged and freed, then filling again, when the power goes: the disk may
+    still hold its old sealed header (the free's byte never written back) beside new bytes.
+    Its payload fails its CRC at the next start; its records were acknowledged (its positions
+    are within the acknowledged offsets): freed, not quarantined and journalled as a loss."""
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka)
+    headers = {}
+    agent.pool._on_seal = lambda slot, seal=agent.pool._on_seal: (
+        headers.setdefault(slot.index, agent.pool._hdr_bytes[slot.index].copy()), seal(slot))
+    (tmp_path / "logs" / "app.log").write_bytes(lines(0, 100))
+    for _ in range(10):
+        agent.clock.advance(0.3)
+        agent.turn()
+    assert len(kafka.values()) == 100 and agent.pool.stats()["sealed_slots"] == 0
+    reused = agent.pool._free[-1]                  # the next slot to fill: freed last
+    assert reused in headers
+    agent.pool.append("t", Chunk.from_lines(lines(5000, 5010), 1), source=None)
+    at = agent.pool.geometry.slot_headers_offset + reused * L.SLOT_HEADER_BYTES
+    agent.abandon()                                # the power cut: the free's byte is lost
+    with open(tmp_path / "state" / "buffer.pool", "r+b") as f:
+        f.seek(at)
+        f.write(headers[reused].tobytes())
+
+    again, agent = _started_again(tmp_path, 10)
+    assert agent.pool.counters["stale_freed"] == 1
+    assert agent.pool.counters["slots_quarantined"] == 0
+    journal = tmp_path / "state" / "loss-journal.jsonl"
+    assert not journal.exists() or journal.read_text() == "", "nothing was lost"
+    assert again.values() == []                    # nothing to send again
+    agent.abandon()
