@@ -207,6 +207,8 @@ def _status(args) -> int:
               f"{o['unread_bytes']} unread; a copy of it is awaited ({state})")
     for path in waiting["copies_held"]:
         print(f"  copy      {path}: held until its original is truncated or left as is")
+    for path in waiting.get("compressed", []):
+        print(f"  file      {path}: compressed, not read as lines (exclude it from the globs)")
     return 0
 
 

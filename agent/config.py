@@ -150,6 +150,12 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             choices=("file", "socket"), required=True),
     Setting("topic", str, None, "Kafka topic of this source's events.", required=True),
     Setting("paths", list, [], "`file`: glob patterns of the files to tail."),
+    Setting("exclude", list, [], "`file`: glob patterns of files not to tail though `paths` "
+            "match them, e.g. `[\"*.gz\"]` beside `paths = [\"/var/log/app/app.log*\"]`. A "
+            "pattern without `/` is matched against the file's name, one with `/` against its "
+            "whole path. A file already tailed and renamed to an excluded name is still read "
+            "to its end, as any file rotated away. (A compressed file is never read as lines "
+            "either way: docs/agent.md, Sources.)"),
     Setting("path", str, None, "`socket`: path of the unix socket to listen on."),
     Setting("group", str, None, "`socket`: the group given the socket (mode 0660), so its "
             "members may write to it; the agent's user must be one of them. Default: the "
@@ -171,6 +177,7 @@ class SourceConfig:
     type: str
     topic: str
     paths: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
     path: str | None = None
     group: str | None = None
     timestamp_field: str | None = None
@@ -307,12 +314,18 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
                                   hint="file sources take `paths`, a list of globs")
             for j, pattern in enumerate(src.paths):
                 _check_glob(f"{where}.paths[{j}]", pattern)
+            for j, pattern in enumerate(src.exclude):
+                if not isinstance(pattern, str) or not pattern:
+                    raise ConfigError(f"{where}.exclude[{j}]",
+                                      f"expected a glob pattern, found {pattern!r}",
+                                      hint='e.g. exclude = ["*.gz", "*.zst"]')
         else:
             if not src.path:
                 raise ConfigError(f"{where}.path", "a socket source needs the socket's path",
                                   hint='e.g. path = "/run/docket/events.sock"')
-            if src.paths:
-                raise ConfigError(f"{where}.paths", "only file sources take `paths`")
+            if src.paths or src.exclude:
+                key = "paths" if src.paths else "exclude"
+                raise ConfigError(f"{where}.{key}", f"only file sources take `{key}`")
             if src.group is not None:
                 try:
                     grp.getgrnam(src.group)

@@ -177,9 +177,11 @@ def _stall(stall: dict | None) -> dict | None:
 
 
 def _merge_waiting(parts) -> dict:
-    out: dict = {"unreadable": {}, "orphans_waiting": [], "copies_held": [], "folders_away": {}}
+    out: dict = {"unreadable": {}, "orphans_waiting": [], "copies_held": [], "folders_away": {},
+                 "compressed": []}
     for part in parts:
         out["unreadable"].update(part["unreadable"])
+        out["compressed"] += part["compressed"]
         out["folders_away"].update(part["folders_away"])
         out["orphans_waiting"] += part["orphans_waiting"]
         out["copies_held"] += part["copies_held"]

@@ -6,6 +6,7 @@
 - ``generations``: streams of file content, and how a file found is matched to one.
 - ``reader``: one open file read into the pool: whole lines, large reads, checked after.
 - ``anchors``: what a file held before the offsets it was sealed to: whether it still holds it.
+- ``compressed``: a compressor's magic at a file's start: such a file is never read as lines.
 - ``seams``: the file source's only contact with the file system and time (``FsOps``).
 - ``watch``: a folder watch (watchdog) that wakes the agent's loop when a tailed folder changes.
 - ``sock``: the socket source, a unix stream socket of newline-delimited events.

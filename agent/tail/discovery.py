@@ -8,6 +8,7 @@ one listing being complete: a file missing once and found again resumes from its
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
 from collections.abc import Callable, Iterable
@@ -18,12 +19,23 @@ from .seams import FsOps
 Ident = tuple[int, int]          # (device, inode)
 
 
-def list_files(fs: FsOps, patterns: Iterable[str],
-               not_regular: Callable[[str], None]) -> dict[Ident, tuple[str, os.stat_result]]:
-    """Every regular file the globs match, once per identity (the first path found wins)."""
+def excluded(path: str, exclude: Iterable[str]) -> bool:
+    """Whether ``path`` matches one of ``exclude``: a pattern without ``/`` against the file's
+    name, one with ``/`` against the whole path (``fnmatch``: ``*`` also matches ``/``)."""
+    name = os.path.basename(path)
+    return any(fnmatch.fnmatchcase(path if "/" in p else name, p) for p in exclude)
+
+
+def list_files(fs: FsOps, patterns: Iterable[str], not_regular: Callable[[str], None],
+               exclude: Iterable[str] = ()) -> dict[Ident, tuple[str, os.stat_result]]:
+    """Every regular file the globs match and ``exclude`` does not, once per identity (the
+    first path found wins)."""
     found: dict[Ident, tuple[str, os.stat_result]] = {}
+    exclude = tuple(exclude)
     for pattern in patterns:
         for path in fs.glob(pattern):
+            if exclude and excluded(path, exclude):
+                continue
             try:
                 st = fs.stat(path)
             except OSError:

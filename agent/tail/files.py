@@ -86,6 +86,7 @@ class FileSource:
         self.pending: dict[Ident, Pending] = {}
         self.unreadable: dict[str, str] = {}           # path → why, while it stays so
         self._warned: set[tuple[str, str]] = set()
+        self._compressed_seen: set[str] = set()       # compressed files logged (once each)
         self._sizes_stored: dict[int, int] = {}
         self._closed: dict[int, int] = {}              # source_id → offset, closed this run
         self._unplaced: list[bytes] = []               # see _decide_pending
@@ -94,7 +95,7 @@ class FileSource:
         self._gave_up: set[str] = set()                # ... waited FOLDER_AWAY_MAX_S for
         self._next_size_store = 0.0
         self.reader = Reader(cfg, pool, self.fs, self.clock, metrics, self._truncated,
-                             self._store_fingerprint)
+                             self._store_fingerprint, self._compressed)
         self.orphans = self._load_orphans()
 
     # -- helpers ------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ class FileSource:
         for t in list(self.tracked.values()):
             self.reader.check(t)
         found = list_files(self.fs, self.cfg.paths,
-                           lambda path: self._warn_once("not_a_file", path))
+                           lambda path: self._warn_once("not_a_file", path), self.cfg.exclude)
         self._follow_tracked(found)
         fresh = []
         for ident, (path, st) in found.items():
@@ -638,6 +639,18 @@ class FileSource:
             out[sid] = anchors.pack(t.anchors)
         return out
 
+    def _compressed(self, t: Tracked, kind: str) -> None:
+        """``t`` starts with a compressor's magic (``compressed.py``): never read as lines."""
+        if t.path not in self._compressed_seen:
+            self._compressed_seen.add(t.path)
+            log.warning("%s is %s-compressed: not read (its bytes are not lines); a glob that "
+                        "matches rotated files should exclude compressed ones, e.g. "
+                        "exclude = [\"*.gz\"]", t.path, kind)
+        self._bad("compressed")
+        # Forgotten by the database: none of its bytes is owed, so neither its deletion nor a
+        # rotation while the agent is stopped may journal them as unread.
+        self.db.delete(t.source_id)
+
     def _store_fingerprint(self, t: Tracked) -> None:
         self.db.update(t.source_id, fingerprint=t.fingerprint)
 
@@ -655,6 +668,8 @@ class FileSource:
         stats = ReadStats()
         order = sorted(self.tracked.values(), key=lambda t: (not t.rotated, t.source_id))
         for t in order:
+            if t.compressed:
+                continue
             if stats.bytes >= budget_bytes or stats.blocked:
                 break
             self.reader.read(t, budget_bytes - stats.bytes, stats)
@@ -666,7 +681,7 @@ class FileSource:
         for ident, t in list(self.tracked.items()):
             if t.rotated and t.idle_since is not None and now - t.idle_since >= ROTATED_IDLE_S:
                 size = self.fs.fstat(t.fd).st_size
-                if size > t.offset:
+                if size > t.offset and not t.compressed:
                     continue                  # grew meanwhile: read on
                 self.fs.close(t.fd)
                 del self.tracked[ident]
@@ -700,6 +715,7 @@ class FileSource:
                                      "journaled": o.journaled} for o in self.orphans],
                 "copies_held": [p.path for p in self.pending.values() if p.copy_of is not None],
                 "folders_away": dict(self.folders_away),
+                "compressed": sorted(t.path for t in self.tracked.values() if t.compressed),
                 "pending": [p.path for p in self.pending.values() if p.copy_of is None]}
 
     def _descriptors(self) -> list[int]:

@@ -30,7 +30,7 @@ from ..buffer.seams import Clock
 from ..config import SourceConfig
 from ..state import FINGERPRINT_BYTES
 from ..telemetry import Metrics
-from . import anchors
+from . import anchors, compressed
 from .generations import TAIL_BYTES
 from .lines import LineCutter
 from .seams import FsOps
@@ -57,6 +57,7 @@ class Tracked:
     partial_size: int = 0
     anchors: list = field(default_factory=list)   # (offset, crc) sealed to (anchors.py)
     anchor_since: float = float("-inf")          # when the newest one was first kept
+    compressed: str | None = None    # its first bytes are a compressor's: never read (why)
     handed: deque = field(default_factory=lambda: deque(maxlen=anchors.HANDED_KEPT))
     #                                  (offset, crc) at each hand-over not yet sealed to
 
@@ -71,7 +72,8 @@ class ReadStats:
 class Reader:
     def __init__(self, cfg: SourceConfig, pool: BufferPool, fs: FsOps, clock: Clock,
                  metrics: Metrics, on_truncated: Callable[[Tracked, bytes], None],
-                 on_fingerprint: Callable[[Tracked], None]):
+                 on_fingerprint: Callable[[Tracked], None],
+                 on_compressed: Callable[[Tracked, str], None] = lambda t, kind: None):
         self.cfg = cfg
         self.pool = pool
         self.fs = fs
@@ -79,6 +81,7 @@ class Reader:
         self.metrics = metrics
         self.on_truncated = on_truncated
         self.on_fingerprint = on_fingerprint
+        self.on_compressed = on_compressed
         self.lines = LineCutter(cfg, metrics)
 
     def _now(self) -> float:
@@ -136,6 +139,14 @@ class Reader:
             data = self.fs.pread(t.fd, want, t.offset)
             if not data:
                 return
+            if t.offset == 0:
+                found = compressed.kind(data[:compressed.HEAD_BYTES])
+                if found == compressed.MAYBE:
+                    return                       # too few bytes to tell yet
+                if found is not None:
+                    t.compressed, t.idle_since = found, self._now()
+                    self.on_compressed(t, found)
+                    return
             last_nl = data.rfind(b"\n")
             forced = False
             if last_nl < 0:

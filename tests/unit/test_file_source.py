@@ -674,3 +674,68 @@ def test_a_truncation_at_a_later_read_of_a_turn_is_caught_by_that_read(tmp_path)
     h.wait(60)
     assert sorted(h.ids()) == list(range(n + 2000))
     assert h.journal_entries() == []
+
+
+# -- compressed files and exclude ----------------------------------------------------------------
+def _gzip_of(data: bytes) -> bytes:
+    import gzip
+    return gzip.compress(data)
+
+
+def test_a_compressed_rotation_under_the_glob_is_never_read_as_lines(tmp_path, caplog):
+    """logrotate's ``compress`` leaves ``app.log.1.gz`` beside the log, and ``app.log*``
+    matches it: its bytes are not lines. Of every compressor's magic (gzip, zstd, xz, bzip2)
+    nothing is read; the file is logged once, counted, listed in status, and forgotten by the
+    state database (its deletion journals nothing); a file whose first bytes only begin a
+    magic waits for more before it is decided on."""
+    import bz2
+    import lzma
+    h = Harness(tmp_path)
+    h.write(0, 100)
+    h.step()
+    (h.logs / "app.log.1.gz").write_bytes(_gzip_of(lines(0, 100)))
+    (h.logs / "app.log.2.xz").write_bytes(lzma.compress(lines(0, 50)))
+    (h.logs / "app.log.3.bz2").write_bytes(bz2.compress(lines(0, 50)))
+    (h.logs / "app.log.4.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"\n" * 30)
+    (h.logs / "app.log.5").write_bytes(b"BZh")             # maybe bzip2: wait
+    h.write(100, 150)
+    with caplog.at_level(logging.WARNING, logger="docket.agent.files"):
+        h.wait(6, steps=6)
+        h.step(3)
+    assert sorted(h.ids()) == list(range(150))
+    assert h.metrics.get("agent_source_bad_input_total", kind="compressed", topic="t") == 4
+    warned = [r.getMessage() for r in caplog.records
+              if r.levelname == "WARNING" and "-compressed: not read" in r.getMessage()]
+    assert len(warned) == 4 and 'exclude = ["*.gz"]' in warned[0]
+    assert sorted(p.rsplit("/", 1)[1] for p in h.src.waiting()["compressed"]) == \
+        ["app.log.1.gz", "app.log.2.xz", "app.log.3.bz2", "app.log.4.zst"]
+    with open(h.logs / "app.log.5", "ab") as f:               # not bzip2 after all: a line
+        f.write(b"ello id-000000150\n")
+    h.wait(6, steps=6)
+    assert h.values()[-1] == b"BZhello id-000000150"
+    h.stop()
+    (h.logs / "app.log.1.gz").unlink()                          # deleted while stopped
+    h.open()
+    h.wait(20, steps=10)
+    for name in ("app.log.2.xz", "app.log.3.bz2", "app.log.4.zst"):
+        (h.logs / name).unlink()                               # and while running
+    h.wait(20, steps=10)
+    h.restart()
+    h.wait(20, steps=10)
+    assert h.journal_entries() == [], "nothing of a compressed file is owed"
+
+
+def test_exclude_keeps_matching_files_out_but_a_tailed_file_renamed_to_it_is_read_to_its_end(
+        tmp_path):
+    h = Harness(tmp_path, exclude=["*.gz", str(tmp_path / "logs" / "skip-*")])
+    h.write(0, 100)
+    (h.logs / "app.log.9.gz").write_bytes(b"plain text, but excluded\n")
+    (h.logs / "skip-me").write_bytes(b"excluded by its whole path\n")
+    h.cfg.paths.append(str(h.logs / "skip-*"))
+    h.step()
+    h.write(100, 120)
+    os.rename(h.app, h.logs / "app.log.1.gz")                  # renamed to an excluded name
+    h.write(120, 150)
+    h.step(3)
+    assert sorted(h.ids()) == list(range(150))
+    assert h.metrics.get("agent_source_bad_input_total", kind="compressed", topic="t") == 0
