@@ -207,6 +207,9 @@ def _status(args) -> int:
               f"{o['unread_bytes']} unread; a copy of it is awaited ({state})")
     for path in waiting["copies_held"]:
         print(f"  copy      {path}: held until its original is truncated or left as is")
+    if waiting.get("ignored_older"):
+        print(f"  files     {waiting['ignored_older']} not opened: last changed before "
+              "ignore_older_ms; read once they change")
     for path in waiting.get("compressed", []):
         print(f"  file      {path}: compressed, not read as lines (exclude it from the globs)")
     return 0

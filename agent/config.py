@@ -163,6 +163,15 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
     Setting("timestamp_field", str, None, "JSON field holding the event time (RFC 3339, epoch "
             "seconds or milliseconds). Absent or unparsable: the read time, counted."),
     Setting("key_field", str, None, "JSON field used as the Kafka record key."),
+    Setting("read_from", str, "beginning", "`file`: where the files found at the agent's very "
+            "first start (no state folder yet) are read from: `beginning`, or `end` (their "
+            "last whole line's end: what they held before is not shipped). Files that appear "
+            "later, and every file after a lost state, are read from their start.",
+            choices=("beginning", "end")),
+    Setting("ignore_older_ms", int, 0, "`file`: a file the agent does not know yet and that "
+            "was last changed longer ago than this is not opened (counted in status as "
+            "`ignored_older`); once it changes it is read from the size it had when it was "
+            "first ignored in this run (0: off).", minimum=0),
     Setting("read_chunk_bytes", int, MiB, "`file`: bytes read per read call.", minimum=4096),
     Setting("partial_flush_ms", int, 0, "`file`: send a last line without its newline after this "
             "long unchanged (0: wait for the newline).", minimum=0),
@@ -178,6 +187,8 @@ class SourceConfig:
     topic: str
     paths: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
+    read_from: str = "beginning"
+    ignore_older_ms: int = 0
     path: str | None = None
     group: str | None = None
     timestamp_field: str | None = None
@@ -325,6 +336,9 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
                                   hint='e.g. path = "/run/docket/events.sock"')
             if src.paths or src.exclude:
                 key = "paths" if src.paths else "exclude"
+                raise ConfigError(f"{where}.{key}", f"only file sources take `{key}`")
+            if src.read_from != "beginning" or src.ignore_older_ms:
+                key = "read_from" if src.read_from != "beginning" else "ignore_older_ms"
                 raise ConfigError(f"{where}.{key}", f"only file sources take `{key}`")
             if src.group is not None:
                 try:

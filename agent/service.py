@@ -161,6 +161,8 @@ class Agent:
         self.db = StateDB(cfg.state_db_path, crash_point=self.seams.db_crash_point,
                           clock=self.clock)
         self.incarnation, next_record = self.db.identity()
+        # Never run here before (no state, and not a lost one): ``read_from`` applies.
+        self._first_start = self.db.created and lost is None
         self.audit = AuditEmitter(
             db=self.db, agent_id=cfg.agent_id, topics=_topics(cfg.sources),
             audit_topic=cfg["audit.topic"],
@@ -302,10 +304,12 @@ class Agent:
             if src.type == "file":
                 self.file_sources.append(FileSource(src, self.pool, self.db, self.journal,
                                                     self.metrics, self.recovered,
-                                                    fs=self.seams.fs, clock=self.clock))
+                                                    fs=self.seams.fs, clock=self.clock,
+                                                    first_start=self._first_start))
             else:
                 self.socket_sources.append(SocketSource(src, self.pool, self.metrics, self.clock,
                                                         on_data=self.wake.notify))
+        self._first_start = False                # sources built again (a reload) read all
 
     def _close_sources(self) -> None:
         if self.watch is not None:

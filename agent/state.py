@@ -149,6 +149,7 @@ class StateDB:
         make_folder(path.parent)
         self.path = path
         created = not path.exists()
+        self.created = created            # made by this open (a first start, or a lost state)
         self.clock = clock or Clock()
         # The emitter's thread writes with a connection of its own (``AuditRound``); a write
         # that must wait for it waits as long as it would (SQLite's default is 5 s, and a

@@ -178,8 +178,9 @@ def _stall(stall: dict | None) -> dict | None:
 
 def _merge_waiting(parts) -> dict:
     out: dict = {"unreadable": {}, "orphans_waiting": [], "copies_held": [], "folders_away": {},
-                 "compressed": []}
+                 "compressed": [], "ignored_older": 0}
     for part in parts:
+        out["ignored_older"] += part["ignored_older"]
         out["unreadable"].update(part["unreadable"])
         out["compressed"] += part["compressed"]
         out["folders_away"].update(part["folders_away"])

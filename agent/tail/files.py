@@ -64,6 +64,8 @@ from .seams import FsOps
 
 log = logging.getLogger("docket.agent.files")
 
+LAST_LINE_LOOK_BYTES = 1 << 20    # read_from = "end" looks this far back for a line's end
+
 ROTATED_IDLE_S = 5.0          # a rotated file at its end this long is closed
 SIZE_PERSIST_S = 1.0          # sizes seen are stored at least this often
 FOLDER_AWAY_MAX_S = 600.0     # known files wait this long for their folder (a late mount)
@@ -72,7 +74,7 @@ FOLDER_AWAY_MAX_S = 600.0     # known files wait this long for their folder (a l
 class FileSource:
     def __init__(self, cfg: SourceConfig, pool: BufferPool, db: StateDB, journal: LossJournal,
                  metrics: Metrics, recovered: dict[int, int], fs: FsOps | None = None,
-                 clock=None):
+                 clock=None, first_start: bool = False):
         self.cfg = cfg
         self.pool = pool
         self.db = db
@@ -97,6 +99,9 @@ class FileSource:
         self.reader = Reader(cfg, pool, self.fs, self.clock, metrics, self._truncated,
                              self._store_fingerprint, self._compressed)
         self.orphans = self._load_orphans()
+        # The agent's very first start here: the first scan's new files honour ``read_from``.
+        self._first_scan_from_end = first_start and cfg.read_from == "end"
+        self.ignored_older: dict[Ident, int] = {}      # not opened: too old; size when seen
 
     # -- helpers ------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -157,7 +162,15 @@ class FileSource:
                 fresh.append((ident, path, st))
         self._place_unplaced(found)
         for ident, path, st in fresh:
-            self._open_new(ident, path, st)
+            start_at = self._too_old(ident, st)
+            if start_at is None:
+                continue
+            if self._first_scan_from_end:
+                start_at = self._last_line_end(path, st)
+            self._open_new(ident, path, st, start_at)
+        self._first_scan_from_end = False
+        for ident in [i for i in self.ignored_older if i not in found]:
+            del self.ignored_older[ident]                  # gone
         listed = {f[0] for f in found.values()}
         for path in [p for p in self.unreadable if p not in listed]:
             del self.unreadable[path]
@@ -285,15 +298,47 @@ class FileSource:
         self._closed.pop(sid, None)
         return back
 
-    def _open_new(self, ident: Ident, path: str, st: os.stat_result) -> None:
-        """A file no generation is known on: opened and recorded now, decided on below."""
+    def _open_new(self, ident: Ident, path: str, st: os.stat_result, start_at: int = 0) -> None:
+        """A file no generation is known on: opened and recorded now, decided on below
+        (``start_at``: where it is read from if it turns out to be new content)."""
         fd = self._open(path, st)
         if fd is None:
             return
         head = self.fs.pread(fd, FINGERPRINT_BYTES, 0)
         row_id = self.db.add_file(self.cfg.index, *ident, head, path, 0, st.st_size,
                                   state=PENDING)
-        self.pending[ident] = Pending(row_id, path, fd, *ident, -1, self._now())
+        self.pending[ident] = Pending(row_id, path, fd, *ident, -1, self._now(),
+                                      start_at=start_at)
+
+    def _too_old(self, ident: Ident, st: os.stat_result) -> int | None:
+        """``ignore_older_ms``: None while a new file is older than that (not opened);
+        else where it is read from — the size it had when first ignored, or 0."""
+        limit = self.cfg.ignore_older_ms
+        if not limit:
+            return 0
+        if self.clock.time_ms() - st.st_mtime * 1000 > limit:
+            if ident not in self.ignored_older:
+                self.ignored_older[ident] = st.st_size
+                if len(self.ignored_older) == 1 or len(self.ignored_older) % 1000 == 0:
+                    log.info("%d file(s) under the globs of topic %s last changed over %d ms "
+                             "ago: not opened (ignore_older_ms); read once they change",
+                             len(self.ignored_older), self.cfg.topic, limit)
+            return None
+        return self.ignored_older.pop(ident, 0)
+
+    def _last_line_end(self, path: str, st: os.stat_result) -> int:
+        """Where ``read_from = "end"`` starts: after the last newline of the file's last
+        MiB (its size when none)."""
+        size = st.st_size
+        lo = max(0, size - LAST_LINE_LOOK_BYTES)
+        try:
+            with open(path, "rb") as f:
+                f.seek(lo)
+                tail = f.read(size - lo)
+        except OSError:
+            return size
+        nl = tail.rfind(b"\n")
+        return lo + nl + 1 if nl >= 0 else size
 
     def _orphan_row(self, row: dict, reason: str) -> None:
         """A generation found at start no longer on its inode."""
@@ -462,7 +507,9 @@ class FileSource:
                 del self.pending[ident]
                 self._resume(ident, p.weak, p.path, p.fd, head, size, rotated=listed is None)
             else:
-                self._start(ident, p, head, size, 0, listed is not None, "")
+                self._start(ident, p, head, size, min(p.start_at, size), listed is not None,
+                            "read_from = end" if p.start_at and self.cfg.read_from == "end"
+                            else "changed after it was ignored as old" if p.start_at else "")
 
     def _classify(self, p: Pending, head: bytes, size: int
                   ) -> tuple[Orphan | None, Tracked | None, bool]:
@@ -716,6 +763,7 @@ class FileSource:
                 "copies_held": [p.path for p in self.pending.values() if p.copy_of is not None],
                 "folders_away": dict(self.folders_away),
                 "compressed": sorted(t.path for t in self.tracked.values() if t.compressed),
+                "ignored_older": len(self.ignored_older),
                 "pending": [p.path for p in self.pending.values() if p.copy_of is None]}
 
     def _descriptors(self) -> list[int]:

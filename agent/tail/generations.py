@@ -97,6 +97,8 @@ class Pending:
     copy_of: int | None = None  # held: the generation it copies, still being read elsewhere
     weak: dict | None = None    # a known row on this inode whose short fingerprint the file
     #                             starts with: resumed if nothing explains the file better
+    start_at: int = 0           # where a new file is read from if nothing known explains it
+    #                             (``read_from = "end"``, a file ignored while it was old)
 
 
 def by_head(head: bytes, fingerprint: bytes) -> str:

@@ -135,8 +135,9 @@ class Harness:
     """The real file source on real files in ``tmp/logs``, with a real pool, state database
     and loss journal, a fake clock and a scripted file system."""
 
-    def __init__(self, tmp, pattern="app.log*", **cfg):
+    def __init__(self, tmp, pattern="app.log*", first_start: bool = False, **cfg):
         self.tmp = tmp
+        self.first_start = first_start       # the first open is the agent's very first start
         self.logs = tmp / "logs"
         self.logs.mkdir(exist_ok=True)
         self.app = self.logs / "app.log"
@@ -157,7 +158,8 @@ class Harness:
         self.db.advance_sealed(recovered)
         rewind_uncovered(self.db, self.pool.sealed())         # as the agent does at start
         self.src = FileSource(self.cfg, self.pool, self.db, self.journal, self.metrics,
-                              recovered, fs=self.fs)
+                              recovered, fs=self.fs, first_start=self.first_start)
+        self.first_start = False
 
     def write(self, a: int, b: int, path=None) -> None:
         with open(path or self.app, "ab") as f:

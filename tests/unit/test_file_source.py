@@ -739,3 +739,54 @@ def test_exclude_keeps_matching_files_out_but_a_tailed_file_renamed_to_it_is_rea
     h.step(3)
     assert sorted(h.ids()) == list(range(150))
     assert h.metrics.get("agent_source_bad_input_total", kind="compressed", topic="t") == 0
+
+
+# -- where new files are read from ---------------------------------------------------------------
+def test_read_from_end_skips_what_files_held_at_the_very_first_start_only(tmp_path):
+    """``read_from = "end"``: the files found at the agent's very first start are read from
+    their last whole line's end (a partial last line is read whole once it ends); a file that
+    appears later, and every file of a later start, are read as always."""
+    (tmp_path / "logs").mkdir()
+    app = tmp_path / "logs" / "app.log"
+    app.write_bytes(lines(0, 100) + b"id-000000100 par")
+    h = Harness(tmp_path, first_start=True, read_from="end")
+    h.wait(3, steps=3)
+    with open(app, "ab") as f:
+        f.write(lines(100, 101)[len(b"id-000000100 par"):])
+    h.write(101, 150)
+    h.write(500, 520, path=h.logs / "app.log.new")              # appears later
+    h.wait(3, steps=3)
+    assert sorted(h.ids()) == [*range(100, 150), *range(500, 520)]
+    h.restart()
+    h.write(150, 160)
+    h.wait(3, steps=3)
+    assert sorted(h.ids()) == [*range(100, 160), *range(500, 520)]
+
+
+def test_read_from_end_does_not_apply_after_a_lost_state(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "app.log").write_bytes(lines(0, 100))
+    h = Harness(tmp_path, first_start=False, read_from="end")     # the agent ran here before
+    h.wait(3, steps=3)
+    assert sorted(h.ids()) == list(range(100))
+
+
+def test_ignore_older_leaves_old_files_closed_until_they_change(tmp_path):
+    """``ignore_older_ms``: a file not known yet and last changed longer ago is not opened,
+    only counted in status; once it changes it is read from the size it had when ignored."""
+    (tmp_path / "logs").mkdir()
+    old = tmp_path / "logs" / "app.log.old"
+    old.write_bytes(lines(0, 100))
+    h = Harness(tmp_path, ignore_older_ms=24 * 3600 * 1000)
+    day_s = 24 * 3600
+    os.utime(old, (h.clock.wall_ms / 1000 - 3 * day_s,) * 2)
+    h.write(1000, 1010)
+    os.utime(h.app, (h.clock.wall_ms / 1000,) * 2)
+    h.wait(3, steps=3)
+    assert sorted(h.ids()) == list(range(1000, 1010))
+    assert h.src.waiting()["ignored_older"] == 1 and len(h.src.tracked) == 1
+    h.write(100, 120, path=old)                                  # it changes
+    os.utime(old, (h.clock.wall_ms / 1000,) * 2)
+    h.wait(3, steps=3)
+    assert sorted(h.ids()) == [*range(100, 120), *range(1000, 1010)]
+    assert h.src.waiting()["ignored_older"] == 0
