@@ -37,6 +37,7 @@ debian-tools:
 	command -v chromium >/dev/null || need="$$need chromium"; \
 	command -v dh_virtualenv >/dev/null || need="$$need dh-virtualenv debhelper dpkg-dev"; \
 	command -v iptables >/dev/null || need="$$need iptables"; \
+	command -v logrotate >/dev/null || [ -x /usr/sbin/logrotate ] || need="$$need logrotate"; \
 	[ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] \
 		|| need="$$need libnetfilter-queue-dev"; \
 	if [ -z "$$need" ]; then :; \
