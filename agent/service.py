@@ -592,8 +592,9 @@ class Agent:
                 every = max(every, WATCHED_SCAN_S)       # events wake the scans: a safety net
             self._next_scan = now + every
         read, blocked, caught_up = 0, False, bool(self.file_sources)
+        written = self.watch.written_paths()     # None: any file may have been written
         for f in self.file_sources:
-            got = f.read_some(READ_BUDGET_BYTES)
+            got = f.read_some(READ_BUDGET_BYTES, written)
             read += got.bytes
             blocked |= got.blocked
             caught_up &= got.bytes < READ_BUDGET_BYTES

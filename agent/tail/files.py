@@ -38,8 +38,10 @@ Reads are large (``read_chunk_bytes``) and handed to the pool as whole chunks.
 from __future__ import annotations
 
 import errno
+import fnmatch
 import logging
 import os
+from collections import defaultdict
 
 from ..buffer import BufferPool
 from ..config import SourceConfig
@@ -57,7 +59,7 @@ from ..state import (
 from ..telemetry import Metrics
 from . import anchors
 from . import generations as gen
-from .discovery import Ident, find_outside, list_files
+from .discovery import Ident, excluded, find_outside, list_files
 from .generations import MATCH, MAYBE, NO, Orphan, Pending
 from .reader import Reader, ReadStats, Tracked
 from .seams import FsOps
@@ -69,6 +71,33 @@ LAST_LINE_LOOK_BYTES = 1 << 20    # read_from = "end" looks this far back for a 
 ROTATED_IDLE_S = 5.0          # a rotated file at its end this long is closed
 SIZE_PERSIST_S = 1.0          # sizes seen are stored at least this often
 FOLDER_AWAY_MAX_S = 600.0     # known files wait this long for their folder (a late mount)
+
+
+HEAD_KEY = 16                    # bytes of a file's start the decisions index files by
+STARTS_LOGGED = 20               # new files logged one line each per scan; then a summary
+
+
+class HeadIndex:
+    """Files by the first ``HEAD_KEY`` bytes of their fingerprint: a file found is compared
+    only with those it may copy (``gen.by_head`` is NO for any other). Comparing every file
+    found with every file tailed took 17 ms a file with 10,000 files under one glob."""
+
+    def __init__(self, tracked):
+        self.keyed: dict[bytes, list[Tracked]] = defaultdict(list)
+        self.short: list[Tracked] = []           # fingerprints shorter than the key
+        for t in tracked:
+            self.add(t)
+
+    def add(self, t: Tracked) -> None:
+        if len(t.fingerprint) >= HEAD_KEY:
+            self.keyed[t.fingerprint[:HEAD_KEY]].append(t)
+        else:
+            self.short.append(t)
+
+    def candidates(self, head: bytes, everyone) -> list[Tracked]:
+        if len(head) < HEAD_KEY:
+            return list(everyone)
+        return self.keyed.get(head[:HEAD_KEY], []) + self.short
 
 
 class FileSource:
@@ -85,6 +114,11 @@ class FileSource:
         self.clock = clock or pool.clock
         self.tracked: dict[Ident, Tracked] = {}
         self._by_source: dict[int, Tracked] = {}       # the same, by source_id
+        self._heads: HeadIndex | None = None           # the same, by their first bytes
+        self._pending_index: dict | None = None        # see _pending_like
+        self._started = 0                              # new files decided this round
+        self._quiet: set[Ident] = set()                # read to their end: wait for a write
+        self._quiet_paths: dict[str, Ident] = {}       # their paths, as the watch names them
         self.pending: dict[Ident, Pending] = {}
         self.unreadable: dict[str, str] = {}           # path → why, while it stays so
         self._warned: set[tuple[str, str]] = set()
@@ -144,6 +178,8 @@ class FileSource:
 
     # -- scanning -----------------------------------------------------------------------------
     def scan(self) -> None:
+        self._quiet.clear()                  # every file is looked at after a scan
+        self._quiet_paths.clear()
         # Truncations first, so a copy decided on below finds the old content's orphan.
         for t in list(self.tracked.values()):
             self.reader.check(t)
@@ -216,6 +252,8 @@ class FileSource:
 
     def _track(self, ident: Ident, t: Tracked) -> None:
         self.tracked[ident] = t
+        if self._heads is not None:
+            self._heads.add(t)
         self._by_source[t.source_id] = t
         self._sizes_stored[t.source_id] = t.size_seen
 
@@ -461,6 +499,17 @@ class FileSource:
 
     def _decide_pending(self, found: dict) -> None:
         now = self._now()
+        self._pending_index = None          # this round's look at the pending files
+        self._started = 0
+        try:
+            self._decide_each(found, now)
+        finally:
+            if self._started > STARTS_LOGGED:
+                log.info("tailing %d more new file(s) of topic %s (one line each for the "
+                         "first %d)", self._started - STARTS_LOGGED, self.cfg.topic,
+                         STARTS_LOGGED)
+
+    def _decide_each(self, found: dict, now: float) -> None:
         if self.pending:
             # Known generations this scan did not place (their inode was not found where it
             # was listed, or could not be opened): a pending file may be their copy.
@@ -530,7 +579,7 @@ class FileSource:
                     orphan, best = o, evidence
                 elif verdict == MAYBE:
                     longest_maybe = max(longest_maybe, len(o.fingerprint))
-            for t in list(self.tracked.values()):
+            for t in self._candidates(head):
                 verdict = gen.by_head(head, t.fingerprint)
                 if verdict == MAYBE:
                     longest_maybe = max(longest_maybe, len(t.fingerprint))
@@ -560,8 +609,10 @@ class FileSource:
         if p.weak is not None:
             offset = max(offset, self._resume_offset(p.weak))
         self.db.start(p.row_id, ACTIVE if listed else ROTATED, offset, head, p.path, size)
-        log.info("tailing %s (inode %d, source %d) from offset %d of %d%s", p.path, ident[1],
-                 p.row_id, offset, size, f": {why}" if why else "")
+        self._started += 1
+        if self._started <= STARTS_LOGGED:
+            log.info("tailing %s (inode %d, source %d) from offset %d of %d%s", p.path,
+                     ident[1], p.row_id, offset, size, f": {why}" if why else "")
         if size == 0:
             self._bad("empty_file")
         self._track(ident, Tracked(p.row_id, p.path, p.fd, *ident, head, offset,
@@ -574,10 +625,11 @@ class FileSource:
         def read_p(offset: int, n: int) -> bytes:
             return self.fs.pread(p.fd, n, offset)
 
-        for q in self.pending.values():
-            if q is p or size == 0:
+        if size == 0:
+            return False
+        for q, q_size in self._pending_like(read_p(0, min(size, HEAD_KEY))):
+            if q is p:
                 continue
-            q_size = self.fs.fstat(q.fd).st_size
             if q_size < size or (q_size == size and q.row_id > p.row_id):
                 continue
             if gen.same_end(read_p, lambda offset, n, fd=q.fd: self.fs.pread(fd, n, offset),
@@ -585,6 +637,18 @@ class FileSource:
                     self.fs.pread(q.fd, min(size, FINGERPRINT_BYTES), 0):
                 return True
         return False
+
+    def _pending_like(self, key: bytes) -> list[tuple[Pending, int]]:
+        """The files pending now, with their sizes, whose first ``HEAD_KEY`` bytes are
+        ``key`` (every one when ``key`` is shorter), looked at once per decision round."""
+        if self._pending_index is None:
+            self._pending_index = defaultdict(list)
+            for q in self.pending.values():
+                q_key = self.fs.pread(q.fd, HEAD_KEY, 0)
+                self._pending_index[q_key].append((q, self.fs.fstat(q.fd).st_size))
+        found = [e for es in self._pending_index.values() for e in es] \
+            if len(key) < HEAD_KEY else self._pending_index.get(key, [])
+        return [e for e in found if self.pending.get((e[0].dev, e[0].ino)) is e[0]]
 
     def _copy_of_live(self, t: Tracked, read_at, size: int) -> bool:
         if size > self.fs.fstat(t.fd).st_size:
@@ -660,6 +724,7 @@ class FileSource:
         t.source_id, t.fingerprint, t.offset, t.tail = new_id, head, 0, b""
         t.anchors, t.anchor_since = [], float("-inf")
         t.handed.clear()
+        self._heads = None                              # its fingerprint changed
         self._by_source[new_id] = t
         t.size_seen, t.idle_since, t.partial_since, t.partial_size = size, None, None, 0
         self._sizes_stored[new_id] = size
@@ -698,7 +763,16 @@ class FileSource:
         # rotation while the agent is stopped may journal them as unread.
         self.db.delete(t.source_id)
 
+    def _candidates(self, head: bytes) -> list[Tracked]:
+        """The tracked files whose fingerprint ``head`` may start with or be a prefix of
+        (``gen.by_head`` is NO for every other): compared with one file found at a time."""
+        if self._heads is None:
+            self._heads = HeadIndex(self.tracked.values())
+        return [t for t in self._heads.candidates(head, self.tracked.values())
+                if self.tracked.get((t.dev, t.ino)) is t]
+
     def _store_fingerprint(self, t: Tracked) -> None:
+        self._heads = None                              # its key may have changed
         self.db.update(t.source_id, fingerprint=t.fingerprint)
 
     # -- reading ------------------------------------------------------------------------------
@@ -710,18 +784,46 @@ class FileSource:
         return bool(self.pending or self.folders_away
                     or any(not o.journaled for o in self.orphans))
 
-    def read_some(self, budget_bytes: int) -> ReadStats:
-        """Read what is new, old (rotated) files first; stop when the pool pushes back."""
+    def read_some(self, budget_bytes: int, written: set[str] | None = None) -> ReadStats:
+        """Read what is new, old (rotated) files first; stop when the pool pushes back.
+        ``written``: the files written since the last call, by path, when the caller knows
+        them (the write watch: ``FolderWatch.written_paths``); a file read to its end with
+        nothing waiting is then not looked at again until it is written, a scan runs or a
+        write names a file this source does not know (the loop's cost then follows the
+        files written, not the files open: 10,000 idle files cost 0.24 core before). None:
+        every file is looked at."""
         stats = ReadStats()
-        order = sorted(self.tracked.values(), key=lambda t: (not t.rotated, t.source_id))
+        if written is None:
+            self._quiet.clear()
+        elif written:
+            for path in written:
+                ident = self._quiet_paths.get(path)
+                if ident is None:
+                    if self._matches(path):
+                        self._quiet.clear()         # a file not known by that name
+                        break
+                    continue
+                self._quiet.discard(ident)
+        order = sorted((t for i, t in self.tracked.items() if i not in self._quiet),
+                       key=lambda t: (not t.rotated, t.source_id))
         for t in order:
             if t.compressed:
                 continue
             if stats.bytes >= budget_bytes or stats.blocked:
                 break
             self.reader.read(t, budget_bytes - stats.bytes, stats)
+            ident = (t.dev, t.ino)
+            if t.offset >= t.size_seen and t.partial_since is None and not t.rotated \
+                    and self.tracked.get(ident) is t:
+                self._quiet.add(ident)
+                self._quiet_paths[t.path] = ident
         self._close_finished()
         return stats
+
+    def _matches(self, path: str) -> bool:
+        """Whether ``path`` is one this source would tail (its globs, not its excludes)."""
+        return any(fnmatch.fnmatchcase(path, p) for p in self.cfg.paths) and \
+            not excluded(path, self.cfg.exclude)
 
     def _close_finished(self) -> None:
         now = self._now()

@@ -81,6 +81,8 @@ class WriteWatch:
         self.fd = fd
         self.folders: dict[int, Path] = {}      # watch descriptor -> folder
         self.gone: list[Path] = []              # folders whose watch ended (deleted, moved)
+        self.paths: set[str] = set()            # files written since ``seen`` was last asked
+        self.overflowed = False                 # events were lost: which files is unknown
 
     def add(self, folder: Path) -> None:
         wd = self._add(self.fd, os.fsencode(folder), IN_MODIFY | CHANGES)
@@ -105,8 +107,14 @@ class WriteWatch:
             pos = 0
             while pos + EVENT.size <= len(buf):
                 wd, mask, _cookie, name_len = EVENT.unpack_from(buf, pos)
+                name = buf[pos + EVENT.size:pos + EVENT.size + name_len].rstrip(b"\0")
                 pos += EVENT.size + name_len
-                written |= bool(mask & IN_MODIFY)
+                if mask & IN_MODIFY:
+                    written = True
+                    folder = self.folders.get(wd)
+                    if folder is not None and name:
+                        self.paths.add(os.path.join(folder, os.fsdecode(name)))
+                self.overflowed |= bool(mask & IN_Q_OVERFLOW)
                 changed |= bool(mask & CHANGES)
                 if mask & IN_IGNORED and wd in self.folders:
                     self.gone.append(self.folders.pop(wd))
@@ -196,6 +204,19 @@ class FolderWatch:
         if self.writes is None:
             return False
         return bool(select.select([self.writes.fd], [], [], 0)[0])
+
+    def written_paths(self) -> set[str] | None:
+        """The files written since the last call, by path (as the watched folder names them),
+        when the write watch sees every folder and lost no event; else None (any file may
+        have been written)."""
+        w = self.writes
+        if w is None or not self.covers_all() or w.overflowed:
+            if w is not None:
+                w.paths.clear()
+                w.overflowed = False
+            return None
+        paths, w.paths = w.paths, set()
+        return paths
 
     def writes_seen(self) -> bool:
         """Empty the write watch (before the files are read); True if it had events. A file

@@ -790,3 +790,35 @@ def test_ignore_older_leaves_old_files_closed_until_they_change(tmp_path):
     h.wait(3, steps=3)
     assert sorted(h.ids()) == [*range(100, 120), *range(1000, 1010)]
     assert h.src.waiting()["ignored_older"] == 0
+
+
+# -- many files ----------------------------------------------------------------------------------
+def test_files_read_to_their_end_are_not_looked_at_until_written(tmp_path, caplog):
+    """With the write watch naming the files written (``read_some(written=…)``), a file read
+    to its end with nothing waiting is skipped until a write names it; a write naming a file
+    the source does not know, or a scan, has every file looked at again. New files found in
+    one scan are logged one line each for the first 20, then in one summary line."""
+    (tmp_path / "logs").mkdir()
+    for i in range(30):
+        (tmp_path / "logs" / f"f{i:02d}.log").write_bytes(lines(i, i + 1))
+    h = Harness(tmp_path, pattern="f*.log")
+    with caplog.at_level(logging.INFO, logger="docket.agent.files"):
+        h.wait(3, steps=3)
+    tailing = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tailing")]
+    assert len(tailing) == 21 and "10 more new file(s)" in tailing[-1]
+    assert sorted(h.ids()) == list(range(30))
+    looked = []
+    fstat = h.fs.fstat
+    h.fs.fstat = lambda fd: (looked.append(fd), fstat(fd))[1]
+    h.src.read_some(1 << 20, set())
+    assert looked == [], "quiet files are not looked at"
+    target = h.logs / "f07.log"
+    h.write(107, 108, path=target)
+    h.src.read_some(1 << 20, {str(target)})
+    assert len(looked) == 1 and 107 in h.ids()
+    looked.clear()
+    h.src.read_some(1 << 20, {str(h.logs / "f99.log")})     # a file it does not know yet
+    assert len(looked) == 30
+    looked.clear()
+    h.src.read_some(1 << 20, None)                          # no watch: every file
+    assert len(looked) == 30
