@@ -227,7 +227,7 @@ class BufferPool:
             "records_appended": 0, "slots_sealed": 0, "slots_freed": 0, "slots_spilled": 0,
             "slots_quarantined": 0, "filling_discarded": 0, "oversize_split": 0,
             "oversize_truncated": 0, "oversize_dropped": 0, "buffer_full_dropped": 0,
-            "stale_freed": 0,
+            "stale_freed": 0, "acknowledged_freed": 0,
         }
         self.drop_events: list[DropEvent] = []
         self._lock = threading.RLock()
@@ -463,8 +463,17 @@ class BufferPool:
                     continue
                 self._quarantine(index, "torn payload (payload CRC mismatch)", meta)
                 continue
+            if self._delivered is not None and self._delivered(meta):
+                # Acknowledged whole before the stop, its free not yet written (frees wait
+                # for their barrier: ``free``): not sent again.
+                states[index] = L.FREE
+                self.counters["acknowledged_freed"] += 1
+                continue
             self._sealed[meta.seq] = SealedSlot(meta, index, payload)
             sealed_seqs.append(meta.seq)
+        if self.counters["acknowledged_freed"]:
+            log.info("%d slot(s) whose records were all acknowledged before the stop: freed, "
+                     "not sent again", self.counters["acknowledged_freed"])
         if self.spill is not None:
             for path, why in self.spill.recover():
                 self._quarantine_file(path, why)

@@ -67,6 +67,16 @@ def test_sigkill_five_times_loses_nothing_and_duplicates_only_in_flight_slots(
                        "through": figures["numbers"] - 1, "missing": []}, (cluster, figures)
 
 
+@pytest.mark.slow
+def test_sigkill_five_times_at_100_lines_per_s_loses_nothing(kafka, tmp_path, topic_name):
+    """The same five SIGKILLs and rotations both ways (every 500 lines) at the rate most hosts
+    write, one line at a time, on the default send path: a quiet host's agent seals a slot
+    per line or per gathered batch, so a kill lands between seals, syncs and checkpoints far
+    more often than under a bulk load."""
+    sigkill_run(kafka, tmp_path, topic_name, kills=5, total=2_500, rate=100,
+                send_path="auto", rotate_every=500)
+
+
 def cluster_tier(kafka, tmp_path, topic_name: str, audit_topic: str) -> dict:
     """The Spark count job (``--once``) over ``topic_name``, writing to ``audit_topic``: the
     kafka-local tier's records, distinct records, duplicates, highest record number and
@@ -151,9 +161,11 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
 
 def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
                 seed: int = 4, check: bool = True, send_path: str = "python",
-                broker: dict | None = None, sections: dict | None = None) -> dict:
+                broker: dict | None = None, sections: dict | None = None,
+                rotate_every: int = 50_000) -> dict:
     """Kill the agent ``kills`` times at 0.8-1.6 s intervals while a writer rotates its file
-    (rename-and-create and copytruncate alternately, every 50,000 lines); then every id must
+    (rename-and-create and copytruncate alternately, every ``rotate_every`` lines); then every
+    id must
     have arrived, and each id at most once more than the number of kills at which it was in a
     slot that could have been in flight. Returns the figures; ``check=False`` leaves judging
     them (but not the run's own sanity) to the caller. ``broker``: further settings of the
@@ -163,7 +175,7 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
                               **(sections or {}))
     pool_path = tmp_path / "state" / "buffer.pool"
     agent.start()
-    writer = start_writer(logs, total, 50_000, rate)
+    writer = start_writer(logs, total, rotate_every, rate)
     rng = random.Random(seed)
     allowance: Counter = Counter()
     done = 0
@@ -270,6 +282,19 @@ def test_broker_paused_30s_under_20k_lines_per_s_the_pool_absorbs_it(kafka, tmp_
     broker_fault_run(kafka, tmp_path, topic_name, {"send_path": agent_send_path})
 
 
+@pytest.mark.slow
+def test_broker_paused_30s_at_100_lines_per_s(kafka, tmp_path, topic_name):
+    """The same pause at 100 lines/s, one line at a time, on the default send path. At this
+    rate the request in flight when the broker stops holds the last line or two; librdkafka
+    times it out after 10 s (``socket.timeout.ms``: ``Timed out 1 in-flight``), its records
+    are produced again, and the broker, resumed, writes both copies (each of 4 runs here: 2
+    duplicates, under their record numbers; the same on the code before this session's
+    changes; why librdkafka's idempotence does not drop the second copy is not yet known:
+    docs/agent.md)."""
+    broker_fault_run(kafka, tmp_path, topic_name, {"send_path": "auto"}, rate=100,
+                     timed_out_may_repeat=True)
+
+
 PAUSE_MATRIX_S = (5, 15, 30, 60, 120)
 PAUSE_MATRIX_RUNS = int(os.environ.get("DOCKET_SOAK_PAUSE_RUNS", "10"))
 
@@ -372,7 +397,8 @@ class Progress:
 
 
 def broker_fault_run(kafka, tmp_path, topic_name, broker: dict, fault: str = "pause",
-                     down_s: float = 30, rate: int = 20_000) -> dict:
+                     down_s: float = 30, rate: int = 20_000,
+                     timed_out_may_repeat: bool = False) -> dict:
     """The broker SIGSTOPped (``fault="pause"``), or SIGKILLed and started again as a new
     process on the same data (``"restart"``), for ``down_s`` s under ``rate`` lines/s: the
     agent keeps reading into its pool (sized to hold the whole outage) without burning a core,
@@ -380,7 +406,9 @@ def broker_fault_run(kafka, tmp_path, topic_name, broker: dict, fault: str = "pa
     time and origin, each at most once more than the producers replaced; nothing is left
     unacknowledged while the cluster answers for longer than ``IDLE_BOUND_S``. Prints one JSON
     line of figures and returns them, with the counts by id (read_committed) under
-    ``counts``."""
+    ``counts``. ``timed_out_may_repeat``: a record of a produce request librdkafka timed out
+    in flight (``Timed out N in-flight``: the paused broker may have written it) may arrive
+    twice under its one record number (the audit counts it as a duplicate, not an event)."""
     cluster = kafka.controlled()
     total = int(rate * (down_s + 10))
     pool_bytes = max(128 << 20, int(total * 160) >> 20 << 20)    # ~140 bytes a framed line
@@ -432,8 +460,13 @@ def broker_fault_run(kafka, tmp_path, topic_name, broker: dict, fault: str = "pa
             stamps.append(msg.timestamp()[1])
             origins[dict(msg.headers() or []).get("docket-origin")] += 1
 
+        numbers = RecordNumbers()
+
+        def inspect_all(msg):
+            inspect(msg)
+            numbers.see(msg)
         counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 600, parse_id,
-                                on_msg=inspect)
+                                on_msg=inspect_all)
         outages = agent.metric("agent_drain_outages_total")
         replaced = agent.metric("agent_drain_producer_replacements_total")
     finally:
@@ -466,8 +499,13 @@ def broker_fault_run(kafka, tmp_path, topic_name, broker: dict, fault: str = "pa
     assert outages >= 1
     assert not missing, f"{len(missing)} missing, first {missing[:10]}"
     assert set(counts) <= set(range(total))
-    # A record goes again only with a producer replaced (a stall): once more per replacement.
-    assert figures["max_copies"] <= 1 + replaced, figures
+    # A record goes again only with a producer replaced (a stall): once more per replacement;
+    # or, where allowed, when librdkafka timed out a request in flight to the paused broker.
+    timed_out = re.findall(r"Timed out (\d+) in-flight", agent.whole_log())
+    allowed = 1 + replaced + (1 if timed_out_may_repeat and any(int(n) for n in timed_out)
+                              else 0)
+    assert figures["max_copies"] <= allowed, (figures, timed_out)
+    numbers.check(figures["duplicates"])      # every copy under its one record number
     assert figures["longest_idle_after_return_s"] <= IDLE_BOUND_S, figures
     began_ms = int((time.time() - (time.monotonic() - began)) * 1000) - 1000
     wrong = [t for t in stamps if not began_ms <= t <= ended_ms]

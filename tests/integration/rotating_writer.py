@@ -3,7 +3,8 @@
 Usage: python rotating_writer.py DIR TOTAL ROTATE_EVERY LINES_PER_S [FIRST_ID]
 
 Writes TOTAL lines ``id-%09d <filler>`` (100 bytes with the newline) to DIR/app.log, 1,000 per
-write call. Every ROTATE_EVERY lines it rotates, alternating:
+write call (below 10,000 lines/s, a hundredth of a second's lines per call: one line at a time at
+100 lines/s, as a quiet application writes). Every ROTATE_EVERY lines it rotates, alternating:
 - rename-and-create: app.log → app.log.K, then a new app.log;
 - copytruncate: app.log copied to app.log.K, then app.log truncated to 0 (the writer keeps
   its O_APPEND descriptor, so the next line lands at offset 0).
@@ -36,8 +37,9 @@ def main() -> None:
     start = time.monotonic()
     rotation = 0
     written = 0
+    batch = BATCH if rate <= 0 or rate >= 10_000 else max(1, int(rate // 100))
     while written < total:
-        n = min(BATCH, total - written, every - written % every)
+        n = min(batch, total - written, every - written % every)
         os.write(fd, b"".join(line(first + written + k) for k in range(n)))
         written += n
         if written % every == 0 and written < total:
