@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -38,7 +39,14 @@ def in_flight_ids(pool_path: Path) -> list[int]:
     recovery, no lock, nothing written): only these ids may arrive once more per kill."""
     view = inspect_pool(pool_path)
     assert not view.damaged, f"slots failing their CRC after a SIGKILL: {view.damaged}"
-    return [parse_id(v) for s in view.sealed[:MAX_INFLIGHT_SLOTS] for _, _, v in s.records()]
+    # Slots acknowledged whole whose free waited for its barrier are in the file as sealed; the
+    # next start frees them unsent (every position within its file's acknowledged offset, as
+    # the state database says): they are not in flight.
+    with sqlite3.connect(f"file:{pool_path.parent / 'state.db'}?mode=ro", uri=True) as db:
+        acked = dict(db.execute("SELECT source_id, acked_offset FROM files"))
+    waiting = [s for s in view.sealed if not s.meta.positions or any(
+        end > acked.get(src, -1) for src, _start, end in s.meta.positions)]
+    return [parse_id(v) for s in waiting[:MAX_INFLIGHT_SLOTS] for _, _, v in s.records()]
 
 
 # The SIGKILL run: CI runs the path an agent runs by default (`broker.send_path = "auto"`): the
