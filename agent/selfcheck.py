@@ -33,6 +33,13 @@ def first_gap(lo: int, hi: int, spans: list[tuple[int, int]]) -> int | None:
     return at if at < hi else None
 
 
+def acknowledged_whole(positions, acked: dict[int, int]) -> bool:
+    """Whether a slot of ``positions`` (source, start, end) lies wholly within its sources'
+    acknowledged offsets ``acked`` (source → offset): Kafka acknowledged every record of it.
+    A slot without positions (a socket source's) cannot tell: False."""
+    return bool(positions) and all(end <= acked.get(src, -1) for src, _start, end in positions)
+
+
 def rewind_uncovered(db: StateDB, sealed: list[SealedSlot]) -> dict[int, int]:
     """Move back the sealed checkpoint of every generation whose unacknowledged bytes are not
     all in ``sealed`` (the pool's slots after recovery). Returns {source_id: new offset}."""

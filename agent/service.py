@@ -41,7 +41,7 @@ from .journal import LossJournal
 from .logs import flush_held
 from .notify import Notifier
 from .producer_tally import AuditEmitter, RecordNumbers
-from .selfcheck import rewind_uncovered
+from .selfcheck import acknowledged_whole, rewind_uncovered
 from .state import StateDB
 from .statefolder import (
     Finding,
@@ -272,8 +272,7 @@ class Agent:
         acknowledged (each of its positions at or below its file's acknowledged offset, which
         the state database has durable before any free: ``BufferPool.free``)."""
         acked = {row["source_id"]: row["acked_offset"] for row in self.db.all_files()}
-        return lambda meta: bool(meta.positions) and all(
-            end <= acked.get(src, -1) for src, _start, end in meta.positions)
+        return lambda meta: acknowledged_whole(meta.positions, acked)
 
     def _journal_finding(self, finding: Finding) -> None:
         """A part of the state folder the agent could not keep (``agent/statefolder.py``): a

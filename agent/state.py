@@ -148,8 +148,7 @@ class StateDB:
                  clock: Clock | None = None):
         make_folder(path.parent)
         self.path = path
-        created = not path.exists()
-        self.created = created            # made by this open (a first start, or a lost state)
+        self.created = not path.exists()  # made by this open (a first start, or a lost state)
         self.clock = clock or Clock()
         # The emitter's thread writes with a connection of its own (``AuditRound``); a write
         # that must wait for it waits as long as it would (SQLite's default is 5 s, and a
@@ -194,7 +193,7 @@ class StateDB:
                 self.conn.execute("INSERT INTO identity VALUES (0, ?, ?, 0)",
                                   (f"{now}-{secrets.token_hex(4)}", now))
         self._create_audit_tables()
-        if created:                      # the database and its log, by name
+        if self.created:                 # the database and its log, by name
             sync_folder(path.parent)
 
     def _create_audit_tables(self) -> None:

@@ -20,6 +20,7 @@ import pytest
 from agent.buffer.inspect import inspect_pool
 from agent.drain.drain import MAX_INFLIGHT_SLOTS, PROBE_INTERVAL_S, RESUME_STALL_S
 from agent.drain.probe import PROBE_TIMEOUT_S
+from agent.selfcheck import acknowledged_whole
 from audit.contract.collect import read_audit_topic
 from broker.admin import ensure_audit_topic
 from tests.agentkit import consume_counts, native_built
@@ -44,8 +45,7 @@ def in_flight_ids(pool_path: Path) -> list[int]:
     # the state database says): they are not in flight.
     with sqlite3.connect(f"file:{pool_path.parent / 'state.db'}?mode=ro", uri=True) as db:
         acked = dict(db.execute("SELECT source_id, acked_offset FROM files"))
-    waiting = [s for s in view.sealed if not s.meta.positions or any(
-        end > acked.get(src, -1) for src, _start, end in s.meta.positions)]
+    waiting = [s for s in view.sealed if not acknowledged_whole(s.meta.positions, acked)]
     return [parse_id(v) for s in waiting[:MAX_INFLIGHT_SLOTS] for _, _, v in s.records()]
 
 
