@@ -9,6 +9,7 @@ import what.
 - ``drain``: sealed slots to Kafka, every Kafka outcome reduced to ok / retry / denied / dead.
 - ``config``: every setting declared once; parsing, defaults, validation, docs/config.md.
 - ``globs``: the folder a glob pattern lives in (the configuration's checks, the folder watch).
+- ``patterns``: multiline rules as configured: presets, checks, RE2's compile.
 - ``state``: the state database: file checkpoints, one row per generation of content.
 - ``checkpoints``: where each source stands, sealed and acknowledged, on its way there.
 - ``diskguard``: free space on the state folder: reading pauses when it runs out.

@@ -35,6 +35,7 @@ from audit.contract.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's
 )
 
 from .globs import glob_folder
+from .patterns import MultilineRule, PatternError
 
 MiB = 1 << 20
 UNIT_STOP_TIMEOUT_MS = 45_000        # systemd/docket-agent.service TimeoutStopSec
@@ -172,6 +173,14 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "was last changed longer ago than this is not opened (counted in status as "
             "`ignored_older`); once it changes it is read from the size it had when it was "
             "first ignored in this run (0: off).", minimum=0),
+    Setting("multiline", dict, None, "`file`: lines joined into one event (one record, one "
+            "record number), e.g. `{ preset = \"java\" }` (presets: java, python, go, ruby), "
+            "`{ start = \"^\\\\d{4}-\\\\d{2}-\\\\d{2} \" }` (a matching line begins an event) "
+            "or `{ continue = \"^\\\\s\" }` (a matching line continues the one before); "
+            "`flush_ms` (default 1000): an event with no line after it for this long is sent; "
+            "`max_event_bytes` (default 1 MiB): an event is cut at a line's end before it grows "
+            "past this, counted, the rest sent as records with the header `docket-continued`. "
+            "Patterns are RE2 (linear time); docs/agent.md, Multiline events."),
     Setting("read_chunk_bytes", int, MiB, "`file`: bytes read per read call.", minimum=4096),
     Setting("partial_flush_ms", int, 0, "`file`: send a last line without its newline after this "
             "long unchanged (0: wait for the newline).", minimum=0),
@@ -193,6 +202,7 @@ class SourceConfig:
     group: str | None = None
     timestamp_field: str | None = None
     key_field: str | None = None
+    multiline: dict | None = None
     read_chunk_bytes: int = MiB
     partial_flush_ms: int = 0
     poll_interval_ms: int = 250
@@ -330,7 +340,12 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
                     raise ConfigError(f"{where}.exclude[{j}]",
                                       f"expected a glob pattern, found {pattern!r}",
                                       hint='e.g. exclude = ["*.gz", "*.zst"]')
+            if src.multiline is not None:
+                src.multiline_rule = _multiline_rule(f"{where}.multiline", src.multiline)
         else:
+            if src.multiline is not None:
+                raise ConfigError(f"{where}.multiline", "only file sources take `multiline`",
+                                  hint="a socket's writer sends each event as one line")
             if not src.path:
                 raise ConfigError(f"{where}.path", "a socket source needs the socket's path",
                                   hint='e.g. path = "/run/docket/events.sock"')
@@ -356,6 +371,15 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
     if len(topics_by_socket) != len(set(topics_by_socket)):
         raise ConfigError("sources", "two socket sources share one path")
     return out
+
+
+def _multiline_rule(where: str, table: dict) -> MultilineRule:
+    try:
+        return MultilineRule.from_table(table)
+    except PatternError as exc:
+        raise ConfigError(f"{where}.{exc.key}" if exc.key else where, str(exc),
+                          hint='e.g. multiline = { preset = "java" } or { start = "^\\d{4}-" }'
+                          ) from None
 
 
 def _check_glob(path: str, pattern: str) -> None:

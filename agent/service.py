@@ -424,8 +424,9 @@ class Agent:
 
     def _until_next_duty(self) -> float:
         """Seconds until the loop has something to do with nothing arriving: a scan (or the
-        one a folder's change asks for), the gauges, the watchdog, a journal write to try
-        again; at least ``IDLE_WAIT_S``, at most ``IDLE_WAIT_QUIET_S``."""
+        one a folder's change asks for), the gauges, the watchdog, a multiline event or a
+        partial line to flush, a journal write to try again; at least ``IDLE_WAIT_S``, at
+        most ``IDLE_WAIT_QUIET_S``."""
         if self.journal.waiting():
             return IDLE_WAIT_WATCHED_S
         due = [self._next_scan, self._next_gauges]
@@ -435,6 +436,7 @@ class Agent:
             due.append(self._next_watchdog)
         if self.watch.pending():
             due.append(self._last_scan + EVENT_SCAN_MIN_S)
+        due.extend(d for d in (f.due() for f in self.file_sources) if d is not None)
         return min(IDLE_WAIT_QUIET_S, max(IDLE_WAIT_S, min(due) - self.monotonic()))
 
     def begin(self) -> None:

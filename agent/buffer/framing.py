@@ -7,7 +7,8 @@ vectorised (``Chunk.from_lines``); framing writes one *block* per run of records
     Block (8-byte aligned)
         magic       u32   "BLCK"
         n           u32   records in the block
-        flags       u16   bit 0: keys present
+        flags       u16   bit 0: keys present; bit 1: its one record continues an event
+                          cut at ``multiline.max_event_bytes`` (header ``docket-continued``)
         part_index  u16   for one part of a split oversized line: its index, and
         part_count  u16   the number of parts (0/0 for whole records)
         pad         u16
@@ -36,6 +37,7 @@ from .errors import PoolCorrupt
 
 BLOCK_MAGIC = 0x4B434C42          # b"BLCK"
 HAS_KEYS = 1
+CONTINUED = 2
 NO_KEY = 0xFFFF
 BLOCK_HEADER = np.dtype([
     ("magic", "<u4"), ("n", "<u4"), ("flags", "<u2"), ("part_index", "<u2"),
@@ -62,6 +64,7 @@ class Chunk:
     timestamps: np.ndarray           # int64 event times (ms), one per record
     keys: Sequence[bytes | None] | None = None
     end: int | None = None           # bytes of data this chunk accounts for (default: all)
+    continued: bool = False          # its first record continues an event cut before it
 
     def __post_init__(self):
         self.data = np.frombuffer(self.data, np.uint8) if not isinstance(self.data, np.ndarray) \
@@ -154,7 +157,8 @@ class BlockPlanner:
 
 def write_block(dest: np.ndarray, at: int, chunk: Chunk, a: int, b: int, crc: int,
                 part: tuple[int, int] = (0, 0),
-                value_slice: tuple[int, int] | None = None) -> tuple[int, int]:
+                value_slice: tuple[int, int] | None = None,
+                flags: int = 0) -> tuple[int, int]:
     """Frame records [a, b) of ``chunk`` into ``dest`` at offset ``at``.
 
     Returns the block's size and ``crc`` continued over the block's bytes. The data area's CRC is
@@ -179,7 +183,8 @@ def write_block(dest: np.ndarray, at: int, chunk: Chunk, a: int, b: int, crc: in
     key_blob = b"".join(k for k in keys if k is not None)
     size = block_bytes(n, data_len, len(key_blob), keyed)
 
-    _BLOCK_HEADER_STRUCT.pack_into(dest.data, at, BLOCK_MAGIC, n, HAS_KEYS if keyed else 0,
+    _BLOCK_HEADER_STRUCT.pack_into(dest.data, at, BLOCK_MAGIC, n,
+                                   flags | (HAS_KEYS if keyed else 0),
                                    part[0], part[1], 0, data_len, len(key_blob))
     o = at + BLOCK_HEADER_BYTES
     if chunk.uniform_ts is not None:
@@ -219,6 +224,7 @@ class Block:
     part_index: int
     part_count: int
     payload: np.ndarray
+    continued: bool = False      # its record continues an event cut before it (CONTINUED)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -265,5 +271,6 @@ def iter_blocks(payload: np.ndarray) -> Iterator[Block]:
         if n and int((offsets.astype(np.int64) + lengths).max()) > data_len:
             raise PoolCorrupt(f"a record of the block at {at} points past its data")
         yield Block(ts, lengths, offsets.astype(np.int64) + o, keys,
-                    int(h["part_index"]), int(h["part_count"]), payload)
+                    int(h["part_index"]), int(h["part_count"]), payload,
+                    bool(h["flags"] & CONTINUED))
         at += size

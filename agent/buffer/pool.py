@@ -33,6 +33,7 @@ from .errors import (
 )
 from .framing import (
     BLOCK_HEADER_BYTES,
+    CONTINUED,
     PER_RECORD_BYTES,
     Block,
     BlockPlanner,
@@ -564,6 +565,7 @@ class BufferPool:
         planner = BlockPlanner(chunk)
         oversized = np.flatnonzero(chunk.lengths > self._max_value(chunk)).tolist()
         oversized.append(n)
+        continued = chunk.continued and oversized[0] != 0      # record 0: a block of its own
         starts = chunk.starts
         with self._lock:
             self._raise_seal_error()
@@ -576,7 +578,7 @@ class BufferPool:
                     next_big += 1
                     a += 1
                     continue
-                limit = oversized[next_big]
+                limit = 1 if continued and a == 0 else oversized[next_big]
                 fill = self._filling_for(topic, source, timeout_s)
                 if fill is None:
                     break
@@ -586,7 +588,8 @@ class BufferPool:
                     self._seal(topic)
                     continue
                 self._write(fill, chunk, a, b, source, source_start,
-                            int(starts[b]) if b < n else chunk.end)
+                            int(starts[b]) if b < n else chunk.end,
+                            flags=CONTINUED if continued and a == 0 else 0)
                 a = b
                 if self.geometry.slot_bytes - fill.used < BLOCK_HEADER_BYTES + PER_RECORD_BYTES + 8:
                     self._seal(topic)
@@ -673,10 +676,12 @@ class BufferPool:
         return True
 
     def _write(self, fill: _Filling, chunk: Chunk, a: int, b: int, source: int | None,
-               source_start: int, chunk_stop: int, part=(0, 0), value_slice=None) -> None:
+               source_start: int, chunk_stop: int, part=(0, 0), value_slice=None,
+               flags: int = 0) -> None:
         o = self.geometry.slot_offset(fill.index)
         dest = self._mm[o:o + self.geometry.slot_bytes]
-        size, fill.crc = write_block(dest, fill.used, chunk, a, b, fill.crc, part, value_slice)
+        size, fill.crc = write_block(dest, fill.used, chunk, a, b, fill.crc, part, value_slice,
+                                     flags)
         fill.used += size
         fill.records += b - a
         fill.blocks += 1

@@ -65,7 +65,13 @@ from pathlib import Path
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, PART_HEADER, SEQ_HEADER
+from audit.contract.names import (
+    CONTINUED_HEADER,
+    INCARNATION_HEADER,
+    ORIGIN_HEADER,
+    PART_HEADER,
+    SEQ_HEADER,
+)
 
 from ..buffer import BufferPool, SealedSlot
 from ..buffer.seams import Clock
@@ -275,11 +281,14 @@ class Drain:
 
     def block_headers(self, block) -> list[tuple[str, bytes]]:
         """The headers every record of ``block`` carries: the origin's (and incarnation's),
-        and ``docket-part`` for the parts of a split line."""
-        if not block.part_count:
+        ``docket-part`` for the parts of a split line, ``docket-continued`` for the rest of a
+        multiline event cut at its size limit."""
+        if not block.part_count and not block.continued:
             return self.origin_headers
-        return [*self.origin_headers,
-                (PART_HEADER, f"{block.part_index}/{block.part_count}".encode())]
+        extra = [(CONTINUED_HEADER, b"1")] if block.continued else []
+        if block.part_count:
+            extra.append((PART_HEADER, f"{block.part_index}/{block.part_count}".encode()))
+        return [*self.origin_headers, *extra]
 
     # -- outcomes -----------------------------------------------------------------------------
     def _report(self, send: SlotSend, err, msg) -> None:

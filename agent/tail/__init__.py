@@ -11,5 +11,6 @@
 - ``watch``: a folder watch (watchdog) that wakes the agent's loop when a tailed folder changes.
 - ``sock``: the socket source, a unix stream socket of newline-delimited events.
 - ``lines``: bytes into records for every source: the line cap, the oddities counted, two walks.
+- ``multiline``: which lines begin an event and which continue one (RE2 patterns, presets).
 - ``events``: the event time and key taken out of JSON lines, when a source names the fields.
 """

@@ -784,6 +784,12 @@ class FileSource:
         return bool(self.pending or self.folders_away
                     or any(not o.journaled for o in self.orphans))
 
+    def due(self) -> float | None:
+        """When (monotonic s) an open multiline event or a partial last line is next to be
+        flushed, if one waits: the loop's idle wait ends then."""
+        return min((d for d in map(self.reader.due, self.tracked.values()) if d is not None),
+                   default=None)
+
     def read_some(self, budget_bytes: int, written: set[str] | None = None) -> ReadStats:
         """Read what is new, old (rotated) files first; stop when the pool pushes back.
         ``written``: the files written since the last call, by path, when the caller knows

@@ -56,14 +56,20 @@ class LineCutter:
             return self.force(pending[:cap], "line_forced"), pending[cap:]
         return None, pending
 
-    def frame(self, data: bytes, end: int, read_ms: int) -> Chunk:
+    def frame(self, data: bytes, end: int, read_ms: int,
+              records: np.ndarray | None = None) -> Chunk:
         """The records of ``data[:end]`` (whole lines: ``data[end - 1]`` is a newline), with
-        their event times and keys when the source names the fields; oddities counted."""
+        their event times and keys when the source names the fields; oddities counted.
+        ``records``: where each record begins when a record is more than one line (multiline
+        events, ascending, the first at 0); each then ends with the last line before the
+        next."""
         buf = np.frombuffer(data, np.uint8, end)
         low = np.flatnonzero(buf <= LF)                              # walk 1
         newlines = low[buf[low] == LF] if len(low) else low
         chunk = Chunk.from_newlines(buf, newlines, read_ms)
         self._count_shapes(buf, chunk, newlines, low)
+        if records is not None and len(records) != len(chunk):
+            chunk = _joined(chunk, records, read_ms)
         if self.cfg.timestamp_field or self.cfg.key_field:           # walk 2, per line
             chunk, unparsable, invalid = apply_fields(chunk, self.cfg.timestamp_field,
                                                       self.cfg.key_field, read_ms)
@@ -90,6 +96,15 @@ class LineCutter:
             nuls = low[buf[low] == NUL]
             if len(nuls):
                 self.bad("binary_nul", len(np.unique(np.searchsorted(newlines, nuls))))
+
+
+def _joined(lines: Chunk, records: np.ndarray, read_ms: int) -> Chunk:
+    """``lines`` joined into records beginning at ``records``: each runs to the end of the
+    last line before the next (its newlines inside, its own last terminator not)."""
+    first = np.searchsorted(lines.starts, records)
+    last = np.append(first[1:], len(lines)) - 1
+    ends = lines.ends[last]
+    return Chunk(lines.data, records, ends - records, read_ms, None, lines.end)
 
 
 def _valid_utf8(data: bytes, end: int) -> bool:

@@ -25,14 +25,18 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..buffer import BufferPool
 from ..buffer.seams import Clock
 from ..config import SourceConfig
+from ..patterns import MultilineRule
 from ..state import FINGERPRINT_BYTES
 from ..telemetry import Metrics
 from . import anchors, compressed
 from .generations import TAIL_BYTES
 from .lines import LineCutter
+from .multiline import EventCutter
 from .seams import FsOps
 
 log = logging.getLogger("docket.agent.files")
@@ -60,6 +64,9 @@ class Tracked:
     compressed: str | None = None    # its first bytes are a compressor's: never read (why)
     handed: deque = field(default_factory=lambda: deque(maxlen=anchors.HANDED_KEPT))
     #                                  (offset, crc) at each hand-over not yet sealed to
+    event_since: float | None = None  # multiline: an event open at the end since (monotonic s)
+    event_size: int = 0               # ... with the file this size
+    cut_open: bool = False            # multiline: the next record continues a cut event
 
 
 @dataclass
@@ -83,6 +90,8 @@ class Reader:
         self.on_fingerprint = on_fingerprint
         self.on_compressed = on_compressed
         self.lines = LineCutter(cfg, metrics)
+        self.events = EventCutter(MultilineRule.from_table(cfg.multiline)) \
+            if cfg.multiline else None
 
     def _now(self) -> float:
         return self.clock.monotonic_ns() / 1e9
@@ -166,7 +175,13 @@ class Reader:
                 self.on_fingerprint(t)
             t.idle_since = None
             t.partial_since = None
-            consumed, done = self._hand_over(t, data, last_nl + 1, stats, forced)
+            if self.events is not None:
+                consumed, done = self._hand_over_events(t, data, last_nl + 1, size, stats,
+                                                        forced)
+                if consumed == 0 and done:
+                    return                       # an event still open: wait for its end
+            else:
+                consumed, done = self._hand_over(t, data, last_nl + 1, stats, forced)
             budget -= consumed
             if not done:
                 stats.blocked = True
@@ -195,11 +210,83 @@ class Reader:
             return self.lines.force(data, "partial_line_flushed"), True
         return None, False
 
+    # -- multiline events ---------------------------------------------------------------------
+    def _hand_over_events(self, t: Tracked, data: bytes, n: int, size: int, stats: ReadStats,
+                          forced: bool) -> tuple[int, bool]:
+        """Give the whole events among the whole lines ``data[:n]`` (read at ``t.offset``, an
+        event's first byte) to the pool. The last event stays in the file while it may go on:
+        it is handed over when a line beginning another follows it, when the file has held
+        nothing after it but a partial line, at the same size, for ``flush_ms``, or in parts
+        (cut) as it reaches ``max_event_bytes``. Returns the bytes the pool took (0 with
+        nothing to hand over) and whether it took all that was offered."""
+        rule = self.events.rule
+        while True:
+            starts, ends = _line_bounds(data, n)
+            firsts = starts[self.events.begins(data, starts, ends)]
+            cuts = _cut_points(firsts, starts, n, rule.max_event_bytes)
+            open_at = max(int(firsts[-1]), cuts[-1] if cuts else 0)
+            at_end = t.offset + len(data) >= size
+            if open_at > 0 or forced or at_end:
+                break
+            # One open event fills what was read and the file holds more: read further.
+            want = min(size - t.offset, rule.max_event_bytes + self.cfg.read_chunk_bytes)
+            if want <= len(data):
+                break
+            bigger = self.fs.pread(t.fd, want, t.offset)
+            last = bigger.rfind(b"\n") + 1
+            if last <= n or bigger[:n] != data[:n]:
+                break                           # nothing whole added (or the file changed)
+            data, n = bigger, last
+        end = open_at
+        if forced or (at_end and self._flush_due(t, size)):
+            end = n                             # nothing followed the open event: close it
+        if end == 0:
+            return 0, True
+        t.event_since = None
+        cut_set = set(cuts)
+        records = np.union1d(firsts, np.asarray(cuts, np.int64))    # each record's first byte
+        pieces = [0, *(c for c in cuts if 0 < c < end), end]
+        taken = 0
+        for a, b in zip(pieces[:-1], pieces[1:], strict=True):
+            mine = records[(records >= a) & (records < b)] - a
+            got, done = self._hand_over(t, data if a == 0 else data[a:], b - a, stats,
+                                        forced and b == n, continued=t.cut_open, records=mine)
+            taken += got
+            if got:
+                t.cut_open = False
+            if not done:
+                return taken, False
+            t.cut_open = b in cut_set           # the next part continues an event cut here
+            if t.cut_open:
+                self.lines.bad("multiline_event_cut")
+        return taken, True
+
+    def _flush_due(self, t: Tracked, size: int) -> bool:
+        """Whether the open event at the file's end is to be closed: the file the same size
+        for ``flush_ms``. Notes when the wait began."""
+        now = self._now()
+        if t.event_since is None or t.event_size != size:
+            t.event_since, t.event_size = now, size
+            return False
+        return now - t.event_since >= self.events.rule.flush_ms / 1e3
+
+    def due(self, t: Tracked) -> float | None:
+        """When (monotonic s) the open event or partial line of ``t`` is to be flushed."""
+        out = []
+        if self.events is not None and t.event_since is not None:
+            out.append(t.event_since + self.events.rule.flush_ms / 1e3)
+        if self.cfg.partial_flush_ms and t.partial_since is not None:
+            out.append(t.partial_since + self.cfg.partial_flush_ms / 1e3)
+        return min(out, default=None)
+
     def _hand_over(self, t: Tracked, data: bytes, n: int, stats: ReadStats,
-                   forced: bool) -> tuple[int, bool]:
+                   forced: bool, continued: bool = False,
+                   records: np.ndarray | None = None) -> tuple[int, bool]:
         """Give the whole lines ``data[:n]`` to the pool; returns the bytes it took and whether
-        it took them all."""
-        chunk = self.lines.frame(data, n, self.clock.time_ms())
+        it took them all. With multiline events, ``records`` are where each event in
+        ``data[:n]`` begins (``continued``: the first continues an event cut before it)."""
+        chunk = self.lines.frame(data, n, self.clock.time_ms(), records)
+        chunk.continued = continued
         res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
         end = res.end
         if end:
@@ -218,3 +305,33 @@ class Reader:
         self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
                          topic=self.cfg.topic)
         return end, res.complete(chunk)
+
+
+def _line_bounds(data: bytes, n: int):
+    """Starts and ends (newline excluded) of the whole lines of ``data[:n]``."""
+    buf = np.frombuffer(data, np.uint8, n)
+    newlines = np.flatnonzero(buf == 10)
+    starts = np.empty(len(newlines), np.int64)
+    starts[:1] = 0
+    starts[1:] = newlines[:-1] + 1
+    return starts, newlines.astype(np.int64)
+
+
+def _cut_points(firsts: np.ndarray, starts: np.ndarray, n: int, limit: int) -> list[int]:
+    """Line starts where an event longer than ``limit`` bytes is cut (none for most reads):
+    each part ends at the last line end within ``limit`` bytes of its start, or after its
+    first line when that line alone is longer."""
+    bounds = np.append(firsts, n)
+    if not len(firsts) or int(np.diff(bounds).max()) <= limit:
+        return []
+    cuts = []
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        while b - a > limit:
+            i = int(np.searchsorted(starts, a + limit, "right")) - 1   # last line start <= limit
+            c = int(starts[i]) if int(starts[i]) > a else \
+                (int(starts[i + 1]) if i + 1 < len(starts) and starts[i + 1] < b else b)
+            if c >= b:
+                break
+            cuts.append(c)
+            a = c
+    return cuts

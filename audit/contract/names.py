@@ -14,6 +14,7 @@ ORIGIN_HEADER = "docket-origin"             # the agent id (UTF-8)
 INCARNATION_HEADER = "docket-incarnation"   # the origin's incarnation (UTF-8)
 SEQ_HEADER = "docket-seq"                   # the origin's record number: 8 bytes, big-endian
 PART_HEADER = "docket-part"                 # "i/n": a part of a line split in n records
+CONTINUED_HEADER = "docket-continued"       # "1": the rest of a multiline event cut before it
 
 # An emitter (or an origin's records) without an incarnation, where one must be named.
 NO_INCARNATION = "-"

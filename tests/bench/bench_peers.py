@@ -77,17 +77,18 @@ class Watched:
             pass
 
 
-def _wait_for(bootstrap: str, topic: str, watched: Watched, t0: float) -> tuple[float, int]:
-    """Until Kafka holds LINES records of ``topic``: (seconds since t0, records)."""
+def wait_for(bootstrap: str, topic: str, watched: Watched, t0: float,
+             want: int = LINES) -> tuple[float, int]:
+    """Until Kafka holds ``want`` records of ``topic``: (seconds since t0, records)."""
     deadline = t0 + TIMEOUT_S
     held = 0
     while time.perf_counter() < deadline:
         watched.sample()
         held = sum(high_watermarks(bootstrap, topic).values())
-        if held >= LINES:
+        if held >= want:
             return time.perf_counter() - t0, held
         time.sleep(0.05)
-    raise AssertionError(f"{topic}: {held} of {LINES} records after {TIMEOUT_S} s")
+    raise AssertionError(f"{topic}: {held} of {want} records after {TIMEOUT_S} s")
 
 
 def _result(elapsed: float, held: int, w: Watched) -> dict:
@@ -104,7 +105,7 @@ def run_docket(bootstrap: str, topic: str, work: Path, data: Path,
     agent.start()
     w = Watched(agent.proc)
     try:
-        elapsed, held = _wait_for(bootstrap, topic, w, t0)
+        elapsed, held = wait_for(bootstrap, topic, w, t0)
         w.sample()
     finally:
         agent.stop()
@@ -129,7 +130,7 @@ def run_kcat(bootstrap: str, topic: str, data: Path, headers: bool = False) -> d
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     w = Watched(proc)
     try:
-        elapsed, held = _wait_for(bootstrap, topic, w, t0)
+        elapsed, held = wait_for(bootstrap, topic, w, t0)
         w.sample()
         proc.wait(timeout=60)
     finally:
@@ -150,14 +151,19 @@ ruleset(name="tokafka" queue.type="LinkedList" queue.filename="q" queue.size="10
            "enable.idempotence=true", "linger.ms=5", "socket.nagle.disable=true"])
 }}
 input(type="imfile" File="{file}" Tag="bench" ruleset="tokafka" freshStartTail="off"
-      readMode="0" maxLinesAtOnce="0")
+      maxLinesAtOnce="0" {framing})
 """
+LINES_FRAMING = 'readMode="0"'          # one message per line
 
 
-def start_rsyslog(bootstrap: str, topic: str, work: Path, file: Path) -> subprocess.Popen:
+def start_rsyslog(bootstrap: str, topic: str, work: Path, file: Path,
+                  framing: str = LINES_FRAMING) -> subprocess.Popen:
+    """rsyslogd tailing ``file`` into ``topic``; ``framing``: imfile's settings of where a
+    message ends (one per line by default)."""
     work.mkdir(parents=True, exist_ok=True)
     conf = work / "rsyslog.conf"
-    conf.write_text(RSYSLOG_CONF.format(work=work, topic=topic, bootstrap=bootstrap, file=file))
+    conf.write_text(RSYSLOG_CONF.format(work=work, topic=topic, bootstrap=bootstrap, file=file,
+                                        framing=framing))
     log = open(work / "rsyslogd.out", "wb")
     proc = subprocess.Popen([RSYSLOGD, "-n", "-f", str(conf), "-i", str(work / "rsyslogd.pid")],
                             stdout=log, stderr=log, start_new_session=True)
@@ -180,7 +186,7 @@ def run_rsyslog(bootstrap: str, topic: str, work: Path, data: Path) -> dict:
     proc = start_rsyslog(bootstrap, topic, work, data)
     w = Watched(proc)
     try:
-        elapsed, held = _wait_for(bootstrap, topic, w, t0)
+        elapsed, held = wait_for(bootstrap, topic, w, t0)
         w.sample()
     finally:
         stop(proc)

@@ -25,6 +25,7 @@ from audit.contract.collect import read_audit_topic
 from broker.admin import ensure_audit_topic
 from tests.agentkit import consume_counts, native_built
 from tests.auditkit import AuditJob
+from tests.integration.rotating_writer import trace
 from tests.integration.test_agent_end_to_end import (
     file_decisions,
     parse_id,
@@ -83,6 +84,25 @@ def test_sigkill_five_times_at_100_lines_per_s_loses_nothing(kafka, tmp_path, to
     more often than under a bulk load."""
     sigkill_run(kafka, tmp_path, topic_name, kills=5, total=2_500, rate=100,
                 send_path="auto", rotate_every=500)
+
+
+@pytest.mark.slow
+def test_sigkill_five_times_with_multiline_events_loses_no_event_and_cuts_none(
+        kafka, tmp_path, topic_name):
+    """Stack traces of 5 to 200 lines (about 4 KiB each), 4,000 events/s, rotations both
+    ways every 3,000 events, five SIGKILLs: each event arrives whole as one record (never half
+    an event and its rest as another), none is lost, duplicates only from slots in flight at a
+    kill; the cluster tier counts events, not lines."""
+    total = 20_000
+    audit_topic = f"{topic_name}.audit"
+    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
+    figures = sigkill_run(kafka, tmp_path, topic_name, kills=5, total=total, rate=4_000,
+                          send_path="auto", rotate_every=3_000, traces=True)
+    assert figures["partial_events"] == 0
+    cluster = cluster_tier(kafka, tmp_path, topic_name, audit_topic)
+    assert cluster == {"records": total + figures["duplicates"], "distinct": total,
+                       "duplicates": figures["duplicates"],
+                       "through": figures["numbers"] - 1, "missing": []}, (cluster, figures)
 
 
 def cluster_tier(kafka, tmp_path, topic_name: str, audit_topic: str) -> dict:
@@ -170,20 +190,24 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
 def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
                 seed: int = 4, check: bool = True, send_path: str = "python",
                 broker: dict | None = None, sections: dict | None = None,
-                rotate_every: int = 50_000) -> dict:
+                rotate_every: int = 50_000, traces: bool = False) -> dict:
     """Kill the agent ``kills`` times at 0.8-1.6 s intervals while a writer rotates its file
     (rename-and-create and copytruncate alternately, every ``rotate_every`` lines); then every
     id must
     have arrived, and each id at most once more than the number of kills at which it was in a
     slot that could have been in flight. Returns the figures; ``check=False`` leaves judging
     them (but not the run's own sanity) to the caller. ``broker``: further settings of the
-    agent's ``[broker]``; ``sections``: of its other sections."""
+    agent's ``[broker]``; ``sections``: of its other sections. ``traces``: the writer writes
+    multiline events (5 to 200 lines each, ``rotating_writer.trace``) and the agent joins them
+    (``multiline = { preset = "java" }``); ids, rates and rotations count events, and every
+    record must be its event whole (``partial_events`` counts those that are not)."""
     agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
+                              source={"multiline": {"preset": "java"}} if traces else None,
                               broker={"send_path": send_path, **(broker or {})},
                               **(sections or {}))
     pool_path = tmp_path / "state" / "buffer.pool"
     agent.start()
-    writer = start_writer(logs, total, rotate_every, rate)
+    writer = start_writer(logs, total, rotate_every, rate, traces=traces)
     rng = random.Random(seed)
     allowance: Counter = Counter()
     done = 0
@@ -198,8 +222,15 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
             agent.start()
         assert writer.wait(timeout=600) == 0
         numbers = RecordNumbers()
+        partial: list[bytes] = []
+
+        def see(msg) -> None:
+            numbers.see(msg)
+            if traces and msg.value() != trace(parse_id(msg.value()))[:-1]:
+                partial.append(msg.value())
+
         counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 600, parse_id,
-                                on_msg=numbers.see)
+                                on_msg=see)
         status = agent.status()
     finally:
         rc = agent.stop()
@@ -213,6 +244,8 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
                "over_bound": len(over),
                "max_over_bound": max((c - 1 - a for c, a in over.values()), default=0),
                **numbers.figures()}
+    if traces:
+        figures["partial_events"] = len(partial)
     print(json.dumps(figures))
     if missing or over:                    # the agent's file decisions, to tell what happened
         print(file_decisions(tmp_path / "agent.log"))
@@ -224,6 +257,7 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
     if not check:
         return figures
     assert not missing, f"{len(missing)} missing, first {missing[:10]}"
+    assert not partial, f"{len(partial)} records not their whole event: {partial[:2]}"
     assert not over, f"{len(over)} ids arrived more often than the kills allow: " \
         f"{sorted(over.items())[:10]}"
     # Every rotation's copy is under the glob: nothing may be lost, so nothing journaled.

@@ -22,19 +22,25 @@ def parse_id(value: bytes) -> int:
 
 
 def start_writer(folder: Path, total: int, every: int, rate: float,
-                 first: int = 0) -> subprocess.Popen:
+                 first: int = 0, traces: bool = False) -> subprocess.Popen:
+    """``rotating_writer.py``: ``total`` numbered lines (``traces``: multiline events)."""
     return subprocess.Popen([sys.executable, str(WRITER), str(folder), str(total), str(every),
-                             str(rate), str(first)], stdout=subprocess.PIPE, text=True)
+                             str(rate), str(first), "1" if traces else "0"],
+                            stdout=subprocess.PIPE, text=True)
 
 
 def setup_agent(tmp_path: Path, bootstrap: str, topic: str, partitions: int = 3,
-                replication: int = -1, **sections) -> tuple[AgentProcess, Path]:
+                replication: int = -1, source: dict | None = None,
+                **sections) -> tuple[AgentProcess, Path]:
+    """An agent tailing ``tmp_path/logs/app.log*`` into ``topic`` (``source``: further
+    settings of that source)."""
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=partitions,
                                         replication_factor=replication)])
     logs = tmp_path / "logs"
     logs.mkdir()
     config = write_config(tmp_path / "agent.toml", bootstrap, tmp_path / "state",
-                          [{"type": "file", "paths": [str(logs / "app.log*")], "topic": topic}],
+                          [{"type": "file", "paths": [str(logs / "app.log*")], "topic": topic,
+                            **(source or {})}],
                           **sections)
     return AgentProcess(config, tmp_path / "agent.log"), logs
 

@@ -1,0 +1,77 @@
+"""Multiline events: which lines of a file source begin an event, and which continue one.
+
+A source's ``multiline`` table names one rule:
+
+- ``start = REGEX``: a line the pattern matches begins an event; any other line continues the
+  event before it;
+- ``continue = REGEX``: a line the pattern matches continues the event before it; any other
+  line begins one;
+- ``preset = NAME``: a ``continue`` rule written here for a common case (``PRESETS``).
+
+The first line read from a position the agent resumes at always begins an event: a checkpoint
+only ever stands at an event's boundary (``reader.py``), so the line there began one.
+
+Patterns run on RE2 (``google-re2``): its matching time is linear in the text, so no pattern,
+however written, can make the agent hang on a line (Python's ``re`` backtracks: ``(a+)+$`` on
+forty ``a`` and a ``b`` takes minutes). RE2 refuses what it cannot do in linear time
+(backreferences, lookaround): ``validate`` says so with the key path and exits 78.
+
+A pattern is matched against each line alone, without its newline (``^`` and ``$`` are the
+line's start and end). It is run over a whole read at once (``finditer``: one call, the
+matches' positions mapped to their lines with numpy) and every match is checked to stay
+within its line: a match that runs past its line's end (``\\s`` matches a newline) is tried
+again on that line alone and the search goes on from the next line, so the result is what a
+match per line would give.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..patterns import MultilineRule, compile_search
+
+
+class EventCutter:
+    """Finds where events begin among a read's lines, for one source's rule."""
+
+    def __init__(self, rule: MultilineRule):
+        self.rule = rule
+        self._match = compile_search(rule.pattern)
+
+    def matching(self, data: bytes, line_starts: np.ndarray, line_ends: np.ndarray) -> np.ndarray:
+        """Per line (``data[line_starts[i]:line_ends[i]]``, ends exclusive of the newline):
+        whether the pattern matches it alone."""
+        hits = np.zeros(len(line_starts), bool)
+        if not len(line_starts):
+            return hits
+        match = self._match
+        stop = int(line_ends[-1])
+        pos = int(line_starts[0])
+        found = []
+        while pos <= stop:
+            a, e = match(data, pos, stop)
+            if a < 0:
+                break
+            if e > a and data.find(b"\n", a, e) >= 0:
+                # Ran past its line: the line alone decides, and the search goes on after it.
+                i = int(np.searchsorted(line_starts, a, "right")) - 1
+                if match(data, int(line_starts[i]), int(line_ends[i]))[0] >= 0:
+                    hits[i] = True
+                if i + 1 >= len(line_starts):
+                    break
+                pos = int(line_starts[i + 1])
+                continue
+            found.append(a)
+            pos = e if e > a else a + 1
+        if found:
+            hits[np.searchsorted(line_starts, np.array(found, np.int64), "right") - 1] = True
+        return hits
+
+    def begins(self, data: bytes, line_starts: np.ndarray, line_ends: np.ndarray) -> np.ndarray:
+        """Per line: whether it begins an event. The first line always does."""
+        hits = self.matching(data, line_starts, line_ends)
+        out = hits if self.rule.begins else ~hits
+        if len(out):
+            out[0] = True
+        return out
+

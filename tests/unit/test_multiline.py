@@ -1,0 +1,239 @@
+"""Multiline events: the rule's parsing and checks, the per-line matching, and the file source
+joining lines into events (real files, pool and state database, a fake clock): one record per
+event, the open event held in the file until it ends or its flush is due, checkpoints only at
+event boundaries (a restart or a crash mid-event reads the event again whole), a cut at
+``max_event_bytes`` marked, and an event never spanning two generations of a file."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+
+import numpy as np
+import pytest
+
+from agent.buffer.framing import CONTINUED
+from agent.config import ConfigError, parse
+from agent.patterns import PRESETS, MultilineRule, PatternError
+from agent.tail.multiline import EventCutter
+from agent.tail.reader import _line_bounds
+from tests.unit.tailkit import Harness
+
+JAVA = {"preset": "java", "flush_ms": 500}
+
+
+def trace(i: int, frames: int) -> bytes:
+    """An event as Logback writes it: the message line, the exception, its frames, a cause."""
+    out = [b"2026-12-02 11:00:00.000 [main] ERROR app.Main - event %d failed" % i,
+           b"java.lang.IllegalStateException: boom %d" % i]
+    out += [b"\tat app.Worker.step%d(Worker.java:%d)" % (k, k + 10) for k in range(frames)]
+    if frames:
+        out += [b"Caused by: java.io.IOException: disk %d" % i, b"\t... %d more" % frames]
+    return b"\n".join(out) + b"\n"
+
+
+def events(h: Harness) -> list[bytes]:
+    return h.values()
+
+
+def test_the_rule_names_one_of_preset_start_continue():
+    assert MultilineRule.from_table({"preset": "python"}).pattern == PRESETS["python"]
+    assert MultilineRule.from_table({"start": "^\\d"}).begins
+    assert not MultilineRule.from_table({"continue": "^\\s"}).begins
+    with pytest.raises(PatternError, match="exactly one"):
+        MultilineRule.from_table({"start": "^a", "continue": "^b"})
+    with pytest.raises(PatternError) as e:
+        MultilineRule.from_table({"preset": "cobol"})
+    assert e.value.key == "preset"
+    with pytest.raises(PatternError) as e:
+        MultilineRule.from_table({"start": "^a", "max_event_bytes": 10})
+    assert e.value.key == "max_event_bytes"
+
+
+@pytest.mark.parametrize("pattern", [r"(a)\1", r"(?=x)y", "(unclosed"])
+def test_a_pattern_re2_refuses_is_a_config_error_with_its_key_path(tmp_path, pattern):
+    raw = {"broker": {"bootstrap_servers": "127.0.0.1:9092"},
+           "sources": [{"type": "file", "topic": "t", "paths": [str(tmp_path / "*.log")],
+                        "multiline": {"start": pattern}}]}
+    with pytest.raises(ConfigError) as e:
+        parse(raw)
+    assert e.value.path == "sources[0].multiline.start"
+    assert "RE2" in str(e.value)
+
+
+def test_multiline_on_a_socket_source_is_refused(tmp_path):
+    raw = {"broker": {"bootstrap_servers": "127.0.0.1:9092"},
+           "sources": [{"type": "socket", "topic": "t", "path": str(tmp_path / "s.sock"),
+                        "multiline": {"preset": "java"}}]}
+    with pytest.raises(ConfigError) as e:
+        parse(raw)
+    assert e.value.path == "sources[0].multiline"
+
+
+def test_a_pattern_that_backtracks_for_ever_in_python_runs_in_linear_time():
+    """``(a+)+$`` on a line of a's ending in b takes Python's re exponential time; RE2
+    answers at once (a hang here would stop the suite at its timeout)."""
+    cutter = EventCutter(MultilineRule.from_table({"start": "(a+)+$"}))
+    data = b"a" * 5000 + b"b\n" + b"aaa\n"
+    starts, ends = _line_bounds(data, len(data))
+    assert cutter.matching(data, starts, ends).tolist() == [False, True]
+
+
+@pytest.mark.parametrize("pattern", [r"^\s+at ", r"\s*$", r"^\s", r"x\s+y", r"^$", r"b$",
+                                     r"\bat\b", r"^(?:\s|Caused by:)", PRESETS["java"],
+                                     PRESETS["python"], PRESETS["go"], PRESETS["ruby"]])
+def test_matching_a_whole_read_equals_matching_each_line_alone(pattern):
+    """The search over a whole read (one call per matching line) decides as a match of each
+    line alone would, also for patterns whose match can run across a newline."""
+    rnd = random.Random(7)
+    pieces = ["", " ", "\t", "  at x", "at", "x y", "x", "y", "b", "Caused by: e",
+              "\tat a.b(C.java:1)", "java.lang.Error: e", "Traceback (most recent call last):",
+              "ValueError: v", "goroutine 1 [running]:", "main.main()", "\tfrom /a.rb:1:in `m'",
+              "x  \t"]
+    cutter = EventCutter(MultilineRule.from_table({"start": pattern}))
+    alone = re.compile(pattern)
+    for _ in range(200):
+        text = [rnd.choice(pieces) + rnd.choice(pieces) for _ in range(rnd.randint(1, 12))]
+        data = ("\n".join(text) + "\n").encode()
+        starts, ends = _line_bounds(data, len(data))
+        want = [alone.search(line) is not None for line in text]
+        assert cutter.matching(data, starts, ends).tolist() == want, text
+
+
+def test_stack_traces_become_one_record_each_and_the_last_waits_for_its_flush(tmp_path):
+    h = Harness(tmp_path, multiline=JAVA)
+    written = [trace(i, i % 7) for i in range(50)]
+    h.app.write_bytes(b"".join(written))
+    h.step()
+    assert events(h) == [e[:-1] for e in written[:49]]     # the last may go on
+    h.step(1, advance_s=0.3)
+    assert len(events(h)) == 49
+    assert h.src.due() is not None
+    h.step(1, advance_s=0.3)                               # 0.6 s unchanged > flush_ms
+    assert events(h) == [e[:-1] for e in written]
+    assert h.src.due() is None
+
+
+def test_an_event_written_in_pieces_is_one_record(tmp_path):
+    h = Harness(tmp_path, multiline=JAVA)
+    event = trace(1, 40)
+    lines = event.splitlines(keepends=True)
+    with open(h.app, "ab") as f:
+        for line in lines:
+            f.write(line[:7])
+            f.flush()
+            h.step(1, advance_s=0.1)
+            f.write(line[7:])
+            f.flush()
+            h.step(1, advance_s=0.1)
+        f.write(trace(2, 0))
+    h.step(1, advance_s=0.1)
+    assert events(h) == [event[:-1]]
+    h.step(2, advance_s=0.4)
+    assert events(h) == [event[:-1], trace(2, 0)[:-1]]
+
+
+def test_a_file_growing_between_looks_is_not_flushed_mid_event(tmp_path):
+    """The flush waits for the file to keep one size for flush_ms: a trace written slowly
+    (a line every 0.3 s with flush_ms 500) stays one event."""
+    h = Harness(tmp_path, multiline=JAVA)
+    event = trace(3, 12)
+    with open(h.app, "ab") as f:
+        for line in event.splitlines(keepends=True):
+            f.write(line)
+            f.flush()
+            h.step(1, advance_s=0.3)
+    assert events(h) == []
+    h.step(3, advance_s=0.3)
+    assert events(h) == [event[:-1]]
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_restart_mid_event_reads_the_event_again_whole(tmp_path, crash):
+    h = Harness(tmp_path, multiline=JAVA)
+    first, second = trace(1, 5), trace(2, 30)
+    head = second[:len(second) // 2]
+    head = head[:head.rfind(b"\n") + 1]
+    h.app.write_bytes(first + head)
+    h.step()
+    h.drain_all()                                          # the first is acknowledged
+    h.restart(crash=crash)
+    with open(h.app, "ab") as f:
+        f.write(second[len(head):] + trace(3, 0))
+    h.step()
+    assert events(h) == [first[:-1], second[:-1]]
+    assert h.journal_entries() == []
+
+
+def test_an_event_over_max_event_bytes_is_cut_at_a_line_end_and_its_rest_marked(tmp_path):
+    h = Harness(tmp_path, multiline={"preset": "java", "max_event_bytes": 2048})
+    big = trace(1, 200)                                    # about 7 KiB
+    h.app.write_bytes(big + trace(2, 1))
+    h.step()
+    h.step(1, advance_s=1.1)                               # the last one's flush
+    h.checkpoint()
+    blocks = [(b.continued, bytes(b.value(i))) for s in h.pool.sealed() for b in s.blocks()
+              for i in range(len(b))]
+    parts = [v for _, v in blocks[:-1]]
+    assert b"\n".join(parts) + b"\n" == big                 # nothing lost at the cuts
+    assert all(len(p) <= 2048 for p in parts) and len(parts) >= 4
+    assert [c for c, _ in blocks[:-1]] == [False] + [True] * (len(parts) - 1)
+    assert blocks[-1] == (False, trace(2, 1)[:-1])
+    assert h.metrics.get("agent_source_bad_input_total", kind="multiline_event_cut",
+                         topic="t") == len(parts) - 1
+
+
+def test_the_continued_flag_is_framed_in_its_block(tmp_path):
+    h = Harness(tmp_path, multiline={"preset": "java", "max_event_bytes": 1024})
+    h.app.write_bytes(trace(1, 60) + trace(2, 0))
+    h.step()
+    h.checkpoint()
+    flags = []
+    for s in h.pool.sealed():
+        for b in s.blocks():
+            flags.append(b.continued)
+    assert any(flags) and not flags[0]
+    assert CONTINUED == 2
+
+
+def test_rotation_closes_the_open_event_at_the_old_generations_end(tmp_path):
+    h = Harness(tmp_path, pattern="app.log", multiline=JAVA)
+    h.app.write_bytes(trace(1, 3) + trace(2, 4))
+    h.step()
+    os.rename(h.app, h.logs / "app.log.1")
+    h.app.write_bytes(b"\tat a.continuation.that.belongs.to.nobody(X.java:1)\n" + trace(3, 0))
+    h.step(2, advance_s=0.3)
+    h.step(2, advance_s=0.3)
+    # The new file's first line would continue event 2, were the two one file; its events may
+    # go before event 2, whose end the old generation's flush decides.
+    assert sorted(events(h)) == sorted([
+        trace(1, 3)[:-1], trace(2, 4)[:-1],
+        b"\tat a.continuation.that.belongs.to.nobody(X.java:1)", trace(3, 0)[:-1]])
+
+
+def test_start_rule_joins_lines_until_the_next_start(tmp_path):
+    h = Harness(tmp_path, multiline={"start": r"^\d{4}-\d{2}-\d{2} ", "flush_ms": 100})
+    text = (b"2026-12-02 a\nmore a\n\n2026-12-02 b\n2026-12-02 c\r\ncont c\r\n")
+    h.app.write_bytes(text)
+    h.step(2, advance_s=0.2)
+    assert events(h) == [b"2026-12-02 a\nmore a\n", b"2026-12-02 b", b"2026-12-02 c\r\ncont c"]
+
+
+def test_many_events_per_read_cost_one_search_per_matching_line():
+    """A read of 10,000 one-line events and a 'continue' rule: no line matches, one search;
+    with a 'start' rule every line matches: one search per line, and none more."""
+    data = b"".join(b"2026-12-02 INFO line %d\n" % i for i in range(10_000))
+    starts, ends = _line_bounds(data, len(data))
+    for rule, calls_wanted in (({"preset": "java"}, 1), ({"start": r"^\d{4}-"}, 10_001)):
+        cutter = EventCutter(MultilineRule.from_table(rule))
+        calls = []
+        real = cutter._match
+
+        def counting(*a, real=real, calls=calls):
+            calls.append(a[1:])
+            return real(*a)
+
+        cutter._match = counting
+        assert np.all(cutter.begins(data, starts, ends))
+        assert len(calls) == calls_wanted
