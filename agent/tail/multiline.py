@@ -44,27 +44,35 @@ class EventCutter:
         hits = np.zeros(len(line_starts), bool)
         if not len(line_starts):
             return hits
-        match = self._match
+        search = self._match
         stop = int(line_ends[-1])
         pos = int(line_starts[0])
-        found = []
         while pos <= stop:
-            a, e = match(data, pos, stop)
-            if a < 0:
-                break
-            if e > a and data.find(b"\n", a, e) >= 0:
-                # Ran past its line: the line alone decides, and the search goes on after it.
-                i = int(np.searchsorted(line_starts, a, "right")) - 1
-                if match(data, int(line_starts[i]), int(line_ends[i]))[0] >= 0:
-                    hits[i] = True
-                if i + 1 >= len(line_starts):
+            spans = []
+            while pos <= stop:                    # every match from pos on, one call each
+                a, e = search(data, pos, stop)
+                if a < 0:
                     break
-                pos = int(line_starts[i + 1])
-                continue
-            found.append(a)
-            pos = e if e > a else a + 1
-        if found:
-            hits[np.searchsorted(line_starts, np.array(found, np.int64), "right") - 1] = True
+                spans.append((a, e))
+                pos = e if e > a else a + 1
+            if not spans:
+                break
+            found = np.array(spans, np.int64)
+            line = np.searchsorted(line_starts, found[:, 0], "right") - 1
+            crossed = np.flatnonzero(found[:, 1] > line_ends[line])
+            if not len(crossed):
+                hits[line] = True
+                break
+            # A match ran past its line's end: the matches before it stand, that line alone
+            # decides for itself, and the search goes on from the next line.
+            k = int(crossed[0])
+            hits[line[:k]] = True
+            i = int(line[k])
+            if search(data, int(line_starts[i]), int(line_ends[i]))[0] >= 0:
+                hits[i] = True
+            if i + 1 >= len(line_starts):
+                break
+            pos = int(line_starts[i + 1])
         return hits
 
     def begins(self, data: bytes, line_starts: np.ndarray, line_ends: np.ndarray) -> np.ndarray:
