@@ -157,6 +157,11 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "whole path. A file already tailed and renamed to an excluded name is still read "
             "to its end, as any file rotated away. (A compressed file is never read as lines "
             "either way: docs/agent.md, Sources.)"),
+    Setting("compressed", str, "skip", "`file`: a gzip, xz or bzip2 file under the globs that "
+            "is the compressed form of a file the agent was reading (logrotate's `compress`) is "
+            "always read on, decompressed, from where reading stopped; any other compressed "
+            "file is `skip`ped (counted, listed in status) or `read` whole, decompressed. "
+            "zstd files are always skipped.", choices=("skip", "read")),
     Setting("path", str, None, "`socket`: path of the unix socket to listen on."),
     Setting("group", str, None, "`socket`: the group given the socket (mode 0660), so its "
             "members may write to it; the agent's user must be one of them. Default: the "
@@ -196,6 +201,7 @@ class SourceConfig:
     topic: str
     paths: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
+    compressed: str = "skip"
     read_from: str = "beginning"
     ignore_older_ms: int = 0
     path: str | None = None
@@ -352,8 +358,9 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
             if src.paths or src.exclude:
                 key = "paths" if src.paths else "exclude"
                 raise ConfigError(f"{where}.{key}", f"only file sources take `{key}`")
-            if src.read_from != "beginning" or src.ignore_older_ms:
-                key = "read_from" if src.read_from != "beginning" else "ignore_older_ms"
+            if src.read_from != "beginning" or src.ignore_older_ms or src.compressed != "skip":
+                key = "read_from" if src.read_from != "beginning" else \
+                    "ignore_older_ms" if src.ignore_older_ms else "compressed"
                 raise ConfigError(f"{where}.{key}", f"only file sources take `{key}`")
             if src.group is not None:
                 try:

@@ -57,7 +57,7 @@ from ..state import (
     StateDB,
 )
 from ..telemetry import Metrics
-from . import anchors
+from . import anchors, compressed
 from . import generations as gen
 from .discovery import Ident, excluded, find_outside, list_files
 from .generations import MATCH, MAYBE, NO, Orphan, Pending
@@ -615,8 +615,13 @@ class FileSource:
                      ident[1], p.row_id, offset, size, f": {why}" if why else "")
         if size == 0:
             self._bad("empty_file")
-        self._track(ident, Tracked(p.row_id, p.path, p.fd, *ident, head, offset,
-                                   size_seen=size, rotated=not listed))
+        t = Tracked(p.row_id, p.path, p.fd, *ident, head, offset, size_seen=size,
+                    rotated=not listed)
+        self._track(ident, t)
+        packed = self.fs.compression(p.fd)
+        if packed is not None and self.cfg.compressed == "skip":
+            t.compressed = packed           # not the compressed form of a file being read
+            self._compressed(t, packed)
 
     def _copy_of_pending(self, p: Pending, size: int) -> bool:
         """Is ``p`` so far a copy of another file not decided on yet (an original and its
@@ -664,9 +669,11 @@ class FileSource:
             self._orphan_row(p.weak, "unaccounted_bytes")   # this inode holds other content
         self.db.relocate(o.source_id, ident[0], ident[1], p.path, size, fingerprint,
                          None if p.weak is not None else p.row_id)
-        self._rotation("copytruncate_copy")
-        log.info("tailing %s (inode %d) as the copy of source %d from offset %d of %d%s",
-                 p.path, ident[1], o.source_id, o.offset, size,
+        packed = self.fs.compression(p.fd)
+        self._rotation("compressed_copy" if packed else "copytruncate_copy")
+        log.info("tailing %s (inode %d) as the %scopy of source %d from offset %d of %d%s",
+                 p.path, ident[1], f"{packed}-compressed " if packed else "", o.source_id,
+                 o.offset, size,
                  "; its unread bytes had been journaled, wrongly" if o.journaled else "")
         self._track(ident, Tracked(o.source_id, p.path, p.fd, *ident, fingerprint, o.offset,
                                    size_seen=size, tail=o.tail))
@@ -752,12 +759,13 @@ class FileSource:
         return out
 
     def _compressed(self, t: Tracked, kind: str) -> None:
-        """``t`` starts with a compressor's magic (``compressed.py``): never read as lines."""
+        """``t`` is compressed and not the compressed form of content being read (a zstd
+        file, or ``compressed = "skip"``): not read (``compressed.py``)."""
         if t.path not in self._compressed_seen:
             self._compressed_seen.add(t.path)
-            log.warning("%s is %s-compressed: not read (its bytes are not lines); a glob that "
-                        "matches rotated files should exclude compressed ones, e.g. "
-                        "exclude = [\"*.gz\"]", t.path, kind)
+            log.warning("%s is %s-compressed and not the compressed form of a file being read: "
+                        "not read (compressed = \"%s\"%s)", t.path, kind, self.cfg.compressed,
+                        "" if kind in compressed.READABLE else "; zstd is never read")
         self._bad("compressed")
         # Forgotten by the database: none of its bytes is owed, so neither its deletion nor a
         # rotation while the agent is stopped may journal them as unread.

@@ -5,12 +5,20 @@ the source's calls (a rename between ``stat`` and ``open``, a truncation between
 check) or to stop there as a SIGKILL would (``agent.buffer.seams.SimulatedCrash``). The clock is
 the pool's (``agent.buffer.seams.Clock``): monotonic for waits and deadlines, wall time for the
 read time of events.
+
+A gzip, xz or bzip2 file is opened as its decompressed bytes (``compressed.Decompressed``):
+every read and size the source asks for is of what the file decompresses to, so its content is
+told apart, matched to the generation it is a copy of and read from an offset exactly as a plain
+file's is (``compression`` says which files these are). A file too short yet to tell is looked
+at again until it can be told.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+
+from . import compressed
 
 
 class FsOps:
@@ -28,16 +36,51 @@ class FsOps:
         return os.stat(path)            # follows symlinks: identity is the target's
 
     def open(self, path: str) -> int:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._undecided().add(fd)
+        return fd
 
     def fstat(self, fd: int) -> os.stat_result:
-        return os.fstat(fd)
+        st = os.fstat(fd)
+        view = self._view(fd)
+        if view is None:
+            return st
+        fields = list(st)
+        fields[6] = view.size()                       # st_size
+        return os.stat_result(fields)
 
     def pread(self, fd: int, n: int, offset: int) -> bytes:
-        return os.pread(fd, n, offset)
+        view = self._view(fd)
+        return os.pread(fd, n, offset) if view is None else view.pread(n, offset)
 
     def close(self, fd: int) -> None:
+        self._views().pop(fd, None)
+        self._undecided().discard(fd)
         os.close(fd)
+
+    def compression(self, fd: int) -> str | None:
+        """The compressor whose output ``fd`` is read decompressed from, or None."""
+        view = self._view(fd)
+        return None if view is None else view.kind
+
+    # (A test's subclass need not call __init__: the tables are made on first use.)
+    def _views(self) -> dict[int, compressed.Decompressed]:
+        return self.__dict__.setdefault("_decompressed", {})
+
+    def _undecided(self) -> set[int]:
+        return self.__dict__.setdefault("_fds_undecided", set())
+
+    def _view(self, fd: int) -> compressed.Decompressed | None:
+        undecided = self._undecided()
+        if fd in undecided:
+            head = os.pread(fd, compressed.HEAD_BYTES, 0)
+            found = compressed.kind(head)
+            if found in compressed.READABLE:
+                self._views()[fd] = compressed.Decompressed(fd, found)
+                undecided.discard(fd)
+            elif found != compressed.MAYBE and head:
+                undecided.discard(fd)                 # plain (or zstd: left to the reader)
+        return self._views().get(fd)
 
     def mount_points(self) -> set[str]:
         """The mount points ``/etc/fstab`` declares (a folder whose file system may be mounted

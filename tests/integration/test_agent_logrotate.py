@@ -96,3 +96,46 @@ def test_logrotate_compress_under_the_glob_ships_only_the_applications_lines(
     assert compressed >= 1
     journal = tmp_path / "state" / "loss-journal.jsonl"
     assert not journal.exists() or journal.read_text() == ""
+
+
+@pytest.mark.skipif(not os.path.exists(LOGROTATE), reason="logrotate not installed "
+                    "(make setup installs Debian's logrotate)")
+def test_logrotate_compress_while_the_agent_is_stopped_reads_the_unread_tail_decompressed(
+        kafka, tmp_path, topic_name):
+    """The agent stopped with 20,000 lines unread; logrotate (``compress`` without
+    ``delaycompress``, ``rotate 1``, ``create``) turns app.log into app.log.1.gz and deletes
+    it; the application writes on into the new app.log. At restart the compressed file is
+    recognised as the rest of the generation being read (by its decompressed head) and read
+    on from the checkpoint: every line once, nothing journalled (before: 20,000 lines lost,
+    a 0-byte ``deleted_unread`` entry)."""
+    bootstrap = kafka.bootstrap_servers
+    agent, logs = setup_agent(tmp_path, bootstrap, topic_name, partitions=1)
+    app = logs / "app.log"
+    app.write_bytes(b"".join(_line(i) for i in range(5_000)))
+    conf = tmp_path / "logrotate.conf"
+    conf.write_text(f"{app} {{\n  rotate 1\n  compress\n  missingok\n  create 0644\n}}\n")
+    agent.start()
+    try:
+        assert len(consume_counts(bootstrap, topic_name, 5_000, 60, lambda v: v)) == 5_000
+    finally:
+        assert agent.stop() == 0
+    with open(app, "ab") as f:                                 # written while stopped
+        f.write(b"".join(_line(i) for i in range(5_000, 25_000)))
+    run = subprocess.run([LOGROTATE, "-f", "-s", str(tmp_path / "lr.state"), str(conf)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in logs.iterdir()) == ["app.log", "app.log.1.gz"]
+    with open(app, "ab") as f:
+        f.write(b"".join(_line(i) for i in range(25_000, 30_000)))
+    agent.start()
+    try:
+        counts = consume_counts(bootstrap, topic_name, 30_000, 120, lambda v: int(v[3:12]))
+        rotations = agent.metric("agent_source_rotations_total", kind="compressed_copy")
+    finally:
+        assert agent.stop() == 0
+    missing = [i for i in range(30_000) if counts[i] == 0]
+    assert not missing, f"{len(missing)} line(s) never arrived, first {missing[:5]}"
+    assert set(counts) == set(range(30_000)) and max(counts.values()) == 1
+    assert rotations == 1
+    journal = tmp_path / "state" / "loss-journal.jsonl"
+    assert not journal.exists() or journal.read_text() == ""
