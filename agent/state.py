@@ -107,9 +107,10 @@ _FILES_COLUMNS = {"source_id": "INTEGER PRIMARY KEY", "source_index": "INTEGER",
                   "dev": "INTEGER", "ino": "INTEGER", "fingerprint": "BLOB", "path": "TEXT",
                   "sealed_offset": "INTEGER", "acked_offset": "INTEGER", "size_seen": "INTEGER",
                   "state": "TEXT", "tail": "BLOB", "orphaned_ms": "INTEGER",
-                  "orphan_reason": "TEXT", "updated_ms": "INTEGER", "anchors": "BLOB"}
+                  "orphan_reason": "TEXT", "updated_ms": "INTEGER", "anchors": "BLOB",
+                  "renamed": "INTEGER"}
 _NEW_COLUMNS = {name: _FILES_COLUMNS[name]
-                for name in ("tail", "orphaned_ms", "orphan_reason", "anchors")}
+                for name in ("tail", "orphaned_ms", "orphan_reason", "anchors", "renamed")}
 
 
 def _set_audit_meta(conn: sqlite3.Connection, name: str, value: int) -> None:

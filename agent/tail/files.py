@@ -68,6 +68,7 @@ log = logging.getLogger("docket.agent.files")
 
 LAST_LINE_LOOK_BYTES = 1 << 20    # read_from = "end" looks this far back for a line's end
 
+ROTATED_DELETED = "rotated_deleted"   # an orphan's reason: see _orphan_row
 ROTATED_IDLE_S = 5.0          # a rotated file at its end this long is closed
 SIZE_PERSIST_S = 1.0          # sizes seen are stored at least this often
 FOLDER_AWAY_MAX_S = 600.0     # known files wait this long for their folder (a late mount)
@@ -220,8 +221,11 @@ class FileSource:
             hit = found.get(ident)
             if hit is not None:
                 if t.rotated or t.path != hit[0]:
+                    # Renamed while read (its writer rolled over to a new file, as a handler
+                    # or logrotate's rename does): noted for a deletion while stopped.
+                    renamed = {"renamed": 1} if t.path != hit[0] else {}
                     t.path, t.rotated = hit[0], False
-                    self.db.update(t.source_id, state=ACTIVE, path=t.path)
+                    self.db.update(t.source_id, state=ACTIVE, path=t.path, **renamed)
             elif not t.rotated:
                 t.rotated = True
                 self._rotation("moved_or_deleted")
@@ -275,7 +279,11 @@ class FileSource:
             if r is keep or (r is pending and keep is None):
                 continue
             if r["state"] in (ACTIVE, ROTATED):
-                self._orphan_row(r, "unaccounted_bytes")
+                # Other content on this inode: the generation was truncated in place, or —
+                # rotated away or found under another name — deleted, and its inode given to
+                # a new file (a handler that deletes its oldest backup, then creates the log).
+                reused = r["state"] == ROTATED or r.get("renamed") or r["path"] != path
+                self._orphan_row(r, "deleted_unread" if reused else "unaccounted_bytes")
             elif r["state"] == PENDING:
                 self.db.delete(r["source_id"])         # superseded: never read
         if keep is None or len(keep["fingerprint"] or b"") < FINGERPRINT_BYTES:
@@ -304,8 +312,9 @@ class FileSource:
         fingerprint = row["fingerprint"] or b""
         if len(head) > len(fingerprint):
             fingerprint = head
+        renamed = {"renamed": 1} if row["path"] not in (None, path) else {}
         self.db.update(row["source_id"], state=ROTATED if rotated else ACTIVE, path=path,
-                       fingerprint=fingerprint)
+                       fingerprint=fingerprint, **renamed)
         log.info("resuming %s (inode %d, source %d)%s at offset %d of %d", path, ident[1],
                  row["source_id"], why, offset, size)
         self._track(ident, Tracked(row["source_id"], path, fd, *ident, fingerprint, offset,
@@ -379,7 +388,13 @@ class FileSource:
         return lo + nl + 1 if nl >= 0 else size
 
     def _orphan_row(self, row: dict, reason: str) -> None:
-        """A generation found at start no longer on its inode."""
+        """A generation found at start no longer on its inode. One deleted after it was
+        rotated away (``ROTATED``: no glob path led to it at the last look, so its writer had
+        moved on), or renamed while it was read (``renamed``: rotated under the globs, as
+        ``app.log.1`` under ``app.log*``), is ``rotated_deleted``: journaled only for bytes
+        seen and not read."""
+        if reason == "deleted_unread" and (row["state"] == ROTATED or row.get("renamed")):
+            reason = "rotated_deleted"
         offset = self._resume_offset(row)
         now = self._now()
         self.db.orphan(row["source_id"], row["size_seen"], None, reason,
@@ -686,8 +701,13 @@ class FileSource:
                 self.db.update(o.source_id, state=LOST)
                 self._rotation("copy_not_found")
                 unread = max(0, o.size_seen - o.offset)
-                if unread or o.while_stopped:
+                if unread or (o.while_stopped and o.reason != ROTATED_DELETED):
                     self._journal_orphan(o, unread)
+                elif o.reason == ROTATED_DELETED:
+                    self._rotation("deleted_read")
+                    log.info("%s (source %d): rotated away, read to its end (%d bytes) and "
+                             "deleted while the agent was stopped: nothing of it is owed",
+                             o.path, o.source_id, o.offset)
                 else:
                     log.info("%s (source %d): no copy of it found; every byte seen of it had "
                              "been read", o.path, o.source_id)
@@ -695,7 +715,8 @@ class FileSource:
                 self.orphans.remove(o)
 
     def _journal_orphan(self, o: Orphan, unread: int) -> None:
-        if o.reason == "deleted_unread":
+        reason = "deleted_unread" if o.reason == ROTATED_DELETED else o.reason
+        if reason == "deleted_unread":
             what = "deleted or moved away while the agent was stopped; no copy of it found"
         else:
             what = "truncated (copytruncate) with bytes not read, and no copy of it matched " \
@@ -704,7 +725,7 @@ class FileSource:
         what += f"; its content after byte {o.size_seen} is unknown"
         log.warning("%s (source %d): %s; journaled bytes %d-%d", o.path, o.source_id, what,
                     o.offset, o.size_seen)
-        self.journal.record(o.reason, self.cfg.topic, -1, nbytes=unread, source=o.path,
+        self.journal.record(reason, self.cfg.topic, -1, nbytes=unread, source=o.path,
                             byte_range=(o.offset, max(o.offset, o.size_seen)),
                             source_id=o.source_id, open_ended=True, detail=what)
 

@@ -417,6 +417,53 @@ def test_a_file_deleted_while_stopped_is_journaled_open_ended_even_when_all_was_
     assert h.db.get(entry["source_id"])["state"] == LOST
 
 
+def test_a_rotated_backup_read_to_its_end_and_deleted_while_stopped_is_not_a_loss(tmp_path):
+    """RotatingFileHandler: app.log renamed to app.log.1 (still under ``app.log*``) while
+    read, read to its end, then deleted while the agent was stopped, and its inode number
+    given to the new app.log. Nothing of it is owed: no journal entry, and no claim that a
+    file was truncated (there was 8 of each kind per run before)."""
+    h = Harness(tmp_path)
+    h.write(0, 100)
+    h.step()
+    old_ino = os.stat(h.app).st_ino
+    os.rename(h.app, h.logs / "app.log.1")                  # the handler's rollover
+    h.write(100, 150)
+    h.step()
+    h.drain_all()
+    h.stop()
+    (h.logs / "app.log.1").unlink()                          # its oldest backup deleted
+    os.rename(h.app, h.logs / "app.log.1")
+    h.write(150, 160)
+    h.fs.inodes[os.stat(h.app).st_ino] = old_ino             # the freed inode number reused
+    h.open()
+    h.step()
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(160))
+    assert h.journal_entries() == []
+    assert h.metrics.get("agent_source_rotations_total", kind="deleted_read", topic="t") == 1
+    assert not h.metrics.get("agent_source_rotations_total", kind="truncated", topic="t")
+
+
+def test_a_renamed_backup_deleted_with_bytes_seen_unread_is_journaled_with_them(tmp_path):
+    h = Harness(tmp_path)
+    h.write(0, 100)
+    h.step()
+    os.rename(h.app, h.logs / "app.log.1")
+    h.step()
+    h.drain_all()
+    with open(h.logs / "app.log.1", "ab") as f:              # the writer had not reopened
+        f.write(lines(100, 130))
+    h.clock.advance(2)
+    h.src.scan()                                             # seen, not read
+    h.restart(crash=True)
+    (h.logs / "app.log.1").unlink()
+    h.step()
+    h.past_grace()
+    [entry] = h.journal_entries()
+    assert entry["reason"] == "deleted_unread" and entry["bytes"] == 30 * LINE
+    assert entry["range"] == [100 * LINE, 130 * LINE]
+
+
 def test_a_file_renamed_out_of_the_globs_while_stopped_is_read_to_its_end(tmp_path):
     h = _read_100_lines_then_stop(tmp_path, pattern="app.log")
     os.rename(h.app, h.logs / "app.log.1")                # rotated while the agent was down
