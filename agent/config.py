@@ -8,6 +8,7 @@ are errors. An error names the key path, what was expected, what was found, and 
 
 from __future__ import annotations
 
+import codecs
 import grp
 import json
 import os
@@ -178,6 +179,11 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "was last changed longer ago than this is not opened (counted in status as "
             "`ignored_older`); once it changes it is read from the size it had when it was "
             "first ignored in this run (0: off).", minimum=0),
+    Setting("encoding", str, "utf-8", "The source's character encoding: `utf-8`, or any codec "
+            "Python names whose newline is the byte 0x0A (`latin-1`, `windows-1252`, "
+            "`iso-8859-15`, `shift_jis`, `gb18030`, …); records are transcoded to UTF-8, "
+            "undecodable bytes replaced and counted (`invalid_encoding`); offsets and "
+            "checkpoints stay in the file's own bytes. UTF-16 and UTF-32 are refused."),
     Setting("multiline", dict, None, "`file`: lines joined into one event (one record, one "
             "record number), e.g. `{ preset = \"java\" }` (presets: java, python, go, ruby), "
             "`{ start = \"^\\\\d{4}-\\\\d{2}-\\\\d{2} \" }` (a matching line begins an event) "
@@ -208,6 +214,7 @@ class SourceConfig:
     group: str | None = None
     timestamp_field: str | None = None
     key_field: str | None = None
+    encoding: str = "utf-8"
     multiline: dict | None = None
     read_chunk_bytes: int = MiB
     partial_flush_ms: int = 0
@@ -331,6 +338,7 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
     for i, vals in enumerate(tables):
         where = f"sources[{i}]"
         src = SourceConfig(index=i, **vals)
+        _check_encoding(f"{where}.encoding", src.encoding)
         if src.type == "file":
             if not src.paths:
                 raise ConfigError(f"{where}.paths", "a file source needs at least one glob",
@@ -378,6 +386,23 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
     if len(topics_by_socket) != len(set(topics_by_socket)):
         raise ConfigError("sources", "two socket sources share one path")
     return out
+
+
+def _check_encoding(where: str, name: str) -> None:
+    try:
+        codec = codecs.lookup(name)
+    except LookupError:
+        raise ConfigError(where, f"no codec named {name!r}",
+                          hint="e.g. utf-8, latin-1, windows-1252 (Python's codec names)") from None
+    try:
+        newline_is_a_byte = "\n\r a".encode(codec.name) == b"\n\r a"
+    except (UnicodeError, LookupError):
+        newline_is_a_byte = False
+    if not newline_is_a_byte:
+        raise ConfigError(where, f"{name!r} does not write a newline as the byte 0x0A (UTF-16 "
+                          "and UTF-32 do not): lines cannot be found in it",
+                          hint="convert the log to UTF-8 where it is written (iconv, or the "
+                          "application's logging settings)")
 
 
 def _multiline_rule(where: str, table: dict) -> MultilineRule:

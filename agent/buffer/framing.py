@@ -65,6 +65,10 @@ class Chunk:
     keys: Sequence[bytes | None] | None = None
     end: int | None = None           # bytes of data this chunk accounts for (default: all)
     continued: bool = False          # its first record continues an event cut before it
+    # Where each record starts, and where the chunk ends, in the source's own bytes when
+    # ``data`` is not those bytes (a source transcoded to UTF-8); None: the same as in data.
+    at: np.ndarray | None = None
+    at_end: int | None = None
 
     def __post_init__(self):
         self.data = np.frombuffer(self.data, np.uint8) if not isinstance(self.data, np.ndarray) \
@@ -84,6 +88,15 @@ class Chunk:
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    def source_pos(self, i: int) -> int:
+        """Where record ``i`` starts in the source's bytes (the checkpoint before it)."""
+        return int(self.starts[i] if self.at is None else self.at[i])
+
+    @property
+    def source_end(self) -> int:
+        """Where the chunk ends in the source's bytes."""
+        return self.end if self.at_end is None else self.at_end
 
     @property
     def ends(self) -> np.ndarray:

@@ -560,13 +560,12 @@ class BufferPool:
         n = len(chunk)
         result = AppendResult()
         if n == 0:
-            result.end = chunk.end
+            result.end = chunk.source_end
             return result
         planner = BlockPlanner(chunk)
         oversized = np.flatnonzero(chunk.lengths > self._max_value(chunk)).tolist()
         oversized.append(n)
         continued = chunk.continued and oversized[0] != 0      # record 0: a block of its own
-        starts = chunk.starts
         with self._lock:
             self._raise_seal_error()
             a, next_big = 0, 0
@@ -588,13 +587,13 @@ class BufferPool:
                     self._seal(topic)
                     continue
                 self._write(fill, chunk, a, b, source, source_start,
-                            int(starts[b]) if b < n else chunk.end,
+                            chunk.source_pos(b) if b < n else chunk.source_end,
                             flags=CONTINUED if continued and a == 0 else 0)
                 a = b
                 if self.geometry.slot_bytes - fill.used < BLOCK_HEADER_BYTES + PER_RECORD_BYTES + 8:
                     self._seal(topic)
             result.records = a
-            result.end = chunk.end if a == n else int(starts[a])
+            result.end = chunk.source_end if a == n else chunk.source_pos(a)
             self.counters["records_appended"] += a - result.dropped
         return result
 
@@ -695,7 +694,7 @@ class BufferPool:
         if fill.first_ns is None:
             fill.first_ns = self.clock.monotonic_ns()
         if source is not None:
-            begin = source_start + (int(chunk.starts[a]) if a else 0)
+            begin = source_start + (chunk.source_pos(a) if a else 0)
             span = fill.positions.setdefault(source, [begin, begin])
             span[1] = max(span[1], source_start + chunk_stop)
             end = source_start + chunk_stop
@@ -711,7 +710,7 @@ class BufferPool:
     def _append_oversized(self, topic, chunk, i, source, source_start, result, timeout_s) -> bool:
         length = int(chunk.lengths[i])
         start = int(chunk.starts[i])
-        stop = int(chunk.starts[i + 1]) if i + 1 < len(chunk) else chunk.end
+        stop = chunk.source_pos(i + 1) if i + 1 < len(chunk) else chunk.source_end
         limit = self._max_value(chunk)
         if self.oversize == "drop":
             result.dropped += 1
@@ -737,7 +736,7 @@ class BufferPool:
             last = k == len(pieces) - 1
             part = (k, len(pieces)) if self.oversize == "split" else (0, 0)
             self._write(fill, chunk, i, i + 1, source, source_start,
-                        stop if last else start, part, piece)
+                        stop if last else chunk.source_pos(i), part, piece)
             self._seal(topic)
         if self.oversize == "truncate":
             result.truncated += 1

@@ -16,6 +16,8 @@ Framing into the slot (CRC and copy, ``buffer.framing``) is the pool's, after th
 
 from __future__ import annotations
 
+import codecs
+
 import numpy as np
 
 from ..buffer import Chunk
@@ -35,6 +37,8 @@ class LineCutter:
         self.cfg = cfg
         self.metrics = metrics
         self.max_line_bytes = MAX_LINE_BYTES
+        name = codecs.lookup(cfg.encoding).name
+        self.codec = None if name == "utf-8" else name      # records transcoded from it
 
     def bad(self, kind: str, count: int = 1) -> None:
         self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
@@ -70,12 +74,17 @@ class LineCutter:
         self._count_shapes(buf, chunk, newlines, low)
         if records is not None and len(records) != len(chunk):
             chunk = _joined(chunk, records, read_ms)
+        invalid = 0
+        if self.codec is not None:
+            chunk, replaced = _transcoded(chunk, self.codec)
+            if replaced:
+                self.bad("invalid_encoding", replaced)
         if self.cfg.timestamp_field or self.cfg.key_field:           # walk 2, per line
             chunk, unparsable, invalid = apply_fields(chunk, self.cfg.timestamp_field,
                                                       self.cfg.key_field, read_ms)
             if unparsable:
                 self.bad("timestamp_unparsable", unparsable)
-        else:                                                        # walk 2, whole read
+        elif self.codec is None:                                     # walk 2, whole read
             invalid = 0 if _valid_utf8(data, end) else _invalid_lines(chunk)
         if invalid:
             self.bad("invalid_utf8", invalid)
@@ -105,6 +114,26 @@ def _joined(lines: Chunk, records: np.ndarray, read_ms: int) -> Chunk:
     last = np.append(first[1:], len(lines)) - 1
     ends = lines.ends[last]
     return Chunk(lines.data, records, ends - records, read_ms, None, lines.end)
+
+
+def _transcoded(chunk: Chunk, codec: str) -> tuple[Chunk, int]:
+    """``chunk``'s records decoded from ``codec`` and written as UTF-8 (bytes it cannot
+    decode replaced by U+FFFD); where each starts in the source's bytes kept in ``at``.
+    Returns the new chunk and how many records had bytes replaced."""
+    out, replaced = [], 0
+    data = chunk.data
+    for s, n in zip(chunk.starts.tolist(), chunk.lengths.tolist(), strict=True):
+        text = bytes(data[s:s + n]).decode(codec, errors="replace")
+        if "\ufffd" in text:
+            replaced += 1
+        out.append(text.encode("utf-8"))
+    lengths = np.fromiter(map(len, out), np.int64, len(out))
+    starts = np.zeros(len(out), np.int64)
+    np.cumsum(lengths[:-1] + 1, out=starts[1:])
+    joined = b"\n".join(out) + b"\n" if out else b""
+    ts = chunk.uniform_ts if chunk.uniform_ts is not None else chunk.timestamps
+    return Chunk(joined, starts, lengths, ts, None, len(joined), chunk.continued,
+                 at=chunk.starts.copy(), at_end=chunk.end), replaced
 
 
 def _valid_utf8(data: bytes, end: int) -> bool:

@@ -962,3 +962,38 @@ def test_files_read_to_their_end_are_not_looked_at_until_written(tmp_path, caplo
     looked.clear()
     h.src.read_some(1 << 20, None)                          # no watch: every file
     assert len(looked) == 30
+
+
+# -- encodings ------------------------------------------------------------------------------------
+def test_a_latin_1_log_arrives_as_utf8_and_its_checkpoints_stay_in_its_own_bytes(tmp_path):
+    h = Harness(tmp_path, encoding="latin-1")
+    text = [f"id-{i:09d} café crème brûlée {'é' * (i % 7)}" for i in range(200)]
+    h.app.write_bytes("".join(t + "\n" for t in text[:120]).encode("latin-1"))
+    h.step()
+    h.drain_all()
+    assert h.db.get(1)["acked_offset"] == len("".join(t + "\n" for t in text[:120])
+                                              .encode("latin-1"))
+    h.restart()
+    with open(h.app, "ab") as f:
+        f.write("".join(t + "\n" for t in text[120:]).encode("latin-1"))
+    h.step()
+    assert h.values() == [t.encode("utf-8") for t in text]      # each once, as UTF-8
+    assert not h.metrics.get("agent_source_bad_input_total", kind="invalid_encoding", topic="t")
+
+
+def test_bytes_a_codec_cannot_decode_are_replaced_and_counted(tmp_path):
+    h = Harness(tmp_path, encoding="windows-1252")
+    h.app.write_bytes(b"id-000000000 \x80 euro\r\nid-000000001 \x81 undefined\n")
+    h.step()
+    assert h.values() == ["id-000000000 € euro".encode(), "id-000000001 \ufffd undefined".encode()]
+    assert h.metrics.get("agent_source_bad_input_total", kind="invalid_encoding", topic="t") == 1
+
+
+def test_an_encoding_whose_newline_is_not_a_byte_is_refused_with_its_key_path(tmp_path):
+    from agent.config import ConfigError, parse
+    for name, why in (("utf-16", "0x0A"), ("no-such-codec", "no codec")):
+        with pytest.raises(ConfigError) as e:
+            parse({"broker": {"bootstrap_servers": "127.0.0.1:9092"},
+                   "sources": [{"type": "file", "topic": "t", "encoding": name,
+                                "paths": [str(tmp_path / "*.log")]}]})
+        assert e.value.path == "sources[0].encoding" and why in str(e.value)
