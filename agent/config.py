@@ -195,6 +195,14 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
     Setting("read_chunk_bytes", int, MiB, "`file`: bytes read per read call.", minimum=4096),
     Setting("partial_flush_ms", int, 0, "`file`: send a last line without its newline after this "
             "long unchanged (0: wait for the newline).", minimum=0),
+    Setting("close_idle_ms", int, 300_000, "`file`: a file read to its end and not written for "
+            "this long is closed (its descriptor given back; a deleted one's space comes back) "
+            "and opened again when it changes — a write the watch names, or a scan that finds "
+            "its size or time changed (0: never closed while under the globs).", minimum=0),
+    Setting("max_open_files", int, 0, "`file`: at most this many of the source's files open: "
+            "beyond it, the files idle longest are closed (as by `close_idle_ms`); when every "
+            "open file is busy the cap is exceeded rather than a file left unread, and status "
+            "says so (`files_waiting.over_max_open_files`) (0: no cap).", minimum=0),
     Setting("poll_interval_ms", int, 250, "`file`: polling interval behind the file events "
             "(every 10 s instead while the agent's own watch sees every folder and no file "
             "found waits to be decided on: docs/agent.md, Sources).", minimum=10),
@@ -218,6 +226,8 @@ class SourceConfig:
     multiline: dict | None = None
     read_chunk_bytes: int = MiB
     partial_flush_ms: int = 0
+    close_idle_ms: int = 300_000
+    max_open_files: int = 0
     poll_interval_ms: int = 250
 
 
@@ -366,9 +376,11 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
             if src.paths or src.exclude:
                 key = "paths" if src.paths else "exclude"
                 raise ConfigError(f"{where}.{key}", f"only file sources take `{key}`")
-            if src.read_from != "beginning" or src.ignore_older_ms or src.compressed != "skip":
+            if src.read_from != "beginning" or src.ignore_older_ms or src.compressed != "skip" \
+                    or src.max_open_files:
                 key = "read_from" if src.read_from != "beginning" else \
-                    "ignore_older_ms" if src.ignore_older_ms else "compressed"
+                    "ignore_older_ms" if src.ignore_older_ms else \
+                    "compressed" if src.compressed != "skip" else "max_open_files"
                 raise ConfigError(f"{where}.{key}", f"only file sources take `{key}`")
             if src.group is not None:
                 try:

@@ -429,6 +429,8 @@ class Agent:
         most ``IDLE_WAIT_QUIET_S``."""
         if self.journal.waiting():
             return IDLE_WAIT_WATCHED_S
+        if any(f.rescan for f in self.file_sources):
+            return IDLE_WAIT_S                   # a file closed while idle was written
         due = [self._next_scan, self._next_gauges]
         if self.pool.freeing():
             due.append(self.monotonic() + FREE_SETTLE_S)
@@ -583,8 +585,8 @@ class Agent:
     def _read(self, now: float) -> tuple[int, bool, bool]:
         """Scan when due, then read every file source within the turn's budget. Returns (bytes
         read, whether the pool pushed back, whether every file source was read to its end)."""
-        if now >= self._next_scan or (now - self._last_scan >= EVENT_SCAN_MIN_S
-                                      and self.watch.consume()):
+        if now >= self._next_scan or any(f.rescan for f in self.file_sources) or \
+                (now - self._last_scan >= EVENT_SCAN_MIN_S and self.watch.consume()):
             self._last_scan = now
             for f in self.file_sources:
                 f.scan()

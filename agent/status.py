@@ -178,9 +178,12 @@ def _stall(stall: dict | None) -> dict | None:
 
 def _merge_waiting(parts) -> dict:
     out: dict = {"unreadable": {}, "orphans_waiting": [], "copies_held": [], "folders_away": {},
-                 "compressed": [], "ignored_older": 0}
+                 "compressed": [], "ignored_older": 0, "idle_closed": 0,
+                 "over_max_open_files": 0}
     for part in parts:
         out["ignored_older"] += part["ignored_older"]
+        out["idle_closed"] += part["idle_closed"]
+        out["over_max_open_files"] += part["over_max_open_files"]
         out["unreadable"].update(part["unreadable"])
         out["compressed"] += part["compressed"]
         out["folders_away"].update(part["folders_away"])

@@ -137,6 +137,12 @@ class FileSource:
         # The agent's very first start here: the first scan's new files honour ``read_from``.
         self._first_scan_from_end = first_start and cfg.read_from == "end"
         self.ignored_older: dict[Ident, int] = {}      # not opened: too old; size when seen
+        # Closed while idle (close_idle_ms, max_open_files): ident → (source_id, size,
+        # mtime_ns) when closed; opened again when a scan finds either changed.
+        self.idle_closed: dict[Ident, tuple[int, int, int]] = {}
+        self._idle_paths: dict[str, Ident] = {}        # their paths, as the watch names them
+        self.rescan = False                            # a closed file was written: scan now
+        self.over_cap = 0                              # busy files open beyond the cap
 
     # -- helpers ------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -181,15 +187,19 @@ class FileSource:
     def scan(self) -> None:
         self._quiet.clear()                  # every file is looked at after a scan
         self._quiet_paths.clear()
+        self.rescan = False
         # Truncations first, so a copy decided on below finds the old content's orphan.
         for t in list(self.tracked.values()):
             self.reader.check(t)
         found = list_files(self.fs, self.cfg.paths,
                            lambda path: self._warn_once("not_a_file", path), self.cfg.exclude)
         self._follow_tracked(found)
+        self._gone_while_closed(found)
         fresh = []
         for ident, (path, st) in found.items():
             if ident in self.tracked or ident in self.pending:
+                continue
+            if self._still_closed(ident, path, st):
                 continue
             rows = [r for r in self.db.rows_at(self.cfg.index, *ident)
                     if r["state"] in (PENDING, ACTIVE, ROTATED, DONE)]
@@ -215,6 +225,25 @@ class FileSource:
         self._expire_orphans()
         self._store_sizes()
         self.metrics.set("agent_source_files", len(self.tracked), topic=self.cfg.topic)
+
+    def _still_closed(self, ident: Ident, path: str, st: os.stat_result) -> bool:
+        """A file closed while idle stays closed while its size and time are unchanged."""
+        closed = self.idle_closed.get(ident)
+        if closed is None:
+            return False
+        if (st.st_size, _mtime_ns(st)) == closed[1:]:
+            self._idle_paths[path] = ident
+            return True
+        del self.idle_closed[ident]
+        return False                            # changed: opened again, from its checkpoint
+
+    def _gone_while_closed(self, found: dict) -> None:
+        """Files closed while idle that the globs no longer list: deleted or rotated away
+        read to their end (a write would have opened them again first): done."""
+        for ident in [i for i in self.idle_closed if i not in found]:
+            sid = self.idle_closed.pop(ident)[0]
+            self.db.update(sid, state=DONE)
+        self._idle_paths = {p: i for p, i in self._idle_paths.items() if i in self.idle_closed}
 
     def _follow_tracked(self, found: dict) -> None:
         for ident, t in self.tracked.items():
@@ -415,7 +444,8 @@ class FileSource:
         (in a glob's folder under another name); else they are orphans, journaled as
         ``deleted_unread`` unless a copy of them turns up."""
         held = {t.source_id for t in self.tracked.values()} | \
-            {p.row_id for p in self.pending.values()}
+            {p.row_id for p in self.pending.values()} | \
+            {c[0] for c in self.idle_closed.values()}
         rows = [r for r in self.db.rows(self.cfg.index, (PENDING, ACTIVE, ROTATED))
                 if (r["dev"], r["ino"]) not in found and r["source_id"] not in held]
         if not rows:
@@ -832,6 +862,9 @@ class FileSource:
             self._quiet.clear()
         elif written:
             for path in written:
+                if path in self._idle_paths:
+                    self.rescan = True          # a file closed while idle: open it again
+                    continue
                 ident = self._quiet_paths.get(path)
                 if ident is None:
                     if self._matches(path):
@@ -862,6 +895,7 @@ class FileSource:
 
     def _close_finished(self) -> None:
         now = self._now()
+        self._close_idle(now)
         for ident, t in list(self.tracked.items()):
             if t.rotated and t.idle_since is not None and now - t.idle_since >= ROTATED_IDLE_S:
                 size = self.fs.fstat(t.fd).st_size
@@ -873,6 +907,46 @@ class FileSource:
                 self._closed[t.source_id] = t.offset
                 self.db.update(t.source_id, state=DONE, size_seen=size)
                 self._sizes_stored.pop(t.source_id, None)
+
+    def _idle_for(self, t: Tracked, now: float) -> float | None:
+        """How long ``t`` has been read to its end with nothing held back (None: it is not)."""
+        if t.idle_since is None or t.rotated or t.compressed or t.partial_since is not None \
+                or t.event_since is not None or t.offset < t.size_seen \
+                or self.fs.compression(t.fd) is not None:
+            return None
+        return now - t.idle_since
+
+    def _close_idle(self, now: float) -> None:
+        """Close files idle ``close_idle_ms``, and beyond ``max_open_files`` the files idle
+        longest; a cap every open file is too busy for is exceeded, and said."""
+        limit = self.cfg.close_idle_ms / 1e3 if self.cfg.close_idle_ms else None
+        idle = sorted(((d, ident) for ident, t in self.tracked.items()
+                       if (d := self._idle_for(t, now)) is not None), reverse=True)
+        over = len(self.tracked) - self.cfg.max_open_files if self.cfg.max_open_files else 0
+        for k, (d, ident) in enumerate(idle):
+            if k >= over and (limit is None or d < limit):
+                break
+            self._close_one(ident)
+        over = len(self.tracked) - self.cfg.max_open_files if self.cfg.max_open_files else 0
+        if over > 0 and not self.over_cap:
+            log.warning("topic %s: %d file(s) open, over max_open_files = %d, and none of them "
+                        "idle: kept open (closing a file being written would leave it unread)",
+                        self.cfg.topic, len(self.tracked), self.cfg.max_open_files)
+        self.over_cap = max(0, over)
+
+    def _close_one(self, ident: Ident) -> None:
+        t = self.tracked.pop(ident)
+        st = self.fs.fstat(t.fd)
+        self.fs.close(t.fd)
+        self._by_source.pop(t.source_id, None)
+        self._heads = None
+        self._quiet.discard(ident)
+        self._quiet_paths.pop(t.path, None)
+        self._closed[t.source_id] = t.offset
+        self.idle_closed[ident] = (t.source_id, st.st_size, _mtime_ns(st))
+        self._idle_paths[t.path] = ident
+        self._sizes_stored.pop(t.source_id, None)
+        self.db.set_sizes({t.source_id: st.st_size})
 
     def _store_sizes(self, force: bool = False) -> None:
         """Sizes seen reach the database at least every SIZE_PERSIST_S, so after a SIGKILL a
@@ -901,6 +975,8 @@ class FileSource:
                 "folders_away": dict(self.folders_away),
                 "compressed": sorted(t.path for t in self.tracked.values() if t.compressed),
                 "ignored_older": len(self.ignored_older),
+                "idle_closed": len(self.idle_closed),
+                "over_max_open_files": self.over_cap,
                 "pending": [p.path for p in self.pending.values() if p.copy_of is None]}
 
     def _descriptors(self) -> list[int]:
@@ -921,3 +997,8 @@ class FileSource:
         self.tracked.clear()
         self._by_source.clear()
         self.pending.clear()
+
+
+def _mtime_ns(st: os.stat_result) -> int:
+    """A stat's modification time in ns (a stat built from its first ten fields has none)."""
+    return st.st_mtime_ns if st.st_mtime_ns is not None else int(st.st_mtime * 1e9)
