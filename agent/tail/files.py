@@ -945,8 +945,7 @@ class FileSource:
         self._closed[t.source_id] = t.offset
         self.idle_closed[ident] = (t.source_id, st.st_size, _mtime_ns(st))
         self._idle_paths[t.path] = ident
-        self._sizes_stored.pop(t.source_id, None)
-        self.db.set_sizes({t.source_id: st.st_size})
+        self._sizes_stored.pop(t.source_id, None)     # read to its end: its size is stored
 
     def _store_sizes(self, force: bool = False) -> None:
         """Sizes seen reach the database at least every SIZE_PERSIST_S, so after a SIGKILL a
