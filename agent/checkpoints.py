@@ -144,9 +144,15 @@ class Checkpoints:
             self.guard.written()
         return True
 
-    def acknowledged(self, slot: SealedSlot, in_flight: Iterable[SealedSlot]) -> None:
+    def acknowledged(self, slot: SealedSlot, in_flight: Iterable[SealedSlot],
+                     held: dict[int, int] | None = None) -> None:
         """Kafka acknowledged every record of ``slot``; ``in_flight``: the slots still on
-        their way (only they can be older than ``slot``: slots are taken in sequence order)."""
+        their way; ``held``: per source, where the oldest bytes the pool still holds begin
+        (``BufferPool.unacknowledged_starts``) — not only older slots in flight: after a
+        start that read bytes again below a slot that survived, those bytes are in younger
+        slots, or not sealed yet, when the survivor is acknowledged. The acknowledged offset
+        passes none of them (were it written past them, a power cut losing their slots would
+        leave them taken for delivered)."""
         self._seal_times.pop(slot.seq, None)
         ahead = self._acked_ahead
         for src, _s, end in slot.meta.positions:
@@ -156,6 +162,9 @@ class Checkpoints:
             for src, start, _e in other.meta.positions:
                 if src in ends and start < ends[src]:
                     ends[src] = start
+        for src, start in (held or {}).items():
+            if src in ends and start < ends[src]:
+                ends[src] = start
         for src, end in ends.items():
             if end >= ahead[src]:
                 del ahead[src]                  # contiguous again

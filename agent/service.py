@@ -360,7 +360,8 @@ class Agent:
         offset is written before the drain frees the slot only when none waits."""
         if self.checkpoints.sealed_waiting():
             self._flush_checkpoints()
-        self.checkpoints.acknowledged(slot, self.drain.in_flight_slots())
+        self.checkpoints.acknowledged(slot, self.drain.in_flight_slots(),
+                                      self.pool.unacknowledged_starts(slot.seq))
 
     # -- running ------------------------------------------------------------------------------
     def install_signals(self) -> None:

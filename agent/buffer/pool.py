@@ -1075,6 +1075,29 @@ class BufferPool:
                                 self.geometry.slot_bytes)
 
     # -- inspection ----------------------------------------------------------------------------
+    def unacknowledged_starts(self, except_seq: int | None = None) -> dict[int, int]:
+        """Per source, where the oldest bytes the pool holds begin — in its sealed slots
+        (``except_seq`` left out: the one just acknowledged), its slots being sealed and its
+        filling ones: an acknowledged offset must not pass them. After a start that read
+        bytes again below a slot that survived, that later slot can be acknowledged before
+        the earlier bytes are even sealed."""
+        out: dict[int, int] = {}
+
+        def note(source: int, start: int) -> None:
+            if start < out.get(source, start + 1):
+                out[source] = start
+
+        with self._lock:
+            for seq, slot in self._sealed.items():
+                if seq != except_seq:
+                    for source, start, _end in slot.meta.positions:
+                        note(source, start)
+            fills = [c.fill for c in self._closing] + list(self._current.values())
+            for fill in fills:
+                for source, (start, _end) in fill.positions.items():
+                    note(source, start)
+        return out
+
     def recovered_positions(self) -> dict[int, int]:
         """Per source, the end offset of the data found sealed at open: re-read from there."""
         return dict(self._recovered_positions)
