@@ -53,7 +53,7 @@ from audit.contract.record import (
 )
 
 from .figures import PLAIN_QUERY, read_only
-from .verdict import MATCH, UNKNOWN, Mark, TierVerdict
+from .verdict import MATCH, UNKNOWN, UNKNOWN_FINAL_MS, Mark, TierVerdict
 
 _NO_NUMBER = (1 << 63) - 1      # above every record number: "and all those after"
 # A progress record's arrival; rows of layout 4 have none: their sender's time stands in.
@@ -143,6 +143,17 @@ CREATE TABLE IF NOT EXISTS evaluating (
     PRIMARY KEY (topic, window_start)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS topic_tiers (
     topic TEXT NOT NULL, tier TEXT NOT NULL, PRIMARY KEY (topic, tier)) WITHOUT ROWID;
+-- A tier's first count on a topic has the topic's windows of the last UNKNOWN_FINAL_MS (7 days,
+-- verdict.py) judged again, final ones too: a window whose every record was lost before the
+-- tier first counted the topic gets no count of its own at that tier, and was otherwise never
+-- judged there (final at the tiers it had, its loss never called).
+CREATE TRIGGER IF NOT EXISTS topic_tiers_dirty AFTER INSERT ON topic_tiers BEGIN
+    INSERT INTO dirty SELECT DISTINCT w.topic, w.window_start FROM windows w
+    WHERE w.topic = new.topic
+      AND w.window_start >= (SELECT max(window_start) FROM windows WHERE topic = new.topic)
+                            - UNKNOWN_FINAL_MS
+      AND NOT EXISTS (SELECT 1 FROM dirty d WHERE d.topic = w.topic
+                      AND d.window_start = w.window_start); END;
 -- Windows not final yet, which every evaluation judges again.
 CREATE INDEX IF NOT EXISTS windows_not_final ON windows (topic, window_start) WHERE final = 0;
 CREATE TABLE IF NOT EXISTS window_origins (
@@ -172,7 +183,7 @@ CREATE VIEW IF NOT EXISTS completeness AS
     SELECT topic, window_start, tier, count, expected AS producer_count, completeness, state,
            final, distinct_count, duplicates, checksum
     FROM windows;
-"""
+""".replace("UNKNOWN_FINAL_MS", str(UNKNOWN_FINAL_MS))
 
 LAYOUT = 6        # PRAGMA user_version: the tables' layout, for a later change to be told by
 # Layout 1 → 2: ``counts.skipped`` (copies a deduplicating tier did not keep), added in place.
@@ -355,7 +366,8 @@ class Store:
                 return
             log.warning("%s: rebuilding counts and windows clustered by their keys (layout "
                         "4); this runs once", self.path)
-            conn.execute("DROP VIEW IF EXISTS completeness")    # it names ``windows``
+            conn.execute("DROP VIEW IF EXISTS completeness")    # they name ``windows``:
+            conn.execute("DROP TRIGGER IF EXISTS topic_tiers_dirty")  # made again below
             for name, create in (("counts", _COUNTS), ("windows", _WINDOWS)):
                 names = ", ".join(r[1] for r in conn.execute(f"PRAGMA table_info({name})"))
                 conn.execute(create.replace(f"EXISTS {name} (", f"EXISTS {name}_clustered ("))

@@ -259,3 +259,56 @@ def _judge(cfg, broker: Broker, db, now: int) -> tuple:
                                     "WHERE kind = 'loss'").fetchall()
     rec.close()
     return state, alerts
+
+
+def test_a_window_lost_whole_before_a_tier_first_counted_its_topic_is_judged_at_that_tier(
+        tmp_path):
+    """A host whose clock is behind (or a topic new to a count job) reports a window that is
+    final at the producer before any count job has counted the topic; every record of that
+    window is then lost from Kafka. The job never writes a count for the window (it saw no
+    record of it), and a final window was judged again only when a count of its own came: the
+    loss was never called (the clock-skew test's `Counter()`). The first count of a tier on a
+    topic now has the topic's windows judged again at that tier."""
+    cfg = parse({"windows": {"tiers": ["producer", "kafka-local"], "settle_ms": MIN,
+                             "grace_ms": MIN, "final_ms": 2 * MIN},
+                 "alerts": {"silent_ms": 60 * MIN, "lag_ms": 60 * MIN}})
+    broker = Broker()
+    db = tmp_path / "r.db"
+    w1, w2 = T0, T0 + W
+
+    def produced(window_start: int, at: int, n: int, seq: int, through: int) -> list[dict]:
+        body = report("true", at, n, seq, through, through)
+        for b in body:
+            b["topic"] = "lost"
+        body[0]["window_start"] = window_start
+        return body
+
+    def run(now: int) -> list[tuple]:
+        rec = Reconciler(cfg, db, clock=lambda: now / 1000)
+        rec.consumer = broker
+        rec.partitions = {0}
+        while rec.consume_batch(timeout_s=0)[0]:
+            pass
+        rec.evaluate_job()
+        rec.close()
+        store = Store(db, readonly=True)
+        try:
+            return store.conn.execute(
+                "SELECT kind, origin, status, detail FROM alerts WHERE kind = 'loss'").fetchall()
+        finally:
+            store.close()
+
+    broker.append(w2, *produced(w1, w2, 200, 1, 199))                 # numbers 0-199
+    broker.append(w2 + W, *produced(w2, w2 + W, 100, 2, 299))         # numbers 200-299
+    assert run(w2 + W + 5 * MIN) == []          # both final, at the producer tier alone
+    # The count job starts; W1's records are gone from Kafka, W2's are all there.
+    at = w2 + W + 6 * MIN
+    job_count = counted("true", at, 100, 1)
+    job_count.update(topic="lost", window_start=w2)
+    job_ranges = ranges("true", at, 1, 299, [[0, 199]])
+    broker.append(at, progress(at - MIN, -1), job_count, job_ranges,
+                  caught_up("true", at, 1, 2, 299), progress(at, 1))
+    losses = run(at + MIN)
+    assert [(k, o, s) for k, o, s, _d in losses] == [("loss", "true", "open")]
+    detail = json.loads(losses[0][3])
+    assert (detail["expected"], detail["actual"]) == (200, 0)
