@@ -110,6 +110,26 @@ def deleted_numbers(bootstrap: str, topic: str, upto: int) -> tuple[list[int], C
     return sorted(numbers), windows
 
 
+def lost_state(db, topic: str, windows: Counter) -> dict:
+    """The reconciler's view of the lost topic, printed when its loss was not alerted in
+    time: each lost window's verdicts per tier and origin, the jobs' marks, their progress."""
+    conn = sqlite3.connect(db)
+    try:
+        return {
+            "windows": {w: conn.execute(
+                "SELECT tier, origin, state, reason FROM window_origins WHERE topic = ? AND "
+                "window_start = ?", (topic, w)).fetchall() for w in windows},
+            "tiers": conn.execute("SELECT tier FROM topic_tiers WHERE topic = ?",
+                                  (topic,)).fetchall(),
+            "marks": conn.execute("SELECT tier, source, source_seq, source_delivered FROM "
+                                  "caught_up").fetchall(),
+            "progress": conn.execute("SELECT * FROM progress").fetchall()}
+    except sqlite3.Error as exc:
+        return {"error": str(exc)}
+    finally:
+        conn.close()
+
+
 def test_skewed_producer_clocks_raise_no_false_alarm_and_a_real_loss_is_exact(kafka, tmp_path):
     bootstrap = kafka.bootstrap_servers
     prefix = f"skew{uuid.uuid4().hex[:6]}"
@@ -208,6 +228,8 @@ def test_skewed_producer_clocks_raise_no_false_alarm_and_a_real_loss_is_exact(ka
             for job in jobs:
                 assert job.proc.poll() is None, job.log_text()
             time.sleep(0.5)
+        if not lost_alerted():                    # what the reconciler knew of the loss
+            print(json.dumps(lost_state(db, lossy, lost_windows), default=str))
         assert tier_totals() == want
         time.sleep(10)                   # a few more evaluations and rounds, with all counted
 
