@@ -3,9 +3,11 @@
 Usage: python logging_writer.py DIR TOTAL LINES_PER_S size|time
 
 Logs TOTAL lines ``id-%09d <filler>`` (100 bytes with the newline) to DIR/app.log through
-``logging.handlers.RotatingFileHandler`` (``size``: 1 MB, ``backupCount`` 5: app.log.1 …
-app.log.5, the oldest deleted at each rollover) or ``TimedRotatingFileHandler`` (``time``: every
-second, ``backupCount`` 3, dated names). Neither handler ever truncates a file. Prints
+``logging.handlers.RotatingFileHandler`` (``size``: 1 MB, ``backupCount`` 16: app.log.1 …
+app.log.16, the oldest deleted at each rollover) or ``TimedRotatingFileHandler`` (``time``:
+every second, ``backupCount`` 8, dated names): at 20,000 lines/s a file lives about 8 s after
+its rotation, longer than an agent stays down in the test, so what it was not read of is
+still there when the agent is back. Neither handler ever truncates a file. Prints
 "done TOTAL" at the end.
 """
 
@@ -25,10 +27,10 @@ def main() -> None:
     folder, total, rate, kind = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
     path = os.path.join(folder, "app.log")
     if kind == "size":
-        handler = logging.handlers.RotatingFileHandler(path, maxBytes=1 << 20, backupCount=5)
+        handler = logging.handlers.RotatingFileHandler(path, maxBytes=1 << 20, backupCount=16)
     else:
         handler = logging.handlers.TimedRotatingFileHandler(path, when="S", interval=1,
-                                                            backupCount=3)
+                                                            backupCount=8)
     handler.setFormatter(logging.Formatter("%(message)s"))
     log = logging.getLogger("app")
     log.addHandler(handler)
