@@ -748,6 +748,12 @@ class FileSource:
         reason = "deleted_unread" if o.reason == ROTATED_DELETED else o.reason
         if reason == "deleted_unread":
             what = "deleted or moved away while the agent was stopped; no copy of it found"
+        elif o.while_stopped:
+            # Found so at start: truncated in place, or deleted and its inode number given to
+            # a new file at the same path — which, the agent cannot tell.
+            what = "no longer on its inode when the agent started (truncated in place, or " \
+                   "deleted and its inode given to a new file) with bytes not read, and no " \
+                   "copy of it matched the globs"
         else:
             what = "truncated (copytruncate) with bytes not read, and no copy of it matched " \
                    "the globs"
