@@ -28,12 +28,16 @@ def _spec(kafka, aggregate, prefix: str, audit_topic: str) -> MirrorSpec:
 
 
 def _send(bootstrap: str, topic: str, first: int, n: int, pace_s: float = 0.0,
-          every: int = 500) -> None:
+          every: int = 500, hold: tuple[int, threading.Event] | None = None) -> None:
     """Records ``first`` .. ``first + n - 1`` with docket's identity headers, a pause of
-    ``pace_s`` after each ``every`` of them."""
+    ``pace_s`` after each ``every`` of them; ``hold`` (seq, event): record ``seq`` and those
+    after it wait for the event (at most 240 s)."""
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                   "linger.ms": 5})
     for seq in range(first, first + n):
+        if hold is not None and seq == hold[0]:
+            p.flush(30)
+            hold[1].wait(240)
         p.produce(topic, f"event {seq}".encode(), partition=seq % 2,
                   timestamp=T0 + seq,
                   headers=[("docket-origin", b"web-1"), ("docket-incarnation", b"i1"),
@@ -136,9 +140,13 @@ def test_a_mirror_killed_twice_mid_stream_loses_nothing_and_resends_only_copies(
     mirror = Mirror(tmp_path / "mirror", die_with_parent=True)
     mirror.up(_spec(kafka, aggregate, prefix, audit_topic))
     # The stream is written at ~300 records/s all along (about a minute); the mirror is killed
-    # once the aggregate holds a third of it, and again at two thirds.
+    # once the aggregate holds a third of it, and again at two thirds. Its last sixth waits for
+    # the second kill: a mirror slowed by a loaded host (once 4,400 records behind when the
+    # stream ended) is still killed while the stream is written.
+    both_killed = threading.Event()
     sender = threading.Thread(target=_send, args=(kafka.bootstrap_servers, events, 0, 3 * N),
-                              kwargs={"pace_s": 0.1, "every": 30})
+                              kwargs={"pace_s": 0.1, "every": 30,
+                                      "hold": (5 * N // 2, both_killed)})
     sender.start()
     kills = []
     try:
@@ -151,9 +159,11 @@ def test_a_mirror_killed_twice_mid_stream_loses_nothing_and_resends_only_copies(
             kills.append((mirror.pid(), copied, _end_offsets(kafka.bootstrap_servers, events)))
             mirror.kill()
             mirror.start()
+        both_killed.set()
         sender.join(180)
         got = _read(aggregate.bootstrap_servers, events, 3 * N, 240)
     finally:
+        both_killed.set()
         sender.join(180)
         mirror.down()
     # Both kills happened, each while the stream was still being written (what the aggregate
