@@ -158,11 +158,11 @@ class Checkpoints:
         for src, _s, end in slot.meta.positions:
             ahead[src] = max(end, ahead.get(src, 0))
         ends = dict(ahead)
+        firsts = dict(held or {})                 # per source, the first byte still owed
         for other in in_flight:
             for src, start, _e in other.meta.positions:
-                if src in ends and start < ends[src]:
-                    ends[src] = start
-        for src, start in (held or {}).items():
+                firsts[src] = min(start, firsts.get(src, start))
+        for src, start in firsts.items():
             if src in ends and start < ends[src]:
                 ends[src] = start
         for src, end in ends.items():

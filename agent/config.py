@@ -365,7 +365,7 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
                                       f"expected a glob pattern, found {pattern!r}",
                                       hint='e.g. exclude = ["*.gz", "*.zst"]')
             if src.multiline is not None:
-                src.multiline_rule = _multiline_rule(f"{where}.multiline", src.multiline)
+                _check_multiline(f"{where}.multiline", src.multiline)
         else:
             if src.multiline is not None:
                 raise ConfigError(f"{where}.multiline", "only file sources take `multiline`",
@@ -417,9 +417,10 @@ def _check_encoding(where: str, name: str) -> None:
                           "application's logging settings)")
 
 
-def _multiline_rule(where: str, table: dict) -> MultilineRule:
+def _check_multiline(where: str, table: dict) -> None:
+    """The rule is built from the table again where it runs (``tail/reader.py``)."""
     try:
-        return MultilineRule.from_table(table)
+        MultilineRule.from_table(table)
     except PatternError as exc:
         raise ConfigError(f"{where}.{exc.key}" if exc.key else where, str(exc),
                           hint='e.g. multiline = { preset = "java" } or { start = "^\\d{4}-" }'

@@ -127,10 +127,6 @@ class Decompressed:
         self._window = b""
         self._window_at = 0
 
-    @property
-    def broken(self) -> str | None:
-        return self._sizer.broken
-
     def size(self) -> int:
         while os.fstat(self.fd).st_size > self._sizer.in_pos and not self._sizer.broken:
             chunk = self._sizer.more()

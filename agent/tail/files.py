@@ -926,19 +926,26 @@ class FileSource:
         """Close files idle ``close_idle_ms``, and beyond ``max_open_files`` the files idle
         longest; a cap every open file is too busy for is exceeded, and said."""
         limit = self.cfg.close_idle_ms / 1e3 if self.cfg.close_idle_ms else None
+        if limit is None and not self.cfg.max_open_files:
+            return
         idle = sorted(((d, ident) for ident, t in self.tracked.items()
                        if (d := self._idle_for(t, now)) is not None), reverse=True)
-        over = len(self.tracked) - self.cfg.max_open_files if self.cfg.max_open_files else 0
+        over = self._over_cap()
         for k, (d, ident) in enumerate(idle):
             if k >= over and (limit is None or d < limit):
                 break
             self._close_one(ident)
-        over = len(self.tracked) - self.cfg.max_open_files if self.cfg.max_open_files else 0
+        over = self._over_cap()
         if over > 0 and not self.over_cap:
             log.warning("topic %s: %d file(s) open, over max_open_files = %d, and none of them "
                         "idle: kept open (closing a file being written would leave it unread)",
                         self.cfg.topic, len(self.tracked), self.cfg.max_open_files)
         self.over_cap = max(0, over)
+
+    def _over_cap(self) -> int:
+        """Files open beyond ``max_open_files`` (0 without a cap)."""
+        cap = self.cfg.max_open_files
+        return len(self.tracked) - cap if cap else 0
 
     def _close_one(self, ident: Ident) -> None:
         t = self.tracked.pop(ident)

@@ -17,8 +17,8 @@ forty ``a`` and a ``b`` takes minutes). RE2 refuses what it cannot do in linear 
 (backreferences, lookaround): ``validate`` says so with the key path and exits 78.
 
 A pattern is matched against each line alone, without its newline (``^`` and ``$`` are the
-line's start and end). It is run over a whole read at once (``finditer``: one call, the
-matches' positions mapped to their lines with numpy) and every match is checked to stay
+line's start and end). It is searched for over a whole read, one RE2 call per match (the
+matches' positions mapped to their lines with numpy), and every match is checked to stay
 within its line: a match that runs past its line's end (``\\s`` matches a newline) is tried
 again on that line alone and the search goes on from the next line, so the result is what a
 match per line would give.
@@ -82,4 +82,3 @@ class EventCutter:
         if len(out):
             out[0] = True
         return out
-

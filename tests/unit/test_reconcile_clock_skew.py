@@ -109,6 +109,24 @@ def ranges(origin: str, at: int, batch: int, through: int, missing: list) -> dic
             **JOB}
 
 
+def reconciled(cfg, db, broker: Broker, now: int) -> list[tuple]:
+    """The reconciler run once at ``now`` over what ``broker`` holds: every alert, by id
+    (kind, origin, status, detail)."""
+    rec = Reconciler(cfg, db, clock=lambda: now / 1000)
+    rec.consumer = broker
+    rec.partitions = {0}
+    while rec.consume_batch(timeout_s=0)[0]:
+        pass
+    rec.evaluate_job()
+    rec.close()
+    store = Store(db, readonly=True)
+    try:
+        return store.conn.execute(
+            "SELECT kind, origin, status, detail FROM alerts ORDER BY id").fetchall()
+    finally:
+        store.close()
+
+
 def test_caught_up_is_decided_by_positions_when_the_clocks_disagree_by_ten_minutes(tmp_path):
     cfg = parse({"windows": {"tiers": ["producer", "kafka-local"], "settle_ms": MIN},
                  "alerts": {"silent_ms": 35 * MIN, "lag_ms": 60 * MIN}})
@@ -116,19 +134,7 @@ def test_caught_up_is_decided_by_positions_when_the_clocks_disagree_by_ten_minut
     db = tmp_path / "r.db"
 
     def evaluate(now: int) -> list[tuple]:
-        rec = Reconciler(cfg, db, clock=lambda: now / 1000)
-        rec.consumer = broker
-        rec.partitions = {0}
-        while rec.consume_batch(timeout_s=0)[0]:
-            pass
-        rec.evaluate_job()
-        rec.close()
-        store = Store(db, readonly=True)
-        try:
-            return store.conn.execute(
-                "SELECT kind, origin, status, detail FROM alerts ORDER BY id").fetchall()
-        finally:
-            store.close()
+        return reconciled(cfg, db, broker, now)
 
     def states() -> dict[str, str]:
         store = Store(db, readonly=True)
@@ -284,19 +290,7 @@ def test_a_window_lost_whole_before_a_tier_first_counted_its_topic_is_judged_at_
         return body
 
     def run(now: int) -> list[tuple]:
-        rec = Reconciler(cfg, db, clock=lambda: now / 1000)
-        rec.consumer = broker
-        rec.partitions = {0}
-        while rec.consume_batch(timeout_s=0)[0]:
-            pass
-        rec.evaluate_job()
-        rec.close()
-        store = Store(db, readonly=True)
-        try:
-            return store.conn.execute(
-                "SELECT kind, origin, status, detail FROM alerts WHERE kind = 'loss'").fetchall()
-        finally:
-            store.close()
+        return [a for a in reconciled(cfg, db, broker, now) if a[0] == "loss"]
 
     broker.append(w2, *produced(w1, w2, 200, 1, 199))                 # numbers 0-199
     broker.append(w2 + W, *produced(w2, w2 + W, 100, 2, 299))         # numbers 200-299
