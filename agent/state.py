@@ -29,7 +29,9 @@ Table ``identity``, one row: the agent's *incarnation* (created once with the da
 creation time in ms and a random part) and ``next_record``, the record number the next sealed
 record takes (stored with every checkpoint; the pool's header keeps it too, the larger wins).
 Record numbers (``docket-seq``) are per (origin, incarnation): an agent whose state was lost
-starts a new incarnation at 0, and nothing of the old one is taken for it.
+starts a new incarnation at 0, and nothing of the old one is taken for it. ``next_source_id``:
+the source id the next row of ``files`` takes; an id is never given twice, not even one whose
+row was deleted (``_insert``).
 
 Table ``locate``, one row per run of records sealed from one source (an append)::
 
@@ -182,7 +184,11 @@ class StateDB:
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS identity (id INTEGER PRIMARY KEY CHECK (id = 0), "
                 "incarnation TEXT NOT NULL, created_ms INTEGER NOT NULL, "
-                "next_record INTEGER NOT NULL)")
+                "next_record INTEGER NOT NULL, next_source_id INTEGER NOT NULL DEFAULT 0)")
+            if "next_source_id" not in {row[1] for row in
+                                        self.conn.execute("PRAGMA table_info(identity)")}:
+                self.conn.execute("ALTER TABLE identity ADD COLUMN next_source_id INTEGER "
+                                  "NOT NULL DEFAULT 0")
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS locate (first_record INTEGER NOT NULL, "
                 "records INTEGER NOT NULL, topic TEXT NOT NULL, source_id INTEGER, path TEXT, "
@@ -191,7 +197,8 @@ class StateDB:
             self.conn.execute("CREATE INDEX IF NOT EXISTS locate_sealed ON locate (sealed_ms)")
             if not self.conn.execute("SELECT 1 FROM identity").fetchone():
                 now = self.clock.time_ms()
-                self.conn.execute("INSERT INTO identity VALUES (0, ?, ?, 0)",
+                self.conn.execute("INSERT INTO identity (id, incarnation, created_ms, "
+                                  "next_record) VALUES (0, ?, ?, 0)",
                                   (f"{now}-{secrets.token_hex(4)}", now))
         self._create_audit_tables()
         if self.created:                 # the database and its log, by name
@@ -286,12 +293,21 @@ class StateDB:
 
     def _insert(self, source_index, dev, ino, fingerprint, path, start_offset, size_seen,
                 state=ACTIVE) -> int:
-        cur = self.conn.execute(
-            "INSERT INTO files (source_index, dev, ino, fingerprint, path, sealed_offset, "
-            "acked_offset, size_seen, state, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (source_index, dev, ino, fingerprint, path, start_offset, start_offset, size_seen,
-             state, self.clock.time_ms()))
-        return cur.lastrowid
+        """A new row under a source id never given before: SQLite would give the highest id
+        plus one, so a row deleted while the agent still holds its file (a skipped compressed
+        file) would lend its id to the next file, and what the agent then writes for the one
+        would land on the other's row."""
+        (source_id,) = self.conn.execute(
+            "SELECT MAX(next_source_id, (SELECT IFNULL(MAX(source_id), 0) + 1 FROM files)) "
+            "FROM identity").fetchone()
+        self.conn.execute("UPDATE identity SET next_source_id = ?", (source_id + 1,))
+        self.conn.execute(
+            "INSERT INTO files (source_id, source_index, dev, ino, fingerprint, path, "
+            "sealed_offset, acked_offset, size_seen, state, updated_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (source_id, source_index, dev, ino, fingerprint, path, start_offset, start_offset,
+             size_seen, state, self.clock.time_ms()))
+        return source_id
 
     def update(self, source_id: int, **fields) -> None:
         self._crash_point("db:update")

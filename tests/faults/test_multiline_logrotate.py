@@ -100,7 +100,7 @@ def test_multiline_events_under_logrotate_compress_kills_and_a_broker_pause(
             if msg.value() != event(parse_id(msg.value()))[:-1]:
                 partial.append(msg.value())
 
-        counts = consume_counts(bootstrap, topic_name, total, 600, parse_id, on_msg=see)
+        counts = consume_counts(bootstrap, topic_name, total, 240, parse_id, on_msg=see)
         status = agent.status()
         compressed_copies = agent.metric("agent_source_rotations_total",
                                          kind="compressed_copy")

@@ -88,3 +88,36 @@ def test_a_generation_not_recorded_is_a_clear_error(tmp_path):
     with pytest.raises(KeyError, match="no file generation 3"):
         db.get(3)
     db.close()
+
+
+def test_a_source_id_is_never_given_twice_not_even_a_deleted_rows(tmp_path):
+    """SQLite gives a new row the highest id plus one: the id of a deleted last row would come
+    back. The state database never gives an id twice, across a restart too."""
+    db = StateDB(tmp_path / "state.db")
+    first = db.add_file(0, 1, 10, b"a", "/a")
+    second = db.add_file(0, 1, 11, b"b", "/b")
+    db.delete(second)
+    third = db.add_file(0, 1, 12, b"c", "/c")
+    assert third not in (first, second)
+    db.delete(third)
+    db.close()
+    db = StateDB(tmp_path / "state.db")
+    assert db.add_file(0, 1, 13, b"d", "/d") not in (first, second, third)
+    db.close()
+
+
+def test_an_identity_table_of_an_earlier_version_gains_the_next_source_id(tmp_path):
+    """A database whose ``identity`` has no ``next_source_id`` (before it was added) gets the
+    column at start; ids go on after the highest one in ``files``."""
+    path = tmp_path / "old.db"
+    db = StateDB(path)
+    db.add_file(0, 1, 10, b"a", "/a")
+    db.add_file(0, 1, 11, b"b", "/b")
+    inc, _ = db.identity()
+    db.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE identity DROP COLUMN next_source_id")
+    db = StateDB(path)
+    assert db.identity()[0] == inc
+    assert db.add_file(0, 1, 12, b"c", "/c") == 3
+    db.close()

@@ -1058,3 +1058,34 @@ def test_max_open_files_closes_the_files_idle_longest_and_says_when_it_cannot(tm
     assert len(h.src.tracked) <= 3 and len(h.src.idle_closed) >= 3
     assert sorted(h.ids()) == list(range(60))
     assert h.src.waiting()["over_max_open_files"] == 0
+
+
+def test_a_skipped_compressed_files_source_id_is_never_given_to_another_file(tmp_path):
+    """A compressed file that is no generation being read is skipped and its row deleted, but
+    the agent still holds it (by its source id) while it stays under the glob. Its id must never
+    go to a file found later: SQLite gives a new row the highest id plus one, so the deleted
+    row's id came back for the next file, and the skipped file's later moves were written onto
+    that file's row (seen under logrotate ``compress``: a copy read again whole from offset 0
+    under the wrong generation, and the generation it belonged to journaled as deleted)."""
+    h = Harness(tmp_path)
+    h.write(0, 500)
+    h.step()
+    h.drain_all()
+    (h.logs / "app.log.9.gz").write_bytes(_gzip_of(lines(90_000, 90_100)))
+    h.step()                                              # skipped; its row deleted
+    os.rename(h.app, h.logs / "app.log.1")                # a rotation: a new app.log
+    h.write(500, 600)
+    h.step()
+    h.past_grace()
+    ids = {t.source_id for t in h.src.tracked.values()}
+    assert len(ids) == len(h.src.tracked), f"two files under one source id: {h.src.tracked}"
+    os.rename(h.logs / "app.log.9.gz", h.logs / "app.log.10.gz")   # logrotate's renumbering
+    os.rename(h.logs / "app.log.1", h.logs / "app.log.2")
+    h.write(600, 700)
+    h.wait(3, steps=6)
+    h.restart(crash=True)
+    h.write(700, 800)
+    h.wait(3, steps=6)
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(800))
+    assert h.journal_entries() == []
