@@ -586,11 +586,15 @@ class Agent:
     def _read(self, now: float) -> tuple[int, bool, bool]:
         """Scan when due, then read every file source within the turn's budget. Returns (bytes
         read, whether the pool pushed back, whether every file source was read to its end)."""
-        if now >= self._next_scan or any(f.rescan for f in self.file_sources) or \
-                (now - self._last_scan >= EVENT_SCAN_MIN_S and self.watch.consume()):
+        rescan = any(f.rescan for f in self.file_sources) or \
+            (now - self._last_scan >= EVENT_SCAN_MIN_S and self.watch.consume())
+        if rescan or now >= self._next_scan:
+            # The timed scan behind a watch of every folder is a safety net: it lists only
+            # folders that changed (``FileSource.scan``).
+            safety = not rescan and self.watch.covers_all()
             self._last_scan = now
             for f in self.file_sources:
-                f.scan()
+                f.scan(safety=safety)
             every = min((f.cfg.poll_interval_ms for f in self.file_sources), default=250) / 1000
             if self.watch.covers_all() and not any(f.settling() for f in self.file_sources):
                 every = max(every, WATCHED_SCAN_S)       # events wake the scans: a safety net

@@ -85,6 +85,7 @@ class _Stream:
         self.in_pos = 0               # compressed bytes consumed
         self.out_pos = 0              # decompressed bytes produced
         self.broken: str | None = None
+        self.ended = False            # the bytes consumed end with a whole stream
 
     def more(self) -> bytes:
         """The next decompressed bytes (b"" when the file holds no more for now)."""
@@ -98,9 +99,11 @@ class _Stream:
         try:
             while data:
                 out.append(self.d.decompress(data))
+                self.ended = self.d.eof
                 if not self.d.eof:
                     break
                 data = self.d.unused_data        # the next member or stream
+                self.ended = not data
                 if data and kind(data[:HEAD_BYTES]) not in (self.kind, MAYBE):
                     self.broken = "trailing bytes that are not another compressed stream"
                     break
@@ -133,6 +136,13 @@ class Decompressed:
             if len(self.head) < HEAD_KEPT and chunk:
                 self.head = (self.head + chunk)[:HEAD_KEPT]
         return self._sizer.out_pos
+
+    def whole(self) -> bool:
+        """Whether the file's bytes so far end with a whole compressed stream (or cannot be
+        decompressed further): false while a compressor is still writing it (logrotate's
+        ``compress`` writes ``app.log.1.gz`` for as long as gzip takes)."""
+        self.size()
+        return self._sizer.ended or self._sizer.broken is not None
 
     def pread(self, n: int, offset: int) -> bytes:
         end = offset + n

@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import glob
 import logging
 import os
+import time
 from collections import defaultdict
 
 from ..buffer import BufferPool
@@ -72,6 +74,8 @@ ROTATED_DELETED = "rotated_deleted"   # an orphan's reason: see _orphan_row
 ROTATED_IDLE_S = 5.0          # a rotated file at its end this long is closed
 SIZE_PERSIST_S = 1.0          # sizes seen are stored at least this often
 FOLDER_AWAY_MAX_S = 600.0     # known files wait this long for their folder (a late mount)
+# A glob's folder changed more recently than this is listed at every scan (see _folder_marks).
+FOLDER_MARK_MARGIN_NS = 1_000_000_000
 
 
 HEAD_KEY = 16                    # bytes of a file's start the decisions index files by
@@ -142,6 +146,7 @@ class FileSource:
         self.idle_closed: dict[Ident, tuple[int, int, int]] = {}
         self._idle_paths: dict[str, Ident] = {}        # their paths, as the watch names them
         self.rescan = False                            # a closed file was written: scan now
+        self._marks: dict[str, tuple] | None = None    # the globs' folders at the last listing
         self.over_cap = 0                              # busy files open beyond the cap
 
     # -- helpers ------------------------------------------------------------------------------
@@ -184,7 +189,58 @@ class FileSource:
         return out
 
     # -- scanning -----------------------------------------------------------------------------
-    def scan(self) -> None:
+    def scan(self, safety: bool = False) -> None:
+        """List the globs and decide on every file found. ``safety``: the loop's timed scan
+        behind a write watch that covers every folder (events wake the other scans): when no
+        folder of the globs changed since the last listing (``_folders_unchanged``), nothing
+        was created, moved or deleted there, so the listing is left out and only the files
+        open are looked at again (10,000 idle files under one glob cost 0.15-0.27 CPU-s a
+        listing)."""
+        if safety and self._folders_unchanged():
+            self._quiet.clear()
+            self._quiet_paths.clear()
+            for t in list(self.tracked.values()):
+                self.reader.check(t)
+            self._store_sizes()
+            return
+        marks = self._folder_marks()         # before the listing: a change during it counts
+        self._scan()
+        self._marks = marks
+
+    def _folder_marks(self) -> dict[str, tuple] | None:
+        """Each glob's folder's identity and times, when every glob names its folder without
+        wildcards and none was modified within the last ``FOLDER_MARK_MARGIN_NS`` (a file
+        created in the same clock tick as an earlier change leaves the times as they were);
+        else None."""
+        marks = {}
+        now = time.time_ns()
+        for pattern in self.cfg.paths:
+            folder = os.path.dirname(pattern)
+            if glob.has_magic(folder):
+                return None
+            try:
+                st = self.fs.stat(folder)
+            except OSError:
+                return None
+            mtime = _mtime_ns(st)
+            if now - mtime < FOLDER_MARK_MARGIN_NS:
+                return None
+            # The change time too: a folder whose time was set back after a change (``touch
+            # -d``, an archive extracted) has the same modification time, not the same ctime.
+            marks[folder] = (st.st_dev, st.st_ino, mtime, _ctime_ns(st))
+        return marks
+
+    def _folders_unchanged(self) -> bool:
+        """Whether a listing now would find what the last one found: every glob's folder as it
+        was then, and nothing that only a listing decides waiting (files not decided on,
+        orphans, folders away, unreadable files or files too old, whose writes the watch does
+        not report as such; a file closed while idle is written: ``rescan``)."""
+        if self._marks is None or self.rescan or self.settling() or self.unreadable \
+                or self.ignored_older:
+            return False
+        return self._folder_marks() == self._marks
+
+    def _scan(self) -> None:
         self._quiet.clear()                  # every file is looked at after a scan
         self._quiet_paths.clear()
         self.rescan = False
@@ -583,6 +639,12 @@ class FileSource:
             # (A file no longer listed waits too: its descriptor holds it.)
             if maybe and waited < gen.SETTLE_S:
                 continue                    # perhaps a copy still being written: wait
+            if orphan is None and original is None and waited < gen.COMPRESSING_WAIT_S \
+                    and self.fs.compressing(p.fd):
+                # A compressor still writing it (a loaded host's gzip can take seconds): what
+                # it holds so far is not yet what it is a copy of. Decided once its stream is
+                # whole, or once it stopped growing for COMPRESSING_WAIT_S.
+                continue
             if orphan is not None:
                 self._continue(orphan, ident, p, head, size)
                 continue
@@ -725,8 +787,12 @@ class FileSource:
 
     def _expire_orphans(self) -> None:
         now = self._now()
+        # A compressed file still being written may be an orphan's copy: none is given up
+        # while one is (for up to COMPRESSING_WAIT_S since it last grew).
+        compressing = any(now - p.since < gen.COMPRESSING_WAIT_S and self.fs.compressing(p.fd)
+                          for p in self.pending.values())
         for o in list(self.orphans):
-            if not o.journaled and now >= o.deadline:
+            if not o.journaled and now >= o.deadline and not compressing:
                 o.journaled = True
                 self.db.update(o.source_id, state=LOST)
                 self._rotation("copy_not_found")
@@ -1014,3 +1080,8 @@ class FileSource:
 def _mtime_ns(st: os.stat_result) -> int:
     """A stat's modification time in ns (a stat built from its first ten fields has none)."""
     return st.st_mtime_ns if st.st_mtime_ns is not None else int(st.st_mtime * 1e9)
+
+
+def _ctime_ns(st: os.stat_result) -> int:
+    """A stat's change time in ns (as ``_mtime_ns``)."""
+    return st.st_ctime_ns if st.st_ctime_ns is not None else int(st.st_ctime * 1e9)

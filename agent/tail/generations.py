@@ -61,6 +61,7 @@ from dataclasses import dataclass
 COPY_GRACE_S = 5.0              # an orphan's unread bytes are journaled after this without a copy
 ORPHAN_RETENTION_S = 3600.0     # ... and it is still matched to a late copy this long
 SETTLE_S = 1.0                  # a file that may be a copy in progress waits this long unchanged
+COMPRESSING_WAIT_S = 30.0       # a compressed file not yet ending with a whole stream: as long
 TAIL_BYTES = 512                # bytes before the resume offset a copy must hold
 
 MATCH, MAYBE, NO = "match", "maybe", "no"

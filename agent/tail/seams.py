@@ -63,6 +63,12 @@ class FsOps:
         view = self._view(fd)
         return None if view is None else view.kind
 
+    def compressing(self, fd: int) -> bool:
+        """Whether ``fd`` is a compressed file that does not yet end with a whole stream
+        (``Decompressed.whole``): its compressor may still be writing it."""
+        view = self._view(fd)
+        return view is not None and not view.whole()
+
     # (A test's subclass need not call __init__: the tables are made on first use.)
     def _views(self) -> dict[int, compressed.Decompressed]:
         return self.__dict__.setdefault("_decompressed", {})

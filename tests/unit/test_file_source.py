@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 
 import pytest
 
@@ -1089,3 +1090,72 @@ def test_a_skipped_compressed_files_source_id_is_never_given_to_another_file(tmp
     h.past_grace()
     assert sorted(h.ids()) == list(range(800))
     assert h.journal_entries() == []
+
+
+def _age_folder(folder, seconds: float = 30) -> None:
+    """Set a folder's times back, as a folder nothing was created in for a while."""
+    past = time.time() - seconds
+    os.utime(folder, (past, past))
+
+
+def test_a_safety_scan_of_folders_unchanged_since_the_last_listing_lists_nothing(tmp_path):
+    """The timed scan behind a write watch (``scan(safety=True)``): when the globs' folders are
+    as the last listing found them, nothing was created, moved or deleted there, so nothing
+    is listed — and the files open are still looked at again (a write the watch missed is
+    read). A folder changed since, or changed too recently to be told apart from a change in
+    the same clock tick, is listed again."""
+    h = Harness(tmp_path)
+    for k in range(3):
+        h.write(100 * k, 100 * k + 50, h.logs / f"app.log.{k}")
+    _age_folder(h.logs)
+    h.step()
+    listings = []
+    h.fs.before["glob"] = [lambda: listings.append(1) for _ in range(10)]
+    h.src.scan(safety=True)
+    assert listings == [], "an unchanged folder was listed"
+    h.write(50, 60, h.logs / "app.log.0")              # a write no event reported
+    h.src.read_some(1 << 20, written=set())
+    assert sorted(h.ids()) == sorted([*range(0, 60), *range(100, 150), *range(200, 250)])
+    h.write(300, 310, h.logs / "app.log.9")            # a new file: the folder changed
+    h.src.scan(safety=True)
+    assert listings == [1], "a changed folder was not listed"
+    h.step()
+    assert 300 in h.ids()
+    before = len(listings)
+    h.src.scan(safety=True)                              # changed within the margin: listed
+    assert len(listings) == before + 1
+
+
+def test_a_compressed_copy_still_being_written_at_start_is_waited_for(tmp_path):
+    """logrotate ``compress`` ran while the agent was stopped with lines unread, and gzip is
+    still writing app.log.1.gz when the agent starts (a loaded host): what the file holds so
+    far is a prefix of a gzip stream. It is not decided on — neither as a new file (skipped,
+    forgotten) nor by the orphan journaled — while its stream is not whole, even after it
+    stopped growing for longer than the copy grace; once gzip ends it, it continues the
+    generation from its checkpoint: every line once, nothing journaled (seen under logrotate
+    with a busy loop on the other core: a 0-byte .gz skipped, its generation journaled as
+    deleted, 21,200 events lost)."""
+    import gzip
+    h = Harness(tmp_path)
+    h.write(0, 1000)
+    h.step()
+    h.drain_all()
+    h.write(1000, 20_000)                                 # written, not read
+    h.src.scan()
+    h.stop()
+    packed = gzip.compress(h.app.read_bytes())
+    gz = h.logs / "app.log.1.gz"
+    gz.write_bytes(packed[:20])                           # gzip has written its header so far
+    h.app.unlink()
+    h.write(20_000, 20_100)                               # the new app.log
+    h.open()
+    h.wait(files.gen.COPY_GRACE_S + 2, steps=8)           # longer than the grace, no growth
+    assert h.journal_entries() == []
+    assert h.metrics.get("agent_source_bad_input_total", kind="compressed", topic="t") == 0
+    with open(gz, "ab") as f:                             # gzip ends the stream
+        f.write(packed[20:])
+    h.wait(3, steps=6)
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(20_100))
+    assert h.journal_entries() == []
+    assert h.metrics.get("agent_source_rotations_total", kind="compressed_copy", topic="t") == 1
