@@ -33,6 +33,11 @@ starts a new incarnation at 0, and nothing of the old one is taken for it. ``nex
 the source id the next row of ``files`` takes; an id is never given twice, not even one whose
 row was deleted (``_insert``).
 
+Table ``skipped``: the first bytes (decompressed) of each compressed file skipped without
+being a generation's copy (``compressed = "skip"``: archives found at the agent's first start);
+with the generations' fingerprints they say whether a compressed file found later holds content
+never seen (``knows_content``).
+
 Table ``locate``, one row per run of records sealed from one source (an append)::
 
     first_record   INTEGER  the first record number of the run
@@ -195,6 +200,8 @@ class StateDB:
                 "ino INTEGER, start INTEGER, end INTEGER, exact INTEGER NOT NULL, "
                 "sealed_ms INTEGER NOT NULL, PRIMARY KEY (first_record, source_id))")
             self.conn.execute("CREATE INDEX IF NOT EXISTS locate_sealed ON locate (sealed_ms)")
+            self.conn.execute("CREATE TABLE IF NOT EXISTS skipped (fingerprint BLOB PRIMARY KEY, "
+                              "seen_ms INTEGER NOT NULL)")
             if not self.conn.execute("SELECT 1 FROM identity").fetchone():
                 now = self.clock.time_ms()
                 self.conn.execute("INSERT INTO identity (id, incarnation, created_ms, "
@@ -222,6 +229,26 @@ class StateDB:
                          "value INTEGER NOT NULL)")
 
     # -- reading ------------------------------------------------------------------------------
+    def knows_content(self, head: bytes, but: int | None = None) -> bool:
+        """Whether content starting with ``head`` was seen before: a generation's fingerprint
+        (any state, any source; not row ``but``'s, the file's own) or a skipped compressed
+        file's is a prefix of it, or it of one."""
+        if not head:
+            return False
+        match = ("length(fingerprint) > 0 AND (substr(?1, 1, length(fingerprint)) = "
+                 "fingerprint OR substr(fingerprint, 1, length(?1)) = ?1)")
+        return self.conn.execute(
+            f"SELECT 1 FROM files WHERE source_id IS NOT ?2 AND {match} UNION ALL "
+            f"SELECT 1 FROM skipped WHERE {match} LIMIT 1", (head, but)).fetchone() is not None
+
+    def add_skipped(self, fingerprint: bytes) -> None:
+        """A compressed file skipped as content not to be read (found at the agent's first
+        start): its start, so a later look knows it (``knows_content``)."""
+        if fingerprint:
+            with self.conn:
+                self.conn.execute("INSERT OR IGNORE INTO skipped VALUES (?, ?)",
+                                  (fingerprint, self.clock.time_ms()))
+
     def identity(self) -> tuple[str, int]:
         """(incarnation, next_record)."""
         inc, nxt = self.conn.execute("SELECT incarnation, next_record FROM identity").fetchone()

@@ -28,6 +28,16 @@ _MAGICS: tuple[tuple[str, tuple[bytes | None, ...]], ...] = (
 )
 
 
+# The names compressors give their output (gzip, xz, bzip2, zstd).
+SUFFIXES = (".gz", ".xz", ".bz2", ".zst")
+
+
+def named(path: str) -> bool:
+    """Whether ``path`` ends as a compressor's output is named (an empty file so named is
+    most likely one a compressor has only just made)."""
+    return path.endswith(SUFFIXES)
+
+
 def _matches(head: bytes, parts: tuple[bytes | None, ...]) -> str | None:
     """``"yes"``, ``MAYBE`` (``head`` ends inside the magic) or None."""
     at = 0

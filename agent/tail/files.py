@@ -140,6 +140,9 @@ class FileSource:
         self.orphans = self._load_orphans()
         # The agent's very first start here: the first scan's new files honour ``read_from``.
         self._first_scan_from_end = first_start and cfg.read_from == "end"
+        # The agent's very first listing: compressed files found then are archives (skipped).
+        self._first_listing = first_start
+        self._archives: set[Ident] = set()             # files that listing found
         self.ignored_older: dict[Ident, int] = {}      # not opened: too old; size when seen
         # Closed while idle (close_idle_ms, max_open_files): ident → (source_id, size,
         # mtime_ns) when closed; opened again when a scan finds either changed.
@@ -272,6 +275,9 @@ class FileSource:
                 start_at = self._last_line_end(path, st)
             self._open_new(ident, path, st, start_at)
         self._first_scan_from_end = False
+        if self._first_listing:
+            self._archives = set(found)
+            self._first_listing = False
         for ident in [i for i in self.ignored_older if i not in found]:
             del self.ignored_older[ident]                  # gone
         listed = {f[0] for f in found.values()}
@@ -640,7 +646,7 @@ class FileSource:
             if maybe and waited < gen.SETTLE_S:
                 continue                    # perhaps a copy still being written: wait
             if orphan is None and original is None and waited < gen.COMPRESSING_WAIT_S \
-                    and self.fs.compressing(p.fd):
+                    and self._compressing(p, size):
                 # A compressor still writing it (a loaded host's gzip can take seconds): what
                 # it holds so far is not yet what it is a copy of. Decided once its stream is
                 # whole, or once it stopped growing for COMPRESSING_WAIT_S.
@@ -727,8 +733,30 @@ class FileSource:
         self._track(ident, t)
         packed = self.fs.compression(p.fd)
         if packed is not None and self.cfg.compressed == "skip":
+            if self._unseen(ident, p.row_id, head, packed):
+                # Written, rotated and compressed while the agent was stopped (or between two
+                # of its looks): the only form its content has left. Read whole.
+                self._rotation("compressed_unseen")
+                log.info("%s is %s-compressed content this agent never saw (written, rotated "
+                         "and compressed while it was stopped): read whole, decompressed",
+                         p.path, packed)
+                return
             t.compressed = packed           # not the compressed form of a file being read
             self._compressed(t, packed)
+
+    def _unseen(self, ident: Ident, row_id: int, head: bytes, packed: str) -> bool:
+        """Whether a compressed file that is no generation's copy holds content never seen:
+        not found by the agent's first listing (archives there before it are skipped), and
+        neither a generation nor a skipped file starts like it (a copy of content read to its
+        end, or an archive, is skipped)."""
+        return packed in compressed.READABLE and ident not in self._archives \
+            and len(head) > 0 and not self.db.knows_content(head, but=row_id)
+
+    def _compressing(self, p: Pending, size: int) -> bool:
+        """Whether a compressor may still be writing the pending file ``p``: its bytes do not
+        yet end with a whole stream, or it is empty under a compressed file's name (gzip makes
+        its output file before it writes a byte to it)."""
+        return self.fs.compressing(p.fd) or (size == 0 and compressed.named(p.path))
 
     def _copy_of_pending(self, p: Pending, size: int) -> bool:
         """Is ``p`` so far a copy of another file not decided on yet (an original and its
@@ -789,7 +817,8 @@ class FileSource:
         now = self._now()
         # A compressed file still being written may be an orphan's copy: none is given up
         # while one is (for up to COMPRESSING_WAIT_S since it last grew).
-        compressing = any(now - p.since < gen.COMPRESSING_WAIT_S and self.fs.compressing(p.fd)
+        compressing = any(now - p.since < gen.COMPRESSING_WAIT_S
+                          and self._compressing(p, self.fs.fstat(p.fd).st_size)
                           for p in self.pending.values())
         for o in list(self.orphans):
             if not o.journaled and now >= o.deadline and not compressing:
@@ -891,7 +920,9 @@ class FileSource:
                         "" if kind in compressed.READABLE else "; zstd is never read")
         self._bad("compressed")
         # Forgotten by the database: none of its bytes is owed, so neither its deletion nor a
-        # rotation while the agent is stopped may journal them as unread.
+        # rotation while the agent is stopped may journal them as unread. Its start is kept:
+        # found again, it is not taken for content never seen (``_unseen``).
+        self.db.add_skipped(t.fingerprint)
         self.db.delete(t.source_id)
 
     def _candidates(self, head: bytes) -> list[Tracked]:

@@ -1068,12 +1068,12 @@ def test_a_skipped_compressed_files_source_id_is_never_given_to_another_file(tmp
     row's id came back for the next file, and the skipped file's later moves were written onto
     that file's row (seen under logrotate ``compress``: a copy read again whole from offset 0
     under the wrong generation, and the generation it belonged to journaled as deleted)."""
-    h = Harness(tmp_path)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "app.log.9.gz").write_bytes(_gzip_of(lines(90_000, 90_100)))
+    h = Harness(tmp_path, first_start=True)               # an archive: skipped, row deleted
     h.write(0, 500)
     h.step()
     h.drain_all()
-    (h.logs / "app.log.9.gz").write_bytes(_gzip_of(lines(90_000, 90_100)))
-    h.step()                                              # skipped; its row deleted
     os.rename(h.app, h.logs / "app.log.1")                # a rotation: a new app.log
     h.write(500, 600)
     h.step()
@@ -1159,3 +1159,78 @@ def test_a_compressed_copy_still_being_written_at_start_is_waited_for(tmp_path):
     assert sorted(h.ids()) == list(range(20_100))
     assert h.journal_entries() == []
     assert h.metrics.get("agent_source_rotations_total", kind="compressed_copy", topic="t") == 1
+
+
+def test_an_empty_compressed_file_found_at_start_is_waited_for(tmp_path):
+    """The same with gzip not having written a byte yet: app.log.1.gz is empty when the agent
+    starts, and stays so for longer than the settling and the copy grace. It is not started as
+    a new (empty) file, nor is the generation it will hold journaled; once gzip has written it,
+    it continues that generation."""
+    import gzip
+    h = Harness(tmp_path)
+    h.write(0, 1000)
+    h.step()
+    h.drain_all()
+    h.write(1000, 5_000)
+    h.src.scan()
+    h.stop()
+    packed = gzip.compress(h.app.read_bytes())
+    gz = h.logs / "app.log.1.gz"
+    gz.touch()
+    h.app.unlink()
+    h.write(5_000, 5_100)
+    h.open()
+    h.wait(files.gen.COPY_GRACE_S + 2, steps=8)
+    assert h.journal_entries() == []
+    gz.write_bytes(packed)
+    h.wait(3, steps=6)
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(5_100))
+    assert h.journal_entries() == []
+    assert h.metrics.get("agent_source_rotations_total", kind="compressed_copy", topic="t") == 1
+
+
+def test_a_generation_written_and_compressed_while_stopped_is_read_whole(tmp_path):
+    """Two compressing rotations while the agent is stopped: app.log (read to its end) becomes
+    app.log.2.gz, and a whole generation the agent never saw — written, rotated and compressed
+    meanwhile — is app.log.1.gz. That file is the only form its content has left: read whole,
+    decompressed (before: skipped as "not the compressed form of a file being read", its lines
+    lost without a journal entry). The copy of what was read adds nothing."""
+    import gzip
+    h = Harness(tmp_path)
+    h.write(0, 1000)
+    h.step()
+    h.drain_all()
+    h.stop()
+    (h.logs / "app.log.2.gz").write_bytes(gzip.compress(h.app.read_bytes()))
+    h.app.unlink()
+    (h.logs / "app.log.1.gz").write_bytes(gzip.compress(lines(1000, 3000)))
+    h.write(3000, 3100)
+    h.open()
+    h.wait(3, steps=6)
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(3100))
+    assert h.journal_entries() == []
+    assert h.metrics.get("agent_source_rotations_total", kind="compressed_unseen", topic="t") == 1
+    h.restart()                                         # read, it is known: not read again
+    h.wait(3, steps=6)
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(3100))
+
+
+def test_compressed_archives_found_at_the_first_start_stay_skipped(tmp_path):
+    """Archives under the glob before the agent ever ran are skipped at its first start — and
+    after a restart too, when their rows are gone: their starts are kept (``skipped``)."""
+    import gzip
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "app.log.3.gz").write_bytes(gzip.compress(lines(900_000, 900_500)))
+    h = Harness(tmp_path, first_start=True)
+    h.write(0, 100)
+    h.wait(3, steps=6)
+    assert sorted(h.ids()) == list(range(100))
+    os.rename(h.logs / "app.log.3.gz", h.logs / "app.log.4.gz")
+    h.restart()
+    h.wait(3, steps=6)
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(100))
+    assert h.metrics.get("agent_source_rotations_total", kind="compressed_unseen", topic="t") == 0
