@@ -104,6 +104,7 @@ def test_multiline_events_under_logrotate_compress_kills_and_a_broker_pause(
         status = agent.status()
         compressed_copies = agent.metric("agent_source_rotations_total",
                                          kind="compressed_copy")
+        unseen = agent.metric("agent_source_rotations_total", kind="compressed_unseen")
     finally:
         if resume.is_alive():
             resume.cancel()
@@ -122,7 +123,8 @@ def test_multiline_events_under_logrotate_compress_kills_and_a_broker_pause(
     figures = {"events": total, "lines": sum(event(i).count(b"\n") for i in range(total)),
                "kills": KILLS, "paused_s": PAUSE_S, "backlog_in_pause": backlog_in_pause,
                "rotations": len(runs), "gz_files": len(gz),
-               "compressed_copies_read": compressed_copies, "lost": len(missing),
+               "compressed_copies_read": compressed_copies, "unseen_read_whole": unseen,
+               "lost": len(missing),
                "partial_events": len(partial), "duplicates": duplicates,
                "bound": sum(allowance.values()), "over_bound": len(over),
                "journaled": len(entries), **numbers.figures()}
