@@ -163,6 +163,9 @@ class Agent:
         self.incarnation, next_record = self.db.identity()
         # Never run here before (no state, and not a lost one): ``read_from`` applies.
         self._first_start = self.db.created and lost is None
+        # No record of the compressed archives under the globs (a new or lost state, or one of
+        # a version that kept none): those the first listing finds are archives, skipped.
+        self._archives_first = self.db.created or self.db.skipped_new
         self.audit = AuditEmitter(
             db=self.db, agent_id=cfg.agent_id, topics=_topics(cfg.sources),
             audit_topic=cfg["audit.topic"],
@@ -304,11 +307,13 @@ class Agent:
                 self.file_sources.append(FileSource(src, self.pool, self.db, self.journal,
                                                     self.metrics, self.recovered,
                                                     fs=self.seams.fs, clock=self.clock,
-                                                    first_start=self._first_start))
+                                                    first_start=self._first_start,
+                                                    archives_first=self._archives_first))
             else:
                 self.socket_sources.append(SocketSource(src, self.pool, self.metrics, self.clock,
                                                         on_data=self.wake.notify))
         self._first_start = False                # sources built again (a reload) read all
+        self._archives_first = False
 
     def _close_sources(self) -> None:
         if self.watch is not None:

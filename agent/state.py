@@ -200,6 +200,11 @@ class StateDB:
                 "ino INTEGER, start INTEGER, end INTEGER, exact INTEGER NOT NULL, "
                 "sealed_ms INTEGER NOT NULL, PRIMARY KEY (first_record, source_id))")
             self.conn.execute("CREATE INDEX IF NOT EXISTS locate_sealed ON locate (sealed_ms)")
+            # Made now (a new database, or one of a version before it): the archives under the
+            # globs are not known yet (see ``FileSource``'s ``archives_first``).
+            self.skipped_new = self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'skipped'"
+            ).fetchone() is None
             self.conn.execute("CREATE TABLE IF NOT EXISTS skipped (fingerprint BLOB PRIMARY KEY, "
                               "seen_ms INTEGER NOT NULL)")
             if not self.conn.execute("SELECT 1 FROM identity").fetchone():
@@ -230,16 +235,19 @@ class StateDB:
 
     # -- reading ------------------------------------------------------------------------------
     def knows_content(self, head: bytes, but: int | None = None) -> bool:
-        """Whether content starting with ``head`` was seen before: a generation's fingerprint
-        (any state, any source; not row ``but``'s, the file's own) or a skipped compressed
-        file's is a prefix of it, or it of one."""
+        """Whether content whose first bytes are ``head`` (up to ``FINGERPRINT_BYTES``) was
+        seen before: a generation's fingerprint (any state, any source; not row ``but``'s, the
+        file's own) or a skipped compressed file's start is all of ``FINGERPRINT_BYTES`` and
+        begins ``head``, or is ``head`` itself (content that short, whole). A shorter one says
+        nothing: a header line every file starts with, a file just made."""
         if not head:
             return False
-        match = ("length(fingerprint) > 0 AND (substr(?1, 1, length(fingerprint)) = "
-                 "fingerprint OR substr(fingerprint, 1, length(?1)) = ?1)")
+        match = ("(length(fingerprint) >= ?3 AND substr(?1, 1, length(fingerprint)) = "
+                 "fingerprint) OR fingerprint = ?1")
         return self.conn.execute(
-            f"SELECT 1 FROM files WHERE source_id IS NOT ?2 AND {match} UNION ALL "
-            f"SELECT 1 FROM skipped WHERE {match} LIMIT 1", (head, but)).fetchone() is not None
+            f"SELECT 1 FROM files WHERE source_id IS NOT ?2 AND ({match}) UNION ALL "
+            f"SELECT 1 FROM skipped WHERE {match} LIMIT 1",
+            (head, but, FINGERPRINT_BYTES)).fetchone() is not None
 
     def add_skipped(self, fingerprint: bytes) -> None:
         """A compressed file skipped as content not to be read (found at the agent's first

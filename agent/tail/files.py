@@ -108,7 +108,7 @@ class HeadIndex:
 class FileSource:
     def __init__(self, cfg: SourceConfig, pool: BufferPool, db: StateDB, journal: LossJournal,
                  metrics: Metrics, recovered: dict[int, int], fs: FsOps | None = None,
-                 clock=None, first_start: bool = False):
+                 clock=None, first_start: bool = False, archives_first: bool | None = None):
         self.cfg = cfg
         self.pool = pool
         self.db = db
@@ -140,8 +140,10 @@ class FileSource:
         self.orphans = self._load_orphans()
         # The agent's very first start here: the first scan's new files honour ``read_from``.
         self._first_scan_from_end = first_start and cfg.read_from == "end"
-        # The agent's very first listing: compressed files found then are archives (skipped).
-        self._first_listing = first_start
+        # ``archives_first`` (default: ``first_start``): the compressed files the first listing
+        # finds are archives, skipped — the agent's first start, a lost state database, or one
+        # of a version that recorded no skipped archive.
+        self._first_listing = first_start if archives_first is None else archives_first
         self._archives: set[Ident] = set()             # files that listing found
         self.ignored_older: dict[Ident, int] = {}      # not opened: too old; size when seen
         # Closed while idle (close_idle_ms, max_open_files): ident → (source_id, size,
@@ -204,11 +206,15 @@ class FileSource:
             self._quiet_paths.clear()
             for t in list(self.tracked.values()):
                 self.reader.check(t)
+            self._expire_orphans()
             self._store_sizes()
             return
         marks = self._folder_marks()         # before the listing: a change during it counts
-        self._scan()
-        self._marks = marks
+        found = self._scan()
+        # A file listed through a link may be written in a folder the watch does not see:
+        # only a listing catches that write once the file is closed while idle.
+        self._marks = None if any(os.path.islink(path) for path, _st in found.values()) \
+            else marks
 
     def _folder_marks(self) -> dict[str, tuple] | None:
         """Each glob's folder's identity and times, when every glob names its folder without
@@ -225,6 +231,8 @@ class FileSource:
                 st = self.fs.stat(folder)
             except OSError:
                 return None
+            if not _local_fs(st.st_dev):
+                return None                  # another host's writes raise no event here
             mtime = _mtime_ns(st)
             if now - mtime < FOLDER_MARK_MARGIN_NS:
                 return None
@@ -243,7 +251,7 @@ class FileSource:
             return False
         return self._folder_marks() == self._marks
 
-    def _scan(self) -> None:
+    def _scan(self) -> dict:
         self._quiet.clear()                  # every file is looked at after a scan
         self._quiet_paths.clear()
         self.rescan = False
@@ -287,6 +295,7 @@ class FileSource:
         self._expire_orphans()
         self._store_sizes()
         self.metrics.set("agent_source_files", len(self.tracked), topic=self.cfg.topic)
+        return found
 
     def _still_closed(self, ident: Ident, path: str, st: os.stat_result) -> bool:
         """A file closed while idle stays closed while its size and time are unchanged."""
@@ -645,11 +654,11 @@ class FileSource:
             # (A file no longer listed waits too: its descriptor holds it.)
             if maybe and waited < gen.SETTLE_S:
                 continue                    # perhaps a copy still being written: wait
-            if orphan is None and original is None and waited < gen.COMPRESSING_WAIT_S \
-                    and self._compressing(p, size):
+            if orphan is None and original is None and self._compressing(p, size, now):
                 # A compressor still writing it (a loaded host's gzip can take seconds): what
                 # it holds so far is not yet what it is a copy of. Decided once its stream is
-                # whole, or once it stopped growing for COMPRESSING_WAIT_S.
+                # whole, or COMPRESSING_WAIT_S after it was found (a file written compressed
+                # for good is then decided on as it is).
                 continue
             if orphan is not None:
                 self._continue(orphan, ident, p, head, size)
@@ -752,10 +761,13 @@ class FileSource:
         return packed in compressed.READABLE and ident not in self._archives \
             and len(head) > 0 and not self.db.knows_content(head, but=row_id)
 
-    def _compressing(self, p: Pending, size: int) -> bool:
-        """Whether a compressor may still be writing the pending file ``p``: its bytes do not
-        yet end with a whole stream, or it is empty under a compressed file's name (gzip makes
-        its output file before it writes a byte to it)."""
+    def _compressing(self, p: Pending, size: int, now: float) -> bool:
+        """Whether a compressor may still be writing the pending file ``p``, found less than
+        ``COMPRESSING_WAIT_S`` ago: its bytes do not yet end with a whole stream, or it is
+        empty under a compressed file's name (gzip makes its output file before it writes a
+        byte to it)."""
+        if now - p.found >= gen.COMPRESSING_WAIT_S:
+            return False
         return self.fs.compressing(p.fd) or (size == 0 and compressed.named(p.path))
 
     def _copy_of_pending(self, p: Pending, size: int) -> bool:
@@ -817,8 +829,7 @@ class FileSource:
         now = self._now()
         # A compressed file still being written may be an orphan's copy: none is given up
         # while one is (for up to COMPRESSING_WAIT_S since it last grew).
-        compressing = any(now - p.since < gen.COMPRESSING_WAIT_S
-                          and self._compressing(p, self.fs.fstat(p.fd).st_size)
+        compressing = any(self._compressing(p, self.fs.fstat(p.fd).st_size, now)
                           for p in self.pending.values())
         for o in list(self.orphans):
             if not o.journaled and now >= o.deadline and not compressing:
@@ -1111,6 +1122,31 @@ class FileSource:
 def _mtime_ns(st: os.stat_result) -> int:
     """A stat's modification time in ns (a stat built from its first ten fields has none)."""
     return st.st_mtime_ns if st.st_mtime_ns is not None else int(st.st_mtime * 1e9)
+
+
+# File systems whose every write raises an inotify event on this host (not a network file
+# system's, nor a FUSE one's whose writes may come from elsewhere).
+LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs",
+                      "jfs", "reiserfs", "ramfs", "bcachefs", "nilfs2"})
+_fs_types: dict[int, str | None] = {}
+
+
+def _local_fs(dev: int) -> bool:
+    """Whether device ``dev`` holds a file system of ``LOCAL_FS`` (``/proc/self/mountinfo``;
+    looked up once per device)."""
+    if dev not in _fs_types:
+        _fs_types[dev] = None
+        try:
+            with open("/proc/self/mountinfo") as f:
+                for line in f:
+                    fields = line.split()
+                    major, minor = fields[2].split(":")
+                    if os.makedev(int(major), int(minor)) == dev and " - " in line:
+                        _fs_types[dev] = line.split(" - ", 1)[1].split()[0]
+                        break
+        except (OSError, ValueError, IndexError):
+            pass
+    return _fs_types[dev] in LOCAL_FS
 
 
 def _ctime_ns(st: os.stat_result) -> int:

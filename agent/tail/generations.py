@@ -61,7 +61,8 @@ from dataclasses import dataclass
 COPY_GRACE_S = 5.0              # an orphan's unread bytes are journaled after this without a copy
 ORPHAN_RETENTION_S = 3600.0     # ... and it is still matched to a late copy this long
 SETTLE_S = 1.0                  # a file that may be a copy in progress waits this long unchanged
-COMPRESSING_WAIT_S = 30.0       # a compressed file not yet ending with a whole stream: as long
+COMPRESSING_WAIT_S = 60.0       # a compressed file not yet ending with a whole stream waits at
+#                                 most this long after it was found (gzip finishing a rotation)
 TAIL_BYTES = 512                # bytes before the resume offset a copy must hold
 
 MATCH, MAYBE, NO = "match", "maybe", "no"
@@ -100,6 +101,11 @@ class Pending:
     #                             starts with: resumed if nothing explains the file better
     start_at: int = 0           # where a new file is read from if nothing known explains it
     #                             (``read_from = "end"``, a file ignored while it was old)
+    found: float | None = None  # when it was found (monotonic s; ``since`` at first)
+
+    def __post_init__(self):
+        if self.found is None:
+            self.found = self.since
 
 
 def by_head(head: bytes, fingerprint: bytes) -> str:

@@ -121,3 +121,39 @@ def test_an_identity_table_of_an_earlier_version_gains_the_next_source_id(tmp_pa
     assert db.identity()[0] == inc
     assert db.add_file(0, 1, 12, b"c", "/c") == 3
     db.close()
+
+
+def test_content_is_known_only_by_a_whole_fingerprint_or_the_same_short_content(tmp_path):
+    """``knows_content``: a fingerprint of all ``FINGERPRINT_BYTES`` the content starts with, or
+    the very same short content; a shorter fingerprint (a header every file starts with, a file
+    just made) says nothing."""
+    from agent.state import FINGERPRINT_BYTES
+    db = StateDB(tmp_path / "state.db")
+    header = b"ts,level,message\n"
+    body = header + b"".join(b"%06d,INFO,event\n" % i for i in range(200))
+    db.add_file(0, 1, 10, header, "/logs/app.log")                    # just made: a header
+    assert not db.knows_content(body[:FINGERPRINT_BYTES])
+    own = db.add_file(0, 1, 11, body[:FINGERPRINT_BYTES], "/logs/app.log.1")
+    assert db.knows_content(body[:FINGERPRINT_BYTES])
+    assert not db.knows_content(body[:FINGERPRINT_BYTES], but=own)   # not by its own row
+    short = b"one line\n"
+    db.add_skipped(short)
+    assert db.knows_content(short) and not db.knows_content(short + b"and more\n")
+    db.close()
+
+
+def test_a_database_without_the_skipped_table_says_so_once(tmp_path):
+    """``skipped_new``: the table made by this open (a new database, or one of a version before
+    it): the archives under the globs are not known yet."""
+    path = tmp_path / "state.db"
+    db = StateDB(path)
+    assert db.skipped_new
+    db.close()
+    db = StateDB(path)
+    assert not db.skipped_new
+    db.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE skipped")
+    db = StateDB(path)
+    assert db.skipped_new
+    db.close()

@@ -1234,3 +1234,69 @@ def test_compressed_archives_found_at_the_first_start_stay_skipped(tmp_path):
     h.past_grace()
     assert sorted(h.ids()) == list(range(100))
     assert h.metrics.get("agent_source_rotations_total", kind="compressed_unseen", topic="t") == 0
+
+
+def test_a_safety_scan_lists_folders_whose_files_are_links(tmp_path):
+    """A file listed through a link (``/var/log/containers/*.log``) is written in a folder the
+    watch may not see: once it is closed while idle, only a listing finds its writes. So the
+    safety scan lists such a folder every time, changed or not."""
+    h = Harness(tmp_path, close_idle_ms=1000)
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    h.write(0, 50, real / "pod.log")
+    os.symlink(real / "pod.log", h.logs / "app.log")
+    _age_folder(h.logs)
+    h.step()
+    h.wait(2, steps=4)                                   # closed while idle
+    assert h.src.idle_closed
+    listings = []
+    h.fs.before["glob"] = [lambda: listings.append(1) for _ in range(10)]
+    h.write(50, 60, real / "pod.log")                    # no event names app.log
+    h.src.scan(safety=True)
+    assert listings == [1]
+    h.step()
+    assert sorted(h.ids()) == list(range(60))
+
+
+def test_a_compressed_file_never_whole_is_decided_on_after_the_wait_and_the_loss_told(tmp_path):
+    """A compressed file whose stream never ends (gzip killed mid-file) is waited for at most
+    ``COMPRESSING_WAIT_S`` after it was found, growing or not: then it is decided on as it is,
+    and the generation it did not continue is journaled — never an orphan forgotten unsaid."""
+    import gzip
+    h = Harness(tmp_path)
+    h.write(0, 1000)
+    h.step()
+    h.drain_all()
+    h.write(1000, 5_000)
+    h.src.scan()
+    h.stop()
+    packed = gzip.compress(h.app.read_bytes())
+    gz = h.logs / "app.log.1.gz"
+    gz.write_bytes(packed[:20])
+    h.app.unlink()
+    h.open()
+    for _ in range(int(files.gen.COMPRESSING_WAIT_S // 5) + 2):
+        with open(gz, "ab") as f:                        # it grows, a byte at a time
+            f.write(b"\x00")
+        h.wait(5, steps=2)
+    h.past_grace()
+    [entry] = h.journal_entries()
+    assert entry["reason"] == "deleted_unread"
+
+
+def test_archives_are_skipped_after_a_start_without_their_record(tmp_path):
+    """A start with no record of the archives (a lost state database, or one of a version that
+    kept none: ``archives_first``) takes the compressed files its first listing finds for
+    archives, skipped — not for content never seen, read whole."""
+    import gzip
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "app.log.7.gz").write_bytes(gzip.compress(lines(800_000, 800_300)))
+    h = Harness(tmp_path)
+    h.src.close()
+    h.src = files.FileSource(h.cfg, h.pool, h.db, h.journal, h.metrics, {}, fs=h.fs,
+                             archives_first=True)
+    h.write(0, 100)
+    h.wait(3, steps=6)
+    h.past_grace()
+    assert sorted(h.ids()) == list(range(100))
+    assert h.metrics.get("agent_source_rotations_total", kind="compressed_unseen", topic="t") == 0
