@@ -776,6 +776,18 @@ def test_a_compressed_rotation_under_the_glob_is_never_read_as_lines(tmp_path, c
     assert h.journal_entries() == [], "nothing of a compressed file is owed"
 
 
+def _stopped_with_unread(h, end: int) -> bytes:
+    """Lines 0-999 read and acknowledged, 1,000 to ``end`` written and not read (their size
+    seen), the agent stopped: returns what app.log holds."""
+    h.write(0, 1000)
+    h.step()
+    h.drain_all()
+    h.write(1000, end)
+    h.src.scan()
+    h.stop()
+    return h.app.read_bytes()
+
+
 @pytest.mark.parametrize("packer", ["gzip", "xz", "bzip2"])
 def test_a_rotation_compressed_while_the_agent_is_stopped_is_read_on_from_its_checkpoint(
         tmp_path, packer):
@@ -788,13 +800,7 @@ def test_a_rotation_compressed_while_the_agent_is_stopped_is_read_on_from_its_ch
     import lzma
     pack = {"gzip": gzip.compress, "xz": lzma.compress, "bzip2": bz2.compress}[packer]
     h = Harness(tmp_path)
-    h.write(0, 1000)
-    h.step()
-    h.drain_all()
-    h.write(1000, 3000)                                   # written, not read
-    h.src.scan()                                          # its size is seen
-    h.stop()
-    (h.logs / "app.log.1.gz").write_bytes(pack(h.app.read_bytes()))
+    (h.logs / "app.log.1.gz").write_bytes(pack(_stopped_with_unread(h, 3000)))
     h.app.unlink()
     h.write(3000, 3100)                                   # the new app.log
     h.open()
@@ -839,13 +845,7 @@ def test_a_gzip_file_still_being_written_is_read_as_it_grows(tmp_path):
     far is read, the rest as it comes; nothing is journaled."""
     import zlib
     h = Harness(tmp_path)
-    h.write(0, 1000)
-    h.step()
-    h.drain_all()
-    h.write(1000, 5000)
-    h.src.scan()
-    h.stop()
-    plain = h.app.read_bytes()
+    plain = _stopped_with_unread(h, 5000)
     h.app.unlink()
     packer = zlib.compressobj(6, zlib.DEFLATED, 31)
     gz = h.logs / "app.log.1.gz"
@@ -1137,13 +1137,7 @@ def test_a_compressed_copy_still_being_written_at_start_is_waited_for(tmp_path):
     deleted, 21,200 events lost)."""
     import gzip
     h = Harness(tmp_path)
-    h.write(0, 1000)
-    h.step()
-    h.drain_all()
-    h.write(1000, 20_000)                                 # written, not read
-    h.src.scan()
-    h.stop()
-    packed = gzip.compress(h.app.read_bytes())
+    packed = gzip.compress(_stopped_with_unread(h, 20_000))
     gz = h.logs / "app.log.1.gz"
     gz.write_bytes(packed[:20])                           # gzip has written its header so far
     h.app.unlink()
@@ -1168,13 +1162,7 @@ def test_an_empty_compressed_file_found_at_start_is_waited_for(tmp_path):
     it continues that generation."""
     import gzip
     h = Harness(tmp_path)
-    h.write(0, 1000)
-    h.step()
-    h.drain_all()
-    h.write(1000, 5_000)
-    h.src.scan()
-    h.stop()
-    packed = gzip.compress(h.app.read_bytes())
+    packed = gzip.compress(_stopped_with_unread(h, 5_000))
     gz = h.logs / "app.log.1.gz"
     gz.touch()
     h.app.unlink()
@@ -1264,13 +1252,7 @@ def test_a_compressed_file_never_whole_is_decided_on_after_the_wait_and_the_loss
     and the generation it did not continue is journaled — never an orphan forgotten unsaid."""
     import gzip
     h = Harness(tmp_path)
-    h.write(0, 1000)
-    h.step()
-    h.drain_all()
-    h.write(1000, 5_000)
-    h.src.scan()
-    h.stop()
-    packed = gzip.compress(h.app.read_bytes())
+    packed = gzip.compress(_stopped_with_unread(h, 5_000))
     gz = h.logs / "app.log.1.gz"
     gz.write_bytes(packed[:20])
     h.app.unlink()
