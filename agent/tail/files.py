@@ -202,10 +202,7 @@ class FileSource:
         open are looked at again (10,000 idle files under one glob cost 0.15-0.27 CPU-s a
         listing)."""
         if safety and self._folders_unchanged():
-            self._quiet.clear()
-            self._quiet_paths.clear()
-            for t in list(self.tracked.values()):
-                self.reader.check(t)
+            self._look_at_open_files()
             self._expire_orphans()
             self._store_sizes()
             return
@@ -251,13 +248,17 @@ class FileSource:
             return False
         return self._folder_marks() == self._marks
 
-    def _scan(self) -> dict:
-        self._quiet.clear()                  # every file is looked at after a scan
+    def _look_at_open_files(self) -> None:
+        """Every open file is read at the next turn, and checked for a truncation now."""
+        self._quiet.clear()
         self._quiet_paths.clear()
-        self.rescan = False
-        # Truncations first, so a copy decided on below finds the old content's orphan.
         for t in list(self.tracked.values()):
             self.reader.check(t)
+
+    def _scan(self) -> dict:
+        self.rescan = False
+        # Truncations first, so a copy decided on below finds the old content's orphan.
+        self._look_at_open_files()
         found = list_files(self.fs, self.cfg.paths,
                            lambda path: self._warn_once("not_a_file", path), self.cfg.exclude)
         self._follow_tracked(found)
@@ -827,11 +828,14 @@ class FileSource:
 
     def _expire_orphans(self) -> None:
         now = self._now()
-        # A compressed file still being written may be an orphan's copy: none is given up
-        # while one is (for up to COMPRESSING_WAIT_S since it last grew).
-        compressing = any(self._compressing(p, self.fs.fstat(p.fd).st_size, now)
-                          for p in self.pending.values())
+        compressing = None
         for o in list(self.orphans):
+            if not o.journaled and now >= o.deadline and compressing is None:
+                # A compressed file still being written may be this orphan's copy: none is
+                # given up while one is (up to COMPRESSING_WAIT_S after it was found). Looked
+                # at once, and only when an orphan is due.
+                compressing = any(self._compressing(p, self.fs.fstat(p.fd).st_size, now)
+                                  for p in self.pending.values())
             if not o.journaled and now >= o.deadline and not compressing:
                 o.journaled = True
                 self.db.update(o.source_id, state=LOST)
