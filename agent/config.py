@@ -186,7 +186,10 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "Python names whose newline is the byte 0x0A (`latin-1`, `windows-1252`, "
             "`iso-8859-15`, `shift_jis`, `gb18030`, …); records are transcoded to UTF-8, "
             "undecodable bytes replaced and counted (`invalid_encoding`); offsets and "
-            "checkpoints stay in the file's own bytes. UTF-16 and UTF-32 are refused."),
+            "checkpoints stay in the file's own bytes. `file` sources also read UTF-16 and "
+            "UTF-32 (`utf-16`, `utf-16-le`, `utf-16-be`, `utf-32`, …): lines end at a newline "
+            "code unit, a byte order mark at the file's start is no part of a record, and "
+            "`utf-16`/`utf-32` take the byte order from it (little-endian without one)."),
     Setting("multiline", dict, None, "`file`: lines joined into one event (one record, one "
             "record number), e.g. `{ preset = \"java\" }` (presets: java, python, go, ruby), "
             "`{ start = \"^\\\\d{4}-\\\\d{2}-\\\\d{2} \" }` (a matching line begins an event) "
@@ -351,7 +354,7 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
     for i, vals in enumerate(tables):
         where = f"sources[{i}]"
         src = SourceConfig(index=i, **vals)
-        _check_encoding(f"{where}.encoding", src.encoding)
+        _check_encoding(f"{where}.encoding", src.encoding, wide=src.type == "file")
         if src.type == "file":
             if not src.paths:
                 raise ConfigError(f"{where}.paths", "a file source needs at least one glob",
@@ -403,19 +406,29 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
     return out
 
 
-def _check_encoding(where: str, name: str) -> None:
+# Encodings whose newline is a code unit of 2 or 4 bytes: a file source finds lines among units.
+WIDE_ENCODINGS = {"utf-16": 2, "utf-16-le": 2, "utf-16-be": 2,
+                  "utf-32": 4, "utf-32-le": 4, "utf-32-be": 4}
+
+
+def _check_encoding(where: str, name: str, wide: bool) -> None:
+    """``wide``: the source can read UTF-16 and UTF-32 (a file source)."""
     try:
         codec = codecs.lookup(name)
     except LookupError:
         raise ConfigError(where, f"no codec named {name!r}",
                           hint="e.g. utf-8, latin-1, windows-1252 (Python's codec names)") from None
+    if wide and codec.name in WIDE_ENCODINGS:
+        return
     try:
         newline_is_a_byte = "\n\r a".encode(codec.name) == b"\n\r a"
     except (UnicodeError, LookupError):
         newline_is_a_byte = False
     if not newline_is_a_byte:
-        raise ConfigError(where, f"{name!r} does not write a newline as the byte 0x0A (UTF-16 "
-                          "and UTF-32 do not): lines cannot be found in it",
+        also = " (a file source reads UTF-16 and UTF-32; this source is no file)" \
+            if codec.name in WIDE_ENCODINGS else ""
+        raise ConfigError(where, f"{name!r} does not write a newline as the byte 0x0A: lines "
+                          f"cannot be found in it{also}",
                           hint="convert the log to UTF-8 where it is written (iconv, or the "
                           "application's logging settings)")
 

@@ -481,12 +481,15 @@ class FileSource:
         lo = max(0, size - LAST_LINE_LOOK_BYTES)
         try:
             with open(path, "rb") as f:
+                units = self.reader.lines.units(f.read(4))
+                if units:
+                    lo -= lo % units.width          # a wide encoding's units from byte 0
                 f.seek(lo)
                 tail = f.read(size - lo)
         except OSError:
             return size
-        nl = tail.rfind(b"\n")
-        return lo + nl + 1 if nl >= 0 else size
+        end = units.last_end(tail) if units else tail.rfind(b"\n") + 1
+        return lo + end if end else size
 
     def _orphan_row(self, row: dict, reason: str) -> None:
         """A generation found at start no longer on its inode. One deleted after it was

@@ -35,7 +35,7 @@ from ..state import FINGERPRINT_BYTES
 from ..telemetry import Metrics
 from . import anchors, compressed
 from .generations import TAIL_BYTES
-from .lines import LineCutter
+from .lines import LineCutter, Units
 from .multiline import EventCutter
 from .seams import FsOps
 
@@ -156,16 +156,18 @@ class Reader:
                     t.compressed, t.idle_since = found, self._now()
                     self.on_compressed(t, found)
                     return
-            last_nl = data.rfind(b"\n")
+            units = self.lines.units(t.fingerprint or data)
+            last_nl = _last_end(data, units) - 1
             forced = False
             if last_nl < 0:
-                data, forced = self._long_or_partial(t, data, size)
+                data, forced = self._long_or_partial(t, data, size, units)
                 if data is None:
                     t.idle_since = None
                     return
                 last_nl = len(data) - 1
             # The look after the read: were these bytes the generation's?
-            fingerprint = self._grown(t, data[:-1] if forced else data)    # the file's bytes
+            added = len(units.newline) if units and forced else int(forced)
+            fingerprint = self._grown(t, data[:len(data) - added])         # the file's bytes
             head = self.head(t)
             if fingerprint is None or not head.startswith(fingerprint):
                 self.on_truncated(t, head)
@@ -177,17 +179,19 @@ class Reader:
             t.partial_since = None
             if self.events is not None:
                 consumed, done = self._hand_over_events(t, data, last_nl + 1, size, stats,
-                                                        forced)
+                                                        forced, units)
                 if consumed == 0 and done:
                     return                       # an event still open: wait for its end
             else:
-                consumed, done = self._hand_over(t, data, last_nl + 1, stats, forced)
+                consumed, done = self._hand_over(t, data, last_nl + 1, stats, forced,
+                                                 units=units)
             budget -= consumed
             if not done:
                 stats.blocked = True
                 return
 
-    def _long_or_partial(self, t: Tracked, data: bytes, size: int) -> tuple[bytes | None, bool]:
+    def _long_or_partial(self, t: Tracked, data: bytes, size: int,
+                         units: Units | None) -> tuple[bytes | None, bool]:
         """No newline in what was read: a line longer than a read, or a partial last line.
 
         Returns the bytes to hand over (ending in a newline) and whether that newline was added
@@ -196,23 +200,26 @@ class Reader:
             # More bytes follow: read on until a newline (or the line cap).
             want = min(size - t.offset, self.lines.max_line_bytes)
             data = self.fs.pread(t.fd, want, t.offset)
-            nl = data.find(b"\n")
-            if nl >= 0:
-                return data[:nl + 1], False
+            end = units.first_end(data) if units else data.find(b"\n") + 1
+            if end > 0:
+                return data[:end], False
             if len(data) >= self.lines.max_line_bytes:
-                return self.lines.force(data, "line_forced"), True
+                return self.lines.force(data, "line_forced", units), True
         # A partial last line: wait for its newline, or flush it after partial_flush_ms.
         now = self._now()
         if t.partial_size != len(data) or t.partial_since is None:
             t.partial_size, t.partial_since = len(data), now
             return None, False
-        if self.cfg.partial_flush_ms and now - t.partial_since >= self.cfg.partial_flush_ms / 1e3:
-            return self.lines.force(data, "partial_line_flushed"), True
+        if units:
+            data = data[:units.whole(len(data))]     # half a character waits for its rest
+        if data and self.cfg.partial_flush_ms and \
+                now - t.partial_since >= self.cfg.partial_flush_ms / 1e3:
+            return self.lines.force(data, "partial_line_flushed", units), True
         return None, False
 
     # -- multiline events ---------------------------------------------------------------------
     def _hand_over_events(self, t: Tracked, data: bytes, n: int, size: int, stats: ReadStats,
-                          forced: bool) -> tuple[int, bool]:
+                          forced: bool, units: Units | None) -> tuple[int, bool]:
         """Give the whole events among the whole lines ``data[:n]`` (read at ``t.offset``, an
         event's first byte) to the pool. The last event stays in the file while it may go on:
         it is handed over when a line beginning another follows it, when the file has held
@@ -221,8 +228,8 @@ class Reader:
         nothing to hand over) and whether it took all that was offered."""
         rule = self.events.rule
         while True:
-            starts, ends = _line_bounds(data, n)
-            firsts = starts[self.events.begins(data, starts, ends)]
+            starts, ends = units.lines(data, n) if units else _line_bounds(data, n)
+            firsts = starts[self._begins(data, n, starts, ends, units)]
             cuts = _cut_points(firsts, starts, n, rule.max_event_bytes)
             open_at = max(int(firsts[-1]), cuts[-1] if cuts else 0)
             at_end = t.offset + len(data) >= size
@@ -233,7 +240,7 @@ class Reader:
             if want <= len(data):
                 break
             bigger = self.fs.pread(t.fd, want, t.offset)
-            last = bigger.rfind(b"\n") + 1
+            last = _last_end(bigger, units)
             if last <= n or bigger[:n] != data[:n]:
                 break                           # nothing whole added (or the file changed)
             data, n = bigger, last
@@ -250,7 +257,8 @@ class Reader:
         for a, b in zip(pieces[:-1], pieces[1:], strict=True):
             mine = records[(records >= a) & (records < b)] - a
             got, done = self._hand_over(t, data if a == 0 else data[a:], b - a, stats,
-                                        forced and b == n, continued=t.cut_open, records=mine)
+                                        forced and b == n, continued=t.cut_open, records=mine,
+                                        units=units)
             taken += got
             if got:
                 t.cut_open = False
@@ -260,6 +268,19 @@ class Reader:
             if t.cut_open:
                 self.lines.bad("multiline_event_cut")
         return taken, True
+
+    def _begins(self, data: bytes, n: int, starts: np.ndarray, ends: np.ndarray,
+                units: Units | None) -> np.ndarray:
+        """Per line of ``data[:n]``: whether it begins an event. A wide encoding's lines are
+        matched as UTF-8 text (decoding keeps every newline and adds none: a character it
+        cannot decode is replaced alone)."""
+        if units is None:
+            return self.events.begins(data, starts, ends)
+        text = bytes(data[:n]).decode(units.codec, "replace").encode()
+        s8, e8 = _line_bounds(text, len(text))
+        if len(s8) != len(starts):            # not expected; every line its own event then
+            return np.ones(len(starts), bool)
+        return self.events.begins(text, s8, e8)
 
     def _flush_due(self, t: Tracked, size: int) -> bool:
         """Whether the open event at the file's end is to be closed: the file the same size
@@ -281,19 +302,22 @@ class Reader:
 
     def _hand_over(self, t: Tracked, data: bytes, n: int, stats: ReadStats,
                    forced: bool, continued: bool = False,
-                   records: np.ndarray | None = None) -> tuple[int, bool]:
+                   records: np.ndarray | None = None,
+                   units: Units | None = None) -> tuple[int, bool]:
         """Give the whole lines ``data[:n]`` to the pool; returns the bytes it took and whether
         it took them all. With multiline events, ``records`` are where each event in
         ``data[:n]`` begins (``continued``: the first continues an event cut before it)."""
-        chunk = self.lines.frame(data, n, self.clock.time_ms(), records)
+        skip = len(units.bom) if units and t.offset == 0 and data.startswith(units.bom) else 0
+        chunk = self.lines.frame(data, n, self.clock.time_ms(), records, units, skip)
         chunk.continued = continued
         res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
         end = res.end
         if end:
             t.tail = (t.tail + data[max(0, end - TAIL_BYTES):end])[-TAIL_BYTES:]
         if forced and res.complete(chunk):
-            end -= 1                      # the newline we added is not in the file
-            t.tail = t.tail[:-1]
+            added = len(units.newline) if units else 1
+            end -= added                  # the newline we added is not in the file
+            t.tail = t.tail[:-added]
         t.offset += end
         if end and len(t.tail) >= min(anchors.SPAN, t.offset):
             # What was read, not what the file holds by the time it is sealed (a truncation
@@ -305,6 +329,11 @@ class Reader:
         self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
                          topic=self.cfg.topic)
         return end, res.complete(chunk)
+
+
+def _last_end(data: bytes, units: Units | None) -> int:
+    """Where the last whole line of ``data`` ends (after its newline); 0 without one."""
+    return units.last_end(data) if units else data.rfind(b"\n") + 1
 
 
 def _line_bounds(data: bytes, n: int):

@@ -990,14 +990,93 @@ def test_bytes_a_codec_cannot_decode_are_replaced_and_counted(tmp_path):
     assert h.metrics.get("agent_source_bad_input_total", kind="invalid_encoding", topic="t") == 1
 
 
-def test_an_encoding_whose_newline_is_not_a_byte_is_refused_with_its_key_path(tmp_path):
+def test_an_unknown_codec_or_utf_16_on_a_socket_is_refused_with_its_key_path(tmp_path):
     from agent.config import ConfigError, parse
-    for name, why in (("utf-16", "0x0A"), ("no-such-codec", "no codec")):
+    for src, why in (({"type": "file", "paths": [str(tmp_path / "*.log")],
+                       "encoding": "no-such-codec"}, "no codec"),
+                     ({"type": "socket", "path": str(tmp_path / "s.sock"),
+                       "encoding": "utf-16"}, "no file")):
         with pytest.raises(ConfigError) as e:
             parse({"broker": {"bootstrap_servers": "127.0.0.1:9092"},
-                   "sources": [{"type": "file", "topic": "t", "encoding": name,
-                                "paths": [str(tmp_path / "*.log")]}]})
+                   "sources": [{"topic": "t", **src}]})
         assert e.value.path == "sources[0].encoding" and why in str(e.value)
+
+
+# Text whose characters hold the byte 0x0A inside a code unit (U+010A: 0A 01 in UTF-16LE,
+# 01 0A in BE; U+0A0D), and one outside the basic plane (a surrogate pair in UTF-16).
+WIDE_TEXT = [f"id-{i:09d} Ċ ਍ 😀 {'é' * (i % 5)}" for i in range(300)]
+
+
+@pytest.mark.parametrize("encoding, bom", [("utf-16", "\ufeff"), ("utf-16", ""),
+                                           ("utf-16-be", ""), ("utf-16-le", "\ufeff"),
+                                           ("utf-32", "\ufeff"), ("utf-32-be", "")])
+def test_a_utf_16_or_32_log_arrives_as_utf8_line_by_line_with_checkpoints_in_its_bytes(
+        tmp_path, encoding, bom):
+    """Lines end at a newline code unit only (never at a 0x0A byte inside a character); the
+    byte order mark is no part of the first record and gives ``utf-16``/``utf-32`` the
+    order (big-endian here when named so, little-endian without a mark); a restart reads on
+    from the checkpoint in the file's bytes: each line once."""
+    if encoding[-3:] in ("-le", "-be"):
+        codec = encoding
+    else:                                             # the mark written big-endian, or none
+        codec = f"{encoding}-be" if bom else f"{encoding}-le"
+    h = Harness(tmp_path, encoding=encoding)
+    first = (bom + "".join(t + "\n" for t in WIDE_TEXT[:120])).encode(codec)
+    h.app.write_bytes(first)
+    h.step()
+    h.drain_all()
+    assert h.db.get(1)["acked_offset"] == len(first)
+    h.restart()
+    with open(h.app, "ab") as f:
+        f.write("".join(t + "\n" for t in WIDE_TEXT[120:]).encode(codec))
+    h.step()
+    assert h.values() == [t.encode("utf-8") for t in WIDE_TEXT]
+    assert not h.metrics.get("agent_source_bad_input_total", kind="invalid_encoding", topic="t")
+
+
+def test_a_utf_16_partial_line_waits_for_its_newline_unit_and_is_flushed_in_whole_units(
+        tmp_path):
+    """Half a code unit (a writer between two bytes) is never handed over: a partial line is
+    flushed without it, and the line's rest, the half unit's other byte first, follows."""
+    h = Harness(tmp_path, encoding="utf-16-le", partial_flush_ms=10)
+    line = "id-000000000 partial".encode("utf-16-le")
+    h.app.write_bytes(line + b"x")                    # 0x78: half of the unit 'x'
+    h.step()
+    h.step(1, advance_s=0.02)
+    assert h.values() == [b"id-000000000 partial"]
+    with open(h.app, "ab") as f:
+        f.write(b"\x00" + "y\r\nid-000000001 next\n\n".encode("utf-16-le"))
+    h.step()
+    assert h.values() == [b"id-000000000 partial", b"xy", b"id-000000001 next", b""]
+    got = {k: h.metrics.get("agent_source_bad_input_total", kind=k, topic="t")
+           for k in ("partial_line_flushed", "crlf_line", "empty_line")}
+    assert got == {"partial_line_flushed": 1, "crlf_line": 1, "empty_line": 1}
+
+
+def test_utf_16_multiline_events_are_joined_by_their_text(tmp_path):
+    h = Harness(tmp_path, encoding="utf-16", multiline={"preset": "java", "flush_ms": 500})
+    text = ("\ufeff2026-12-02 ERROR first failed\njava.lang.IllegalStateException: Ċ\n"
+            "\tat app.Main.run(Main.java:1)\n2026-12-02 INFO second\n"
+            "2026-12-02 ERROR third\n\tat app.Main.x(Main.java:2)\n")
+    h.app.write_bytes(text.encode("utf-16-le"))
+    h.step()
+    h.wait(1, steps=2)
+    assert h.values() == ["2026-12-02 ERROR first failed\njava.lang.IllegalStateException: "
+                          "Ċ\n\tat app.Main.run(Main.java:1)".encode(),
+                          b"2026-12-02 INFO second",
+                          b"2026-12-02 ERROR third\n\tat app.Main.x(Main.java:2)"]
+
+
+def test_read_from_end_in_utf_16_starts_after_the_last_newline_unit(tmp_path):
+    (tmp_path / "logs").mkdir()
+    app = tmp_path / "logs" / "app.log"
+    app.write_bytes("\ufeffold Ċ\nold two\nnew ".encode("utf-16-be"))
+    h = Harness(tmp_path, first_start=True, read_from="end", encoding="utf-16")
+    h.wait(1, steps=2)
+    with open(app, "ab") as f:
+        f.write("line Ċ\nafter\n".encode("utf-16-be"))
+    h.step()
+    assert h.values() == ["new line Ċ".encode(), b"after"]
 
 
 # -- closing idle files ---------------------------------------------------------------------------
