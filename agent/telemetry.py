@@ -47,6 +47,10 @@ METRICS: dict[str, tuple[str, str]] = {
                                                 "acknowledged by Kafka."),
     "agent_drain_sent_events_total": ("counter", "Events acknowledged by Kafka."),
     "agent_drain_retried_events_total": ("counter", "Events sent again after a retriable error."),
+    "agent_drain_skipped_acknowledged_total": ("counter", "Events of slots found in the pool at "
+                                               "start not sent again: Kafka acknowledged them "
+                                               "before the stop (the slot's acknowledged "
+                                               "prefix)."),
     "agent_drain_slots_freed_total": ("counter", "Slots freed after full acknowledgement."),
     "agent_drain_broker_up": ("gauge", "1 while the cluster answers, 0 during an outage."),
     "agent_drain_transactions_committed_total": ("counter", "exactly_once: transactions "

@@ -34,7 +34,7 @@ On-disk layout (little-endian; every offset a multiple of 8)::
         topic        char[256]
         header_crc   u32      CRC32C of every byte above (state is not covered)
         state        u8       0 free, 1 filling, 2 sealed
-        pad          u8[3]
+        acked        u8[3]    records Kafka acknowledged from the first on (not covered)
 
     Payload[slot_count] (slot_bytes each, page aligned after the headers)
         Block*       see framing.py: one block per append, columnar:
@@ -59,6 +59,12 @@ Invariants
   handed out (before any payload is written), filling → sealed after the payload and the rest of
   the header (with ``header_crc``) are written, sealed → free when Kafka acknowledged the slot.
   A one-byte store cannot tear, so a crash during free leaves the slot sealed (sent again) or free.
+- ``acked``: how many of a sealed slot's records, from its first on, Kafka acknowledged
+  (``note_acked``, written as reports come in, not synced on its own). It is zero from the
+  moment a slot is handed out until it is sealed, and only ever grows while it is sealed, so
+  whichever copy of the header survives a crash or a power loss tells the truth: a start sends
+  the slot from there (fewer duplicates), never past a record not acknowledged. A header lies
+  within one 512-byte sector, written whole or not at all.
 - Sequence numbers are assigned at seal, strictly increasing modulo 2^64; sealed slots are
   replayed in that order. Every live sequence lies within 2^63 of the others.
 - Free slots are handed out most recently freed first, so a steady pool reuses warm pages.
@@ -72,7 +78,8 @@ Recovery (``BufferPool.open`` on an existing file)
   highest end offset per source among the sealed slots.
 - sealed with a bad magic or ``header_crc`` (torn header) or a bad ``payload_crc`` (torn payload)
   → header and payload copied to ``quarantine/``, reported as dropped with reason ``corrupt``,
-  made free. Every other sealed slot is replayed, in sequence order.
+  made free. Every other sealed slot is replayed, in sequence order, from its ``acked`` prefix
+  on.
 - any other state value → treated as a torn header.
 
 Locking

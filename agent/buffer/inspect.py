@@ -57,7 +57,8 @@ def inspect_pool(path: str | Path) -> PoolView:
             if meta is None or crc32c(payload) != meta.payload_crc:
                 view.damaged.append(index)
                 continue
-            view.sealed.append(SealedSlot(meta, index, payload))
+            view.sealed.append(SealedSlot(meta, index, payload, acked_before=L.acked_of(
+                hdr[index:index + 1].view(np.uint8), meta.record_count)))
     finally:
         mm._mmap.close()
     if view.sealed:

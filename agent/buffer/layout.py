@@ -57,11 +57,19 @@ SLOT_HEADER = np.dtype([
     ("topic", f"S{MAX_TOPIC_BYTES}"),
     ("header_crc", "<u4"),
     ("state", "u1"),
-    ("pad", "u1", (3,)),
+    ("acked", "u1", (3,)),        # records acknowledged from the first on (24 bits, little-endian)
 ])
 assert SLOT_HEADER.itemsize == SLOT_HEADER_BYTES
 HEADER_CRC_SPAN = SLOT_HEADER.fields["header_crc"][1]
 STATE_OFFSET = SLOT_HEADER.fields["state"][1]
+ACKED_OFFSET = SLOT_HEADER.fields["acked"][1]
+ACKED_MAX = (1 << 24) - 1
+
+
+def acked_of(header_bytes: np.ndarray, record_count: int) -> int:
+    """The acknowledged prefix a slot header's bytes say (at most its record count)."""
+    a = header_bytes[ACKED_OFFSET:ACKED_OFFSET + 3].astype(np.int64)
+    return min(int(a[0] | a[1] << 8 | a[2] << 16), record_count)
 
 
 def _round_up(n: int, to: int) -> int:

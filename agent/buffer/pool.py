@@ -100,6 +100,9 @@ class SealedSlot:
     # end) per append, the bytes [start, end) of the source holding exactly those records.
     # Empty for a slot found at open (its positions say which sources, not which records).
     segments: tuple = ()
+    # Records from the first on that Kafka acknowledged before the pool was opened (its
+    # header's ``acked``): a send takes the slot from there.
+    acked_before: int = 0
 
     @property
     def first_record(self) -> int:
@@ -470,7 +473,9 @@ class BufferPool:
                 states[index] = L.FREE
                 self.counters["acknowledged_freed"] += 1
                 continue
-            self._sealed[meta.seq] = SealedSlot(meta, index, payload)
+            self._sealed[meta.seq] = SealedSlot(
+                meta, index, payload,
+                acked_before=L.acked_of(self._hdr_bytes[index], meta.record_count))
             sealed_seqs.append(meta.seq)
         if self.counters["acknowledged_freed"]:
             log.info("%d slot(s) whose records were all acknowledged before the stop: freed, "
@@ -620,6 +625,7 @@ class BufferPool:
             self._current[topic] = fill
             r = self._hdr[index]
             r["magic"] = L.SLOT_MAGIC
+            r["acked"] = 0                  # before the slot counts as anything but free
             r["state"] = L.FILLING
         return fill
 
@@ -864,6 +870,7 @@ class BufferPool:
     def _write_header(self, c: _Closing) -> None:
         """Store every byte of the header but the state in one copy, then the state."""
         self.ops.crash_point("seal:before_header")
+        self._hdr_bytes[c.fill.index, L.ACKED_OFFSET:] = 0
         self._hdr_bytes[c.fill.index, :L.STATE_OFFSET] = c.header
         self.ops.crash_point("seal:before_state")
         self._hdr_bytes[c.fill.index, L.STATE_OFFSET] = L.SEALED
@@ -1063,6 +1070,21 @@ class BufferPool:
             if len(self._free) > HOT_FREE_SLOTS:
                 self._release_pages(self._free[-HOT_FREE_SLOTS - 1])
         self._space.notify_all()
+
+    def note_acked(self, slot: SealedSlot, records: int) -> None:
+        """Kafka acknowledged the first ``records`` records of ``slot``: kept in its header
+        (outside the CRC; not synced on its own: any copy that reaches the disk is true), so
+        that a start after a crash sends it from there."""
+        if slot.index is None:
+            return
+        with self._lock:
+            h = self._hdr_bytes[slot.index]
+            if self._hdr[slot.index]["state"] != L.SEALED or \
+                    int(self._hdr[slot.index]["seq"]) != slot.seq:
+                return                                  # freed (and perhaps used again)
+            n = min(records, L.ACKED_MAX)
+            if n > L.acked_of(h, slot.record_count):
+                h[L.ACKED_OFFSET:L.ACKED_OFFSET + 3] = (n & 0xFF, n >> 8 & 0xFF, n >> 16)
 
     def release_pages(self, slot: SealedSlot) -> None:
         """The caller copied what it needs of ``slot``: unmap its pages until they are used."""

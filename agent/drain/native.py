@@ -111,10 +111,12 @@ class NativeSend(SendState):
     what became of its records. The drain's handlers use it as they use a ``SlotSend``."""
 
     def __init__(self, slot: SealedSlot, token: int, blocks: list[tuple],
-                 previous: NativeSend | None = None):
+                 previous: NativeSend | None = None, skipped: int = 0):
         self.slot = slot
         self.token = token
-        self.total = slot.record_count
+        self.skipped = skipped          # records before the first block: acknowledged before
+        self.total = slot.record_count - skipped
+        self.noted = skipped            # the acknowledged prefix last kept in the slot's header
         self.blocks = blocks            # (first index, offsets, lengths, times, numbers, keys,
         #                                  headers), arrays of the slot's records, in order
         self.firsts = [b[0] for b in blocks]
@@ -213,18 +215,27 @@ class NativeDrain(Drain):
         return f"native (docket_native, librdkafka {version})"
 
     # -- blocks as arrays --------------------------------------------------------------------
-    def block_arrays(self, slot: SealedSlot, leave_out: set[int] = frozenset()) -> list[tuple]:
+    def block_arrays(self, slot: SealedSlot, leave_out: set[int] = frozenset(),
+                     skip: int = 0) -> list[tuple]:
         """Per block: (first index, offsets, lengths, times, numbers or None, keys or None,
         headers), the arrays as the native producer takes them; records in ``leave_out``
-        (dead-lettered before this send) left out."""
+        (dead-lettered before this send) and the first ``skip`` (acknowledged before it) left
+        out."""
         out = []
         index, number = 0, slot.meta.first_record
         for block in slot.blocks():
             n = len(block.offsets)
+            if index + n <= skip:
+                index, number = index + n, number + n
+                continue
             headers = self.block_headers(block)
             numbers = np.arange(number, number + n, dtype=np.int64) if self.numbered else None
             arrays = (block.offsets.astype(np.int64), block.lengths.astype(np.int64),
                       block.timestamps.astype(np.int64), numbers, block.keys)
+            if skip > index:                    # the block the acknowledged prefix ends in
+                cut = skip - index
+                arrays = tuple(a[cut:] if a is not None else None for a in arrays)
+                index, number, n = skip, number + cut, n - cut
             if leave_out and any(index <= d < index + n for d in leave_out):
                 # a rebuilt send: one block per kept record (rare: after a fatal error)
                 for i in range(n):
@@ -237,7 +248,15 @@ class NativeDrain(Drain):
 
     # -- sending ------------------------------------------------------------------------------
     def _start(self, slot: SealedSlot) -> NativeSend:
-        return self._register(NativeSend(slot, self._next_token(), self.block_arrays(slot)))
+        """A slot found in the pool at start goes from its acknowledged prefix on."""
+        skip = slot.acked_before
+        send = NativeSend(slot, self._next_token(), self.block_arrays(slot, skip=skip),
+                          skipped=skip)
+        if skip:
+            self.native.begin(send.token, skip)
+            self.metrics.inc("agent_drain_skipped_acknowledged_total", skip,
+                             topic=slot.topic)
+        return self._register(send)
 
     def _next_token(self) -> int:
         self._tokens = (self._tokens + 1) & 0xFFFFFFFF
@@ -319,11 +338,26 @@ class NativeDrain(Drain):
             send = self._sends.get(token)
             if send is not None and not send.retired:
                 self.failed(send, send.record(index), KafkaError(code), alone=refused)
-        for token, _acked, _failed in done:
+        for token, _acked, _failed, prefix in done:
             send = self._sends.pop(token, None)
             if send is not None:
                 send.tokens.pop(token, None)
+                if token == send.token and not send.retired and prefix > send.noted:
+                    self.pool.note_acked(send.slot, prefix)
+                    send.noted = prefix
+        self._note_acked()
         super()._poll(0)
+
+    def _note_acked(self) -> None:
+        """Each slot in flight keeps in its header how many of its records, from the first
+        on, Kafka acknowledged: a start after a crash sends it from there."""
+        for token, send in self._sends.items():
+            if token != send.token or send.retired:
+                continue                        # a resend's token, or a send replaced
+            prefix = self.native.acked_prefix(token)
+            if prefix > send.noted:
+                self.pool.note_acked(send.slot, prefix)
+                send.noted = prefix
 
     def _dead_letter(self, send, record: Record, err: KafkaError) -> bool:
         if not super()._dead_letter(send, record, err):

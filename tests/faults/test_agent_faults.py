@@ -3,6 +3,7 @@ rotates its file, and the broker paused for 30 s under a steady 20,000 lines/s."
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -37,8 +38,9 @@ from tests.integration.test_agent_end_to_end import (
 def in_flight_ids(pool_path: Path) -> list[int]:
     """The ids a killed agent may have handed to Kafka without seeing them acknowledged: the
     drain takes sealed slots in sequence order, at most MAX_INFLIGHT_SLOTS at a time, so those
-    are in the oldest that many sealed slots of its pool. Read without opening the pool (no
-    recovery, no lock, nothing written): only these ids may arrive once more per kill."""
+    are in the oldest that many sealed slots of its pool, past each one's acknowledged prefix.
+    Read without opening the pool (no recovery, no lock, nothing written): only these ids may
+    arrive once more per kill."""
     view = inspect_pool(pool_path)
     assert not view.damaged, f"slots failing their CRC after a SIGKILL: {view.damaged}"
     # Slots acknowledged whole whose free waited for its barrier are in the file as sealed; the
@@ -47,7 +49,10 @@ def in_flight_ids(pool_path: Path) -> list[int]:
     with sqlite3.connect(f"file:{pool_path.parent / 'state.db'}?mode=ro", uri=True) as db:
         acked = dict(db.execute("SELECT source_id, acked_offset FROM files"))
     waiting = [s for s in view.sealed if not acknowledged_whole(s.meta.positions, acked)]
-    return [parse_id(v) for s in waiting[:MAX_INFLIGHT_SLOTS] for _, _, v in s.records()]
+    # A slot's records Kafka acknowledged from its first on (its header's prefix) are not sent
+    # again: only the rest of each may arrive twice.
+    return [parse_id(v) for s in waiting[:MAX_INFLIGHT_SLOTS]
+            for _, _, v in itertools.islice(s.records(), s.acked_before, None)]
 
 
 # The SIGKILL run: CI runs the path an agent runs by default (`broker.send_path = "auto"`): the
@@ -131,6 +136,21 @@ def test_soak_sigkill_up_to_forty_times_while_four_million_lines_are_written(
     sigkill_run(kafka, tmp_path, topic_name, kills=40, total=4_000_000, rate=80_000)
 
 
+@pytest.mark.soak
+def test_soak_a_million_lines_five_kills_and_a_broker_pause_on_the_default_path(
+        kafka, tmp_path, topic_name):
+    """The end-to-end shape of the acknowledged prefix's goal: 1 M lines at 100,000 lines/s,
+    rotations both ways, five SIGKILLs, the broker paused 8 s with the third kill inside the
+    pause, on the default send path: nothing lost, duplicates within what was in flight
+    unacknowledged (each slot past its header's prefix), one JSON line with the figures
+    (``duplicates``: the goal is at most 10,000)."""
+    figures = sigkill_run(kafka, tmp_path, topic_name, kills=5, total=1_000_000, rate=100_000,
+                          send_path="auto", pause_at=3)
+    print(json.dumps({"acknowledged_prefix_run": figures,
+                      "duplicates_goal": 10_000,
+                      "goal_met": figures["duplicates"] <= 10_000}))
+
+
 def cpu_hog(cpu: int) -> subprocess.Popen:
     """A busy loop on one core, so the agent, the broker and the writer share the other."""
     code = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass\n"
@@ -190,7 +210,8 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
 def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
                 seed: int = 4, check: bool = True, send_path: str = "python",
                 broker: dict | None = None, sections: dict | None = None,
-                rotate_every: int = 50_000, traces: bool = False) -> dict:
+                rotate_every: int = 50_000, traces: bool = False,
+                pause_at: int | None = None, pause_s: float = 8) -> dict:
     """Kill the agent ``kills`` times at 0.8-1.6 s intervals while a writer rotates its file
     (rename-and-create and copytruncate alternately, every ``rotate_every`` lines); then every
     id must
@@ -200,7 +221,9 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
     agent's ``[broker]``; ``sections``: of its other sections. ``traces``: the writer writes
     multiline events (5 to 200 lines each, ``rotating_writer.trace``) and the agent joins them
     (``multiline = { preset = "java" }``); ids, rates and rotations count events, and every
-    record must be its event whole (``partial_events`` counts those that are not)."""
+    record must be its event whole (``partial_events`` counts those that are not).
+    ``pause_at``: before that kill the broker is SIGSTOPped for ``pause_s`` and the kill comes
+    halfway through the pause (the backlog then is in ``backlog_in_pause``)."""
     agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
                               source={"multiline": {"preset": "java"}} if traces else None,
                               broker={"send_path": send_path, **(broker or {})},
@@ -211,15 +234,25 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
     rng = random.Random(seed)
     allowance: Counter = Counter()
     done = 0
+    cluster = kafka.controlled() if pause_at else None
+    resume = threading.Timer(pause_s, cluster.resume_node, (1,)) if cluster else None
+    backlog_in_pause = None
     try:
         while done < kills:
             time.sleep(rng.uniform(0.8, 1.6))
+            if done + 1 == pause_at:
+                cluster.pause_node(1)
+                resume.start()
+                time.sleep(pause_s / 2)
+                backlog_in_pause = agent.status()["backlog"]["events"]
             agent.kill()
             done += 1
             ids = in_flight_ids(pool_path)
             allowance.update(ids)
             print(f"kill {done}: {len(ids)} records in slots that may have been in flight")
             agent.start()
+        if resume is not None:
+            resume.join(pause_s + 5)
         assert writer.wait(timeout=600) == 0
         numbers = RecordNumbers()
         partial: list[bytes] = []
@@ -246,6 +279,9 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
                **numbers.figures()}
     if traces:
         figures["partial_events"] = len(partial)
+    if pause_at:
+        figures.update(paused_s=pause_s, backlog_in_pause=backlog_in_pause)
+        assert backlog_in_pause, f"no backlog while the broker was paused: {figures}"
     print(json.dumps(figures))
     if missing or over:                    # the agent's file decisions, to tell what happened
         print(file_decisions(tmp_path / "agent.log"))

@@ -81,7 +81,7 @@ def test_a_slot_arrives_whole_with_its_identity_and_times(kafka, tmp_path, topic
     for block in blocks(slot):
         send_all(producer, 7, topic_name, block, failures)
     producer.seal(7, slot.record_count)
-    assert wait_done(producer, failures) == ([], [(7, 5000, 0)])
+    assert wait_done(producer, failures) == ([], [(7, 5000, 0, 5000)])
     assert producer.poll(0.1)[:2] == ([], []) and len(producer) == 0      # reported once
     got = {}
     for m in read_all(kafka.bootstrap_servers, topic_name):
@@ -113,14 +113,17 @@ def test_a_slot_with_mixed_outcomes_is_reported_once_with_each_failure_by_index(
     failures: list = []
     send_all(producer, 9, topic_name, first, failures)
     producer.flush(30)
+    producer.poll(0)
+    assert producer.acked_prefix(9) == 3       # record 3, refused, stops the prefix there
     # ... the second waits in librdkafka's queue (a 30 s linger) and is taken back.
     rest = (half, payload, offsets[half:], lengths[half:], times[half:], numbers[half:])
     send_all(producer, 9, topic_name, rest, failures)
     assert len(producer) > 0
     producer.purge()
     producer.seal(9, len(lines))
-    failed, ((token, acked, n_failed),) = wait_done(producer, failures)
+    failed, ((token, acked, n_failed, prefix),) = wait_done(producer, failures)
     assert token == 9 and {t for t, *_ in failed} == {9} and n_failed == len(failed)
+    assert prefix == 3                  # record 3, too large, never acknowledged: it stops there
     codes = {i: (c, refused) for _t, i, c, refused in failed}
     assert len(codes) == len(failed)                             # each index once
     assert {i for i, c in codes.items() if c == (MSG_SIZE_TOO_LARGE, True)} == big
@@ -160,7 +163,7 @@ def test_a_topic_name_librdkafka_refuses_refuses_every_record_once(kafka, tmp_pa
     assert len(producer) == 0
     producer.seal(4, len(lines) - 10)
     failed, done = wait_done(producer, [])
-    assert done == [(4, 0, len(lines) - 10)]
+    assert done == [(4, 0, len(lines) - 10, 0)]
     assert sorted(failed) == [(4, i, code, True) for i in range(10, len(lines))]
     pool.close()
 
@@ -181,7 +184,7 @@ def test_one_poll_serves_every_report_waiting_across_partitions(kafka, tmp_path,
     producer.purge(in_flight=True)
     failed, done, _errors, _logs = producer.poll(0)
     assert len(failed) == 400 and {c for _t, _i, c, _r in failed} == {PURGE_QUEUE}
-    assert done == [(3, 0, 400)] and len(producer) == 0 and producer.flush(0)
+    assert done == [(3, 0, 400, 0)] and len(producer) == 0 and producer.flush(0)
     pool.close()
 
 
@@ -201,13 +204,33 @@ def test_records_sent_again_by_index_arrive_under_their_own_numbers(kafka, tmp_p
                          times[picked], HEADERS, numbers[picked], None, 0, picked) == 5
     producer.seal(7, 5)
     failures, done = wait_done(producer, [])
-    assert failures == [] and done == [(7, 5, 0)]
+    assert failures == [] and done == [(7, 5, 0, 0)]      # not from index 0: no prefix
     got = {int.from_bytes(dict(m.headers())[SEQ_HEADER], "big") - slot.first_record: m.value()
            for m in read_all(kafka.bootstrap_servers, topic_name)}
     assert got == {int(i): lines[i] for i in picked}
     with pytest.raises(ValueError, match="one item per record"):
         producer.send(8, 0, topic_name, payload, offsets[picked], lengths[picked],
                       times[picked], HEADERS, None, None, 0, picked[:2])
+    pool.close()
+
+
+def test_a_send_that_begins_past_an_acknowledged_prefix_reports_the_whole_prefix(
+        kafka, tmp_path, topic_name):
+    """A slot found at start with its first 60 records acknowledged before the crash goes
+    from record 60 on (``begin``): its prefix counts from there, and ends at the slot's end."""
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=2)])
+    lines = [b"rest %04d" % i for i in range(100)]
+    pool, slot = sealed_slot(tmp_path, topic_name, lines)
+    index, payload, offsets, lengths, times, numbers = next(blocks(slot))
+    producer = native.SlotProducer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer.begin(5, 60)
+    assert producer.acked_prefix(5) == 60
+    assert producer.send(5, index, topic_name, payload, offsets, lengths, times, HEADERS,
+                         numbers, None, 60) == 100
+    producer.seal(5, 40)
+    assert wait_done(producer, []) == ([], [(5, 40, 0, 100)])
+    assert sorted(int.from_bytes(dict(m.headers())[SEQ_HEADER], "big") - slot.first_record
+                  for m in read_all(kafka.bootstrap_servers, topic_name)) == list(range(60, 100))
     pool.close()
 
 

@@ -6,7 +6,9 @@ It keeps the extension's contract (agent/native/src/lib.rs): ``send`` hands reco
 of a block over and returns how many went (fewer when the queue is full); each record's report
 counts per slot, a failure is handed back by the next ``poll`` as (token, index, error code,
 refused by produce); once ``seal`` said how many records a slot holds and that many reports are
-in, ``poll`` returns (token, acknowledged, failed) once for it.
+in, ``poll`` returns (token, acknowledged, failed, prefix) once for it; until then ``acked_prefix``
+says how many of its records from the first on (or from where ``begin`` said the send began)
+are acknowledged.
 The records go through a ``FakeProducer`` (every report served), so a test's script — values
 that fail, are held, or never answered — applies to both paths alike.
 """
@@ -42,13 +44,17 @@ class FakeSlotProducer:
             self.errors.append((err.code(), err.str()))
 
     def _slot(self, token: int) -> dict:
-        return self.slots.setdefault(token, {"total": None, "acked": 0, "failed": 0})
+        return self.slots.setdefault(token, {"total": None, "acked": 0, "failed": 0,
+                                             "prefix": 0, "seen": set()})
 
     def _count(self, token: int, index: int, err, refused: bool = False) -> None:
         self.served += 1
         slot = self._slot(token)
         if err is None:
             slot["acked"] += 1
+            slot["seen"].add(index)
+            while slot["prefix"] in slot["seen"]:
+                slot["prefix"] += 1
         else:
             slot["failed"] += 1
             self.failures.append((token, index, err.code(), refused))
@@ -58,7 +64,7 @@ class FakeSlotProducer:
         s = self.slots.get(token)
         if s is not None and s["total"] == s["acked"] + s["failed"]:
             del self.slots[token]
-            self.done.append((token, s["acked"], s["failed"]))
+            self.done.append((token, s["acked"], s["failed"], s["prefix"]))
 
     # -- the extension's methods --------------------------------------------------------------
     def send(self, token, first_index, topic, payload, offsets, lengths, timestamps, headers,
@@ -86,6 +92,13 @@ class FakeSlotProducer:
     def seal(self, token: int, total: int) -> None:
         self._slot(token)["total"] = total
         self._settle(token)
+
+    def begin(self, token: int, first: int) -> None:
+        self._slot(token)["prefix"] = first
+
+    def acked_prefix(self, token: int) -> int:
+        s = self.slots.get(token)
+        return 0 if s is None else s["prefix"]
 
     def poll(self, timeout_s: float = 0, wake_fd: int = -1
              ) -> tuple[list[tuple], list[tuple], list[tuple], list[tuple]]:

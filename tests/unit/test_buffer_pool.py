@@ -826,3 +826,37 @@ def test_a_full_pool_runs_the_barrier_at_once_for_room(tmp_path):
     pool.append("t", chunk_of(range(2000, 2005)), timeout_s=0)   # no slot free but settling
     assert len(barriers) == 2 and pool.stats()["filling_records"] == 5
     pool.close()
+
+
+def test_a_slots_acknowledged_prefix_survives_a_crash_and_is_zero_when_the_slot_is_used_again(
+        tmp_path):
+    """``note_acked`` keeps in a sealed slot's header how many records from its first on Kafka
+    acknowledged; a pool opened after a crash hands the slot over with it (``acked_before``).
+    It only grows, is ignored for a slot freed (or sealed again since), and a slot handed out
+    again starts from zero: a header can never say more than its own records' fate."""
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(0, 40)))
+    pool.seal("t")
+    pool.append("t", chunk_of(range(40, 60)))
+    pool.seal("t")
+    first, second = pool.take()
+    pool.note_acked(first, 25)
+    pool.note_acked(first, 12)                       # an older figure: never goes back
+    pool.note_acked(second, 500)                     # capped at the slot's records
+    pool.abandon()                                   # a crash: the page cache keeps the header
+    again = open_pool(tmp_path)
+    first, second = sorted(again.take(), key=lambda s: s.seq)
+    assert (first.acked_before, second.acked_before) == (25, 20)
+    again.free(second)
+    again.note_acked(second, 10)                     # freed: nothing written
+    assert L.acked_of(again._hdr_bytes[second.index], 20) == 20
+    again.append("t", chunk_of(range(60, 70)))     # the freed slot is filling again ...
+    assert L.acked_of(again._hdr_bytes[second.index], 10) == 0
+    again.seal("t")
+    [third] = again.take()
+    assert third.index == second.index and third.acked_before == 0
+    again.note_acked(second, 5)                      # the old send's figure: not this slot's
+    again.abandon()
+    last = open_pool(tmp_path)
+    assert sorted((s.record_count, s.acked_before) for s in last.take()) == [(10, 0), (40, 25)]
+    last.close()

@@ -194,3 +194,36 @@ def test_the_native_client_s_lines_reach_the_agent_s_log_at_their_level(tmp_path
                                        "changed state")]
     finally:
         agent.abandon()
+
+
+def test_a_slot_in_flight_at_a_crash_goes_again_from_its_acknowledged_prefix_only(tmp_path):
+    """30 lines in one slot; Kafka acknowledges lines 0–9 and 11–29 and holds line 10's
+    answer; the agent dies. Its slot's header says 10 records were acknowledged from the first
+    on, so the next agent sends lines 10–29 (line 10 and the 19 after it acknowledged out of
+    order: what was in flight unacknowledged from the prefix on), never lines 0–9 again."""
+    from tests.unit.fakeproducer import HOLD
+
+    lines = [b"line %02d" % i for i in range(30)]
+    (tmp_path / "app.log").write_bytes(b"".join(v + b"\n" for v in lines))
+    agent, kafka = _with_stand_ins(config(tmp_path))
+    kafka.script(lines[10], HOLD)
+    try:
+        agent.begin()
+        for _ in range(6):
+            agent.clock.advance(0.3)
+            agent.turn()
+        assert sorted(kafka.values()) == lines[:10] + lines[11:]
+        [slot] = agent.pool.sealed()
+        assert slot.record_count == 30
+    finally:
+        agent.abandon()                                  # killed: line 10 never answered
+    again, kafka2 = _with_stand_ins(config(tmp_path))
+    try:
+        again.begin()
+        for _ in range(6):
+            again.clock.advance(0.3)
+            again.turn()
+        assert kafka2.values() == lines[10:]
+        assert again.metrics.get("agent_drain_skipped_acknowledged_total", topic="t") == 10
+    finally:
+        again.abandon()

@@ -8,7 +8,9 @@
 //! delivery report, served by `poll`, counts an acknowledgement, or a failure that `poll`
 //! hands back at once by its index (the drain decides what becomes of it while the slot goes
 //! on). Once Python has said how many records a slot holds (`seal`) and that many reports are
-//! in, the slot is done: `poll` returns (token, acknowledged, failed) once for it.
+//! in, the slot is done: `poll` returns (token, acknowledged, failed, prefix) once for it. Until then
+//! `acked_prefix` says how many of its records, from the first on, are acknowledged (the drain
+//! keeps that in the slot's header: a start after a crash sends the slot from there).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
@@ -42,11 +44,34 @@ struct SlotReports {
     total: Option<u64>,
     acked: u64,
     failed: u64,
+    prefix: u64,          // records acknowledged from index 0 (or from where the send began) on
+    seen: Vec<u64>,       // a bit per record index acknowledged, for the prefix to pass over
 }
 
 impl SlotReports {
     fn complete(&self) -> bool {
         self.total == Some(self.acked + self.failed)
+    }
+
+    /// Record `index` acknowledged: the prefix moves over every acknowledged index after it.
+    fn ack(&mut self, index: u64) {
+        self.acked += 1;
+        if index < self.prefix {
+            return;
+        }
+        let word = (index / 64) as usize;
+        if self.seen.len() <= word {
+            self.seen.resize(word + 1, 0);
+        }
+        self.seen[word] |= 1 << (index % 64);
+        loop {
+            let (w, b) = ((self.prefix / 64) as usize, self.prefix % 64);
+            match self.seen.get(w) {
+                Some(&bits) if b == 0 && bits == u64::MAX => self.prefix += 64,
+                Some(&bits) if bits >> b & 1 == 1 => self.prefix += 1,
+                _ => break,
+            }
+        }
     }
 }
 
@@ -55,8 +80,8 @@ impl SlotReports {
 /// never about a batch it travelled in).
 type Failure = (u32, u64, i32, bool);
 
-/// A slot done: (token, acknowledged, failed).
-type Done = (u32, u64, u64);
+/// A slot done: (token, acknowledged, failed, acknowledged from the first record on).
+type Done = (u32, u64, u64, u64);
 
 #[derive(Default)]
 struct Ledger {
@@ -74,13 +99,13 @@ struct Ledger {
 type LogLine = (i32, String, String);
 
 impl Ledger {
-    fn count(&mut self, token: u32, failure: Option<(u64, i32, bool)>) {
+    fn count(&mut self, token: u32, index: u64, failure: Option<(i32, bool)>) {
         self.reports += 1;
         self.events += 1;
         let slot = self.slots.entry(token).or_default();
         match failure {
-            None => slot.acked += 1,
-            Some((index, code, refused)) => {
+            None => slot.ack(index),
+            Some((code, refused)) => {
                 slot.failed += 1;
                 self.failures.push((token, index, code, refused));
             }
@@ -91,7 +116,7 @@ impl Ledger {
     fn settle(&mut self, token: u32) {
         if self.slots.get(&token).is_some_and(SlotReports::complete) {
             let s = self.slots.remove(&token).expect("a slot just looked at");
-            self.done.push((token, s.acked, s.failed));
+            self.done.push((token, s.acked, s.failed, s.prefix));
         }
     }
 }
@@ -128,9 +153,9 @@ impl ProducerContext for Reports {
         let index = (opaque & 0xffff_ffff) as u64;
         let failure = match result {
             Ok(_) => None,
-            Err((err, _)) => Some((index, error_code(err), false)),
+            Err((err, _)) => Some((error_code(err), false)),
         };
-        self.ledger.lock().expect("the ledger's lock").count(token, failure);
+        self.ledger.lock().expect("the ledger's lock").count(token, index, failure);
     }
 }
 
@@ -355,7 +380,7 @@ impl SlotProducer {
                 };
                 let mut ledger = producer.context().ledger.lock().expect("the ledger's lock");
                 for i in start.min(n)..n {
-                    ledger.count(token, Some((index_of(i), code, true)));
+                    ledger.count(token, index_of(i), Some((code, true)));
                 }
                 return Ok(n.max(start));
             }
@@ -404,7 +429,7 @@ impl SlotProducer {
                 // Refused before it was queued (too large for the client, unknown partition):
                 // reported as a failure of this record at once.
                 producer.context().ledger.lock().expect("the ledger's lock")
-                    .count(token, Some((index_of(i), err as i32, true)));
+                    .count(token, index_of(i), Some((err as i32, true)));
                 i += 1;
             }
             // SAFETY: the handle taken above, released once; queued records hold their own.
@@ -423,7 +448,7 @@ impl SlotProducer {
     /// Serve every delivery report waiting, or wait up to `timeout_s` for the first (GIL
     /// released); returns what happened since the last call, each once: the failures,
     /// [(token, record index, error code, refused by produce)], the slots done, [(token,
-    /// acknowledged, failed)], the client's errors, [(code, reason)], and librdkafka's log
+    /// acknowledged, failed, acknowledged prefix)], the client's errors, [(code, reason)], and librdkafka's log
     /// lines, [(syslog level, facility, message)] (with one more saying how many were not
     /// kept, when more than `LOGS_KEPT` came). `wake_fd`: a
     /// descriptor of the caller's (the agent's file-write watch) that ends the wait too when
@@ -464,6 +489,20 @@ impl SlotProducer {
         }
         (std::mem::take(&mut ledger.failures), std::mem::take(&mut ledger.done),
          std::mem::take(&mut ledger.errors), logs)
+    }
+
+    /// Slot `token`'s records before index `first` count as acknowledged (a send that begins
+    /// there: they were acknowledged before it); call before its first record is sent.
+    fn begin(&self, token: u32, first: u64) {
+        let mut ledger = self.producer.context().ledger.lock().expect("the ledger's lock");
+        ledger.slots.entry(token).or_default().prefix = first;
+    }
+
+    /// How many of slot `token`'s records, from the first on, are acknowledged (0 once it is
+    /// done and handed back: its `poll` result says the rest).
+    fn acked_prefix(&self, token: u32) -> u64 {
+        let ledger = self.producer.context().ledger.lock().expect("the ledger's lock");
+        ledger.slots.get(&token).map_or(0, |s| s.prefix)
     }
 
     /// Reports counted so far for slot `token` (0 once it is done and handed back).
@@ -560,4 +599,37 @@ fn docket_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(value_hashes, m)?)?;
     m.add("LIBRDKAFKA_VERSION", rdkafka::util::get_rdkafka_version().1)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SlotReports;
+
+    #[test]
+    fn the_prefix_passes_over_every_acknowledged_index_and_stops_at_a_gap() {
+        let mut s = SlotReports::default();
+        for i in [1, 2, 3, 70, 0] {
+            s.ack(i);
+        }
+        assert_eq!(s.prefix, 4);
+        for i in 4..70 {
+            s.ack(i);
+        }
+        assert_eq!(s.prefix, 71);
+        for i in (72..300).rev() {
+            s.ack(i);
+        }
+        assert_eq!(s.prefix, 71);            // 71 never acknowledged: a failure, sent again
+        s.ack(71);
+        assert_eq!((s.prefix, s.acked), (300, 300));
+    }
+
+    #[test]
+    fn a_send_that_begins_past_acknowledged_records_counts_them() {
+        let mut s = SlotReports { prefix: 128, ..Default::default() };
+        s.ack(129);
+        assert_eq!(s.prefix, 128);
+        s.ack(128);
+        assert_eq!(s.prefix, 130);
+    }
 }
