@@ -13,8 +13,11 @@ from crc32c import crc32c
 from .errors import PoolGeometryMismatch
 
 MAGIC = b"DOCKETBP"
-VERSION = 2
+VERSION = 3
 # Version 1 had no record numbers (no first_record / next_record); an empty one is upgraded.
+# Version 2 had no acknowledged prefix (``acked`` was padding, zero): upgraded in place, its
+# sealed slots kept. Version 3 is refused by agents that read version 2, so an older agent
+# never seals a slot beside an ``acked`` it would not clear.
 V1_STATE_OFFSET = 500
 PAGE = 4096
 FILE_HEADER_BYTES = PAGE
@@ -64,6 +67,14 @@ HEADER_CRC_SPAN = SLOT_HEADER.fields["header_crc"][1]
 STATE_OFFSET = SLOT_HEADER.fields["state"][1]
 ACKED_OFFSET = SLOT_HEADER.fields["acked"][1]
 ACKED_MAX = (1 << 24) - 1
+
+
+def store_acked(header_bytes: np.ndarray, n: int) -> None:
+    """Write ``n`` into a slot header's ``acked``, low byte first: a process killed between
+    the three stores leaves a value between the old one and ``n`` (never above ``n``)."""
+    header_bytes[ACKED_OFFSET] = n & 0xFF
+    header_bytes[ACKED_OFFSET + 1] = n >> 8 & 0xFF
+    header_bytes[ACKED_OFFSET + 2] = n >> 16 & 0xFF
 
 
 def acked_of(header_bytes: np.ndarray, record_count: int) -> int:

@@ -383,6 +383,9 @@ class BufferPool:
         if int(h["version"]) == 1 and int(h["geometry_crc"]) == L.geometry_crc(header):
             self._upgrade_v1(header)
             return
+        if int(h["version"]) == 2 and int(h["geometry_crc"]) == L.geometry_crc(header):
+            self._upgrade_v2(header)
+            return self._check_existing()
         if int(h["version"]) != L.VERSION:
             raise PoolFormatError(
                 f"{self.path} has pool format version {int(h['version'])}; this agent reads "
@@ -402,6 +405,33 @@ class BufferPool:
         if self.path.stat().st_size < self.geometry.file_bytes:
             raise PoolDamaged(f"{self.path} is shorter than its header says",
                               hint="the file was truncated; move it away")
+
+    def _upgrade_v2(self, header: np.ndarray) -> None:
+        """A version 2 pool becomes version 3 in place, its slots kept: every slot's ``acked``
+        (padding then) zeroed and synced before the version changes."""
+        g = self.geometry
+        found = (int(header[0]["slot_bytes"]), int(header[0]["slot_count"]))
+        if found != (g.slot_bytes, g.slot_count):
+            raise PoolGeometryMismatch(
+                f"{self.path} (pool format version 2) holds {found[1]} slots of {found[0]} "
+                f"bytes; the configuration asks for {g.slot_count} slots of {g.slot_bytes} bytes",
+                hint="restore the old buffer.size_bytes and buffer.slot_size_bytes until the "
+                "pool has drained, or move the file away (its unsent events would be lost)")
+        with open(self.path, "r+b") as f:
+            for index in range(g.slot_count):
+                f.seek(g.slot_headers_offset + index * L.SLOT_HEADER_BYTES + L.ACKED_OFFSET)
+                f.write(bytes(L.SLOT_HEADER_BYTES - L.ACKED_OFFSET))
+            f.flush()
+            os.fsync(f.fileno())
+            new = header.copy()
+            new[0]["version"] = L.VERSION
+            new[0]["geometry_crc"] = L.geometry_crc(new)
+            f.seek(0)
+            f.write(new.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        log.info("%s: pool format version 2 upgraded to %d in place (its slots kept)",
+                 self.path, L.VERSION)
 
     def _upgrade_v1(self, header: np.ndarray) -> None:
         """A version 1 pool (no record numbers) is rewritten as version 2 when no slot of it
@@ -1084,7 +1114,7 @@ class BufferPool:
                 return                                  # freed (and perhaps used again)
             n = min(records, L.ACKED_MAX)
             if n > L.acked_of(h, slot.record_count):
-                h[L.ACKED_OFFSET:L.ACKED_OFFSET + 3] = (n & 0xFF, n >> 8 & 0xFF, n >> 16)
+                L.store_acked(h, n)
 
     def release_pages(self, slot: SealedSlot) -> None:
         """The caller copied what it needs of ``slot``: unmap its pages until they are used."""

@@ -398,12 +398,17 @@ class NativeDrain(Drain):
         return super()._unreported(send)
 
     def _again(self, send):
-        """A native send whose report is not in goes again whole, but for its dead records."""
+        """A native send whose report is not in goes again, but for its dead records and its
+        acknowledged prefix."""
         if not isinstance(send, NativeSend):
             return super()._again(send)
-        return self._register(NativeSend(send.slot, self._next_token(),
-                                         self.block_arrays(send.slot, send.dead_index),
-                                         previous=send))
+        skip = max(send.skipped, send.noted)         # acknowledged from the first on
+        again = NativeSend(send.slot, self._next_token(),
+                           self.block_arrays(send.slot, send.dead_index, skip=skip),
+                           previous=send, skipped=skip)
+        if skip:
+            self.native.begin(again.token, skip)
+        return self._register(again)
 
     def _new_producers(self) -> None:
         super()._new_producers()

@@ -489,7 +489,9 @@ class FileSource:
         except OSError:
             return size
         end = units.last_end(tail) if units else tail.rfind(b"\n") + 1
-        return lo + end if end else size
+        if end:
+            return lo + end
+        return units.whole(size) if units else size
 
     def _orphan_row(self, row: dict, reason: str) -> None:
         """A generation found at start no longer on its inode. One deleted after it was

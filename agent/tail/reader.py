@@ -156,7 +156,7 @@ class Reader:
                     t.compressed, t.idle_since = found, self._now()
                     self.on_compressed(t, found)
                     return
-            units = self.lines.units(t.fingerprint or data)
+            units = self.lines.units(data if t.offset == 0 else t.fingerprint)
             last_nl = _last_end(data, units) - 1
             forced = False
             if last_nl < 0:
@@ -212,6 +212,8 @@ class Reader:
             return None, False
         if units:
             data = data[:units.whole(len(data))]     # half a character waits for its rest
+            if t.offset == 0 and data == units.bom:
+                data = b""                           # a byte order mark alone is no line
         if data and self.cfg.partial_flush_ms and \
                 now - t.partial_since >= self.cfg.partial_flush_ms / 1e3:
             return self.lines.force(data, "partial_line_flushed", units), True
@@ -311,7 +313,7 @@ class Reader:
         chunk = self.lines.frame(data, n, self.clock.time_ms(), records, units, skip)
         chunk.continued = continued
         res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
-        end = res.end
+        end = res.end if res.records or not skip else 0     # not past a mark nothing covers
         if end:
             t.tail = (t.tail + data[max(0, end - TAIL_BYTES):end])[-TAIL_BYTES:]
         if forced and res.complete(chunk):

@@ -860,3 +860,29 @@ def test_a_slots_acknowledged_prefix_survives_a_crash_and_is_zero_when_the_slot_
     last = open_pool(tmp_path)
     assert sorted((s.record_count, s.acked_before) for s in last.take()) == [(10, 0), (40, 25)]
     last.close()
+
+
+def test_a_version_2_pool_is_upgraded_in_place_its_slots_kept_and_their_acked_bytes_zeroed(
+        tmp_path):
+    """Version 2 had padding where ``acked`` is; an agent of version 2 neither clears nor
+    reads it, so a version 3 pool is refused by it (never a slot sealed beside a stale prefix),
+    and a version 2 pool is upgraded: its sealed slots kept, every ``acked`` zeroed first."""
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(0, 20)))
+    pool.seal("t")
+    [slot] = pool.take()
+    pool.note_acked(slot, 15)
+    pool.abandon()
+    path = tmp_path / "buffer.pool"
+    with open(path, "r+b") as f:                     # as a version 2 agent left it
+        header = np.frombuffer(f.read(L.FILE_HEADER.itemsize), L.FILE_HEADER).copy()
+        header[0]["version"] = 2
+        header[0]["geometry_crc"] = L.geometry_crc(header)
+        f.seek(0)
+        f.write(header.tobytes())
+    again = open_pool(tmp_path)
+    [kept] = again.take()
+    assert (kept.record_count, kept.acked_before) == (20, 0)
+    again.close()
+    raw = np.fromfile(path, np.uint8, L.FILE_HEADER.itemsize).view(L.FILE_HEADER)
+    assert int(raw[0]["version"]) == L.VERSION == 3

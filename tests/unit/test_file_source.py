@@ -1053,6 +1053,32 @@ def test_a_utf_16_partial_line_waits_for_its_newline_unit_and_is_flushed_in_whol
     assert got == {"partial_line_flushed": 1, "crlf_line": 1, "empty_line": 1}
 
 
+def test_a_utf_16_file_holding_only_its_byte_order_mark_is_never_flushed_as_a_line(tmp_path):
+    h = Harness(tmp_path, encoding="utf-16", partial_flush_ms=10)
+    h.app.write_bytes("\ufeff".encode("utf-16-be"))
+    h.step()
+    h.step(1, advance_s=0.02)
+    assert h.values() == []
+    with open(h.app, "ab") as f:
+        f.write("hello\n".encode("utf-16-be"))
+    h.step()
+    assert h.values() == [b"hello"]
+    assert not h.metrics.get("agent_source_bad_input_total", kind="empty_line", topic="t")
+
+
+def test_utf_16_takes_its_byte_order_from_the_file_s_first_bytes_read_not_a_short_look(
+        tmp_path):
+    """The file found with one byte of its mark written: the order is taken from what is read
+    from byte 0 once a line is there, not from the one byte seen first."""
+    h = Harness(tmp_path, encoding="utf-16")
+    h.app.write_bytes(b"\xfe")
+    h.step()
+    with open(h.app, "ab") as f:
+        f.write(b"\xff" + "big-endian\n".encode("utf-16-be"))
+    h.step()
+    assert h.values() == [b"big-endian"]
+
+
 def test_utf_16_multiline_events_are_joined_by_their_text(tmp_path):
     h = Harness(tmp_path, encoding="utf-16", multiline={"preset": "java", "flush_ms": 500})
     text = ("\ufeff2026-12-02 ERROR first failed\njava.lang.IllegalStateException: Ċ\n"
