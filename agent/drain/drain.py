@@ -47,9 +47,10 @@ sent again *alone*, by a second producer that puts one record in each batch
 
 A fatal error replaces the producer. Its reports served within ``PURGE_WAIT_S`` are used; a
 slot with a record handed over after the last zero point, or sent alone and not yet reported,
-has no known completion: it is sent again whole (but for the records already dead-lettered) by
-a new ``SlotSend``, and the old one is retired, so a late report of the old producer changes
-nothing. Duplicates after a fatal error, never a slot freed on a guess.
+has no known completion: it is sent again whole (but for the records already dead-lettered, and
+on the native path the prefix Kafka acknowledged) by a new ``SlotSend``, and the old one is
+retired, so a late report of the old producer changes nothing. Duplicates after a fatal error,
+never a slot freed on a guess.
 """
 
 from __future__ import annotations
@@ -729,9 +730,9 @@ class Drain:
         unknown = [s for s in self.inflight if self._unreported(s)]
         if unknown:
             log.warning("%d slot(s) in flight had records not reported by the old producer: "
-                        "sent again whole (duplicates possible)", len(unknown))
+                        "sent again (duplicates possible)", len(unknown))
             for s in unknown:            # every record sent again counts as retried
-                self.metrics.inc("agent_drain_retried_events_total", s.total - s.dead,
+                self.metrics.inc("agent_drain_retried_events_total", s.to_send_again,
                                  reason="producer_replaced", topic=s.slot.topic)
         self.inflight = collections.deque(self._again(s) if s in unknown else s
                                           for s in self.inflight)

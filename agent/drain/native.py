@@ -12,7 +12,8 @@ through the native producer, block by block under a token of their own (``_resen
 too large with their batch go alone through the lone producer (a Python one, built when first
 needed), dead ones to the dead-letter folder and the journal; the liveness watch sees the
 native reports move and purges the native queue too; a fatal error, new settings or a stall
-replace the producers, and a slot whose report is not in is sent again whole. There is no other
+replace the producers, and a slot whose report is not in is sent again from its acknowledged
+prefix on (``_again``), but for its dead records. There is no other
 producer: one client that can stop answering, not two (the Python producer that carried the
 resends here before, and that the outage probe asked, was the one found stuck after a 30 s
 broker pause, holding its slots and making the probe say the cluster was gone).
@@ -117,6 +118,8 @@ class NativeSend(SendState):
         self.skipped = skipped          # records before the first block: acknowledged before
         self.total = slot.record_count - skipped
         self.noted = skipped            # the acknowledged prefix last kept in the slot's header
+        self.carried = 0                # of ``skipped``: acknowledged in this process, to the
+        #                                 sends this one replaced (counted as sent with it)
         self.blocks = blocks            # (first index, offsets, lengths, times, numbers, keys,
         #                                  headers), arrays of the slot's records, in order
         self.firsts = [b[0] for b in blocks]
@@ -139,6 +142,16 @@ class NativeSend(SendState):
             previous.retired = True
             self.dead_records = previous.dead_records
             self.dead_index = previous.dead_index
+            self.carried = previous.carried + skipped - previous.skipped
+
+    @property
+    def acked(self) -> int:
+        return self.total - self.dead + self.carried
+
+    @property
+    def to_send_again(self) -> int:
+        """Records a send in its place would carry: past the acknowledged prefix, not dead."""
+        return self.total - self.dead - (self.noted - self.skipped)
 
     @property
     def open(self) -> bool:

@@ -31,6 +31,11 @@ class SendState:
     def acked(self) -> int:
         return self.total - self.dead
 
+    @property
+    def to_send_again(self) -> int:
+        """Records a send in its place would carry: every one not dead."""
+        return self.total - self.dead
+
     def waiting(self) -> bool:
         """Records of it wait to go again, or to be reported after going alone."""
         return bool(self.retry or self.alone or self.alone_out)
