@@ -11,7 +11,9 @@ NATIVE_STAMP := $(VENV)/.docket-native
 NATIVE_WHEELS := build/native-wheel
 CARGO_ENV := PATH="$$HOME/.cargo/bin:$$PATH"
 
-setup: $(STAMP) $(NATIVE_STAMP)
+FORGETFS := build/forgetfs/release/docket-forgetfs
+
+setup: $(STAMP) $(NATIVE_STAMP) $(FORGETFS)
 
 $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml
 	@command -v java >/dev/null || { echo "make setup: java (JDK 17+) is required for the local Kafka and Spark" >&2; exit 1; }
@@ -38,6 +40,7 @@ debian-tools:
 	command -v dh_virtualenv >/dev/null || need="$$need dh-virtualenv debhelper dpkg-dev"; \
 	command -v iptables >/dev/null || need="$$need iptables"; \
 	command -v logrotate >/dev/null || [ -x /usr/sbin/logrotate ] || need="$$need logrotate"; \
+	command -v fusermount3 >/dev/null || need="$$need fuse3"; \
 	[ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] \
 		|| need="$$need libnetfilter-queue-dev"; \
 	if [ -z "$$need" ]; then :; \
@@ -73,6 +76,17 @@ $(NATIVE_STAMP): $(wildcard agent/native/src/*.rs) agent/native/Cargo.toml \
 	else echo "make setup: no cargo (Rust, https://rustup.rs) here: the native send path is" \
 		"not built; the agent sends with its Python send path (the default, \"auto\"," \
 		"chooses it there) and the native tests are skipped" >&2; fi
+
+# The power-cut harness's file system (tests/forgetfs: Rust, the fuser crate, no libfuse; Debian's
+# fuse3 gives fusermount3): build/forgetfs/release/docket-forgetfs, for
+# tests/faults/test_power_cut_fs.py. Without cargo it is not built and that test is skipped.
+$(FORGETFS): $(wildcard tests/forgetfs/src/*.rs) tests/forgetfs/Cargo.toml \
+		tests/forgetfs/Cargo.lock | $(STAMP)
+	@if $(CARGO_ENV) command -v cargo >/dev/null; then \
+		$(CARGO_ENV) CARGO_TARGET_DIR=build/forgetfs cargo build --quiet --release --locked \
+			--manifest-path tests/forgetfs/Cargo.toml; \
+	else echo "make setup: no cargo here: the power-cut file system (tests/forgetfs) is not" \
+		"built and its test is skipped" >&2; fi
 
 # Two groups side by side, each a pytest session with its own clusters (tests/run_groups.py);
 # PYTEST_ARGS naming tests (a path, -k, -m) run one plain session.

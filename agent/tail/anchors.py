@@ -18,6 +18,12 @@ reading. At start (``resume_at``) the newest anchor at or below the checkpoint i
 against the file; if the file no longer holds it, the newest anchor it still holds is where
 reading resumes (the lines from there to the cut arrive twice; none is skipped), or the
 generation's start when it holds none.
+
+The pool is synced at each seal, the state database's commits at most every 0.2 s: after a
+power cut the pool may hold slots read past the newest anchor the database kept, and reading
+resumes at their end. The bytes from that anchor to there are checked against what the slot
+ending there read (``tail_read``: its last records, as the file held them before that end);
+a file that no longer holds them was cut back, and is read again from the anchor.
 """
 
 from __future__ import annotations
@@ -62,6 +68,26 @@ def add(anchors: list[Anchor], anchor: Anchor, fresh: bool) -> list[Anchor]:
         return anchors
     kept = anchors[:-1] if anchors and fresh else anchors
     return (kept + [anchor])[-KEPT:]
+
+
+def tail_read(tail: bytes, values: list[bytes]) -> bool:
+    """Whether ``tail`` (the file's bytes just before an offset a slot was read to, from no
+    earlier than where the slot's reading of it began, its first line perhaps in part) is
+    what the records of ``values`` (the slot's, in order) read: its lines, in order, lines of
+    the records (an event's lines each), the last perhaps one the agent flushed before its
+    newline was written. Records of the slot's other sources may lie between: the lines are
+    matched from the end, each to the next record line that is it, skipping the rest."""
+    lines = tail.split(b"\n")
+    if tail.endswith(b"\n"):
+        lines.pop()
+    j = len(lines) - 1
+    for value in reversed(values):
+        for line in reversed(value.split(b"\n")):
+            if j < 0:
+                return True
+            if line == lines[j] or (j == 0 and line.endswith(lines[0])):
+                j -= 1
+    return j < 0
 
 
 def resume_at(read_at: Callable[[int, int], bytes], offset: int,

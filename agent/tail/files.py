@@ -69,6 +69,9 @@ from .seams import FsOps
 log = logging.getLogger("docket.agent.files")
 
 LAST_LINE_LOOK_BYTES = 1 << 20    # read_from = "end" looks this far back for a line's end
+TAIL_CHECK_BYTES = 4096        # bytes before a recovered end checked against its slot's records
+#                                (whole units of any wide encoding; more than the last line's
+#                                end alone, which many lines of one log share)
 
 ROTATED_DELETED = "rotated_deleted"   # an orphan's reason: see _orphan_row
 ROTATED_IDLE_S = 5.0          # a rotated file at its end this long is closed
@@ -407,6 +410,10 @@ class FileSource:
         offset = self._resume_offset(row)
         kept = anchors.unpack(row["anchors"])
         back = anchors.resume_at(lambda off, n: self.fs.pread(fd, n, off), offset, kept)
+        newest = max((a[0] for a in kept if a[0] <= offset), default=None)
+        if back is None and newest is not None and newest < offset and \
+                self._pool_read_differs(row["source_id"], fd, offset):
+            back = newest       # the pool read past the newest anchor, not what the file holds
         if back is not None:
             offset = self._cut_back(row, path, offset, back, size)
             kept = [a for a in kept if a[0] <= offset]
@@ -420,6 +427,30 @@ class FileSource:
                  row["source_id"], why, offset, size)
         self._track(ident, Tracked(row["source_id"], path, fd, *ident, fingerprint, offset,
                                    size_seen=size, rotated=rotated, anchors=kept))
+
+    def _pool_read_differs(self, sid: int, fd: int, offset: int) -> bool:
+        """Whether the file no longer holds, just before ``offset``, what a slot the pool
+        recovered, ending there, read (an anchor at ``offset`` the state database never kept:
+        ``anchors.tail_read``). No slot ending there (the checkpoint is the database's own)
+        cannot tell: False. A source in another encoding than UTF-8 has its bytes transcoded
+        as its records were."""
+        ending = [(slot, start) for slot in self.pool.sealed()
+                  for s, start, e in slot.meta.positions if s == sid and e == offset]
+        if not ending:
+            return False
+        codec = self.reader.lines.codec
+        units = self.reader.lines.units(self.fs.pread(fd, 4, 0)) if codec else None
+        for slot, start in ending:      # the file's bytes this slot read, at most the last 4 KiB
+            lo = max(start, offset - TAIL_CHECK_BYTES)
+            tail = self.fs.pread(fd, offset - lo, lo)
+            if len(tail) < offset - lo:
+                return True             # the file ends below what was read
+            if codec is not None:
+                text = tail.decode(units.codec if units else codec, errors="replace")
+                tail = (text[1:] if lo == 0 and text.startswith("\ufeff") else text).encode()
+            if anchors.tail_read(tail, [v for _t, _k, v in slot.records()]):
+                return False
+        return True
 
     def _cut_back(self, row: dict, path: str, offset: int, back: int, size: int) -> int:
         """The file no longer holds, below the checkpoint ``offset``, what was read there (a

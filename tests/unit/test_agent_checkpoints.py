@@ -33,7 +33,7 @@ SLOT = 4096
 
 
 def agent_on(tmp_path, kafka: FakeKafka, sync_on_seal: bool = False,
-             pool_ops: FileOps | None = None) -> Agent:
+             pool_ops: FileOps | None = None, encoding: str = "utf-8") -> Agent:
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
     cfg = parse({
@@ -42,7 +42,8 @@ def agent_on(tmp_path, kafka: FakeKafka, sync_on_seal: bool = False,
                    "linger_ms": 5, "sync_on_seal": sync_on_seal},
         "broker": {"bootstrap_servers": "127.0.0.1:9"},
         "audit": {"enabled": False},
-        "sources": [{"type": "file", "topic": "t", "paths": [str(logs / "app.log")]}],
+        "sources": [{"type": "file", "topic": "t", "paths": [str(logs / "app.log")],
+                     "encoding": encoding}],
     })
     agent = Agent(cfg, seams=Seams(clock=FakeClock(), producer_factory=kafka.producer,
                                    file_events=False, pool_ops=pool_ops))
@@ -166,11 +167,11 @@ def test_a_state_write_waits_for_the_emitters_connection_as_long_as_a_loaded_hos
     db.close()
 
 
-def _started_again(tmp_path, turns: int) -> tuple[FakeKafka, Agent]:
+def _started_again(tmp_path, turns: int, encoding: str = "utf-8") -> tuple[FakeKafka, Agent]:
     """The next start on the same state folder, with a Kafka of its own, ``turns`` turns on
     (the metrics of the start are kept: the self-check's among them)."""
     again = FakeKafka()
-    agent = agent_on(tmp_path, again)
+    agent = agent_on(tmp_path, again, encoding=encoding)
     for _ in range(turns):
         agent.clock.advance(0.3)
         agent.turn()
@@ -299,6 +300,29 @@ def test_a_slot_lost_before_a_later_one_that_survives_is_read_again(tmp_path):
     agent.abandon()
 
 
+def _encoded(data: bytes, encoding: str, at_start: bool = False) -> bytes:
+    """Lines as a file in ``encoding`` holds them (UTF-16 little-endian behind a byte order
+    mark at the file's start)."""
+    if encoding == "utf-8":
+        return data
+    return (b"\xff\xfe" if at_start else b"") + data.decode().encode("utf-16-le")
+
+
+def _four_batches_read(tmp_path, encoding: str = "utf-8") -> tuple[FakeKafka, Agent, Path]:
+    """Four batches of 100 lines, read a second and more apart (each batch's end an anchor),
+    every line acknowledged: (Kafka, the agent, the log file)."""
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka, encoding=encoding)
+    log_file = tmp_path / "logs" / "app.log"
+    for batch in range(4):
+        with open(log_file, "ab") as f:
+            f.write(_encoded(lines(batch * 100, batch * 100 + 100), encoding, batch == 0))
+        for _ in range(5):
+            agent.clock.advance(0.3)
+            agent.turn()
+    return kafka, agent, log_file
+
+
 def _cut_back_run(tmp_path, seen_beyond: int = 0):
     """Four batches of 100 lines, read a second and more apart (each batch's end an anchor),
     every line acknowledged; a SIGKILL; the file cut back to 217 lines (a power loss took the
@@ -306,15 +330,7 @@ def _cut_back_run(tmp_path, seen_beyond: int = 0):
     checkpoint; the agent starts again. ``seen_beyond``: bytes the first agent had seen past
     its checkpoint and not read. Returns (every value delivered, the journal's entries, the
     second agent's Kafka)."""
-    kafka = FakeKafka()
-    agent = agent_on(tmp_path, kafka)
-    log_file = tmp_path / "logs" / "app.log"
-    for batch in range(4):
-        with open(log_file, "ab") as f:
-            f.write(lines(batch * 100, batch * 100 + 100))
-        for _ in range(5):
-            agent.clock.advance(0.3)
-            agent.turn()
+    kafka, agent, log_file = _four_batches_read(tmp_path)
     [row] = agent.db.all_files()
     assert row["acked_offset"] == row["sealed_offset"] == len(lines(0, 400))
     if seen_beyond:
@@ -344,6 +360,54 @@ def test_a_file_cut_back_below_its_checkpoint_and_written_on_loses_no_new_line(t
     assert 0 < len(twice) <= 100 and all(200 <= id_of(v) < 217 for v in twice), \
         "only the lines from the newest anchor held to the cut go twice"
     assert entries == []
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_anchored(
+        tmp_path, encoding):
+    """The power-cut file system's finding: the pool (synced at each seal) holds a slot read
+    past the checkpoint the state database last made durable (its commits are synced at most
+    every 0.2 s), so the newest anchor lies below where reading resumes. The application's
+    log lost its unsynced tail in the same cut and was written on past the old end before the
+    agent started. The file still holds the newest anchor; the stretch from there to the
+    recovered end no longer holds what the slot read, and must be read again — before, the
+    agent resumed at the slot's end, in the middle of the new lines: the new lines below it
+    never arrived and a fragment of one did, nothing journaled. A UTF-16 log is checked through
+    its records' transcoding."""
+    import shutil
+
+    kafka, agent, log_file = _four_batches_read(tmp_path, encoding)
+    saved = tmp_path / "durable"
+    saved.mkdir()
+    for p in (tmp_path / "state").glob("state.db*"):         # what the last log sync made
+        shutil.copy2(p, saved / p.name)
+    kafka.script(lines(450, 451)[:-1], HOLD)                  # its slot stays in the pool
+    with open(log_file, "ab") as f:
+        f.write(_encoded(lines(400, 500), encoding))
+    for _ in range(5):
+        agent.clock.advance(0.3)
+        agent.turn()
+    assert agent.pool.sealed(), "the last batch's slot waits for Kafka"
+    agent.abandon()                                           # the power cut
+    for p in (tmp_path / "state").glob("state.db*"):
+        p.unlink()
+    for p in saved.iterdir():
+        shutil.copy2(p, tmp_path / "state" / p.name)
+    with open(log_file, "r+b") as f:
+        f.truncate(len(_encoded(lines(0, 430), encoding, True)))      # the lost tail
+    with open(log_file, "ab") as f:
+        f.write(_encoded(lines(1000, 1300), encoding))        # written on past the old end
+    again, agent = _started_again(tmp_path, 20, encoding)
+    try:
+        delivered = kafka.values() + again.values()
+        new = lines(1000, 1300).split(b"\n")[:-1]
+        missing = [v for v in new if v not in delivered]
+        assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
+        assert all(v.startswith(b"id-") and len(v) == len(new[0]) for v in delivered), \
+            "a fragment of a line was delivered"
+        assert agent.metrics.get("agent_source_rotations_total", kind="cut_back", topic="t") == 1
+    finally:
+        agent.abandon()
 
 
 def test_bytes_seen_and_never_read_before_a_cut_back_are_journaled_with_their_range(tmp_path):
@@ -425,3 +489,24 @@ def test_a_slot_whose_free_was_lost_is_not_journalled_as_lost(tmp_path):
     assert not journal.exists() or journal.read_text() == "", "nothing was lost"
     assert again.values() == []                    # nothing to send again
     agent.abandon()
+
+
+def test_the_tail_a_slot_read_is_matched_by_its_records_in_order():
+    from agent.tail.anchors import tail_read
+
+    records = [b"alpha one", b"beta two", b"gamma three", b"other file's line"]
+    assert tail_read(b"one\nbeta two\ngamma three\n", records)
+    assert tail_read(b"a two\ngamma three\n", records)                # a line in part
+    assert not tail_read(b"one\nbeta TWO\ngamma three\n", records)    # other content
+    assert not tail_read(b"gamma three\nbeta two\n", records)         # out of order
+    assert tail_read(b"beta two\ngamma three", records)               # a partial line flushed
+    assert tail_read(b"alpha one\n", [b"alpha one"])                  # the slot's first record
+    assert not tail_read(b"xxxx\nalpha one\n", [b"alpha one"])        # bytes it never read
+    assert tail_read(b"two lines\nof an event\n", [b"two lines\nof an event"])   # multiline
+    assert not tail_read(b"new line 1000\n", records)
+    assert tail_read(b"one\nbeta two\ngamma three\n",                 # another source's
+                     [b"alpha one", b"elsewhere", b"beta two", b"too", b"gamma three"])
+    assert not tail_read(b"alpha one\nbeta two\n", [b"beta two", b"alpha one"])
+    alike = [b"x"] * 100_000
+    assert tail_read(b"x\n" * 2048, alike)
+    assert not tail_read(b"y\n" + b"x\n" * 2047, alike)
