@@ -1,6 +1,9 @@
 """The application of ``faults/test_power_cut_fs.py``: lines ``id-NNNNNNNNN ...`` at a steady
 rate into ``LOGS/app.log`` in batches every 10 ms, the log synced every ``SYNC_MS`` (and before a
-rotation), renamed to ``app.log.K`` and started again every ``ROTATE_EVERY`` lines.
+rotation), renamed to ``app.log.K`` and started again every ``ROTATE_EVERY`` lines. A new log's
+name (and the rename before it) is made durable by syncing the folder only ``FOLDER_SYNC_S``
+after it was made (or at the next rotation, if sooner): until then a file system that forgets
+names may take the new file, synced lines and all, and the lines in it are never noted synced.
 
 Before each batch it notes ``w FIRST END`` in ``SIDE`` (a file on the host's own disk, which a
 power cut of the test's file system does not touch), and ``s END`` once the log is synced
@@ -17,6 +20,8 @@ import hashlib
 import os
 import sys
 import time
+
+FOLDER_SYNC_S = 1.0
 
 
 def line(i: int) -> bytes:
@@ -39,6 +44,10 @@ def resume(side: str) -> tuple[int, int]:
     return nxt, rotations
 
 
+def _opened(app: str) -> int:
+    return os.open(app, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+
 def main() -> None:
     logs, side, rate, total, rotate_every = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
         int(sys.argv[4]), int(sys.argv[5])
@@ -46,9 +55,11 @@ def main() -> None:
     app = os.path.join(logs, "app.log")
     i, rotations = resume(side)
     notes = open(side, "a", buffering=1)
-    fd = os.open(app, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    named = os.path.exists(app)         # after a cut, what is there is durable
+    fd = _opened(app)
+    folder = os.open(logs, os.O_RDONLY | os.O_DIRECTORY)
     start, first = time.monotonic(), i
-    synced_at = start
+    synced_at = made_at = start
     while i < total:
         due = min(total, first + int((time.monotonic() - start) * rate) + 1)
         if due > i:
@@ -59,16 +70,22 @@ def main() -> None:
             rotating = i % rotate_every == 0 and i < total
             if rotating or time.monotonic() - synced_at >= sync_s:
                 os.fsync(fd)
-                notes.write(f"s {end}\n")
+                if not named and (rotating or time.monotonic() - made_at >= FOLDER_SYNC_S):
+                    os.fsync(folder)
+                    named = True
+                if named:
+                    notes.write(f"s {end}\n")
                 synced_at = time.monotonic()
             if rotating:
                 rotations += 1
                 notes.write(f"r {rotations}\n")         # before: a name is never used twice
                 os.rename(app, f"{app}.{rotations}")
                 os.close(fd)
-                fd = os.open(app, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                fd = _opened(app)
+                named, made_at = False, time.monotonic()
         time.sleep(0.01)
     os.close(fd)
+    os.close(folder)
 
 
 if __name__ == "__main__":

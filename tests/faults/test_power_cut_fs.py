@@ -6,8 +6,10 @@ rotation, against the real local Kafka.
 A cut is what a host's power loss leaves: the agent and the application SIGKILLed (the page
 cache with them, as the file system is unmounted before anything runs again), every write that
 no ``fsync``/``msync`` made durable gone — or, at every other cut, a random half of the unsynced
-pages kept (a disk writes back any subset before the power goes) —, then the file system mounted
-again over what is durable and the application and the agent started again.
+pages kept (a disk writes back any subset before the power goes) —, every name made, moved or
+removed in a folder not synced since undone (at every other cut, but for a random first part of
+them), then the file system mounted again over what is durable and the application and the
+agent started again.
 
 The application (``faults/powercut_app.py``) syncs its log every 200 ms and notes outside
 the file system what it wrote and what it synced: a line noted synced must reach Kafka; a line
@@ -16,7 +18,7 @@ only if the agent had read and sent it). Checked after the run, by id: no synced
 no record that is not a line the application wrote, duplicates counted (by record number: a
 line sent again under the same number, or read again under a new one after its file was cut
 back) and each journal entry's reason; the cuts really happened (the file system dropped pages
-at each, the application's log lost a tail at some).
+at each, the application's log lost a tail at some, names not yet synced were undone at some).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ ROTATE_EVERY = 30_000
 LINE_BYTES = 53                 # an application line without its newline
 SYNC_MS = 200                   # the application syncs its log this often: a tail to lose
 CUTS = int(os.environ.get("DOCKET_POWER_CUTS", "10"))
+SOAK_CUTS = 200                 # make soak
 SEED = int(os.environ.get("DOCKET_POWER_CUT_SEED", "52"))
 
 pytestmark = pytest.mark.skipif(
@@ -94,8 +97,12 @@ def dropped(figures: str) -> int:
     return int(figures.split(" unsynced pages dropped")[0].rsplit(" ", 1)[1])
 
 
+def names_undone(figures: str) -> int:
+    return int(figures.split(" name operations undone")[0].rsplit(" ", 1)[1])
+
+
 LINE_AT_END = re.compile(rb"id-(\d{9}) [0-9a-f]{40}\Z")
-LINE_START = re.compile(rb"id-\d{0,9}( [0-9a-f]{0,39})?")   # a line's first bytes, not all
+LINE_START = re.compile(rb"i|id|id-\d{0,9}|id-\d{9} [0-9a-f]{0,39}")   # a line's first bytes
 
 
 def _id(value: bytes):
@@ -124,13 +131,25 @@ def side_notes(side: Path) -> tuple[set[int], int]:
 
 def test_power_cuts_on_a_file_system_that_forgets_lose_no_synced_line(kafka, tmp_path,
                                                                       topic_name):
+    _power_cuts(kafka, tmp_path, topic_name, CUTS)
+
+
+@pytest.mark.soak
+def test_two_hundred_power_cuts_lose_no_synced_line(kafka, tmp_path, topic_name):
+    _power_cuts(kafka, tmp_path, topic_name, SOAK_CUTS)
+
+
+def _power_cuts(kafka, tmp_path, topic_name, cuts: int) -> None:
+    """``cuts`` cuts, 1-3 s apart; the checks of the module's docstring, one JSON line."""
     backing, mnt = tmp_path / "backing", tmp_path / "mnt"
     backing.mkdir()
     mnt.mkdir()
     fs = ForgetFs(backing, mnt, tmp_path / "forgetfs.log")
     fs.mount()
     (mnt / "logs").mkdir()
-    os.sync()
+    root = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+    os.fsync(root)                                        # the folder's name durable
+    os.close(root)
     bootstrap = kafka.bootstrap_servers
     ensure_topics(bootstrap, [TopicSpec(topic_name, partitions=3)])
     config = write_config(tmp_path / "agent.toml", bootstrap, mnt / "state",
@@ -139,18 +158,18 @@ def test_power_cuts_on_a_file_system_that_forgets_lose_no_synced_line(kafka, tmp
                           buffer={"size_bytes": 32 << 20, "slot_size_bytes": 256 << 10})
     agent = AgentProcess(config, tmp_path / "agent.log")
     side = tmp_path / "app.side"
-    total = 2_000_000                   # more than the run writes: the cuts end it
+    total = RATE * cuts * 10            # more than the run writes: the cuts end it
     rng = random.Random(SEED)
 
     def start_app() -> subprocess.Popen:
         return subprocess.Popen([sys.executable, str(APP), str(mnt / "logs"), str(side),
                                  str(RATE), str(total), str(ROTATE_EVERY), str(SYNC_MS)])
 
-    restarts, cut_figures = [], []
+    restarts, cut_figures, undone = [], [], []
     app = start_app()
     agent.start()
     try:
-        for k in range(CUTS):
+        for k in range(cuts):
             time.sleep(rng.uniform(1.0, 3.0))
             agent.kill()                                  # the power goes
             app.kill()
@@ -159,6 +178,7 @@ def test_power_cuts_on_a_file_system_that_forgets_lose_no_synced_line(kafka, tmp
                 f.write("cut\n")
             figures = fs.unmount()
             cut_figures.append(dropped(figures))
+            undone.append(names_undone(figures))
             keep = 0.5 if k % 2 else 0.0
             fs.mount(keep=keep, seed=SEED * 100 + k)      # the host comes back
             t0 = time.monotonic()
@@ -190,7 +210,8 @@ def test_power_cuts_on_a_file_system_that_forgets_lose_no_synced_line(kafka, tmp
             else:
                 foreign.append(value)
 
-        counts = consume_counts(bootstrap, topic_name, len(required), 300, _id, on_msg=see)
+        counts = consume_counts(bootstrap, topic_name, len(required), max(300, 3 * cuts), _id,
+                                on_msg=see)
         status = agent.status()
     finally:
         if agent.alive():
@@ -205,7 +226,7 @@ def test_power_cuts_on_a_file_system_that_forgets_lose_no_synced_line(kafka, tmp
     lost = [i for i in required if counts.get(i, 0) == 0]
     ids = {k: c for k, c in counts.items() if isinstance(k, int)}
     figures = {
-        "cuts": CUTS, "written": written, "required": len(required),
+        "cuts": cuts, "written": written, "required": len(required),
         "written_unsynced_at_cuts": len(maybe),
         "unsynced_delivered": sum(1 for i in maybe if ids.get(i)),
         "delivered_distinct": len(ids), "lost_silently": len(lost),
@@ -214,7 +235,8 @@ def test_power_cuts_on_a_file_system_that_forgets_lose_no_synced_line(kafka, tmp
         "foreign_records": len(foreign), "records_with_a_hole": len(after_a_hole),
         "lines_after_a_partial_line": len(glued),
         "journaled": Counter(e["reason"] for e in entries),
-        "pages_dropped_per_cut": cut_figures, "restart_s": restarts,
+        "pages_dropped_per_cut": cut_figures, "names_undone_per_cut": undone,
+        "restart_s": restarts,
         "backlog_at_end": (status or {}).get("backlog"),
     }
     print(json.dumps(figures))
@@ -225,5 +247,6 @@ def test_power_cuts_on_a_file_system_that_forgets_lose_no_synced_line(kafka, tmp
     assert not set(ids) - set(range(written)), "ids never written arrived"
     # The cuts were real: the file system dropped unsynced pages at each one, and the
     # application's log lost a tail that was written and not synced at some.
-    assert len(cut_figures) == CUTS and all(n > 0 for n in cut_figures), figures
+    assert len(cut_figures) == cuts and all(n > 0 for n in cut_figures), figures
     assert len(maybe) > 0, figures
+    assert sum(undone) > 0, f"no cut undid a name (a rotation's, not yet synced): {figures}"

@@ -11,13 +11,17 @@
 //!   `fsync`/`fdatasync` (an `msync` of a mapping reaches here as one, after the kernel wrote the
 //!   mapping's dirty pages) writes the file's unsynced pages and size to the backing file and syncs
 //!   it. Closing a file syncs nothing, as POSIX promises nothing at close.
-//! - Names (create, mkdir, rename, unlink, symlink) go to the backing folder at once: this file
-//!   system forgets data, not directory entries.
+//! - Names (create, mkdir, symlink, rename, unlink, rmdir) go to the backing folder at once, and
+//!   each is noted with the folders it changed; it is durable once each of them was synced
+//!   (`fsync` of the folder: POSIX asks no less, and a file's own `fsync` is not enough). An
+//!   unlinked file, or one a rename replaced, waits in `BACKING.trash` until then.
 //! - When it is unmounted (`fusermount3 -u`, after the processes using it were killed) the pages
 //!   never synced are dropped — or, with `--keep F`, each is written with probability F (seeded by
 //!   `--seed`): a disk may have written back any subset of them before the power went. Then the
-//!   process prints one line of figures to stderr and exits. Mounting it again over the same
-//!   backing folder is the host coming back.
+//!   name operations not durable are undone, newest first (a file made is removed, a rename moved
+//!   back, an unlinked file put back) — with `--keep F`, but for a random first part of them, as a
+//!   journal commits in order. The process prints one line of figures to stderr and exits.
+//!   Mounting it again over the same backing folder is the host coming back.
 //!
 //! Inodes are the backing files' inode numbers (the root is 1); the kernel's attribute and entry
 //! caches are off (a time to live of 0), so a size changed here is seen at once.
@@ -51,6 +55,24 @@ struct Unsynced {
     pages: BTreeMap<u64, Vec<u8>>,
 }
 
+/// How a name operation not yet durable is undone at a cut (paths relative to the backing folder).
+enum Undo {
+    /// A name made (create, mkdir, symlink): removed, with what lies under it.
+    Remove(PathBuf),
+    /// A rename: moved back, and the entry it replaced (kept in the trash) put back.
+    MoveBack { from: PathBuf, to: PathBuf, replaced: Option<PathBuf> },
+    /// An unlink: the file, kept in the trash, put back under its name.
+    Restore { rel: PathBuf, kept: PathBuf },
+    /// An rmdir: the (empty) folder made again.
+    Remake(PathBuf),
+}
+
+/// A name operation and the folders whose sync it still waits for.
+struct NameOp {
+    waits: Vec<PathBuf>,
+    undo: Undo,
+}
+
 #[derive(Default)]
 struct Figures {
     writes: u64,
@@ -58,21 +80,45 @@ struct Figures {
     pages_synced: u64,
     pages_dropped: u64,
     pages_kept: u64,
+    names_undone: u64,
+    names_kept: u64,
 }
 
 struct State {
     paths: HashMap<u64, PathBuf>,
     files: HashMap<u64, (File, u32)>,
     unsynced: HashMap<u64, Unsynced>,
+    names: Vec<NameOp>,
+    trashed: u64,
     rng: u64,
     figures: Figures,
 }
 
 struct ForgetFs {
     backing: PathBuf,
+    trash: PathBuf,
     root_ino: u64,
     keep: f64,
     state: Mutex<State>,
+}
+
+fn parent_of(rel: &Path) -> PathBuf {
+    rel.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn remove_any(path: &Path) -> io::Result<()> {
+    if fs::symlink_metadata(path)?.is_dir() {
+        fs::remove_dir_all(path)
+    } else {
+        fs::remove_file(path)
+    }
+}
+
+/// What a durable operation kept in the trash is gone for good.
+fn forget_kept(undo: &Undo) {
+    if let Undo::Restore { kept, .. } | Undo::MoveBack { replaced: Some(kept), .. } = undo {
+        let _ = remove_any(kept);
+    }
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -204,6 +250,50 @@ impl ForgetFs {
         result
     }
 
+    /// `full` moved to the trash, where it waits until its removal is durable.
+    fn to_trash(&self, st: &mut State, full: &Path) -> io::Result<PathBuf> {
+        st.trashed += 1;
+        let kept = self.trash.join(st.trashed.to_string());
+        fs::rename(full, &kept)?;
+        Ok(kept)
+    }
+
+    /// A name operation on the folders `waits`, undone at a cut unless each is synced first.
+    fn note(st: &mut State, mut waits: Vec<PathBuf>, undo: Undo) {
+        waits.dedup();
+        st.names.push(NameOp { waits, undo });
+    }
+
+    /// Folder `dir` was synced: the operations that waited for it alone are durable.
+    fn names_synced(st: &mut State, dir: &Path) {
+        for op in &mut st.names {
+            op.waits.retain(|d| d != dir);
+        }
+        let (durable, pending): (Vec<NameOp>, Vec<NameOp>) =
+            st.names.drain(..).partition(|op| op.waits.is_empty());
+        st.names = pending;
+        for op in &durable {
+            forget_kept(&op.undo);
+        }
+    }
+
+    /// Undo `undo` in the backing folder (what a later operation left in the way is overwritten
+    /// or left: a cut's undoing does its best, as a disk's recovery does).
+    fn undo(&self, undo: &Undo) {
+        let _ = match undo {
+            Undo::Remove(rel) => remove_any(&self.full(rel)),
+            Undo::MoveBack { from, to, replaced } => {
+                let back = fs::rename(self.full(to), self.full(from));
+                if let Some(kept) = replaced {
+                    let _ = fs::rename(kept, self.full(to));
+                }
+                back
+            }
+            Undo::Restore { rel, kept } => fs::rename(kept, self.full(rel)),
+            Undo::Remake(rel) => fs::create_dir(self.full(rel)),
+        };
+    }
+
     fn next_random(st: &mut State) -> f64 {
         // xorshift64*: reproducible from the seed, nothing more is asked of it
         st.rng ^= st.rng >> 12;
@@ -241,10 +331,24 @@ impl Filesystem for ForgetFs {
                 }
             }
         }
+        let pending = std::mem::take(&mut st.names);
+        let kept = if self.keep > 0.0 {
+            ((Self::next_random(&mut st) * (pending.len() + 1) as f64) as usize).min(pending.len())
+        } else {
+            0
+        };
+        for op in pending[..kept].iter() {
+            forget_kept(&op.undo);
+        }
+        for op in pending[kept..].iter().rev() {
+            self.undo(&op.undo);
+        }
+        st.figures.names_kept += kept as u64;
+        st.figures.names_undone += (pending.len() - kept) as u64;
         let f = &st.figures;
         eprintln!("forgetfs: unmounted: {} writes, {} syncs, {} pages synced, {} unsynced pages \
-                   dropped, {} kept", f.writes, f.syncs, f.pages_synced, f.pages_dropped,
-                  f.pages_kept);
+                   dropped, {} kept, {} name operations undone, {} kept", f.writes, f.syncs,
+                  f.pages_synced, f.pages_dropped, f.pages_kept, f.names_undone, f.names_kept);
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -311,6 +415,7 @@ impl Filesystem for ForgetFs {
         let result = Self::path(&st, parent.0).and_then(|rel| {
             let full = self.full(&rel.join(name));
             fs::create_dir(&full).map_err(errno)?;
+            Self::note(&mut st, vec![rel.clone()], Undo::Remove(rel.join(name)));
             fs::set_permissions(&full, fs::Permissions::from_mode(mode & !umask & 0o7777))
                 .map_err(errno)?;
             self.entry(&mut st, parent.0, name)
@@ -326,7 +431,11 @@ impl Filesystem for ForgetFs {
         let result = Self::path(&st, parent.0).and_then(|rel| {
             let full = self.full(&rel.join(name));
             let meta = fs::symlink_metadata(&full).map_err(errno)?;
-            fs::remove_file(&full).map_err(errno)?;
+            if meta.is_dir() {
+                return Err(Errno::EISDIR);
+            }
+            let kept = self.to_trash(&mut st, &full).map_err(errno)?;
+            Self::note(&mut st, vec![rel.clone()], Undo::Restore { rel: rel.join(name), kept });
             let ino = self.ino_of(&meta);
             if !st.files.contains_key(&ino) && meta.nlink() <= 1 {
                 st.unsynced.remove(&ino);            // gone with its name and no handle
@@ -341,9 +450,13 @@ impl Filesystem for ForgetFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let st = self.state.lock().expect("the state's lock");
-        match Self::path(&st, parent.0)
-            .and_then(|rel| fs::remove_dir(self.full(&rel.join(name))).map_err(errno)) {
+        let mut st = self.state.lock().expect("the state's lock");
+        let result = Self::path(&st, parent.0).and_then(|rel| {
+            fs::remove_dir(self.full(&rel.join(name))).map_err(errno)?;
+            Self::note(&mut st, vec![rel.clone()], Undo::Remake(rel.join(name)));
+            Ok(())
+        });
+        match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -354,6 +467,7 @@ impl Filesystem for ForgetFs {
         let mut st = self.state.lock().expect("the state's lock");
         let result = Self::path(&st, parent.0).and_then(|rel| {
             std::os::unix::fs::symlink(target, self.full(&rel.join(link_name))).map_err(errno)?;
+            Self::note(&mut st, vec![rel.clone()], Undo::Remove(rel.join(link_name)));
             self.entry(&mut st, parent.0, link_name)
         });
         match result {
@@ -372,7 +486,19 @@ impl Filesystem for ForgetFs {
             let from = Self::path(&st, parent.0)?.join(name);
             let to = Self::path(&st, newparent.0)?.join(newname);
             let replaced = fs::symlink_metadata(self.full(&to)).ok();
-            fs::rename(self.full(&from), self.full(&to)).map_err(errno)?;
+            fs::symlink_metadata(self.full(&from)).map_err(errno)?;
+            let kept = match &replaced {
+                Some(_) => Some(self.to_trash(&mut st, &self.full(&to)).map_err(errno)?),
+                None => None,
+            };
+            if let Err(e) = fs::rename(self.full(&from), self.full(&to)) {
+                if let Some(kept) = &kept {
+                    let _ = fs::rename(kept, self.full(&to));
+                }
+                return Err(errno(e));
+            }
+            Self::note(&mut st, vec![parent_of(&from), parent_of(&to)],
+                       Undo::MoveBack { from: from.clone(), to: to.clone(), replaced: kept });
             if let Some(meta) = replaced {
                 let ino = self.ino_of(&meta);
                 if !st.files.contains_key(&ino) && meta.nlink() <= 1 && !meta.is_dir() {
@@ -417,8 +543,12 @@ impl Filesystem for ForgetFs {
               _flags: i32, reply: ReplyCreate) {
         let mut st = self.state.lock().expect("the state's lock");
         let result = Self::path(&st, parent.0).and_then(|rel| {
+            let existed = fs::symlink_metadata(self.full(&rel.join(name))).is_ok();
             let file = OpenOptions::new().read(true).write(true).create(true)
                 .mode(mode & !umask & 0o7777).open(self.full(&rel.join(name))).map_err(errno)?;
+            if !existed {
+                Self::note(&mut st, vec![rel.clone()], Undo::Remove(rel.join(name)));
+            }
             let attr = self.entry(&mut st, parent.0, name)?;
             let ino = attr.ino.0;
             match st.files.get_mut(&ino) {
@@ -567,9 +697,13 @@ impl Filesystem for ForgetFs {
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool,
                 reply: ReplyEmpty) {
-        let st = self.state.lock().expect("the state's lock");
-        match Self::path(&st, ino.0)
-            .and_then(|rel| File::open(self.full(&rel)).and_then(|d| d.sync_all()).map_err(errno)) {
+        let mut st = self.state.lock().expect("the state's lock");
+        let result = Self::path(&st, ino.0).and_then(|rel| {
+            File::open(self.full(&rel)).and_then(|d| d.sync_all()).map_err(errno)?;
+            Self::names_synced(&mut st, &rel);
+            Ok(())
+        });
+        match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -632,14 +766,25 @@ fn main() {
         std::process::exit(66);
     });
     let root_ino = fs::metadata(&backing).map(|m| m.ino()).unwrap_or(0);
+    let mut trash = backing.clone().into_os_string();
+    trash.push(".trash");
+    let trash = PathBuf::from(trash);
+    let _ = fs::remove_dir_all(&trash);                  // a former mount's, all durable
+    if let Err(e) = fs::create_dir_all(&trash) {
+        eprintln!("docket-forgetfs: trash folder {}: {e}", trash.display());
+        std::process::exit(73);
+    }
     let fs = ForgetFs {
         backing,
+        trash,
         root_ino,
         keep,
         state: Mutex::new(State {
             paths: HashMap::from([(1, PathBuf::new())]),
             files: HashMap::new(),
             unsynced: HashMap::new(),
+            names: Vec::new(),
+            trashed: 0,
             rng: seed.max(1),
             figures: Figures::default(),
         }),
