@@ -413,7 +413,8 @@ class FileSource:
         newest = max((a[0] for a in kept if a[0] <= offset), default=None)
         if back is None and newest is not None and newest < offset and \
                 self._pool_read_differs(row["source_id"], fd, offset):
-            back = newest       # the pool read past the newest anchor, not what the file holds
+            # the pool read past the newest anchor what the file no longer holds all of
+            back = self._still_held(row["source_id"], fd, newest, offset)
         if back is not None:
             offset = self._cut_back(row, path, offset, back, size)
             kept = [a for a in kept if a[0] <= offset]
@@ -451,6 +452,36 @@ class FileSource:
             if anchors.tail_read(tail, [v for _t, _k, v in slot.records()]):
                 return False
         return True
+
+    def _still_held(self, sid: int, fd: int, newest: int, offset: int) -> int:
+        """Where reading resumes in a file cut back past ``newest`` (the newest anchor it
+        holds): the first record, from there on, of the pool's slots of this source that the
+        file no longer holds as it was read (each record with its newline after it, the last
+        one's perhaps not yet written). The records before it are in the pool, under their
+        numbers: only the lines from there on are read again. ``newest`` where that cannot be
+        told: another encoding than UTF-8, a slot holding other sources' records too, a stretch
+        no slot covers, or a record that no line is (a long line's parts)."""
+        if self.reader.lines.codec is not None:
+            return newest
+        spans = sorted((start, end, slot) for slot in self.pool.sealed()
+                       for s, start, end in slot.meta.positions
+                       if s == sid and newest < end <= offset)
+        at = newest
+        for start, end, slot in spans:
+            if start > at or len(slot.meta.positions) != 1:
+                break
+            data = self.fs.pread(fd, end - start, start)
+            pos = 0
+            for _t, _k, value in slot.records():
+                n = len(value)
+                if data[pos:pos + n] != value or (pos + n < end - start and
+                                                  data[pos + n:pos + n + 1] != b"\n"):
+                    return max(at, start + pos) if start + pos < offset else newest
+                pos += n + 1
+            if pos < end - start:
+                break                               # bytes no record is (parts, a dropped line)
+            at = max(at, end)
+        return newest
 
     def _cut_back(self, row: dict, path: str, offset: int, back: int, size: int) -> int:
         """The file no longer holds, below the checkpoint ``offset``, what was read there (a

@@ -372,8 +372,10 @@ def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_a
     agent started. The file still holds the newest anchor; the stretch from there to the
     recovered end no longer holds what the slot read, and must be read again — before, the
     agent resumed at the slot's end, in the middle of the new lines: the new lines below it
-    never arrived and a fragment of one did, nothing journaled. A UTF-16 log is checked through
-    its records' transcoding."""
+    never arrived and a fragment of one did, nothing journaled. Reading resumes at the first line
+    the file no longer holds as the slot read it (line 430), not at the anchor (400): the lines
+    between arrive once, from the pool. A UTF-16 log is checked through its records'
+    transcoding (and read again from the anchor)."""
     import shutil
 
     kafka, agent, log_file = _four_batches_read(tmp_path, encoding)
@@ -406,6 +408,11 @@ def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_a
         assert all(v.startswith(b"id-") and len(v) == len(new[0]) for v in delivered), \
             "a fragment of a line was delivered"
         assert agent.metrics.get("agent_source_rotations_total", kind="cut_back", topic="t") == 1
+        if encoding == "utf-8":     # read again from the first line the file no longer holds
+            kept = lines(400, 430).split(b"\n")[:-1]
+            second = again.values()
+            assert all(second.count(v) == 1 for v in kept), \
+                "lines the file still held as the pool's slot read them were read again"
     finally:
         agent.abandon()
 
