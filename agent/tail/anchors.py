@@ -23,7 +23,8 @@ The pool is synced at each seal, the state database's commits at most every 0.2 
 power cut the pool may hold slots read past the newest anchor the database kept, and reading
 resumes at their end. The bytes from that anchor to there are checked against what the slot
 ending there read (``tail_read``: its last records, as the file held them before that end);
-a file that no longer holds them was cut back, and is read again from the anchor.
+a file that no longer holds them was cut back, and is read again from the first record of those
+slots it no longer holds as read (``FileSource._still_held``), or from the anchor.
 """
 
 from __future__ import annotations

@@ -135,6 +135,7 @@ def test_power_cuts_on_a_file_system_that_forgets_lose_no_synced_line(kafka, tmp
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(3600)          # ~10 min of cuts, then millions of records read back
 def test_two_hundred_power_cuts_lose_no_synced_line(kafka, tmp_path, topic_name):
     _power_cuts(kafka, tmp_path, topic_name, SOAK_CUTS)
 
