@@ -449,6 +449,7 @@ class FileSource:
             if codec is not None:
                 text = tail.decode(units.codec if units else codec, errors="replace")
                 tail = (text[1:] if lo == 0 and text.startswith("\ufeff") else text).encode()
+            tail = tail.replace(b"\r\n", b"\n")      # a record ends before a CR before its LF
             if anchors.tail_read(tail, [v for _t, _k, v in slot.records()]):
                 return False
         return True
@@ -463,9 +464,9 @@ class FileSource:
         no slot covers, or a record that no line is (a long line's parts)."""
         if self.reader.lines.codec is not None:
             return newest
-        spans = sorted((start, end, slot) for slot in self.pool.sealed()
-                       for s, start, end in slot.meta.positions
-                       if s == sid and newest < end <= offset)
+        spans = sorted(((start, end, slot) for slot in self.pool.sealed()
+                        for s, start, end in slot.meta.positions
+                        if s == sid and newest < end <= offset), key=lambda x: x[:2])
         at = newest
         for start, end, slot in spans:
             if start > at or len(slot.meta.positions) != 1:
@@ -474,10 +475,12 @@ class FileSource:
             pos = 0
             for _t, _k, value in slot.records():
                 n = len(value)
-                if data[pos:pos + n] != value or (pos + n < end - start and
-                                                  data[pos + n:pos + n + 1] != b"\n"):
+                after = data[pos + n:pos + n + 2]
+                step = n + 1 if after[:1] == b"\n" else n + 2 if after == b"\r\n" else \
+                    n if pos + n == end - start else None      # a partial line at the end
+                if data[pos:pos + n] != value or step is None:
                     return max(at, start + pos) if start + pos < offset else newest
-                pos += n + 1
+                pos += step
             if pos < end - start:
                 break                               # bytes no record is (parts, a dropped line)
             at = max(at, end)

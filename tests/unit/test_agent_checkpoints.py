@@ -517,3 +517,75 @@ def test_the_tail_a_slot_read_is_matched_by_its_records_in_order():
     alike = [b"x"] * 100_000
     assert tail_read(b"x\n" * 2048, alike)
     assert not tail_read(b"y\n" + b"x\n" * 2047, alike)
+
+
+def _past_the_database(tmp_path, extra: bytes, hold: bytes, cut_to: int | None = None,
+                       new: bytes = b"") -> tuple[FakeKafka, FakeKafka, Agent]:
+    """Four batches read and acknowledged, the state database saved (its last durable
+    commit); ``extra`` written and read, its record ``hold`` held so that its slot stays in the
+    pool; the agent killed and the saved database put back (the pool read past what it
+    kept); the log cut to ``cut_to`` bytes and ``new`` appended, if given; a new start.
+    Returns (the first Kafka, the second, the second agent)."""
+    import shutil
+
+    kafka, agent, log_file = _four_batches_read(tmp_path)
+    saved = tmp_path / "durable"
+    saved.mkdir()
+    for p in (tmp_path / "state").glob("state.db*"):
+        shutil.copy2(p, saved / p.name)
+    kafka.script(hold, HOLD)
+    with open(log_file, "ab") as f:
+        f.write(extra)
+    for _ in range(8):
+        agent.clock.advance(0.3)
+        agent.turn()
+    assert agent.pool.sealed(), "the held record's slot waits for Kafka"
+    agent.abandon()
+    for p in (tmp_path / "state").glob("state.db*"):
+        p.unlink()
+    for p in saved.iterdir():
+        shutil.copy2(p, tmp_path / "state" / p.name)
+    if cut_to is not None:
+        with open(log_file, "r+b") as f:
+            f.truncate(cut_to)
+        with open(log_file, "ab") as f:
+            f.write(new)
+    again, agent = _started_again(tmp_path, 30)
+    return kafka, again, agent
+
+
+def test_a_crlf_log_the_pool_read_past_the_database_is_not_taken_for_cut_back(tmp_path):
+    """Records end before a CR before their LF: the bytes a recovered slot read are matched
+    with that in mind. Before, every CRLF log with a slot past the newest anchor after a
+    crash was taken for cut back: read again from the anchor, a false `cut_back_unread`."""
+    extra = lines(400, 500).replace(b"\n", b"\r\n")
+    kafka, again, agent = _past_the_database(tmp_path, extra, lines(450, 451)[:-1])
+    try:
+        assert agent.metrics.get("agent_source_rotations_total", kind="cut_back",
+                                 topic="t") == 0
+        second = again.values()
+        assert all(second.count(v) == 1 for v in lines(400, 500).split(b"\n")[:-1])
+        assert agent.journal.entries() == []
+    finally:
+        agent.abandon()
+
+
+def test_a_long_line_in_parts_past_the_database_and_a_cut_back_start_the_agent(tmp_path):
+    """A line split into three or more parts leaves slots at one position alike ((L, L)):
+    ordering them must not compare the slots themselves (a TypeError at every start, before).
+    The line before it is held, so the parts' slots stay in the pool (a file's slots are freed
+    in order). The cut falls inside the long line: the first new line is glued to what is left
+    of it (as the file holds them); every other new line is delivered."""
+    long_line = b"L" * (3 * SLOT) + b"\n"
+    extra = lines(400, 401) + long_line + lines(401, 420)
+    base = len(lines(0, 401))
+    new = lines(1000, 1100)
+    kafka, again, agent = _past_the_database(tmp_path, extra, lines(400, 401)[:-1],
+                                             cut_to=base + SLOT, new=new)
+    try:
+        delivered = kafka.values() + again.values()
+        assert all(v in delivered for v in new.split(b"\n")[1:-1])
+        assert agent.metrics.get("agent_source_rotations_total", kind="cut_back",
+                                 topic="t") == 1
+    finally:
+        agent.abandon()
