@@ -356,8 +356,14 @@ IDLE_BOUND_S = PROBE_INTERVAL_S + PROBE_TIMEOUT_S + RESUME_STALL_S + 3
 def test_broker_paused_30s_under_20k_lines_per_s_the_pool_absorbs_it(kafka, tmp_path,
                                                                       topic_name,
                                                                       agent_send_path):
-    """CI's run of the pause matrix (``test_soak_broker_pause_matrix``), on both paths."""
-    broker_fault_run(kafka, tmp_path, topic_name, {"send_path": agent_send_path})
+    """CI's run of the pause matrix (``test_soak_broker_pause_matrix``), on both paths. A
+    request in flight when the broker stops may be timed out by librdkafka and its records
+    produced again, both copies written (as at 100 lines/s below): seen here once, in a
+    fresh-clone CI run of 58a5fab on the Python path — ``Timed out 2 in-flight``, 1,000
+    duplicates, each once and under its own record number, 0 lost, no producer replaced. So
+    a second copy is allowed only where librdkafka logged such a timeout."""
+    broker_fault_run(kafka, tmp_path, topic_name, {"send_path": agent_send_path},
+                     timed_out_may_repeat=True)
 
 
 @pytest.mark.slow
