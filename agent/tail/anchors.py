@@ -91,15 +91,20 @@ def tail_read(tail: bytes, values: list[bytes]) -> bool:
     return j < 0
 
 
+def below(anchors: list[Anchor], offset: int) -> list[Anchor]:
+    """The anchors at or below ``offset``, oldest first (the newest last)."""
+    return [a for a in anchors if a[0] <= offset]
+
+
 def resume_at(read_at: Callable[[int, int], bytes], offset: int,
               anchors: list[Anchor]) -> int | None:
     """Where a generation checkpointed at ``offset`` resumes: None when the file still holds
     the newest anchor at or below ``offset`` (or none is known: nothing to check); else the
     offset of the newest anchor it still holds, or 0."""
-    below = [a for a in anchors if a[0] <= offset]
-    if not below:
+    held = below(anchors, offset)
+    if not held:
         return None
-    for i, (off, crc) in enumerate(reversed(below)):
+    for i, (off, crc) in enumerate(reversed(held)):
         if checksum(read_at, off) == crc:
             return None if i == 0 else off
     return 0

@@ -410,14 +410,14 @@ class FileSource:
         offset = self._resume_offset(row)
         kept = anchors.unpack(row["anchors"])
         back = anchors.resume_at(lambda off, n: self.fs.pread(fd, n, off), offset, kept)
-        newest = max((a[0] for a in kept if a[0] <= offset), default=None)
-        if back is None and newest is not None and newest < offset and \
+        held = anchors.below(kept, offset)
+        if back is None and held and held[-1][0] < offset and \
                 self._pool_read_differs(row["source_id"], fd, offset):
             # the pool read past the newest anchor what the file no longer holds all of
-            back = self._still_held(row["source_id"], fd, newest, offset)
+            back = self._still_held(row["source_id"], fd, held[-1][0], offset)
         if back is not None:
             offset = self._cut_back(row, path, offset, back, size)
-            kept = [a for a in kept if a[0] <= offset]
+            kept = anchors.below(kept, offset)
         fingerprint = row["fingerprint"] or b""
         if len(head) > len(fingerprint):
             fingerprint = head
