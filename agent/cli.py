@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from importlib.metadata import version
 
-from audit.contract.errors import print_error
+from docket_common.errors import print_error
 from docket_common.formats import utc_text
 
 from .buffer import PoolError, PoolFormatError, PoolGeometryMismatch

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from audit.contract.kafka_security import KafkaSecurity
-from audit.contract.kafka_security import check_settings as check_security
-from audit.contract.kafka_security import settings as security_settings
-from audit.contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
-from audit.contract.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's exit code)
+from docket_common.kafka_security import KafkaSecurity
+from docket_common.kafka_security import check_settings as check_security
+from docket_common.kafka_security import settings as security_settings
+from docket_common.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
+from docket_common.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's exit code)
     EX_CONFIG,
     ConfigError,
     Setting,

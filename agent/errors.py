@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from audit.contract.errors import DocketError
+from docket_common.errors import DocketError
 
 
 class StartupError(DocketError):

@@ -24,9 +24,10 @@ from importlib.metadata import version
 from pathlib import Path
 
 from docket_common.dirs import docket_state_dir
+from docket_common.errors import print_error
+from docket_common.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS, RECONCILE_GROUP
 
-from .contract.errors import AuditError, BrokerUnreachable, print_error
-from .contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS, RECONCILE_GROUP
+from .contract.errors import AuditError, BrokerUnreachable
 from .contract.record import checksum_hex
 from .reconcile.commands import UNIT_MS
 from .reconcile.commands import add_parsers as add_reconcile_parsers
@@ -144,7 +145,7 @@ def _kafka_security(path: Path | None):
     """The ``[kafka]`` security settings of ``--kafka-config FILE`` (checked), or None."""
     if path is None:
         return None
-    from .contract.kafka_security import read_kafka_config
+    from docket_common.kafka_security import read_kafka_config
 
     return read_kafka_config(path)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from audit.contract.names import AUDIT_TOPIC
+from docket_common.names import AUDIT_TOPIC
 
 from .errors import BrokerError, TopicConflict
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
-from audit.contract.errors import DocketError, print_error
-from audit.contract.kafka_security import read_kafka_config
-from audit.contract.names import AUDIT_TOPIC
+from docket_common.errors import DocketError, print_error
+from docket_common.kafka_security import read_kafka_config
+from docket_common.names import AUDIT_TOPIC
 
 from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, admin_client, ensure_topics, list_topics
 from .cluster import LocalCluster, clusters_dir, default_data_dir, named_clusters

@@ -1,6 +1,6 @@
 """Named failures of the broker package; the CLI turns them into one clear line each."""
 
-from audit.contract.errors import DocketError
+from docket_common.errors import DocketError
 
 
 class BrokerError(DocketError):

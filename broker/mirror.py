@@ -51,8 +51,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from audit.contract.kafka_security import KafkaSecurity, kafka_config_text
 from docket_common.dirs import docket_state_dir
+from docket_common.kafka_security import KafkaSecurity, kafka_config_text
 from docket_common.procs import alive, process_state, reap
 
 from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, admin_client, describe, ensure_topics
@@ -89,7 +89,7 @@ class MirrorSpec:
     replication_factor: int = 1        # of the topics MirrorMaker 2 creates on the target
     properties: dict[str, str] = field(default_factory=dict)   # set over the generated ones
     # How the mirror (MirrorMaker 2 and its watcher) reaches each cluster: docket's security
-    # settings as a ``[kafka]`` table holds them (audit.contract.kafka_security), files only.
+    # settings as a ``[kafka]`` table holds them (docket_common.kafka_security), files only.
     source_security: dict[str, str] = field(default_factory=dict)
     target_security: dict[str, str] = field(default_factory=dict)
 

@@ -61,7 +61,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from audit.contract.names import AUDIT_TOPIC, RECONCILE_GROUP
+from docket_common.names import AUDIT_TOPIC, RECONCILE_GROUP
 
 from .errors import BrokerError, SecuritySetupFailed
 
@@ -341,7 +341,7 @@ class Security:
         return props
 
     def docket_settings(self, user: str) -> dict[str, str]:
-        """The same as docket's own security settings (``audit.contract.kafka_security``:
+        """The same as docket's own security settings (``docket_common.kafka_security``:
         the agent's ``[broker]``, the reconciler's ``[reconcile]``, the Spark jobs' and the
         watcher's ``[kafka]``): files, never a secret."""
         check_user(user)

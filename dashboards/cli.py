@@ -17,8 +17,8 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-from audit.contract.errors import DocketError, print_error
-from audit.contract.settings import EX_CONFIG, ConfigError, host_port
+from docket_common.errors import DocketError, print_error
+from docket_common.settings import EX_CONFIG, ConfigError, host_port
 
 DEFAULT_LISTEN = "127.0.0.1:8642"
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from audit.contract.record import PRODUCER_TIER
-from audit.contract.settings import load_toml
 from audit.reconcile import alerting
 from audit.reconcile.config import ReconcileConfig
 from audit.reconcile.config import parse as parse_config
@@ -32,6 +31,7 @@ from audit.reconcile.verdict import (
 )
 from audit.reconcile.watermark import watermark
 from docket_common.formats import utc_iso
+from docket_common.settings import load_toml
 
 
 @dataclass(frozen=True)

@@ -37,13 +37,13 @@ from pathlib import Path
 import requests
 
 from agent.config import to_toml
-from audit.contract.errors import print_error
-from audit.contract.names import AUDIT_TOPIC
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.cluster import DEFAULT_BASE_PORT, LocalCluster
 from broker.errors import BrokerError
 from broker.mirror import Mirror, MirrorSpec
 from docket_common.dirs import docket_state_dir
+from docket_common.errors import print_error
+from docket_common.names import AUDIT_TOPIC
 from docket_common.procs import alive, group_alive, reap
 
 from .receiver import describe, received

@@ -1,7 +1,15 @@
-"""What docket's command-line tools share on a host and nothing else. The agent, the local Kafka
-cluster (``broker/``), the audit and the dashboard use it; none of them borrows from another
-for it.
+"""The ground floor: what docket's tools share on a host and nothing else. The agent, the local
+Kafka cluster (``broker/``), the audit and the dashboard use it; none of them borrows from
+another for it, and it imports nothing of theirs (``tests/unit/test_layers.py``).
 
+- ``errors``: ``DocketError`` (a message and a hint), the base of every docket error (the tree
+  is drawn there), and ``print_error``, which every CLI prints them with.
+- ``settings``: settings declared once (``Setting``), the machinery every docket configuration
+  file shares: parsing TOML against the declarations, the reference tables, exit code 78.
+- ``kafka_security``: how every Kafka client authenticates (TLS, SASL): the keys declared
+  once, secrets read from files, the files checked, the client properties built.
+- ``names``: the audit topic's default name, the reconciler's group, the default window, the
+  record headers — the names every tier agrees on.
 - ``dirs``: where the tools keep their state and their jar caches.
 - ``formats``: times and percentages as people read them.
 - ``maven``: fetching jars from Maven Central.

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:          # the caller passes its own error class; nothing imported at run time
-    from audit.contract.errors import DocketError
+    from docket_common.errors import DocketError
 
 
 def fetch_with_maven(pom: Path, libs: Path, marker: str, what: str, *,

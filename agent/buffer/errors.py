@@ -1,6 +1,6 @@
 """Named failures of the buffer pool; the edges (CLI, status) format them for people."""
 
-from audit.contract.errors import DocketError
+from docket_common.errors import DocketError
 
 
 class PoolError(DocketError):

@@ -66,7 +66,7 @@ from pathlib import Path
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from audit.contract.names import (
+from docket_common.names import (
     CONTINUED_HEADER,
     INCARNATION_HEADER,
     ORIGIN_HEADER,

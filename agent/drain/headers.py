@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.contract.names import SEQ_HEADER
+from docket_common.names import SEQ_HEADER
 
 Record = tuple  # (topic, value, key, timestamp_ms, headers)
 

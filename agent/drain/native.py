@@ -30,7 +30,7 @@ import logging
 import numpy as np
 from confluent_kafka import KafkaError
 
-from audit.contract.names import SEQ_HEADER
+from docket_common.names import SEQ_HEADER
 
 from ..buffer import SealedSlot
 from .drain import PUMP_BUDGET, Drain

@@ -14,7 +14,7 @@ import re
 from email.utils import parseaddr
 from urllib.parse import urlsplit
 
-from ..contract.settings import ConfigError, Setting, found
+from docket_common.settings import ConfigError, Setting, found
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 RESERVED_HEADERS = ("content-type", "idempotency-key", "content-length")

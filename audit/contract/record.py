@@ -59,8 +59,9 @@ from typing import ClassVar
 
 import xxhash
 
+from docket_common.names import DEFAULT_WINDOW_MS
+
 from .errors import MalformedRecord
-from .names import DEFAULT_WINDOW_MS
 
 VERSION = 1
 HASH_SEED = 42

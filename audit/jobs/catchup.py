@@ -45,8 +45,9 @@ from datetime import datetime
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from docket_common.names import NO_INCARNATION
+
 from ..contract.errors import MalformedRecord
-from ..contract.names import NO_INCARNATION
 from ..contract.record import (
     MIRROR_TIER,
     PRODUCER_TIER,

@@ -43,11 +43,13 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from ..contract.errors import MalformedRecord, print_error
-from ..contract.kafka_security import read_kafka_config
-from ..contract.names import AUDIT_TOPIC
+from docket_common.errors import print_error
+from docket_common.kafka_security import read_kafka_config
+from docket_common.names import AUDIT_TOPIC
+from docket_common.settings import ConfigError
+
+from ..contract.errors import MalformedRecord
 from ..contract.record import MIRROR_TIER, CaughtUp, parse
-from ..contract.settings import ConfigError
 from .catchup import Mark, Source, grown_marks, marks_of, merge_marks, mirror_emitter
 
 log = logging.getLogger("docket.mirror")

@@ -38,10 +38,8 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
 
-from ..contract.delivery import deliver
-from ..contract.errors import AuditError
-from ..contract.kafka_security import KafkaSecurity
-from ..contract.names import (
+from docket_common.kafka_security import KafkaSecurity
+from docket_common.names import (
     AUDIT_TOPIC,
     DEFAULT_WINDOW_MS,
     INCARNATION_HEADER,
@@ -49,6 +47,9 @@ from ..contract.names import (
     ORIGIN_HEADER,
     SEQ_HEADER,
 )
+
+from ..contract.delivery import deliver
+from ..contract.errors import AuditError
 from ..contract.record import AuditRecord, Progress, Ranges, combine_halves
 
 log = logging.getLogger("docket.audit")

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from audit.contract.errors import AuditError
-from audit.contract.settings import EX_CONFIG, ConfigError
 from docket_common.formats import utc_iso as _iso
+from docket_common.settings import EX_CONFIG, ConfigError
 
 from . import config as rconfig
 from .store import Store

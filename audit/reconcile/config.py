@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from audit.contract.kafka_security import KafkaSecurity
-from audit.contract.kafka_security import check_settings as check_security
-from audit.contract.kafka_security import settings as security_settings
-from audit.contract.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS, RECONCILE_GROUP
 from audit.contract.record import PRODUCER_TIER
-from audit.contract.settings import (
+from docket_common.kafka_security import KafkaSecurity
+from docket_common.kafka_security import check_settings as check_security
+from docket_common.kafka_security import settings as security_settings
+from docket_common.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS, RECONCILE_GROUP
+from docket_common.settings import (
     ConfigError,
     Setting,
     host_port,

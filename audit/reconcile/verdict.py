@@ -67,8 +67,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from audit.contract.collect import current_counts
-from audit.contract.names import NO_INCARNATION
 from audit.contract.record import PRODUCER_TIER, WAREHOUSE_TIER, AuditRecord
+from docket_common.names import NO_INCARNATION
 
 OPEN, PENDING = "open", "pending"
 COMPLETE, INCOMPLETE, OVERCOUNT, UNKNOWN = "complete", "incomplete", "overcount", "unknown"

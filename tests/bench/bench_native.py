@@ -37,8 +37,8 @@ from agent.buffer import BufferPool, Chunk  # noqa: E402
 from agent.drain.drain import MAX_INFLIGHT_SLOTS, Drain  # noqa: E402
 from agent.journal import LossJournal  # noqa: E402
 from agent.telemetry import Metrics  # noqa: E402
-from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER  # noqa: E402
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
+from docket_common.names import INCARNATION_HEADER, ORIGIN_HEADER  # noqa: E402
 from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
 
 LINES = 2_000_000

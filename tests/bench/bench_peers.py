@@ -43,8 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER  # noqa: E402
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
+from docket_common.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER  # noqa: E402
 from tests.agentkit import AgentProcess, compile_sources, native_built  # noqa: E402
 from tests.bench.bench_agent import throughput_config, write_file  # noqa: E402
 from tests.bench.bench_latency import RATE, RUN, WARMUP_S, run_agent, tail_latency  # noqa: E402

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from agent.buffer import BufferPool, Chunk
-from audit.contract.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER
 from broker.admin import TopicSpec, ensure_topics
+from docket_common.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER
 from tests.kafkautil import read_all
 
 native = pytest.importorskip("docket_native", reason="the native extension is not built "

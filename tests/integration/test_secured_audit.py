@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from audit.contract.kafka_security import KafkaSecurity, kafka_config_text
 from audit.reconcile.config import parse
 from audit.reconcile.service import Reconciler
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.cluster import LocalCluster
 from broker.mirror import Mirror, MirrorSpec
 from broker.security import Scope, grant, role_acls
+from docket_common.kafka_security import KafkaSecurity, kafka_config_text
 from tests.agentkit import AgentProcess, write_config
 from tests.auditkit import AuditJob, all_stopped_cleanly
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaException
 
-from audit.contract.names import SEQ_HEADER
+from docket_common.names import SEQ_HEADER
 from tests.unit.fakeproducer import FakeKafka, FakeProducer
 
 

@@ -119,7 +119,7 @@ def test_secured_ends_get_their_java_settings_under_their_alias_and_the_watcher_
 
 
 def test_a_mirror_s_security_settings_are_checked_before_anything_starts():
-    from audit.contract.settings import ConfigError
+    from docket_common.settings import ConfigError
 
     with pytest.raises(ConfigError) as e:
         spec(target_security={"security_protocol": "sasl_ssl", "sasl_username": "mirror"})

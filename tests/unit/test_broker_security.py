@@ -229,8 +229,8 @@ def test_an_mtls_client_names_its_certificate_and_key(tmp_path):
 
 @pytest.mark.parametrize("mode", [SASL_SSL, MTLS])
 def test_the_settings_printed_for_docket_pass_its_own_security_check(tmp_path, capsys, mode):
-    from audit.contract.kafka_security import check_settings, settings
-    from audit.contract.settings import load_toml, parse_sections
+    from docket_common.kafka_security import check_settings, settings
+    from docket_common.settings import load_toml, parse_sections
 
     cluster, _ = _secured_cluster(tmp_path, mode)
     sec = cluster.security()

@@ -20,12 +20,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from audit.contract.record import Ranges
-from audit.contract.settings import ConfigError
 from audit.reconcile.config import load as load_config
 from audit.reconcile.evaluate import evaluate
 from audit.reconcile.store import Store
 from dashboards.app import create_app
 from dashboards.cli import main as dashboard_main
+from docket_common.settings import ConfigError
 from tests.unit.reconcilekit import MIN, W, cfg, count, lossy_window, progress
 
 NOW = int(time.time() * 1000)

@@ -10,7 +10,6 @@ import re
 import pytest
 
 from audit.cli import _parser as audit_parser
-from audit.contract.names import AUDIT_TOPIC
 from audit.reconcile import config as rconfig
 from audit.reconcile.verdict import feeders_of
 from broker.cluster import LocalCluster
@@ -26,6 +25,7 @@ from demo.run import (
     ranges,
     reconcile_config,
 )
+from docket_common.names import AUDIT_TOPIC
 
 CLUSTERS = {"local": "127.0.0.1:19092", "aggregate": "127.0.0.1:19094"}
 

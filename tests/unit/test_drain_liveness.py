@@ -22,7 +22,7 @@ from agent.drain.drain import (
     RESUME_STALL_S,
     STALL_AFTER_S,
 )
-from audit.contract.names import SEQ_HEADER
+from docket_common.names import SEQ_HEADER
 from tests.unit.fakeproducer import HOLD, NEVER
 from tests.unit.poolkit import fake_drain
 from tests.unit.test_drain_denied import StoppedClock

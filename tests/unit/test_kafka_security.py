@@ -8,8 +8,8 @@ import pytest
 
 from agent.config import parse as _parse
 from agent.drain.producer import producer_config
-from audit.contract.kafka_security import KafkaSecurity, redact
-from audit.contract.settings import ConfigError
+from docket_common.kafka_security import KafkaSecurity, redact
+from docket_common.settings import ConfigError
 
 
 def parse_agent(raw: dict):
@@ -208,7 +208,7 @@ def test_the_reconciler_checks_its_files_where_it_connects_and_the_dashboard_nev
 
 
 def test_a_kafka_config_file_written_from_settings_reads_back_the_same(files, tmp_path):
-    from audit.contract.kafka_security import kafka_config_text, read_kafka_config
+    from docket_common.kafka_security import kafka_config_text, read_kafka_config
 
     for security in (KafkaSecurity("kafka", "sasl_ssl", "SCRAM-SHA-256", "mirror",
                                    str(files["password"]), str(files["ca"])),

@@ -91,18 +91,55 @@ def _cli_modules() -> set[str]:
 CLI_MODULES = _cli_modules()
 
 
+# -- the floors (docs/architecture.md, "Layers"): every import points down ----------------------
+# Each room and its floor; a module is in the longest room its name starts with. Rooms of one
+# floor stand beside each other and import nothing of each other.
+FLOORS = {
+    "docket_common": 0,          # the ground floor: errors, settings, security, names, formats
+    "broker": 1,                 # a Kafka cluster's tooling
+    "audit.contract": 1,         # the audit record, its delivery and collection: all an agent needs
+    "agent": 2,                  # the producer host's agent
+    "audit": 2,                  # the Spark jobs, the reconciler, the alerts, docket-audit
+    "dashboards": 3,
+    "demo": 4,
+}
+
+
+def room_of(module: str) -> str | None:
+    """The room ``module`` is in (None: not docket's)."""
+    rooms = [r for r in FLOORS if _within(module, r)]
+    return max(rooms, key=len) if rooms else None
+
+
 # -- the rules: each says whether an edge breaks it ---------------------------------------------
-def agent_needs_only_the_contract_of_audit(e: Edge) -> bool:
-    return _within(e.importer, "agent") and _within(e.target, "audit") and \
-        not _within(e.target, "audit.contract")
+def every_import_points_down(e: Edge) -> bool:
+    """An import reaches a lower floor or its own room: never up, never sideways to another
+    room of the same floor (``broker`` and ``audit.contract``; ``agent`` and the audit)."""
+    here, there = room_of(e.importer), room_of(e.target)
+    if here is None or there is None or here == there:
+        return False
+    return FLOORS[there] >= FLOORS[here]
+
+
+def nothing_builds_on_the_agent(e: Edge) -> bool:
+    """The agent runs alone on producer hosts, the other tools elsewhere: only the demo (which
+    runs agents) imports it — not the dashboards either, though they stand a floor higher."""
+    return _within(e.target, "agent") and not _within(e.importer, "agent", "demo")
+
+
+def sources_and_drain_stand_apart(e: Edge) -> bool:
+    """``agent.tail`` (what reads) and ``agent.drain`` (what sends) meet only in the pool and
+    the agent that wires them: neither imports the other."""
+    return (_within(e.importer, "agent.tail") and _within(e.target, "agent.drain")) or \
+        (_within(e.importer, "agent.drain") and _within(e.target, "agent.tail"))
 
 
 def the_buffer_is_the_lowest_layer(e: Edge) -> bool:
-    """Of docket, ``agent.buffer`` imports itself and ``audit.contract.errors`` (``DocketError``,
+    """Of docket, ``agent.buffer`` imports itself and ``docket_common.errors`` (``DocketError``,
     the base of every docket error, which the CLIs print alike; a standard-library module)."""
     docket = _within(e.target, *PACKAGES)
     return _within(e.importer, "agent.buffer") and docket and \
-        not _within(e.target, "agent.buffer", "audit.contract.errors")
+        not _within(e.target, "agent.buffer", "docket_common.errors")
 
 
 def the_agent_config_is_data(e: Edge) -> bool:
@@ -126,7 +163,8 @@ def private_names_stay_home(e: Edge) -> bool:
                for i, part in enumerate(parts) if i)
 
 
-RULES = [agent_needs_only_the_contract_of_audit, the_buffer_is_the_lowest_layer,
+RULES = [every_import_points_down, nothing_builds_on_the_agent, sources_and_drain_stand_apart,
+         the_buffer_is_the_lowest_layer,
          the_agent_config_is_data, the_dashboard_uses_no_command_line_module,
          private_names_stay_home]
 
@@ -149,6 +187,11 @@ def test_the_modules_are_found():
             "audit.reconcile.service", "broker.cli", "docket_common.dirs"} <= set(MODULES)
 
 
+def test_every_package_has_a_floor():
+    assert set(PACKAGES) <= set(FLOORS), set(PACKAGES) - set(FLOORS)
+    assert all(room_of(m) is not None for m in MODULES)
+
+
 @pytest.mark.parametrize("rule", RULES, ids=[r.__name__ for r in RULES])
 def test_no_module_imports_across_a_forbidden_edge(rule):
     new = [f"{MODULES[e.importer].relative_to(ROOT)}:{e.line}: {e.importer} imports "
@@ -165,8 +208,30 @@ def test_every_known_edge_is_still_there():
 
 # -- the rules catch what they are written for -------------------------------------------------
 @pytest.mark.parametrize("rule,edge", [
-    (agent_needs_only_the_contract_of_audit, Edge("agent.service", "audit.jobs.run", "x", 1)),
-    (agent_needs_only_the_contract_of_audit, Edge("agent.cli", "audit", None, 1)),
+    # every import points down: the agent takes only the contract of the audit ...
+    (every_import_points_down, Edge("agent.service", "audit.jobs.run", "x", 1)),
+    (every_import_points_down, Edge("agent.cli", "audit", None, 1)),
+    # ... the ground floor imports nothing above it ...
+    (every_import_points_down, Edge("docket_common.maven", "audit.contract.errors",
+                                    "DocketError", 1)),
+    (every_import_points_down, Edge("docket_common.settings", "agent.config", "x", 1)),
+    # ... broker, the audit and the dashboards do not import the agent ...
+    (every_import_points_down, Edge("broker.cli", "agent.config", "x", 1)),
+    (every_import_points_down, Edge("audit.reconcile.store", "agent.state", "x", 1)),
+    (nothing_builds_on_the_agent, Edge("dashboards.data", "agent.status", "x", 1)),
+    (nothing_builds_on_the_agent, Edge("broker.cli", "agent", None, 1)),
+    # ... broker does not depend on the audit, nor the audit's contract on broker ...
+    (every_import_points_down, Edge("broker.admin", "audit.contract.record", "x", 1)),
+    (every_import_points_down, Edge("broker.admin", "audit.reconcile.store", "x", 1)),
+    (every_import_points_down, Edge("audit.contract.collect", "broker.admin", "x", 1)),
+    # ... the contract does not pull in the Spark jobs (nor anything of the audit above it) ...
+    (every_import_points_down, Edge("audit.contract.record", "audit.jobs.spark", "x", 1)),
+    (every_import_points_down, Edge("audit.contract", "audit.reconcile", None, 1)),
+    # ... and nothing imports the dashboards or the demo but themselves.
+    (every_import_points_down, Edge("audit.reconcile.service", "dashboards.data", "x", 1)),
+    (every_import_points_down, Edge("agent.cli", "demo.run", "x", 1)),
+    (sources_and_drain_stand_apart, Edge("agent.tail.files", "agent.drain.drain", "x", 1)),
+    (sources_and_drain_stand_apart, Edge("agent.drain.native", "agent.tail", None, 1)),
     (the_buffer_is_the_lowest_layer, Edge("agent.buffer.pool", "agent.tail.files", "x", 1)),
     (the_buffer_is_the_lowest_layer, Edge("agent.buffer.pool", "agent.drain", None, 1)),
     (the_buffer_is_the_lowest_layer, Edge("agent.buffer.errors", "agent.config", "x", 1)),
@@ -185,9 +250,20 @@ def test_a_forbidden_edge_is_caught(rule, edge):
 
 
 @pytest.mark.parametrize("rule,edge", [
-    (agent_needs_only_the_contract_of_audit, Edge("agent.config", "audit.contract.settings",
-                                                  "Setting", 1)),
-    (the_buffer_is_the_lowest_layer, Edge("agent.buffer.errors", "audit.contract.errors",
+    (every_import_points_down, Edge("agent.config", "docket_common.settings", "Setting", 1)),
+    (every_import_points_down, Edge("agent.producer_tally", "audit.contract.record", "x", 1)),
+    (every_import_points_down, Edge("agent.drain.producer", "broker.admin", "x", 1)),
+    (every_import_points_down, Edge("broker.cli", "docket_common.kafka_security", "x", 1)),
+    (every_import_points_down, Edge("audit.jobs.spark", "audit.contract.record", "x", 1)),
+    (every_import_points_down, Edge("audit.reconcile.store", "audit.alerts.outbox", "x", 1)),
+    (every_import_points_down, Edge("dashboards.data", "audit.reconcile.store", "x", 1)),
+    (every_import_points_down, Edge("demo.run", "agent.config", "x", 1)),
+    (nothing_builds_on_the_agent, Edge("demo.run", "agent.config", "x", 1)),
+    (nothing_builds_on_the_agent, Edge("agent.service", "agent.tail.files", "x", 1)),
+    (every_import_points_down, Edge("agent.service", "numpy", None, 1)),
+    (sources_and_drain_stand_apart, Edge("agent.tail.files", "agent.buffer.pool", "x", 1)),
+    (sources_and_drain_stand_apart, Edge("agent.service", "agent.drain.native", "x", 1)),
+    (the_buffer_is_the_lowest_layer, Edge("agent.buffer.errors", "docket_common.errors",
                                           "DocketError", 1)),
     (the_buffer_is_the_lowest_layer, Edge("agent.buffer.pool", "numpy", None, 1)),
     (the_dashboard_uses_no_command_line_module,
@@ -205,5 +281,5 @@ def test_an_allowed_edge_passes(rule, edge):
 def test_relative_imports_and_submodules_are_resolved():
     found = {(e.importer, e.target, e.name) for e in edges()}
     assert ("agent.buffer.pool", "agent.buffer.layout", None) in found      # from . import layout
-    assert ("agent.buffer.errors", "audit.contract.errors", "DocketError") in found
+    assert ("agent.buffer.errors", "docket_common.errors", "DocketError") in found
     assert ("dashboards.data", "audit.reconcile.watermark", "watermark") in found

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from audit.cli import main
-from audit.contract.settings import ConfigError
 from audit.reconcile.config import parse
+from docket_common.settings import ConfigError
 
 GOOD = """
 [reconcile]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import requests
 
-from audit.contract.settings import ConfigError
 from audit.reconcile.config import parse
 from audit.reconcile.metrics import METRICS, MetricsListenError, MetricsServer, render
 from audit.reconcile.service import Reconciler
+from docket_common.settings import ConfigError
 from tests.alertkit import FakeClock
 from tests.unit.reconcilekit import END, JUDGED, MIN, T0, W, cfg, count, progress
 

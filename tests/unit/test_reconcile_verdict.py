@@ -5,7 +5,6 @@ with its inputs and the verdict it must give."""
 
 from __future__ import annotations
 
-from audit.contract.names import NO_INCARNATION as NO_INC
 from audit.contract.record import AuditRecord
 from audit.reconcile.verdict import (
     COMPLETE,
@@ -24,6 +23,7 @@ from audit.reconcile.verdict import (
     producer_reports,
     tier_order,
 )
+from docket_common.names import NO_INCARNATION as NO_INC
 
 W = 600_000
 T0 = 1_763_766_000_000                  # a window start
