@@ -21,7 +21,7 @@ from typing import Any
 from docket_common.kafka_security import KafkaSecurity
 from docket_common.kafka_security import check_settings as check_security
 from docket_common.kafka_security import settings as security_settings
-from docket_common.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS
+from docket_common.names import AUDIT_TOPIC
 from docket_common.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's exit code)
     EX_CONFIG,
     ConfigError,
@@ -34,6 +34,7 @@ from docket_common.settings import (  # noqa: F401  (EX_CONFIG: the agent CLI's 
     reference_row,
     reference_table,
 )
+from docket_common.window import window_setting
 
 from .globs import glob_folder
 from .patterns import MultilineRule, PatternError
@@ -141,8 +142,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("audit.enabled", bool, True, "Count accepted events per (topic, window) and emit "
             "them to the audit topic."),
     Setting("audit.topic", str, AUDIT_TOPIC, "Audit topic the counts are written to."),
-    Setting("audit.window_ms", int, DEFAULT_WINDOW_MS, "Event-time window of audit counts.",
-            minimum=1000),
+    window_setting("audit.window_ms"),
     Setting("audit.interval_ms", int, 600000, "How often audit counts are emitted.", minimum=1000),
     Setting("status.listen", str, "127.0.0.1:9464", "Address of `/metrics` and `/status`."),
 )

@@ -50,8 +50,8 @@ from audit.contract.record import (
     Ranges,
     value_hash,
     value_hashes,
-    window_start,
 )
+from docket_common.window import window_start
 
 from .buffer import SealedSlot
 from .buffer.layout import seq_order_key
@@ -110,7 +110,7 @@ def tally_slot(slot: SealedSlot, window_ms: int, now_ms: int,
     out: dict[int, Tally] = {}
     payload = memoryview(slot.payload)
     for block in slot.blocks():
-        windows = block.timestamps // window_ms * window_ms
+        windows = window_start(block.timestamps, window_ms)
         if native_hashes is not None:
             hashes = np.empty(len(block), np.uint64)
             native_hashes(slot.payload, block.offsets, block.lengths, HASH_SEED, hashes)

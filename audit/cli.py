@@ -25,7 +25,8 @@ from pathlib import Path
 
 from docket_common.dirs import docket_state_dir
 from docket_common.errors import print_error
-from docket_common.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS, RECONCILE_GROUP
+from docket_common.names import AUDIT_TOPIC, RECONCILE_GROUP
+from docket_common.window import DEFAULT_WINDOW_MS, MIN_WINDOW_MS, WINDOW_HELP
 
 from .contract.errors import AuditError, BrokerUnreachable
 from .contract.record import checksum_hex
@@ -45,8 +46,7 @@ def _job_args(p: argparse.ArgumentParser) -> None:
                    help="where the audit topic lives (default: the cluster read)")
     p.add_argument("--topics", default=".*", help="Java regex of the data topics to read "
                    "(the audit topic and Kafka's internal topics are always left out)")
-    p.add_argument("--window-ms", type=int, default=DEFAULT_WINDOW_MS,
-                   help="event-time window; the same at every tier")
+    p.add_argument("--window-ms", type=int, default=DEFAULT_WINDOW_MS, help=WINDOW_HELP)
     p.add_argument("--trigger-s", type=float, default=60.0,
                    help="seconds between micro-batches (each emits the changed windows)")
     p.add_argument("--once", action="store_true",
@@ -155,8 +155,8 @@ def _job_options(args, default_ckpt: Path):
 
     if not re.fullmatch(r"[A-Za-z0-9._-]+", args.audit_topic):
         raise AuditError(f"--audit-topic {args.audit_topic!r} is not a Kafka topic name")
-    if args.window_ms < 1000:
-        raise AuditError(f"--window-ms {args.window_ms} is below 1000")
+    if args.window_ms < MIN_WINDOW_MS:
+        raise AuditError(f"--window-ms {args.window_ms} is below {MIN_WINDOW_MS}")
     if args.trigger_s <= 0:
         raise AuditError(f"--trigger-s {args.trigger_s} must be above 0")
     try:

@@ -22,12 +22,11 @@ from audit.reconcile import alerting
 from audit.reconcile.config import ReconcileConfig
 from audit.reconcile.config import parse as parse_config
 from audit.reconcile.store import Store
+from audit.reconcile.tiers import feeders_first, feeders_of, hop_label, tier_order
 from audit.reconcile.verdict import (
     COMPLETE,
     MATCH,
     current_by_origin,
-    feeders_of,
-    tier_order,
 )
 from audit.reconcile.watermark import watermark
 from docket_common.formats import utc_iso
@@ -67,7 +66,7 @@ class Graph:
         """The tiers among ``seen`` in graph order (each after the tiers feeding it), and of
         each tier but the producer what feeds it and the hop's label (None: not known). As
         the reconciler does for a topic, a declared feeder not among ``seen`` is skipped for
-        its own feeders (``verdict.feeders_of``)."""
+        its own feeders (``tiers.feeders_of``)."""
         seen = set(seen)
         if not seen:
             return {"tiers": [], "fed_by": {}, "hops": {}}
@@ -76,33 +75,12 @@ class Graph:
             feeders: dict[str, list[str] | None] = {t: None for t in order if t != PRODUCER_TIER}
         else:
             feeders = {t: list(f) for t, f in feeders_of(order, self.fed_by).items()}
-            order = _feeders_first(order, feeders)
+            order = feeders_first(order, feeders)
         return {"tiers": order, "fed_by": {t: feeders[t] for t in order if t in feeders},
                 "hops": {t: hop_label(t, feeders[t]) for t in order if t in feeders}}
 
 
 NOT_KNOWN = Graph()           # no configuration: the default order, what feeds a tier not known
-
-
-def hop_label(tier: str, fed_by: list[str] | None) -> str | None:
-    """``kafka-local → kafka-aggregate``, ``dc1 + dc2 → aggregate`` (as the reconciler's loss
-    alerts name a hop); None when what feeds ``tier`` is not known."""
-    return None if fed_by is None else f"{' + '.join(fed_by)} → {tier}"
-
-
-def _feeders_first(order: list[str], fed_by: dict[str, list[str]]) -> list[str]:
-    """``order`` with every tier moved after the tiers feeding it (a stable sort otherwise)."""
-    out: list[str] = []
-
-    def visit(tier: str, path: frozenset) -> None:
-        if tier in out or tier in path:
-            return
-        for f in fed_by.get(tier, ()):
-            visit(f, path | {tier})
-        out.append(tier)
-    for t in order:
-        visit(t, frozenset())
-    return out
 
 
 def tiers(store: Store, graph: Graph = NOT_KNOWN) -> dict:

@@ -10,6 +10,8 @@ another for it, and it imports nothing of theirs (``tests/unit/test_layers.py``)
   once, secrets read from files, the files checked, the client properties built.
 - ``names``: the audit topic's default name, the reconciler's group, the default window, the
   record headers — the names every tier agrees on.
+- ``window``: the audit window, one concept for every tier: its setting, declared once, and
+  its floor (in Python and numpy for the agent and the reconciler, in Spark SQL for the jobs).
 - ``dirs``: where the tools keep their state and their jar caches.
 - ``formats``: times and percentages as people read them.
 - ``maven``: fetching jars from Maven Central.

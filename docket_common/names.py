@@ -1,12 +1,12 @@
 """The names and defaults every tier spells the same way (DESIGN.md, "Audit record" and
-"Record identity"): the audit topic, the event-time window, the headers on every record.
+"Record identity"): the audit topic, the reconciler's group, the headers on every record.
+The window is a concept of its own: ``docket_common.window``.
 
 The agent sets the headers on each record it sends to Kafka; the Spark jobs read them back to
 count per origin and record number. A rename here is a change of the contract between tiers.
 """
 
 AUDIT_TOPIC = "docket.audit"                # the audit topic's default name
-DEFAULT_WINDOW_MS = 600_000                 # window = [floor(ts / w) * w, + w) ms, UTC
 RECONCILE_GROUP = "docket-reconcile"        # the reconciler's consumer group (its ACL's too)
 
 # Record headers.

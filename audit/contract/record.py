@@ -59,8 +59,6 @@ from typing import ClassVar
 
 import xxhash
 
-from docket_common.names import DEFAULT_WINDOW_MS
-
 from .errors import MalformedRecord
 
 VERSION = 1
@@ -92,10 +90,6 @@ def combine_halves(lo_sum: int, hi_sum: int) -> int:
     """The checksum from the sums of each hash's low and high 32 bits (how Spark sums it
     without overflowing a long)."""
     return ((hi_sum << 32) + lo_sum) & MASK64
-
-
-def window_start(ts_ms: int, window_ms: int = DEFAULT_WINDOW_MS) -> int:
-    return ts_ms // window_ms * window_ms
 
 
 def newer(rec, other) -> bool:

@@ -41,12 +41,12 @@ from confluent_kafka import KafkaException, Producer
 from docket_common.kafka_security import KafkaSecurity
 from docket_common.names import (
     AUDIT_TOPIC,
-    DEFAULT_WINDOW_MS,
     INCARNATION_HEADER,
     NO_INCARNATION,
     ORIGIN_HEADER,
     SEQ_HEADER,
 )
+from docket_common.window import DEFAULT_WINDOW_MS, window_start_sql
 
 from ..contract.delivery import deliver
 from ..contract.errors import AuditError
@@ -214,7 +214,7 @@ def count_plain(df, window_ms: int):
     h = F.xxhash64(value)
     return (df
             .withColumn("window_start",
-                        F.expr(f"div(unix_millis(timestamp), {window_ms}) * {window_ms}"))
+                        F.expr(window_start_sql("unix_millis(timestamp)", window_ms)))
             .groupBy("topic", "window_start", "origin")
             .agg(F.count(F.lit(1)).alias("n"),
                  F.sum(F.length(value).cast("long")).alias("bytes"),
@@ -239,7 +239,7 @@ def count_by_window(df, window_ms: int):
     h = F.xxhash64(value)
     rows = df.select(
         "origin", "incarnation", "seq", "topic",
-        F.expr(f"div(unix_millis(timestamp), {window_ms}) * {window_ms}").alias("window_start"),
+        F.expr(window_start_sql("unix_millis(timestamp)", window_ms)).alias("window_start"),
         F.length(value).cast("long").alias("len"),
         h.bitwiseAND(F.lit(0xFFFFFFFF)).alias("lo"),
         F.shiftrightunsigned(h, 32).alias("hi"))
@@ -271,7 +271,7 @@ def dedup_by_origin(df, window_ms: int):
     from .dedup import DEDUP_SCHEMA, DEDUP_STATE
 
     rows = df.withColumn(
-        "window_start", F.expr(f"div(unix_millis(timestamp), {window_ms}) * {window_ms}"))
+        "window_start", F.expr(window_start_sql("unix_millis(timestamp)", window_ms)))
     return rows.groupBy("origin").applyInPandasWithState(
         dedup_origin, DEDUP_SCHEMA, DEDUP_STATE, "append", GroupStateTimeout.NoTimeout)
 

@@ -5,6 +5,8 @@ raised and handed to ``audit.alerts``. docs/reconcile.md is the reference.
 - ``evaluate``: one evaluation: the windows judged, verdicts stored, alerts fired and resolved.
 - ``store``: the SQLite database: audit records applied, offsets, verdicts, alerts.
 - ``verdict``: the verdict on one window, per tier and origin; pure (records and a clock in).
+- ``tiers``: the tier graph: a topic's tiers in order, what feeds each, how a hop is named —
+  for the verdicts, the alerts and the dashboard alike.
 - ``alerting``: alerts from verdicts: fired once, resolved, snoozed, resolved by hand.
 - ``figures``: the plain windows' figures, read in a process of their own during an evaluation.
 - ``config``: the reconciler's settings, declared once; the owners' routing, the tier graph.

@@ -41,6 +41,7 @@ from docket_common.formats import utc_iso as _iso
 
 from .config import ReconcileConfig
 from .store import Store, windows_by_topic
+from .tiers import hop_label
 from .verdict import COMPLETE, INCOMPLETE, MISMATCH, OVERCOUNT, UNKNOWN, TierVerdict
 
 log = logging.getLogger("docket.audit.reconcile")
@@ -94,7 +95,7 @@ def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
                 continue
             mirrored = v.fed_by != (PRODUCER_TIER,)
             feeders = o.feeders or v.fed_by          # of several, those holding the origin
-            hop = f"{' + '.join(feeders)} → {v.tier}"
+            hop = hop_label(v.tier, feeders)
             where = f"{v.topic} window {_iso(v.window_start)} " + \
                 (f"hop {hop}" if mirrored else f"tier {v.tier}") + f" origin {o.origin}"
             base = {"expected": o.expected, "actual": o.actual, "count": o.count,

@@ -20,7 +20,7 @@ from audit.contract.record import PRODUCER_TIER
 from docket_common.kafka_security import KafkaSecurity
 from docket_common.kafka_security import check_settings as check_security
 from docket_common.kafka_security import settings as security_settings
-from docket_common.names import AUDIT_TOPIC, DEFAULT_WINDOW_MS, RECONCILE_GROUP
+from docket_common.names import AUDIT_TOPIC, RECONCILE_GROUP
 from docket_common.settings import (
     ConfigError,
     Setting,
@@ -32,6 +32,7 @@ from docket_common.settings import (
     reference_row,
     reference_table,
 )
+from docket_common.window import window_setting
 
 MINUTE_MS = 60_000
 
@@ -54,8 +55,7 @@ SETTINGS: tuple[Setting, ...] = (
             "sent (a channel that is down never delays the evaluation).", minimum=100),
     Setting("reconcile.listen", str, "127.0.0.1:9465", "Address (HOST:PORT) of `/metrics`, the "
             "reconciler's Prometheus metrics (docs/telemetry.md). Empty: no metrics server."),
-    Setting("windows.window_ms", int, DEFAULT_WINDOW_MS, "Event-time window of the audit "
-            "counts: the same at every tier.", minimum=1000),
+    window_setting("windows.window_ms"),
     Setting("windows.grace_ms", int, 30 * MINUTE_MS, "After a window ends, how long it stays "
             "`pending` (late events, the agents' next emission, the jobs' next batches) before "
             "a shortfall is called loss.", minimum=0),

@@ -26,6 +26,7 @@ from .alerting import (
 from .config import ReconcileConfig
 from .figures import FiguresProcess
 from .store import Store, plain_figures
+from .tiers import tier_order
 from .verdict import (
     Currency,
     Timing,
@@ -33,7 +34,6 @@ from .verdict import (
     current_by_origin,
     judge,
     producer_reports,
-    tier_order,
 )
 
 log = logging.getLogger("docket.audit.reconcile")

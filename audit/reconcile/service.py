@@ -84,6 +84,7 @@ class Reconciler:
         self._held: list = []                  # records read past those ends, applied after it
         self._paused: set[int] = set()         # partitions read to those ends, until then
         self._unstamped_said = False           # the warning about a topic without LogAppendTime
+        self._windows_said: set[tuple] = set()  # (tier, emitter, window_ms) refused and said
         self.metrics: MetricsServer | None = None
 
     # -- consuming -----------------------------------------------------------------------------
@@ -172,12 +173,14 @@ class Reconciler:
             offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
             try:
                 rec = parse(msg.value())
+                self._check_window(rec)
             except MalformedRecord as exc:
                 bad[exc.reason] += 1
                 malformed[exc.reason] = (bad[exc.reason], f"{msg.partition()}@{msg.offset()}: "
                                          f"{exc}")
-                log.warning("skipping a malformed audit record at %s@%s: %s",
-                            msg.partition(), msg.offset(), exc)
+                if exc.reason != "window_mismatch":
+                    log.warning("skipping a malformed audit record at %s@%s: %s",
+                                msg.partition(), msg.offset(), exc)
                 continue
             stamp, ts = msg.timestamp()
             stamped = stamp == TIMESTAMP_LOG_APPEND_TIME
@@ -202,6 +205,28 @@ class Reconciler:
             except Exception as exc:   # noqa: BLE001 — the database is the record of truth
                 log.debug("offset commit failed: %s", exc)
         return len(records) + sum(bad.values())
+
+    def _check_window(self, rec) -> None:
+        """Refuse a count record cut in windows of another length than this reconciler judges
+        (``docket_common.window``): its tier's counts and the producers' would not cover the
+        same time. An error the first time a (tier, emitter, length) is seen, then counted
+        (``malformed``, reason ``window_mismatch``)."""
+        window_ms = self.cfg["windows.window_ms"]
+        if not isinstance(rec, AuditRecord) or rec.window_ms == window_ms:
+            return
+        exc = MalformedRecord(
+            "window_mismatch", f"tier {rec.tier} (emitter {rec.emitter}) counts {rec.topic} in "
+            f"windows of {rec.window_ms} ms, this reconciler judges windows of {window_ms} ms")
+        key = (rec.tier, rec.emitter, rec.window_ms)
+        if key not in self._windows_said:
+            self._windows_said.add(key)
+            log.error("refusing the audit records of tier %s (emitter %s): it counts in windows "
+                      "of %d ms, this reconciler judges windows of %d ms (windows.window_ms) — "
+                      "give every tier the same window (the agents' audit.window_ms, the jobs' "
+                      "--window-ms); counted in reconcile_records_malformed_total"
+                      "{reason=\"window_mismatch\"}", rec.tier, rec.emitter, rec.window_ms,
+                      window_ms)
+        raise exc
 
     def apply(self, records: list, malformed: dict[str, tuple[int, str]],
               offsets: dict[tuple[str, int], int],

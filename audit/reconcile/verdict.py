@@ -67,8 +67,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from audit.contract.collect import current_counts
-from audit.contract.record import PRODUCER_TIER, WAREHOUSE_TIER, AuditRecord
+from audit.contract.record import PRODUCER_TIER, AuditRecord
 from docket_common.names import NO_INCARNATION
+
+from .tiers import feeders_first, feeders_of, hop_label
 
 OPEN, PENDING = "open", "pending"
 COMPLETE, INCOMPLETE, OVERCOUNT, UNKNOWN = "complete", "incomplete", "overcount", "unknown"
@@ -214,7 +216,7 @@ class TierVerdict:
     @property
     def hop(self) -> str:
         """``kafka-local → aggregate``: the hop this tier's verdict is about."""
-        return f"{' + '.join(self.fed_by)} → {self.tier}"
+        return hop_label(self.tier, self.fed_by)
 
     @property
     def actual(self) -> int:
@@ -224,37 +226,6 @@ class TierVerdict:
     def judged(self) -> bool:
         """Past the grace: the verdict is what the counts say, alerts may fire."""
         return self.state not in (OPEN, PENDING)
-
-
-def tier_order(tiers_seen: set[str], configured: list[str]) -> list[str]:
-    """The tier graph of a topic: the configured tiers that report on it, in their order, then
-    tiers seen but not configured; by default ``producer`` first, ``warehouse`` last, the
-    clusters between, by name. A tier is judged only on the topics it counts."""
-    order = [t for t in configured if t == PRODUCER_TIER or t in tiers_seen] or [PRODUCER_TIER]
-    rest = sorted(t for t in tiers_seen if t not in order and t != WAREHOUSE_TIER)
-    order += rest
-    if WAREHOUSE_TIER in tiers_seen and WAREHOUSE_TIER not in order:
-        order.append(WAREHOUSE_TIER)
-    return order
-
-
-def feeders_of(tiers: list[str], graph: dict[str, tuple[str, ...]]
-               ) -> dict[str, tuple[str, ...]]:
-    """tier → the tiers among ``tiers`` that feed it, as ``graph`` (tier → its declared
-    ``fed_by``) says: a declared feeder that does not count the topic is skipped for its own
-    feeders; a tier not declared is fed by the producer."""
-    def resolve(tier: str, seen: frozenset) -> tuple[str, ...]:
-        out: list[str] = []
-        for f in graph.get(tier, (PRODUCER_TIER,)):
-            if f == PRODUCER_TIER or f in tiers:
-                found: tuple[str, ...] = (f,)
-            elif f in seen:                              # config refuses cycles; be safe
-                found = (PRODUCER_TIER,)
-            else:
-                found = resolve(f, seen | {f})
-            out.extend(x for x in found if x not in out)
-        return tuple(out) or (PRODUCER_TIER,)
-    return {t: resolve(t, frozenset({t})) for t in tiers if t != PRODUCER_TIER}
 
 
 def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord]],
@@ -278,7 +249,7 @@ def judge(topic: str, window_start: int, counts: dict[str, dict[str, AuditRecord
         if claims is not None and len(local) >= 2 else None
     all_count = all(t in tiers for t in local)
     judged: dict[str, TierVerdict] = {}
-    for tier in _feeders_first(tiers, feeders):
+    for tier in feeders_first(tiers, feeders):
         records = counts.get(tier, {})
         fed = feeders.get(tier, ())
         if tier == PRODUCER_TIER:
@@ -339,21 +310,6 @@ def _unclaimed(origin: str, p: AuditRecord, cannot_say: bool) -> OriginVerdict:
         "this one publishes no caught_up marks, so cannot say it is not its" if cannot_say
         else "no job has read its agent's reports")
     return v
-
-
-def _feeders_first(tiers: list[str], feeders: dict[str, tuple[str, ...]]) -> list[str]:
-    """``tiers`` ordered so that every tier comes after the tiers feeding it."""
-    out: list[str] = []
-
-    def visit(tier: str, path: frozenset) -> None:
-        if tier in out or tier in path:
-            return
-        for f in feeders.get(tier, ()):
-            visit(f, path | {tier})
-        out.append(tier)
-    for t in tiers:
-        visit(t, frozenset())
-    return out
 
 
 def current_by_origin(records: list[AuditRecord]) -> dict[str, dict[str, AuditRecord]]:

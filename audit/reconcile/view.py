@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from docket_common.formats import percent_of, utc_iso, window_label
 
 from .store import Store
+from .tiers import tier_order
 from .verdict import (
     COMPLETE,
     INCOMPLETE,
     MISMATCH,
     WORST_FIRST,
-    tier_order,
 )
 
 MAX_ORIGINS_SHOWN = 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import xxhash
 
@@ -20,8 +21,8 @@ from audit.contract.record import (
     combine_halves,
     parse,
     value_hash,
-    window_start,
 )
+from docket_common.window import window_start
 
 
 def record(**kw) -> AuditRecord:
@@ -169,6 +170,9 @@ def test_windows_are_utc_floors():
     assert window_start(1_763_766_599_999) == 1_763_766_000_000
     assert window_start(1_763_766_600_000) == 1_763_766_600_000
     assert window_start(1_763_766_600_000, 60_000) == 1_763_766_600_000
+    assert window_start(-1) == -600_000          # a floor: before 1970 too, as Python's //
+    times = np.array([-600_001, -1, 0, 599_999, 1_763_766_599_999], np.int64)
+    assert window_start(times).tolist() == [window_start(int(t)) for t in times]
 
 
 # -- record identity: distinct, duplicates, incarnations, ranges --------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 from audit.cli import _parser as audit_parser
 from audit.reconcile import config as rconfig
-from audit.reconcile.verdict import feeders_of
+from audit.reconcile.tiers import feeders_of
 from broker.cluster import LocalCluster
 from demo.run import (
     EXPECTED,

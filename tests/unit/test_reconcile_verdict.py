@@ -6,6 +6,7 @@ with its inputs and the verdict it must give."""
 from __future__ import annotations
 
 from audit.contract.record import AuditRecord
+from audit.reconcile.tiers import tier_order
 from audit.reconcile.verdict import (
     COMPLETE,
     INCOMPLETE,
@@ -21,7 +22,6 @@ from audit.reconcile.verdict import (
     current_by_origin,
     judge,
     producer_reports,
-    tier_order,
 )
 from docket_common.names import NO_INCARNATION as NO_INC
 
@@ -299,7 +299,7 @@ def test_two_local_clusters_feed_one_aggregate_whose_expected_count_is_their_sum
 
 
 def test_a_declared_feeder_that_does_not_count_the_topic_is_skipped_for_its_own():
-    from audit.reconcile.verdict import feeders_of
+    from audit.reconcile.tiers import feeders_of
     assert feeders_of(["producer", "aggregate", "warehouse"], GRAPH) == {
         "aggregate": ("producer",), "warehouse": ("aggregate",)}
     assert feeders_of(["producer", "warehouse"], GRAPH) == {"warehouse": ("producer",)}
