@@ -10,13 +10,9 @@ import what.
 - ``config``: every setting declared once; parsing, defaults, validation, docs/config.md.
 - ``globs``: the folder a glob pattern lives in (the configuration's checks, the folder watch).
 - ``patterns``: multiline rules as configured: presets, checks, RE2's compile.
-- ``state``: the state database: file checkpoints, one row per generation of content.
-- ``checkpoints``: where each source stands, sealed and acknowledged, on its way there.
-- ``diskguard``: free space on the state folder: reading pauses when it runs out.
-- ``journal``: the loss journal: every event not delivered, durably, with why.
-- ``producer_tally``: the producer tier of the audit, counted at seal and emitted.
-- ``selfcheck``: at start, every byte the checkpoints call sealed still accounted for.
-- ``statefolder``: a damaged state database or pool file, at start and under the running agent.
+- ``state``: what the agent keeps between runs: the state database, the checkpoints, the
+  start self-check, the loss journal, the state folder's health, the disk's free space.
+- ``audit_emitter``: the producer tier of the audit, counted at seal and emitted.
 - ``service``: the running agent: sources → pool → drain in one loop, wired.
 - ``wake``: what ends the loop's sleep when it has nothing to do (writes, a stop, a signal).
 - ``errors``: why the agent cannot start here (``StartupError``).

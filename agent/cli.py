@@ -16,7 +16,7 @@ from docket_common.formats import utc_text
 
 from .buffer import PoolError, PoolFormatError, PoolGeometryMismatch
 from .config import EX_CONFIG, ConfigError, default_toml, load
-from .journal import read_entries
+from .state.journal import read_entries
 
 DEFAULT_CONFIG = "/etc/docket/agent.toml"           # where the package installs it
 
@@ -70,7 +70,7 @@ def _locate(args) -> int:
     """Read the agent's state database (read-only; the agent may be running)."""
     import sqlite3
 
-    from .state import StateDB
+    from .state.db import StateDB
 
     cfg = load(args.config)
     first, last = args.seq
@@ -241,10 +241,10 @@ def main(argv: list[str] | None = None, seams=None) -> int:
         from .preflight import check
 
         logs.setup(args.log_level, args.log_format)
-        from .diskguard import disk_full
         from .errors import StartupError
         from .service import Agent
-        from .statefolder import StateFolderRefused
+        from .state.diskguard import disk_full
+        from .state.folder import StateFolderRefused
 
         cfg = load(args.config)
         check(cfg)                  # what would fail below fails here, as validate says it

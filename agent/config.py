@@ -41,7 +41,7 @@ from .patterns import MultilineRule, PatternError
 
 MiB = 1 << 20
 UNIT_STOP_TIMEOUT_MS = 45_000        # systemd/docket-agent.service TimeoutStopSec
-AUDIT_LAST_ROUND_MS = 8_000          # producer_tally.STOP_BUDGET_S: the audit's part of a stop
+AUDIT_LAST_ROUND_MS = 8_000          # audit_emitter.STOP_BUDGET_S: the audit's part of a stop
 
 
 def _hostname() -> str:
@@ -273,7 +273,7 @@ class AgentConfig:
 
     @property
     def journal_path(self) -> Path:
-        """The loss journal (``agent.journal``)."""
+        """The loss journal (``agent.state.journal``)."""
         return self.state_dir / "loss-journal.jsonl"
 
     @property

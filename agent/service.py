@@ -24,32 +24,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .audit_emitter import AuditEmitter, RecordNumbers
 from .buffer import BufferPool, DropEvent, PoolDamaged, SealedSlot
 from .buffer.durable import make_folder
 from .buffer.pool import FREE_SETTLE_S
 from .buffer.seams import Clock, FileOps
-from .checkpoints import Checkpoints
 from .config import AgentConfig, ConfigError, load
-from .diskguard import DiskGuard, disk_full
 from .drain.drain import PUMP_BUDGET, Drain
 from .drain.native import NativeDrain, NativeUnavailable, choose_send_path, native_module
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .drain.topics import TopicWatch
 from .drain.transact import TransactionalDrain
 from .errors import StartupError
-from .journal import LossJournal
 from .logs import flush_held
 from .notify import Notifier
-from .producer_tally import AuditEmitter, RecordNumbers
-from .selfcheck import acknowledged_whole, rewind_uncovered
-from .state import StateDB
-from .statefolder import (
+from .state.checkpoints import Checkpoints
+from .state.db import StateDB
+from .state.diskguard import DiskGuard, disk_full
+from .state.folder import (
     Finding,
     PoolWatch,
     examine_state_db,
     pool_damaged,
     pool_of_lost_state,
 )
+from .state.journal import LossJournal
+from .state.selfcheck import acknowledged_whole, rewind_uncovered
 from .status import StatusBoard
 from .tail.files import FileSource
 from .tail.seams import FsOps
@@ -278,7 +278,7 @@ class Agent:
         return lambda meta: acknowledged_whole(meta.positions, acked)
 
     def _journal_finding(self, finding: Finding) -> None:
-        """A part of the state folder the agent could not keep (``agent/statefolder.py``): a
+        """A part of the state folder the agent could not keep (``agent/state/folder.py``): a
         loss of unknown size for every configured topic."""
         for topic in _topics(self.cfg.sources):
             self.journal.record(finding.reason, topic, -1, detail=finding.detail)
@@ -554,7 +554,7 @@ class Agent:
 
     def _pool_lost(self, damage: str) -> None:
         """The pool file was deleted, replaced or cut short under the agent: stop, exit 1
-        (``agent/statefolder.py``)."""
+        (``agent/state/folder.py``)."""
         self.exit_code = 1
         self._stop.set()
         if damage == "truncated":

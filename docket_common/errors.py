@@ -12,7 +12,7 @@ The tree (``tests/unit/test_error_tree.py`` holds it against the classes)::
     │   └── ChannelConfigError        audit.alerts.config
     ├── StartupError                  agent.errors
     │   ├── StateDirLocked            agent.service
-    │   └── StateFolderRefused        agent.statefolder
+    │   └── StateFolderRefused        agent.state.folder
     ├── PoolError                     agent.buffer.errors
     │   ├── PoolBusy                  agent.buffer.errors
     │   ├── PoolCorrupt               agent.buffer.errors

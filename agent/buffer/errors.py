@@ -13,7 +13,7 @@ class PoolFormatError(PoolError):
 
 class PoolDamaged(PoolFormatError):
     """The file was a docket buffer pool and is damaged: cut short, or its header fails its
-    CRC. The agent moves it aside and starts a new pool (``agent/statefolder.py``)."""
+    CRC. The agent moves it aside and starts a new pool (``agent/state/folder.py``)."""
 
 
 class PoolGeometryMismatch(PoolError):

@@ -76,8 +76,8 @@ from docket_common.names import (
 
 from ..buffer import BufferPool, SealedSlot
 from ..buffer.seams import Clock
-from ..diskguard import disk_full
-from ..journal import LossJournal
+from ..state.diskguard import disk_full
+from ..state.journal import LossJournal
 from ..telemetry import Metrics
 from .deadletter import write_dead_letter
 from .headers import BlockHeaders, Record, record_number

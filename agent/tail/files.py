@@ -7,7 +7,7 @@ The parts, as the data flows (Fluent Bit's in_tail splits scan / file / db the s
   copies — and the rules that match a found file to them (read its docstring first);
 - ``reader.py`` reads an open file, checking its first bytes after every read;
 - this module decides, at every scan, what each found file is, and keeps the state database
-  (``agent/state.py``) true: every transition of a generation is one transaction.
+  (``agent/state/db.py``) true: every transition of a generation is one transaction.
 
 What it handles, and how:
 
@@ -47,8 +47,7 @@ from collections import defaultdict
 
 from ..buffer import BufferPool
 from ..config import SourceConfig
-from ..journal import LossJournal
-from ..state import (
+from ..state.db import (
     ACTIVE,
     DONE,
     FINGERPRINT_BYTES,
@@ -58,6 +57,7 @@ from ..state import (
     ROTATED,
     StateDB,
 )
+from ..state.journal import LossJournal
 from ..telemetry import Metrics
 from . import anchors, compressed
 from . import generations as gen

@@ -1,7 +1,7 @@
 """Generations of file content, and how a file found under the globs is matched to one.
 
 A *generation* is a stream of content from its first byte (one row of the state database,
-``agent/state.py``). Its identity is its inode plus its first bytes (the *fingerprint*), and
+``agent/state/db.py``). Its identity is its inode plus its first bytes (the *fingerprint*), and
 the inode holding it may change: copytruncate copies the content to a new inode and empties the
 old one, which then holds a new generation. The one model of "old content waiting for its copy"
 is the **orphan**: a generation whose inode no longer holds it. What was read of it is sealed;

@@ -31,7 +31,7 @@ from ..buffer import BufferPool
 from ..buffer.seams import Clock
 from ..config import SourceConfig
 from ..patterns import MultilineRule
-from ..state import FINGERPRINT_BYTES
+from ..state.db import FINGERPRINT_BYTES
 from ..telemetry import Metrics
 from . import anchors, compressed
 from .generations import TAIL_BYTES

@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 
 from agent.buffer import BufferPool, Chunk  # noqa: E402
 from agent.drain.drain import MAX_INFLIGHT_SLOTS, Drain  # noqa: E402
-from agent.journal import LossJournal  # noqa: E402
+from agent.state.journal import LossJournal  # noqa: E402
 from agent.telemetry import Metrics  # noqa: E402
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
 from docket_common.names import INCARNATION_HEADER, ORIGIN_HEADER  # noqa: E402

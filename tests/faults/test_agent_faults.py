@@ -21,7 +21,7 @@ import pytest
 from agent.buffer.inspect import inspect_pool
 from agent.drain.drain import MAX_INFLIGHT_SLOTS, PROBE_INTERVAL_S, RESUME_STALL_S
 from agent.drain.probe import PROBE_TIMEOUT_S
-from agent.selfcheck import acknowledged_whole
+from agent.state.selfcheck import acknowledged_whole
 from audit.contract.collect import read_audit_topic
 from broker.admin import ensure_audit_topic
 from tests.agentkit import consume_counts, native_built

@@ -104,7 +104,7 @@ SEND_PATH = "python"
 def sealed_drain(tmp_path, data: bytes, times, origin: bytes | None, conf: dict,
                  producer_factory=None, incarnation: bytes | None = None, clock=None):
     from agent.drain.drain import Drain
-    from agent.journal import LossJournal
+    from agent.state.journal import LossJournal
     from agent.telemetry import Metrics
 
     metrics = Metrics()

@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from agent.buffer import BufferPool
 from agent.config import SourceConfig
-from agent.journal import LossJournal
-from agent.selfcheck import rewind_uncovered
-from agent.state import StateDB
+from agent.state.db import StateDB
+from agent.state.journal import LossJournal
+from agent.state.selfcheck import rewind_uncovered
 from agent.tail import generations
 from agent.tail.files import FileSource
 from agent.tail.seams import FsOps

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agent.audit_emitter import AuditEmitter, tally_slot
 from agent.buffer import BufferPool, Chunk
-from agent.producer_tally import AuditEmitter, tally_slot
-from agent.state import StateDB
+from agent.state.db import StateDB
 from agent.telemetry import Metrics
 from audit.contract.record import HASH_SEED, value_hash
 
@@ -144,8 +144,8 @@ def test_a_round_says_where_the_record_numbers_stand(tmp_path, monkeypatch):
     """Each count record carries ``sealed_through`` and the round's ``ranges`` record
     ``delivered``, both read after the counts were taken: what lets a tier be judged caught
     up with this round by positions alone."""
-    from agent import producer_tally
-    from agent.producer_tally import RecordNumbers
+    from agent import audit_emitter
+    from agent.audit_emitter import RecordNumbers
     from audit.contract.record import AuditRecord, Ranges, parse
 
     sent: list = []
@@ -153,8 +153,8 @@ def test_a_round_says_where_the_record_numbers_stand(tmp_path, monkeypatch):
     def deliver(producer, topic, records, timeout_s, timestamp_ms=0):
         sent.extend(parse(value) for _key, value in records)
         return set(range(len(records))), []
-    monkeypatch.setattr(producer_tally, "deliver", deliver)
-    monkeypatch.setattr(producer_tally, "Producer", lambda conf, logger=None: object())
+    monkeypatch.setattr(audit_emitter, "deliver", deliver)
+    monkeypatch.setattr(audit_emitter, "Producer", lambda conf, logger=None: object())
     data, ts = lines(50)
     db = StateDB(tmp_path / "state.db")
     asked = []
@@ -184,7 +184,7 @@ def test_a_round_with_nothing_acknowledged_gets_a_new_producer_for_the_next(tmp_
                                                                          monkeypatch):
     """A producer that had nothing of a round acknowledged (a client left without a broker
     never answers again) is replaced for the next round; one that had some keeps going."""
-    from agent import producer_tally
+    from agent import audit_emitter
 
     answers = iter([False, True, True])      # round 1: nothing acknowledged; then all
 
@@ -201,8 +201,8 @@ def test_a_round_with_nothing_acknowledged_gets_a_new_producer_for_the_next(tmp_
 
         def flush(self, timeout):
             return 0
-    monkeypatch.setattr(producer_tally, "deliver", deliver)
-    monkeypatch.setattr(producer_tally, "Producer", Client)
+    monkeypatch.setattr(audit_emitter, "deliver", deliver)
+    monkeypatch.setattr(audit_emitter, "Producer", Client)
     db = StateDB(tmp_path / "state.db")
     em = AuditEmitter(db=db, agent_id="a1", topics=["t"], audit_topic="docket.audit",
                       window_ms=WINDOW, interval_ms=60_000, producer_conf={},

@@ -18,7 +18,7 @@ from agent.buffer import layout as L
 from agent.buffer.seams import FileOps
 from agent.config import parse
 from agent.service import Agent, Seams
-from agent.state import (
+from agent.state.db import (
     FINGERPRINT_BYTES,
     LOCK_WAIT_S,
     PAGE_BYTES,

@@ -12,10 +12,10 @@ import sqlite3
 import types
 
 from agent.config import parse
-from agent.diskguard import CHECK_EVERY_S, disk_full
-from agent.journal import LossJournal
 from agent.service import Agent, Seams
-from agent.state import StateDB
+from agent.state.db import StateDB
+from agent.state.diskguard import CHECK_EVERY_S, disk_full
+from agent.state.journal import LossJournal
 from agent.telemetry import Metrics
 from tests.unit.fakeproducer import FakeKafka
 from tests.unit.tailkit import FakeClock, id_of, lines
@@ -121,7 +121,7 @@ def test_free_space_below_the_reserve_pauses_reading_until_it_is_back(tmp_path, 
         st = real_statvfs(path)
         return types.SimpleNamespace(f_bavail=free["bytes"] // st.f_frsize,
                                      f_frsize=st.f_frsize)
-    monkeypatch.setattr("agent.diskguard.os.statvfs", statvfs)
+    monkeypatch.setattr("agent.state.diskguard.os.statvfs", statvfs)
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(lines(0, 50))
     turns(agent, 10)
@@ -159,7 +159,8 @@ def test_a_journal_line_cut_short_by_enospc_is_cut_off_and_written_later(tmp_pat
         room["bytes"] -= n
         return os.write(fd, data[:n])
     calls = {k: getattr(os, k) for k in dir(os) if not k.startswith("__")}
-    monkeypatch.setattr("agent.journal.os", types.SimpleNamespace(**{**calls, "write": write}))
+    monkeypatch.setattr("agent.state.journal.os",
+                        types.SimpleNamespace(**{**calls, "write": write}))
     journal.record("buffer_full", "t", 3, records=(10, 12))
     assert refused and path.read_bytes() == b""
     assert journal.waiting() == 1

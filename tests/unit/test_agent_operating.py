@@ -137,12 +137,12 @@ def test_the_stop_fits_in_the_units_stop_timeout_with_room_to_spare():
     import re
     from pathlib import Path
 
-    from agent import config, producer_tally
+    from agent import audit_emitter, config
 
     unit = (Path(__file__).parents[2] / "systemd/docket-agent.service").read_text()
     stop_s = int(re.search(r"^TimeoutStopSec=(\d+)$", unit, re.M).group(1))
     assert config.UNIT_STOP_TIMEOUT_MS == stop_s * 1000
-    assert config.AUDIT_LAST_ROUND_MS == producer_tally.STOP_BUDGET_S * 1000
+    assert config.AUDIT_LAST_ROUND_MS == audit_emitter.STOP_BUDGET_S * 1000
     default = next(s.default for s in config.SETTINGS if s.key == "agent.shutdown_timeout_ms")
     assert default + config.AUDIT_LAST_ROUND_MS <= config.UNIT_STOP_TIMEOUT_MS - 10_000
     cfg = parse({**BASE, "agent": {"state_dir": "/tmp/x", "shutdown_timeout_ms": 40_000}})

@@ -1,4 +1,4 @@
-"""A damaged state folder (``agent/statefolder.py``): the pool file watched under a running
+"""A damaged state folder (``agent/state/folder.py``): the pool file watched under a running
 agent, and a state database the agent's user may not open refused with exit 78 (systemd does
 not restart that in a loop)."""
 
@@ -12,7 +12,7 @@ import pytest
 from agent.cli import main as agent_main
 from agent.config import EX_CONFIG
 from agent.errors import StartupError
-from agent.statefolder import PoolWatch, StateFolderRefused, examine_state_db
+from agent.state.folder import PoolWatch, StateFolderRefused, examine_state_db
 
 
 def test_the_pool_watch_sees_a_pool_file_deleted_replaced_or_cut_short(tmp_path):
@@ -46,7 +46,7 @@ def test_a_state_database_this_user_may_not_open_is_refused_with_78(tmp_path, mo
     state = tmp_path / "state"
     state.mkdir()
     (state / "state.db").write_bytes(b"")
-    monkeypatch.setattr("agent.statefolder.os.access", lambda path, mode: False)
+    monkeypatch.setattr("agent.state.folder.os.access", lambda path, mode: False)
     with pytest.raises(StateFolderRefused, match="cannot be read and written"):
         examine_state_db(state / "state.db", state / "loss-journal.jsonl", 1)
     config = tmp_path / "agent.toml"
@@ -69,7 +69,7 @@ def test_an_empty_state_database_where_the_agent_ran_before_is_a_lost_one(tmp_pa
 def test_a_locked_healthy_state_database_is_never_moved_aside(tmp_path, monkeypatch):
     """Only SQLite's "not a database" and "corrupt" move a database aside: a lock held by
     another process (or an I/O error) stops the start, the file untouched."""
-    monkeypatch.setattr("agent.statefolder.LOCK_WAIT_S", 0.2)
+    monkeypatch.setattr("agent.state.folder.LOCK_WAIT_S", 0.2)
     db = tmp_path / "state.db"
     holder = sqlite3.connect(db)
     holder.execute("CREATE TABLE t (x)")

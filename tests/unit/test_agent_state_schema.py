@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 import sqlite_utils
 
-from agent.state import ORPHANED, StateDB
+from agent.state.db import ORPHANED, StateDB
 
 
 def _schema(path) -> tuple[list, list]:
@@ -127,7 +127,7 @@ def test_content_is_known_only_by_a_whole_fingerprint_or_the_same_short_content(
     """``knows_content``: a fingerprint of all ``FINGERPRINT_BYTES`` the content starts with, or
     the very same short content; a shorter fingerprint (a header every file starts with, a file
     just made) says nothing."""
-    from agent.state import FINGERPRINT_BYTES
+    from agent.state.db import FINGERPRINT_BYTES
     db = StateDB(tmp_path / "state.db")
     header = b"ts,level,message\n"
     body = header + b"".join(b"%06d,INFO,event\n" % i for i in range(200))

@@ -16,7 +16,7 @@ import agent.drain.transact as transact
 from agent.buffer import BufferPool, Chunk
 from agent.drain.drain import DENIED_RETRY_S, OUTAGE_AFTER_S
 from agent.drain.transact import TransactionalDrain
-from agent.journal import LossJournal
+from agent.state.journal import LossJournal
 from agent.telemetry import Metrics
 from tests.unit.fakeproducer import FakeKafka, FakeProducer
 from tests.unit.test_drain_denied import DENIED, StoppedClock

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError
 
 from agent.drain.deadletter import write_dead_letter
 from agent.service import Agent, Seams
-from agent.statefolder import move_aside
+from agent.state.folder import move_aside
 from tests.unit.fakeproducer import FakeKafka
 from tests.unit.tailkit import FakeClock
 from tests.unit.test_native_path import config

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from agent.selfcheck import first_gap
-from agent.state import FINGERPRINT_BYTES, LOST, ORPHANED
+from agent.state.db import FINGERPRINT_BYTES, LOST, ORPHANED
+from agent.state.selfcheck import first_gap
 from agent.tail import files
 from tests.unit.tailkit import LINE, Harness, lines
 

@@ -217,7 +217,7 @@ def test_every_known_edge_is_still_there():
     (every_import_points_down, Edge("docket_common.settings", "agent.config", "x", 1)),
     # ... broker, the audit and the dashboards do not import the agent ...
     (every_import_points_down, Edge("broker.cli", "agent.config", "x", 1)),
-    (every_import_points_down, Edge("audit.reconcile.store", "agent.state", "x", 1)),
+    (every_import_points_down, Edge("audit.reconcile.store", "agent.state.db", "x", 1)),
     (nothing_builds_on_the_agent, Edge("dashboards.data", "agent.status", "x", 1)),
     (nothing_builds_on_the_agent, Edge("broker.cli", "agent", None, 1)),
     # ... broker does not depend on the audit, nor the audit's contract on broker ...
@@ -251,7 +251,7 @@ def test_a_forbidden_edge_is_caught(rule, edge):
 
 @pytest.mark.parametrize("rule,edge", [
     (every_import_points_down, Edge("agent.config", "docket_common.settings", "Setting", 1)),
-    (every_import_points_down, Edge("agent.producer_tally", "audit.contract.record", "x", 1)),
+    (every_import_points_down, Edge("agent.audit_emitter", "audit.contract.record", "x", 1)),
     (every_import_points_down, Edge("agent.drain.producer", "broker.admin", "x", 1)),
     (every_import_points_down, Edge("broker.cli", "docket_common.kafka_security", "x", 1)),
     (every_import_points_down, Edge("audit.jobs.spark", "audit.contract.record", "x", 1)),

@@ -37,9 +37,9 @@ from pathlib import Path
 import pytest
 
 from agent.buffer import BufferPool, Chunk
-from agent.checkpoints import Checkpoints
-from agent.selfcheck import acknowledged_whole, rewind_uncovered
-from agent.state import StateDB
+from agent.state.checkpoints import Checkpoints
+from agent.state.db import StateDB
+from agent.state.selfcheck import acknowledged_whole, rewind_uncovered
 from tests.unit.powercut import CutNow, DbSnapshots, PowerCutOps
 from tests.unit.tailkit import FakeClock
 

@@ -13,7 +13,7 @@ from agent.buffer import BufferPool, PoolFormatError
 from agent.buffer import layout as L
 from agent.buffer.seams import SimulatedCrash
 from agent.cli import main as agent_main
-from agent.state import StateDB
+from agent.state.db import StateDB
 from tests.unit.fakeproducer import FakeKafka
 from tests.unit.poolkit import SIZE, SLOT, CrashingOps, chunk_of, ids_of
 from tests.unit.tailkit import FakeClock, id_of, lines
@@ -310,7 +310,7 @@ def test_a_quarantined_slots_numbers_are_never_given_again(tmp_path):
 
 
 def test_a_cut_journal_line_neither_stops_the_journal_nor_hides_numbers(tmp_path):
-    from agent.journal import LossJournal
+    from agent.state.journal import LossJournal
     from agent.telemetry import Metrics
 
     path = tmp_path / "loss-journal.jsonl"
@@ -408,7 +408,7 @@ def test_journalled_numbers_count_only_in_their_own_number_space(tmp_path):
     """After a lost state (a new incarnation) the old entries' numbers are another number
     space's: they neither mark numbers of the new one as dropped nor hold its numbering back.
     Entries written before entries carried their incarnation count as before."""
-    from agent.journal import LossJournal
+    from agent.state.journal import LossJournal
     from agent.telemetry import Metrics
 
     path = tmp_path / "loss-journal.jsonl"

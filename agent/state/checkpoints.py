@@ -11,7 +11,7 @@ each slot Kafka acknowledged whole (``acknowledged``). A source's acknowledged o
 over contiguous acknowledged bytes: never past the start of an older slot of that source still
 in flight. What is in flight is the drain's to say (``Drain.in_flight_slots``).
 
-A write the file system refuses for lack of space (``agent/diskguard.py``) is rolled back by
+A write the file system refuses for lack of space (``agent/state/diskguard.py``) is rolled back by
 SQLite whole; what it carried stays noted here and goes with the next flush that may write, and
 the guard pauses reading meanwhile. Nothing noted is dropped.
 """
@@ -21,9 +21,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
-from .buffer import SealedSlot
+from ..buffer import SealedSlot
+from .db import StateDB
 from .diskguard import DiskGuard, disk_full
-from .state import StateDB
 
 FORGET_EVERY_S = 60.0              # the locate map's retention is applied this often
 

@@ -10,7 +10,7 @@ journal knows its bytes, not its events) adds one to ``dropped_unknown[reason]``
 was found in. So ``count`` is what Kafka should hold, and ``dropped_unknown`` says where it may be
 short of what the applications wrote.
 
-Durability: the tallies of sealed slots are written to the state database (``agent/state.py``,
+Durability: the tallies of sealed slots are written to the state database (``agent/state/db.py``,
 which owns the tables) in the same transaction as the file checkpoints they belong to, together
 with the pool sequence number of the last slot counted. A slot sealed but not yet counted when
 the agent died is found sealed at the next start and counted then (``count_recovered``).
@@ -55,7 +55,7 @@ from docket_common.window import window_start
 
 from .buffer import SealedSlot
 from .buffer.layout import seq_order_key
-from .state import AuditUpdate, AuditWindow, StateDB
+from .state.db import AuditUpdate, AuditWindow, StateDB
 from .telemetry import Metrics
 
 log = logging.getLogger("docket.agent.audit")

@@ -25,7 +25,7 @@ could count their lines (a file deleted or truncated before it was read). Such e
 audit as ``dropped_unknown`` of the window they were found in, so the reconciler can flag that
 window as a possible loss although every count agrees.
 
-A line the file system refuses for lack of space (``agent/diskguard.py``) is cut back off the
+A line the file system refuses for lack of space (``agent/state/diskguard.py``) is cut back off the
 file (no half line is left) and kept in memory, in order, to be written before the next entry
 or at the next ``retry``; the entry counts at once (metrics, audit, record numbers), since the
 events were not delivered either way. Only a crash while such lines wait loses them.
@@ -45,10 +45,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .buffer.durable import make_folder, open_created
-from .buffer.seams import Clock
+from ..buffer.durable import make_folder, open_created
+from ..buffer.seams import Clock
+from ..telemetry import Metrics
 from .diskguard import disk_full
-from .telemetry import Metrics
 
 log = logging.getLogger("docket.agent.journal")
 

@@ -7,7 +7,7 @@ At start, before anything is opened (``examine``):
   the agent goes on as below. One it may not open (permissions) is refused:
   ``StateFolderRefused``, exit 78, so systemd does not restart it in a loop.
 - **The state database missing** where the agent ran before (the loss journal is there): a new
-  database, so a new incarnation (``agent/state.py``); every file under the globs is read again
+  database, so a new incarnation (``agent/state/db.py``); every file under the globs is read again
   from its start — events already delivered arrive again (duplicates, never a loss) — and what
   came and went while the database was missing (files rotated away and deleted) cannot be
   known.
@@ -15,7 +15,7 @@ At start, before anything is opened (``examine``):
   slots name files by the lost database's ids, which the new database gives to other files.
 - **The pool file damaged** (cut short, its header failing its CRC: ``PoolDamaged``): moved
   aside as ``buffer.pool.damaged-<ms>`` (``docket-agent pool inspect`` reads it); a new pool is
-  created, and the start self-check (``agent/selfcheck.py``) reads again from the files the
+  created, and the start self-check (``agent/state/selfcheck.py``) reads again from the files the
   bytes the old pool held unacknowledged. Records of a socket source it held are lost.
 
 Each such finding is logged at ERROR and journalled (``LossJournal``) as a loss of unknown size
@@ -40,8 +40,8 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from .buffer.durable import sync_folder
-from .errors import StartupError
+from ..buffer.durable import sync_folder
+from ..errors import StartupError
 
 log = logging.getLogger("docket.agent.statefolder")
 

@@ -54,10 +54,10 @@ Table ``locate``, one row per run of records sealed from one source (an append):
 Rows older than ``agent.locate_retention_ms`` are deleted (``docket-agent locate``).
 
 Checkpoints only move forward, and only once data is sealed (``advance_sealed``) — but for the
-start self-check (``agent/selfcheck.py``), which moves one back when the pool lost bytes it
+start self-check (``agent/state/selfcheck.py``), which moves one back when the pool lost bytes it
 counted as sealed.
 
-The producer tier's tallies (``agent/producer_tally.py``) live here too, written in the
+The producer tier's tallies (``agent/audit_emitter.py``) live here too, written in the
 checkpoints' transaction (``advance_sealed``). Table ``audit_windows``, one row per (topic,
 window)::
 
@@ -87,8 +87,8 @@ from typing import NamedTuple
 
 from audit.contract.record import checksum_hex
 
-from .buffer.durable import make_folder, sync_folder
-from .buffer.seams import Clock
+from ..buffer.durable import make_folder, sync_folder
+from ..buffer.seams import Clock
 
 FINGERPRINT_BYTES = 1024
 LOCK_WAIT_S = 60.0        # how long a write waits for the other connection's (see StateDB)
@@ -400,7 +400,7 @@ class StateDB:
                  source_id))
 
     def rewind(self, source_id: int, offset: int, state: str) -> None:
-        """Move a sealed checkpoint *back* (the start self-check, ``agent/selfcheck.py``):
+        """Move a sealed checkpoint *back* (the start self-check, ``agent/state/selfcheck.py``):
         the only way it ever moves back."""
         with self.conn:
             self.conn.execute(
@@ -497,7 +497,7 @@ class StateDB:
 
     def touch(self) -> None:
         """A one-row write (the next record number, unchanged): whether writes pass again
-        after one was refused for lack of space (``agent/diskguard.py``)."""
+        after one was refused for lack of space (``agent/state/diskguard.py``)."""
         with self.conn:
             self.conn.execute("UPDATE identity SET next_record = next_record")
 

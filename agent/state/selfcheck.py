@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 
-from .buffer import SealedSlot
-from .state import DONE, ROTATED, StateDB
+from ..buffer import SealedSlot
+from .db import DONE, ROTATED, StateDB
 
 log = logging.getLogger("docket.agent.selfcheck")
 
