@@ -3,6 +3,7 @@
     docket-audit fetch                      the Spark Kafka connector jars (make setup runs it)
     docket-audit count --cluster NAME --bootstrap-servers HOSTS   the cluster tier (Spark)
     docket-audit land --warehouse DIR --bootstrap-servers HOSTS   the warehouse tier (Spark)
+      (either with --config FILE: its [job] table, docs/jobs-config.md)
     docket-audit show --db FILE [--topic T] [--since 24h] [--all] the tiers side by side, verdicts
     docket-audit show --bootstrap-servers HOSTS                   the audit topic, newest counts
     docket-audit reconcile --db FILE [--config FILE]              the tiers compared, alerts
@@ -25,11 +26,13 @@ from pathlib import Path
 
 from docket_common.dirs import docket_state_dir
 from docket_common.errors import print_error
+from docket_common.kafka_security import read_kafka_config
 from docket_common.names import AUDIT_TOPIC, RECONCILE_GROUP
-from docket_common.window import DEFAULT_WINDOW_MS, MIN_WINDOW_MS, WINDOW_HELP
+from docket_common.settings import EX_CONFIG, ConfigError
 
 from .contract.errors import AuditError, BrokerUnreachable
 from .contract.record import checksum_hex
+from .jobs.settings import add_job_args, job_values
 from .reconcile.commands import UNIT_MS
 from .reconcile.commands import add_parsers as add_reconcile_parsers
 
@@ -37,46 +40,6 @@ EXIT_USAGE = 64
 EXIT_UNAVAILABLE = 69             # sysexits' EX_UNAVAILABLE: the Kafka cluster does not answer
 SHOW_CONNECT_TIMEOUT_S = 5.0
 DURATION = re.compile(r"(\d+)([smhd])")
-
-
-def _job_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-servers", required=True, help="the Kafka cluster to read")
-    p.add_argument("--audit-topic", default=AUDIT_TOPIC)
-    p.add_argument("--audit-bootstrap-servers", default=None,
-                   help="where the audit topic lives (default: the cluster read)")
-    p.add_argument("--topics", default=".*", help="Java regex of the data topics to read "
-                   "(the audit topic and Kafka's internal topics are always left out)")
-    p.add_argument("--window-ms", type=int, default=DEFAULT_WINDOW_MS, help=WINDOW_HELP)
-    p.add_argument("--trigger-s", type=float, default=60.0,
-                   help="seconds between micro-batches (each emits the changed windows)")
-    p.add_argument("--once", action="store_true",
-                   help="process what the topics hold now, emit, and exit")
-    p.add_argument("--checkpoint-dir", type=Path, default=None,
-                   help="where the job keeps its offsets and state (keep it: it is what makes "
-                   "a restart exact)")
-    p.add_argument("--master", default="local[*]", help="Spark master (local[*], spark://..., "
-                   "yarn, k8s://...)")
-    p.add_argument("--starting-offsets", default="earliest", choices=("earliest", "latest"),
-                   help="where a job without a checkpoint starts")
-    p.add_argument("--max-offsets-per-trigger", type=int, default=None)
-    p.add_argument("--no-identity", action="store_true",
-                   help="count without record identity: plain per-window counts, no number "
-                   "sets in the state; distinct and duplicates are reported unknown (null) "
-                   "and no ranges records are written")
-    p.add_argument("--mirror-target", default=None, metavar="NAME",
-                   help="the cluster read is fed by MirrorMaker 2 (docket-broker mirror) as "
-                   "the target NAME: caught_up marks only as far as its mirrors vouch "
-                   "(docs/topology.md)")
-    p.add_argument("--kafka-config", type=Path, default=None, metavar="FILE",
-                   help="a TOML file whose [kafka] table says how to authenticate "
-                   "(security_protocol, sasl_username, sasl_password_file, ssl_ca_file, ...: "
-                   "docs/security.md); the password is read from its file, never an argument")
-    p.add_argument("--kafka-option", action="append", default=[], metavar="NAME=VALUE",
-                   help="a Kafka client property for the source and the audit producer "
-                   "(repeatable), e.g. fetch.max.bytes=52428800; no secret here: "
-                   "--kafka-config")
-    p.add_argument("--spark-conf", action="append", default=[], metavar="NAME=VALUE",
-                   help="a Spark configuration property (repeatable)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,14 +54,14 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("fetch", help="download the Spark Kafka connector jars from Maven Central")
     c = sub.add_parser("count", help="count every record of one Kafka cluster (Spark)")
     c.add_argument("--cluster", required=True, help="the cluster's name: its tier in the audit")
-    _job_args(c)
+    add_job_args(c)
     w = sub.add_parser("land", help="land the data topics as Parquet and count what landed")
     w.add_argument("--warehouse", required=True, type=Path, help="the warehouse folder")
     w.add_argument("--dedup", action="store_true",
                    help="land each record (origin, incarnation, docket-seq) once, even when "
                    "Kafka holds it several times; the audit records say how many copies were "
                    "skipped. A warehouse is landed with or without it, never both")
-    _job_args(w)
+    add_job_args(w)
     s = sub.add_parser("show", help="the tiers side by side per window with a verdict, from "
                        "the reconciler's database (--db); or the newest count of every (tier, "
                        "topic, window, origin) on the audit topic (--bootstrap-servers)")
@@ -141,38 +104,22 @@ def _kafka_options(items: list[str]) -> dict:
     return options
 
 
-def _kafka_security(path: Path | None):
-    """The ``[kafka]`` security settings of ``--kafka-config FILE`` (checked), or None."""
-    if path is None:
-        return None
-    from docket_common.kafka_security import read_kafka_config
-
-    return read_kafka_config(path)
-
-
 def _job_options(args, default_ckpt: Path):
+    """The job's settings (``audit/jobs/settings.py``: flags over ``--config``'s file)."""
     from .jobs.spark import JobOptions
 
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", args.audit_topic):
-        raise AuditError(f"--audit-topic {args.audit_topic!r} is not a Kafka topic name")
-    if args.window_ms < MIN_WINDOW_MS:
-        raise AuditError(f"--window-ms {args.window_ms} is below {MIN_WINDOW_MS}")
-    if args.trigger_s <= 0:
-        raise AuditError(f"--trigger-s {args.trigger_s} must be above 0")
-    try:
-        re.compile(args.topics)
-    except re.error as exc:
-        raise AuditError(f"--topics {args.topics!r} is not a regular expression: {exc}") from None
+    values, security = job_values(args)
+    v = {key.split(".", 1)[1]: value for key, value in values.items()}
     return JobOptions(
-        bootstrap_servers=args.bootstrap_servers, audit_topic=args.audit_topic,
-        audit_bootstrap_servers=args.audit_bootstrap_servers, topics=args.topics,
-        window_ms=args.window_ms, trigger_s=args.trigger_s, once=args.once,
-        checkpoint_dir=args.checkpoint_dir or default_ckpt, master=args.master,
-        starting_offsets=args.starting_offsets, identity=not args.no_identity,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        kafka_options=_kafka_options(args.kafka_option),
-        security=_kafka_security(args.kafka_config),
-        spark_conf=_pairs(args.spark_conf, "--spark-conf"), mirror_target=args.mirror_target)
+        bootstrap_servers=v["bootstrap_servers"], audit_topic=v["audit_topic"],
+        audit_bootstrap_servers=v["audit_bootstrap_servers"], topics=v["topics"],
+        window_ms=v["window_ms"], trigger_s=v["trigger_s"], once=v["once"],
+        checkpoint_dir=Path(v["checkpoint_dir"]) if v["checkpoint_dir"] else default_ckpt,
+        master=v["master"], starting_offsets=v["starting_offsets"], identity=v["identity"],
+        max_offsets_per_trigger=v["max_offsets_per_trigger"],
+        kafka_options=_kafka_options(v["kafka_options"]),
+        security=security,
+        spark_conf=_pairs(v["spark_conf"], "--spark-conf"), mirror_target=v["mirror_target"])
 
 
 def _duration_ms(text: str, flag: str) -> int:
@@ -223,7 +170,7 @@ def _show_topic(args) -> int:
 
     # librdkafka's lines (one per failed connection) only when asked for
     librdkafka_log.setLevel(logging.DEBUG if args.log_level == "debug" else logging.CRITICAL)
-    security = _kafka_security(args.kafka_config)
+    security = read_kafka_config(args.kafka_config) if args.kafka_config else None
     conf = {}
     if security is not None and security.secured:    # the reconcile role's group ACL
         conf = {**security.librdkafka_properties(), "group.id": RECONCILE_GROUP}
@@ -307,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokerUnreachable as exc:
         print_error(exc, "docket-audit")
         return EXIT_UNAVAILABLE
+    except ConfigError as exc:
+        print_error(exc)
+        return EX_CONFIG
     except AuditError as exc:
         print_error(exc, "docket-audit")
         return EXIT_USAGE if args.command not in ("count", "land", "fetch") else 1

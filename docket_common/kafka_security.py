@@ -258,10 +258,11 @@ def check_settings(values: dict, section: str, options_key: str,
     return security
 
 
-def read_kafka_config(path: str | Path) -> KafkaSecurity:
+def read_kafka_config(path: str | Path, other_sections: tuple[str, ...] = ()) -> KafkaSecurity:
     """The ``[kafka]`` table of ``--kafka-config FILE`` (the Spark jobs', the mirror's watcher's),
-    checked: its form and its files."""
-    values = parse_sections(load_toml(path), settings("kafka"))
+    checked: its form and its files. ``other_sections``: the file's tables read by others (a
+    job's ``--config`` file holds its ``[job]`` table beside)."""
+    values = parse_sections(load_toml(path), settings("kafka"), other_sections)
     return check_settings(values, "kafka", "kafka.librdkafka_options")
 
 

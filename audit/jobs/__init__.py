@@ -13,6 +13,8 @@
 - ``catchup``: how far a job has read, in positions: its ``caught_up`` records.
 - ``mirrored``: what a mirror has copied, in positions: the mirror watcher's ``caught_up``
   records.
+- ``settings``: the jobs' settings, declared once: flags, ``--config``'s ``[job]`` table,
+  docs/jobs-config.md.
 - ``sparklibs``: the jars of Spark's Kafka connector (``pom.xml`` beside it).
 
 Only audit hosts install PySpark: nothing here is imported by the agent, and PySpark itself is

@@ -17,6 +17,7 @@ from agent.cli import _parser as agent_parser
 from agent.config import reference_markdown
 from agent.telemetry import METRICS
 from audit.cli import _parser as audit_parser
+from audit.jobs.settings import reference_markdown as jobs_reference
 from audit.reconcile.config import reference_markdown as reconcile_reference
 from audit.reconcile.metrics import METRICS as RECONCILE_METRICS
 from broker.cli import _parser as broker_parser
@@ -69,6 +70,8 @@ def test_the_config_reference_is_generated_from_the_declarations():
         "regenerate it: python -m agent.config > docs/config.md"
     assert (DOCS / "reconcile-config.md").read_text() == reconcile_reference(), \
         "regenerate it: python -m audit.reconcile.config > docs/reconcile-config.md"
+    assert (DOCS / "jobs-config.md").read_text() == jobs_reference(), \
+        "regenerate it: python -m audit.jobs.settings > docs/jobs-config.md"
 
 
 @pytest.mark.parametrize("metrics", [METRICS, RECONCILE_METRICS], ids=["agent", "reconcile"])
