@@ -27,8 +27,8 @@ from pathlib import Path
 from .audit_emitter import AuditEmitter, RecordNumbers
 from .buffer import BufferPool, DropEvent, PoolDamaged, SealedSlot
 from .buffer.durable import make_folder
-from .buffer.pool import FREE_SETTLE_S
 from .buffer.seams import Clock, FileOps
+from .buffer.slots import FREE_SETTLE_S
 from .config import AgentConfig, ConfigError, load
 from .drain.drain import PUMP_BUDGET, Drain
 from .drain.native import NativeDrain, NativeUnavailable, choose_send_path, native_module

@@ -90,7 +90,13 @@ Locking
   send, free or quarantine each other's slots.
 
 Modules
-- ``pool``: ``BufferPool``: append, seal, hand sealed slots out in order, free, recover.
+- ``pool``: ``BufferPool``: its state and settings, and the parts it is made of (each a mixin
+  over that state, as a disk buffer splits its ledger, writer and reader):
+- ``recovery``: opening the file, its checks and upgrades, every slot header recovered.
+- ``writer``: appending: records framed into the filling slot of their topic, space made.
+- ``sealer``: sealing: a slot closed and numbered, its data then its header synced, in order.
+- ``reader``: sealed slots handed out in order and freed once acknowledged.
+- ``slots``: what those parts share: ``SealedSlot``, a filling or closing slot, the tunings.
 - ``layout``: the headers above as numpy dtypes, and the geometry arithmetic.
 - ``framing``: records framed into a slot's payload in blocks, and read back.
 - ``spill``: sealed slots spilled to disk, compressed, when no slot is free.

@@ -18,7 +18,7 @@ from crc32c import crc32c
 
 from . import layout as L
 from .errors import PoolFormatError
-from .pool import SealedSlot, slot_meta
+from .slots import SealedSlot, slot_meta
 
 
 @dataclass

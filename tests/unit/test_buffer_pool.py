@@ -26,8 +26,8 @@ from agent.buffer import (
     PoolGeometryMismatch,
 )
 from agent.buffer import layout as L
-from agent.buffer.pool import FREE_SETTLE_S
 from agent.buffer.seams import SimulatedCrash
+from agent.buffer.slots import FREE_SETTLE_S
 from tests.unit.poolkit import (
     ENOSPC,
     SIZE,
@@ -148,7 +148,7 @@ def test_a_reader_that_caught_up_seals_at_once_while_the_drain_keeps_up(tmp_path
     """Read to the end with a slot in flight: sealed at once (the record does not wait for the
     acknowledgement of the slot before it), up to CAUGHT_UP_IN_FLIGHT slots on their way and
     never while a sealed slot waits to be taken; off, records gather until linger."""
-    from agent.buffer.pool import CAUGHT_UP_IN_FLIGHT
+    from agent.buffer.slots import CAUGHT_UP_IN_FLIGHT
 
     clock = FakeClock()
     pool = open_pool(tmp_path, linger_ms=5, clock=clock)

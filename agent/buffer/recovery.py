@@ -1,0 +1,340 @@
+"""Opening the pool file and recovering what it holds: the lock, the format's checks and upgrades,
+every slot header read, torn or stale slots quarantined or freed.
+
+A part of ``BufferPool`` (``pool.py``), as a mixin: the state it works on is the pool's,
+set up in ``BufferPool.__init__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import logging
+import os
+import weakref
+from pathlib import Path
+
+import numpy as np
+from crc32c import crc32c
+
+from . import layout as L
+from .durable import make_folder, moved, sync_folder
+from .errors import (
+    PoolBusy,
+    PoolDamaged,
+    PoolDiskTooSmall,
+    PoolFormatError,
+    PoolGeometryMismatch,
+)
+from .slots import (
+    DropEvent,
+    SealedSlot,
+    slot_meta,
+)
+from .spill import SlotMeta, SpillStore
+
+log = logging.getLogger("docket.agent.buffer")
+
+
+class PoolRecovery:
+    # -- opening -------------------------------------------------------------------------------
+    def _open(self, first_seq: int, first_record: int, spill_dir: str | Path | None,
+              spill_max_bytes: int) -> None:
+        """Lock and map the file, then recover it (or start a new one's free list)."""
+        created = self._open_file(first_seq)
+        self._map = np.memmap(self.path, dtype=np.uint8, mode="r+",
+                              shape=(self.geometry.file_bytes,))
+        # Slicing a plain ndarray view costs far less than slicing the memmap subclass.
+        self._mm = self._map.view(np.ndarray)
+        self._fh = self._mm[:L.FILE_HEADER.itemsize].view(L.FILE_HEADER)
+        g = self.geometry
+        self._hdr = self._mm[g.slot_headers_offset:
+                             g.slot_headers_offset + g.slot_count * L.SLOT_HEADER_BYTES
+                             ].view(L.SLOT_HEADER)
+        self._hdr_bytes = self._hdr.view(np.uint8).reshape(g.slot_count, L.SLOT_HEADER_BYTES)
+        self._scratch = np.zeros(1, L.SLOT_HEADER)
+        self._scratch_bytes = self._scratch.view(np.uint8)
+        self.spill = SpillStore(spill_dir, spill_max_bytes, self.ops) if spill_dir else None
+        self._next_seq = int(self._fh[0]["next_seq"])
+        # Record numbers: never below the caller's (the state database's) nor the header's.
+        self._next_record = max(first_record, int(self._fh[0]["next_record"]))
+        if created:
+            self._free = list(range(g.slot_count - 1, -1, -1))
+        else:
+            self._recover()
+
+    def _open_file(self, first_seq: int) -> bool:
+        """Lock the file, then check it, or create and preallocate it. True when created."""
+        g = self.geometry
+        if self.path.exists() and self.path.stat().st_size > 0:
+            self._lock_file(os.open(self.path, os.O_RDWR))
+            self._check_existing()
+            return False
+        make_folder(self.path.parent)
+        available = self.ops.free_bytes(self.path.parent)
+        if available < g.file_bytes:
+            raise PoolDiskTooSmall(
+                f"the buffer pool needs {g.file_bytes} bytes at {self.path}; "
+                f"the file system has {available} free",
+                hint="lower buffer.size_bytes or move buffer.path to a larger file system",
+            )
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_file(fd)                  # the fd stays open: it holds the lock
+        if os.fstat(fd).st_size > 0:         # another pool created it between our look and lock
+            self._check_existing()
+            return False
+        try:
+            self.ops.reserve(fd, g.file_bytes)
+        except OSError as exc:
+            self.path.unlink(missing_ok=True)
+            raise PoolDiskTooSmall(
+                f"reserving {g.file_bytes} bytes for {self.path} failed: {exc.strerror}",
+                hint="free space, lower buffer.size_bytes or move buffer.path",
+            ) from exc
+        header = np.zeros(1, L.FILE_HEADER)
+        header[0] = (L.MAGIC, L.VERSION, L.FILE_HEADER_BYTES, g.slot_bytes, g.slot_count,
+                     L.SLOT_HEADER_BYTES, 0, first_seq % L.SEQ_MOD, 0)
+        header[0]["geometry_crc"] = L.geometry_crc(header)
+        os.pwrite(fd, header.tobytes(), 0)
+        os.fsync(fd)
+        sync_folder(self.path.parent)        # its name: the file is durable only with it
+        return True
+
+    def _lock_file(self, fd: int) -> None:
+        """Hold ``flock(LOCK_EX | LOCK_NB)`` on the pool file through ``fd`` until close(),
+        abandon() or the process ends. The lock belongs to the open file, so a second open in
+        this process conflicts like another process does. If the object is dropped without
+        either (a test simulating a crash), garbage collection closes the fd."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            raise PoolBusy(
+                f"{self.path} is in use by another buffer pool (another docket agent, or a "
+                "pool still open in this process); nothing was read or written",
+                hint="give each agent a buffer.path of its own, or stop the agent that uses "
+                "this pool first",
+            ) from None
+        self._unlock = weakref.finalize(self, os.close, fd)
+
+    def _release_file_lock(self) -> None:
+        if self._unlock is not None:
+            self._unlock()                   # closing the fd drops the lock; runs once
+
+    def _check_existing(self) -> None:
+        with open(self.path, "rb") as f:
+            raw = f.read(L.FILE_HEADER.itemsize)
+        if len(raw) < L.FILE_HEADER.itemsize:
+            raise PoolDamaged(f"{self.path} is too short to be a buffer pool",
+                              hint="move the file away; the agent creates a new pool")
+        header = np.frombuffer(raw, L.FILE_HEADER)
+        h = header[0]
+        if not any(raw):
+            raise PoolDamaged(f"{self.path} has a header of zeros (an agent killed while it "
+                              "created the pool?)", hint="move it away; the agent creates a "
+                              "new pool")
+        if bytes(h["magic"]) != L.MAGIC:
+            raise PoolFormatError(f"{self.path} is not a docket buffer pool (bad magic)",
+                                  hint="point buffer.path at another file")
+        if int(h["version"]) == 1 and int(h["geometry_crc"]) == L.geometry_crc(header):
+            self._upgrade_v1(header)
+            return
+        if int(h["version"]) == 2 and int(h["geometry_crc"]) == L.geometry_crc(header):
+            self._upgrade_v2(header)
+            return self._check_existing()
+        if int(h["version"]) != L.VERSION:
+            raise PoolFormatError(
+                f"{self.path} has pool format version {int(h['version'])}; this agent reads "
+                f"version {L.VERSION}", hint="drain it with the agent version that wrote it")
+        if int(h["geometry_crc"]) != L.geometry_crc(header):
+            raise PoolDamaged(f"{self.path}: the file header fails its CRC",
+                              hint="the file is damaged; move it away to start a new pool")
+        found = (int(h["slot_bytes"]), int(h["slot_count"]))
+        want = (self.geometry.slot_bytes, self.geometry.slot_count)
+        if found != want:
+            raise PoolGeometryMismatch(
+                f"{self.path} holds {found[1]} slots of {found[0]} bytes; the configuration asks "
+                f"for {want[1]} slots of {want[0]} bytes",
+                hint="restore the old buffer.size_bytes and buffer.slot_size_bytes until the "
+                "pool has drained, or move the file away (its unsent events would be lost)",
+            )
+        if self.path.stat().st_size < self.geometry.file_bytes:
+            raise PoolDamaged(f"{self.path} is shorter than its header says",
+                              hint="the file was truncated; move it away")
+
+    def _upgrade_v2(self, header: np.ndarray) -> None:
+        """A version 2 pool becomes version 3 in place, its slots kept: every slot's ``acked``
+        (padding then) zeroed and synced before the version changes."""
+        g = self.geometry
+        found = (int(header[0]["slot_bytes"]), int(header[0]["slot_count"]))
+        if found != (g.slot_bytes, g.slot_count):
+            raise PoolGeometryMismatch(
+                f"{self.path} (pool format version 2) holds {found[1]} slots of {found[0]} "
+                f"bytes; the configuration asks for {g.slot_count} slots of {g.slot_bytes} bytes",
+                hint="restore the old buffer.size_bytes and buffer.slot_size_bytes until the "
+                "pool has drained, or move the file away (its unsent events would be lost)")
+        with open(self.path, "r+b") as f:
+            for index in range(g.slot_count):
+                f.seek(g.slot_headers_offset + index * L.SLOT_HEADER_BYTES + L.ACKED_OFFSET)
+                f.write(bytes(L.SLOT_HEADER_BYTES - L.ACKED_OFFSET))
+            f.flush()
+            os.fsync(f.fileno())
+            new = header.copy()
+            new[0]["version"] = L.VERSION
+            new[0]["geometry_crc"] = L.geometry_crc(new)
+            f.seek(0)
+            f.write(new.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        log.info("%s: pool format version 2 upgraded to %d in place (its slots kept)",
+                 self.path, L.VERSION)
+
+    def _upgrade_v1(self, header: np.ndarray) -> None:
+        """A version 1 pool (no record numbers) is rewritten as version 2 when no slot of it
+        is sealed: nothing in it is kept anyway. One with sealed slots is refused."""
+        g = self.geometry
+        if (int(header[0]["slot_bytes"]), int(header[0]["slot_count"])) != \
+                (g.slot_bytes, g.slot_count):
+            raise PoolGeometryMismatch(
+                f"{self.path} (pool format version 1) holds other slots than configured",
+                hint="restore the old buffer settings and drain it with the agent version that "
+                "wrote it, or move it away (its unsent events would be lost)")
+        with open(self.path, "r+b") as f:
+            f.seek(g.slot_headers_offset)
+            raw = f.read(g.slot_count * L.SLOT_HEADER_BYTES)
+            states = np.frombuffer(raw, np.uint8).reshape(g.slot_count, L.SLOT_HEADER_BYTES)[
+                :, L.V1_STATE_OFFSET]
+            if (states == L.SEALED).any():
+                raise PoolFormatError(
+                    f"{self.path} has pool format version 1 with {int((states == L.SEALED).sum())}"
+                    " sealed slot(s); this agent numbers records and reads version 2",
+                    hint="drain it with the agent version that wrote it (stop sources, let it "
+                    "send), then start this version")
+            new = np.zeros(1, L.FILE_HEADER)
+            new[0] = (L.MAGIC, L.VERSION, L.FILE_HEADER_BYTES, g.slot_bytes, g.slot_count,
+                      L.SLOT_HEADER_BYTES, 0, int(header[0]["next_seq"]), 0)
+            new[0]["geometry_crc"] = L.geometry_crc(new)
+            f.seek(g.slot_headers_offset)
+            f.write(bytes(g.slot_count * L.SLOT_HEADER_BYTES))      # every slot free
+            f.seek(0)
+            f.write(new.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _recover(self) -> None:
+        hdr = self._hdr
+        states = hdr["state"]
+        sealed_seqs = []
+        for index in range(self.geometry.slot_count):
+            state = int(states[index])
+            if state == L.FREE:
+                continue
+            if state == L.FILLING:
+                self.counters["filling_discarded"] += 1
+                states[index] = L.FREE
+                continue
+            meta = self._meta_if_valid(index) if state == L.SEALED else None
+            if meta is None:
+                why = f"torn header (state {state})" if state == L.SEALED else \
+                    f"unknown state {state}"
+                self._quarantine(index, why)
+                continue
+            payload = self._payload_view(index, meta.used_bytes)
+            if crc32c(payload) != meta.payload_crc:
+                if self._delivered is not None and self._delivered(meta):
+                    # Acknowledged and freed; the free was lost (a power loss) and the slot
+                    # was filling again: its payload is new, unsealed bytes (read again from
+                    # their files), not a loss.
+                    log.info("slot %d (seq %d): its records were acknowledged before; its free "
+                             "did not reach the disk and the slot was filling again: freed",
+                             index, meta.seq)
+                    states[index] = L.FREE
+                    self.counters["stale_freed"] += 1
+                    continue
+                self._quarantine(index, "torn payload (payload CRC mismatch)", meta)
+                continue
+            if self._delivered is not None and self._delivered(meta):
+                # Acknowledged whole before the stop, its free not yet written (frees wait
+                # for their barrier: ``free``): not sent again.
+                states[index] = L.FREE
+                self.counters["acknowledged_freed"] += 1
+                continue
+            self._sealed[meta.seq] = SealedSlot(
+                meta, index, payload,
+                acked_before=L.acked_of(self._hdr_bytes[index], meta.record_count))
+            sealed_seqs.append(meta.seq)
+        if self.counters["acknowledged_freed"]:
+            log.info("%d slot(s) whose records were all acknowledged before the stop: freed, "
+                     "not sent again", self.counters["acknowledged_freed"])
+        if self.spill is not None:
+            for path, why in self.spill.recover():
+                self._quarantine_file(path, why)
+            for meta in self.spill.metas():
+                self._sealed[meta.seq] = self._spilled_slot(meta)
+                sealed_seqs.append(meta.seq)
+        numbered = [s.meta.first_record + s.record_count for s in self._sealed.values()
+                    if s.meta.first_record is not None]
+        self._next_record = max([self._next_record, *numbered])
+        self._free = [i for i in range(self.geometry.slot_count - 1, -1, -1)
+                      if int(states[i]) == L.FREE]
+        self._reorder()
+        for seq, slot in self._sealed.items():        # spilled before records had numbers
+            if slot.meta.first_record is None:
+                meta = dataclasses.replace(slot.meta, first_record=self._take_records(
+                    slot.record_count))
+                self.spill.renumber(meta)         # the same numbers at every later start
+                self._sealed[seq] = self._spilled_slot(meta)
+        if sealed_seqs:
+            last = next(reversed(self._sealed))
+            nxt = (last + 1) % L.SEQ_MOD
+            key = L.seq_order_key([last])
+            if key(nxt) > key(self._next_seq):   # the header's next_seq may lag one seal
+                self._next_seq = nxt
+        for slot in self._sealed.values():
+            for source, _start, end in slot.meta.positions:
+                if end > self._recovered_positions.get(source, -1):
+                    self._recovered_positions[source] = end
+
+    def _reorder(self) -> None:
+        key = L.seq_order_key(list(self._sealed))
+        self._sealed = dict(sorted(self._sealed.items(), key=lambda kv: key(kv[0])))
+
+    def _meta_if_valid(self, index: int) -> SlotMeta | None:
+        return slot_meta(self._hdr[index:index + 1], self.geometry)
+
+    def _payload_view(self, index: int, used: int) -> np.ndarray:
+        o = self.geometry.slot_offset(index)
+        return self._mm[o:o + used]
+
+    def _quarantine(self, index: int, why: str, meta: SlotMeta | None = None) -> None:
+        """Copy a slot that failed its checks out of the pool, report it, and free it."""
+        g = self.geometry
+        make_folder(self.quarantine_dir)
+        ho = g.slot_headers_offset + index * L.SLOT_HEADER_BYTES
+        o = g.slot_offset(index)
+        blob = self._mm[ho:ho + L.SLOT_HEADER_BYTES].tobytes() \
+            + self._mm[o:o + g.slot_bytes].tobytes()
+        seq = int(self._hdr[index]["seq"])
+        if meta is not None:              # its numbers were given: never give them again
+            self._next_record = max(self._next_record, meta.first_record + meta.record_count)
+        self.ops.write_file(self.quarantine_dir / f"slot-{index:06d}-seq-{seq}.bin", blob)
+        self._hdr[index]["state"] = L.FREE
+        self.counters["slots_quarantined"] += 1
+        self._report(DropEvent("corrupt", meta.topic if meta else "",
+                               meta.record_count if meta else -1,
+                               f"slot {index} seq {seq}: {why}; copied to {self.quarantine_dir}",
+                               first_record=meta.first_record if meta else None))
+
+    def _quarantine_file(self, path: Path, why: str) -> None:
+        make_folder(self.quarantine_dir)
+        moved(path, self.quarantine_dir / path.name)
+        self.counters["slots_quarantined"] += 1
+        self._report(DropEvent("corrupt", "", -1, f"{why}; moved to {self.quarantine_dir}"))
+
+    def _report(self, event: DropEvent) -> None:
+        self.drop_events.append(event)
+        if self._on_drop is not None:
+            self._on_drop(event)
