@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from importlib.metadata import version
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from docket_common.formats import utc_iso
 from docket_common.pages import Page, PageServer
@@ -21,15 +21,47 @@ from .config import weakened_delivery
 from .errors import StartupError
 
 if TYPE_CHECKING:
-    from .service import Agent
+    from .audit_emitter import AuditEmitter
+    from .buffer import BufferPool
+    from .buffer.seams import Clock
+    from .config import AgentConfig
+    from .drain.drain import Drain
+    from .drain.topics import TopicWatch
+    from .notify import Notifier
+    from .state.checkpoints import Checkpoints
+    from .state.diskguard import DiskGuard
+    from .state.journal import LossJournal
+    from .tail.files import FileSource
+    from .telemetry import Metrics
 
 log = logging.getLogger("docket.agent.status")
+
+
+class Observed(Protocol):
+    """What the board reads of the running agent (``service.Agent`` is one), and only reads."""
+
+    cfg: AgentConfig
+    clock: Clock
+    pool: BufferPool
+    drain: Drain
+    file_sources: list[FileSource]
+    checkpoints: Checkpoints
+    journal: LossJournal
+    disk: DiskGuard
+    audit: AuditEmitter
+    topic_watch: TopicWatch
+    notifier: Notifier
+    metrics: Metrics
+    send_path: str
+    send_path_why: str
+
+    def monotonic(self) -> float: ...
 
 
 class StatusBoard:
     """The status of ``agent``: gauges, the status document, the HTTP server."""
 
-    def __init__(self, agent: Agent):
+    def __init__(self, agent: Observed):
         self.agent = agent
         self.started = agent.monotonic()         # uptime on the monotonic clock: steps
         #                                          of the wall clock do not change it
