@@ -13,7 +13,9 @@ import what.
 - ``state``: what the agent keeps between runs: the state database, the checkpoints, the
   start self-check, the loss journal, the state folder's health, the disk's free space.
 - ``audit_emitter``: the producer tier of the audit, counted at seal and emitted.
-- ``service``: the running agent: sources → pool → drain in one loop, wired.
+- ``service``: the running agent: sources → pool → drain, wired (``Agent``).
+- ``loop``: its loop: read, seal, checkpoint, send, serve reports; sleep when nothing comes.
+- ``control``: signals, a reload (SIGHUP), a graceful stop, a pool lost under the agent.
 - ``wake``: what ends the loop's sleep when it has nothing to do (writes, a stop, a signal).
 - ``errors``: why the agent cannot start here (``StartupError``).
 - ``status``: what it says of itself: gauges, the ``/status`` document, the HTTP server.

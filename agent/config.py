@@ -586,5 +586,10 @@ def reference_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def source_topics(sources) -> list[str]:
+    """The topics of the configured sources: each gets an audit heartbeat."""
+    return sorted({s.topic for s in sources})
+
+
 if __name__ == "__main__":
     sys.stdout.write(reference_markdown())

@@ -10,14 +10,8 @@ import select
 import signal
 import threading
 
-from agent.service import (
-    IDLE_WAIT_QUIET_S,
-    IDLE_WAIT_S,
-    IDLE_WAIT_WATCHED_S,
-    WATCHED_SCAN_S,
-    Agent,
-    Seams,
-)
+from agent.loop import IDLE_WAIT_QUIET_S, IDLE_WAIT_S, IDLE_WAIT_WATCHED_S, WATCHED_SCAN_S
+from agent.service import Agent, Seams
 from tests.unit.fakenative import FakeSlotProducer
 from tests.unit.fakeproducer import FakeKafka
 from tests.unit.tailkit import FakeClock

@@ -118,7 +118,7 @@ def test_the_idle_wait_sleeps_on_file_writes_and_never_turns_faster_for_other_fi
     file makes readable; a line written is read at the next turn and sealed at once (the reader
     caught up); a turn woken by writes to another file of the folder, which reads nothing, is
     followed by a plain 2 ms wait without the descriptor, then the long wait again."""
-    from agent.service import IDLE_WAIT_QUIET_S, IDLE_WAIT_S
+    from agent.loop import IDLE_WAIT_QUIET_S, IDLE_WAIT_S
 
     (tmp_path / "app.log").write_bytes(b"")
     agent, _ = _with_stand_ins(config(tmp_path), file_events=True)
