@@ -6,10 +6,12 @@ on the aggregate with the tier graph; and what the mirror drill computes and wai
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 
 from audit.cli import _parser as audit_parser
+from audit.jobs.settings import job_values
 from audit.reconcile import config as rconfig
 from audit.reconcile.tiers import feeders_of
 from broker.cluster import LocalCluster
@@ -64,10 +66,19 @@ def test_the_reconciler_reads_the_aggregate_with_the_tier_graph(tmp_path):
                                                   "warehouse": ("kafka-aggregate",)}
 
 
+def _job(argv: list[str]) -> SimpleNamespace:
+    """A job's command line as the job takes it: its settings (flags over defaults, checked)
+    by their names, with its command and cluster."""
+    args = audit_parser().parse_args(argv)
+    values, _security = job_values(args)
+    return SimpleNamespace(command=args.command, cluster=getattr(args, "cluster", None),
+                           **{key.split(".", 1)[1]: v for key, v in values.items()})
+
+
 def test_a_count_job_on_each_cluster_and_the_warehouse_lands_from_the_aggregate(tmp_path):
     jobs = job_commands(tmp_path, CLUSTERS)
     assert set(jobs) == {"count-local", "count-aggregate", "land"}
-    parsed = {name: audit_parser().parse_args(cmd[1:]) for name, cmd in jobs.items()}
+    parsed = {name: _job(cmd[1:]) for name, cmd in jobs.items()}
     local, aggregate, land = parsed["count-local"], parsed["count-aggregate"], parsed["land"]
     assert (local.cluster, local.bootstrap_servers, local.mirror_target) == \
         ("kafka-local", CLUSTERS["local"], None)

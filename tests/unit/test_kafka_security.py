@@ -161,15 +161,16 @@ def test_plaintext_adds_nothing():
 
 
 def test_the_spark_jobs_take_the_settings_from_a_file_never_the_command_line(files, tmp_path):
-    from audit.cli import _kafka_options, _kafka_security
+    from audit.cli import _kafka_options
     from audit.contract.errors import AuditError
     from audit.jobs.spark import JobOptions
+    from docket_common.kafka_security import read_kafka_config
 
     conf = tmp_path / "kafka.toml"
     conf.write_text(f'[kafka]\nsecurity_protocol = "sasl_ssl"\nsasl_username = "count"\n'
                     f'sasl_password_file = "{files["password"]}"\n'
                     f'ssl_ca_file = "{files["ca"]}"\n')
-    opts = JobOptions("127.0.0.1:9093", security=_kafka_security(conf),
+    opts = JobOptions("127.0.0.1:9093", security=read_kafka_config(conf),
                       kafka_options={"fetch.max.bytes": "1000"})
     source = opts.source_options()
     assert source["kafka.security.protocol"] == "SASL_SSL"
@@ -183,7 +184,7 @@ def test_the_spark_jobs_take_the_settings_from_a_file_never_the_command_line(fil
     assert "ps shows it" in str(e.value)
     conf.write_text('[kafka]\nsecurity_protocol = "sasl_ssl"\nsasl_username = "count"\n')
     with pytest.raises(ConfigError) as e:
-        _kafka_security(conf)
+        read_kafka_config(conf)
     assert e.value.path == "kafka.sasl_password_file"
 
 
