@@ -98,9 +98,10 @@ def _kafka_options(items: list[str]) -> dict:
     options = _pairs(items, "--kafka-option")
     for name in options:
         if "password" in name or "jaas" in name or name in ("ssl.key.pem", "ssl.keystore.key"):
-            raise AuditError(f"--kafka-option {name}=...: a secret on the command line, where "
-                             "ps shows it to every user", hint="put it in --kafka-config FILE "
-                             "(sasl_password_file: docs/security.md)")
+            raise AuditError(f"--kafka-option (kafka_options) {name}=...: a secret among the "
+                             "client options, where ps shows it to every user (a flag) or "
+                             "anyone who reads the job's file", hint="put it in the [kafka] "
+                             "table's files (sasl_password_file: docs/security.md)")
     return options
 
 
@@ -114,7 +115,8 @@ def _job_options(args, default_ckpt: Path):
         bootstrap_servers=v["bootstrap_servers"], audit_topic=v["audit_topic"],
         audit_bootstrap_servers=v["audit_bootstrap_servers"], topics=v["topics"],
         window_ms=v["window_ms"], trigger_s=v["trigger_s"], once=v["once"],
-        checkpoint_dir=Path(v["checkpoint_dir"]) if v["checkpoint_dir"] else default_ckpt,
+        checkpoint_dir=Path(v["checkpoint_dir"]) if v["checkpoint_dir"] is not None
+        else default_ckpt,
         master=v["master"], starting_offsets=v["starting_offsets"], identity=v["identity"],
         max_offsets_per_trigger=v["max_offsets_per_trigger"],
         kafka_options=_kafka_options(v["kafka_options"]),

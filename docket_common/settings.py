@@ -166,9 +166,12 @@ def load_toml(path: str | Path) -> dict:
     """A configuration file, parsed; unreadable or invalid TOML is a ConfigError."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(path), f"cannot read the file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), f"not UTF-8 text (byte {exc.start}): a TOML file is "
+                          "UTF-8") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

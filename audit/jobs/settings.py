@@ -11,6 +11,7 @@ No PySpark here: the CLI parses and checks a job's settings before Spark starts.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -42,13 +43,14 @@ JOB_SETTINGS: tuple[Setting, ...] = (
     Setting("job.once", bool, False, "Process what the topics hold now, emit, and exit."),
     Setting("job.checkpoint_dir", str, None, "Where the job keeps its offsets and state (keep "
             "it: it is what makes a restart exact). Default: count's under the audit's state "
-            "folder, land's in the warehouse's `_checkpoint`."),
+            "folder, land's in the warehouse's `_checkpoint`. In the file, a relative path is "
+            "taken from the file's folder."),
     Setting("job.master", str, "local[*]", "Spark master (local[*], spark://..., yarn, "
             "k8s://...)."),
     Setting("job.starting_offsets", str, "earliest", "Where a job without a checkpoint starts.",
             choices=("earliest", "latest")),
     Setting("job.max_offsets_per_trigger", int, None, "At most this many records a "
-            "micro-batch (default: what the topics hold).", minimum=1),
+            "micro-batch (unset or 0: what the topics hold).", minimum=0),
     Setting("job.identity", bool, True, "Count with record identity. Off (`--no-identity`): "
             "plain per-window counts, no number sets in the state; distinct and duplicates are "
             "reported unknown (null) and no ranges records are written."),
@@ -58,7 +60,8 @@ JOB_SETTINGS: tuple[Setting, ...] = (
     Setting("job.kafka_config", str, None, "A TOML file whose [kafka] table says how to "
             "authenticate (security_protocol, sasl_username, sasl_password_file, ssl_ca_file, "
             "...: docs/security.md); the password is read from its file, never an argument. "
-            "Default: the [kafka] table of `--config`'s file, if it has one."),
+            "Default: the [kafka] table of `--config`'s file, if it has one (not both). In "
+            "the file, a relative path is taken from the file's folder."),
     Setting("job.kafka_options", list, [], "Kafka client properties (NAME=VALUE) for the "
             "source and the audit producer, e.g. fetch.max.bytes=52428800; no secret here: "
             "kafka_config."),
@@ -66,6 +69,7 @@ JOB_SETTINGS: tuple[Setting, ...] = (
 )
 # Flags whose name is not the key's: a list is given one item a flag.
 _FLAG_NAMES = {"job.kafka_options": "--kafka-option", "job.identity": "--no-identity"}
+_PATHS = ("checkpoint_dir", "kafka_config")   # relative in the file: from its folder
 _METAVARS = {"job.kafka_options": "NAME=VALUE", "job.spark_conf": "NAME=VALUE",
              "job.mirror_target": "NAME", "job.kafka_config": "FILE"}
 
@@ -110,13 +114,21 @@ def job_values(args: argparse.Namespace) -> tuple[dict[str, Any], KafkaSecurity 
     table = raw.get(SECTION, {})
     if isinstance(table, dict):
         table = dict(table)
+        for key in _PATHS:                       # a path in the file: from the file's folder
+            if isinstance(table.get(key), str) and args.config is not None:
+                table[key] = str(Path(args.config).parent / table[key])
         for s in JOB_SETTINGS:
             if hasattr(args, _name(s)):
                 table[_name(s)] = getattr(args, _name(s))
     values = parse_sections({**raw, SECTION: table}, JOB_SETTINGS, other_sections=("kafka",))
     _check(values)
     if values["job.kafka_config"] is not None:
-        return values, read_kafka_config(values["job.kafka_config"])
+        if "kafka" in raw:
+            raise ConfigError("kafka", f"a [kafka] table in {args.config} beside kafka_config "
+                              f"= {values['job.kafka_config']!r}: which one signs in?",
+                              hint="keep one of them")
+        return values, read_kafka_config(values["job.kafka_config"],
+                                         other_sections=(SECTION,))
     if "kafka" in raw:
         return values, read_kafka_config(args.config, other_sections=(SECTION,))
     return values, None
@@ -127,8 +139,9 @@ def _check(values: dict[str, Any]) -> None:
     if not re.fullmatch(r"[A-Za-z0-9._-]+", values["job.audit_topic"]):
         raise ConfigError("job.audit_topic", f"{values['job.audit_topic']!r} is not a Kafka "
                           "topic name", hint="letters, digits, . _ -")
-    if values["job.trigger_s"] <= 0:
-        raise ConfigError("job.trigger_s", f"must be above 0, found {values['job.trigger_s']}")
+    if not 0 < values["job.trigger_s"] < math.inf:
+        raise ConfigError("job.trigger_s", f"must be a number above 0, found "
+                          f"{values['job.trigger_s']}")
     try:
         re.compile(values["job.topics"])
     except re.error as exc:

@@ -57,6 +57,11 @@ def test_the_file_gives_what_the_flags_do_not(tmp_path: Path):
     ('[job]\nonce = true\n', [], "job.bootstrap_servers"),
     ('[jobs]\nonce = true\n', ["--bootstrap-servers", "h:1"], "jobs"),
     ('job = 3\n', ["--bootstrap-servers", "h:1"], "job"),
+    ('[job]\ntrigger_s = nan\n', ["--bootstrap-servers", "h:1"], "job.trigger_s"),
+    ('[job]\nmax_offsets_per_trigger = -1\n', ["--bootstrap-servers", "h:1"],
+     "job.max_offsets_per_trigger"),
+    ('[job]\nkafka_config = "k.toml"\n[kafka]\nsecurity_protocol = "plaintext"\n',
+     ["--bootstrap-servers", "h:1"], "kafka"),
 ])
 def test_a_bad_setting_names_its_key(tmp_path: Path, text, argv, path):
     conf = tmp_path / "job.toml"
@@ -86,3 +91,35 @@ def test_the_files_kafka_table_is_the_sign_in(tmp_path: Path):
     _v, security = values("--config", str(conf))
     assert security is not None and security.secured
     assert security.librdkafka_properties()["sasl.username"] == "count"
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path, capsys):
+    conf = tmp_path / "job.toml"
+    conf.write_bytes(b"[job]\nmaster = \"\xff\xfe\"\n")
+    assert cli.main(["count", "--cluster", "c", "--config", str(conf)]) == 78
+    assert "not UTF-8" in capsys.readouterr().err
+
+
+def test_paths_in_the_file_are_taken_from_its_folder_flags_from_where_it_runs(tmp_path: Path):
+    (tmp_path / "conf").mkdir()
+    conf = tmp_path / "conf" / "job.toml"
+    conf.write_text('[job]\nbootstrap_servers = "h:1"\ncheckpoint_dir = "ckpt"\n'
+                    "max_offsets_per_trigger = 0\n")
+    v, _ = values("--config", str(conf))
+    assert v["job.checkpoint_dir"] == str(tmp_path / "conf" / "ckpt")
+    assert v["job.max_offsets_per_trigger"] == 0          # 0: no limit, as before
+    v, _ = values("--config", str(conf), "--checkpoint-dir", "here")
+    assert v["job.checkpoint_dir"] == "here"
+
+
+def test_one_file_may_be_both_the_jobs_and_its_kafka_config(tmp_path: Path):
+    password, ca = tmp_path / "pw", tmp_path / "ca.pem"
+    password.write_text("secret\n")
+    password.chmod(0o600)
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    conf = tmp_path / "job.toml"
+    conf.write_text(f'[job]\nbootstrap_servers = "h:1"\n\n[kafka]\nsecurity_protocol = '
+                    f'"sasl_ssl"\nsasl_username = "count"\nsasl_password_file = "{password}"\n'
+                    f'ssl_ca_file = "{ca}"\n')
+    _v, security = values("--kafka-config", str(conf), "--bootstrap-servers", "h:1")
+    assert security is not None and security.secured
