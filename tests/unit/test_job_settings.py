@@ -79,7 +79,8 @@ def test_a_bad_setting_stops_the_job_with_exit_78_before_spark(tmp_path: Path, c
     assert "job.window_msec" in err and "did you mean 'window_ms'" in err
 
 
-def test_the_files_kafka_table_is_the_sign_in(tmp_path: Path):
+def _job_and_kafka_file(tmp_path: Path) -> Path:
+    """A job's file with its [kafka] sign-in (SCRAM over TLS, the password in a file)."""
     password, ca = tmp_path / "pw", tmp_path / "ca.pem"
     password.write_text("secret\n")
     password.chmod(0o600)
@@ -88,6 +89,11 @@ def test_the_files_kafka_table_is_the_sign_in(tmp_path: Path):
     conf.write_text(f'[job]\nbootstrap_servers = "h:1"\n\n[kafka]\nsecurity_protocol = '
                     f'"sasl_ssl"\nsasl_username = "count"\nsasl_password_file = "{password}"\n'
                     f'ssl_ca_file = "{ca}"\n')
+    return conf
+
+
+def test_the_files_kafka_table_is_the_sign_in(tmp_path: Path):
+    conf = _job_and_kafka_file(tmp_path)
     _v, security = values("--config", str(conf))
     assert security is not None and security.secured
     assert security.librdkafka_properties()["sasl.username"] == "count"
@@ -113,13 +119,6 @@ def test_paths_in_the_file_are_taken_from_its_folder_flags_from_where_it_runs(tm
 
 
 def test_one_file_may_be_both_the_jobs_and_its_kafka_config(tmp_path: Path):
-    password, ca = tmp_path / "pw", tmp_path / "ca.pem"
-    password.write_text("secret\n")
-    password.chmod(0o600)
-    ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    conf = tmp_path / "job.toml"
-    conf.write_text(f'[job]\nbootstrap_servers = "h:1"\n\n[kafka]\nsecurity_protocol = '
-                    f'"sasl_ssl"\nsasl_username = "count"\nsasl_password_file = "{password}"\n'
-                    f'ssl_ca_file = "{ca}"\n')
+    conf = _job_and_kafka_file(tmp_path)
     _v, security = values("--kafka-config", str(conf), "--bootstrap-servers", "h:1")
     assert security is not None and security.secured
