@@ -32,7 +32,7 @@ from docket_common.settings import EX_CONFIG, ConfigError
 
 from .contract.errors import AuditError, BrokerUnreachable
 from .contract.record import checksum_hex
-from .jobs.settings import add_job_args, job_values
+from .jobs.settings import KAFKA_NAME, add_job_args, job_values, name_values
 from .reconcile.commands import UNIT_MS
 from .reconcile.commands import add_parsers as add_reconcile_parsers
 
@@ -84,18 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _pairs(items: list[str], flag: str) -> dict:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise AuditError(f"{flag} {item!r}: expected NAME=VALUE")
-        out[name] = value
-    return out
-
-
 def _kafka_options(items: list[str]) -> dict:
-    options = _pairs(items, "--kafka-option")
+    options = name_values("job.kafka_options", items)
     for name in options:
         if "password" in name or "jaas" in name or name in ("ssl.key.pem", "ssl.keystore.key"):
             raise AuditError(f"--kafka-option (kafka_options) {name}=...: a secret among the "
@@ -121,7 +111,7 @@ def _job_options(args, default_ckpt: Path):
         max_offsets_per_trigger=v["max_offsets_per_trigger"],
         kafka_options=_kafka_options(v["kafka_options"]),
         security=security,
-        spark_conf=_pairs(v["spark_conf"], "--spark-conf"), mirror_target=v["mirror_target"])
+        spark_conf=name_values("job.spark_conf", v["spark_conf"]), mirror_target=v["mirror_target"])
 
 
 def _duration_ms(text: str, flag: str) -> int:
@@ -239,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "count":
             from .jobs.run import run_count
 
-            if not re.fullmatch(r"[A-Za-z0-9._-]+", args.cluster):
+            if not KAFKA_NAME.fullmatch(args.cluster):
                 raise AuditError(f"--cluster {args.cluster!r}: use letters, digits, . _ -")
             opts = _job_options(args, docket_state_dir("audit") / f"count-{args.cluster}")
             run_count(args.cluster, opts)

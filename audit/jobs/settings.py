@@ -29,6 +29,7 @@ from docket_common.settings import (
 from docket_common.window import window_setting
 
 SECTION = "job"
+KAFKA_NAME = re.compile(r"[A-Za-z0-9._-]+")     # a topic's name; a cluster's (its tier)
 JOB_SETTINGS: tuple[Setting, ...] = (
     Setting("job.bootstrap_servers", str, None, "The Kafka cluster to read (HOST:PORT, comma "
             "separated).", required=True),
@@ -115,7 +116,7 @@ def job_values(args: argparse.Namespace) -> tuple[dict[str, Any], KafkaSecurity 
     if isinstance(table, dict):
         table = dict(table)
         for key in _PATHS:                       # a path in the file: from the file's folder
-            if isinstance(table.get(key), str) and args.config is not None:
+            if isinstance(table.get(key), str):
                 table[key] = str(Path(args.config).parent / table[key])
         for s in JOB_SETTINGS:
             if hasattr(args, _name(s)):
@@ -136,7 +137,7 @@ def job_values(args: argparse.Namespace) -> tuple[dict[str, Any], KafkaSecurity 
 
 def _check(values: dict[str, Any]) -> None:
     """What a type and a floor do not say."""
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", values["job.audit_topic"]):
+    if not KAFKA_NAME.fullmatch(values["job.audit_topic"]):
         raise ConfigError("job.audit_topic", f"{values['job.audit_topic']!r} is not a Kafka "
                           "topic name", hint="letters, digits, . _ -")
     if not 0 < values["job.trigger_s"] < math.inf:
@@ -148,10 +149,19 @@ def _check(values: dict[str, Any]) -> None:
         raise ConfigError("job.topics", f"{values['job.topics']!r} is not a regular "
                           f"expression: {exc}") from None
     for key in ("job.kafka_options", "job.spark_conf"):
-        for item in values[key]:
-            name, sep, _value = item.partition("=")
-            if not sep or not name:
-                raise ConfigError(key, f"{item!r}: expected NAME=VALUE")
+        name_values(key, values[key])
+
+
+def name_values(key: str, items: list[str]) -> dict[str, str]:
+    """The ``NAME=VALUE`` items of the list setting ``key`` as a dict; ConfigError naming
+    ``key`` for an item without a name or an ``=``."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(key, f"{item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
 
 
 def reference_markdown() -> str:
