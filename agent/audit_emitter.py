@@ -16,9 +16,10 @@ with the pool sequence number of the last slot counted. A slot sealed but not ye
 the agent died is found sealed at the next start and counted then (``count_recovered``).
 Nothing is counted twice, nothing missed.
 
-Emission: an apscheduler job every ``audit.interval_ms`` (and one at shutdown) sends a record for
-every window that changed since its last confirmed delivery, plus a heartbeat for the current
-window of every configured topic. Records are cumulative, so sending again is harmless; a round
+Emission: a round every ``audit.interval_ms`` on the agent's monotonic clock, in a thread of its
+own (and one at shutdown), sends a record for every window that changed since its last confirmed
+delivery, plus a heartbeat for the current window of every configured topic. A step of the wall
+clock moves the windows events fall in, never the schedule: no round is held back or hurried. Records are cumulative, so sending again is harmless; a round
 that Kafka does not acknowledge leaves its windows marked and the next round sends them again.
 ``seq`` is persisted before each round, so it only grows across restarts.
 
@@ -39,7 +40,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from apscheduler.schedulers.background import BackgroundScheduler
 from confluent_kafka import Producer
 
 from audit.contract.delivery import deliver
@@ -145,7 +145,8 @@ class AuditEmitter:
     def __init__(self, *, db: StateDB, agent_id: str, topics: list[str], audit_topic: str,
                  window_ms: int, interval_ms: int, producer_conf: dict, metrics: Metrics,
                  enabled: bool = True,
-                 clock: Callable[[], float] = time.time, incarnation: str | None = None,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic, incarnation: str | None = None,
                  numbers: Callable[[], RecordNumbers] | None = None,
                  native_hashes: NativeHashes | None = None):
         self.db = db                             # the agent's state database
@@ -157,7 +158,8 @@ class AuditEmitter:
         self.interval_ms = interval_ms
         self.metrics = metrics
         self.enabled = enabled
-        self.clock = clock
+        self.clock = clock                       # wall seconds: event windows, ``emitted_at``
+        self.monotonic = monotonic               # seconds: the rounds' schedule
         self.incarnation = incarnation
         # where the record numbers stand: a ``ranges`` record each round
         self.numbers = numbers
@@ -175,7 +177,8 @@ class AuditEmitter:
         self._producer_conf = _audit_producer_conf(producer_conf, agent_id)
         self._new_conf: dict | None = None    # a reload's, taken by the next round
         self._producer: Producer | None = None
-        self._scheduler: BackgroundScheduler | None = None
+        self._rounds: threading.Thread | None = None
+        self._rounds_stop = threading.Event()
         self._load()
 
     def _load(self) -> None:
@@ -291,42 +294,43 @@ class AuditEmitter:
         with self._lock:
             self._unwritten.clear()
 
-    # -- emitting (the scheduler's thread, its own database connection) -----------------------
+    # -- emitting (the rounds' thread, its own database connection) --------------------------
     def start(self) -> None:
         if not self.enabled:
             return
-        self._scheduler = BackgroundScheduler(daemon=True)
-        self._scheduler.add_job(self.emit, "interval", seconds=self.interval_ms / 1000,
-                                id="docket-audit-emit", max_instances=1, coalesce=True)
-        self._scheduler.start()
+        self._rounds_stop.clear()
+        self._rounds = threading.Thread(target=self._round_loop, name="docket-audit-rounds",
+                                        daemon=True)
+        self._rounds.start()
 
-    def clock_stepped(self) -> None:
-        """The wall clock was stepped (``Agent``): the schedule starts again from now. APScheduler
-        keeps the next round as a wall-clock time, so a step back of ten minutes would hold
-        the next round ten minutes (and the reconciler would see a silent producer); a step
-        forward only brings one round early. The counts do not depend on it."""
-        if self._scheduler is not None and self._scheduler.running:
-            self._scheduler.reschedule_job("docket-audit-emit", trigger="interval",
-                                           seconds=self.interval_ms / 1000)
+    def _round_loop(self) -> None:
+        """A round every ``interval_ms`` from the start, on the monotonic clock; a round that
+        outlasts the interval is followed by the next one an interval after it ends (rounds
+        never pile up)."""
+        period = self.interval_ms / 1000
+        due = self.monotonic() + period
+        while not self._rounds_stop.wait(max(0.0, due - self.monotonic())):
+            self.emit()
+            due += period
+            if due <= self.monotonic():
+                due = self.monotonic() + period
 
     def stop(self, last_round: bool = True) -> None:
-        """Stop the schedule and send a last round (after the final counts were persisted),
+        """Stop the rounds and send a last one (after the final counts were persisted),
         within ``STOP_BUDGET_S`` in all: a round under way gets ``ROUND_UNDER_WAY_S`` to end,
         then is cut short by purging its records, and the last round waits at most
         ``LAST_ROUND_S`` for its acknowledgements. ``last_round`` False (the cluster does not
         answer): no wait and no last round. Records not acknowledged stay counted and go at
         the next start."""
-        if self._scheduler is not None:
-            stopper = threading.Thread(target=self._scheduler.shutdown,
-                                       kwargs={"wait": True}, daemon=True)
-            stopper.start()
-            stopper.join(ROUND_UNDER_WAY_S if last_round else 0)
-            while stopper.is_alive():
+        if self._rounds is not None:
+            self._rounds_stop.set()
+            self._rounds.join(ROUND_UNDER_WAY_S if last_round else 0)
+            while self._rounds.is_alive():
                 producer = self._producer
                 if producer is not None:
                     producer.purge(in_queue=True, in_flight=True)
-                stopper.join(0.1)
-            self._scheduler = None
+                self._rounds.join(0.1)
+            self._rounds = None
         if self.enabled and last_round:
             self.emit(LAST_ROUND_S)
         if self._producer is not None:
@@ -339,7 +343,7 @@ class AuditEmitter:
         with self._emit_lock:
             try:
                 return self._emit(timeout_s)
-            except Exception:                       # never let a round kill the scheduler
+            except Exception:                       # never let a round end the rounds
                 log.exception("audit emission failed; the next round sends the counts again")
                 self.metrics.inc("agent_audit_emit_failures_total")
                 return 0

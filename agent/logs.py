@@ -1,7 +1,7 @@
 """The agent's log output: text or JSON lines, and repeated lines held back.
 
 During a broker outage librdkafka reports every failed connection (about 20 lines a second
-against one broker) and apscheduler every skipped audit round. An operator needs the change of
+against one broker) and the audit emitter every round not acknowledged. An operator needs the change of
 state once and then a reminder, not 1.8 million lines a day: :class:`Quieter` lets the first
 line of each kind through, then at most one per ``every_s``, saying how many like it were held
 back (and :func:`flush_held` says it when no later line comes to carry the count). A "kind" is
@@ -99,11 +99,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
-# The loggers whose lines repeat in bursts: librdkafka's (both producers log through it),
-# apscheduler's scheduler (a skipped audit round) and the audit emitter's (a round not
-# acknowledged, every round of an outage). docket's other lines, the loss journal's among
-# them, each say something of their own and are never held.
-QUIETED = ("docket.agent.librdkafka", "apscheduler.scheduler", "docket.agent.audit")
+# The loggers whose lines repeat in bursts: librdkafka's (both producers log through it) and
+# the audit emitter's (a round not acknowledged, every round of an outage). docket's other
+# lines, the loss journal's among them, each say something of their own and are never held.
+QUIETED = ("docket.agent.librdkafka", "docket.agent.audit")
 
 
 def setup(level: str, fmt: str = "text") -> None:
@@ -117,7 +116,6 @@ def setup(level: str, fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)     # one line per job run
     for name in QUIETED:
         logger = logging.getLogger(name)
         if not any(isinstance(f, Quieter) for f in logger.filters):

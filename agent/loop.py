@@ -185,15 +185,14 @@ class AgentLoop:
         """Compare the wall clock's progress with the monotonic clock's since the last look: a
         difference over ``CLOCK_STEP_S`` is a step (NTP, an operator). Waits and deadlines run
         on the monotonic clock and event times are what the wall clock said when each event was
-        read, so only the audit's wall-clock schedule needs telling."""
+        read, so nothing needs telling: the audit's rounds run on the monotonic clock too."""
         wall, now = self.clock.time_ms() / 1000, self.monotonic()     # read together
         if self._wall_mark is not None:
             step = (wall - self._wall_mark[0]) - (now - self._wall_mark[1])
             if abs(step) > CLOCK_STEP_S:
-                log.warning("the wall clock stepped %+.1f s: event times follow it; the audit "
-                            "rounds start again from now", step)
+                log.warning("the wall clock stepped %+.1f s: event times follow it (the "
+                            "schedules do not)", step)
                 self.metrics.inc("agent_clock_steps_total")
-                self.audit.clock_stepped()
         self._wall_mark = (wall, now)
 
     def _read(self, now: float) -> tuple[int, bool, bool]:

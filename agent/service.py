@@ -157,6 +157,7 @@ class Agent(AgentLoop, AgentControl):
             window_ms=cfg["audit.window_ms"], interval_ms=cfg["audit.interval_ms"],
             producer_conf=producer_config(cfg, self.send_path), metrics=self.metrics,
             enabled=cfg["audit.enabled"], clock=lambda: self.clock.time_ms() / 1000,
+            monotonic=self.monotonic,
             incarnation=self.incarnation,
             numbers=self._numbers if cfg["agent.record_numbers"] and cfg["agent.origin_header"]
             else None,

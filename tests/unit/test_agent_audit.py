@@ -237,3 +237,38 @@ def test_the_native_hash_is_the_audits_and_refuses_what_lies_outside_the_payload
     frozen.flags.writeable = False
     with pytest.raises((ValueError, BufferError)):
         value_hashes(payload, offsets, lengths, HASH_SEED, frozen)
+
+
+def test_rounds_keep_their_schedule_when_the_wall_clock_steps_and_stop_with_the_emitter(
+        tmp_path):
+    """The rounds run on the monotonic clock, in a thread of their own: a wall clock stepped
+    back ten minutes (the windows' clock) holds none back; ``stop`` ends them, and no round
+    comes after it."""
+    import threading
+    import time
+    db = StateDB(tmp_path / "state.db")
+    wall = [NOW / 1000]
+    em = AuditEmitter(db=db, agent_id="a1", topics=["t"], audit_topic="docket.audit",
+                      window_ms=WINDOW, interval_ms=20, producer_conf={},
+                      metrics=Metrics(), clock=lambda: wall[0])
+    rounds: list[float] = []
+    more = threading.Event()
+
+    def counted(timeout_s=None):
+        rounds.append(wall[0])
+        if len(rounds) == 2:
+            wall[0] -= 600                      # the step back, between two rounds
+        if len(rounds) >= 6:
+            more.set()
+        return 0
+    em.emit = counted
+    em.start()
+    try:
+        assert more.wait(30), f"{len(rounds)} round(s) in 30 s at a 20 ms interval"
+    finally:
+        em.stop(last_round=False)
+    assert rounds[0] - rounds[-1] == 600        # rounds came after the step back
+    after = len(rounds)
+    time.sleep(0.1)                             # five intervals: none may come now
+    assert len(rounds) == after and em._rounds is None
+    db.close()
