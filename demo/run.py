@@ -550,7 +550,9 @@ def _records(bootstrap: str, topic: str, partition: int, start: int | None = Non
     """(identity, timestamp) of each record of ``topic``'s ``partition`` from offset ``start``
     (or from the first record stamped ``since_ms`` or later) to offset ``end`` (default: its
     end now)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
+
+    from docket_common.read_to_end import read_to_ends
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "docket-demo-fault",
                          "enable.auto.commit": False, "enable.partition.eof": True,
@@ -564,20 +566,10 @@ def _records(bootstrap: str, topic: str, partition: int, start: int | None = Non
                                                  timeout=10)
             start = end if found.offset < 0 else found.offset
         consumer.assign([TopicPartition(topic, partition, start)])
-        out, at = [], start
-        deadline = time.monotonic() + 60
-        while at < end:
-            if time.monotonic() > deadline:
-                raise BrokerError(f"{topic} partition {partition} not read to offset {end} in "
-                                  f"60 s (at {at})")
-            for msg in consumer.consume(1000, timeout=1):
-                if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        at = max(at, msg.offset())      # at its end (records deleted meanwhile)
-                    continue
-                at = msg.offset() + 1
-                if msg.offset() < end:
-                    out.append((_identity(msg), msg.timestamp()[1]))
+        out: list[tuple[Identity, int]] = []
+        if read_to_ends(consumer, topic, {partition: end},
+                        lambda msg: out.append((_identity(msg), msg.timestamp()[1])), 60):
+            raise BrokerError(f"{topic} partition {partition} not read to offset {end} in 60 s")
         return out
     finally:
         consumer.close()

@@ -12,6 +12,8 @@ another for it, and it imports nothing of theirs (``tests/unit/test_layers.py``)
   record headers — the names every tier agrees on.
 - ``window``: the audit window, one concept for every tier: its setting, declared once, and
   its floor (in Python and numpy for the agent and the reconciler, in Spark SQL for the jobs).
+- ``read_to_end``: reading Kafka partitions to given end offsets within a deadline, with the
+  one end rule every reader that must know it read *up to* a point shares.
 - ``dirs``: where the tools keep their state and their jar caches.
 - ``formats``: times and percentages as people read them.
 - ``maven``: fetching jars from Maven Central.

@@ -13,13 +13,14 @@ per key (each says as much as any before it).
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from docket_common.read_to_end import read_to_ends
 
 from .errors import AuditError, BrokerUnreachable, MalformedRecord
 from .record import (
@@ -160,18 +161,10 @@ def read_audit_topic(bootstrap: str, topic: str, state: AuditState | None = None
             if hi > 0:
                 ends[p] = hi
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        deadline = time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, timeout=0.5):
-                if msg.error() is not None:
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        log.warning("audit topic read error: %s", msg.error())
-                    continue
-                state.add(msg.value(), f"{msg.partition()}@{msg.offset()}")
-            # Positions, not the last offset seen: a transaction marker can end a partition.
-            for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
-                if tp.offset >= ends[tp.partition]:
-                    del ends[tp.partition]
+        ends = read_to_ends(consumer, topic, ends,
+                            lambda msg: state.add(msg.value(), f"{msg.partition()}@{msg.offset()}"),
+                            timeout_s,
+                            on_error=lambda err: log.warning("audit topic read error: %s", err))
         if ends:
             raise AuditError(f"audit topic {topic}: partitions {sorted(ends)} not read to "
                              f"their end in {timeout_s:g} s",

@@ -43,9 +43,10 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from docket_common.names import NO_INCARNATION
+from docket_common.read_to_end import read_to_ends
 
 from ..contract.errors import MalformedRecord
 from ..contract.record import (
@@ -356,25 +357,14 @@ class AuditRangeReader:
                                         OFFSET_BEGINNING if ranges[p][0] is None
                                         else ranges[p][0]) for p in todo])
         out = []
-        deadline = time.monotonic() + READ_TIMEOUT_S
+
+        def take(msg) -> None:                   # below the batch's end: what it proves
+            try:
+                out.append(parse(msg.value()))
+            except MalformedRecord:
+                pass
         try:
-            while todo and time.monotonic() < deadline:
-                for msg in consumer.consume(1000, timeout=0.5):
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            todo.pop(msg.partition(), None)
-                        continue
-                    if msg.offset() >= todo.get(msg.partition(), -1):
-                        continue                     # past the batch's end: not proven
-                    try:
-                        out.append(parse(msg.value()))
-                    except MalformedRecord:
-                        continue
-                for tp in consumer.position([TopicPartition(self.audit_topic, p)
-                                             for p in list(todo)]):
-                    if tp.offset >= todo[tp.partition]:
-                        del todo[tp.partition]
+            todo = read_to_ends(consumer, self.audit_topic, todo, take, READ_TIMEOUT_S)
         finally:
             consumer.unassign()
         if todo:

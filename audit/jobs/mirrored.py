@@ -40,12 +40,13 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from docket_common.errors import print_error
 from docket_common.kafka_security import read_kafka_config
 from docket_common.names import AUDIT_TOPIC
+from docket_common.read_to_end import read_to_ends
 from docket_common.settings import ConfigError
 
 from ..contract.errors import MalformedRecord
@@ -235,31 +236,13 @@ def _offsets(admin: AdminClient, partitions: list[tuple[str, int]]
 
 
 def _read_to(consumer: Consumer, topic: str, ends: dict[int, int], convert, out: list) -> list:
-    """``out`` with what ``consumer`` (assigned to ``topic``'s partitions) reads until each
-    partition of ``ends`` is at its end offset, each message made by ``convert``; raises
-    TimeoutError after ``TIMEOUT_S`` (``out`` holds what was read)."""
-    todo = {p: e for p, e in ends.items() if e > 0}
-    deadline = time.monotonic() + TIMEOUT_S
-    while todo:
-        positions = consumer.position([TopicPartition(topic, p) for p in todo])
-        for tp in positions:
-            if tp.offset >= todo[tp.partition]:
-                del todo[tp.partition]
-        if not todo:
-            break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{topic} partitions {sorted(todo)} not read to their end in "
-                               f"{TIMEOUT_S:.0f} s")
-        for msg in consumer.consume(1000, timeout=0.5):
-            if msg.error() is not None:
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    if msg.offset() >= todo.get(msg.partition(), 0):
-                        todo.pop(msg.partition(), None)    # at the end (records deleted)
-                else:
-                    log.debug("%s: %s", topic, msg.error())
-                continue
-            if msg.topic() == topic and msg.partition() in ends:
-                out.append(convert(msg))
+    """``out`` with what ``consumer`` (assigned to ``topic``'s partitions) reads below each
+    partition's end offset in ``ends`` (``docket_common.read_to_end``'s rule), each message made
+    by ``convert``; raises TimeoutError after ``TIMEOUT_S`` (``out`` holds what was read)."""
+    owed = read_to_ends(consumer, topic, ends, lambda msg: out.append(convert(msg)), TIMEOUT_S)
+    if owed:
+        raise TimeoutError(f"{topic} partitions {sorted(owed)} not read to their end in "
+                           f"{TIMEOUT_S:.0f} s")
     return out
 
 

@@ -48,8 +48,10 @@ from tests.bench.bench_peers import RSYSLOGD, Watched, start_rsyslog, stop  # no
 from tests.bench.seal_floor import seal_floor  # noqa: E402
 from tests.kafkautil import bench_kafka  # noqa: E402
 
-RATES = (0, 10, 100, 1000, 10000)        # lines per second; 0: idle
-LAYOUTS = (1, 100)                       # files written, round robin
+# Lines per second (0: idle) and files written round robin; ``BENCH_RATES_RATES`` and
+# ``BENCH_RATES_FILES`` (comma lists) run a part of them.
+RATES = tuple(int(r) for r in os.environ.get("BENCH_RATES_RATES", "0,10,100,1000,10000").split(","))
+LAYOUTS = tuple(int(f) for f in os.environ.get("BENCH_RATES_FILES", "1,100").split(","))
 WINDOW_S = float(os.environ.get("BENCH_RATES_WINDOW_S", "20"))
 IDLE_S = 3 * WINDOW_S                    # idle: /proc counts CPU in 10 ms ticks
 SETTLE_S = 3.0                           # after a shipper's start, before its first window
