@@ -37,7 +37,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from audit.reconcile import config as rconfig
-from audit.reconcile.alerting import resolve_by_hand, snooze
+from audit.reconcile.alerts.lifecycle import resolve_by_hand, snooze
 from audit.reconcile.store import Store, StoreMissing
 from audit.reconcile.watermark import watermark
 from docket_common.formats import percent, utc_iso

@@ -1,6 +1,6 @@
 """What the dashboard shows, read from the reconciler's SQLite database (read-only: the
 reconciler is the only writer of verdicts; the dashboard writes only a snooze or a hand
-resolution, through ``audit.reconcile.alerting``).
+resolution, through ``audit.reconcile.alerts.lifecycle``).
 
 Every function takes an open read-only ``Store`` and returns plain data (dicts and lists), which
 the pages render and ``/api/`` serves as JSON unchanged. What feeds each tier is not in the
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from audit.contract.record import PRODUCER_TIER
-from audit.reconcile import alerting
+from audit.reconcile.alerts import lifecycle
 from audit.reconcile.config import ReconcileConfig
 from audit.reconcile.config import parse as parse_config
 from audit.reconcile.store import Store
@@ -231,7 +231,7 @@ def window_detail(store: Store, topic: str, window_start: int,
     revisions = list(store.db.query(
         "SELECT tier, revision, at, state FROM window_revisions WHERE topic = ? AND "
         "window_start = ? ORDER BY at, tier", (topic, window_start)))
-    alerts = alerting.alerts_of_window(store, topic, window_start)
+    alerts = lifecycle.alerts_of_window(store, topic, window_start)
     return {"topic": topic, "window_start": window_start, "window_start_iso":
             utc_iso(window_start), "tiers": order, "fed_by": arranged["fed_by"],
             "hops": arranged["hops"],
@@ -242,10 +242,10 @@ def window_detail(store: Store, topic: str, window_start: int,
 
 
 def alerts(store: Store, status: str = "open", now_ms: int | None = None) -> list[dict]:
-    """Alerts by status (``alerting.alerts``), the newest 500 first, each with its
+    """Alerts by status (``lifecycle.alerts``), the newest 500 first, each with its
     deliveries."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return alerting.alerts(store, status, now_ms, limit=500)
+    return lifecycle.alerts(store, status, now_ms, limit=500)
 
 
 def health(store: Store, now_ms: int, graph: Graph = NOT_KNOWN) -> list[dict]:
@@ -270,7 +270,7 @@ def producers(store: Store, now_ms: int) -> list[dict]:
     """Per origin: how long ago its newest audit record arrived, how far its clock is from
     the broker's (None: not measured), and its open health alerts (``silent_producer``,
     ``clock_skew``): a clock that is off is a fact shown here, not a loss."""
-    open_alerts = alerting.open_producer_alerts(store)
+    open_alerts = lifecycle.open_producer_alerts(store)
     offsets = store.clock_offsets()
     return [{"origin": origin, "last_seen_s": round((now_ms - at) / 1000, 1),
              "clock_offset_s": None if origin not in offsets

@@ -9,7 +9,7 @@ The tree (``tests/unit/test_error_tree.py`` holds it against the classes)::
 
     DocketError
     ├── ConfigError                   docket_common.settings
-    │   └── ChannelConfigError        audit.alerts.config
+    │   └── ChannelConfigError        audit.reconcile.alerts.config
     ├── StartupError                  agent.errors
     │   ├── StateDirLocked            agent.service
     │   └── StateFolderRefused        agent.state.folder

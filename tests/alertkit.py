@@ -3,7 +3,7 @@ clock the tests move."""
 
 from __future__ import annotations
 
-from audit.alerts import Notification
+from audit.reconcile.alerts import Notification
 
 T0 = 1_795_418_400_000            # 2026-11-23T07:20:00Z
 

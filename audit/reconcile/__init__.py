@@ -1,5 +1,5 @@
 """The reconciler: the audit topic into SQLite, every (topic, window) judged tier by tier, alerts
-raised and handed to ``audit.alerts``. docs/reconcile.md is the reference.
+raised and delivered. docs/reconcile.md is the reference.
 
 - ``service``: ``docket-audit reconcile`` running: the consumer, when to evaluate, the delivery.
 - ``evaluate``: one evaluation: the windows judged, verdicts stored, alerts fired and resolved.
@@ -7,7 +7,9 @@ raised and handed to ``audit.alerts``. docs/reconcile.md is the reference.
 - ``verdict``: the verdict on one window, per tier and origin; pure (records and a clock in).
 - ``tiers``: the tier graph: a topic's tiers in order, what feeds each, how a hop is named —
   for the verdicts, the alerts and the dashboard alike.
-- ``alerting``: alerts from verdicts: fired once, resolved, snoozed, resolved by hand.
+- ``alerts``: the alerts, one package: fired once from the verdicts, resolved, snoozed,
+  resolved by hand (``alerts.lifecycle``), and delivered through the outbox to webhooks,
+  e-mail and Alertmanager.
 - ``figures``: the plain windows' figures, read in a process of their own during an evaluation.
 - ``config``: the reconciler's settings, declared once; the owners' routing, the tier graph.
 - ``metrics``: ``/metrics`` on ``reconcile.listen``.

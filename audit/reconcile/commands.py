@@ -123,7 +123,7 @@ def _alerts(args) -> int:
     now = int(time.time() * 1000)
     try:
         if args.snooze is not None:
-            from .alerting import snooze
+            from .alerts.lifecycle import snooze
             until = _until(args.until, now)
             try:
                 snooze(store, args.snooze, until, args.by, now)
@@ -133,7 +133,7 @@ def _alerts(args) -> int:
             print(f"alert {args.snooze} snoozed until {_iso(until)}")
             return 0
         if args.resolve is not None:
-            from .alerting import resolve_by_hand
+            from .alerts.lifecycle import resolve_by_hand
             try:
                 resolve_by_hand(store, _config(args.config), args.resolve, args.by, now)
             except LookupError as exc:
@@ -141,7 +141,7 @@ def _alerts(args) -> int:
                     from None
             print(f"alert {args.resolve} resolved")
             return 0
-        from .alerting import alerts
+        from .alerts.lifecycle import alerts
         rows = alerts(store, args.status, now, newest_first=False)
     finally:
         store.close()

@@ -219,7 +219,7 @@ def _parse_owners(raw) -> list[Owner]:
 
 def _check_channels(channels: dict) -> None:
     """Each channel's table, checked by the alerts package (key paths ``channels.NAME.key``)."""
-    from audit.alerts.channels import channel_from_config
+    from audit.reconcile.alerts.channels import channel_from_config
     for name, table in channels.items():
         channel_from_config(name, table)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from audit.contract.record import PRODUCER_TIER
 
-from .alerting import (
+from .alerts.lifecycle import (
     apply_conditions,
     apply_window_conditions,
     health_conditions,

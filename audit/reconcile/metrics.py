@@ -14,12 +14,12 @@ import math
 from pathlib import Path
 from typing import Protocol
 
-from audit.alerts.notification import KIND_CLASSES
-from audit.alerts.outbox import DELIVERED, GAVE_UP, PENDING
 from audit.contract.errors import AuditError
 from docket_common.pages import Page, PageServer
 
-from .alerting import open_counts
+from .alerts.lifecycle import open_counts
+from .alerts.notification import KIND_CLASSES
+from .alerts.outbox import DELIVERED, GAVE_UP, PENDING
 from .store import Store
 from .verdict import COMPLETE, INCOMPLETE, OVERCOUNT, STATES, UNKNOWN
 

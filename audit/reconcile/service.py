@@ -42,12 +42,12 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from audit.alerts.channels import channel_from_config
-from audit.alerts.outbox import Dispatcher
 from audit.contract.errors import AuditError, MalformedRecord
 from audit.contract.record import PRODUCER_TIER, AuditRecord, Ranges, parse
 from docket_common.formats import utc_iso
 
+from .alerts.channels import channel_from_config
+from .alerts.outbox import Dispatcher
 from .config import ReconcileConfig
 from .evaluate import Evaluation, evaluate
 from .metrics import MetricsServer

@@ -38,7 +38,6 @@ from typing import NamedTuple
 
 import sqlite_utils
 
-from audit.alerts.outbox import ensure_tables
 from audit.contract.errors import AuditError
 from audit.contract.record import (
     MIRROR_TIER,
@@ -52,6 +51,7 @@ from audit.contract.record import (
     newer_sql,
 )
 
+from .alerts.outbox import ensure_tables
 from .figures import PLAIN_QUERY, read_only
 from .verdict import MATCH, UNKNOWN, UNKNOWN_FINAL_MS, Mark, TierVerdict
 

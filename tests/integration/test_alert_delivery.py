@@ -23,7 +23,7 @@ import pytest
 import requests
 import sqlite_utils
 
-from audit.alerts import Dispatcher, Notification, channel_from_config, enqueue
+from audit.reconcile.alerts import Dispatcher, Notification, channel_from_config, enqueue
 from tests.alertkit import T0, FakeClock, attempts, notification, rows
 
 

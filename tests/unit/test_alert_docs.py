@@ -9,9 +9,9 @@ import json
 import re
 from pathlib import Path
 
-from audit.alerts.channels import WebhookChannel, alertmanager_alert, slack_body
 from audit.contract.record import AuditRecord, CaughtUp, Ranges
-from audit.reconcile.alerting import notification
+from audit.reconcile.alerts.channels import WebhookChannel, alertmanager_alert, slack_body
+from audit.reconcile.alerts.lifecycle import notification
 from audit.reconcile.config import parse
 from audit.reconcile.evaluate import evaluate
 from audit.reconcile.store import Store

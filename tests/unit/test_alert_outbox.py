@@ -18,7 +18,7 @@ import sqlite_utils
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.alerts import (
+from audit.reconcile.alerts import (
     AlertmanagerChannel,
     ChannelConfigError,
     DeliveryFailed,
@@ -29,8 +29,8 @@ from audit.alerts import (
     channel_from_config,
     enqueue,
 )
-from audit.alerts.channels import alertmanager_alert, slack_body
-from audit.alerts.config import SETTINGS, reference_markdown
+from audit.reconcile.alerts.channels import alertmanager_alert, slack_body
+from audit.reconcile.alerts.config import SETTINGS, reference_markdown
 from tests.alertkit import T0, FakeClock, attempts, notification, rows
 
 
@@ -475,4 +475,4 @@ def test_constructor_defaults_match_the_declarations(kind, cls):
 
 def test_every_channel_setting_is_in_docs_alerts_md():
     assert reference_markdown() in (DOCS / "alerts.md").read_text(), \
-        "paste audit.alerts.config.reference_markdown() into docs/alerts.md, \"Settings\""
+        "paste audit.reconcile.alerts.config.reference_markdown() into docs/alerts.md, \"Settings\""

@@ -241,7 +241,7 @@ def test_every_known_edge_is_still_there():
      Edge("dashboards.data", "audit.reconcile.commands", "watermark", 1)),
     (the_dashboard_uses_no_command_line_module, Edge("dashboards.app", "audit.cli", None, 1)),
     (the_dashboard_uses_no_command_line_module, Edge("dashboards.app", "dashboards.cli", "x", 1)),
-    (private_names_stay_home, Edge("audit.reconcile.service", "audit.reconcile.alerting",
+    (private_names_stay_home, Edge("audit.reconcile.service", "audit.reconcile.alerts.lifecycle",
                                    "_notify_due", 1)),
     (private_names_stay_home, Edge("agent.service", "agent.tail._helpers", None, 1)),
 ])
@@ -255,7 +255,8 @@ def test_a_forbidden_edge_is_caught(rule, edge):
     (every_import_points_down, Edge("agent.drain.producer", "broker.admin", "x", 1)),
     (every_import_points_down, Edge("broker.cli", "docket_common.kafka_security", "x", 1)),
     (every_import_points_down, Edge("audit.jobs.spark", "audit.contract.record", "x", 1)),
-    (every_import_points_down, Edge("audit.reconcile.store", "audit.alerts.outbox", "x", 1)),
+    (every_import_points_down, Edge("audit.reconcile.store", "audit.reconcile.alerts.outbox",
+                                    "x", 1)),
     (every_import_points_down, Edge("dashboards.data", "audit.reconcile.store", "x", 1)),
     (every_import_points_down, Edge("demo.run", "agent.config", "x", 1)),
     (nothing_builds_on_the_agent, Edge("demo.run", "agent.config", "x", 1)),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from audit.contract.record import Ranges
-from audit.reconcile.alerting import resolve_by_hand, snooze
+from audit.reconcile.alerts.lifecycle import resolve_by_hand, snooze
 from audit.reconcile.evaluate import evaluate
 from audit.reconcile.store import Store
 from tests.unit.reconcilekit import END, JUDGED, MIN, T0, W, cfg, count, progress

@@ -1,7 +1,8 @@
-"""Alert delivery: the reconciler's alerts, sent through webhooks, e-mail and Alertmanager.
+"""The reconciler's alerts, in one package: fired and resolved from the verdicts (``lifecycle``),
+then sent through webhooks, e-mail and Alertmanager (the rest).
 
-The reconciler decides *that* an alert fires or resolves; this package makes sure people hear
-of it. It owns two tables in the reconciler's SQLite database (created if missing)::
+The lifecycle decides *that* an alert fires or resolves (its tables, ``alerts`` and
+``snoozes``, are drawn in ``lifecycle``); the outbox makes sure people hear of it. It owns two tables in the reconciler's SQLite database (created if missing)::
 
     alert_deliveries            one row per (alert, event, channel)
         id               INTEGER PRIMARY KEY
@@ -42,6 +43,8 @@ header, e-mail ``Message-ID``; Alertmanager merges alerts by their labels by its
 
 Modules (docs/alerts.md is the reference):
 
+- ``lifecycle``: alerts from verdicts: fired once, resolved, snoozed, resolved by hand; the
+  reads the dashboard, ``docket-audit alerts`` and the metrics make of them.
 - ``notification``: the event and how it reads.
 - ``config``: the channels' settings, declared once.
 - ``channels``: the three transports and their ok / retry / give-up outcomes.

@@ -34,15 +34,15 @@ import json
 import logging
 from dataclasses import dataclass
 
-from audit.alerts.notification import DATA_KINDS, KIND_CLASSES, Notification
-from audit.alerts.outbox import enqueue
 from audit.contract.record import PRODUCER_TIER
 from docket_common.formats import utc_iso as _iso
 
-from .config import ReconcileConfig
-from .store import Store, windows_by_topic
-from .tiers import hop_label
-from .verdict import COMPLETE, INCOMPLETE, MISMATCH, OVERCOUNT, UNKNOWN, TierVerdict
+from ..config import ReconcileConfig
+from ..store import Store, windows_by_topic
+from ..tiers import hop_label
+from ..verdict import COMPLETE, INCOMPLETE, MISMATCH, OVERCOUNT, UNKNOWN, TierVerdict
+from .notification import DATA_KINDS, KIND_CLASSES, Notification
+from .outbox import enqueue
 
 log = logging.getLogger("docket.audit.reconcile")
 

@@ -1,7 +1,7 @@
 """The delivery outbox: one row per (alert, event, channel) in SQLite, sent by a dispatcher.
 
 The tables, their invariants and the recovery rules are described in the package docstring
-(``audit/alerts/__init__.py``). In short: :func:`enqueue` adds rows (in the caller's
+(``audit/reconcile/alerts/__init__.py``). In short: :func:`enqueue` adds rows (in the caller's
 transaction when one is open, so an alert's state change and its deliveries commit together);
 :meth:`Dispatcher.run_once` sends every due row, records every attempt, and marks a row
 delivered in a transaction right after its send succeeded.
@@ -21,7 +21,7 @@ import sqlite_utils
 from .channels import Channel, DeliveryFailed
 from .notification import Notification, idempotency_key
 
-log = logging.getLogger("docket.audit.alerts")
+log = logging.getLogger("docket.audit.reconcile.alerts")
 
 PENDING, DELIVERED, GAVE_UP = "pending", "delivered", "gave_up"
 

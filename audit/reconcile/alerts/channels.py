@@ -38,7 +38,7 @@ __all__ = ["AlertmanagerChannel", "Channel", "ChannelConfigError", "DeliveryFail
            "EmailChannel", "WebhookChannel", "channel_from_config"]
 
 USER_AGENT = "docket-alerts/1"
-log = logging.getLogger("docket.audit.alerts")
+log = logging.getLogger("docket.audit.reconcile.alerts")
 
 
 class DeliveryFailed(Exception):
