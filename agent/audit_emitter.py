@@ -19,8 +19,9 @@ Nothing is counted twice, nothing missed.
 Emission: a round every ``audit.interval_ms`` on the agent's monotonic clock, in a thread of its
 own (and one at shutdown), sends a record for every window that changed since its last confirmed
 delivery, plus a heartbeat for the current window of every configured topic. A step of the wall
-clock moves the windows events fall in, never the schedule: no round is held back or hurried. Records are cumulative, so sending again is harmless; a round
-that Kafka does not acknowledge leaves its windows marked and the next round sends them again.
+clock moves the windows events fall in, never the schedule: no round is held back or hurried.
+Records are cumulative, so sending again is harmless; a round that Kafka does not acknowledge
+leaves its windows marked and the next round sends them again.
 ``seq`` is persisted before each round, so it only grows across restarts.
 
 With record numbers on, each round also says where its numbers stand, read after the counts

@@ -1,10 +1,10 @@
 """The agent's log output: text or JSON lines, and repeated lines held back.
 
 During a broker outage librdkafka reports every failed connection (about 20 lines a second
-against one broker) and the audit emitter every round not acknowledged. An operator needs the change of
-state once and then a reminder, not 1.8 million lines a day: :class:`Quieter` lets the first
-line of each kind through, then at most one per ``every_s``, saying how many like it were held
-back (and :func:`flush_held` says it when no later line comes to carry the count). A "kind" is
+against one broker) and the audit emitter every round not acknowledged. An operator needs the
+change of state once and then a reminder, not 1.8 million lines a day: :class:`Quieter` lets the
+first line of each kind through, then at most one per ``every_s``, saying how many like it were
+held back (and :func:`flush_held` says it when no later line comes to carry the count). A "kind" is
 the logger, the level, the message with its numbers blanked (the same failure against another
 port or after another delay is the same kind) and the exception's type. DEBUG lines, asked for
 with ``--log-level debug`` (and librdkafka's ``debug`` setting), are never held back.
