@@ -85,7 +85,7 @@ NOT_KNOWN = Graph()           # no configuration: the default order, what feeds 
 
 def tiers(store: Store, graph: Graph = NOT_KNOWN) -> dict:
     """Every tier with a verdict, in graph order, with what feeds each (``Graph.arrange``)."""
-    return graph.arrange(r[0] for r in store.conn.execute("SELECT DISTINCT tier FROM topic_tiers"))
+    return graph.arrange(store.judged_tiers())
 
 
 def _topic_tiers(store: Store, topic: str, graph: Graph, seen: set[str]) -> dict:
@@ -108,32 +108,15 @@ def completeness(store: Store, since_ms: int, tier: str | None = None,
     arranged = tiers(store, graph)
     all_tiers = arranged["tiers"]
     tier = tier or (all_tiers[-1] if all_tiers else None)
-    args: list = [since_ms]
-    where = "window_start >= ?"
-    if topic:
-        where += " AND topic = ?"
-        args.append(topic)
     totals: dict[str, Counter] = {t: Counter() for t in all_tiers}
-    for t, state, n in store.conn.execute(
-            "SELECT tier, state, count(*) FROM windows WHERE " + where
-            + " GROUP BY tier, state", args):
+    for t, state, n in store.state_totals(since_ms, topic):
         totals.setdefault(t, Counter())[state] += n
-    names = [r[0] for r in store.conn.execute(
-        "SELECT DISTINCT topic FROM windows WHERE tier = ? AND " + where + " ORDER BY topic",
-        [tier, *args])]
+    names = store.topics_at(tier, since_ms, topic)
     shown = names[page * per_page:(page + 1) * per_page] if per_page else names
     cells: dict[str, dict[int, dict]] = {}
     windows: set[int] = set()
-    rows = []
-    if shown:
-        marks = ",".join("?" * len(shown))
-        rows = store.conn.execute(
-            "SELECT tier, topic, window_start, state, final, expected, count, distinct_count, "
-            "duplicates, completeness, hop_completeness, missing, checksum FROM windows "
-            f"WHERE tier = ? AND topic IN ({marks}) AND window_start >= ? "
-            "ORDER BY topic, window_start", [tier, *shown, since_ms])
     for (_t, name, ws, state, final, expected, count, distinct, dups, comp, hop, missing,
-         checksum) in rows:
+         checksum) in store.overview_rows(tier, shown, since_ms):
         windows.add(ws)
         cells.setdefault(name, {})[ws] = {
             "state": state, "final": bool(final), "expected": expected, "count": count,
@@ -153,10 +136,7 @@ def topic_history(store: Store, topic: str, since_ms: int, graph: Graph = NOT_KN
     rows: dict[int, dict[str, dict]] = {}
     seen: set[str] = set()
     for (ws, t, state, final, expected, count, distinct, dups, dropped, dropped_unknown,
-         comp, hop) in store.conn.execute(
-            "SELECT window_start, tier, state, final, expected, count, distinct_count, "
-            "duplicates, dropped, dropped_unknown, completeness, hop_completeness FROM windows "
-            "WHERE topic = ? AND window_start >= ? ORDER BY window_start", (topic, since_ms)):
+         comp, hop) in store.history_rows(topic, since_ms):
         seen.add(t)
         rows.setdefault(ws, {})[t] = {
             "state": state, "final": bool(final), "expected": expected, "count": count,
@@ -166,9 +146,7 @@ def topic_history(store: Store, topic: str, since_ms: int, graph: Graph = NOT_KN
     arranged = _topic_tiers(store, topic, graph, seen) if seen else graph.arrange(())
     order = arranged["tiers"]
     drops: Counter = Counter()
-    for (reasons,) in store.conn.execute(
-            "SELECT dropped_reasons FROM counts WHERE topic = ? AND tier = 'producer' AND "
-            "window_start >= ?", (topic, since_ms)):
+    for reasons in store.producer_drop_reasons(topic, since_ms):
         for reason, n in json.loads(reasons or "{}").items():
             drops[reason] += n
     marks = {}
@@ -187,17 +165,13 @@ def window_detail(store: Store, topic: str, window_start: int,
     """One window: each tier's verdict (in graph order, with what feeds it), per origin what
     each tier counted and is missing (with the missing record numbers where a tier reported
     them), the revisions, the alerts."""
-    tiers_ = {}
-    for r in store.db.query(
-            "SELECT * FROM windows WHERE topic = ? AND window_start = ?", (topic, window_start)):
-        tiers_[r["tier"]] = r
+    tiers_ = {r["tier"]: r for r in store.window_tiers(topic, window_start)}
     if not tiers_:
         return None
     arranged = _topic_tiers(store, topic, graph, set(tiers_))
     order = arranged["tiers"]
     origins: dict[str, dict[str, dict]] = {}
-    for r in store.db.query("SELECT * FROM window_origins WHERE topic = ? AND window_start = ? "
-                            "ORDER BY origin", (topic, window_start)):
+    for r in store.window_origin_rows(topic, window_start):
         origins.setdefault(r["origin"], {})[r["tier"]] = {
             "state": r["state"], "expected": r["expected"], "count": r["count"],
             "distinct": r["distinct_count"], "duplicates": r["duplicates"],
@@ -205,11 +179,7 @@ def window_detail(store: Store, topic: str, window_start: int,
     # An origin that had exactly what its producer accepted at a tier has no row of its own
     # (``OriginVerdict.plain``): its figures were its producer's count, which are the count
     # records' now unless the window changed since it was judged (then those are left out).
-    changed = store.conn.execute(
-        "SELECT 1 FROM dirty WHERE topic = ? AND window_start = ? UNION ALL "
-        "SELECT 1 FROM evaluating WHERE topic = ? AND window_start = ?",
-        (topic, window_start, topic, window_start)).fetchone()
-    records = [] if changed else \
+    records = [] if store.changed_since_judged(topic, window_start) else \
         store.window_records([(topic, window_start)])[(topic, window_start)]
     producer = current_by_origin(records).get(PRODUCER_TIER, {})
     for origin, rec in producer.items():
@@ -228,9 +198,7 @@ def window_detail(store: Store, topic: str, window_start: int,
             missing, total = store.missing_ranges(t, origin)
             if missing:
                 ranges.setdefault(origin, {})[t] = {"ranges": missing[:20], "total": total}
-    revisions = list(store.db.query(
-        "SELECT tier, revision, at, state FROM window_revisions WHERE topic = ? AND "
-        "window_start = ? ORDER BY at, tier", (topic, window_start)))
+    revisions = store.revisions(topic, window_start)
     alerts = lifecycle.alerts_of_window(store, topic, window_start)
     return {"topic": topic, "window_start": window_start, "window_start_iso":
             utc_iso(window_start), "tiers": order, "fed_by": arranged["fed_by"],
@@ -252,10 +220,9 @@ def health(store: Store, now_ms: int, graph: Graph = NOT_KNOWN) -> list[dict]:
     """Per tier: the newest window it reported on, and its jobs' progress and lag (since their
     newest progress record arrived)."""
     out = {}
-    for tier, newest in store.conn.execute(
-            "SELECT tier, max(window_start) FROM windows WHERE count > 0 GROUP BY tier"):
+    for tier, newest in store.newest_counted():
         out[tier] = {"tier": tier, "newest_window": utc_iso(newest), "jobs": []}
-    for r in store.db.query("SELECT * FROM progress ORDER BY tier, emitter"):
+    for r in store.progress_rows():
         entry = out.setdefault(r["tier"], {"tier": r["tier"], "newest_window": None,
                                            "jobs": []})
         arrived = r["arrived_at"] if r["arrived_at"] is not None else r["emitted_at"]

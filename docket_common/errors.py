@@ -9,7 +9,7 @@ The tree (``tests/unit/test_error_tree.py`` holds it against the classes)::
 
     DocketError
     ├── ConfigError                   docket_common.settings
-    │   └── ChannelConfigError        audit.reconcile.alerts.config
+    │   └── ChannelConfigError        audit.reconcile.channel_settings
     ├── StartupError                  agent.errors
     │   ├── StateDirLocked            agent.service
     │   └── StateFolderRefused        agent.state.folder

@@ -34,6 +34,8 @@ from docket_common.settings import (
 )
 from docket_common.window import window_setting
 
+from .channel_settings import parse as parse_channel
+
 MINUTE_MS = 60_000
 
 SETTINGS: tuple[Setting, ...] = (
@@ -218,10 +220,10 @@ def _parse_owners(raw) -> list[Owner]:
 
 
 def _check_channels(channels: dict) -> None:
-    """Each channel's table, checked by the alerts package (key paths ``channels.NAME.key``)."""
-    from audit.reconcile.alerts.channels import channel_from_config
+    """Each channel's table, checked against the channels' declarations (key paths
+    ``channels.NAME.key``)."""
     for name, table in channels.items():
-        channel_from_config(name, table)
+        parse_channel(name, table)
 
 
 def load(path: str | Path) -> ReconcileConfig:

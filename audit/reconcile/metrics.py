@@ -77,8 +77,8 @@ def collect(store: Store, applied: int, last_evaluation_ms: int | None,
     Series that can be zero are listed with 0 (a state no window is in, a kind of alert that
     is not open), so a graph or a rule never sees them vanish."""
     out: dict[str, list[Sample]] = {name: [] for name in METRICS}
-    windows = {(tier, state, str(final)): n for tier, state, final, n in store.conn.execute(
-        "SELECT tier, state, final, count(*) FROM windows GROUP BY tier, state, final")}
+    windows = {(tier, state, str(final)): n
+               for (tier, state, final), n in store.window_states().items()}
     for tier in sorted({t for t, _s, _f in windows}):
         keys = [(tier, s, "0") for s in STATES] + [(tier, s, "1") for s in FINAL_STATES]
         keys += sorted(k for k in windows if k[0] == tier and k not in keys)
@@ -97,10 +97,9 @@ def collect(store: Store, applied: int, last_evaluation_ms: int | None,
         out["reconcile_producer_clock_offset_seconds"].append(({"origin": origin},
                                                                offset / 1000))
     out["reconcile_records_applied_total"].append(({}, applied))
-    for reason, n in store.conn.execute("SELECT reason, records FROM malformed ORDER BY reason"):
+    for reason, n in store.malformed_counts():
         out["reconcile_records_malformed_total"].append(({"reason": reason}, n))
-    statuses = dict(store.conn.execute(
-        "SELECT status, count(*) FROM alert_deliveries GROUP BY status"))
+    statuses = store.delivery_statuses()
     for status in sorted({*NOTIFICATION_STATUSES, *statuses}):
         out["reconcile_notifications"].append(({"status": status}, statuses.get(status, 0)))
     if last_evaluation_ms is not None:

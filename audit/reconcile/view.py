@@ -108,14 +108,9 @@ def window_rows(store: Store, since_ms: int, topic: str | None = None,
     """Per topic, the rows of the windows that started at ``since_ms`` or later, oldest
     first; windows every tier counted 0 in (heartbeats only) are left out unless
     ``include_empty``."""
-    where, params = "window_start >= ?", [since_ms]
-    if topic is not None:
-        where += " AND topic = ?"
-        params.append(topic)
     cells: dict[tuple[str, int], dict[str, TierCell]] = {}
     window_ms: dict[tuple[str, int], int] = {}
-    for r in store.db.query(f"SELECT * FROM windows WHERE {where} ORDER BY topic, window_start",
-                            params):
+    for r in store.window_rows(since_ms, topic):
         key = (r["topic"], r["window_start"])
         window_ms[key] = r["window_ms"]
         cells.setdefault(key, {})[r["tier"]] = TierCell(
@@ -146,10 +141,8 @@ def _verdict(store: Store, topic: str, window_start: int,
         present.index(c)))
     v = Verdict(worst.state, worst.tier, worst.expected, worst.actual, worst.completeness)
     if worst.state != COMPLETE:
-        for origin, state, missing, reason in store.conn.execute(
-                "SELECT origin, state, missing, reason FROM window_origins WHERE topic = ? "
-                "AND window_start = ? AND tier = ? AND state != ? ORDER BY missing DESC, "
-                "origin", (topic, window_start, worst.tier, COMPLETE)):
+        for origin, state, missing, reason in store.origins_short(topic, window_start,
+                                                                  worst.tier, COMPLETE):
             v.origins.append(OriginNote(origin, state, missing, reason))
     for c in present:
         if c.duplicates:

@@ -14,9 +14,7 @@ def watermark(store: Store, topic: str, tier: str) -> int | None:
     final, complete and whose checksum does not disagree at ``tier`` (None: not even the first
     is). A window nobody reported on (not even a producer's heartbeat) ends the run."""
     mark = None
-    for start, ms, state, final, checksum in store.conn.execute(
-            "SELECT window_start, window_ms, state, final, checksum FROM windows "
-            "WHERE topic = ? AND tier = ? ORDER BY window_start", (topic, tier)):
+    for start, ms, state, final, checksum in store.tier_runs(topic, tier):
         if (mark is not None and start != mark) or not final or state != "complete" or \
                 checksum == "mismatch":
             break

@@ -30,7 +30,7 @@ from audit.reconcile.alerts import (
     enqueue,
 )
 from audit.reconcile.alerts.channels import alertmanager_alert, slack_body
-from audit.reconcile.alerts.config import SETTINGS, reference_markdown
+from audit.reconcile.channel_settings import SETTINGS, reference_markdown
 from tests.alertkit import T0, FakeClock, attempts, notification, rows
 
 
@@ -475,4 +475,5 @@ def test_constructor_defaults_match_the_declarations(kind, cls):
 
 def test_every_channel_setting_is_in_docs_alerts_md():
     assert reference_markdown() in (DOCS / "alerts.md").read_text(), \
-        "paste audit.reconcile.alerts.config.reference_markdown() into docs/alerts.md, \"Settings\""
+        "paste audit.reconcile.channel_settings.reference_markdown() into docs/alerts.md, " \
+        "\"Settings\""

@@ -2,7 +2,9 @@
 then sent through webhooks, e-mail and Alertmanager (the rest).
 
 The lifecycle decides *that* an alert fires or resolves (its tables, ``alerts`` and
-``snoozes``, are drawn in ``lifecycle``); the outbox makes sure people hear of it. It owns two tables in the reconciler's SQLite database (created if missing)::
+``snoozes``, are in the store's schema, its statements in ``store/alerts.py``); the outbox makes
+sure people hear of it. It owns two tables in the reconciler's SQLite database (created if
+missing; their schema and statements in ``store/deliveries.py``)::
 
     alert_deliveries            one row per (alert, event, channel)
         id               INTEGER PRIMARY KEY
@@ -46,11 +48,11 @@ Modules (docs/alerts.md is the reference):
 - ``lifecycle``: alerts from verdicts: fired once, resolved, snoozed, resolved by hand; the
   reads the dashboard, ``docket-audit alerts`` and the metrics make of them.
 - ``notification``: the event and how it reads.
-- ``config``: the channels' settings, declared once.
 - ``channels``: the three transports and their ok / retry / give-up outcomes.
 - ``outbox``: the tables above, ``enqueue`` and the ``Dispatcher``.
 """
 
+from ..channel_settings import ChannelConfigError
 from .channels import (
     AlertmanagerChannel,
     Channel,
@@ -59,7 +61,6 @@ from .channels import (
     WebhookChannel,
     channel_from_config,
 )
-from .config import ChannelConfigError
 from .notification import Notification, idempotency_key
 from .outbox import Dispatcher, DispatchStats, enqueue, ensure_tables
 

@@ -30,8 +30,8 @@ import requests
 
 from docket_common.formats import utc_iso
 
-from . import config
-from .config import ChannelConfigError
+from .. import channel_settings as config
+from ..channel_settings import ChannelConfigError
 from .notification import Notification, idempotency_key
 
 __all__ = ["AlertmanagerChannel", "Channel", "ChannelConfigError", "DeliveryFailed",

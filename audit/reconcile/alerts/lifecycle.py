@@ -145,13 +145,10 @@ class WindowAlerts:
 def window_alerts(store: Store, windows: list[tuple[str, int]]) -> WindowAlerts:
     opened: dict[tuple[str, int], dict[str, tuple[int, int]]] = {}
     for topic, starts in windows_by_topic(windows):
-        for key, window_start, alert_id, notified in store.conn.execute(
-                "SELECT key, window_start, id, notified FROM alerts WHERE status = 'open' AND "
-                "topic = ? AND window_start IN (SELECT value FROM json_each(?)) ORDER BY id",
-                (topic, starts)):
+        for key, window_start, alert_id, notified in store.open_alerts_of(topic, starts):
             opened.setdefault((topic, window_start), {})[key] = (alert_id, notified)
     by_hand: dict[tuple[str, int], set[str]] = {}
-    for (key,) in store.conn.execute("SELECT key FROM snoozes WHERE until = ?", (FOREVER,)):
+    for key in store.snoozed_keys(FOREVER):
         _kind, topic, window_start, _tier, _origin = json.loads(key)
         if topic is not None:
             by_hand.setdefault((topic, window_start), set()).add(key)
@@ -214,13 +211,10 @@ def apply_conditions(store: Store, cfg: ReconcileConfig, holds: list[Condition],
                      judged: set[str], now_ms: int) -> tuple[int, int]:
     """Fire what holds and is not open; resolve what is open, judged and no longer holds; queue
     the notifications due. In the caller's transaction. Returns (fired, resolved)."""
-    conn = store.conn
     holding = {c.key: c for c in holds}
     keys = set(holding) | judged
-    open_rows = {k: (i, notified) for k in keys for i, notified in conn.execute(
-        "SELECT id, notified FROM alerts WHERE status = 'open' AND key = ?", (k,))}
-    by_hand = {k for k in keys for (_k,) in conn.execute(
-        "SELECT key FROM snoozes WHERE key = ? AND until = ?", (k, FOREVER))}
+    open_rows = {k: (i, notified) for k in keys for i, notified in store.open_alert(k)}
+    by_hand = {k for k in keys if store.snoozed_until(k, FOREVER)}
     return _apply(store, cfg, holding, judged, open_rows, by_hand, now_ms)
 
 
@@ -230,29 +224,24 @@ def _apply(store: Store, cfg: ReconcileConfig, holding: dict[str, Condition], ju
     """``open_rows``: the open alerts (key → id, notified) among the keys ``holding`` or
     ``judged``, or more; ``by_hand``: the keys resolved by hand whose condition has not cleared
     since, among those or more."""
-    conn = store.conn
     fired = resolved = 0
     cleared = [k for k in judged if k not in holding and k in by_hand]
     if cleared:
-        conn.executemany("DELETE FROM snoozes WHERE key = ?", [(k,) for k in cleared])
+        store.clear_snoozes(cleared)
     for key, c in holding.items():
         if key in open_rows or key in by_hand:
             continue
         owner, _channels = cfg.route(c.topic)
-        cur = conn.execute(
-            "INSERT INTO alerts (key, kind, alert_class, status, topic, window_start, "
-            "window_ms, tier, origin, owner, summary, detail, fired_at) "
-            "VALUES (?, ?, ?, 'open', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (key, c.kind, KIND_CLASSES[c.kind], c.topic, c.window_start, c.window_ms, c.tier,
-             c.origin, owner, c.summary, json.dumps(c.detail, sort_keys=True), now_ms))
+        alert_id = store.fire(key, c.kind, KIND_CLASSES[c.kind], c.topic, c.window_start,
+                              c.window_ms, c.tier, c.origin, owner, c.summary,
+                              json.dumps(c.detail, sort_keys=True), now_ms)
         fired += 1
         log.warning("alert %s fired: %s", c.kind, c.summary)
-        open_rows[key] = (cur.lastrowid, 0)
+        open_rows[key] = (alert_id, 0)
     for key, (alert_id, notified) in open_rows.items():
         if key in holding or key not in judged:
             continue
-        conn.execute("UPDATE alerts SET status = 'resolved', resolved_at = ?, "
-                     "resolved_by = 'condition cleared' WHERE id = ?", (now_ms, alert_id))
+        store.resolve(alert_id, now_ms, "condition cleared")
         resolved += 1
         log.info("alert %s resolved", json.loads(key)[0])
         if notified:
@@ -266,16 +255,9 @@ def notify_due(store: Store, cfg: ReconcileConfig, now_ms: int,
                 ids: list[int] | None = None) -> None:
     """Queue the firing notification of the open alerts not yet notified (those of ``ids``,
     or all) whose key is not snoozed now."""
-    query = ("SELECT a.id FROM alerts a LEFT JOIN snoozes s ON s.key = a.key "
-             "WHERE a.status = 'open' AND a.notified = 0 AND (s.until IS NULL OR s.until <= ?)")
-    if ids is None:
-        due = [i for (i,) in store.conn.execute(query, (now_ms,))]
-    else:
-        due = [i for alert_id in ids
-               for (i,) in store.conn.execute(query + " AND a.id = ?", (now_ms, alert_id))]
-    for alert_id in due:
+    for alert_id in store.unnotified_due(now_ms, ids):
         _enqueue(store, cfg, alert_id, "firing", now_ms)
-        store.conn.execute("UPDATE alerts SET notified = 1 WHERE id = ?", (alert_id,))
+        store.mark_notified(alert_id)
 
 
 def _enqueue(store: Store, cfg: ReconcileConfig, alert_id: int, event: str, now_ms: int) -> None:
@@ -286,7 +268,9 @@ def _enqueue(store: Store, cfg: ReconcileConfig, alert_id: int, event: str, now_
 
 
 def notification(store: Store, alert_id: int, event: str) -> Notification:
-    r = next(store.db.query("SELECT * FROM alerts WHERE id = ?", (alert_id,)))
+    r = store.alert_row(alert_id)
+    if r is None:
+        raise LookupError(f"no alert with id {alert_id}")
     return Notification(alert_id=alert_id, event=event, kind=r["kind"],
                         alert_class=r["alert_class"], topic=r["topic"],
                         window_start=r["window_start"], window_ms=r["window_ms"], tier=r["tier"],
@@ -306,18 +290,10 @@ def alerts(store: Store, status: str, now_ms: int, *, newest_first: bool = True,
     deliveries."""
     where = {"open": "a.status = 'open'", "resolved": "a.status = 'resolved'", "all": "1",
              "snoozed": "a.status = 'open' AND s.until > :now"}[status]
-    rows = list(store.db.query(
-        "SELECT a.*, CASE WHEN s.until > :now THEN s.until END AS snoozed_until, "
-        "CASE WHEN s.until > :now THEN s.by END AS snoozed_by FROM alerts a "
-        f"LEFT JOIN snoozes s ON s.key = a.key WHERE {where} "
-        f"ORDER BY a.id {'DESC' if newest_first else 'ASC'}"
-        + ("" if limit is None else f" LIMIT {int(limit)}"), {"now": now_ms}))
+    rows = store.alert_list(where, now_ms, newest_first, limit)
     if rows:
-        ids = [r["id"] for r in rows]
         deliveries: dict[int, list] = {}
-        for d in store.db.query(
-                "SELECT alert_id, event, channel, status, attempts FROM alert_deliveries "
-                f"WHERE alert_id IN ({','.join('?' * len(ids))}) ORDER BY id", ids):
+        for d in store.deliveries_of([r["id"] for r in rows]):
             deliveries.setdefault(d["alert_id"], []).append(d)
         for r in rows:
             r["detail"] = json.loads(r["detail"] or "{}")
@@ -327,52 +303,42 @@ def alerts(store: Store, status: str, now_ms: int, *, newest_first: bool = True,
 
 def alerts_of_window(store: Store, topic: str, window_start: int) -> list[dict]:
     """The alerts one window raised, oldest first (a window's page)."""
-    return list(store.db.query(
-        "SELECT id, kind, status, tier, origin, summary, fired_at, resolved_at FROM alerts "
-        "WHERE topic = ? AND window_start = ? ORDER BY id", (topic, window_start)))
+    return store.alerts_of_window(topic, window_start)
 
 
 def open_producer_alerts(store: Store) -> dict[str, list[str]]:
     """origin → the kinds of its open health alerts (``silent_producer``, ``clock_skew``)."""
     out: dict[str, list[str]] = {}
-    for origin, kind in store.conn.execute(
-            "SELECT origin, kind FROM alerts WHERE status = 'open' AND tier = ? AND kind IN "
-            "('silent_producer', 'clock_skew') ORDER BY kind", (PRODUCER_TIER,)):
+    for origin, kind in store.open_health_kinds(PRODUCER_TIER):
         out.setdefault(origin, []).append(kind)
     return out
 
 
 def open_counts(store: Store) -> dict[tuple[str, str], int]:
     """(kind, class) → how many alerts are open."""
-    return {(kind, cls): n for kind, cls, n in store.conn.execute(
-        "SELECT kind, alert_class, count(*) FROM alerts WHERE status = 'open' "
-        "GROUP BY kind, alert_class")}
+    return store.open_alert_counts()
 
 
 def snooze(store: Store, alert_id: int, until_ms: int, by: str, now_ms: int) -> str:
     """Snooze the condition of alert ``alert_id`` (its key) until ``until_ms``."""
-    row = store.conn.execute("SELECT key FROM alerts WHERE id = ?", (alert_id,)).fetchone()
-    if row is None:
+    key = store.alert_key(alert_id)
+    if key is None:
         raise LookupError(f"no alert with id {alert_id}")
     with store.conn:
-        store.conn.execute("INSERT OR REPLACE INTO snoozes VALUES (?, ?, ?, ?)",
-                           (row[0], until_ms, by, now_ms))
-    return row[0]
+        store.snooze_key(key, until_ms, by, now_ms)
+    return key
 
 
 def resolve_by_hand(store: Store, cfg: ReconcileConfig, alert_id: int, by: str,
                     now_ms: int) -> None:
     """Resolve an open alert; its condition does not fire again until it has cleared once."""
     with store.conn:
-        row = store.conn.execute("SELECT status, notified FROM alerts WHERE id = ?",
-                                 (alert_id,)).fetchone()
+        row = store.alert_state(alert_id)
         if row is None:
             raise LookupError(f"no alert with id {alert_id}")
         if row[0] != "open":
             return
-        store.conn.execute("UPDATE alerts SET status = 'resolved', resolved_at = ?, "
-                           "resolved_by = ? WHERE id = ?", (now_ms, by, alert_id))
-        store.conn.execute("INSERT OR REPLACE INTO snoozes SELECT key, ?, ?, ? FROM alerts "
-                           "WHERE id = ?", (FOREVER, by, now_ms, alert_id))
+        store.resolve(alert_id, now_ms, by)
+        store.snooze_key(store.alert_key(alert_id), FOREVER, by, now_ms)
         if row[1]:
             _enqueue(store, cfg, alert_id, "resolved", now_ms)

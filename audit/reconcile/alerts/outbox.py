@@ -18,48 +18,14 @@ from dataclasses import dataclass
 
 import sqlite_utils
 
+from ..store import deliveries
+from ..store.deliveries import ensure_tables
 from .channels import Channel, DeliveryFailed
 from .notification import Notification, idempotency_key
 
 log = logging.getLogger("docket.audit.reconcile.alerts")
 
 PENDING, DELIVERED, GAVE_UP = "pending", "delivered", "gave_up"
-
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS alert_deliveries (
-        id INTEGER PRIMARY KEY,
-        alert_id INTEGER NOT NULL,
-        event TEXT NOT NULL CHECK (event IN ('firing', 'resolved')),
-        channel TEXT NOT NULL,
-        notification TEXT NOT NULL,
-        status TEXT NOT NULL DEFAULT 'pending'
-            CHECK (status IN ('pending', 'delivered', 'gave_up')),
-        attempts INTEGER NOT NULL DEFAULT 0,
-        next_attempt_at INTEGER NOT NULL,
-        last_error TEXT,
-        created_at INTEGER NOT NULL,
-        delivered_at INTEGER,
-        UNIQUE (alert_id, event, channel))""",
-    "CREATE INDEX IF NOT EXISTS alert_deliveries_due "
-    "ON alert_deliveries (status, next_attempt_at)",
-    """CREATE TABLE IF NOT EXISTS alert_delivery_attempts (
-        delivery_id INTEGER NOT NULL REFERENCES alert_deliveries (id),
-        at INTEGER NOT NULL,
-        ok INTEGER NOT NULL,
-        error TEXT,
-        duration_ms INTEGER NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS alert_delivery_attempts_delivery "
-    "ON alert_delivery_attempts (delivery_id)",
-)
-
-
-def ensure_tables(db: sqlite_utils.Database) -> None:
-    """Create the outbox tables and indexes if missing (inside the caller's transaction when
-    one is open)."""
-    with db.atomic():
-        for statement in SCHEMA:
-            db.execute(statement)
-
 
 def enqueue(db: sqlite_utils.Database, n: Notification, channels: Iterable[str],
             now_ms: int) -> int:
@@ -71,11 +37,7 @@ def enqueue(db: sqlite_utils.Database, n: Notification, channels: Iterable[str],
     with db.atomic():
         ensure_tables(db)
         for channel in dict.fromkeys(channels):
-            added += db.execute(
-                "INSERT INTO alert_deliveries (alert_id, event, channel, notification, status, "
-                "attempts, next_attempt_at, created_at) VALUES (?, ?, ?, ?, 'pending', 0, ?, ?) "
-                "ON CONFLICT (alert_id, event, channel) DO NOTHING",
-                (n.alert_id, n.event, channel, body, now_ms, now_ms)).rowcount
+            added += deliveries.add(db, n.alert_id, n.event, channel, body, now_ms)
     return added
 
 
@@ -132,13 +94,9 @@ class Dispatcher:
         """Try every pending row that is due, oldest first, and record each outcome."""
         stats = DispatchStats()
         now = self.now_ms()
-        due = list(self.db.query(
-            "SELECT id, alert_id, event, channel, notification, attempts, created_at "
-            "FROM alert_deliveries WHERE status = 'pending' AND next_attempt_at <= ? "
-            "ORDER BY id", (now,)))
-        firing_pending = {(r["alert_id"], r["channel"]) for r in self.db.query(
-            "SELECT alert_id, channel FROM alert_deliveries "
-            "WHERE status = 'pending' AND event = 'firing'")}
+        due = deliveries.due(self.db, now)
+        firing_pending = {(r["alert_id"], r["channel"]) for r in deliveries.pending(self.db)
+                          if r["event"] == "firing"}
         held: dict[str, int] = {}        # channel failed in this run → the retry time it got
         for row in due:
             name = row["channel"]
@@ -214,32 +172,16 @@ class Dispatcher:
                     next_at - now, error)
         return PENDING, next_at
 
-    def _settle(self, delivery_id: int, status: str, attempts: int, *,
-                attempt: tuple[int, bool, str | None, int] | None = None,
-                last_error: str | None = None, next_attempt_at: int | None = None,
-                delivered_at: int | None = None) -> None:
-        """Record one attempt (at, ok, error, duration_ms) and the row's new state in one
-        transaction."""
-        with self.db.atomic():
-            if attempt is not None:
-                at, ok, error, duration_ms = attempt
-                self.db.execute(
-                    "INSERT INTO alert_delivery_attempts (delivery_id, at, ok, error, "
-                    "duration_ms) VALUES (?, ?, ?, ?, ?)",
-                    (delivery_id, at, int(ok), error, duration_ms))
-            self.db.execute(
-                "UPDATE alert_deliveries SET status = ?, attempts = ?, "
-                "next_attempt_at = COALESCE(?, next_attempt_at), "
-                "last_error = COALESCE(?, last_error), delivered_at = ? WHERE id = ?",
-                (status, attempts, next_attempt_at, last_error, delivered_at, delivery_id))
+    def _settle(self, delivery_id: int, status: str, attempts: int, **outcome) -> None:
+        """Record one attempt and the row's new state in one transaction
+        (``store.deliveries.settle``)."""
+        deliveries.settle(self.db, delivery_id, status, attempts, **outcome)
 
     def _next_due(self, held: dict[str, int]) -> int | None:
         """When the next send can happen: the earliest due pending row of a configured
         channel, where a resolved row waits for its pending firing row and a channel that
         failed in this run waits for the retry of the row that failed (``held``)."""
-        pending = [r for r in self.db.query(
-            "SELECT alert_id, event, channel, next_attempt_at FROM alert_deliveries "
-            "WHERE status = 'pending'") if r["channel"] in self.channels]
+        pending = [r for r in deliveries.pending(self.db) if r["channel"] in self.channels]
         firing_due = {(r["alert_id"], r["channel"]): r["next_attempt_at"]
                       for r in pending if r["event"] == "firing"}
         due = [max(r["next_attempt_at"], held.get(r["channel"], 0),

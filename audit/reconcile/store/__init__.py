@@ -1,6 +1,16 @@
 """The reconciler's SQLite database, through sqlite-utils: the audit records it applied, the
 offsets it applied them up to, and the verdicts and alerts it derived. docs/reconcile.md
-documents every table; the dashboard and anyone with ``sqlite3`` read them.
+documents every table; anyone with ``sqlite3`` reads them. The one gateway to it: the
+reconciler's other modules and the dashboard ask ``Store``'s methods and send no SQL of their
+own (``tests/unit/test_store_gateway.py``; ``audit/reconcile/figures.py``, a process of its own
+that must import no more than the standard library, runs this module's ``PLAIN_QUERY``).
+
+- this module: ``Store``, the schema, applying audit records, the verdicts written.
+- ``reads``: what the metrics, ``docket-audit show`` and ``watermark`` and the dashboard ask
+  (a mixin of ``Store``).
+- ``alerts``: the alert lifecycle's statements on ``alerts`` and ``snoozes`` (a mixin too).
+- ``deliveries``: the alert outbox's two tables and its statements (on the dispatcher's own
+  connection).
 
 Applying a batch of audit records is one transaction: the records (the newest per identity
 wins: highest ``seq``, then latest ``emitted_at``, so the order of arrival does not matter) and
@@ -51,9 +61,11 @@ from audit.contract.record import (
     newer_sql,
 )
 
-from .alerts.outbox import ensure_tables
-from .figures import PLAIN_QUERY, read_only
-from .verdict import MATCH, UNKNOWN, UNKNOWN_FINAL_MS, Mark, TierVerdict
+from ..figures import PLAIN_QUERY, read_only
+from ..verdict import MATCH, UNKNOWN, UNKNOWN_FINAL_MS, Mark, TierVerdict
+from .alerts import AlertTables
+from .deliveries import ensure_tables
+from .reads import StoreReads
 
 _NO_NUMBER = (1 << 63) - 1      # above every record number: "and all those after"
 # A progress record's arrival; rows of layout 4 have none: their sender's time stands in.
@@ -304,7 +316,7 @@ class StoreMissing(AuditError):
     """A read-only open of a database file that is not there."""
 
 
-class Store:
+class Store(StoreReads, AlertTables):
     """The database at ``path``. ``readonly``: a connection that cannot write (the metrics
     endpoint, ``docket-audit show --db``); the file must exist and is left as it is (no
     schema is created)."""
