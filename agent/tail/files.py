@@ -435,8 +435,8 @@ class FileSource:
         ``anchors.tail_read``). No slot ending there (the checkpoint is the database's own)
         cannot tell: False. A source in another encoding than UTF-8 has its bytes transcoded
         as its records were."""
-        ending = [(slot, start) for slot in self.pool.sealed()
-                  for s, start, e in slot.meta.positions if s == sid and e == offset]
+        ending = [(slot, start) for start, _end, slot in self._read_by_pool(sid, offset - 1,
+                                                                             offset)]
         if not ending:
             return False
         codec = self.reader.lines.codec
@@ -464,11 +464,8 @@ class FileSource:
         no slot covers, or a record that no line is (a long line's parts)."""
         if self.reader.lines.codec is not None:
             return newest
-        spans = sorted(((start, end, slot) for slot in self.pool.sealed()
-                        for s, start, end in slot.meta.positions
-                        if s == sid and newest < end <= offset), key=lambda x: x[:2])
         at = newest
-        for start, end, slot in spans:
+        for start, end, slot in self._read_by_pool(sid, newest, offset):
             if start > at or len(slot.meta.positions) != 1:
                 break
             data = self.fs.pread(fd, end - start, start)
@@ -485,6 +482,13 @@ class FileSource:
                 break                               # bytes no record is (parts, a dropped line)
             at = max(at, end)
         return newest
+
+    def _read_by_pool(self, sid: int, after: int, through: int) -> list[tuple[int, int, object]]:
+        """(start, end, slot) of what the pool's sealed slots read of source ``sid`` ending past
+        ``after`` and at most at ``through``, in the file's order."""
+        return sorted(((start, end, slot) for slot in self.pool.sealed()
+                       for s, start, end in slot.meta.positions
+                       if s == sid and after < end <= through), key=lambda x: x[:2])
 
     def _cut_back(self, row: dict, path: str, offset: int, back: int, size: int) -> int:
         """The file no longer holds, below the checkpoint ``offset``, what was read there (a
