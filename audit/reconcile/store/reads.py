@@ -29,7 +29,10 @@ class StoreReads:
     def window_rows(self, since_ms: int, topic: str | None = None) -> list[dict]:
         """Every tier's row of the windows that started at ``since_ms`` or later (of ``topic``
         only, when given), by topic and window."""
-        where, params = self._since(since_ms, topic)
+        where, params = "window_start >= ?", [since_ms]
+        if topic is not None:
+            where += " AND topic = ?"
+            params.append(topic)
         return list(self.db.query(f"SELECT * FROM windows WHERE {where} "
                                   "ORDER BY topic, window_start", params))
 
