@@ -98,7 +98,8 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
                 send(kafka.bootstrap_servers, audit_topic, half)
                 time.sleep(rng.uniform(0.5, 1.0))
 
-    job = AuditJob(args, tmp_path / "reconcile.log").start()
+    log = tmp_path / "reconcile.log"
+    job = AuditJob(args, log).start()
     feeding = threading.Thread(target=writer)
     feeding.start()
     kills = 0
@@ -107,7 +108,18 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
             time.sleep(rng.uniform(1.5, 3.0))           # time to read, judge and send some
             job.kill()
             kills += 1
-            job = AuditJob(args, tmp_path / "reconcile.log").start()
+            # Every reconciler so far has ended (``kill`` waits): their start lines are all in
+            # the log. One killed while still starting (its imports take longer than its life
+            # on a loaded host) left none, so the last one's line is counted from here.
+            started_before = _starts(log)
+            job = AuditJob(args, log).start()
+            if kills == 1:
+                # One reconciler killed at once, before its imports are done: what a loaded
+                # host did by chance (a run waited for a start line that never came).
+                job.kill()
+                kills += 1
+                started_before = _starts(log)
+                job = AuditJob(args, log).start()
             if _received(receiver) >= fired:
                 all_fired.set()
         feeding.join()
@@ -122,12 +134,13 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
         # The last reconciler may still be starting (its predecessors may have delivered
         # everything): stop it once it runs, so its exit says how it stops, not how Python
         # dies of a SIGTERM during its imports.
-        _wait_until_started(tmp_path / "reconcile.log", starts=kills + 1, job=job)
+        _wait_until_started(log, starts=started_before + 1, job=job)
         assert job.stop() == 0, job.log_text()
     finally:
         receiver.close()
         job.kill()                  # stopped above unless an assertion failed: never left behind
     assert kills >= 4
+    assert kills + 1 - _starts(log) >= 1, "no reconciler was killed while starting"
     bodies = [b for b in receiver.bodies if b["kind"] == "loss"]
     got = Counter((b["event"], (b["topic"], b["window_start"], b["origin"])) for b in bodies)
     assert set(got) == expected, (sorted(set(got) - expected)[:5], sorted(expected - set(got))[:5])
@@ -143,14 +156,22 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
     assert Counter((t, w, o) for _s, t, w, o in rows) == Counter(open_losses | resolved)
     assert {(t, w, o) for s, t, w, o in rows if s == "resolved"} == resolved
     print(json.dumps({"kills": kills, "alerts": len(rows), "resolved": len(resolved),
-                      "notifications": len(bodies), "sent_again": sum(keys.values()) - len(keys)}))
+                      "notifications": len(bodies), "sent_again": sum(keys.values()) - len(keys),
+                      "killed_while_starting": kills + 1 - _starts(log)}))
+
+
+STARTED = "INFO docket.audit.reconcile: reconciling "     # a reconciler's start line
+
+
+def _starts(log) -> int:
+    """The start lines in the reconcilers' shared log."""
+    return log.read_text(errors="replace").count(STARTED) if log.exists() else 0
 
 
 def _wait_until_started(log, starts: int, job: AuditJob, timeout_s: float = 120) -> None:
     """Until the shared log holds ``starts`` reconcilers' start lines."""
     deadline = time.monotonic() + timeout_s
-    while log.read_text(errors="replace").count("INFO docket.audit.reconcile: reconciling ") \
-            < starts:
+    while _starts(log) < starts:
         assert job.proc.poll() is None, job.log_text()
         assert time.monotonic() < deadline, f"reconciler {starts} not started:\n" \
             + job.log_text()

@@ -3,6 +3,8 @@ when one broker is SIGKILLed mid-stream."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Producer
 
@@ -13,8 +15,20 @@ RECORDS = 100_000
 KILL_AT = 40_000
 
 
-def _leader_of_partition_zero(bootstrap: str, topic: str) -> int:
-    return admin_client(bootstrap).list_topics(timeout=10).topics[topic].partitions[0].leader
+def _leader_of_partition_zero(bootstrap: str, topic: str, timeout_s: float = 60) -> int:
+    """The leader of the topic's partition 0, once the broker asked knows it: a topic just
+    created is in the controller's metadata before every broker's (one run asked a broker that
+    did not have it yet: a KeyError)."""
+    admin = admin_client(bootstrap)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is not None and meta.error is None and 0 in meta.partitions \
+                and meta.partitions[0].leader >= 0:
+            return meta.partitions[0].leader
+        assert time.monotonic() < deadline, f"{topic}: no leader of partition 0 known " \
+            f"after {timeout_s:g} s ({meta.error if meta is not None else 'not listed'})"
+        time.sleep(0.2)
 
 
 @pytest.mark.cluster3
