@@ -9,6 +9,8 @@ connection, ``self.db`` the same through sqlite-utils.
 
 from __future__ import annotations
 
+from . import deliveries
+
 # The columns of a window's row the dashboard's overview shows, in its order.
 OVERVIEW_COLUMNS = ("tier", "topic", "window_start", "state", "final", "expected", "count",
                     "distinct_count", "duplicates", "completeness", "hop_completeness",
@@ -133,8 +135,7 @@ class StoreReads:
 
     def delivery_statuses(self) -> dict[str, int]:
         """The alert outbox's rows by status."""
-        return dict(self.conn.execute(
-            "SELECT status, count(*) FROM alert_deliveries GROUP BY status"))
+        return deliveries.by_status(self.db)
 
     @staticmethod
     def _since(since_ms: int, topic: str | None) -> tuple[str, list]:
