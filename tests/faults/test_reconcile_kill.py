@@ -35,8 +35,8 @@ def plan(rng: random.Random):
     """The audit records in the order they are sent, and the alerts they must end with:
     every (topic, window, origin) reported by the producer (one round of the agents per topic,
     round ``seq`` 1 upwards) and the cluster; some origins short at the cluster (loss), half of
-    which a later report completes (``late``: sent once their alerts fired, so they resolve
-    them)."""
+    which a later report completes (``late``: sent once their alerts fired, so they clear from
+    them, and resolve those left with none short)."""
     batches, late, open_losses, resolved = [], [], set(), set()
     for seq, topic in enumerate(TOPICS, start=1):
         batch = []
@@ -60,6 +60,14 @@ def plan(rng: random.Random):
     return batches, late, open_losses, resolved
 
 
+def grouped(open_losses: set, resolved: set) -> tuple[set, set]:
+    """The alerts those losses make: one per (topic, window) (the tier is one), however many
+    origins are short there; resolved when every short origin of it was completed."""
+    still_short = {(t, w) for t, w, _o in open_losses}
+    every = {(t, w) for t, w, _o in open_losses | resolved}
+    return still_short, every - still_short
+
+
 @pytest.mark.slow
 def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats_none(
         kafka, tmp_path, topic_name):
@@ -76,7 +84,8 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
         f'[channels.ops]\ntype = "webhook"\nurl = "{receiver.url}"\n')
     db = tmp_path / "reconcile.db"
     args = ["reconcile", "--db", str(db), "--config", str(tmp_path / "reconcile.toml")]
-    batches, late, open_losses, resolved = plan(rng)
+    batches, late, short, completed = plan(rng)
+    open_losses, resolved = grouped(short, completed)
     # The count job announces itself; once a batch of counts is acknowledged, its marks say
     # (a batch later, as the jobs' marks come) it has read past that round of the agents. A
     # mark sent before the counts it vouches for has the tier judged without them: a loss
@@ -142,7 +151,7 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
     assert kills >= 4
     assert kills + 1 - _starts(log) >= 1, "no reconciler was killed while starting"
     bodies = [b for b in receiver.bodies if b["kind"] == "loss"]
-    got = Counter((b["event"], (b["topic"], b["window_start"], b["origin"])) for b in bodies)
+    got = Counter((b["event"], (b["topic"], b["window_start"])) for b in bodies)
     assert set(got) == expected, (sorted(set(got) - expected)[:5], sorted(expected - set(got))[:5])
     # Each notification once by its key; a kill between a send and its commit may send one
     # again with the same key (the receiver's to drop), at most one per kill.
@@ -150,12 +159,19 @@ def test_a_reconciler_killed_and_restarted_mid_stream_loses_no_alert_and_repeats
     assert len(keys) == len(expected)
     assert sum(keys.values()) - len(keys) <= kills, keys.most_common(3)
     conn = sqlite3.connect(db)
-    rows = conn.execute("SELECT status, topic, window_start, origin FROM alerts "
+    rows = conn.execute("SELECT status, topic, window_start FROM alerts "
                         "WHERE kind = 'loss'").fetchall()
+    members = conn.execute("SELECT a.topic, a.window_start, m.origin, m.status FROM alerts a "
+                           "JOIN alert_members m ON m.alert_id = a.id WHERE kind = 'loss'"
+                           ).fetchall()
     conn.close()
-    assert Counter((t, w, o) for _s, t, w, o in rows) == Counter(open_losses | resolved)
-    assert {(t, w, o) for s, t, w, o in rows if s == "resolved"} == resolved
-    print(json.dumps({"kills": kills, "alerts": len(rows), "resolved": len(resolved),
+    assert Counter((t, w) for _s, t, w in rows) == Counter(open_losses | resolved)
+    assert {(t, w) for s, t, w in rows if s == "resolved"} == resolved
+    # each short origin once a member of its window's alert, cleared when completed
+    assert sorted((t, w, o) for t, w, o, _s in members) == sorted(short | completed)
+    assert {(t, w, o) for t, w, o, s in members if s == "cleared"} == completed
+    print(json.dumps({"kills": kills, "alerts": len(rows), "short_origins": len(members),
+                      "resolved": len(resolved),
                       "notifications": len(bodies), "sent_again": sum(keys.values()) - len(keys),
                       "killed_while_starting": kills + 1 - _starts(log)}))
 
@@ -179,7 +195,7 @@ def _wait_until_started(log, starts: int, job: AuditJob, timeout_s: float = 120)
 
 
 def _received(receiver: Receiver) -> set:
-    return {(b["event"], (b["topic"], b["window_start"], b["origin"]))
+    return {(b["event"], (b["topic"], b["window_start"]))
             for b in list(receiver.bodies) if b["kind"] == "loss"}
 
 

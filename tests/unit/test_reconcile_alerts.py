@@ -30,6 +30,12 @@ class Reconciler:
         return [(r["kind"], r["tier"], r["origin"]) for r in self.store.db.query(
             "SELECT * FROM alerts WHERE status = ? ORDER BY id", (status,))]
 
+    def members(self, kind, tier):
+        """origin → (status, detail) of the members of the newest alert of (kind, tier)."""
+        return {m["origin"]: (m["status"], json.loads(m["detail"])) for m in self.store.db.query(
+            "SELECT m.* FROM alert_members m WHERE alert_id = (SELECT max(id) FROM alerts "
+            "WHERE kind = ? AND tier = ?)", (kind, tier))}
+
     def sent(self):
         return [(json.loads(r["notification"])["event"], json.loads(r["notification"])["kind"])
                 for r in self.store.db.query("SELECT * FROM alert_deliveries ORDER BY id")]
@@ -129,7 +135,7 @@ def test_a_snoozed_alert_is_notified_only_when_its_snooze_ends_while_it_still_ho
     r.store.conn.execute("INSERT INTO alerts (key, kind, alert_class, status, summary, detail, "
                          "fired_at, resolved_at) VALUES (?, 'loss', 'data', 'resolved', '', "
                          "'{}', 0, 1)", (json.dumps(["loss", "app", T0, "kafka-local",
-                                                     "web-1"]),))
+                                                     None]),))
     r.store.conn.commit()
     snooze(r.store, 1, JUDGED + 60 * MIN, "test", JUDGED - 1)
     r.at(JUDGED)
@@ -238,9 +244,11 @@ def test_an_origin_still_unknown_keeps_a_window_with_a_loss_from_being_final(tmp
     assert r.store.conn.execute("SELECT state, final FROM windows WHERE tier = 'kafka-local'"
                                 ).fetchall() == [("incomplete", 0)]
     r.apply(caught_up("web-2"))                             # no count: web-2's 7 are lost too
-    r.at(late + MIN)
-    assert sorted(a for a in r.alerts() if a[0] == "loss") == [
-        ("loss", "kafka-local", "web-1"), ("loss", "kafka-local", "web-2")]
+    r.at(late + MIN)                                        # it joins web-1's alert
+    assert [a for a in r.alerts() if a[0] == "loss"] == [("loss", "kafka-local", "web-1")]
+    members = r.members("loss", "kafka-local")
+    assert {o: (status, d["missing"]) for o, (status, d) in members.items()} == {
+        "web-1": ("holding", 7), "web-2": ("holding", 7)}
     assert r.store.conn.execute("SELECT state, final FROM windows WHERE tier = 'kafka-local'"
                                 ).fetchall() == [("incomplete", 1)]
 
@@ -312,15 +320,19 @@ def test_a_hops_duplication_alert_counts_only_the_copies_its_mirror_added(tmp_pa
             count("aggregate", 12, "web-2", distinct=10),
             progress(END + 5 * MIN), progress(END + 5 * MIN, tier="aggregate"))
     r.at(JUDGED)
-    assert sorted(r.alerts()) == [("duplication", "aggregate", "web-1"),
-                                  ("duplication", "kafka-local", "web-1"),
-                                  ("duplication", "kafka-local", "web-2")]
-    details = {(a["tier"], a["origin"]): (a["summary"], json.loads(a["detail"]))
+    assert sorted(r.alerts(), key=str) == [("duplication", "aggregate", "web-1"),
+                                           ("duplication", "kafka-local", None)]
+    details = {a["tier"]: (a["summary"], json.loads(a["detail"]))
                for a in r.store.db.query("SELECT * FROM alerts")}
-    summary, detail = details[("aggregate", "web-1")]
+    summary, detail = details["aggregate"]
     assert (detail["extra"], detail["hop_duplicates"], detail["duplicates"]) == (50, 50, 150)
     assert summary.startswith("50 extra records at ")
-    assert details[("kafka-local", "web-1")][1]["extra"] == 100
+    summary, detail = details["kafka-local"]           # one alert: both origins, web-1 worst
+    assert (detail["origins"], detail["extra"], detail["worst_origin"]) == (2, 102, "web-1")
+    assert summary == ("102 extra records from 2 origins at app window 2025-11-21T23:00:00Z "
+                       "tier kafka-local (worst web-1: 100)")
+    assert {o: d["extra"] for o, (_s, d) in r.members("duplication", "kafka-local").items()} \
+        == {"web-1": 100, "web-2": 2}
     assert r.store.conn.execute("SELECT duplicates FROM windows WHERE tier = 'aggregate'"
                                 ).fetchone() == (152,)
 

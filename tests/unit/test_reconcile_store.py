@@ -39,7 +39,7 @@ def test_a_layout_1_file_gains_skipped_and_keeps_its_records(tmp_path):
     store.close()
 
     store = Store(path)
-    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 6
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 7
     assert store.conn.execute("SELECT count(*) FROM evaluating").fetchone() == (0,)
     rec = AuditRecord(tier="warehouse", origin="o", topic="t", window_start=0,
                       window_ms=600000, count=0, bytes=0, checksum=0,
@@ -176,7 +176,7 @@ def test_a_layout_3_file_is_clustered_and_keeps_its_rows(tmp_path):
     conn.close()
     store = Store(path)
     assert _rows(store.conn) == before
-    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 6
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 7
     for name in ("counts", "windows"):
         assert _table_sql(store, name)[0].endswith("WITHOUT ROWID")
     assert _table_sql(store, "windows_open") is None
@@ -417,7 +417,7 @@ def test_a_layout_5_file_gains_the_vouched_marks(tmp_path):
     store.conn.commit()
     store.close()
     store = Store(path)
-    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 6
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == LAYOUT == 7
     store.apply([_local_mark(2, 5, 50)], {}, {}, "t")
     assert store.caught_up(1000)["kafka-local"] == {("web-1/agent", "i"): Mark(3, 30)}
     store.close()

@@ -22,16 +22,29 @@ Audit-health alerts: ``audit_lag`` (a tier's newest progress record arrived more
 Arrivals are the broker's append times (or the reconciler's clock when it read a record), so a
 producer whose clock is off is neither silent nor lagging for it.
 
+Grouped: a data alert covers every origin its condition holds for at one (kind, topic, window,
+tier), and a ``silent_producer`` alert every producer gone quiet in the same window (its newest
+record arrived within it) — a broker that loses a partition's tail, or a data centre gone dark,
+is one alert naming how many origins and the worst of them, not one per host. Each origin is a
+*member* (``alert_members``), with its own figures (for ``loss``, its missing numbers and
+``locate`` commands): it joins while the alert is open when its condition starts to hold, and
+clears when judged without it; the alert resolves when its last member has cleared. A member
+whose state is unknown neither clears nor resolves, as before. ``clock_skew`` and
+``audit_lag`` stay one alert per origin and per tier.
+
 A notification is queued in the outbox for every routed channel when an alert fires (or, when
 its key is snoozed, when the snooze ends while it is still open) and when it resolves (only if
 its firing was notified). Queuing happens in the same transaction as the alert's row, so a
-restart neither loses nor repeats one.
+restart neither loses nor repeats one. Members that join or clear an open alert change its
+summary and detail (the dashboard, and the resolved notification, show them), not its
+notifications.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from audit.contract.record import PRODUCER_TIER
@@ -50,9 +63,16 @@ MAX_RANGES_IN_ALERT = 50
 FOREVER = (1 << 63) - 1           # a snooze set by resolving by hand: until the condition clears
 
 
+GROUPED_KINDS = (*DATA_KINDS, "silent_producer")
+SHOWN_MEMBERS = 20                # the origins a grouped alert's detail names, the worst first
+REPLACED = "replaced by a grouped alert"
+
+
 @dataclass
 class Condition:
-    """Something alert-worthy that holds now."""
+    """Something alert-worthy that holds now: of one origin (``group`` names the key of the
+    grouped alert it is a member of), of a group (``members``: origin → its condition), or
+    neither (``audit_lag``, ``clock_skew``)."""
     kind: str
     topic: str | None
     window_start: int | None
@@ -61,14 +81,79 @@ class Condition:
     origin: str | None
     summary: str
     detail: dict
+    group: str | None = None
+    at: str = ""                  # where, without the origin: what a group's summary names
+    members: dict[str, Condition] | None = None
 
     @property
     def key(self) -> str:
+        if self.members is not None:
+            return self.group
         return alert_key(self.kind, self.topic, self.window_start, self.tier, self.origin)
 
 
 def alert_key(kind: str, topic, window_start, tier, origin) -> str:
     return json.dumps([kind, topic, window_start, tier, origin])
+
+
+def grouped(holds: list[Condition]) -> list[Condition]:
+    """The conditions with a ``group`` gathered into one condition per group; the others as
+    they are."""
+    out, groups = [], {}
+    for c in holds:
+        if c.group is None:
+            out.append(c)
+        else:
+            groups.setdefault(c.group, {})[c.origin] = c
+    for key, members in groups.items():
+        first = next(iter(members.values()))
+        summary, detail = group_text(first.kind, first.at,
+                                     {o: (m.summary, m.detail) for o, m in members.items()})
+        out.append(Condition(first.kind, first.topic, first.window_start, first.window_ms,
+                             first.tier, first.origin if len(members) == 1 else None,
+                             summary, detail, group=key, at=first.at, members=members))
+    return out
+
+
+def _weight(detail: dict) -> int:
+    """How bad one member is, to rank them: events missing, copies added, or how long quiet."""
+    if "missing" in detail:
+        return detail["missing"]
+    if "extra" in detail:
+        return detail["extra"]
+    if "last_seen_at" in detail:
+        return -detail["last_seen_at"]
+    return sum((detail.get("dropped_unknown") or {}).values())
+
+
+def group_text(kind: str, at: str, members: dict[str, tuple[str, dict]]) -> tuple[str, dict]:
+    """A grouped alert's summary and detail from its members (origin → (summary, detail)). One
+    member: its own, with ``origins`` 1, ``worst_origin`` and ``at``. More: totals, the worst
+    member's figures and the worst ``SHOWN_MEMBERS`` origins."""
+    ranked = sorted(members.items(), key=lambda m: (-_weight(m[1][1]), m[0]))
+    worst, (worst_summary, worst_detail) = ranked[0]
+    if len(ranked) == 1:
+        return worst_summary, {**worst_detail, "origins": 1, "worst_origin": worst, "at": at}
+    n = len(ranked)
+    detail = {"origins": n, "worst_origin": worst, "at": at, "worst": worst_detail,
+              "members": [origin for origin, _ in ranked[:SHOWN_MEMBERS]]}
+    if kind == "loss" and "missing" in worst_detail:
+        detail["missing"] = sum(d.get("missing", 0) for _s, d in members.values())
+        summary = (f"{detail['missing']} events missing from {n} origins at {at} "
+                   f"(worst {worst}: {worst_detail['missing']})")
+    elif kind == "loss":
+        summary = (f"possible loss of unknown size from {n} origins at {at} "
+                   f"(first {worst}: {worst_detail.get('reason')})")
+    elif kind == "duplication":
+        detail["extra"] = sum(d.get("extra", 0) for _s, d in members.values())
+        summary = (f"{detail['extra']} extra records from {n} origins at {at} "
+                   f"(worst {worst}: {worst_detail['extra']})")
+    elif kind == "checksum_mismatch":
+        summary = f"counts agree but the content differs for {n} origins at {at}"
+    else:                                            # silent_producer
+        summary = (f"{n} producers went quiet in the window of {at}: their last audit counts "
+                   f"arrived there (the longest quiet: {worst})")
+    return summary, detail
 
 
 
@@ -96,17 +181,22 @@ def window_conditions(store: Store, verdicts: list[TierVerdict], window_ms: int,
             mirrored = v.fed_by != (PRODUCER_TIER,)
             feeders = o.feeders or v.fed_by          # of several, those holding the origin
             hop = hop_label(v.tier, feeders)
-            where = f"{v.topic} window {_iso(v.window_start)} " + \
-                (f"hop {hop}" if mirrored else f"tier {v.tier}") + f" origin {o.origin}"
+            at = f"{v.topic} window {_iso(v.window_start)} " + \
+                (f"hop {hop}" if mirrored else f"tier {v.tier}")
+            where = f"{at} origin {o.origin}"
             base = {"expected": o.expected, "actual": o.actual, "count": o.count,
                     "distinct": o.distinct, "duplicates": o.duplicates}
             if mirrored:
                 base.update(hop=hop, hop_expected=o.hop_expected,
                             hop_duplicates=o.hop_duplicates)
 
-            def cond(kind: str, summary: str, v=v, o=o, base=base, **extra) -> Condition:
+
+            def cond(kind: str, summary: str, v=v, o=o, base=base, at=at,
+                     **extra) -> Condition:
                 return Condition(kind, v.topic, v.window_start, window_ms, v.tier, o.origin,
-                                 summary, {**base, **extra})
+                                 summary, {**base, **extra},
+                                 group=alert_key(kind, v.topic, v.window_start, v.tier, None),
+                                 at=at)
             if loss and v.tier == PRODUCER_TIER:
                 holds.append(cond("loss", f"possible loss of unknown size at {where}: "
                                   f"{o.reason}", reason=o.reason,
@@ -164,12 +254,16 @@ def apply_window_conditions(store: Store, cfg: ReconcileConfig, window: tuple[st
         return 0, 0                              # nothing to fire, resolve or clear
     open_rows = dict(alerts.open.get(window, {}))
     by_hand = alerts.by_hand.get(window, set())
+    judged_tiers = {tier for tier, _origin in judged}
     judged_keys = set()
     for key in set(open_rows) | by_hand:
         kind, _topic, _window_start, tier, origin = json.loads(key)
-        if kind in DATA_KINDS and (tier, origin) in judged:
+        # a grouped alert is judged where its tier is; each member where its origin is
+        if kind in DATA_KINDS and ((tier, origin) in judged
+                                   or (origin is None and tier in judged_tiers)):
             judged_keys.add(key)
-    return _apply(store, cfg, {c.key: c for c in holds}, judged_keys, open_rows, by_hand, now_ms)
+    return _apply(store, cfg, {c.key: c for c in grouped(holds)}, judged_keys, open_rows,
+                  by_hand, now_ms, lambda tier, origin: (tier, origin) in judged)
 
 
 def health_conditions(store: Store, cfg: ReconcileConfig,
@@ -186,14 +280,19 @@ def health_conditions(store: Store, cfg: ReconcileConfig,
                                    {"last_progress_at": at, "lag_ms": cfg["alerts.lag_ms"]}))
     offsets = store.clock_offsets()
     bound = cfg["alerts.clock_skew_ms"]
+    window_ms = cfg["windows.window_ms"]
+    judged.update(store.open_keys_of_kind("silent_producer"))    # every producer is judged
     for origin, at in store.producers().items():
-        judged.add(alert_key("silent_producer", None, None, PRODUCER_TIER, origin))
         judged.add(alert_key("clock_skew", None, None, PRODUCER_TIER, origin))
         if now_ms - at > cfg["alerts.silent_ms"]:
+            quiet = at - at % window_ms              # gone quiet together: in one window
+            group = alert_key("silent_producer", None, quiet, PRODUCER_TIER, None)
+            judged.add(group)
             holds.append(Condition("silent_producer", None, None, None, PRODUCER_TIER, origin,
                                    f"producer {origin}'s last audit counts arrived "
                                    f"{(now_ms - at) // 1000} s ago",
-                                   {"last_seen_at": at, "silent_ms": cfg["alerts.silent_ms"]}))
+                                   {"last_seen_at": at, "silent_ms": cfg["alerts.silent_ms"]},
+                                   group=group, at=_iso(quiet)))
             continue
         offset, measured_at = offsets.get(origin, (0, None))
         if abs(offset) > bound:
@@ -211,23 +310,26 @@ def apply_conditions(store: Store, cfg: ReconcileConfig, holds: list[Condition],
                      judged: set[str], now_ms: int) -> tuple[int, int]:
     """Fire what holds and is not open; resolve what is open, judged and no longer holds; queue
     the notifications due. In the caller's transaction. Returns (fired, resolved)."""
-    holding = {c.key: c for c in holds}
+    holding = {c.key: c for c in grouped(holds)}
     keys = set(holding) | judged
     open_rows = {k: (i, notified) for k in keys for i, notified in store.open_alert(k)}
     by_hand = {k for k in keys if store.snoozed_until(k, FOREVER)}
-    return _apply(store, cfg, holding, judged, open_rows, by_hand, now_ms)
+    return _apply(store, cfg, holding, judged, open_rows, by_hand, now_ms,
+                  lambda _tier, _origin: True)
 
 
 def _apply(store: Store, cfg: ReconcileConfig, holding: dict[str, Condition], judged: set[str],
-           open_rows: dict[str, tuple[int, int]], by_hand: set[str],
-           now_ms: int) -> tuple[int, int]:
+           open_rows: dict[str, tuple[int, int]], by_hand: set[str], now_ms: int,
+           origin_judged: Callable[[str, str], bool]) -> tuple[int, int]:
     """``open_rows``: the open alerts (key → id, notified) among the keys ``holding`` or
     ``judged``, or more; ``by_hand``: the keys resolved by hand whose condition has not cleared
-    since, among those or more."""
+    since, among those or more; ``origin_judged(tier, origin)``: whether a member of a grouped
+    alert was judged now (one not holding and not judged stays a member)."""
     fired = resolved = 0
     cleared = [k for k in judged if k not in holding and k in by_hand]
     if cleared:
         store.clear_snoozes(cleared)
+    fresh = set()
     for key, c in holding.items():
         if key in open_rows or key in by_hand:
             continue
@@ -235,20 +337,67 @@ def _apply(store: Store, cfg: ReconcileConfig, holding: dict[str, Condition], ju
         alert_id = store.fire(key, c.kind, KIND_CLASSES[c.kind], c.topic, c.window_start,
                               c.window_ms, c.tier, c.origin, owner, c.summary,
                               json.dumps(c.detail, sort_keys=True), now_ms)
+        if c.members is not None:
+            store.hold_members(alert_id, _member_rows(c.members), now_ms)
         fired += 1
         log.warning("alert %s fired: %s", c.kind, c.summary)
         open_rows[key] = (alert_id, 0)
+        fresh.add(key)
     for key, (alert_id, notified) in open_rows.items():
-        if key in holding or key not in judged:
+        if key not in judged or key in fresh:
             continue
-        store.resolve(alert_id, now_ms, "condition cleared")
+        kind, topic, window_start, tier, origin = json.loads(key)
+        by = "condition cleared"
+        if origin is None and kind in GROUPED_KINDS:
+            if _regroup(store, alert_id, kind, tier, holding.get(key), origin_judged, now_ms):
+                continue
+        elif key in holding:
+            continue
+        elif origin is not None and kind in GROUPED_KINDS and any(
+                origin in c.members for c in holding.values()
+                if c.members and (c.kind, c.tier) == (kind, tier)
+                and (kind == "silent_producer" or (c.topic, c.window_start) == (topic,
+                                                                                window_start))):
+            by = REPLACED              # a per-origin alert of layout 6, now in a grouped one
+        store.resolve(alert_id, now_ms, by)
         resolved += 1
-        log.info("alert %s resolved", json.loads(key)[0])
+        log.info("alert %s resolved", kind)
         if notified:
             _enqueue(store, cfg, alert_id, "resolved", now_ms)
     notify_due(store, cfg, now_ms, [open_rows[k][0] for k in holding
                                      if k in open_rows and not open_rows[k][1]])
     return fired, resolved
+
+
+def _member_rows(members: dict[str, Condition]) -> list[tuple[str, str, str]]:
+    return [(origin, m.summary, json.dumps(m.detail, sort_keys=True))
+            for origin, m in members.items()]
+
+
+def _regroup(store: Store, alert_id: int, kind: str, tier: str, c: Condition | None,
+             origin_judged: Callable[[str, str], bool], now_ms: int) -> bool:
+    """Bring an open grouped alert's members up to date: those ``c`` holds for join or stay
+    (with their figures now), those judged without it clear, the others stay as they were.
+    Its summary and detail follow when they changed. False when no member is left: the alert
+    resolves."""
+    held = store.holding_members(alert_id)
+    now = c.members if c is not None else {}
+    gone = [o for o in held if o not in now and origin_judged(tier, o)]
+    if gone:
+        store.clear_members(alert_id, gone, now_ms)
+    rows = [r for r in _member_rows(now) if held.get(r[0]) != (r[1], r[2])]
+    if rows:
+        store.hold_members(alert_id, rows, now_ms)
+    if len(gone) == len(held) and not now:
+        return False
+    if gone or rows:
+        remaining = {o: (summary, json.loads(detail)) for o, (summary, detail) in held.items()
+                     if o not in gone}
+        remaining.update({o: (m.summary, m.detail) for o, m in now.items()})
+        at = c.at if c is not None else json.loads(store.alert_row(alert_id)["detail"])["at"]
+        summary, detail = group_text(kind, at, remaining)
+        store.update_alert(alert_id, summary, json.dumps(detail, sort_keys=True))
+    return True
 
 
 def notify_due(store: Store, cfg: ReconcileConfig, now_ms: int,
@@ -302,8 +451,17 @@ def alerts(store: Store, status: str, now_ms: int, *, newest_first: bool = True,
 
 
 def alerts_of_window(store: Store, topic: str, window_start: int) -> list[dict]:
-    """The alerts one window raised, oldest first (a window's page)."""
-    return store.alerts_of_window(topic, window_start)
+    """The alerts one window raised, oldest first (a window's page), each with its
+    ``members``: every origin it covers, those still holding first, each with its own
+    ``detail`` (a dict: for a loss, its missing numbers and ``locate`` commands)."""
+    rows = store.alerts_of_window(topic, window_start)
+    members: dict[int, list[dict]] = {}
+    for m in store.members_of([r["id"] for r in rows]):
+        m["detail"] = json.loads(m["detail"])
+        members.setdefault(m["alert_id"], []).append(m)
+    for r in rows:
+        r["members"] = members.get(r["id"], [])
+    return rows
 
 
 def open_producer_alerts(store: Store) -> dict[str, list[str]]:

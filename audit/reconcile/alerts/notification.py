@@ -103,11 +103,17 @@ class Notification:
     # -- for people ---------------------------------------------------------------------------
     def headline(self) -> str:
         """``FIRING loss app.events 2026-11-23T07:10Z kafka-local web-42``: what, where, when;
-        absent parts left out."""
+        absent parts left out. A grouped alert of several origins names how many
+        (``… kafka-local 120 origins``)."""
         parts = [self.event.upper(), self.kind, self.topic,
                  None if self.window_start is None else utc_minute(self.window_start),
-                 self.tier, self.origin]
+                 self.tier, self.origins() or self.origin]
         return " ".join(p for p in parts if p)
+
+    def origins(self) -> str | None:
+        """``120 origins`` for a grouped alert of more than one origin, else None."""
+        n = self.detail.get("origins")
+        return f"{n} origins" if isinstance(n, int) and n > 1 else None
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, value) of every field but the summary and the detail, in reading order."""
@@ -125,6 +131,7 @@ class Notification:
             ("Window", window),
             ("Tier", self.tier or "—"),
             ("Origin", self.origin or "—"),
+            *([("Origins", self.origins())] if self.origins() else []),
             ("Owner", self.owner or "—"),
             ("Fired at", utc_iso(self.fired_at, millis=True)),
             ("Resolved at", "—" if self.resolved_at is None

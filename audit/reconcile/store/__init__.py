@@ -189,6 +189,12 @@ CREATE UNIQUE INDEX IF NOT EXISTS alerts_one_open ON alerts (key) WHERE status =
 CREATE INDEX IF NOT EXISTS alerts_status ON alerts (status, notified);
 CREATE INDEX IF NOT EXISTS alerts_open_window ON alerts (topic, window_start)
     WHERE status = 'open';
+CREATE TABLE IF NOT EXISTS alert_members (
+    alert_id INTEGER NOT NULL, origin TEXT NOT NULL, status TEXT NOT NULL,
+    summary TEXT NOT NULL, detail TEXT NOT NULL, since INTEGER NOT NULL, cleared_at INTEGER,
+    PRIMARY KEY (alert_id, origin)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS alert_members_holding ON alert_members (origin)
+    WHERE status = 'holding';
 CREATE TABLE IF NOT EXISTS snoozes (
     key TEXT PRIMARY KEY, until INTEGER NOT NULL, by TEXT NOT NULL, at INTEGER NOT NULL);
 CREATE VIEW IF NOT EXISTS completeness AS
@@ -197,7 +203,7 @@ CREATE VIEW IF NOT EXISTS completeness AS
     FROM windows;
 """.replace("UNKNOWN_FINAL_MS", str(UNKNOWN_FINAL_MS))
 
-LAYOUT = 6        # PRAGMA user_version: the tables' layout, for a later change to be told by
+LAYOUT = 7        # PRAGMA user_version: the tables' layout, for a later change to be told by
 # Layout 1 → 2: ``counts.skipped`` (copies a deduplicating tier did not keep), added in place.
 # Layout 2 → 3: ``evaluating`` (windows an evaluation took from ``dirty``), created on open: a
 # reconciler of layout 2 would not see the windows a killed evaluation left there.
@@ -220,6 +226,10 @@ _LAYOUT_5_COLUMNS = (("counts", "sealed_through INTEGER"), ("counts", "arrived_a
 # first or repeatable), the table created with them.
 _LAYOUT_6_COLUMNS = (("caught_up", "vouched_seq INTEGER"),
                      ("caught_up", "vouched_delivered INTEGER"))
+# Layout 6 → 7: ``alert_members``, the origins a grouped alert covers (one alert per kind,
+# topic, window and tier, or per producers gone quiet together), created with the schema. The
+# per-origin alerts a layout-6 file holds open resolve at their next judgement ("replaced by a
+# grouped alert" when their condition still holds, which then fires grouped).
 
 _UPSERT_COUNT = """
 INSERT INTO counts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)

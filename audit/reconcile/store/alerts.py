@@ -1,13 +1,16 @@
-"""Every statement sent to the alerts' own tables, ``alerts`` and ``snoozes`` (their schema is
-the store's, ``store/__init__.py``): the lifecycle (``alerts/lifecycle.py``) decides what fires,
-resolves, is snoozed or resolved by hand, and reads and writes its rows here. In the caller's
-transaction, as the lifecycle runs in an evaluation's.
+"""Every statement sent to the alerts' own tables, ``alerts``, ``alert_members`` (the origins a
+grouped alert covers) and ``snoozes`` (their schema is the store's, ``store/__init__.py``): the
+lifecycle (``alerts/lifecycle.py``) decides what fires, resolves, is snoozed or resolved by
+hand, and reads and writes its rows here. In the caller's transaction, as the lifecycle runs in
+an evaluation's.
 
 A part of ``Store`` (``store/__init__.py``), as a mixin: ``self.conn`` is its ``sqlite3``
 connection, ``self.db`` the same through sqlite-utils.
 """
 
 from __future__ import annotations
+
+import json
 
 from . import deliveries
 
@@ -83,6 +86,41 @@ class AlertTables:
     def mark_notified(self, alert_id: int) -> None:
         self.conn.execute("UPDATE alerts SET notified = 1 WHERE id = ?", (alert_id,))
 
+    def update_alert(self, alert_id: int, summary: str, detail_json: str) -> None:
+        """An open grouped alert's text after its members changed."""
+        self.conn.execute("UPDATE alerts SET summary = ?, detail = ? WHERE id = ?",
+                          (summary, detail_json, alert_id))
+
+    # -- a grouped alert's members: the origins it covers -------------------------------------
+    def holding_members(self, alert_id: int) -> dict[str, tuple[str, str]]:
+        """origin → (summary, detail JSON) of the members of ``alert_id`` whose condition still
+        holds, as last seen."""
+        return {origin: (summary, detail) for origin, summary, detail in self.conn.execute(
+            "SELECT origin, summary, detail FROM alert_members WHERE alert_id = ? AND "
+            "status = 'holding'", (alert_id,))}
+
+    def hold_members(self, alert_id: int, members: list[tuple[str, str, str]],
+                     now_ms: int) -> None:
+        """(origin, summary, detail JSON) of members that hold now: added, or their figures
+        brought up to date (a member that cleared and holds again holds since now)."""
+        self.conn.executemany(
+            "INSERT INTO alert_members VALUES (?, ?, 'holding', ?, ?, ?, NULL) "
+            "ON CONFLICT (alert_id, origin) DO UPDATE SET summary = excluded.summary, "
+            "detail = excluded.detail, since = CASE WHEN status = 'holding' THEN since "
+            "ELSE excluded.since END, status = 'holding', cleared_at = NULL",
+            [(alert_id, origin, summary, detail, now_ms) for origin, summary, detail in members])
+
+    def clear_members(self, alert_id: int, origins: list[str], now_ms: int) -> None:
+        self.conn.executemany(
+            "UPDATE alert_members SET status = 'cleared', cleared_at = ? WHERE alert_id = ? "
+            "AND origin = ?", [(now_ms, alert_id, origin) for origin in origins])
+
+    def members_of(self, alert_ids: list[int]) -> list[dict]:
+        """The members of ``alert_ids``, each alert's holding ones first, then by origin."""
+        return list(self.db.query(
+            "SELECT * FROM alert_members WHERE alert_id IN (SELECT value FROM json_each(?)) "
+            "ORDER BY alert_id, status DESC, origin", (json.dumps(alert_ids),)))
+
     def snooze_key(self, key: str, until: int, by: str, now_ms: int) -> None:
         self.conn.execute("INSERT OR REPLACE INTO snoozes VALUES (?, ?, ?, ?)",
                           (key, until, by, now_ms))
@@ -111,10 +149,18 @@ class AlertTables:
 
     def open_health_kinds(self, tier: str) -> list[tuple[str, str]]:
         """(origin, kind) of the open health alerts (``silent_producer``, ``clock_skew``) of
-        ``tier``, by kind."""
+        ``tier``, by kind: an alert's own origin, or each member of a grouped one that still
+        holds."""
         return self.conn.execute(
-            "SELECT origin, kind FROM alerts WHERE status = 'open' AND tier = ? AND kind IN "
-            "('silent_producer', 'clock_skew') ORDER BY kind", (tier,)).fetchall()
+            "SELECT DISTINCT coalesce(m.origin, a.origin), a.kind FROM alerts a "
+            "LEFT JOIN alert_members m ON m.alert_id = a.id AND m.status = 'holding' "
+            "WHERE a.status = 'open' AND a.tier = ? AND a.kind IN "
+            "('silent_producer', 'clock_skew') AND coalesce(m.origin, a.origin) IS NOT NULL "
+            "ORDER BY a.kind", (tier,)).fetchall()
+
+    def open_keys_of_kind(self, kind: str) -> list[str]:
+        return [k for (k,) in self.conn.execute(
+            "SELECT key FROM alerts WHERE status = 'open' AND kind = ?", (kind,))]
 
     def open_alert_counts(self) -> dict[tuple[str, str], int]:
         """(kind, class) → how many alerts are open."""

@@ -1,0 +1,208 @@
+"""Grouped alerts: one alert per (kind, topic, window, tier) however many origins its condition
+holds for, and one ``silent_producer`` per window the producers went quiet in; each origin a
+member with its own figures, joining and clearing while the alert is open. On a real SQLite file
+with a fake clock, notifications read from the outbox (``test_reconcile_alerts.Reconciler``)."""
+
+from __future__ import annotations
+
+import json
+
+from audit.contract.record import Ranges
+from audit.reconcile.alerts.lifecycle import REPLACED, alerts_of_window, notification
+from audit.reconcile.store import Store
+from tests.unit.reconcilekit import END, JUDGED, MIN, T0, W, count, progress
+from tests.unit.test_reconcile_alerts import Reconciler
+
+HOSTS = [f"web-{i:03d}" for i in range(200)]
+
+
+def partition_tail_lost(r: Reconciler, hosts: list[str], lost: dict[str, int]) -> None:
+    """Every host sent 100 records of the window; the tier counted ``100 - lost[host]`` of
+    each, the lost ones the last numbers of the host's run."""
+    records = []
+    for host in hosts:
+        n = lost.get(host, 0)
+        records += [count("producer", 100, host), count("kafka-local", 100 - n, host)]
+        if n:
+            records.append(Ranges.of(tier="kafka-local", origin=host, origin_incarnation="o",
+                                     emitter="kafka-local/count", seq=1, through=99,
+                                     missing=[[100 - n, 99]]))
+    r.apply(*records, progress(END + 5 * MIN))
+
+
+def firing(r: Reconciler) -> list[dict]:
+    return [json.loads(d["notification"]) for d in r.store.db.query(
+        "SELECT notification FROM alert_deliveries ORDER BY id")]
+
+
+def test_a_partitions_tail_lost_for_two_hundred_hosts_is_one_alert_naming_them_all(tmp_path):
+    r = Reconciler(tmp_path)
+    lost = {host: 1 + i % 7 for i, host in enumerate(HOSTS)}
+    lost["web-123"] = 40                                    # the worst
+    partition_tail_lost(r, HOSTS, lost)
+    assert r.at(JUDGED).fired == 1
+    [a] = r.store.db.query("SELECT * FROM alerts")
+    detail = json.loads(a["detail"])
+    assert (a["kind"], a["tier"], a["origin"], a["window_start"]) == \
+        ("loss", "kafka-local", None, T0)
+    assert (detail["origins"], detail["missing"], detail["worst_origin"]) == \
+        (200, sum(lost.values()), "web-123")
+    assert detail["worst"]["missing_ranges"] == [[60, 99]]
+    assert len(detail["members"]) == 20 and detail["members"][0] == "web-123"
+    assert a["summary"] == (f"{sum(lost.values())} events missing from 200 origins at app "
+                            "window 2025-11-21T23:00:00Z tier kafka-local (worst web-123: 40)")
+    members = r.members("loss", "kafka-local")
+    assert {o: d["missing"] for o, (_s, d) in members.items()} == lost
+    assert members["web-007"][1]["locate"] == ["docket-agent locate --seq 99-99"]
+    [sent] = firing(r)                                      # one notification, not 200
+    n = notification(r.store, a["id"], "firing")
+    assert n.headline() == "FIRING loss app 2025-11-21T23:00Z kafka-local 200 origins"
+    assert sent["event"] == "firing" and sent["detail"]["origins"] == 200
+    # the window's page lists every member, each with its own locate commands
+    [listed] = alerts_of_window(r.store, "app", T0)
+    assert len(listed["members"]) == 200
+    assert listed["members"][0]["detail"]["locate"]
+
+
+def test_members_clear_as_their_data_arrives_and_the_alert_resolves_with_the_last(tmp_path):
+    r = Reconciler(tmp_path)
+    partition_tail_lost(r, ["web-1", "web-2", "web-3"], {"web-1": 5, "web-2": 3, "web-3": 1})
+    r.at(JUDGED)
+    r.apply(count("kafka-local", 100, "web-1", seq=2), progress(JUDGED + MIN, batch=2))
+    assert r.at(JUDGED + 2 * MIN).resolved == 0
+    [a] = r.store.db.query("SELECT * FROM alerts")
+    assert a["status"] == "open"
+    assert (json.loads(a["detail"])["origins"], json.loads(a["detail"])["missing"]) == (2, 4)
+    assert {o: s for o, (s, _d) in r.members("loss", "kafka-local").items()} == {
+        "web-1": "cleared", "web-2": "holding", "web-3": "holding"}
+    r.apply(count("kafka-local", 100, "web-2", seq=2), count("kafka-local", 100, "web-3", seq=2),
+            progress(JUDGED + 3 * MIN, batch=3))
+    assert r.at(JUDGED + 4 * MIN).resolved == 1
+    assert r.sent() == [("firing", "loss"), ("resolved", "loss")]
+    [a] = r.store.db.query("SELECT status, resolved_by FROM alerts")
+    assert (a["status"], a["resolved_by"]) == ("resolved", "condition cleared")
+
+
+def test_a_member_the_tier_cannot_judge_keeps_the_alert_open(tmp_path):
+    """web-2 is lost at the tier and then unknown there (its report is newer than the tier's
+    reading): neither a loss nor a recovery, so the alert stays open for it."""
+    r = Reconciler(tmp_path)
+    partition_tail_lost(r, ["web-1", "web-2"], {"web-1": 5, "web-2": 3})
+    r.at(JUDGED)
+    r.apply(count("kafka-local", 100, "web-1", seq=2),
+            count("producer", 150, "web-2", seq=2, at=JUDGED + 2 * MIN),   # a newer report
+            progress(JUDGED + MIN, batch=2))
+    r.at(JUDGED + 2 * MIN)
+    [a] = r.store.db.query("SELECT * FROM alerts")
+    states = {o: s for o, (s, _d) in r.members("loss", "kafka-local").items()}
+    assert (a["status"], states) == ("open", {"web-1": "cleared", "web-2": "holding"})
+
+
+def test_a_loss_spreading_to_more_hosts_joins_the_open_alert_and_notifies_once(tmp_path):
+    r = Reconciler(tmp_path)
+    partition_tail_lost(r, ["web-1", "web-2"], {"web-1": 5})
+    r.at(JUDGED)
+    [a] = r.store.db.query("SELECT * FROM alerts")
+    assert a["origin"] == "web-1" and json.loads(a["detail"])["origins"] == 1
+    r.apply(count("kafka-local", 90, "web-2", seq=2), progress(JUDGED + MIN, batch=2))
+    assert r.at(JUDGED + 2 * MIN).fired == 0
+    [a] = r.store.db.query("SELECT * FROM alerts")
+    assert json.loads(a["detail"])["origins"] == 2
+    assert a["origin"] == "web-1"          # what it fired as: Alertmanager's labels stay put
+    assert r.sent() == [("firing", "loss")]
+
+
+def test_each_kind_and_tier_is_its_own_group(tmp_path):
+    r = Reconciler(tmp_path)
+    r.apply(count("producer", 100, "web-1"), count("kafka-local", 90, "web-1"),
+            count("producer", 100, "web-2"), count("kafka-local", 110, "web-2", distinct=100),
+            count("producer", 100, "web-3"), count("kafka-local", 120, "web-3", distinct=100),
+            count("producer", 100, "web-4", window=T0 + W),
+            count("kafka-local", 99, "web-4", window=T0 + W),
+            progress(END + W + 5 * MIN))
+    r.at(JUDGED + W)
+    assert sorted(r.alerts(), key=str) == [("duplication", "kafka-local", None),
+                                           ("loss", "kafka-local", "web-1"),
+                                           ("loss", "kafka-local", "web-4")]
+
+
+def test_hosts_gone_quiet_in_one_window_are_one_silent_producer_alert(tmp_path):
+    r = Reconciler(tmp_path, silent_ms=30 * MIN)
+    quiet = [f"db-{i}" for i in range(40)]
+    r.apply(*[count("producer", 10, h, at=END + i * 1000) for i, h in enumerate(quiet)],
+            count("producer", 10, "late-1", at=END + W + MIN),       # a window later
+            progress(END + 5 * MIN))
+    heard = [count("producer", 0, "web-1", window=T0 + 6 * W, at=END + 5 * W)]
+    r.apply(*heard)
+    r.at(END + 5 * W)
+    rows = r.store.db.query("SELECT * FROM alerts WHERE kind = 'silent_producer' AND "
+                            "status = 'open'")
+    silent = sorted(((a["window_start"], a["origin"], json.loads(a["detail"])["origins"])
+                     for a in rows), key=str)
+    assert silent == [(None, "late-1", 1), (None, None, 40)]
+    assert [s for s in r.sent() if s[1] == "silent_producer"] == [("firing", "silent_producer")] * 2
+    producers = r.store.open_health_kinds("producer")
+    assert sorted(o for o, kind in producers if kind == "silent_producer") == \
+        sorted(quiet + ["late-1"])
+    # half of them speak again: they clear; the alert stays for the rest
+    r.apply(*[count("producer", 0, h, window=T0 + 6 * W, seq=2, at=END + 5 * W + MIN)
+              for h in quiet[:20]])
+    r.at(END + 5 * W + MIN)
+    assert r.store.conn.execute("SELECT count(*) FROM alerts WHERE kind = 'silent_producer' "
+                                "AND status = 'resolved'").fetchone() == (0,)
+    detail = json.loads(r.store.conn.execute(
+        "SELECT detail FROM alerts WHERE origin IS NULL AND kind = 'silent_producer'"
+    ).fetchone()[0])
+    assert detail["origins"] == 20
+    r.apply(*[count("producer", 0, h, window=T0 + 6 * W, seq=2, at=END + 5 * W + 2 * MIN)
+              for h in quiet[20:]])
+    r.at(END + 5 * W + 2 * MIN)
+    assert r.store.conn.execute("SELECT origin FROM alerts WHERE kind = 'silent_producer' "
+                                "AND status = 'resolved'").fetchall() == [(None,)]
+
+
+def test_a_per_origin_alert_of_an_older_reconciler_is_replaced_by_a_grouped_one(tmp_path):
+    r = Reconciler(tmp_path)
+    partition_tail_lost(r, ["web-1", "web-2"], {"web-1": 5, "web-2": 2})
+    old_key = json.dumps(["loss", "app", T0, "kafka-local", "web-1"])
+    r.store.conn.execute(
+        "INSERT INTO alerts (key, kind, alert_class, status, topic, window_start, window_ms, "
+        "tier, origin, summary, detail, fired_at, notified) VALUES (?, 'loss', 'data', 'open', "
+        "'app', ?, ?, 'kafka-local', 'web-1', 'old', '{}', 0, 1)", (old_key, T0, W))
+    r.store.conn.commit()
+    assert r.at(JUDGED).fired == 1 and r.at(JUDGED).resolved == 0
+    rows = {a["origin"]: (a["status"], a["resolved_by"])
+            for a in r.store.db.query("SELECT * FROM alerts")}
+    assert rows == {"web-1": ("resolved", REPLACED), None: ("open", None)}
+    assert sorted(r.sent()) == [("firing", "loss"), ("resolved", "loss")]
+
+
+def test_a_layout_six_file_gets_the_members_table(tmp_path):
+    store = Store(tmp_path / "r.db")
+    store.conn.execute("DROP TABLE alert_members")
+    store.conn.execute("PRAGMA user_version = 6")
+    store.conn.commit()
+    store.close()
+    store = Store(tmp_path / "r.db")
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 7
+    assert store.holding_members(1) == {}
+
+
+def test_the_window_page_lists_a_grouped_alerts_origins_with_their_locate_commands(tmp_path):
+    from starlette.testclient import TestClient
+
+    from dashboards.app import create_app
+    r = Reconciler(tmp_path)
+    partition_tail_lost(r, ["web-1", "web-2", "<b>web-3</b>"],
+                        {"web-1": 5, "web-2": 3, "<b>web-3</b>": 1})
+    r.at(JUDGED)
+    r.store.close()
+    html = TestClient(create_app(tmp_path / "r.db"), base_url="http://127.0.0.1").get(
+        f"/window/app/{T0}").text
+    alerts = html[html.index('id="window-alerts"'):]
+    assert "9 events missing from 3 origins" in alerts
+    for origin, first in (("web-1", 95), ("web-2", 97), ("&lt;b&gt;web-3&lt;/b&gt;", 99)):
+        assert f"{origin} (holding)" in alerts
+        assert f"docket-agent locate --seq {first}-99</code> <small>on {origin}</small>" \
+            in alerts
+    assert "<b>web-3" not in html
