@@ -40,6 +40,12 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 "`Content-Type` and `Idempotency-Key` are docket's."),
         Setting("ca_file", str, None, "PEM file of the certificate authorities to trust for "
                 "`https` (default: the system's)."),
+        Setting("max_per_period", int, 100, "At most this many messages in any "
+                "`period_ms` (0: no limit). When more notifications are due than it lets "
+                "through, the rest go together as one digest message; with none left, they "
+                "wait until the period lets one more through.",
+                minimum=0),
+        Setting("period_ms", int, 600000, "The period of `max_per_period`.", minimum=1000),
     ),
     "email": (
         Setting("host", str, None, "SMTP server.", required=True),
@@ -56,6 +62,12 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 "exchange with the server.", minimum=1),
         Setting("ca_file", str, None, "PEM file of the certificate authorities to trust for "
                 "STARTTLS (default: the system's)."),
+        Setting("max_per_period", int, 100, "At most this many messages in any "
+                "`period_ms` (0: no limit). When more notifications are due than it lets "
+                "through, the rest go together as one digest message; with none left, they "
+                "wait until the period lets one more through.",
+                minimum=0),
+        Setting("period_ms", int, 600000, "The period of `max_per_period`.", minimum=1000),
     ),
     "alertmanager": (
         Setting("url", str, None, f"Base {_URL_HELP} of a Prometheus Alertmanager; docket "
@@ -69,6 +81,12 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 "docket dashboard).", check="url"),
         Setting("ca_file", str, None, "PEM file of the certificate authorities to trust for "
                 "`https` (default: the system's)."),
+        Setting("max_per_period", int, 0, "At most this many messages in any "
+                "`period_ms` (0: no limit). When more notifications are due than it lets "
+                "through, the rest go together as one digest message; with none left, they "
+                "wait until the period lets one more through.",
+                minimum=0),
+        Setting("period_ms", int, 600000, "The period of `max_per_period`.", minimum=1000),
     ),
 }
 

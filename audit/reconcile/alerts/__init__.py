@@ -20,12 +20,16 @@ missing; their schema and statements in ``store/deliveries.py``)::
         delivered_at     ms: the send that worked returned
         UNIQUE (alert_id, event, channel)
 
-    alert_delivery_attempts     one row per send tried
+    alert_delivery_attempts     one row per send tried (a digest: one per row it carried)
         delivery_id      alert_deliveries.id
         at               ms: the send began
         ok               1 | 0
         error            the failure (NULL when ok)
         duration_ms      how long the send took (monotonic clock)
+
+    channel_sends               one row per message a rate-limited channel delivered, kept
+        channel, at      a period: what its ``max_per_period`` counts
+        notifications    1, or how many a digest carried
 
 Invariants:
 
@@ -34,7 +38,10 @@ Invariants:
 - A row is ``delivered`` only if one of its sends returned; every send whose outcome was
   committed has exactly one attempt row; ``attempts`` counts them.
 - On one channel, an alert's ``resolved`` event is not sent while its ``firing`` event is still
-  pending, so no receiver sees an alert resolve and then fire.
+  pending, so no receiver sees an alert resolve and then fire (a digest may carry both, the
+  firing one first).
+- A rate-limited channel delivers at most ``max_per_period`` messages in any ``period_ms``;
+  what is due beyond that is carried by one digest, or waits: nothing is dropped.
 
 Recovery: nothing to do. A crash before an outcome is committed leaves the row ``pending``
 with its old ``next_attempt_at``, so the next dispatcher sends it again. If the crash fell

@@ -32,7 +32,7 @@ from docket_common.formats import utc_iso
 
 from .. import channel_settings as config
 from ..channel_settings import ChannelConfigError
-from .notification import Notification, idempotency_key
+from .notification import Notification, digest_summary, idempotency_key
 
 __all__ = ["AlertmanagerChannel", "Channel", "ChannelConfigError", "DeliveryFailed",
            "EmailChannel", "WebhookChannel", "channel_from_config"]
@@ -53,9 +53,30 @@ class DeliveryFailed(Exception):
 @runtime_checkable
 class Channel(Protocol):
     name: str
+    max_per_period: int           # messages in any ``period_ms`` (0: no limit)
+    period_ms: int
 
     def send(self, n: Notification, idempotency_key: str) -> None:
         """Deliver ``n`` or raise :class:`DeliveryFailed`."""
+
+    def send_digest(self, ns: list[Notification], idempotency_key: str) -> None:
+        """Deliver ``ns`` (notifications the rate limit held back) as one message, or raise
+        :class:`DeliveryFailed`."""
+
+
+class RateLimited:
+    """The rate limit every channel takes (``max_per_period``, ``period_ms``; the outbox's
+    dispatcher keeps it)."""
+    max_per_period: int = 0
+    period_ms: int = 600_000
+
+    def _limit(self, max_per_period: int, period_ms: int) -> None:
+        if max_per_period < 0 or period_ms <= 0:
+            raise ValueError("need max_per_period >= 0 and period_ms > 0")
+        self.max_per_period, self.period_ms = max_per_period, period_ms
+
+    def held_back(self, ns: list[Notification]) -> str:
+        return digest_summary(ns, self.max_per_period, self.period_ms)
 
 
 # -- HTTP ---------------------------------------------------------------------------------------
@@ -144,16 +165,42 @@ def slack_body(n: Notification) -> dict:
                              "ts": (n.resolved_at or n.fired_at) // 1000}]}
 
 
-class WebhookChannel:
+def slack_digest(summary: str, ns: list[Notification]) -> dict:
+    """A digest as a Slack-compatible message: the summary, and a line per notification (the
+    first 50)."""
+    lines = [_mrkdwn(f"{n.headline()}: {n.summary}") for n in ns[:50]]
+    if len(ns) > 50:
+        lines.append(f"… and {len(ns) - 50} more")
+    return {"text": _mrkdwn(summary),
+            "attachments": [{"fallback": _mrkdwn(summary), "color": "#e8a317",
+                             "title": _mrkdwn(summary), "text": "\n".join(lines),
+                             "footer": "docket alert digest"}]}
+
+
+class WebhookChannel(RateLimited):
     """POST to a URL: the notification as JSON (``format="json"``) or a Slack-compatible
     message (``format="slack"``), with the ``Idempotency-Key`` header."""
 
     def __init__(self, name: str, url: str, format: str = "json", timeout_ms: int = 5000,
-                 headers: Mapping[str, str] | None = None, ca_file: str | None = None):
+                 headers: Mapping[str, str] | None = None, ca_file: str | None = None,
+                 max_per_period: int = 100, period_ms: int = 600_000):
         if format not in ("json", "slack"):
             raise ValueError(f"format must be 'json' or 'slack', not {format!r}")
         self.name, self.url, self.format, self.timeout_ms = name, url, format, timeout_ms
         self.headers, self.ca_file = dict(headers or {}), ca_file
+        self._limit(max_per_period, period_ms)
+
+    def digest_body(self, ns: list[Notification], idempotency_key: str) -> dict:
+        if self.format == "slack":
+            return slack_digest(self.held_back(ns), ns)
+        return {"v": 1, "digest": True, "summary": self.held_back(ns), "held_back": len(ns),
+                "max_per_period": self.max_per_period, "period_ms": self.period_ms,
+                "notifications": [n.to_json() for n in ns], "idempotency_key": idempotency_key}
+
+    def send_digest(self, ns: list[Notification], idempotency_key: str) -> None:
+        _post_json(self.url, self.digest_body(ns, idempotency_key),
+                   {**self.headers, "Idempotency-Key": idempotency_key}, self.timeout_ms,
+                   self.ca_file)
 
     def body(self, n: Notification, idempotency_key: str) -> dict:
         if self.format == "slack":
@@ -198,22 +245,29 @@ def alertmanager_alert(n: Notification, now_ms: int, firing_hold_ms: int,
     return alert
 
 
-class AlertmanagerChannel:
+class AlertmanagerChannel(RateLimited):
     """POST one alert to ``{url}/api/v2/alerts``. Alertmanager deduplicates by labels itself;
     the idempotency key is not sent."""
 
     def __init__(self, name: str, url: str, timeout_ms: int = 5000,
                  firing_hold_ms: int = 7 * 24 * 3600 * 1000, generator_url: str | None = None,
-                 ca_file: str | None = None, clock: Callable[[], float] = time.time):
+                 ca_file: str | None = None, clock: Callable[[], float] = time.time,
+                 max_per_period: int = 0, period_ms: int = 600_000):
         self.name, self.url, self.timeout_ms = name, url.rstrip("/"), timeout_ms
+        self._limit(max_per_period, period_ms)
         self.firing_hold_ms, self.generator_url, self.ca_file = (firing_hold_ms, generator_url,
                                                                  ca_file)
         self._clock = clock        # Alertmanager's clock is the wall clock: endsAt counts on it
 
     def send(self, n: Notification, idempotency_key: str) -> None:
-        alert = alertmanager_alert(n, int(self._clock() * 1000), self.firing_hold_ms,
-                                   self.generator_url)
-        _post_json(f"{self.url}/api/v2/alerts", [alert], {}, self.timeout_ms, self.ca_file,
+        self.send_digest([n], idempotency_key)
+
+    def send_digest(self, ns: list[Notification], idempotency_key: str) -> None:
+        """Alertmanager's API takes a list: a digest is every alert in one POST."""
+        now_ms = int(self._clock() * 1000)
+        alerts = [alertmanager_alert(n, now_ms, self.firing_hold_ms, self.generator_url)
+                  for n in ns]
+        _post_json(f"{self.url}/api/v2/alerts", alerts, {}, self.timeout_ms, self.ca_file,
                    show_path=True)
 
     def __repr__(self):
@@ -225,7 +279,7 @@ class AlertmanagerChannel:
 # before its first word, which some readers show with a leading space.
 _MAIL_POLICY = email.policy.default.clone(max_line_length=998)
 
-class EmailChannel:
+class EmailChannel(RateLimited):
     """One plain-text e-mail per event over SMTP, optionally with STARTTLS and AUTH. The
     ``Message-ID`` is made of the idempotency key; a resolved event refers to its firing one
     (``In-Reply-To``), so mail readers thread them."""
@@ -233,7 +287,8 @@ class EmailChannel:
     def __init__(self, name: str, host: str, port: int, sender: str, recipients: Sequence[str],
                  starttls: bool = False, username: str | None = None,
                  password: str | None = None, timeout_ms: int = 10000,
-                 ca_file: str | None = None):
+                 ca_file: str | None = None, max_per_period: int = 100,
+                 period_ms: int = 600_000):
         if not recipients:
             raise ValueError("an e-mail channel needs at least one recipient")
         if (username is None) != (password is None):
@@ -242,27 +297,47 @@ class EmailChannel:
         self.recipients, self.starttls = list(recipients), starttls
         self.username, self.password, self.timeout_ms = username, password, timeout_ms
         self.ca_file = ca_file
+        self._limit(max_per_period, period_ms)
         self.domain = parseaddr(sender)[1].rpartition("@")[2] or "docket.invalid"
 
-    def message(self, n: Notification, idempotency_key_: str) -> EmailMessage:
+    def _envelope(self, subject: str, idempotency_key_: str) -> EmailMessage:
         msg = EmailMessage(policy=_MAIL_POLICY)
-        msg["Subject"] = f"[docket] {n.headline()}"
+        msg["Subject"] = f"[docket] {subject}"
         msg["From"] = self.sender
         msg["To"] = ", ".join(self.recipients)
         msg["Date"] = formatdate(usegmt=True)
         msg["Message-ID"] = f"<{idempotency_key_}@{self.domain}>"
+        msg["Auto-Submitted"] = "auto-generated"
+        return msg
+
+    def digest_message(self, ns: list[Notification], idempotency_key_: str) -> EmailMessage:
+        """One message for a digest: the summary, then each notification's account."""
+        summary = self.held_back(ns)
+        msg = self._envelope(summary, idempotency_key_)
+        msg["X-Docket-Event"] = "digest"
+        rule = "\n" + "-" * 72 + "\n"
+        msg.set_content(summary + "\n" + rule + rule.join(n.text() for n in ns)
+                        + f"\nIdempotency key: {idempotency_key_}\n")
+        return msg
+
+    def send_digest(self, ns: list[Notification], idempotency_key: str) -> None:
+        self._deliver(self.digest_message(ns, idempotency_key), f"a digest of {len(ns)}")
+
+    def message(self, n: Notification, idempotency_key_: str) -> EmailMessage:
+        msg = self._envelope(n.headline(), idempotency_key_)
         if n.event == "resolved":
             first = f"<{idempotency_key(n.alert_id, 'firing', self.name)}@{self.domain}>"
             msg["In-Reply-To"] = first
             msg["References"] = first
-        msg["Auto-Submitted"] = "auto-generated"
         msg["X-Docket-Alert-Id"] = str(n.alert_id)
         msg["X-Docket-Event"] = n.event
         msg.set_content(n.text() + f"\nIdempotency key: {idempotency_key_}\n")
         return msg
 
     def send(self, n: Notification, idempotency_key: str) -> None:
-        msg = self.message(n, idempotency_key)
+        self._deliver(self.message(n, idempotency_key), f"alert {n.alert_id} {n.event}")
+
+    def _deliver(self, msg: EmailMessage, what: str) -> None:
         where = f"SMTP {self.host}:{self.port}"
         try:
             with smtplib.SMTP(self.host, self.port, timeout=self.timeout_ms / 1000) as smtp:
@@ -291,9 +366,8 @@ class EmailChannel:
             raise DeliveryFailed(f"cannot reach {where}: {exc}", True) from exc
         if refused:
             # Some recipients have it: sending again would give them a second copy.
-            log.warning(
-                "channel %s: alert %d %s delivered, but %s refused %s", self.name, n.alert_id,
-                n.event, where, _refusals(refused))
+            log.warning("channel %s: %s delivered, but %s refused %s", self.name, what, where,
+                        _refusals(refused))
 
     def __repr__(self):
         return f"EmailChannel({self.name!r}, {self.host!r}, {self.port})"

@@ -152,3 +152,15 @@ class Notification:
             lines += ["", "Detail:"]
             lines += [f"  {key}: {value}" for key, value in self.detail_lines()]
         return "\n".join(lines) + "\n"
+
+
+def digest_summary(ns: list[Notification], max_per_period: int, period_ms: int) -> str:
+    """``3 alert notifications held back by the rate limit (100 per 600 s): FIRING loss ×2,
+    RESOLVED silent_producer ×1``."""
+    tally: dict[str, int] = {}
+    for n in ns:
+        what = f"{n.event.upper()} {n.kind}"
+        tally[what] = tally.get(what, 0) + 1
+    return (f"{len(ns)} alert notification{'s' if len(ns) != 1 else ''} held back by the rate "
+            f"limit ({max_per_period} per {period_ms // 1000} s): "
+            + ", ".join(f"{what} ×{count}" for what, count in tally.items()))

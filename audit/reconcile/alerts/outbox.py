@@ -21,7 +21,7 @@ import sqlite_utils
 from ..store import deliveries
 from ..store.deliveries import ensure_tables
 from .channels import Channel, DeliveryFailed
-from .notification import Notification, idempotency_key
+from .notification import Notification, digest_summary, idempotency_key
 
 log = logging.getLogger("docket.audit.reconcile.alerts")
 
@@ -49,7 +49,9 @@ class DispatchStats:
     retrying: int = 0         # failed, another attempt scheduled
     gave_up: int = 0          # failed for good (not retryable, or too long)
     deferred: int = 0         # due but left for the next run: their channel failed earlier in
-    #                           this run, or the firing event of the same alert is still pending
+    #                           this run or has no rate left, or the firing event of the same
+    #                           alert is still pending
+    digests: int = 0          # digests tried: notifications a rate limit held back, sent as one
     unconfigured: int = 0     # due but their channel is not configured (left pending)
     next_due_at: int | None = None   # ms: when run_once has something to send next (None:
     #                                  nothing pending on a configured channel)
@@ -91,34 +93,70 @@ class Dispatcher:
         return wait
 
     def run_once(self) -> DispatchStats:
-        """Try every pending row that is due, oldest first, and record each outcome."""
+        """Try every pending row that is due, oldest first, and record each outcome. A channel
+        with a rate limit (``max_per_period``) sends singly while its budget lasts; when more
+        rows are due than it has left, the rest go as one digest; with none left, they wait
+        until the period lets one more through."""
         stats = DispatchStats()
         now = self.now_ms()
         due = deliveries.due(self.db, now)
         firing_pending = {(r["alert_id"], r["channel"]) for r in deliveries.pending(self.db)
                           if r["event"] == "firing"}
         held: dict[str, int] = {}        # channel failed in this run → the retry time it got
+        by_channel: dict[str, list[dict]] = {}
         for row in due:
             name = row["channel"]
-            channel = self.channels.get(name)
-            if channel is None:
+            if name not in self.channels:
                 stats.unconfigured += 1
                 if name not in self._told_unconfigured:
                     self._told_unconfigured.add(name)
                     log.warning("alert deliveries to channel %s wait: no such channel is "
                                 "configured (they stay pending until it is)", name)
                 continue
-            if name in held or (
-                    row["event"] == "resolved" and (row["alert_id"], name) in firing_pending):
-                stats.deferred += 1
+            by_channel.setdefault(name, []).append(row)
+        for name, rows in by_channel.items():
+            channel = self.channels[name]
+            budget, frees_at = self._budget(channel, now)
+            if budget is not None and budget <= 0:
+                stats.deferred += len(rows)
+                held[name] = frees_at
                 continue
-            status, retry_at = self._attempt(row, channel, stats)
-            if status != PENDING:
-                firing_pending.discard((row["alert_id"], name))
-            else:
+            singles = len(rows) if budget is None or len(rows) <= budget else budget - 1
+            for row in rows[:singles]:
+                if name in held or (row["event"] == "resolved"
+                                    and (row["alert_id"], name) in firing_pending):
+                    stats.deferred += 1
+                    continue
+                status, retry_at = self._attempt(row, channel, stats)
+                if status != PENDING:
+                    firing_pending.discard((row["alert_id"], name))
+                else:
+                    held[name] = retry_at
+            rest = rows[singles:]
+            if not rest:
+                continue
+            if name in held:
+                stats.deferred += len(rest)
+                continue
+            in_digest = {(r["alert_id"], name) for r in rest if r["event"] == "firing"}
+            waiting = [r for r in rest if r["event"] == "resolved" and (
+                r["alert_id"], name) in firing_pending - in_digest]
+            stats.deferred += len(waiting)
+            retry_at = self._attempt_digest([r for r in rest if r not in waiting], channel,
+                                            stats)
+            if retry_at is not None:
                 held[name] = retry_at
         stats.next_due_at = self._next_due(held)
         return stats
+
+    def _budget(self, channel: Channel, now: int) -> tuple[int | None, int]:
+        """(messages ``channel`` may still send in its period, or None: no limit; when the
+        oldest of those it sent leaves the period)."""
+        limit, period = getattr(channel, "max_per_period", 0), getattr(channel, "period_ms", 0)
+        if limit <= 0:
+            return None, now
+        sent = deliveries.sent_since(self.db, channel.name, now - period)
+        return limit - len(sent), (sent[0] + period if sent else now)
 
     # -- one row ------------------------------------------------------------------------------
     def _attempt(self, row: dict, channel: Channel,
@@ -128,45 +166,93 @@ class Dispatcher:
         key = idempotency_key(row["alert_id"], row["event"], row["channel"])
         what = f"alert {row['alert_id']} {row['event']} to channel {row['channel']}"
         attempts = row["attempts"] + 1
+        n = self._read(row, what, stats)
+        if n is None:
+            return GAVE_UP, None
+        at = self.now_ms()
+        started = time.monotonic()
+        stats.attempted += 1
+        error, retryable, retry_after = _outcome(lambda: channel.send(n, key), what)
+        duration_ms = int((time.monotonic() - started) * 1000)
+        now = self.now_ms()
+        if error is None:
+            with self.db.atomic():
+                self._settle(row["id"], DELIVERED, attempts,
+                             attempt=(at, True, None, duration_ms), delivered_at=now)
+                if getattr(channel, "max_per_period", 0) > 0:
+                    deliveries.record_send(self.db, channel.name, now, 1)
+            stats.delivered += 1
+            log.info("%s delivered (attempt %d)", what, attempts)
+            return DELIVERED, None
+        return self._failed(row, attempts, (at, False, error, duration_ms), retryable,
+                            retry_after, what, stats)
+
+    def _attempt_digest(self, rows: list[dict], channel: Channel,
+                        stats: DispatchStats) -> int | None:
+        """Send ``rows`` as one digest and commit each one's outcome; returns when the
+        channel may be tried again after a failure (None: delivered)."""
+        what = f"a digest of {len(rows)} notifications to channel {channel.name}"
+        readable = [(row, n) for row in rows
+                    if (n := self._read(row, f"alert {row['alert_id']} {row['event']} to "
+                                         f"channel {row['channel']}", stats)) is not None]
+        if not readable:
+            return None
+        ns = [n for _row, n in readable]
+        key = f"docket-digest-{readable[0][0]['id']}-{len(ns)}-{channel.name}"
+        at = self.now_ms()
+        started = time.monotonic()
+        stats.attempted += 1
+        stats.digests += 1
+        error, retryable, retry_after = _outcome(lambda: channel.send_digest(ns, key), what)
+        duration_ms = int((time.monotonic() - started) * 1000)
+        now = self.now_ms()
+        if error is None:
+            with self.db.atomic():
+                for row, _n in readable:
+                    self._settle(row["id"], DELIVERED, row["attempts"] + 1,
+                                 attempt=(at, True, None, duration_ms), delivered_at=now)
+                deliveries.record_send(self.db, channel.name, now, len(ns))
+            stats.delivered += len(ns)
+            log.warning("%s delivered (the channel's rate limit held them back): %s", what,
+                        digest_summary(ns, channel.max_per_period, channel.period_ms))
+            return None
+        wait = self.backoff_ms(min(row["attempts"] for row, _n in readable) + 1, retry_after)
+        retries = [self._failed(row, row["attempts"] + 1, (at, False, error, duration_ms),
+                                retryable, retry_after, what, stats, wait_ms=wait)[1]
+                   for row, _n in readable]           # one wait: they stay one digest
+        return min((r for r in retries if r is not None), default=None)
+
+    def _read(self, row: dict, what: str, stats: DispatchStats) -> Notification | None:
+        """The row's notification; None when it cannot be read (the row is given up)."""
         try:
-            n = Notification.from_json(json.loads(row["notification"]))
+            return Notification.from_json(json.loads(row["notification"]))
         except (ValueError, TypeError) as exc:
             log.error("%s: gave up, its stored notification cannot be read: %s", what, exc)
             self._settle(row["id"], GAVE_UP, row["attempts"],
                          last_error=f"unreadable notification: {exc}")
             stats.gave_up += 1
-            return GAVE_UP, None
-        at = self.now_ms()
-        started = time.monotonic()
-        stats.attempted += 1
-        error, retryable, retry_after = None, False, None
-        try:
-            channel.send(n, key)
-        except DeliveryFailed as exc:
-            error, retryable, retry_after = exc.message, exc.retryable, exc.retry_after_ms
-        except Exception as exc:        # a fault in a channel: keep the row, say what broke
-            log.exception("%s: the channel raised an unexpected error", what)
-            error, retryable = f"{type(exc).__name__}: {exc}", True
-        duration_ms = int((time.monotonic() - started) * 1000)
+            return None
+
+    def _failed(self, row: dict, attempts: int, attempt: tuple[int, bool, str, int],
+                retryable: bool, retry_after: int | None, what: str, stats: DispatchStats,
+                wait_ms: int | None = None) -> tuple[str, int | None]:
+        """A failed send of ``row``: another attempt later, or given up (not retryable, or
+        too long since it was enqueued)."""
+        error = attempt[2]
         now = self.now_ms()
-        if error is None:
-            self._settle(row["id"], DELIVERED, attempts, attempt=(at, True, None, duration_ms),
-                         delivered_at=now)
-            stats.delivered += 1
-            log.info("%s delivered (attempt %d)", what, attempts)
-            return DELIVERED, None
         deadline = row["created_at"] + self.give_up_after_ms
         if not retryable or now >= deadline:
             why = "not retryable" if not retryable else \
                 f"still failing {self.give_up_after_ms} ms after it was enqueued"
-            self._settle(row["id"], GAVE_UP, attempts, attempt=(at, False, error, duration_ms),
-                         last_error=error)
+            self._settle(row["id"], GAVE_UP, attempts, attempt=attempt, last_error=error)
             stats.gave_up += 1
             log.error("%s: gave up after %d attempt(s), %s: %s", what, attempts, why, error)
             return GAVE_UP, None
-        next_at = min(now + self.backoff_ms(attempts, retry_after), deadline)
-        self._settle(row["id"], PENDING, attempts, attempt=(at, False, error, duration_ms),
-                     last_error=error, next_attempt_at=next_at)
+        if wait_ms is None:
+            wait_ms = self.backoff_ms(attempts, retry_after)
+        next_at = min(now + wait_ms, deadline)
+        self._settle(row["id"], PENDING, attempts, attempt=attempt, last_error=error,
+                     next_attempt_at=next_at)
         stats.retrying += 1
         log.warning("%s failed (attempt %d), trying again in %d ms: %s", what, attempts,
                     next_at - now, error)
@@ -189,3 +275,15 @@ class Dispatcher:
                    if r["event"] == "resolved" else 0)
                for r in pending]
         return min(due, default=None)
+
+
+def _outcome(send: Callable[[], None], what: str) -> tuple[str | None, bool, int | None]:
+    """(error, retryable, retry_after_ms) of one send; error None: delivered."""
+    try:
+        send()
+    except DeliveryFailed as exc:
+        return exc.message, exc.retryable, exc.retry_after_ms
+    except Exception as exc:        # a fault in a channel: keep the row, say what broke
+        log.exception("%s: the channel raised an unexpected error", what)
+        return f"{type(exc).__name__}: {exc}", True, None
+    return None, False, None

@@ -34,6 +34,13 @@ SCHEMA = (
         duration_ms INTEGER NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS alert_delivery_attempts_delivery "
     "ON alert_delivery_attempts (delivery_id)",
+    # every message a rate-limited channel delivered (one notification, or a digest of those
+    # held back), for its limit; kept one period
+    """CREATE TABLE IF NOT EXISTS channel_sends (
+        channel TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        notifications INTEGER NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS channel_sends_at ON channel_sends (channel, at)",
 )
 
 
@@ -88,6 +95,21 @@ def settle(db: sqlite_utils.Database, delivery_id: int, status: str, attempts: i
             "next_attempt_at = COALESCE(?, next_attempt_at), "
             "last_error = COALESCE(?, last_error), delivered_at = ? WHERE id = ?",
             (status, attempts, next_attempt_at, last_error, delivered_at, delivery_id))
+
+
+def sent_since(db: sqlite_utils.Database, channel: str, since_ms: int) -> list[int]:
+    """When ``channel`` delivered each message after ``since_ms``, oldest first; older ones are
+    forgotten here."""
+    with db.atomic():
+        db.execute("DELETE FROM channel_sends WHERE channel = ? AND at <= ?",
+                   (channel, since_ms))
+        return [at for (at,) in db.execute(
+            "SELECT at FROM channel_sends WHERE channel = ? ORDER BY at", (channel,))]
+
+
+def record_send(db: sqlite_utils.Database, channel: str, at_ms: int, notifications: int) -> None:
+    with db.atomic():
+        db.execute("INSERT INTO channel_sends VALUES (?, ?, ?)", (channel, at_ms, notifications))
 
 
 def of_alerts(db: sqlite_utils.Database, alert_ids: list[int]) -> list[dict]:
