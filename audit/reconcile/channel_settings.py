@@ -26,6 +26,16 @@ class ChannelConfigError(ConfigError):
 
 _URL_HELP = "`http://` or `https://` address"
 
+def _rate_limit(default: int) -> tuple[Setting, Setting]:
+    """The two settings of a channel's rate limit (``alerts/outbox.py`` keeps it)."""
+    return (Setting("max_per_period", int, default, "At most this many messages in any "
+                    "`period_ms` (0: no limit). When more notifications are due than it lets "
+                    "through, the rest go together as one digest message; with none left, "
+                    "they wait until the period lets one more through.", minimum=0),
+            Setting("period_ms", int, 600000, "The period of `max_per_period`.",
+                    minimum=1000))
+
+
 SETTINGS: dict[str, tuple[Setting, ...]] = {
     "webhook": (
         Setting("url", str, None, f"Where to POST, an {_URL_HELP}.", required=True,
@@ -40,12 +50,7 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 "`Content-Type` and `Idempotency-Key` are docket's."),
         Setting("ca_file", str, None, "PEM file of the certificate authorities to trust for "
                 "`https` (default: the system's)."),
-        Setting("max_per_period", int, 100, "At most this many messages in any "
-                "`period_ms` (0: no limit). When more notifications are due than it lets "
-                "through, the rest go together as one digest message; with none left, they "
-                "wait until the period lets one more through.",
-                minimum=0),
-        Setting("period_ms", int, 600000, "The period of `max_per_period`.", minimum=1000),
+        *_rate_limit(100),
     ),
     "email": (
         Setting("host", str, None, "SMTP server.", required=True),
@@ -62,12 +67,7 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 "exchange with the server.", minimum=1),
         Setting("ca_file", str, None, "PEM file of the certificate authorities to trust for "
                 "STARTTLS (default: the system's)."),
-        Setting("max_per_period", int, 100, "At most this many messages in any "
-                "`period_ms` (0: no limit). When more notifications are due than it lets "
-                "through, the rest go together as one digest message; with none left, they "
-                "wait until the period lets one more through.",
-                minimum=0),
-        Setting("period_ms", int, 600000, "The period of `max_per_period`.", minimum=1000),
+        *_rate_limit(100),
     ),
     "alertmanager": (
         Setting("url", str, None, f"Base {_URL_HELP} of a Prometheus Alertmanager; docket "
@@ -81,12 +81,7 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 "docket dashboard).", check="url"),
         Setting("ca_file", str, None, "PEM file of the certificate authorities to trust for "
                 "`https` (default: the system's)."),
-        Setting("max_per_period", int, 0, "At most this many messages in any "
-                "`period_ms` (0: no limit). When more notifications are due than it lets "
-                "through, the rest go together as one digest message; with none left, they "
-                "wait until the period lets one more through.",
-                minimum=0),
-        Setting("period_ms", int, 600000, "The period of `max_per_period`.", minimum=1000),
+        *_rate_limit(0),
     ),
 }
 
