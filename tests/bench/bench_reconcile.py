@@ -49,6 +49,7 @@ from audit.reconcile import figures, service  # noqa: E402
 from audit.reconcile.config import parse as parse_config  # noqa: E402
 from audit.reconcile.service import BATCH_RECORDS, evaluate  # noqa: E402
 from audit.reconcile.store import Store  # noqa: E402
+from tests.bench import fleet  # noqa: E402
 
 WINDOW_MS = 600_000
 WINDOWS = 144
@@ -146,20 +147,7 @@ def records(topics: int) -> Iterator[AuditRecord | Ranges | Progress]:
 
 def apply_all(store: Store, topics: int) -> tuple[int, float]:
     """(records applied, seconds in ``Store.apply``: building the records is left out)."""
-    batch: list = []
-    applied, spent = 0, 0.0
-    for rec in records(topics):
-        batch.append(rec)
-        if len(batch) == BATCH_RECORDS:
-            applied += len(batch)
-            t = time.perf_counter()
-            store.apply(batch, {}, {("docket.audit", 0): applied}, "2025-11-22T01:00:00+00:00")
-            spent += time.perf_counter() - t
-            batch = []
-    applied += len(batch)
-    t = time.perf_counter()
-    store.apply(batch, {}, {("docket.audit", 0): applied}, "2025-11-22T01:00:00+00:00")
-    return applied, spent + time.perf_counter() - t
+    return _apply_batches(store, records(topics))
 
 
 def parse_cost(topics: int) -> float:
@@ -175,11 +163,104 @@ def parse_cost(topics: int) -> float:
     return (time.perf_counter() - t) / len(values) * 1e6
 
 
+def _apply_batches(store: Store, recs, applied: int = 0) -> tuple[int, float]:
+    """Apply ``recs`` in the consumer's batches: (records applied in all, seconds in
+    ``Store.apply``)."""
+    batch: list = []
+    spent = 0.0
+    for rec in recs:
+        batch.append(rec)
+        if len(batch) == BATCH_RECORDS:
+            applied += len(batch)
+            t = time.perf_counter()
+            store.apply(batch, {}, {("docket.audit", 0): applied}, "2025-11-22T01:00:00+00:00")
+            spent += time.perf_counter() - t
+            batch = []
+    applied += len(batch)
+    t = time.perf_counter()
+    store.apply(batch, {}, {("docket.audit", 0): applied}, "2025-11-22T01:00:00+00:00")
+    return applied, spent + time.perf_counter() - t
+
+
+FLEET_TARGETS = {"day_s": 600.0, "steady_evaluation_s": 30.0, "peak_rss_mb": 2048}
+
+
+def fleet_day(shape: fleet.Fleet) -> dict:
+    """The fleet's day applied and judged, then a fresh window applied and judged; the alerts
+    it raised against what it must raise (``fleet.Fleet.expected``)."""
+    cfg = parse_config({
+        "channels": {"ops": {"type": "webhook", "url": "http://127.0.0.1:9/alerts"}},
+        "alerts": {"default_channels": ["ops"], "silent_ms": 3 * 3_600_000,
+                   "lag_ms": 3 * 3_600_000},
+        "windows": {"tiers": fleet.TIERS}, "tiers": fleet.GRAPH})
+    day_end = fleet.T0 + shape.windows * fleet.WINDOW_MS
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as d:
+        path = Path(d) / "reconcile.db"
+        store = Store(path)
+        applied, apply_s = _apply_batches(store, shape.records())
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        t = time.perf_counter()
+        first = evaluate(store, cfg, day_end + 60 * MIN + 1)
+        first_s = time.perf_counter() - t
+        # a fresh window: applied, then judged once past its grace
+        fresh = range(shape.windows, shape.windows + 1)
+        more, fresh_apply_s = _apply_batches(store, shape.records(fresh), applied)
+        t = time.perf_counter()
+        steady = evaluate(store, cfg, day_end + fleet.WINDOW_MS + 31 * MIN)
+        steady_s = time.perf_counter() - t
+        whole_topic, whole_window = shape.whole_loss
+        whole = [(tier, json.loads(detail).get("origins")) for tier, detail in store.conn.execute(
+            "SELECT tier, detail FROM alerts WHERE kind = 'loss' AND topic = ? AND "
+            "window_start = ?", (f"fleet.t{whole_topic:04d}",
+                                 fleet.T0 + whole_window * fleet.WINDOW_MS))]
+        by_kind_tier = {f"{k} {t}": n for k, t, n in store.conn.execute(
+            "SELECT kind, tier, count(*) FROM alerts GROUP BY kind, tier")}
+        per_key = store.conn.execute(
+            "SELECT max(n) FROM (SELECT count(*) AS n FROM alerts WHERE topic IS NOT NULL "
+            "GROUP BY kind, topic, window_start, tier)").fetchone()[0]
+        queued = store.conn.execute("SELECT count(*) FROM alert_deliveries").fetchone()[0]
+        members = store.conn.execute("SELECT count(*) FROM alert_members").fetchone()[0]
+        store.close()
+        db_bytes = sum(p.stat().st_size for p in Path(d).iterdir())
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    day_s = apply_s + first_s
+    return {
+        "bench": "reconcile_fleet_day", "input": "Store.apply, no Kafka",
+        "origins": shape.origins, "topics": shape.topics, "topics_per_origin": shape.per_origin,
+        "windows": shape.windows, "tiers": len(fleet.TIERS), "records": applied,
+        "apply_s": round(apply_s, 1), "records_per_s": round(applied / apply_s),
+        "first_evaluation_s": round(first_s, 1), "windows_judged": first.windows,
+        "day_s": round(day_s, 1),
+        "fresh_window_records": more - applied, "fresh_window_apply_s": round(fresh_apply_s, 1),
+        "steady_evaluation_s": round(steady_s, 2), "steady_windows_judged": steady.windows,
+        "alerts_by_kind_tier": by_kind_tier, "expected": shape.expected(extra_windows=1),
+        "whole_partition_loss_alerts": whole, "max_alerts_per_kind_topic_window_tier": per_key,
+        "alert_members": members, "notifications_queued": queued,
+        "peak_rss_mb": round(peak_rss_mb),
+        "figures_process_peak_rss_mb": round(max(FIGURES_HWM_KB, default=0) / 1024),
+        "db_bytes": db_bytes, "targets": FLEET_TARGETS,
+        "targets_met": {"day_s": day_s <= FLEET_TARGETS["day_s"],
+                        "steady_evaluation_s": steady_s <= FLEET_TARGETS["steady_evaluation_s"],
+                        "peak_rss_mb": peak_rss_mb <= FLEET_TARGETS["peak_rss_mb"]},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--topics", type=int, default=10_000)
+    ap.add_argument("--fleet", action="store_true",
+                    help="the fleet's day instead (tests/bench/fleet.py): many origins, few "
+                    "topics each, four tiers")
+    ap.add_argument("--origins", type=int, default=fleet.Fleet.origins)
+    ap.add_argument("--fleet-topics", type=int, default=fleet.Fleet.topics)
+    ap.add_argument("--windows", type=int, default=fleet.Fleet.windows)
     args = ap.parse_args()
     logging.getLogger("docket").setLevel(logging.ERROR)     # one line per alert fired otherwise
+    if args.fleet:
+        service.FiguresProcess = MeasuredFigures
+        print(json.dumps(fleet_day(fleet.Fleet(origins=args.origins, topics=args.fleet_topics,
+                                               windows=args.windows))))
+        return
     cfg = config()
     service.FiguresProcess = MeasuredFigures
     with tempfile.TemporaryDirectory(prefix="bench-reconcile-") as d:

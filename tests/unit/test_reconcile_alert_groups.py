@@ -206,3 +206,30 @@ def test_the_window_page_lists_a_grouped_alerts_origins_with_their_locate_comman
         assert f"docket-agent locate --seq {first}-99</code> <small>on {origin}</small>" \
             in alerts
     assert "<b>web-3" not in html
+
+
+def test_a_small_fleets_day_raises_one_alert_per_kind_topic_window_and_tier(tmp_path):
+    """The benchmarks' fleet (tests/bench/fleet.py) at a small size: every alert it must raise,
+    no other, and its whole-partition loss one alert naming every writer."""
+    from audit.reconcile.config import parse
+    from audit.reconcile.evaluate import evaluate
+    from tests.bench import fleet
+    shape = fleet.Fleet(origins=300, topics=30, windows=8)
+    store = Store(tmp_path / "r.db")
+    store.apply(list(shape.records()), {}, {("docket.audit", 0): 1}, "t")
+    cfg = parse({"channels": {"ops": {"type": "webhook", "url": "http://127.0.0.1:9/x"}},
+                 "alerts": {"default_channels": ["ops"], "silent_ms": 6 * 3_600_000,
+                            "lag_ms": 6 * 3_600_000},
+                 "windows": {"tiers": fleet.TIERS}, "tiers": fleet.GRAPH})
+    evaluate(store, cfg, fleet.T0 + (shape.windows + 6) * fleet.WINDOW_MS)
+    want = shape.expected()
+    got = dict(store.conn.execute("SELECT kind || ' ' || tier, count(*) FROM alerts "
+                                  "GROUP BY kind, tier"))
+    assert got == {"loss kafka-local": want["loss_alerts"],
+                   "duplication aggregate": want["duplication_alerts"]}
+    topic, window = shape.whole_loss
+    [(detail,)] = store.conn.execute(
+        "SELECT detail FROM alerts WHERE topic = ? AND window_start = ?",
+        (f"fleet.t{topic:04d}", fleet.T0 + window * fleet.WINDOW_MS))
+    assert json.loads(detail)["origins"] == want["whole_loss_origins"] == 50
+    assert json.loads(detail)["missing"] == 50 * fleet.LOST
