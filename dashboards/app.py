@@ -121,11 +121,13 @@ def create_app(db: Path, token: str | None = None, config: Path | None = None,
         start = _window_start(request.path_params["start"])
         if start is None:
             return page("missing.html", request, what="that window")
+        every = request.query_params.get("origins") == "all"
         with closing(store()) as s:
-            detail = data.window_detail(s, topic, start, graph)
+            detail = data.window_detail(s, topic, start, graph,
+                                        None if every else data.SHOWN_ORIGINS)
         if detail is None:
             return page("missing.html", request, what=f"window {start} of {topic}")
-        return page("window.html", request, w=detail)
+        return page("window.html", request, w=detail, every=every)
 
     def alerts_page(request: Request):
         status = request.query_params.get("status", "open")

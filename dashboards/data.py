@@ -160,11 +160,24 @@ def topic_history(store: Store, topic: str, since_ms: int, graph: Graph = NOT_KN
             "watermarks": marks, "known_drops": dict(drops)}
 
 
+SHOWN_ORIGINS = 20          # the origins a window's page lists unless asked for all
+
+
+def _badness(by_tier: dict[str, dict]) -> tuple[int, int]:
+    """How far an origin is from complete in a window, to rank the worst first: events
+    missing and copies added over its tiers, then whether any tier judged it other than
+    complete."""
+    return (sum((o["missing"] or 0) + (o["duplicates"] or 0) for o in by_tier.values()),
+            sum(o["state"] != COMPLETE for o in by_tier.values()))
+
+
 def window_detail(store: Store, topic: str, window_start: int,
-                  graph: Graph = NOT_KNOWN) -> dict | None:
+                  graph: Graph = NOT_KNOWN, shown: int | None = None) -> dict | None:
     """One window: each tier's verdict (in graph order, with what feeds it), per origin what
     each tier counted and is missing (with the missing record numbers where a tier reported
-    them), the revisions, the alerts."""
+    them), the revisions, the alerts. ``shown``: list only that many origins, the worst first
+    (``origins_total`` and ``origins_not_complete`` count them all); None: every origin, by
+    name."""
     tiers_ = {r["tier"]: r for r in store.window_tiers(topic, window_start)}
     if not tiers_:
         return None
@@ -189,7 +202,13 @@ def window_detail(store: Store, topic: str, window_start: int,
                     "state": COMPLETE, "expected": rec.count, "count": rec.count,
                     "distinct": rec.count, "duplicates": 0, "missing": 0, "checksum": MATCH,
                     "reason": ""}
-    origins = dict(sorted(origins.items()))
+    origins_total = len(origins)
+    not_complete = sum(1 for by_tier in origins.values() if _badness(by_tier) != (0, 0))
+    if shown is None:
+        origins = dict(sorted(origins.items()))
+    else:
+        worst = sorted(origins.items(), key=lambda kv: (*(-b for b in _badness(kv[1])), kv[0]))
+        origins = dict(worst[:shown])
     ranges: dict[str, dict[str, dict]] = {}
     for origin, by_tier in origins.items():          # the numbers no tier may lack: what the
         for t, o in by_tier.items():                 # producer journalled as dropped is not
@@ -205,7 +224,9 @@ def window_detail(store: Store, topic: str, window_start: int,
             "hops": arranged["hops"],
             "verdicts": {t: {k: v for k, v in tiers_[t].items() if k not in ("topic",)}
                          for t in order},
-            "origins": origins, "missing_ranges": ranges, "revisions": revisions,
+            "origins": origins, "origins_total": origins_total,
+            "origins_not_complete": not_complete,
+            "missing_ranges": ranges, "revisions": revisions,
             "alerts": alerts}
 
 

@@ -40,13 +40,16 @@ from starlette.testclient import TestClient  # noqa: E402
 from audit.reconcile.service import evaluate  # noqa: E402
 from audit.reconcile.store import Store  # noqa: E402
 from dashboards.app import create_app  # noqa: E402
+from tests.bench import fleet  # noqa: E402
 from tests.bench.bench_reconcile import (  # noqa: E402
     DAY_END,
     FIRST_EVALUATION,
     T0,
     WINDOWS,
+    _apply_batches,
     apply_all,
     config,
+    fleet_config,
 )
 
 REPEAT = 5
@@ -97,11 +100,67 @@ def _browser_load_s(app, path: str) -> float | None:
     return statistics.median(loads)
 
 
+FLEET_TARGET_S = 1.0          # server time of the overview and of a window's page
+
+
+def fleet_pages(origins: int, windows: int) -> dict:
+    """A fleet whose every origin writes each of 5 topics (``origins`` per window of a topic),
+    its day judged; then the overview and two window pages: one of an ordinary window, one
+    whose partition's tail every origin lost (one alert of ``origins`` members). Each page
+    must name the 20 worst origins, not all."""
+    shape = fleet.Fleet(origins=origins, topics=5, per_origin=5, windows=windows)
+    day_end = fleet.T0 + windows * fleet.WINDOW_MS
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "reconcile.db"
+        store = Store(db)
+        t = time.perf_counter()
+        applied, _ = _apply_batches(store, shape.records())
+        fill_s = time.perf_counter() - t
+        t = time.perf_counter()
+        evaluate(store, fleet_config(), day_end + 61 * 60_000)
+        evaluation_s = time.perf_counter() - t
+        store.close()
+        client = TestClient(create_app(db, clock=lambda: day_end / 1000),
+                            base_url="http://127.0.0.1")
+        topic, lossy = shape.whole_loss
+        pages = {"overview": "/?tier=warehouse&range=24h",
+                 "window": f"/window/fleet.t{topic:04d}/{fleet.T0 + (lossy - 1) * 600_000}",
+                 "window_whole_loss": f"/window/fleet.t{topic:04d}/"
+                                      f"{fleet.T0 + lossy * 600_000}"}
+        out = {}
+        for name, path in pages.items():
+            took, size = _median_s(lambda path=path: client.get(path))
+            out[f"{name}_server_s"] = round(took, 3)
+            out[f"{name}_html_kb"] = round(size / 1000)
+            html = client.get(path).text
+            if name != "overview":
+                table = html[html.index('id="origins"'):html.index("</table>",
+                                                                   html.index('id="origins"'))]
+                out[f"{name}_origin_rows"] = table.count("<tr><th>") - 1    # the header
+                out[f"{name}_says"] = html[html.index('id="origins-shown">') + 19:
+                                           html.index("<a href", html.index("origins-shown"))
+                                           ].strip() if "origins-shown" in html else None
+    return {"bench": "dashboard_fleet", "origins_per_topic_window": origins, "topics": 5,
+            "windows": windows, "records_applied": applied, "fill_s": round(fill_s, 1),
+            "first_evaluation_s": round(evaluation_s, 1), **out,
+            "target_s": FLEET_TARGET_S,
+            "target_met": all(v <= FLEET_TARGET_S for k, v in out.items()
+                              if k.endswith("_server_s")),
+            "note": "server times in process (Starlette test client, no socket), median of 5"}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--topics", type=int, default=2000)
+    p.add_argument("--fleet", action="store_true",
+                   help="a fleet's window pages instead: --origins per window (default 5,000)")
+    p.add_argument("--origins", type=int, default=5000)
+    p.add_argument("--windows", type=int, default=24)
     args = p.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    if args.fleet:
+        print(json.dumps(fleet_pages(args.origins, args.windows)))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "reconcile.db"
         store = Store(db)

@@ -185,14 +185,19 @@ def _apply_batches(store: Store, recs, applied: int = 0) -> tuple[int, float]:
 FLEET_TARGETS = {"day_s": 600.0, "steady_evaluation_s": 30.0, "peak_rss_mb": 2048}
 
 
-def fleet_day(shape: fleet.Fleet) -> dict:
-    """The fleet's day applied and judged, then a fresh window applied and judged; the alerts
-    it raised against what it must raise (``fleet.Fleet.expected``)."""
-    cfg = parse_config({
+def fleet_config():
+    """The reconciler's config for the fleet: its tier graph; no heartbeats are simulated."""
+    return parse_config({
         "channels": {"ops": {"type": "webhook", "url": "http://127.0.0.1:9/alerts"}},
         "alerts": {"default_channels": ["ops"], "silent_ms": 3 * 3_600_000,
                    "lag_ms": 3 * 3_600_000},
         "windows": {"tiers": fleet.TIERS}, "tiers": fleet.GRAPH})
+
+
+def fleet_day(shape: fleet.Fleet) -> dict:
+    """The fleet's day applied and judged, then a fresh window applied and judged; the alerts
+    it raised against what it must raise (``fleet.Fleet.expected``)."""
+    cfg = fleet_config()
     day_end = fleet.T0 + shape.windows * fleet.WINDOW_MS
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as d:
         path = Path(d) / "reconcile.db"

@@ -233,3 +233,25 @@ def test_a_small_fleets_day_raises_one_alert_per_kind_topic_window_and_tier(tmp_
         (f"fleet.t{topic:04d}", fleet.T0 + window * fleet.WINDOW_MS))
     assert json.loads(detail)["origins"] == want["whole_loss_origins"] == 50
     assert json.loads(detail)["missing"] == 50 * fleet.LOST
+
+
+def test_a_windows_page_names_its_twenty_worst_origins_and_all_on_request(tmp_path):
+    from starlette.testclient import TestClient
+
+    from dashboards.app import create_app
+    r = Reconciler(tmp_path)
+    lost = {host: (i % 9) for i, host in enumerate(HOSTS)}         # 0 to 8 lost, some none
+    partition_tail_lost(r, HOSTS, lost)
+    r.at(JUDGED)
+    r.store.close()
+    client = TestClient(create_app(tmp_path / "r.db"), base_url="http://127.0.0.1")
+    html = client.get(f"/window/app/{T0}").text
+    table = html[html.index('id="origins"'):html.index("</table>", html.index('id="origins"'))]
+    shown = [line.split("<th>")[1].split("<")[0] for line in table.splitlines()
+             if line.strip().startswith("<tr><th>") and "origin</th>" not in line]
+    worst = sorted(HOSTS, key=lambda h: (-lost[h], h))[:20]
+    assert shown == worst                                  # the 20 worst, worst first
+    not_complete = sum(1 for n in lost.values() if n)
+    assert f"The 20 worst of 200 origins ({not_complete} not complete at every tier)" in html
+    every = client.get(f"/window/app/{T0}?origins=all").text
+    assert every.count("<tr><th>web-") == 200 and "All 200 origins, by name." in every
