@@ -110,24 +110,48 @@ def deleted_numbers(bootstrap: str, topic: str, upto: int) -> tuple[list[int], C
     return sorted(numbers), windows
 
 
-def lost_state(db, topic: str, windows: Counter) -> dict:
+def lost_state(db, topic: str, windows: Counter, logs: list) -> dict:
     """The reconciler's view of the lost topic, printed when its loss was not alerted in
-    time: each lost window's verdicts per tier and origin, the jobs' marks, their progress."""
+    time: each lost window's verdicts per tier and origin and its count records (with the
+    producer's ``sealed_through``, which a tier's marks must reach), the jobs' marks and
+    progress, what is left to evaluate, the alerts and their deliveries, and the last lines of
+    the jobs' and the reconciler's logs: enough to tell a tier not caught up from a reconciler
+    not evaluating, or an alert not delivered."""
+    out: dict = {"logs": {}}
+    for log in logs:
+        try:
+            out["logs"][log.name] = log.read_text(errors="replace").splitlines()[-40:]
+        except OSError as exc:
+            out["logs"][log.name] = str(exc)
     conn = sqlite3.connect(db)
     try:
-        return {
+        out.update({
             "windows": {w: conn.execute(
                 "SELECT tier, origin, state, reason FROM window_origins WHERE topic = ? AND "
                 "window_start = ?", (topic, w)).fetchall() for w in windows},
+            "verdicts": conn.execute(
+                "SELECT window_start, tier, state, final, count, expected, changed_at FROM "
+                "windows WHERE topic = ?", (topic,)).fetchall(),
+            "counts": conn.execute(
+                "SELECT window_start, tier, origin, emitter, count, distinct_count, seq, "
+                "sealed_through, emitted_at, arrived_at FROM counts WHERE topic = ?",
+                (topic,)).fetchall(),
             "tiers": conn.execute("SELECT tier FROM topic_tiers WHERE topic = ?",
                                   (topic,)).fetchall(),
-            "marks": conn.execute("SELECT tier, source, source_seq, source_delivered FROM "
-                                  "caught_up").fetchall(),
-            "progress": conn.execute("SELECT * FROM progress").fetchall()}
+            "marks": conn.execute("SELECT tier, source, source_seq, source_delivered, seq, "
+                                  "arrived_at FROM caught_up").fetchall(),
+            "progress": conn.execute("SELECT * FROM progress").fetchall(),
+            "dirty": conn.execute("SELECT count(*) FROM dirty").fetchone(),
+            "evaluating": conn.execute("SELECT count(*) FROM evaluating").fetchone(),
+            "alerts": conn.execute("SELECT id, kind, status, topic, window_start, tier, "
+                                   "origin, fired_at FROM alerts").fetchall(),
+            "deliveries": conn.execute("SELECT alert_id, event, status, attempts, last_error "
+                                       "FROM alert_deliveries").fetchall()})
     except sqlite3.Error as exc:
-        return {"error": str(exc)}
+        out["error"] = str(exc)
     finally:
         conn.close()
+    return out
 
 
 def test_skewed_producer_clocks_raise_no_false_alarm_and_a_real_loss_is_exact(kafka, tmp_path):
@@ -229,7 +253,11 @@ def test_skewed_producer_clocks_raise_no_false_alarm_and_a_real_loss_is_exact(ka
                 assert job.proc.poll() is None, job.log_text()
             time.sleep(0.5)
         if not lost_alerted():                    # what the reconciler knew of the loss
-            print(json.dumps(lost_state(db, lossy, lost_windows), default=str))
+            print(json.dumps(lost_state(db, lossy, lost_windows,
+                                        [tmp_path / n for n in ("count.log", "land.log",
+                                                                "reconcile.log")]),
+                             default=str))
+            print(f"now {int(time.time() * 1000)}; the agents' logs are under {tmp_path}")
         assert tier_totals() == want
         time.sleep(10)                   # a few more evaluations and rounds, with all counted
 
