@@ -190,7 +190,8 @@ def test_a_layout_3_file_is_clustered_and_keeps_its_rows(tmp_path):
     store.apply([AuditRecord(tier="producer", origin="o", topic="c", window_start=0,
                              window_ms=600000, count=1, bytes=1, checksum=1, emitter="o/agent",
                              seq=1, distinct=1, duplicates=0)], {}, {}, "t")
-    assert store.conn.execute("SELECT topic FROM dirty").fetchall() == [("c",)]   # triggers
+    assert store.conn.execute("SELECT topic FROM dirty").fetchall() == [("c",)]   # marked by apply
+    assert _table_sql(store, "counts_dirty_insert") is None      # layout 7: no trigger
     store.close()
 
 
@@ -239,15 +240,15 @@ def test_a_file_another_opener_rebuilt_meanwhile_is_not_rebuilt_again(tmp_path):
 
 def test_a_rebuilt_file_is_whole_without_the_schema_run_after(tmp_path, monkeypatch):
     """Killed after the rebuild's commit, before the open's own ``executescript``: the file
-    already has the triggers, the view and the index of layout 4."""
+    already has the view and the indexes of layout 4 (the counts' dirty triggers are gone
+    since layout 7: ``apply`` marks the windows)."""
     path = tmp_path / "r.db"
     _layout_3_file(path)
     store = Store.__new__(Store)
     store.path, store.conn = path, sqlite3.connect(path)
     store._cluster()
     names = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master")}
-    assert {"counts_dirty_insert", "counts_dirty_update", "completeness",
-            "windows_not_final", "evaluating"} <= names
+    assert {"completeness", "windows_not_final", "evaluating"} <= names
     assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 4
     store.conn.close()
 
