@@ -255,3 +255,85 @@ def test_a_windows_page_names_its_twenty_worst_origins_and_all_on_request(tmp_pa
     assert f"The 20 worst of 200 origins ({not_complete} not complete at every tier)" in html
     every = client.get(f"/window/app/{T0}?origins=all").text
     assert every.count("<tr><th>web-") == 200 and "All 200 origins, by name." in every
+
+
+def test_a_group_resolved_by_hand_keeps_its_origins_out_not_a_new_origins_loss(tmp_path):
+    from audit.reconcile.alerts.lifecycle import resolve_by_hand
+    r = Reconciler(tmp_path)
+    partition_tail_lost(r, ["web-1", "web-2", "web-3"], {"web-1": 5, "web-2": 3})
+    r.at(JUDGED)
+    [(first,)] = r.store.conn.execute("SELECT id FROM alerts")
+    resolve_by_hand(r.store, r.cfg, first, "ops", JUDGED + 1)
+    assert r.at(JUDGED + MIN).fired == 0                   # web-1 and web-2: resolved by hand
+    r.apply(count("kafka-local", 90, "web-3", seq=2), progress(JUDGED + 2 * MIN, batch=2))
+    assert r.at(JUDGED + 3 * MIN).fired == 1                # web-3's loss: an alert of its own
+    [(second, origin)] = r.store.conn.execute(
+        "SELECT id, origin FROM alerts WHERE status = 'open'")
+    assert origin == "web-3" and set(r.members("loss", "kafka-local")) == {"web-3"}
+    # web-2 unknown at the tier (a newer report it has not read), web-1 complete: web-1's
+    # hand resolution ends, web-2's stays (an unknown state clears nothing)
+    r.apply(count("kafka-local", 100, "web-1", seq=3),
+            count("producer", 150, "web-2", seq=2, at=JUDGED + 4 * MIN),
+            progress(JUDGED + 4 * MIN, batch=3))
+    r.at(JUDGED + 5 * MIN)
+    snoozed = {json.loads(k)[4] for (k,) in r.store.conn.execute("SELECT key FROM snoozes")}
+    assert snoozed == {"web-2"}
+    # web-2 judged again, still short: no alert (its condition never cleared)
+    r.apply(progress(JUDGED + 6 * MIN, batch=4))
+    r.apply(count("kafka-local", 145, "web-2", seq=4), progress(JUDGED + 7 * MIN, batch=5))
+    assert r.at(JUDGED + 8 * MIN).fired == 0
+    assert set(r.members("loss", "kafka-local")) == {"web-3"}
+    assert second == r.store.conn.execute("SELECT max(id) FROM alerts").fetchone()[0]
+
+
+def test_quiet_producers_resolved_by_hand_page_again_only_after_they_spoke(tmp_path):
+    from audit.reconcile.alerts.lifecycle import resolve_by_hand
+    r = Reconciler(tmp_path, silent_ms=30 * MIN)
+    r.apply(count("producer", 10, "db-1", at=END), count("producer", 10, "db-2", at=END),
+            progress(END + 5 * MIN))
+    r.at(END + 35 * MIN)
+    [(alert_id, summary)] = r.store.conn.execute(
+        "SELECT id, summary FROM alerts WHERE kind = 'silent_producer'")
+    members = r.store.holding_members(alert_id)
+    r.at(END + 36 * MIN)                                    # still quiet: members unchanged
+    assert r.store.holding_members(alert_id) == members
+    resolve_by_hand(r.store, r.cfg, alert_id, "ops", END + 37 * MIN)
+    assert r.at(END + 38 * MIN).fired == 0
+    r.apply(count("producer", 0, "db-1", window=T0 + 4 * W, at=END + 39 * MIN),
+            count("producer", 0, "db-2", window=T0 + 4 * W, at=END + 39 * MIN))
+    r.at(END + 40 * MIN)                                    # they spoke: the snoozes end
+    assert r.store.conn.execute("SELECT count(*) FROM snoozes").fetchone() == (0,)
+    assert r.at(END + 80 * MIN).fired >= 1                  # quiet again: paged again
+    assert [a for a in r.alerts() if a[0] == "silent_producer"] == \
+        [("silent_producer", "producer", None)]
+
+
+def test_a_group_left_with_another_origin_than_it_fired_for_says_so(tmp_path):
+    r = Reconciler(tmp_path)
+    partition_tail_lost(r, ["web-1", "web-2"], {"web-1": 5})
+    r.at(JUDGED)
+    r.apply(count("kafka-local", 100, "web-1", seq=2), count("kafka-local", 97, "web-2", seq=2),
+            progress(JUDGED + MIN, batch=2))
+    r.at(JUDGED + 2 * MIN)
+    [a] = r.store.db.query("SELECT * FROM alerts")
+    assert a["origin"] == "web-1"                           # as it fired: labels stay
+    assert a["summary"] == ("3 events missing from 1 origin at app window "
+                            "2025-11-21T23:00:00Z tier kafka-local (worst web-2: 3)")
+    n = notification(r.store, a["id"], "firing")
+    assert n.headline() == "FIRING loss app 2025-11-21T23:00Z kafka-local 1 origin"
+
+
+def test_a_layout_six_file_loses_its_per_row_dirty_triggers(tmp_path):
+    store = Store(tmp_path / "r.db")
+    store.conn.executescript("""
+        CREATE TRIGGER counts_dirty_insert AFTER INSERT ON counts BEGIN
+            INSERT INTO dirty SELECT new.topic, new.window_start WHERE 0; END;
+        CREATE TRIGGER counts_dirty_update AFTER UPDATE ON counts BEGIN
+            INSERT INTO dirty SELECT new.topic, new.window_start WHERE 0; END;
+        PRAGMA user_version = 6;""")
+    store.close()
+    store = Store(tmp_path / "r.db")
+    assert store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND "
+                              "name LIKE 'counts_dirty%'").fetchall() == []
+    store.apply([count("producer", 10)], {}, {}, "t")
+    assert store.conn.execute("SELECT count(*) FROM dirty").fetchone() == (1,)

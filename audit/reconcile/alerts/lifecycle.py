@@ -105,13 +105,49 @@ def grouped(holds: list[Condition]) -> list[Condition]:
             out.append(c)
         else:
             groups.setdefault(c.group, {})[c.origin] = c
-    for key, members in groups.items():
-        first = next(iter(members.values()))
-        summary, detail = group_text(first.kind, first.at,
-                                     {o: (m.summary, m.detail) for o, m in members.items()})
-        out.append(Condition(first.kind, first.topic, first.window_start, first.window_ms,
-                             first.tier, first.origin if len(members) == 1 else None,
-                             summary, detail, group=key, at=first.at, members=members))
+    out += [_group_of(key, members) for key, members in groups.items()]
+    return out
+
+
+def _group_of(key: str, members: dict[str, Condition]) -> Condition:
+    """The condition of a group from its members' (origin → condition)."""
+    first = next(iter(members.values()))
+    origin = first.origin if len(members) == 1 else None
+    summary, detail = group_text(first.kind, first.at,
+                                 {o: (m.summary, m.detail) for o, m in members.items()}, origin)
+    return Condition(first.kind, first.topic, first.window_start, first.window_ms, first.tier,
+                     origin, summary, detail, group=key, at=first.at, members=members)
+
+
+def member_key(c: Condition, origin: str) -> str:
+    """The key of one member of a group (what resolving the group by hand snoozes, per
+    origin; the key its alert had before alerts were grouped)."""
+    return alert_key(c.kind, c.topic, c.window_start, c.tier, origin)
+
+
+def _holds_for(groups: dict[str, Condition], kind: str, topic, window_start, tier: str,
+               origin: str) -> bool:
+    """Whether ``origin`` is a member of a group of (kind, topic, window, tier) that holds
+    (for ``silent_producer``: of any window it went quiet in)."""
+    return any(origin in c.members for c in groups.values()
+               if c.members and (c.kind, c.tier) == (kind, tier)
+               and (kind == "silent_producer" or (c.topic, c.window_start) == (topic,
+                                                                               window_start)))
+
+
+def _without(groups: dict[str, Condition], by_hand: set[str]) -> dict[str, Condition]:
+    """The groups without their members resolved by hand (whose condition has not cleared
+    since); a group left with none is left out."""
+    out = {}
+    for key, c in groups.items():
+        if c.members is None:
+            out[key] = c
+            continue
+        kept = {o: m for o, m in c.members.items() if member_key(c, o) not in by_hand}
+        if len(kept) == len(c.members):
+            out[key] = c
+        elif kept:
+            out[key] = _group_of(key, kept)
     return out
 
 
@@ -126,33 +162,36 @@ def _weight(detail: dict) -> int:
     return sum((detail.get("dropped_unknown") or {}).values())
 
 
-def group_text(kind: str, at: str, members: dict[str, tuple[str, dict]]) -> tuple[str, dict]:
-    """A grouped alert's summary and detail from its members (origin → (summary, detail)). One
-    member: its own, with ``origins`` 1, ``worst_origin`` and ``at``. More: totals, the worst
-    member's figures and the worst ``SHOWN_MEMBERS`` origins."""
+def group_text(kind: str, at: str, members: dict[str, tuple[str, dict]],
+               origin: str | None) -> tuple[str, dict]:
+    """A grouped alert's summary and detail from its members (origin → (summary, detail)).
+    ``origin``: the alert's own (the one origin it fired for, or None). Its one member being
+    that origin: the member's own, with ``origins`` 1, ``worst_origin`` and ``at``. Otherwise:
+    totals, the worst member's figures and the worst ``SHOWN_MEMBERS`` origins (``members``)."""
     ranked = sorted(members.items(), key=lambda m: (-_weight(m[1][1]), m[0]))
     worst, (worst_summary, worst_detail) = ranked[0]
-    if len(ranked) == 1:
+    if len(ranked) == 1 and worst == origin:
         return worst_summary, {**worst_detail, "origins": 1, "worst_origin": worst, "at": at}
     n = len(ranked)
+    some = f"{n} origin{'s' if n != 1 else ''}"
     detail = {"origins": n, "worst_origin": worst, "at": at, "worst": worst_detail,
-              "members": [origin for origin, _ in ranked[:SHOWN_MEMBERS]]}
+              "members": [o for o, _ in ranked[:SHOWN_MEMBERS]]}
     if kind == "loss" and "missing" in worst_detail:
         detail["missing"] = sum(d.get("missing", 0) for _s, d in members.values())
-        summary = (f"{detail['missing']} events missing from {n} origins at {at} "
+        summary = (f"{detail['missing']} events missing from {some} at {at} "
                    f"(worst {worst}: {worst_detail['missing']})")
     elif kind == "loss":
-        summary = (f"possible loss of unknown size from {n} origins at {at} "
+        summary = (f"possible loss of unknown size from {some} at {at} "
                    f"(first {worst}: {worst_detail.get('reason')})")
     elif kind == "duplication":
         detail["extra"] = sum(d.get("extra", 0) for _s, d in members.values())
-        summary = (f"{detail['extra']} extra records from {n} origins at {at} "
+        summary = (f"{detail['extra']} extra records from {some} at {at} "
                    f"(worst {worst}: {worst_detail['extra']})")
     elif kind == "checksum_mismatch":
-        summary = f"counts agree but the content differs for {n} origins at {at}"
+        summary = f"counts agree but the content differs for {some} at {at}"
     else:                                            # silent_producer
-        summary = (f"{n} producers went quiet in the window of {at}: their last audit counts "
-                   f"arrived there (the longest quiet: {worst})")
+        summary = (f"{n} producer{'s' if n != 1 else ''} went quiet in the window of {at}: "
+                   f"their last audit counts arrived there (the longest quiet: {worst})")
     return summary, detail
 
 
@@ -313,7 +352,8 @@ def apply_conditions(store: Store, cfg: ReconcileConfig, holds: list[Condition],
     holding = {c.key: c for c in grouped(holds)}
     keys = set(holding) | judged
     open_rows = {k: (i, notified) for k in keys for i, notified in store.open_alert(k)}
-    by_hand = {k for k in keys if store.snoozed_until(k, FOREVER)}
+    by_hand = {k for k in keys if store.snoozed_until(k, FOREVER)} | {
+        k for k in store.snoozed_keys(FOREVER) if json.loads(k)[0] == "silent_producer"}
     return _apply(store, cfg, holding, judged, open_rows, by_hand, now_ms,
                   lambda _tier, _origin: True)
 
@@ -326,7 +366,16 @@ def _apply(store: Store, cfg: ReconcileConfig, holding: dict[str, Condition], ju
     since, among those or more; ``origin_judged(tier, origin)``: whether a member of a grouped
     alert was judged now (one not holding and not judged stays a member)."""
     fired = resolved = 0
-    cleared = [k for k in judged if k not in holding and k in by_hand]
+    raw, holding = holding, _without(holding, by_hand)
+    cleared = []
+    for k in by_hand:
+        kind, topic, window_start, tier, origin = json.loads(k)
+        if origin is not None and kind in GROUPED_KINDS:   # one member resolved by hand
+            if origin_judged(tier, origin) and not _holds_for(raw, kind, topic, window_start,
+                                                              tier, origin):
+                cleared.append(k)
+        elif k in judged and k not in holding:
+            cleared.append(k)
     if cleared:
         store.clear_snoozes(cleared)
     fresh = set()
@@ -353,11 +402,8 @@ def _apply(store: Store, cfg: ReconcileConfig, holding: dict[str, Condition], ju
                 continue
         elif key in holding:
             continue
-        elif origin is not None and kind in GROUPED_KINDS and any(
-                origin in c.members for c in holding.values()
-                if c.members and (c.kind, c.tier) == (kind, tier)
-                and (kind == "silent_producer" or (c.topic, c.window_start) == (topic,
-                                                                                window_start))):
+        elif origin is not None and kind in GROUPED_KINDS and _holds_for(
+                raw, kind, topic, window_start, tier, origin):
             by = REPLACED              # a per-origin alert of layout 6, now in a grouped one
         store.resolve(alert_id, now_ms, by)
         resolved += 1
@@ -385,7 +431,8 @@ def _regroup(store: Store, alert_id: int, kind: str, tier: str, c: Condition | N
     gone = [o for o in held if o not in now and origin_judged(tier, o)]
     if gone:
         store.clear_members(alert_id, gone, now_ms)
-    rows = [r for r in _member_rows(now) if held.get(r[0]) != (r[1], r[2])]
+    # a member's figures, not its summary (a silent one's says how many seconds ago)
+    rows = [r for r in _member_rows(now) if r[0] not in held or held[r[0]][1] != r[2]]
     if rows:
         store.hold_members(alert_id, rows, now_ms)
     if len(gone) == len(held) and not now:
@@ -394,8 +441,9 @@ def _regroup(store: Store, alert_id: int, kind: str, tier: str, c: Condition | N
         remaining = {o: (summary, json.loads(detail)) for o, (summary, detail) in held.items()
                      if o not in gone}
         remaining.update({o: (m.summary, m.detail) for o, m in now.items()})
-        at = c.at if c is not None else json.loads(store.alert_row(alert_id)["detail"])["at"]
-        summary, detail = group_text(kind, at, remaining)
+        row = store.alert_row(alert_id)
+        at = c.at if c is not None else json.loads(row["detail"])["at"]
+        summary, detail = group_text(kind, at, remaining, row["origin"])
         store.update_alert(alert_id, summary, json.dumps(detail, sort_keys=True))
     return True
 
@@ -489,7 +537,9 @@ def snooze(store: Store, alert_id: int, until_ms: int, by: str, now_ms: int) -> 
 
 def resolve_by_hand(store: Store, cfg: ReconcileConfig, alert_id: int, by: str,
                     now_ms: int) -> None:
-    """Resolve an open alert; its condition does not fire again until it has cleared once."""
+    """Resolve an open alert; its condition does not fire again until it has cleared once. Of
+    a grouped alert, each origin it covers then: the others' condition fires (grouped) as
+    it comes."""
     with store.conn:
         row = store.alert_state(alert_id)
         if row is None:
@@ -497,6 +547,13 @@ def resolve_by_hand(store: Store, cfg: ReconcileConfig, alert_id: int, by: str,
         if row[0] != "open":
             return
         store.resolve(alert_id, now_ms, by)
-        store.snooze_key(store.alert_key(alert_id), FOREVER, by, now_ms)
+        members = store.holding_members(alert_id)
+        if members:
+            a = store.alert_row(alert_id)
+            for origin in members:
+                store.snooze_key(alert_key(a["kind"], a["topic"], a["window_start"], a["tier"],
+                                           origin), FOREVER, by, now_ms)
+        else:
+            store.snooze_key(store.alert_key(alert_id), FOREVER, by, now_ms)
         if row[1]:
             _enqueue(store, cfg, alert_id, "resolved", now_ms)

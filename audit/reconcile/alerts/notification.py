@@ -111,9 +111,12 @@ class Notification:
         return " ".join(p for p in parts if p)
 
     def origins(self) -> str | None:
-        """``120 origins`` for a grouped alert of more than one origin, else None."""
+        """``120 origins`` for a grouped alert that covers others than the one origin it
+        fired for (its detail lists ``members``), else None."""
         n = self.detail.get("origins")
-        return f"{n} origins" if isinstance(n, int) and n > 1 else None
+        if not isinstance(n, int) or "members" not in self.detail:
+            return None
+        return f"{n} origin{'s' if n != 1 else ''}"
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, value) of every field but the summary and the detail, in reading order."""
