@@ -168,7 +168,9 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
     """``make soak``: the five-SIGKILL rotation run, SOAK_RUNS times, at 30,000 and 100,000
     lines/s and as fast as the writer can, every other run with a busy loop on one core. Each
     run's folder is kept when it fails (the agent log, state database and pool). One JSON line
-    of figures at the end; any loss or excess duplicate fails the soak."""
+    of figures at the end; any loss or excess duplicate fails the soak. Each run writes a topic
+    of its own: the send path is in its name, as both paths run in one pytest process (a
+    native run reading the Python run's topic of the same number counted every id twice)."""
     plans = [(rate, hog) for hog in (False, True) for rate in (30_000, 100_000, 0)]
     runs = []
     for i in range(SOAK_RUNS):
@@ -176,7 +178,8 @@ def test_soak_sigkill_with_rotation_at_three_rates_some_runs_with_a_cpu_hog(kafk
         folder = tmp_path_factory.mktemp(f"soak-{i}")
         hogging = cpu_hog(0) if hog else None
         try:
-            figures = sigkill_run(kafka, folder, f"soak.{i}.{os.getpid()}", kills=5,
+            figures = sigkill_run(kafka, folder, f"soak.{agent_send_path}.{i}.{os.getpid()}",
+                                  kills=5,
                                   total=1_000_000, rate=rate, seed=i, check=False,
                                   send_path=agent_send_path)
         finally:
