@@ -203,11 +203,12 @@ def window_detail(store: Store, topic: str, window_start: int,
                     "distinct": rec.count, "duplicates": 0, "missing": 0, "checksum": MATCH,
                     "reason": ""}
     origins_total = len(origins)
-    not_complete = sum(1 for by_tier in origins.values() if _badness(by_tier) != (0, 0))
+    badness = {origin: _badness(by_tier) for origin, by_tier in origins.items()}
+    not_complete = sum(1 for b in badness.values() if b != (0, 0))
     if shown is None:
         origins = dict(sorted(origins.items()))
     else:
-        worst = sorted(origins.items(), key=lambda kv: (*(-b for b in _badness(kv[1])), kv[0]))
+        worst = sorted(origins.items(), key=lambda kv: (*(-b for b in badness[kv[0]]), kv[0]))
         origins = dict(worst[:shown])
     ranges: dict[str, dict[str, dict]] = {}
     for origin, by_tier in origins.items():          # the numbers no tier may lack: what the

@@ -169,11 +169,8 @@ class Dispatcher:
         n = self._read(row, what, stats)
         if n is None:
             return GAVE_UP, None
-        at = self.now_ms()
-        started = time.monotonic()
-        stats.attempted += 1
-        error, retryable, retry_after = _outcome(lambda: channel.send(n, key), what)
-        duration_ms = int((time.monotonic() - started) * 1000)
+        at, duration_ms, error, retryable, retry_after = self._send(
+            lambda: channel.send(n, key), what, stats)
         now = self.now_ms()
         if error is None:
             with self.db.atomic():
@@ -199,12 +196,9 @@ class Dispatcher:
             return None
         ns = [n for _row, n in readable]
         key = f"docket-digest-{readable[0][0]['id']}-{len(ns)}-{channel.name}"
-        at = self.now_ms()
-        started = time.monotonic()
-        stats.attempted += 1
         stats.digests += 1
-        error, retryable, retry_after = _outcome(lambda: channel.send_digest(ns, key), what)
-        duration_ms = int((time.monotonic() - started) * 1000)
+        at, duration_ms, error, retryable, retry_after = self._send(
+            lambda: channel.send_digest(ns, key), what, stats)
         now = self.now_ms()
         if error is None:
             with self.db.atomic():
@@ -221,6 +215,23 @@ class Dispatcher:
                                 retryable, retry_after, what, stats, wait_ms=wait)[1]
                    for row, _n in readable]           # one wait: they stay one digest
         return min((r for r in retries if r is not None), default=None)
+
+    def _send(self, send: Callable[[], None], what: str, stats: DispatchStats
+              ) -> tuple[int, int, str | None, bool, int | None]:
+        """One send, timed: (when it began, ms; how long it took, ms; error, None when
+        delivered; whether it may be retried; the receiver's Retry-After, ms)."""
+        at = self.now_ms()
+        started = time.monotonic()
+        stats.attempted += 1
+        try:
+            send()
+            error, retryable, retry_after = None, False, None
+        except DeliveryFailed as exc:
+            error, retryable, retry_after = exc.message, exc.retryable, exc.retry_after_ms
+        except Exception as exc:        # a fault in a channel: keep the row, say what broke
+            log.exception("%s: the channel raised an unexpected error", what)
+            error, retryable, retry_after = f"{type(exc).__name__}: {exc}", True, None
+        return at, int((time.monotonic() - started) * 1000), error, retryable, retry_after
 
     def _read(self, row: dict, what: str, stats: DispatchStats) -> Notification | None:
         """The row's notification; None when it cannot be read (the row is given up)."""
@@ -276,14 +287,3 @@ class Dispatcher:
                for r in pending]
         return min(due, default=None)
 
-
-def _outcome(send: Callable[[], None], what: str) -> tuple[str | None, bool, int | None]:
-    """(error, retryable, retry_after_ms) of one send; error None: delivered."""
-    try:
-        send()
-    except DeliveryFailed as exc:
-        return exc.message, exc.retryable, exc.retry_after_ms
-    except Exception as exc:        # a fault in a channel: keep the row, say what broke
-        log.exception("%s: the channel raised an unexpected error", what)
-        return f"{type(exc).__name__}: {exc}", True, None
-    return None, False, None
