@@ -79,6 +79,13 @@ def _summary(log: Path) -> str:
     return next((ln for ln in reversed(lines) if re.search(r"\bin [\d.]+s\b", ln)), "no summary")
 
 
+def _failures(log: Path) -> list[str]:
+    """pytest's ``FAILED``/``ERROR`` lines of a group (its short test summary): the tests that
+    failed and the first line of each one's error, so the end of a CI log names them."""
+    lines = log.read_text(errors="replace").splitlines()
+    return [ln.strip()[:400] for ln in lines if re.match(r"^(FAILED|ERROR) tests/", ln)]
+
+
 def run_groups(args: list[str]) -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
     # pytest makes --basetemp itself but not its parent: a fresh machine has no /tmp/docket-tests.
@@ -114,6 +121,10 @@ def run_groups(args: list[str]) -> int:
     verdict = "passed" if code == 0 else f"FAILED (exit {code})"
     print(f"=== {len(GROUPS)} groups side by side {verdict} in {spent:.0f}s: "
           + "; ".join(f"{n}: {_summary(LOGS / f'{n}.log')}" for n in GROUPS) + " ===")
+    # Last, so the tail of a log names what failed even when the groups' output interleaved.
+    for name in GROUPS:
+        for line in _failures(LOGS / f"{name}.log"):
+            print(f"{name} {line}")
     return code
 
 

@@ -1,0 +1,25 @@
+"""``make test``'s group runner: the end of its output names the tests that failed."""
+
+from tests import run_groups
+
+
+def test_failures_are_the_short_summary_lines_of_a_group(tmp_path):
+    log = tmp_path / "audit.log"
+    log.write_text(
+        "tests/integration/test_clock_skew.py F\n"
+        "E   AssertionError: lost\n"
+        "=========================== short test summary info ============================\n"
+        "FAILED tests/integration/test_clock_skew.py::test_a - AssertionError: lost\n"
+        "ERROR tests/integration/test_mirror.py::test_b - RuntimeError: no broker\n"
+        "=========== 1 failed, 1 error, 66 passed in 1498.92s (0:24:58) ===========\n")
+    assert run_groups._failures(log) == [
+        "FAILED tests/integration/test_clock_skew.py::test_a - AssertionError: lost",
+        "ERROR tests/integration/test_mirror.py::test_b - RuntimeError: no broker",
+    ]
+    assert run_groups._summary(log) == "1 failed, 1 error, 66 passed in 1498.92s (0:24:58)"
+
+
+def test_a_passing_group_names_no_failure(tmp_path):
+    log = tmp_path / "agent.log"
+    log.write_text("tests/unit/test_x.py ....\n===== 4 passed in 1.00s =====\n")
+    assert run_groups._failures(log) == []
