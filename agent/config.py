@@ -148,8 +148,9 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 SOURCE_SETTINGS: tuple[Setting, ...] = (
-    Setting("type", str, None, "`file` (tail files) or `socket` (unix stream socket).",
-            choices=("file", "socket"), required=True),
+    Setting("type", str, None, "`file` (tail files), `socket` (unix stream socket) or "
+            "`syslog` (RFC 5424/3164 over TCP or UDP).",
+            choices=("file", "socket", "syslog"), required=True),
     Setting("topic", str, None, "Kafka topic of this source's events.", required=True),
     Setting("paths", list, [], "`file`: glob patterns of the files to tail."),
     Setting("exclude", list, [], "`file`: glob patterns of files not to tail though `paths` "
@@ -170,6 +171,27 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
     Setting("group", str, None, "`socket`: the group given the socket (mode 0660), so its "
             "members may write to it; the agent's user must be one of them. Default: the "
             "agent's own group."),
+    Setting("listen", str, None, "`syslog`: address and port to listen on, e.g. "
+            "`\"127.0.0.1:5514\"` or `\"[::]:5514\"` (below 1024 the agent's user needs "
+            "CAP_NET_BIND_SERVICE)."),
+    Setting("protocol", str, "tcp", "`syslog`: `tcp` (RFC 6587: octet-counted or "
+            "newline-ended frames, backpressure when the pool is full) or `udp` (one message a "
+            "datagram; what the kernel drops is counted and journalled as `udp_dropped`).",
+            choices=("tcp", "udp")),
+    Setting("format", str, "json", "`syslog`: `json` (each message's fields as one JSON object: "
+            "facility, severity, timestamp, host, app, procid, msgid, structured_data, message, "
+            "protocol, peer) or `raw` (the message as received).", choices=("json", "raw")),
+    Setting("receive_buffer_bytes", int, 0, "`syslog`: the socket's receive buffer "
+            "(`SO_RCVBUF`; the kernel doubles it and caps it at `net.core.rmem_max`); 0: the "
+            "system's default. A larger one rides out bursts over UDP.", minimum=0),
+    Setting("ssl_certificate_file", str, None, "`syslog` over TCP: PEM file of the listener's "
+            "certificate: with `ssl_key_file`, the listener speaks TLS."),
+    Setting("ssl_key_file", str, None, "`syslog` over TCP: PEM file of the listener's private "
+            "key."),
+    Setting("ssl_key_password_file", str, None, "`syslog` over TCP: file holding the private "
+            "key's password, if it has one."),
+    Setting("ssl_ca_file", str, None, "`syslog` over TCP with TLS: PEM file of the CA that signs "
+            "the clients' certificates: every client must then present one (mutual TLS)."),
     Setting("timestamp_field", str, None, "JSON field holding the event time (RFC 3339, epoch "
             "seconds or milliseconds). Absent or unparsable: the read time, counted."),
     Setting("key_field", str, None, "JSON field used as the Kafka record key."),
@@ -226,6 +248,14 @@ class SourceConfig:
     ignore_older_ms: int = 0
     path: str | None = None
     group: str | None = None
+    listen: str | None = None
+    protocol: str = "tcp"
+    format: str = "json"
+    receive_buffer_bytes: int = 0
+    ssl_certificate_file: str | None = None
+    ssl_key_file: str | None = None
+    ssl_key_password_file: str | None = None
+    ssl_ca_file: str | None = None
     timestamp_field: str | None = None
     key_field: str | None = None
     encoding: str = "utf-8"
@@ -372,7 +402,13 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
                                       hint='e.g. exclude = ["*.gz", "*.zst"]')
             if src.multiline is not None:
                 _check_multiline(f"{where}.multiline", src.multiline)
-        else:
+        if src.type != "syslog":
+            for key in SYSLOG_ONLY:
+                if getattr(src, key) != SourceConfig.__dataclass_fields__[key].default:
+                    raise ConfigError(f"{where}.{key}", f"only syslog sources take `{key}`")
+        if src.type == "syslog":
+            _check_syslog(where, src)
+        elif src.type == "socket":
             if src.multiline is not None:
                 raise ConfigError(f"{where}.multiline", "only file sources take `multiline`",
                                   hint="a socket's writer sends each event as one line")
@@ -403,7 +439,64 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
     topics_by_socket = [s.path for s in out if s.type == "socket"]
     if len(topics_by_socket) != len(set(topics_by_socket)):
         raise ConfigError("sources", "two socket sources share one path")
+    listeners = [(s.protocol, split_listen(s.listen)) for s in out if s.type == "syslog"]
+    if len(listeners) != len(set(listeners)):
+        raise ConfigError("sources", "two syslog sources listen on one address and protocol")
     return out
+
+
+# What only a syslog source takes (a file or socket source given one is refused).
+SYSLOG_ONLY = ("listen", "protocol", "format", "receive_buffer_bytes", "ssl_certificate_file",
+               "ssl_key_file", "ssl_key_password_file", "ssl_ca_file")
+# What a syslog source does not take.
+NOT_SYSLOG = ("paths", "exclude", "path", "group", "multiline", "read_from", "ignore_older_ms",
+              "encoding", "compressed", "max_open_files", "partial_flush_ms")
+
+
+def split_listen(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6 address]:port`` as (host, port); ValueError when it is neither."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{text!r}: write an IPv6 address in brackets, [::1]:5514")
+    return host, int(port)
+
+
+def _check_syslog(where: str, src: SourceConfig) -> None:
+    for key in NOT_SYSLOG:
+        if getattr(src, key) != SourceConfig.__dataclass_fields__[key].default \
+                and getattr(src, key) != []:
+            raise ConfigError(f"{where}.{key}", f"a syslog source does not take `{key}`",
+                              hint="it listens on `listen` with `protocol`")
+    if not src.listen:
+        raise ConfigError(f"{where}.listen", "a syslog source needs an address to listen on",
+                          hint='e.g. listen = "127.0.0.1:5514"')
+    try:
+        host, _port = split_listen(src.listen)
+        socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP, flags=socket.AI_NUMERICHOST)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"{where}.listen", f"{src.listen!r} is not an address and port "
+                          f"({exc})", hint='e.g. "127.0.0.1:5514", "0.0.0.0:514" or '
+                          '"[::1]:5514" (an IP address: names are not looked up)') from None
+    if src.format == "raw" and (src.timestamp_field or src.key_field):
+        key = "timestamp_field" if src.timestamp_field else "key_field"
+        raise ConfigError(f"{where}.{key}", f"`{key}` names a JSON field: a raw syslog record "
+                          "is not JSON", hint='set format = "json" (fields such as host, app, '
+                          'timestamp), or leave it out')
+    tls = [k for k in ("ssl_certificate_file", "ssl_key_file", "ssl_key_password_file",
+                       "ssl_ca_file") if getattr(src, k)]
+    if tls and src.protocol != "tcp":
+        raise ConfigError(f"{where}.{tls[0]}", "TLS needs protocol = \"tcp\"")
+    if tls and not (src.ssl_certificate_file and src.ssl_key_file):
+        missing = "ssl_key_file" if src.ssl_certificate_file else "ssl_certificate_file"
+        raise ConfigError(f"{where}.{missing}", "a TLS listener needs both "
+                          "ssl_certificate_file and ssl_key_file")
+    for key in tls:
+        if not Path(getattr(src, key)).is_file():
+            raise ConfigError(f"{where}.{key}", f"no file {getattr(src, key)}")
 
 
 # Encodings whose newline is a code unit of 2 or 4 bytes: a file source finds lines among units.
@@ -517,6 +610,8 @@ def to_toml(values: dict[str, Any], sources: list[dict[str, Any]] = ()) -> str:
 
 
 DEFAULT_SOURCE = {"type": "file", "paths": ["/var/log/app/*.log"], "topic": "app.events"}
+EXAMPLE_SYSLOG_SOURCE = {"type": "syslog", "listen": "127.0.0.1:5514", "protocol": "tcp",
+                         "topic": "syslog.events"}
 
 
 def default_toml() -> str:
@@ -549,6 +644,9 @@ def default_toml() -> str:
             out += ["# " + line for line in textwrap.wrap(s.help.replace("`", ""), 94)]
             out += [f"# {s.key} =" if s.default in (None, []) else
                     f"# {s.key} = {_toml_value(s.default)}"]
+    out += ["", "# A syslog listener as another source (services that log to a local relay), e.g.:",
+            "# [[sources]]"]
+    out += [f"# {k} = {_toml_value(v)}" for k, v in EXAMPLE_SYSLOG_SOURCE.items()]
     text = "\n".join(out) + "\n"
     parse(tomllib.loads(text))
     return text

@@ -53,6 +53,7 @@ from .status import StatusBoard
 from .tail.files import FileSource
 from .tail.seams import FsOps
 from .tail.sock import SocketSource
+from .tail.syslog import SyslogSource
 from .tail.watch import FolderWatch
 from .telemetry import Metrics
 from .wake import LoopWake
@@ -224,9 +225,10 @@ class Agent(AgentLoop, AgentControl):
         self.drain.on_unknown_topic = self.topic_watch.unknown
         self.wake = LoopWake()                  # ends the idle loop's sleep (wake.py)
         self._signals_wake = False
-        self.socket_sources: list[SocketSource] = []
+        # The sources that listen (unix socket, syslog): each has its own threads and a close().
+        self.socket_sources: list[SocketSource | SyslogSource] = []
         self.watch: FolderWatch | None = None
-        self._build_sources(cfg)
+        self._build_sources(cfg, starting=True)
         self._stop = threading.Event()
         self._reload = threading.Event()
         self.board = StatusBoard(self)
@@ -285,7 +287,10 @@ class Agent(AgentLoop, AgentControl):
         return self.clock.monotonic_ns() / 1e9
 
     # -- wiring -------------------------------------------------------------------------------
-    def _build_sources(self, cfg: AgentConfig) -> None:
+    def _build_sources(self, cfg: AgentConfig, starting: bool = False) -> None:
+        """The sources of ``cfg``. A syslog source that cannot listen stops the agent at its
+        start (``StartupError``); at a reload it is left out, with an error logged, and the
+        other sources run."""
         patterns = [p for s in cfg.sources if s.type == "file" for p in s.paths]
         self.watch = FolderWatch(patterns if self.seams.file_events else [], writes=True)
         for src in cfg.sources:
@@ -295,6 +300,15 @@ class Agent(AgentLoop, AgentControl):
                                                     fs=self.seams.fs, clock=self.clock,
                                                     first_start=self._first_start,
                                                     archives_first=self._archives_first))
+            elif src.type == "syslog":
+                try:
+                    self.socket_sources.append(SyslogSource(src, self.pool, self.metrics,
+                                                            self.journal, self.clock,
+                                                            on_data=self.wake.notify))
+                except StartupError as exc:
+                    if starting:
+                        raise
+                    log.error("%s; the source is left out until the next reload", exc)
             else:
                 self.socket_sources.append(SocketSource(src, self.pool, self.metrics, self.clock,
                                                         on_data=self.wake.notify))

@@ -21,6 +21,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "agent_source_rewound_total": ("counter", "Generations whose sealed checkpoint went back at "
                                    "start: bytes sealed, not acknowledged and not in the pool "
                                    "(read again)."),
+    "agent_source_udp_dropped_total": ("counter", "Syslog datagrams the kernel dropped (the "
+                                       "socket's receive buffer full), as the kernel counts "
+                                       "them; journalled each minute as `udp_dropped`."),
     "agent_source_files": ("gauge", "Files being tailed."),
     "agent_source_lag_bytes": ("gauge", "Per file, bytes written but not yet read."),
     "agent_buffer_size_bytes": ("gauge", "Size of the pool file."),

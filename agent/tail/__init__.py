@@ -9,7 +9,10 @@
 - ``compressed``: a compressor's magic at a file's start: such a file is never read as lines.
 - ``seams``: the file source's only contact with the file system and time (``FsOps``).
 - ``watch``: a folder watch (watchdog) that wakes the agent's loop when a tailed folder changes.
-- ``sock``: the socket source, a unix stream socket of newline-delimited events.
+- ``sock``: the socket source, a unix stream socket of newline-delimited events; the way every
+  listening source appends into the pool (``PoolFeed``: backpressure).
+- ``syslog``: the syslog source: TCP (RFC 6587, TLS optional) and UDP listeners (drops counted).
+- ``syslog_format``: syslog frames out of a TCP stream and RFC 5424/3164 messages into fields.
 - ``lines``: bytes into records for every source: the line cap, the oddities counted, two walks.
 - ``multiline``: which lines begin an event and which continue one (RE2 patterns, presets).
 - ``events``: the event time and key taken out of JSON lines, when a source names the fields.

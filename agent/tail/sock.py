@@ -36,6 +36,7 @@ class SocketSource:
         self.metrics = metrics
         self.lines = LineCutter(cfg, metrics)
         self._stop = threading.Event()
+        self.feed = PoolFeed(cfg.topic, pool, metrics, self._on_data, self._stop)
         self._threads: list[threading.Thread] = []
         if os.path.exists(cfg.path):
             os.unlink(cfg.path)
@@ -53,31 +54,14 @@ class SocketSource:
         self._accept.start()
 
     def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            t = threading.Thread(target=self._serve, args=(conn,), daemon=True,
-                                 name="docket-socket-conn")
-            t.start()
-            self._threads.append(t)
+        accept_each(self.server, self._stop, self._threads, "docket-socket-conn",
+                    lambda conn, _addr: self._serve(conn))
 
     def _serve(self, conn: socket.socket) -> None:
         pending = b""
         conn.settimeout(0.2)
         with conn:
-            while not self._stop.is_set():
-                try:
-                    data = conn.recv(READ_BYTES)
-                except TimeoutError:
-                    continue
-                except OSError:
-                    break
-                if not data:
-                    break
+            for data in reads(conn, self._stop):
                 pending += data
                 whole, pending = self.lines.split_stream(pending)
                 if whole is not None:
@@ -86,16 +70,7 @@ class SocketSource:
                 self._append(self.lines.force(pending, "partial_line_flushed"))
 
     def _append(self, data: bytes) -> None:
-        chunk = self.lines.frame(data, len(data), self.clock.time_ms())
-        done = 0
-        while done < len(chunk) and not self._stop.is_set():
-            rest = chunk if done == 0 else _tail(chunk, done)
-            res = self.pool.append(self.cfg.topic, rest, timeout_s=0.5)   # waits: backpressure
-            done += res.records
-            self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
-                             topic=self.cfg.topic)
-            self._on_data()
-        self.metrics.inc("agent_source_read_bytes_total", len(data), topic=self.cfg.topic)
+        self.feed.append(self.lines.frame(data, len(data), self.clock.time_ms()), len(data))
 
     def close(self) -> None:
         self._stop.set()
@@ -104,6 +79,66 @@ class SocketSource:
             t.join(timeout=2)
         if os.path.exists(self.cfg.path):
             os.unlink(self.cfg.path)
+
+
+def accept_each(server: socket.socket, stopped: threading.Event,
+                threads: list[threading.Thread], name: str, serve) -> None:
+    """Accept connections on ``server`` (its timeout set) until ``stopped`` or it is closed,
+    each served by ``serve(conn, addr)`` on a thread of its own, kept in ``threads`` (those
+    that ended dropped from it)."""
+    while not stopped.is_set():
+        try:
+            conn, addr = server.accept()
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        t = threading.Thread(target=serve, args=(conn, addr), daemon=True, name=name)
+        t.start()
+        threads[:] = [x for x in threads if x.is_alive()] + [t]
+
+
+def reads(conn: socket.socket, stopped: threading.Event):
+    """What ``conn`` (its timeout set) sends, read by read, until it closes, fails (a TLS error
+    too) or ``stopped``."""
+    while not stopped.is_set():
+        try:
+            data = conn.recv(READ_BYTES)
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        yield data
+
+
+class PoolFeed:
+    """A listening source's way into the pool: a chunk appended whole, waiting while the pool is
+    full (the caller's thread, and so its socket, is not read meanwhile: backpressure), each
+    append waking the agent's loop; given up only when the source stops."""
+
+    def __init__(self, topic: str, pool: BufferPool, metrics: Metrics, on_data,
+                 stopped: threading.Event):
+        self.topic = topic
+        self.pool = pool
+        self.metrics = metrics
+        self.on_data = on_data
+        self.stopped = stopped
+
+    def append(self, chunk: Chunk, nbytes: int) -> int:
+        """Append ``chunk`` (``nbytes`` read for it); returns the records appended (fewer only
+        when the source stopped first)."""
+        done = 0
+        while done < len(chunk) and not self.stopped.is_set():
+            rest = chunk if done == 0 else _tail(chunk, done)
+            res = self.pool.append(self.topic, rest, timeout_s=0.5)   # waits: backpressure
+            done += res.records
+            self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
+                             topic=self.topic)
+            self.on_data()
+        self.metrics.inc("agent_source_read_bytes_total", nbytes, topic=self.topic)
+        return done
 
 
 def _tail(chunk: Chunk, k: int) -> Chunk:

@@ -1,0 +1,296 @@
+"""The syslog source: RFC 5424 and RFC 3164 messages over TCP (optionally TLS) or UDP.
+
+Each message is one record: as received (``format = "raw"``), or its fields as one JSON object
+(``format = "json"``, the default: ``facility``, ``severity``, ``timestamp``, ``host``, ``app``,
+``procid``, ``msgid``, ``structured_data``, ``message``, ``protocol``, and ``peer``, the
+sender's address). A message neither standard parses is shipped whole under ``message`` with
+``parse_error`` saying why, and counted (``agent_source_bad_input_total{kind=
+"syslog_unparsable"}``): never dropped.
+
+**TCP** (RFC 6587, both framings, each frame on its own: ``syslog_format.Frames``): every
+connection is read by its own thread; while the pool is full that thread waits before reading
+more, so the kernel's buffers fill and the sender's writes block (backpressure, as the socket
+source). A frame a sender left unended when it closed is sent, counted as
+``partial_line_flushed``. With ``ssl_certificate_file`` and ``ssl_key_file`` the listener
+speaks TLS; with ``ssl_ca_file`` too it asks every client for a certificate signed by that CA.
+
+**UDP** cannot wait: a datagram that finds the socket's receive buffer full is dropped by the
+kernel. The kernel counts those drops per socket and hands the count over with each datagram
+(``SO_RXQ_OVFL``), so the source knows exactly how many it lost: counted at once in
+``agent_source_udp_dropped_total``, and journalled as one entry a minute with the total
+(``reason = "udp_dropped"``; the journal counts it in ``agent_dropped_events_total`` and the
+audit's ``dropped`` of the window then), and at the source's close. The count of drops comes with
+the next datagram that finds room: drops after the last one are known when another arrives.
+
+Records are in the pool once appended; like the socket source's, what a filling slot holds when
+the agent is killed is lost (at most ``linger_ms`` of it): syslog senders cannot be asked again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import ssl
+import struct
+import threading
+import time
+from datetime import datetime
+
+import numpy as np
+
+from ..buffer import BufferPool, Chunk
+from ..buffer.seams import Clock
+from ..config import SourceConfig, split_listen
+from ..errors import StartupError
+from ..state.journal import LossJournal
+from ..telemetry import Metrics
+from .events import apply_fields
+from .lines import MAX_LINE_BYTES
+from .sock import PoolFeed, accept_each, reads
+from .syslog_format import Frames, Unparsable, parse, strip_frame
+
+log = logging.getLogger("docket.agent.syslog")
+DATAGRAM_BYTES = 65_535
+BATCH_DATAGRAMS = 1_000                 # read at most this many before appending them
+SO_RXQ_OVFL = getattr(socket, "SO_RXQ_OVFL", 40)     # Linux's number; Python 3.11 lacks the name
+JOURNAL_EVERY_S = 60.0                  # UDP drops: one journal entry per minute with the total
+
+
+class SyslogSource:
+    def __init__(self, cfg: SourceConfig, pool: BufferPool, metrics: Metrics,
+                 journal: LossJournal, clock: Clock | None = None, on_data=None):
+        self.cfg = cfg
+        self.clock = clock or Clock()
+        self.metrics = metrics
+        self.journal = journal
+        self._stop = threading.Event()
+        self.feed = PoolFeed(cfg.topic, pool, metrics, on_data or (lambda: None), self._stop)
+        self._threads: list[threading.Thread] = []
+        self._drops_seen = 0            # the kernel's count of this socket's dropped datagrams
+        self._drops_unjournalled = 0
+        self._tls = _tls_context(cfg) if cfg.protocol == "tcp" else None
+        host, port = split_listen(cfg.listen)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        kind = socket.SOCK_STREAM if cfg.protocol == "tcp" else socket.SOCK_DGRAM
+        self.sock = socket.socket(family, kind)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if cfg.receive_buffer_bytes:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
+                                     cfg.receive_buffer_bytes)
+            self.sock.bind((host, port))
+            if cfg.protocol == "tcp":
+                self.sock.listen(128)
+            else:
+                self.sock.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
+        except OSError as exc:
+            self.sock.close()
+            raise StartupError(
+                f"sources[{cfg.index}]: cannot listen for syslog on {cfg.protocol} "
+                f"{cfg.listen}: {exc.strerror or exc}",
+                hint="another process holds that port (ss -lntup), or ports below 1024 need "
+                "CAP_NET_BIND_SERVICE: choose a port above 1024 or grant it in the unit "
+                "(AmbientCapabilities=CAP_NET_BIND_SERVICE)") from None
+        self.address = self.sock.getsockname()[:2]
+        self.sock.settimeout(0.2)
+        target = self._accept_loop if cfg.protocol == "tcp" else self._receive_loop
+        self._main = threading.Thread(target=target, name=f"docket-syslog-{cfg.protocol}",
+                                      daemon=True)
+        self._main.start()
+        log.info("syslog source %d: listening on %s %s%s, topic %s", cfg.index, cfg.protocol,
+                 cfg.listen, " (TLS)" if self._tls else "", cfg.topic)
+
+    # -- records ---------------------------------------------------------------------------
+    def _deliver(self, frames: list[bytes], peers: list[str] | str) -> None:
+        """Append ``frames`` (one message each; ``peers``: the sender of each, or of all)."""
+        messages, senders = [], []
+        for i, frame in enumerate(frames):
+            msg = strip_frame(frame)
+            if not msg:
+                self._bad("empty_line")
+                continue
+            messages.append(msg)
+            senders.append(peers if isinstance(peers, str) else peers[i])
+        if not messages:
+            return
+        read_ms = self.clock.time_ms()
+        records = messages if self.cfg.format == "raw" else \
+            [self._fields(m, p, read_ms) for m, p in zip(messages, senders, strict=True)]
+        lengths = np.fromiter(map(len, records), np.int64, len(records))
+        starts = np.zeros(len(records), np.int64)
+        np.cumsum(lengths[:-1] + 1, out=starts[1:])
+        data = b"\n".join(records) + b"\n"
+        chunk = Chunk(data, starts, lengths, read_ms)
+        if self.cfg.timestamp_field or self.cfg.key_field:
+            chunk, unparsable, _ = apply_fields(chunk, self.cfg.timestamp_field,
+                                                self.cfg.key_field, read_ms)
+            if unparsable:
+                self._bad("timestamp_unparsable", unparsable)
+        self.feed.append(chunk, sum(len(f) for f in frames))
+
+    def _fields(self, message: bytes, peer: str, read_ms: int) -> bytes:
+        now = datetime.fromtimestamp(read_ms / 1000).astimezone()
+        try:
+            fields = parse(message, now, now.tzinfo)
+        except Unparsable as exc:
+            self._bad("syslog_unparsable")
+            fields = {"message": message.decode("utf-8", errors="replace"),
+                      "parse_error": str(exc)}
+        if not message.isascii():
+            try:
+                message.decode("utf-8")
+            except UnicodeDecodeError:
+                self._bad("invalid_utf8")
+        fields["peer"] = peer
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def _bad(self, kind: str, count: int = 1) -> None:
+        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
+
+    # -- TCP -------------------------------------------------------------------------------
+    def _accept_loop(self) -> None:
+        accept_each(self.sock, self._stop, self._threads, "docket-syslog-conn",
+                    lambda conn, addr: self._serve_guarded(conn, _peer(addr)))
+
+    def _serve_guarded(self, conn: socket.socket, peer: str) -> None:
+        try:
+            self._serve(conn, peer)
+        except Exception:                 # the connection ends; the listener and the rest go on
+            log.exception("syslog source %d: reading the connection from %s failed; closed",
+                          self.cfg.index, peer)
+            conn.close()
+
+    def _serve(self, conn: socket.socket, peer: str) -> None:
+        frames = Frames(MAX_LINE_BYTES)
+        bad = cut = 0
+        conn.settimeout(0.2)
+        if self._tls is not None:
+            conn = self._handshake(conn, peer)
+            if conn is None:
+                return
+        with conn:
+            for data in reads(conn, self._stop):
+                whole = frames.feed(data)
+                if frames.bad_frames > bad:
+                    self._bad("syslog_bad_frame", frames.bad_frames - bad)
+                    bad = frames.bad_frames
+                if frames.cut > cut:
+                    self._bad("line_forced", frames.cut - cut)
+                    cut = frames.cut
+                if whole:
+                    self._deliver(whole, peer)
+            rest = frames.rest()
+            if rest.strip(b"\r\n\x00 ") and not self._stop.is_set():
+                self._bad("partial_line_flushed")
+                self._deliver([rest], peer)
+
+    def _handshake(self, conn: socket.socket, peer: str) -> ssl.SSLSocket | None:
+        conn.settimeout(10)
+        try:
+            tls = self._tls.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError) as exc:
+            self._bad("tls_refused")
+            log.warning("syslog source %d: TLS handshake with %s failed: %s", self.cfg.index,
+                        peer, exc)
+            conn.close()
+            return None
+        tls.settimeout(0.2)
+        return tls
+
+    # -- UDP -------------------------------------------------------------------------------
+    def _receive_loop(self) -> None:
+        anc = socket.CMSG_SPACE(4)
+        last_journal = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                if not self._receive_batch(anc):
+                    break
+            except Exception:
+                log.exception("syslog source %d: receiving datagrams failed; going on",
+                              self.cfg.index)
+                self._stop.wait(1)
+            if time.monotonic() - last_journal >= JOURNAL_EVERY_S:
+                self._journal_drops()
+                last_journal = time.monotonic()
+        self._journal_drops()
+
+    def _receive_batch(self, anc: int) -> bool:
+        """The datagrams waiting (up to a batch), appended; False once the socket is closed."""
+        frames: list[bytes] = []
+        peers: list[str] = []
+        try:
+            data, cmsgs, _flags, addr = self.sock.recvmsg(DATAGRAM_BYTES, anc)
+            while True:
+                self._note_drops(cmsgs)
+                frames.append(data)
+                peers.append(_peer(addr))
+                if len(frames) >= BATCH_DATAGRAMS:
+                    break
+                data, cmsgs, _flags, addr = self.sock.recvmsg(DATAGRAM_BYTES, anc,
+                                                              socket.MSG_DONTWAIT)
+        except (TimeoutError, BlockingIOError):
+            pass
+        except OSError:
+            return False
+        if frames:
+            self._deliver(frames, peers)
+        return True
+
+    def _note_drops(self, cmsgs) -> None:
+        for level, kind, data in cmsgs:
+            if level == socket.SOL_SOCKET and kind == SO_RXQ_OVFL and len(data) >= 4:
+                total = struct.unpack("=I", data[:4])[0]
+                new = (total - self._drops_seen) & 0xFFFFFFFF
+                if new:
+                    self._drops_seen = total
+                    self._drops_unjournalled += new
+                    self.metrics.inc("agent_source_udp_dropped_total", new, topic=self.cfg.topic)
+
+    def _journal_drops(self) -> None:
+        n, self._drops_unjournalled = self._drops_unjournalled, 0
+        if n:
+            self.journal.record("udp_dropped", self.cfg.topic, n,
+                                source=f"udp {self.cfg.listen}",
+                                detail=f"{n} syslog datagram(s) dropped by the kernel: the "
+                                "socket's receive buffer was full (raise receive_buffer_bytes, "
+                                "or send over TCP)")
+
+    @property
+    def udp_dropped(self) -> int:
+        """Datagrams the kernel dropped since the source began listening."""
+        return self._drops_seen
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+        self._main.join(timeout=2)
+        for t in self._threads:
+            t.join(timeout=2)
+
+
+def _peer(addr) -> str:
+    return addr[0] if isinstance(addr, tuple) else str(addr)
+
+
+def _tls_context(cfg: SourceConfig) -> ssl.SSLContext | None:
+    if not cfg.ssl_certificate_file:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    password = None
+    if cfg.ssl_key_password_file:
+        with open(cfg.ssl_key_password_file) as f:
+            password = f.read().strip()
+    try:
+        ctx.load_cert_chain(cfg.ssl_certificate_file, cfg.ssl_key_file, password=password)
+        if cfg.ssl_ca_file:
+            ctx.load_verify_locations(cfg.ssl_ca_file)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(f"sources[{cfg.index}]: the syslog listener's TLS files do not "
+                           f"load: {exc}",
+                           hint="ssl_certificate_file and ssl_key_file: PEM, the key matching "
+                           "the certificate; ssl_ca_file: the CA of the clients' "
+                           "certificates") from None
+    return ctx

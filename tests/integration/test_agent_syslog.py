@@ -1,0 +1,224 @@
+"""The syslog source against a real sender nobody here wrote (util-linux ``logger``) and a real
+Kafka: RFC 5424 and RFC 3164, newline-ended and octet-counted frames over TCP, datagrams over
+UDP, TLS; every message once, its fields parsed; a UDP flood's drops counted exactly (what
+arrived plus what the kernel dropped is what was sent); a full pool holding a TCP sender back;
+a SIGKILL mid-stream losing no message the agent had sealed."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from broker.admin import TopicSpec, ensure_topics
+from tests.agentkit import AgentProcess, free_port, wait_until, write_config
+from tests.kafkautil import read_all
+
+pytestmark = pytest.mark.skipif(shutil.which("logger") is None,
+                                reason="needs util-linux logger")
+
+
+def _logger(port: int, lines: list[str], *args: str) -> None:
+    """``logger`` sending each of ``lines`` as one message to 127.0.0.1:``port``."""
+    subprocess.run(["logger", "-n", "127.0.0.1", "-P", str(port), *args],
+                   input="".join(f"{line}\n" for line in lines).encode(), check=True,
+                   timeout=60)
+
+
+def _ids(records, pattern=rb"id-(\d{6})") -> Counter:
+    return Counter(int(m.group(1)) for r in records for m in [re.search(pattern, r.value())]
+                   if m)
+
+
+def test_logger_over_tcp_and_udp_every_message_once_with_its_fields(kafka, tmp_path,
+                                                                     topic_name):
+    tcp, raw, udp = (f"{topic_name}.{k}" for k in ("tcp", "raw", "udp"))
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=2) for t in (tcp, raw, udp)])
+    ports = {k: free_port() for k in ("tcp", "raw", "udp")}
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state", [
+        {"type": "syslog", "listen": f"127.0.0.1:{ports['tcp']}", "topic": tcp,
+         "key_field": "app"},
+        {"type": "syslog", "listen": f"127.0.0.1:{ports['raw']}", "topic": raw,
+         "format": "raw"},
+        {"type": "syslog", "listen": f"127.0.0.1:{ports['udp']}", "protocol": "udp",
+         "topic": udp, "receive_buffer_bytes": 4 << 20},
+    ])
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    n = 2_000
+    try:
+        # RFC 5424, newline-ended frames; RFC 3164 octet-counted; both on TCP
+        _logger(ports["tcp"], [f"id-{i:06d} five" for i in range(n)], "-T", "-t", "billing",
+                "--msgid", "PAY", "--sd-id", "zoo@123", "--sd-param", 'tiger="hungry"',
+                "-p", "local3.err")
+        _logger(ports["tcp"], [f"id-{i:06d} three" for i in range(n, 2 * n)], "-T",
+                "--octet-count", "--rfc3164", "-t", "cron", "-i")
+        _logger(ports["raw"], [f"id-{i:06d} raw" for i in range(n)], "-T", "--octet-count")
+        # UDP, a pause every 200 datagrams so a loaded host's buffer keeps up (drops are
+        # counted either way: what arrived plus what was dropped must be what was sent)
+        for k in range(0, n, 200):
+            _logger(ports["udp"], [f"id-{i:06d} udp" for i in range(k, k + 200)], "-d")
+            time.sleep(0.05)
+        sent = lambda: agent.metric("agent_drain_sent_events_total")       # noqa: E731
+        udp_dropped = lambda: agent.metric("agent_source_udp_dropped_total")  # noqa: E731
+        wait_until("every message sent", lambda: sent() + udp_dropped() >= 4 * n, 60,
+                   agent)
+        bad = agent.metric("agent_source_bad_input_total", kind="syslog_unparsable")
+        dropped = udp_dropped()
+    finally:
+        assert agent.stop() == 0
+    records = read_all(kafka.bootstrap_servers, tcp)
+    assert _ids(records) == Counter(range(2 * n)), "every TCP message exactly once"
+    fields = [json.loads(r.value()) for r in records]
+    five = next(f for f in fields if f["message"].endswith("five"))
+    three = next(f for f in fields if f["message"].endswith("three"))
+    assert (five["protocol"], five["facility"], five["severity"], five["app"], five["msgid"],
+            five["peer"]) == ("rfc5424", "local3", "err", "billing", "PAY", "127.0.0.1")
+    assert five["structured_data"]["zoo@123"] == {"tiger": "hungry"}
+    assert (three["protocol"], three["app"], three["severity"]) == ("rfc3164", "cron", "notice")
+    assert three["procid"].isdigit() and three["host"] == socket.gethostname().split(".")[0]
+    assert {r.key() for r in records} == {b"billing", b"cron"}          # key_field = "app"
+    raws = read_all(kafka.bootstrap_servers, raw)
+    assert _ids(raws) == Counter(range(n))
+    assert all(r.value().startswith(b"<13>1 ") and r.value().endswith(b" raw") for r in raws)
+    got = _ids(read_all(kafka.bootstrap_servers, udp))
+    assert max(got.values()) == 1 and set(got) <= set(range(n))
+    assert len(got) + dropped == n, "what arrived and what was dropped: all that was sent"
+    assert bad == 0
+
+
+def test_a_udp_flood_drops_are_counted_exactly_and_journalled(kafka, tmp_path, topic_name):
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=1)])
+    port = free_port()
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
+                          [{"type": "syslog", "listen": f"127.0.0.1:{port}", "protocol": "udp",
+                            "topic": topic_name, "format": "raw",
+                            "receive_buffer_bytes": 4096}])
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    n = 20_000
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for i in range(n):                           # as fast as Python sends
+                s.sendto(b"<13>1 - h flood - - - id-%06d " % i + b"x" * 150,
+                         ("127.0.0.1", port))
+            time.sleep(1)
+            # A last datagram into an empty buffer carries the kernel's whole drop count.
+            s.sendto(b"<13>1 - h flood - - - id-999999 last", ("127.0.0.1", port))
+        wait_until("the last datagram sent", lambda: agent.metric(
+            "agent_drain_sent_events_total") + agent.metric("agent_source_udp_dropped_total")
+            >= n + 1, 60, agent)
+        dropped = int(agent.metric("agent_source_udp_dropped_total"))
+    finally:
+        assert agent.stop() == 0
+    got = _ids(read_all(kafka.bootstrap_servers, topic_name))
+    assert got.pop(999999) == 1
+    assert max(got.values()) == 1
+    assert dropped > 0, "the flood should overrun a 4 KiB receive buffer"
+    assert len(got) + dropped == n, f"arrived {len(got)} + dropped {dropped} != sent {n}"
+    journal = [json.loads(line) for line in
+               (tmp_path / "state" / "loss-journal.jsonl").read_text().splitlines()]
+    assert sum(e["events"] for e in journal if e["reason"] == "udp_dropped") == dropped
+    print(f"UDP flood: {n} sent, {len(got)} arrived, {dropped} dropped and counted")
+
+
+def test_tls_listener_with_client_certificates(kafka, tmp_path, topic_name):
+    """TLS with mutual authentication: a client with a certificate of the CA is read; one
+    without is refused at the handshake and counted, and the listener goes on."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl")
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=1)])
+    pki = tmp_path / "pki"
+    pki.mkdir()
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=pki, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "2", "-subj", "/CN=test-ca")
+    for name in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+            f"{name}.csr", "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-copy_extensions", "copy")
+    port = free_port()
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
+                          [{"type": "syslog", "listen": f"127.0.0.1:{port}",
+                            "topic": topic_name, "ssl_certificate_file": str(pki / "server.pem"),
+                            "ssl_key_file": str(pki / "server.key"),
+                            "ssl_ca_file": str(pki / "ca.pem")}])
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    n = 500
+    try:
+        anonymous = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            with socket.create_connection(("127.0.0.1", port)) as raw_sock, \
+                    anonymous.wrap_socket(raw_sock, server_hostname="127.0.0.1") as s:
+                s.sendall(b"<13>1 - h a - - - id-999999 anonymous\n")
+                s.recv(1)                                # the refusal arrives here in TLS 1.3
+        # openssl's own client, as a sender with a certificate
+        wire = "".join(f"<14>1 - h tls - - - id-{i:06d} over tls\n" for i in range(n))
+        subprocess.run(["openssl", "s_client", "-quiet", "-no_ign_eof",
+                        "-connect", f"127.0.0.1:{port}", "-CAfile", str(pki / "ca.pem"),
+                        "-cert", str(pki / "client.pem"), "-key", str(pki / "client.key")],
+                       input=wire.encode(), check=False, capture_output=True, timeout=60)
+        wait_until("the TLS messages sent",
+                   lambda: agent.metric("agent_drain_sent_events_total") >= n, 60, agent)
+        refused = agent.metric("agent_source_bad_input_total", kind="tls_refused")
+    finally:
+        assert agent.stop() == 0
+    got = _ids(read_all(kafka.bootstrap_servers, topic_name))
+    assert got == Counter(range(n)), "every message of the client with a certificate, once"
+    assert refused == 1
+
+
+@pytest.mark.slow
+def test_a_full_pool_holds_a_tcp_sender_back_and_loses_nothing(kafka, tmp_path, topic_name):
+    cluster = kafka.controlled()
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=1)])
+    port = free_port()
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
+                          [{"type": "syslog", "listen": f"127.0.0.1:{port}", "format": "raw",
+                            "topic": topic_name, "receive_buffer_bytes": 65536}],
+                          buffer={"size_bytes": 4096 + 8192 + 4 * 65536,
+                                  "slot_size_bytes": 65536})
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    total = 40_000                                   # ~4.8 MB: far more than the 4 slots hold
+    payload = b"".join(b"<13>1 - h a - - - id-%06d " % i + b"y" * 90 + b"\n"
+                       for i in range(total))
+    sent = {"bytes": 0}
+
+    def client():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # small kernel buffers (loopback's grow to megabytes), so holding back shows
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32768)
+            s.connect(("127.0.0.1", port))
+            for k in range(0, len(payload), 4096):
+                s.sendall(payload[k:k + 4096])
+                sent["bytes"] = k + 4096
+
+    cluster.pause_node(1)
+    try:
+        t = threading.Thread(target=client, daemon=True)
+        t.start()
+        time.sleep(8)                                 # the pool fills; the sender must wait
+        stuck_at = sent["bytes"]
+        assert t.is_alive() and stuck_at < len(payload), "the sender should be held back"
+        assert agent.status()["pool"]["free_slots"] == 0
+    finally:
+        cluster.resume_node(1)
+    t.join(timeout=120)
+    assert not t.is_alive()
+    wait_until("every message sent",
+               lambda: agent.metric("agent_drain_sent_events_total") >= total, 120, agent)
+    assert agent.stop() == 0
+    got = _ids(read_all(kafka.bootstrap_servers, topic_name))
+    assert set(got) == set(range(total))
+    print(f"syslog TCP sender held at {stuck_at} of {len(payload)} bytes while the pool was "
+          f"full; {sum(got.values()) - total} duplicates after the outage")

@@ -1,0 +1,70 @@
+"""A syslog source's settings: what it needs, what only it takes, and each mistake refused with
+the setting's path; the packaged default config shows one commented out."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from agent.config import EXAMPLE_SYSLOG_SOURCE, ConfigError, default_toml, parse, split_listen
+
+
+def _config(**source) -> dict:
+    return {"broker": {"bootstrap_servers": "127.0.0.1:9092"},
+            "sources": [{"type": "syslog", "topic": "sys", **source}]}
+
+
+def test_a_syslog_source_with_its_defaults():
+    src = parse(_config(listen="127.0.0.1:5514")).sources[0]
+    assert (src.protocol, src.format, src.receive_buffer_bytes) == ("tcp", "json", 0)
+    assert split_listen("[::1]:514") == ("::1", 514)
+
+
+@pytest.mark.parametrize("source, where, says", [
+    ({}, "sources[0].listen", "needs an address"),
+    ({"listen": "5514"}, "sources[0].listen", "not an address"),
+    ({"listen": "localhost:5514"}, "sources[0].listen", "not an address"),
+    ({"listen": "::1:5514"}, "sources[0].listen", "not an address"),
+    ({"listen": "127.0.0.1:70000"}, "sources[0].listen", "not an address"),
+    ({"listen": "127.0.0.1:5514", "protocol": "sctp"}, "sources[0].protocol", "sctp"),
+    ({"listen": "127.0.0.1:5514", "paths": ["/var/log/*.log"]}, "sources[0].paths",
+     "does not take"),
+    ({"listen": "127.0.0.1:5514", "multiline": {"preset": "java"}}, "sources[0].multiline",
+     "does not take"),
+    ({"listen": "127.0.0.1:5514", "format": "raw", "key_field": "host"},
+     "sources[0].key_field", "not JSON"),
+    ({"listen": "127.0.0.1:5514", "protocol": "udp", "ssl_certificate_file": "/etc/hosts",
+      "ssl_key_file": "/etc/hosts"}, "sources[0].ssl_certificate_file", "tcp"),
+    ({"listen": "127.0.0.1:5514", "ssl_certificate_file": "/etc/hosts"},
+     "sources[0].ssl_key_file", "both"),
+    ({"listen": "127.0.0.1:5514", "ssl_certificate_file": "/nonexistent.pem",
+      "ssl_key_file": "/etc/hosts"}, "sources[0].ssl_certificate_file", "no file"),
+])
+def test_mistakes_are_refused_with_the_settings_path(source, where, says):
+    with pytest.raises(ConfigError, match=says) as err:
+        parse(_config(**source))
+    assert err.value.path == where
+
+
+def test_syslog_settings_on_a_file_source_and_two_listeners_on_one_port_are_refused():
+    raw = {"broker": {"bootstrap_servers": "127.0.0.1:9092"},
+           "sources": [{"type": "file", "topic": "a", "paths": ["/tmp/x/*.log"],
+                        "listen": "127.0.0.1:5514"}]}
+    with pytest.raises(ConfigError, match="only syslog sources"):
+        parse(raw)
+    raw["sources"] = [{"type": "syslog", "topic": "a", "listen": "127.0.0.1:5514"},
+                      {"type": "syslog", "topic": "b", "listen": "127.0.0.1:5514"}]
+    with pytest.raises(ConfigError, match="one address and protocol"):
+        parse(raw)
+    raw["sources"][1]["protocol"] = "udp"                 # the same port over UDP is another
+    assert len(parse(raw).sources) == 2
+
+
+def test_the_default_config_shows_a_syslog_source_commented_out():
+    text = default_toml()
+    block = text[text.index("# [[sources]]"):]
+    uncommented = "\n".join(line.removeprefix("# ") for line in block.splitlines())
+    table = tomllib.loads(uncommented)["sources"][0]
+    assert table == EXAMPLE_SYSLOG_SOURCE
+    assert parse({"broker": {"bootstrap_servers": "b:9092"}, "sources": [table]}).sources
