@@ -30,9 +30,12 @@ $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml
 # tests, driven by Playwright: its own browser download cannot work offline), dh-virtualenv
 # with debhelper (make deb), and iptables with libnetfilter_queue's headers (the fleet's
 # network faults, tests/fleetkit.py: loss and partitions, and the delay tool netdelay.c in
-# place of netem); their tests are skipped without them.
+# place of netem), rsyslog (a relay forwarding to the agent's syslog source with omfwd; its
+# package must not start the system's syslog: service starts are refused for the install);
+# their tests are skipped without them.
 debian-tools:
 	@need=""; \
+	command -v rsyslogd >/dev/null || [ -x /usr/sbin/rsyslogd ] || need="$$need rsyslog"; \
 	command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null \
 		|| need="$$need prometheus-alertmanager"; \
 	command -v promtool >/dev/null || need="$$need prometheus"; \
@@ -45,8 +48,12 @@ debian-tools:
 		|| need="$$need libnetfilter-queue-dev"; \
 	if [ -z "$$need" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		added=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; \
+			chmod 755 /usr/sbin/policy-rc.d; added=1; fi; \
 		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null \
 		|| echo "make setup: could not install$$need; their tests will be skipped" >&2; \
+		if [ -n "$$added" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
 	else echo "make setup: install Debian's$$need (as root) for their tests" >&2; fi
 
 # The native send path (agent/native, Rust: PyO3, and librdkafka built from the rdkafka crate's

@@ -9,8 +9,8 @@ the cap, or a digit run not followed by a space, is read as a newline-ended fram
 ``syslog_bad_frame``: its bytes still go, nothing is skipped).
 
 **Messages.** RFC 5424 (``<PRI>1 TIMESTAMP HOST APP PROCID MSGID SD MSG``) and RFC 3164
-(``<PRI>Mmm dd hh:mm:ss HOST TAG[PID]: MSG``, and its common variants without a host or a
-timestamp) become one dict of fields. A message that is neither (no ``<PRI>``, a bad version or
+(``<PRI>Mmm dd hh:mm:ss HOST TAG[PID]: MSG``, and its common variants: an RFC 3339 timestamp
+in its place, as rsyslog's ``RSYSLOG_ForwardFormat`` writes, no host, no timestamp) become one dict of fields. A message that is neither (no ``<PRI>``, a bad version or
 structured data) raises ``Unparsable``; the caller ships it whole with the reason.
 """
 
@@ -179,7 +179,9 @@ _TS3164 = re.compile(r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([ \d]\
                      r"(\d\d):(\d\d):(\d\d) ")
 _MONTHS = {name: i + 1 for i, name in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))}
+_TS3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|z|[+-]\d\d:\d\d)) ")
 _TAG = re.compile(r"([^\s\[\]:]{1,48})(?:\[([^\]\s]{0,128})\])?: ?")
+_BARE_TAG = re.compile(r"([^\s\[\]:]{1,48})(?:\[([^\]\s]{0,128})\])? ")
 
 
 def _rfc3164(rest: str, now: datetime, local: tzinfo) -> dict:
@@ -188,13 +190,18 @@ def _rfc3164(rest: str, now: datetime, local: tzinfo) -> dict:
     if m:
         stamp = _year_of(m, now, local)
         rest = rest[m.end():]
+    else:                                    # rsyslog's RSYSLOG_ForwardFormat: RFC 3339 there
+        m = _TS3339.match(rest)
+        if m:
+            stamp = m.group(1).replace("z", "Z")
+            rest = rest[m.end():]
     host = None
     tag = _TAG.match(rest)
-    if m and not tag:                        # after a timestamp: a host, then the tag
-        first, _, after = rest.partition(" ")
-        if first and after:
+    if m and not tag:                        # after a timestamp: a host, then the tag, which
+        first, _, after = rest.partition(" ")        # may end at a space (RFC 3164 4.1.3: any
+        if first and after:                          # character not alphanumeric ends it)
             host, rest = first, after
-            tag = _TAG.match(rest)
+            tag = _TAG.match(rest) or _BARE_TAG.match(rest)
     app = procid = None
     if tag:
         app, procid = tag.group(1), tag.group(2) or None

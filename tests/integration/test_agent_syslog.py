@@ -7,6 +7,7 @@ a SIGKILL mid-stream losing no message the agent had sealed."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -24,6 +25,23 @@ from tests.kafkautil import read_all
 
 pytestmark = pytest.mark.skipif(shutil.which("logger") is None,
                                 reason="needs util-linux logger")
+RSYSLOGD = shutil.which("rsyslogd") or "/usr/sbin/rsyslogd"
+
+# rsyslog as a relay: a file it tails (imfile) forwarded to the agent three ways (omfwd):
+# RFC 5424 octet-counted over TCP, its forward format (RFC 3164 with an RFC 3339 time) ended
+# by newlines over TCP, and its traditional format over UDP.
+RELAY_CONF = """\
+global(workDirectory="{work}")
+module(load="imfile" mode="inotify")
+ruleset(name="fwd") {{
+    action(type="omfwd" target="127.0.0.1" port="{counted}" protocol="tcp"
+           TCP_Framing="octet-counted" template="RSYSLOG_SyslogProtocol23Format")
+    action(type="omfwd" target="127.0.0.1" port="{lines}" protocol="tcp"
+           template="RSYSLOG_ForwardFormat")
+    action(type="omfwd" target="127.0.0.1" port="{udp}" protocol="udp")
+}}
+input(type="imfile" File="{file}" Tag="relayed" ruleset="fwd" freshStartTail="off")
+"""
 
 
 def _logger(port: int, lines: list[str], *args: str) -> None:
@@ -91,6 +109,48 @@ def test_logger_over_tcp_and_udp_every_message_once_with_its_fields(kafka, tmp_p
     got = _ids(read_all(kafka.bootstrap_servers, udp))
     assert max(got.values()) == 1 and set(got) <= set(range(n))
     assert len(got) + dropped == n, "what arrived and what was dropped: all that was sent"
+    assert bad == 0
+
+
+@pytest.mark.skipif(not os.path.exists(RSYSLOGD), reason="needs Debian's rsyslog")
+def test_rsyslog_relaying_over_tcp_both_framings_and_udp(kafka, tmp_path, topic_name):
+    topics = {k: f"{topic_name}.{k}" for k in ("counted", "lines", "udp")}
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=1) for t in topics.values()])
+    ports = {k: free_port() for k in topics}
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state", [
+        {"type": "syslog", "listen": f"127.0.0.1:{ports[k]}", "topic": topics[k],
+         "protocol": "udp" if k == "udp" else "tcp", "receive_buffer_bytes": 4 << 20}
+        for k in topics])
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    n = 3_000
+    source = tmp_path / "app.log"
+    source.write_text("".join(f"id-{i:06d} relayed by rsyslog\n" for i in range(n)))
+    work = tmp_path / "relay"
+    work.mkdir()
+    (work / "rsyslog.conf").write_text(RELAY_CONF.format(work=work, file=source, **ports))
+    relay = subprocess.Popen([RSYSLOGD, "-n", "-f", str(work / "rsyslog.conf"), "-i",
+                              str(work / "rsyslogd.pid")], stdout=subprocess.DEVNULL,
+                             stderr=open(work / "rsyslogd.out", "wb"))
+    try:
+        sent = lambda: agent.metric("agent_drain_sent_events_total")       # noqa: E731
+        dropped = lambda: agent.metric("agent_source_udp_dropped_total")    # noqa: E731
+        wait_until("every relayed message sent", lambda: sent() + dropped() >= 3 * n, 90,
+                   agent)
+        udp_dropped = dropped()
+        bad = agent.metric("agent_source_bad_input_total", kind="syslog_unparsable")
+    finally:
+        relay.terminate()
+        relay.wait(timeout=30)
+        assert agent.stop() == 0
+    for k in ("counted", "lines"):
+        records = read_all(kafka.bootstrap_servers, topics[k])
+        assert _ids(records) == Counter(range(n)), f"{k}: every message once"
+        fields = json.loads(records[0].value())
+        assert fields["app"] == "relayed" and fields["message"].startswith("id-")
+        assert fields["protocol"] == ("rfc5424" if k == "counted" else "rfc3164")
+        assert fields["timestamp"] is not None
+    got = _ids(read_all(kafka.bootstrap_servers, topics["udp"]))
+    assert max(got.values()) == 1 and len(got) + udp_dropped == n
     assert bad == 0
 
 

@@ -119,6 +119,16 @@ def test_rfc3164_without_host_or_without_timestamp_or_tag():
     assert (fields["app"], fields["message"]) == (None, "just words, no tag")
 
 
+def test_rfc3164_with_an_rfc3339_timestamp_as_rsyslogs_forward_format_writes():
+    fields = parse(b"<13>2026-12-03T17:21:04.123456+00:00 vm relayed: id-000001", NOW, UTC)
+    assert (fields["timestamp"], fields["host"], fields["app"], fields["message"]) == \
+        ("2026-12-03T17:21:04.123456+00:00", "vm", "relayed", "id-000001")
+    # a tag that a space ends (rsyslog's imfile Tag without a colon)
+    fields = parse(b"<133>Dec  3 17:34:37 vm relayed id-000001 relayed", NOW, UTC)
+    assert (fields["host"], fields["app"], fields["message"]) == \
+        ("vm", "relayed", "id-000001 relayed")
+
+
 def test_rfc3164_december_read_in_january_is_last_years():
     january = datetime(2027, 1, 1, 0, 5, tzinfo=UTC)
     assert parse(b"<13>Dec 31 23:59:58 h a: x", january, UTC)["timestamp"] == \
