@@ -17,7 +17,11 @@ unclean leader election). Such a partition is still owed when the deadline passe
 caller says what that means to it (an error, or no conclusion from this read).
 
 Only records below their partition's end are handed over: those at or past it are newer than
-the ends the caller took, and whatever it concludes holds up to the ends only.
+the ends the caller took, and whatever it concludes holds up to the ends only. They are not
+lost to a consumer the caller keeps between reads (the mirror's watcher does): the first one
+met puts the partition back on it (a seek) and pauses it for the rest of this read, so the
+next read, resumed there, hands it over. (They were dropped once, and the watcher, which never
+saw an offset its mirror committed just after a round took its ends, waited for it forever.)
 """
 
 from __future__ import annotations
@@ -43,23 +47,37 @@ def read_to_ends(consumer, topic: str, ends: dict[int, int], take: Callable,
     (default: a DEBUG line; the client retries by itself). Returns the partitions still owed,
     with their ends, when ``timeout_s`` passed (empty when all were read)."""
     owed = {p: e for p, e in ends.items() if e > 0}
+    parked: list[TopicPartition] = []      # put back on their first record past the end
     deadline = clock() + timeout_s
-    while owed:
-        for tp in consumer.position([TopicPartition(topic, p) for p in owed]):
-            if tp.offset >= owed[tp.partition]:
-                del owed[tp.partition]
-        left = deadline - clock()
-        if not owed or left <= 0:
-            break
-        for msg in consumer.consume(1000, timeout=min(POLL_S, left)):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF \
-                        and msg.offset() >= owed.get(msg.partition(), msg.offset() + 1):
-                    del owed[msg.partition()]
-                elif err.code() != KafkaError._PARTITION_EOF:
-                    (on_error or (lambda e: log.debug("%s: %s", topic, e)))(err)
-                continue
-            if msg.topic() == topic and msg.offset() < ends.get(msg.partition(), -1):
-                take(msg)
+    try:
+        while owed:
+            for tp in consumer.position([TopicPartition(topic, p) for p in owed]):
+                if tp.offset >= owed[tp.partition]:
+                    del owed[tp.partition]
+            left = deadline - clock()
+            if not owed or left <= 0:
+                break
+            for msg in consumer.consume(1000, timeout=min(POLL_S, left)):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF \
+                            and msg.offset() >= owed.get(msg.partition(), msg.offset() + 1):
+                        del owed[msg.partition()]
+                    elif err.code() != KafkaError._PARTITION_EOF:
+                        (on_error or (lambda e: log.debug("%s: %s", topic, e)))(err)
+                    continue
+                p, offset = msg.partition(), msg.offset()
+                if msg.topic() != topic or p not in ends:
+                    continue
+                if offset < ends[p]:
+                    take(msg)
+                elif all(tp.partition != p for tp in parked):
+                    owed.pop(p, None)              # past its end: everything below was read
+                    back = TopicPartition(topic, p, offset)
+                    consumer.seek(back)
+                    consumer.pause([back])
+                    parked.append(back)
+    finally:
+        if parked:
+            consumer.resume(parked)
     return owed

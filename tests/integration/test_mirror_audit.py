@@ -181,7 +181,34 @@ class Audit:
                 return
             time.sleep(0.5)
         raise AssertionError(f"not reconciled in {timeout_s} s: {self.alerts()}\n"
-                             f"{self.table()}\n" + "\n".join(m.log_tail() for m in self.mirrors))
+                             f"{self.table()}\n{self.evidence(running)}\n"
+                             + "\n".join(m.log_tail() for m in self.mirrors))
+
+    def evidence(self, running: tuple[AuditJob, ...]) -> str:
+        """What tells a tier left ``unknown`` apart: each origin's verdict and reason, the
+        tiers' caught-up marks (vouched or not by the mirror's watcher) and progress, and the
+        running jobs' last lines."""
+        conn = sqlite3.connect(self.db)
+        out = []
+        try:
+            for title, sql in (
+                    ("origins", "SELECT window_start, tier, origin, state, expected, count, "
+                     "reason FROM window_origins ORDER BY window_start, tier, origin"),
+                    ("caught_up", "SELECT * FROM caught_up ORDER BY tier, emitter"),
+                    ("caught_up_unvouched", "SELECT * FROM caught_up_unvouched"),
+                    ("progress", "SELECT tier, emitter, batch_id, offsets_behind, emitted_at, "
+                     "publishes_caught_up, incarnation FROM progress"),
+                    ("dirty", "SELECT * FROM dirty"), ("evaluating", "SELECT * FROM evaluating")):
+                out.append(f"-- {title}:")
+                out += [str(row) for row in conn.execute(sql)]
+        except sqlite3.OperationalError as exc:
+            out.append(f"({exc})")
+        finally:
+            conn.close()
+        for j in running:
+            out.append(f"-- {j.log}:")
+            out += j.log_text().splitlines()[-25:]
+        return "\n".join(out)
 
     def table(self) -> str:
         """Every (window, tier) judged: state, expected, count, distinct (a failure's text)."""
