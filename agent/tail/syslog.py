@@ -115,8 +115,11 @@ class SyslogSource:
         if not messages:
             return
         read_ms = self.clock.time_ms()
-        records = messages if self.cfg.format == "raw" else \
-            [self._fields(m, p, read_ms) for m, p in zip(messages, senders, strict=True)]
+        if self.cfg.format == "raw":
+            records = messages
+        else:                                     # the receiver's time and zone, once a batch
+            now = datetime.fromtimestamp(read_ms / 1000).astimezone()
+            records = [self._fields(m, p, now) for m, p in zip(messages, senders, strict=True)]
         lengths = np.fromiter(map(len, records), np.int64, len(records))
         starts = np.zeros(len(records), np.int64)
         np.cumsum(lengths[:-1] + 1, out=starts[1:])
@@ -129,8 +132,7 @@ class SyslogSource:
                 self._bad("timestamp_unparsable", unparsable)
         self.feed.append(chunk, sum(len(f) for f in frames))
 
-    def _fields(self, message: bytes, peer: str, read_ms: int) -> bytes:
-        now = datetime.fromtimestamp(read_ms / 1000).astimezone()
+    def _fields(self, message: bytes, peer: str, now: datetime) -> bytes:
         try:
             fields = parse(message, now, now.tzinfo)
         except Unparsable as exc:

@@ -10,8 +10,9 @@ the cap, or a digit run not followed by a space, is read as a newline-ended fram
 
 **Messages.** RFC 5424 (``<PRI>1 TIMESTAMP HOST APP PROCID MSGID SD MSG``) and RFC 3164
 (``<PRI>Mmm dd hh:mm:ss HOST TAG[PID]: MSG``, and its common variants: an RFC 3339 timestamp
-in its place, as rsyslog's ``RSYSLOG_ForwardFormat`` writes, no host, no timestamp) become one dict of fields. A message that is neither (no ``<PRI>``, a bad version or
-structured data) raises ``Unparsable``; the caller ships it whole with the reason.
+in its place, as rsyslog's ``RSYSLOG_ForwardFormat`` writes, no host, no timestamp, a tag a
+space ends) become one dict of fields. A message that is neither (no ``<PRI>``, a bad version
+or structured data) raises ``Unparsable``; the caller ships it whole with the reason.
 """
 
 from __future__ import annotations
