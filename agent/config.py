@@ -181,6 +181,16 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
     Setting("format", str, "json", "`syslog`: `json` (each message's fields as one JSON object: "
             "facility, severity, timestamp, host, app, procid, msgid, structured_data, message, "
             "protocol, peer) or `raw` (the message as received).", choices=("json", "raw")),
+    Setting("fallback_topic", str, None, "`syslog` with `format = \"json\"`: when `topic` "
+            "names fields (`\"syslog.{app}\"`, `\"logs.{facility}.{severity}\"`), the topic "
+            "of a message whose fields make no topic name (one absent or null, or characters "
+            "Kafka refuses); required then."),
+    Setting("key", str, None, "`syslog` with `format = \"json\"`: the record key as a template "
+            "over the message's fields, e.g. `\"{host}\"` or `\"{host}/{app}\"` (a field "
+            "absent: no key, counted). Not with `key_field`."),
+    Setting("add_fields", dict, None, "`syslog` with `format = \"json\"`: fields added to every "
+            "message, e.g. `{ datacenter = \"eu1\", role = \"edge\" }`; templates may name "
+            "them. Not the names the message's own fields have."),
     Setting("receive_buffer_bytes", int, 0, "`syslog`: the socket's receive buffer "
             "(`SO_RCVBUF`; the kernel doubles it and caps it at `net.core.rmem_max`); 0: the "
             "system's default. A larger one rides out bursts over UDP.", minimum=0),
@@ -252,6 +262,9 @@ class SourceConfig:
     protocol: str = "tcp"
     format: str = "json"
     receive_buffer_bytes: int = 0
+    fallback_topic: str | None = None
+    key: str | None = None
+    add_fields: dict | None = None
     ssl_certificate_file: str | None = None
     ssl_key_file: str | None = None
     ssl_key_password_file: str | None = None
@@ -403,6 +416,9 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
             if src.multiline is not None:
                 _check_multiline(f"{where}.multiline", src.multiline)
         if src.type != "syslog":
+            if "{" in src.topic:
+                raise ConfigError(f"{where}.topic", "only syslog sources route by field (a "
+                                  "topic naming fields)", hint="give the topic's name")
             for key in SYSLOG_ONLY:
                 if getattr(src, key) != SourceConfig.__dataclass_fields__[key].default:
                     raise ConfigError(f"{where}.{key}", f"only syslog sources take `{key}`")
@@ -447,7 +463,11 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
 
 # What only a syslog source takes (a file or socket source given one is refused).
 SYSLOG_ONLY = ("listen", "protocol", "format", "receive_buffer_bytes", "ssl_certificate_file",
-               "ssl_key_file", "ssl_key_password_file", "ssl_ca_file")
+               "ssl_key_file", "ssl_key_password_file", "ssl_ca_file", "fallback_topic", "key",
+               "add_fields")
+# The fields of a syslog message's JSON form (agent/tail/syslog_format.py, and its peer).
+SYSLOG_FIELDS = ("facility", "severity", "timestamp", "host", "app", "procid", "msgid",
+                 "structured_data", "message", "protocol", "peer", "parse_error")
 # What a syslog source does not take.
 NOT_SYSLOG = ("paths", "exclude", "path", "group", "multiline", "read_from", "ignore_older_ms",
               "encoding", "compressed", "max_open_files", "partial_flush_ms")
@@ -463,6 +483,47 @@ def split_listen(text: str) -> tuple[str, int]:
     elif ":" in host:
         raise ValueError(f"{text!r}: write an IPv6 address in brackets, [::1]:5514")
     return host, int(port)
+
+
+def _check_routing(where: str, src: SourceConfig) -> None:
+    """A syslog source's templates (``topic``, ``key``), its fallback topic and added fields."""
+    from .tail.routing import TOPIC_NAME, Template, has_placeholders
+
+    routed = has_placeholders(src.topic)
+    json_only = [k for k, on in (("topic", routed), ("key", src.key is not None),
+                                 ("add_fields", src.add_fields is not None)) if on]
+    if json_only and src.format != "json":
+        raise ConfigError(f"{where}.{json_only[0]}", "templates and added fields need the "
+                          "message's fields", hint='set format = "json"')
+    added = src.add_fields or {}
+    for name, value in added.items():
+        if name in SYSLOG_FIELDS:
+            raise ConfigError(f"{where}.add_fields.{name}", "is a field of every syslog "
+                              "message", hint="choose another name")
+        if not isinstance(value, str | int | float | bool):
+            raise ConfigError(f"{where}.add_fields.{name}", f"expected text, a number or a "
+                              f"boolean, found {value!r}")
+    known = set(SYSLOG_FIELDS) | set(added)
+    for key, text in (("topic", src.topic), ("key", src.key)):
+        if text is None:
+            continue
+        unknown = [f for f in Template(text).fields if f not in known]
+        if unknown:
+            raise ConfigError(f"{where}.{key}", f"{{{unknown[0]}}} is not a field of the "
+                              "message", hint="fields: " + ", ".join(sorted(known)))
+    if src.key is not None and src.key_field:
+        raise ConfigError(f"{where}.key", "give `key` or `key_field`, not both")
+    if routed and not src.fallback_topic:
+        raise ConfigError(f"{where}.fallback_topic", f"topic {src.topic!r} names fields: a "
+                          "message they make no topic for needs a fallback topic",
+                          hint='e.g. fallback_topic = "syslog.other"')
+    if src.fallback_topic is not None:
+        if not routed:
+            raise ConfigError(f"{where}.fallback_topic", "only a topic that names fields "
+                              "takes a fallback", hint='e.g. topic = "syslog.{app}"')
+        if not TOPIC_NAME.fullmatch(src.fallback_topic):
+            raise ConfigError(f"{where}.fallback_topic", f"{src.fallback_topic!r} is not a "
+                              "Kafka topic name", hint="letters, digits, '.', '_', '-'")
 
 
 def _check_syslog(where: str, src: SourceConfig) -> None:
@@ -486,6 +547,7 @@ def _check_syslog(where: str, src: SourceConfig) -> None:
         raise ConfigError(f"{where}.{key}", f"`{key}` names a JSON field: a raw syslog record "
                           "is not JSON", hint='set format = "json" (fields such as host, app, '
                           'timestamp), or leave it out')
+    _check_routing(where, src)
     tls = [k for k in ("ssl_certificate_file", "ssl_key_file", "ssl_key_password_file",
                        "ssl_ca_file") if getattr(src, k)]
     if tls and src.protocol != "tcp":
@@ -685,8 +747,9 @@ def reference_markdown() -> str:
 
 
 def source_topics(sources) -> list[str]:
-    """The topics of the configured sources: each gets an audit heartbeat."""
-    return sorted({s.topic for s in sources})
+    """The topics of the configured sources: each gets an audit heartbeat (a source that routes
+    by field: its fallback topic; the topics it routes to are known as events arrive)."""
+    return sorted({s.fallback_topic or s.topic for s in sources})
 
 
 if __name__ == "__main__":

@@ -126,18 +126,19 @@ class PoolFeed:
         self.on_data = on_data
         self.stopped = stopped
 
-    def append(self, chunk: Chunk, nbytes: int) -> int:
-        """Append ``chunk`` (``nbytes`` read for it); returns the records appended (fewer only
-        when the source stopped first)."""
+    def append(self, chunk: Chunk, nbytes: int, topic: str | None = None) -> int:
+        """Append ``chunk`` (``nbytes`` read for it) to ``topic`` (default: the source's);
+        returns the records appended (fewer only when the source stopped first)."""
+        topic = topic or self.topic
         done = 0
         while done < len(chunk) and not self.stopped.is_set():
             rest = chunk if done == 0 else _tail(chunk, done)
-            res = self.pool.append(self.topic, rest, timeout_s=0.5)   # waits: backpressure
+            res = self.pool.append(topic, rest, timeout_s=0.5)        # waits: backpressure
             done += res.records
             self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
-                             topic=self.topic)
+                             topic=topic)
             self.on_data()
-        self.metrics.inc("agent_source_read_bytes_total", nbytes, topic=self.topic)
+        self.metrics.inc("agent_source_read_bytes_total", nbytes, topic=topic)
         return done
 
 

@@ -40,6 +40,7 @@ from datetime import datetime
 import numpy as np
 
 from ..buffer import BufferPool, Chunk
+from ..buffer.framing import MAX_KEY_BYTES
 from ..buffer.seams import Clock
 from ..config import SourceConfig, split_listen
 from ..errors import StartupError
@@ -47,6 +48,7 @@ from ..state.journal import LossJournal
 from ..telemetry import Metrics
 from .events import apply_fields
 from .lines import MAX_LINE_BYTES
+from .routing import Template
 from .sock import PoolFeed, accept_each, reads
 from .syslog_format import Frames, Unparsable, parse, strip_frame
 
@@ -70,6 +72,9 @@ class SyslogSource:
         self._drops_seen = 0            # the kernel's count of this socket's dropped datagrams
         self._drops_unjournalled = 0
         self._tls = _tls_context(cfg) if cfg.protocol == "tcp" else None
+        routed = Template(cfg.topic)
+        self._topic = None if routed.is_static else routed      # topic = "syslog.{app}"
+        self._key = Template(cfg.key) if cfg.key is not None else None
         host, port = split_listen(cfg.listen)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         kind = socket.SOCK_STREAM if cfg.protocol == "tcp" else socket.SOCK_DGRAM
@@ -115,24 +120,49 @@ class SyslogSource:
         if not messages:
             return
         read_ms = self.clock.time_ms()
+        nbytes = sum(len(f) for f in frames)
         if self.cfg.format == "raw":
-            records = messages
-        else:                                     # the receiver's time and zone, once a batch
-            now = datetime.fromtimestamp(read_ms / 1000).astimezone()
-            records = [self._fields(m, p, now) for m, p in zip(messages, senders, strict=True)]
+            self._append(self.cfg.topic, messages, None, read_ms, nbytes)
+            return
+        now = datetime.fromtimestamp(read_ms / 1000).astimezone()   # once a batch
+        by_topic: dict[str, tuple[list[bytes], list[bytes | None]]] = {}
+        for m, p in zip(messages, senders, strict=True):
+            fields = self._fields(m, p, now)
+            topic = self.cfg.topic
+            if self._topic is not None:
+                topic = self._topic.topic(fields)
+                if topic is None:
+                    self._bad("routed_to_fallback")
+                    topic = self.cfg.fallback_topic
+            key = None
+            if self._key is not None:
+                rendered = self._key.render(fields)
+                if rendered is None:
+                    self._bad("key_template_unmatched")
+                else:
+                    key = rendered.encode()[:MAX_KEY_BYTES]
+            records, keys = by_topic.setdefault(topic, ([], []))
+            records.append(json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+                           .encode())
+            keys.append(key)
+        for topic, (records, keys) in by_topic.items():
+            self._append(topic, records, keys if self._key is not None else None, read_ms,
+                         nbytes * len(records) // len(messages))
+
+    def _append(self, topic: str, records: list[bytes], keys: list[bytes | None] | None,
+                read_ms: int, nbytes: int) -> None:
         lengths = np.fromiter(map(len, records), np.int64, len(records))
         starts = np.zeros(len(records), np.int64)
         np.cumsum(lengths[:-1] + 1, out=starts[1:])
-        data = b"\n".join(records) + b"\n"
-        chunk = Chunk(data, starts, lengths, read_ms)
+        chunk = Chunk(b"\n".join(records) + b"\n", starts, lengths, read_ms, keys)
         if self.cfg.timestamp_field or self.cfg.key_field:
             chunk, unparsable, _ = apply_fields(chunk, self.cfg.timestamp_field,
                                                 self.cfg.key_field, read_ms)
             if unparsable:
                 self._bad("timestamp_unparsable", unparsable)
-        self.feed.append(chunk, sum(len(f) for f in frames))
+        self.feed.append(chunk, nbytes, topic)
 
-    def _fields(self, message: bytes, peer: str, now: datetime) -> bytes:
+    def _fields(self, message: bytes, peer: str, now: datetime) -> dict:
         try:
             fields = parse(message, now, now.tzinfo)
         except Unparsable as exc:
@@ -145,7 +175,9 @@ class SyslogSource:
             except UnicodeDecodeError:
                 self._bad("invalid_utf8")
         fields["peer"] = peer
-        return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
+        if self.cfg.add_fields:
+            fields.update(self.cfg.add_fields)
+        return fields
 
     def _bad(self, kind: str, count: int = 1) -> None:
         self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)

@@ -353,3 +353,55 @@ def test_sigkill_mid_stream_loses_only_what_no_slot_sealed(kafka, tmp_path, topi
     print(f"syslog TCP SIGKILL: {total} sent, {len(missing)} lost unsealed at the kill "
           f"(ids {missing[:1]}..{missing[-1:]}; just before it {read_before:.0f} read, "
           f"{sent_before:.0f} acknowledged, {state['at_kill']} sent), {duplicates} duplicates")
+
+
+def test_routing_by_field_with_a_fallback_a_key_template_and_added_fields(kafka, tmp_path,
+                                                                          topic_name):
+    """``topic = "….{app}"``: each app's messages in a topic of its own, a message that names no
+    app (not syslog at all) in the fallback topic, counted; the key from ``{host}/{app}``; the
+    added fields in every message; and the agent's audit counts every topic it routed to."""
+    base = topic_name.replace(".", "-")
+    routed = {app: f"{base}.{app}" for app in ("billing", "cron")}
+    fallback = f"{base}.other"
+    ensure_topics(kafka.bootstrap_servers,
+                  [TopicSpec(t, partitions=1) for t in (*routed.values(), fallback)])
+    port = free_port()
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
+                          [{"type": "syslog", "listen": f"127.0.0.1:{port}",
+                            "topic": base + ".{app}", "fallback_topic": fallback,
+                            "key": "{host}/{app}", "add_fields": {"dc": "eu1"}}],
+                          audit={"interval_ms": 1000})
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    n = 300
+    try:
+        _logger(port, [f"id-{i:06d} pay" for i in range(n)], "-T", "-t", "billing")
+        _logger(port, [f"id-{i:06d} job" for i in range(n, 2 * n)], "-T", "-t", "cron")
+        with socket.create_connection(("127.0.0.1", port)) as s:      # no <PRI>: no app
+            s.sendall(b"".join(b"id-%06d not syslog\n" % i for i in range(2 * n, 2 * n + 50)))
+        wait_until("every message sent",
+                   lambda: agent.metric("agent_drain_sent_events_total") >= 2 * n + 50, 60,
+                   agent)
+        fell_back = agent.metric("agent_source_bad_input_total", kind="routed_to_fallback")
+        unmatched = agent.metric("agent_source_bad_input_total", kind="key_template_unmatched")
+        time.sleep(2)                                    # an audit round past the last record
+    finally:
+        assert agent.stop() == 0
+    host = socket.gethostname()
+    for app, lo in (("billing", 0), ("cron", n)):
+        records = read_all(kafka.bootstrap_servers, routed[app])
+        assert _ids(records) == Counter(range(lo, lo + n))
+        assert {r.key() for r in records} == {f"{host}/{app}".encode()}
+        assert all(json.loads(r.value())["dc"] == "eu1" for r in records)
+    other = read_all(kafka.bootstrap_servers, fallback)
+    assert _ids(other) == Counter(range(2 * n, 2 * n + 50))
+    assert {r.key() for r in other} == {None}
+    assert json.loads(other[0].value())["parse_error"] == "no <PRI> at the start"
+    assert fell_back == 50 and unmatched == 50
+    from audit.contract.collect import read_audit_topic
+    from tests.auditkit import tier_counts
+    counted = tier_counts(read_audit_topic(kafka.bootstrap_servers, "docket.audit"), "producer",
+                          {*routed.values(), fallback})
+    per_topic = Counter()
+    for (topic, _window, _origin), (count, _bytes, _checksum) in counted.items():
+        per_topic[topic] += count
+    assert per_topic == {routed["billing"]: n, routed["cron"]: n, fallback: 50}

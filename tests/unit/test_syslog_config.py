@@ -40,6 +40,22 @@ def test_a_syslog_source_with_its_defaults():
      "sources[0].ssl_key_file", "both"),
     ({"listen": "127.0.0.1:5514", "ssl_certificate_file": "/nonexistent.pem",
       "ssl_key_file": "/etc/hosts"}, "sources[0].ssl_certificate_file", "no file"),
+    ({"listen": "127.0.0.1:5514", "topic": "s.{app}"}, "sources[0].fallback_topic",
+     "needs a fallback"),
+    ({"listen": "127.0.0.1:5514", "topic": "s.{app}", "fallback_topic": "s other"},
+     "sources[0].fallback_topic", "not a Kafka topic name"),
+    ({"listen": "127.0.0.1:5514", "fallback_topic": "s.other"}, "sources[0].fallback_topic",
+     "only a topic that names fields"),
+    ({"listen": "127.0.0.1:5514", "topic": "s.{application}", "fallback_topic": "s.o"},
+     "sources[0].topic", "not a field"),
+    ({"listen": "127.0.0.1:5514", "format": "raw", "topic": "s.{app}", "fallback_topic": "s.o"},
+     "sources[0].topic", "need the message.s fields"),
+    ({"listen": "127.0.0.1:5514", "key": "{host}", "key_field": "host"}, "sources[0].key",
+     "not both"),
+    ({"listen": "127.0.0.1:5514", "add_fields": {"host": "x"}}, "sources[0].add_fields.host",
+     "is a field"),
+    ({"listen": "127.0.0.1:5514", "add_fields": {"tags": ["a"]}}, "sources[0].add_fields.tags",
+     "expected text"),
 ])
 def test_mistakes_are_refused_with_the_settings_path(source, where, says):
     with pytest.raises(ConfigError, match=says) as err:
@@ -59,6 +75,17 @@ def test_syslog_settings_on_a_file_source_and_two_listeners_on_one_port_are_refu
         parse(raw)
     raw["sources"][1]["protocol"] = "udp"                 # the same port over UDP is another
     assert len(parse(raw).sources) == 2
+
+
+def test_a_routed_source_is_heard_of_by_its_fallback_topic_and_may_name_added_fields():
+    from agent.config import source_topics
+    cfg = parse(_config(listen="127.0.0.1:5514", topic="s.{dc}.{app}", fallback_topic="s.o",
+                        add_fields={"dc": "eu1"}, key="{host}"))
+    assert source_topics(cfg.sources) == ["s.o"]
+    raw = _config()
+    raw["sources"] = [{"type": "file", "topic": "f.{app}", "paths": ["/tmp/x/*.log"]}]
+    with pytest.raises(ConfigError, match="only syslog sources route"):
+        parse(raw)
 
 
 def test_the_default_config_shows_a_syslog_source_commented_out():
