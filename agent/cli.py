@@ -196,6 +196,12 @@ def _status(args) -> int:
         print(f"  audit     to {audit['topic']}: last emission {when}, seq {audit['seq']}")
     for path, f in sorted(data["files"].items()):
         print(f"  file      {path}: {f['lag_bytes']} bytes behind")
+    for s in data.get("listeners", []):
+        where = s["path"] if s["type"] == "socket" else \
+            f"{s['protocol']}{'+tls' if s['tls'] else ''} {s['listen']}"
+        what = f"{s['udp_dropped']} datagram(s) dropped by the kernel" if "udp_dropped" in s \
+            else f"{s['connections']} connection(s)"
+        print(f"  {s['type']:<9} {where} -> {s['topic']}: {what}")
     waiting = data["files_waiting"]
     for path, why in sorted(waiting["unreadable"].items()):
         print(f"  file      {path}: cannot be read ({why}); tried again at every scan")

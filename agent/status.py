@@ -37,6 +37,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("docket.agent.status")
 
 
+class Listening(Protocol):
+    """A source that listens (the unix socket, syslog): what status shows of it."""
+
+    def describe(self) -> dict: ...
+
+
 class Observed(Protocol):
     """What the board reads of the running agent (``service.Agent`` is one), and only reads."""
 
@@ -45,6 +51,7 @@ class Observed(Protocol):
     pool: BufferPool
     drain: Drain
     file_sources: list[FileSource]
+    socket_sources: list[Listening]
     checkpoints: Checkpoints
     journal: LossJournal
     disk: DiskGuard
@@ -147,6 +154,7 @@ class StatusBoard:
             "files": {p: {"lag_bytes": lag} for f in a.file_sources
                       for p, lag in f.lag().items()},
             "files_waiting": _merge_waiting(f.waiting() for f in a.file_sources),
+            "listeners": [s.describe() for s in a.socket_sources],
             "broker": {"state": a.drain.broker_state,
                        "bootstrap_servers": a.cfg["broker.bootstrap_servers"],
                        "security": a.cfg.security.describe(),

@@ -72,6 +72,12 @@ class SocketSource:
     def _append(self, data: bytes) -> None:
         self.feed.append(self.lines.frame(data, len(data), self.clock.time_ms()), len(data))
 
+    def describe(self) -> dict:
+        """For ``/status``: the socket's path and its open connections."""
+        return {"source": self.cfg.index, "type": "socket", "path": self.cfg.path,
+                "topic": self.cfg.topic,
+                "connections": sum(1 for t in self._threads if t.is_alive())}
+
     def close(self) -> None:
         self._stop.set()
         self.server.close()

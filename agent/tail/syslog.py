@@ -290,6 +290,17 @@ class SyslogSource:
                                 "socket's receive buffer was full (raise receive_buffer_bytes, "
                                 "or send over TCP)")
 
+    def describe(self) -> dict:
+        """For ``/status``: where it listens, how, its open connections and the drops."""
+        out = {"source": self.cfg.index, "type": "syslog", "protocol": self.cfg.protocol,
+               "listen": self.cfg.listen, "tls": self._tls is not None,
+               "topic": self.cfg.topic}
+        if self.cfg.protocol == "tcp":
+            out["connections"] = sum(1 for t in self._threads if t.is_alive())
+        else:
+            out["udp_dropped"] = self._drops_seen
+        return out
+
     @property
     def udp_dropped(self) -> int:
         """Datagrams the kernel dropped since the source began listening."""

@@ -90,6 +90,9 @@ def test_logger_over_tcp_and_udp_every_message_once_with_its_fields(kafka, tmp_p
                    agent)
         bad = agent.metric("agent_source_bad_input_total", kind="syslog_unparsable")
         dropped = udp_dropped()
+        listeners = agent.status()["listeners"]
+        text = subprocess.run([str(agent.binary), "status", "--url", f"http://{agent.listen}"],
+                              capture_output=True, text=True, timeout=30).stdout
     finally:
         assert agent.stop() == 0
     records = read_all(kafka.bootstrap_servers, tcp)
@@ -110,6 +113,11 @@ def test_logger_over_tcp_and_udp_every_message_once_with_its_fields(kafka, tmp_p
     assert max(got.values()) == 1 and set(got) <= set(range(n))
     assert len(got) + dropped == n, "what arrived and what was dropped: all that was sent"
     assert bad == 0
+    assert [(x["protocol"], x["listen"], x["topic"]) for x in listeners] == [
+        ("tcp", f"127.0.0.1:{ports['tcp']}", tcp), ("tcp", f"127.0.0.1:{ports['raw']}", raw),
+        ("udp", f"127.0.0.1:{ports['udp']}", udp)]
+    assert listeners[2]["udp_dropped"] == dropped and listeners[0]["connections"] == 0
+    assert f"syslog    udp 127.0.0.1:{ports['udp']} -> {udp}: {dropped:.0f} datagram(s)" in text
 
 
 @pytest.mark.skipif(not os.path.exists(RSYSLOGD), reason="needs Debian's rsyslog")
