@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import grp
 import json
+import math
 import os
 import socket
 import sys
@@ -193,7 +194,8 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "them. Not the names the message's own fields have."),
     Setting("receive_buffer_bytes", int, 0, "`syslog`: the socket's receive buffer "
             "(`SO_RCVBUF`; the kernel doubles it and caps it at `net.core.rmem_max`); 0: the "
-            "system's default. A larger one rides out bursts over UDP.", minimum=0),
+            "system's default. A larger one rides out bursts over UDP.", minimum=0,
+            maximum=2**31 - 1),
     Setting("ssl_certificate_file", str, None, "`syslog` over TCP: PEM file of the listener's "
             "certificate: with `ssl_key_file`, the listener speaks TLS."),
     Setting("ssl_key_file", str, None, "`syslog` over TCP: PEM file of the listener's private "
@@ -487,7 +489,7 @@ def split_listen(text: str) -> tuple[str, int]:
 
 def _check_routing(where: str, src: SourceConfig) -> None:
     """A syslog source's templates (``topic``, ``key``), its fallback topic and added fields."""
-    from .tail.routing import TOPIC_NAME, Template, has_placeholders
+    from .tail.routing import PLACEHOLDER, TOPIC_NAME, Template, has_placeholders
 
     routed = has_placeholders(src.topic)
     json_only = [k for k, on in (("topic", routed), ("key", src.key is not None),
@@ -500,9 +502,21 @@ def _check_routing(where: str, src: SourceConfig) -> None:
         if name in SYSLOG_FIELDS:
             raise ConfigError(f"{where}.add_fields.{name}", "is a field of every syslog "
                               "message", hint="choose another name")
-        if not isinstance(value, str | int | float | bool):
+        if not isinstance(value, str | int | float | bool) or (
+                isinstance(value, float) and not math.isfinite(value)):
             raise ConfigError(f"{where}.add_fields.{name}", f"expected text, a number or a "
                               f"boolean, found {value!r}")
+    for key, text in (("topic", src.topic), ("key", src.key)):
+        if text is None:
+            continue
+        literal = PLACEHOLDER.sub("", text)
+        if "{" in literal or "}" in literal:
+            raise ConfigError(f"{where}.{key}", f"{text!r}: a brace that is no placeholder "
+                              "(a field's name: letters, digits and '_')",
+                              hint='e.g. "syslog.{app}"')
+        if key == "topic" and literal and not TOPIC_NAME.fullmatch(literal):
+            raise ConfigError(f"{where}.topic", f"{text!r} is not a Kafka topic name",
+                              hint="letters, digits, '.', '_', '-' besides its placeholders")
     known = set(SYSLOG_FIELDS) | set(added)
     for key, text in (("topic", src.topic), ("key", src.key)):
         if text is None:

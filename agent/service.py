@@ -311,7 +311,8 @@ class Agent(AgentLoop, AgentControl):
                     log.error("%s; the source is left out until the next reload", exc)
             else:
                 self.socket_sources.append(SocketSource(src, self.pool, self.metrics, self.clock,
-                                                        on_data=self.wake.notify))
+                                                        on_data=self.wake.notify,
+                                                        journal=self.journal))
         self._first_start = False                # sources built again (a reload) read all
         self._archives_first = False
 

@@ -4,7 +4,7 @@
 
     {"ts_ms": ..., "reason": "oversize_dropped" | "oversize_truncated" | "buffer_full" |
      "corrupt" | "kafka_<error>" | "deleted_unread" | "unaccounted_bytes" |
-     "cut_back_unread" | "udp_dropped",
+     "cut_back_unread" | "udp_dropped" | "listener_stopped",
      "topic": ..., "events": N (or -1 if unknown), "bytes": N, "source": path or slot,
      "range": [start, end] (bytes of the source) or null,
      "source_id": the file generation's id in the state database, or null,

@@ -48,7 +48,8 @@ def apply_fields(chunk: Chunk, timestamp_field: str | None, key_field: str | Non
         return chunk, 0, 0
     n = len(chunk)
     ts = np.full(n, read_ms, np.int64)
-    keys: list[bytes | None] | None = [None] * n if key_field else None
+    keys: list[bytes | None] | None = [None] * n if key_field else \
+        (list(chunk.keys) if chunk.keys is not None else None)   # keys set before: kept
     unparsable = invalid = 0
     data = memoryview(chunk.data)
     for i, (s, ln) in enumerate(zip(chunk.starts.tolist(), chunk.lengths.tolist(), strict=True)):

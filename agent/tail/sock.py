@@ -28,7 +28,7 @@ READ_BYTES = 256 * 1024
 
 class SocketSource:
     def __init__(self, cfg: SourceConfig, pool: BufferPool, metrics: Metrics,
-                 clock: Clock | None = None, on_data=None):
+                 clock: Clock | None = None, on_data=None, journal=None):
         self.cfg = cfg
         self._on_data = on_data or (lambda: None)   # records appended: wake the agent's loop
         self.clock = clock or Clock()
@@ -36,7 +36,7 @@ class SocketSource:
         self.metrics = metrics
         self.lines = LineCutter(cfg, metrics)
         self._stop = threading.Event()
-        self.feed = PoolFeed(cfg.topic, pool, metrics, self._on_data, self._stop)
+        self.feed = PoolFeed(cfg.topic, pool, metrics, self._on_data, self._stop, journal)
         self._threads: list[threading.Thread] = []
         if os.path.exists(cfg.path):
             os.unlink(cfg.path)
@@ -122,28 +122,39 @@ def reads(conn: socket.socket, stopped: threading.Event):
 class PoolFeed:
     """A listening source's way into the pool: a chunk appended whole, waiting while the pool is
     full (the caller's thread, and so its socket, is not read meanwhile: backpressure), each
-    append waking the agent's loop; given up only when the source stops."""
+    append waking the agent's loop. Once the source stops it waits no more: what the pool then
+    has no room for is journalled (``listener_stopped``), never dropped unsaid."""
 
     def __init__(self, topic: str, pool: BufferPool, metrics: Metrics, on_data,
-                 stopped: threading.Event):
+                 stopped: threading.Event, journal=None):
         self.topic = topic
         self.pool = pool
         self.metrics = metrics
         self.on_data = on_data
         self.stopped = stopped
+        self.journal = journal
 
     def append(self, chunk: Chunk, nbytes: int, topic: str | None = None) -> int:
         """Append ``chunk`` (``nbytes`` read for it) to ``topic`` (default: the source's);
-        returns the records appended (fewer only when the source stopped first)."""
+        returns the records appended (fewer only when the source stopped with the pool full)."""
         topic = topic or self.topic
         done = 0
-        while done < len(chunk) and not self.stopped.is_set():
+        while done < len(chunk):
+            stopping = self.stopped.is_set()
             rest = chunk if done == 0 else _tail(chunk, done)
-            res = self.pool.append(topic, rest, timeout_s=0.5)        # waits: backpressure
-            done += res.records
+            res = self.pool.append(topic, rest, timeout_s=0.0 if stopping else 0.5)   # waits:
+            done += res.records                                                 # backpressure
             self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
                              topic=topic)
             self.on_data()
+            if stopping and done < len(chunk):
+                left = len(chunk) - done
+                log.error("%d event(s) of topic %s read from a listener as it stopped found the "
+                          "pool full: not kept", left, topic)
+                if self.journal is not None:
+                    self.journal.record("listener_stopped", topic, left, detail="events read "
+                                        "from a listening source as it stopped, the pool full")
+                break
         self.metrics.inc("agent_source_read_bytes_total", nbytes, topic=topic)
         return done
 

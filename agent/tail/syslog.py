@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import socket
 import ssl
 import struct
@@ -49,7 +50,7 @@ from ..telemetry import Metrics
 from .events import apply_fields
 from .lines import MAX_LINE_BYTES
 from .routing import Template
-from .sock import PoolFeed, accept_each, reads
+from .sock import READ_BYTES, PoolFeed, accept_each, reads
 from .syslog_format import Frames, Unparsable, parse, strip_frame
 
 log = logging.getLogger("docket.agent.syslog")
@@ -67,38 +68,18 @@ class SyslogSource:
         self.metrics = metrics
         self.journal = journal
         self._stop = threading.Event()
-        self.feed = PoolFeed(cfg.topic, pool, metrics, on_data or (lambda: None), self._stop)
+        self.label = cfg.fallback_topic or cfg.topic    # a routed source's counts go here
+        self.feed = PoolFeed(self.label, pool, metrics, on_data or (lambda: None), self._stop,
+                             journal)
         self._threads: list[threading.Thread] = []
         self._drops_seen = 0            # the kernel's count of this socket's dropped datagrams
         self._drops_unjournalled = 0
-        self._tls = _tls_context(cfg) if cfg.protocol == "tcp" else None
         routed = Template(cfg.topic)
         self._topic = None if routed.is_static else routed      # topic = "syslog.{app}"
         self._key = Template(cfg.key) if cfg.key is not None else None
-        host, port = split_listen(cfg.listen)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        kind = socket.SOCK_STREAM if cfg.protocol == "tcp" else socket.SOCK_DGRAM
-        self.sock = socket.socket(family, kind)
-        try:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if cfg.receive_buffer_bytes:
-                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
-                                     cfg.receive_buffer_bytes)
-            self.sock.bind((host, port))
-            if cfg.protocol == "tcp":
-                self.sock.listen(128)
-            else:
-                self.sock.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
-        except OSError as exc:
-            self.sock.close()
-            raise StartupError(
-                f"sources[{cfg.index}]: cannot listen for syslog on {cfg.protocol} "
-                f"{cfg.listen}: {exc.strerror or exc}",
-                hint="another process holds that port (ss -lntup), or ports below 1024 need "
-                "CAP_NET_BIND_SERVICE: choose a port above 1024 or grant it in the unit "
-                "(AmbientCapabilities=CAP_NET_BIND_SERVICE)") from None
+        self._tls = _tls_context(cfg) if cfg.protocol == "tcp" else None
+        self.sock = _listen(cfg)
         self.address = self.sock.getsockname()[:2]
-        self.sock.settimeout(0.2)
         target = self._accept_loop if cfg.protocol == "tcp" else self._receive_loop
         self._main = threading.Thread(target=target, name=f"docket-syslog-{cfg.protocol}",
                                       daemon=True)
@@ -180,7 +161,7 @@ class SyslogSource:
         return fields
 
     def _bad(self, kind: str, count: int = 1) -> None:
-        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
+        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.label)
 
     # -- TCP -------------------------------------------------------------------------------
     def _accept_loop(self) -> None:
@@ -214,6 +195,10 @@ class SyslogSource:
                     cut = frames.cut
                 if whole:
                     self._deliver(whole, peer)
+            if self._stop.is_set():           # what the kernel still holds for it goes too
+                whole = frames.feed(_left_in(conn))
+                if whole:
+                    self._deliver(whole, peer)
             rest = frames.rest()
             if rest.strip(b"\r\n\x00 ") and not self._stop.is_set():
                 self._bad("partial_line_flushed")
@@ -238,38 +223,43 @@ class SyslogSource:
         last_journal = time.monotonic()
         while not self._stop.is_set():
             try:
-                if not self._receive_batch(anc):
-                    break
+                ready, _, _ = select.select([self.sock], [], [], 0.2)
+                if ready:
+                    self._receive_batch(anc)
             except Exception:
+                if self._stop.is_set():
+                    break
                 log.exception("syslog source %d: receiving datagrams failed; going on",
                               self.cfg.index)
                 self._stop.wait(1)
             if time.monotonic() - last_journal >= JOURNAL_EVERY_S:
                 self._journal_drops()
                 last_journal = time.monotonic()
+        try:                                  # stopping: what the socket still holds goes too
+            while self._receive_batch(anc) == BATCH_DATAGRAMS:
+                pass
+        except Exception:
+            log.exception("syslog source %d: the datagrams left at the stop were not read",
+                          self.cfg.index)
         self._journal_drops()
 
-    def _receive_batch(self, anc: int) -> bool:
-        """The datagrams waiting (up to a batch), appended; False once the socket is closed."""
+    def _receive_batch(self, anc: int) -> int:
+        """The datagrams waiting, up to a batch, appended (what was received before an error
+        too); returns how many."""
         frames: list[bytes] = []
         peers: list[str] = []
         try:
-            data, cmsgs, _flags, addr = self.sock.recvmsg(DATAGRAM_BYTES, anc)
-            while True:
+            while len(frames) < BATCH_DATAGRAMS:
+                data, cmsgs, _flags, addr = self.sock.recvmsg(DATAGRAM_BYTES, anc)
                 self._note_drops(cmsgs)
                 frames.append(data)
                 peers.append(_peer(addr))
-                if len(frames) >= BATCH_DATAGRAMS:
-                    break
-                data, cmsgs, _flags, addr = self.sock.recvmsg(DATAGRAM_BYTES, anc,
-                                                              socket.MSG_DONTWAIT)
-        except (TimeoutError, BlockingIOError):
+        except BlockingIOError:
             pass
-        except OSError:
-            return False
-        if frames:
-            self._deliver(frames, peers)
-        return True
+        finally:
+            if frames:
+                self._deliver(frames, peers)
+        return len(frames)
 
     def _note_drops(self, cmsgs) -> None:
         for level, kind, data in cmsgs:
@@ -279,12 +269,12 @@ class SyslogSource:
                 if new:
                     self._drops_seen = total
                     self._drops_unjournalled += new
-                    self.metrics.inc("agent_source_udp_dropped_total", new, topic=self.cfg.topic)
+                    self.metrics.inc("agent_source_udp_dropped_total", new, topic=self.label)
 
     def _journal_drops(self) -> None:
         n, self._drops_unjournalled = self._drops_unjournalled, 0
         if n:
-            self.journal.record("udp_dropped", self.cfg.topic, n,
+            self.journal.record("udp_dropped", self.label, n,
                                 source=f"udp {self.cfg.listen}",
                                 detail=f"{n} syslog datagram(s) dropped by the kernel: the "
                                 "socket's receive buffer was full (raise receive_buffer_bytes, "
@@ -307,11 +297,58 @@ class SyslogSource:
         return self._drops_seen
 
     def close(self) -> None:
+        """Stop listening: what each connection's kernel buffer and the UDP socket still hold
+        is read and appended first (the pool's room allowing: ``PoolFeed``)."""
         self._stop.set()
-        self.sock.close()
-        self._main.join(timeout=2)
+        if self.cfg.protocol == "tcp":
+            self.sock.close()                 # no new connections
+        self._main.join(timeout=5)
         for t in self._threads:
-            t.join(timeout=2)
+            t.join(timeout=5)
+        self.sock.close()
+
+
+def _listen(cfg: SourceConfig) -> socket.socket:
+    """The source's bound socket (TCP: listening, with a 0.2 s timeout; UDP: non-blocking, the
+    kernel's drop count asked for); any failure a ``StartupError`` saying why."""
+    host, port = split_listen(cfg.listen)
+    sock = None
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                             socket.SOCK_STREAM if cfg.protocol == "tcp" else socket.SOCK_DGRAM)
+        if cfg.protocol == "tcp":   # (not UDP: two sockets would share the port, one unheard)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if cfg.receive_buffer_bytes:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, cfg.receive_buffer_bytes)
+        sock.bind((host, port))
+        if cfg.protocol == "tcp":
+            sock.listen(128)
+            sock.settimeout(0.2)
+        else:
+            sock.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
+            sock.setblocking(False)
+        return sock
+    except Exception as exc:
+        if sock is not None:
+            sock.close()
+        raise StartupError(
+            f"sources[{cfg.index}]: cannot listen for syslog on {cfg.protocol} {cfg.listen}: "
+            f"{getattr(exc, 'strerror', None) or exc}",
+            hint="another process holds that port (ss -lntup), or ports below 1024 need "
+            "CAP_NET_BIND_SERVICE: choose a port above 1024 or grant it in the unit "
+            "(AmbientCapabilities=CAP_NET_BIND_SERVICE)") from None
+
+
+def _left_in(conn: socket.socket) -> bytes:
+    """What the kernel holds unread for ``conn`` now, read without waiting."""
+    out = []
+    try:
+        conn.settimeout(0)
+        while data := conn.recv(READ_BYTES):
+            out.append(data)
+    except OSError:                           # nothing more now (or the connection failed)
+        pass
+    return b"".join(out)
 
 
 def _peer(addr) -> str:
@@ -324,10 +361,10 @@ def _tls_context(cfg: SourceConfig) -> ssl.SSLContext | None:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     password = None
-    if cfg.ssl_key_password_file:
-        with open(cfg.ssl_key_password_file) as f:
-            password = f.read().strip()
     try:
+        if cfg.ssl_key_password_file:
+            with open(cfg.ssl_key_password_file) as f:
+                password = f.read().strip()
         ctx.load_cert_chain(cfg.ssl_certificate_file, cfg.ssl_key_file, password=password)
         if cfg.ssl_ca_file:
             ctx.load_verify_locations(cfg.ssl_ca_file)

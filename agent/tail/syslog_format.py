@@ -4,9 +4,10 @@
 ``logger --octet-count`` and rsyslog's ``omfwd`` with ``TCP_Framing="octet-counted"`` send) or
 ends each message with a newline (3.4.2, the older and commoner way). Senders do not announce
 which, and a relay may forward both on one connection, so each frame is looked at on its own: one
-starting with a digit run and a space is counted, any other ends at its newline. A count over
-the cap, or a digit run not followed by a space, is read as a newline-ended frame (counted as
-``syslog_bad_frame``: its bytes still go, nothing is skipped).
+starting with a digit run and a space is counted, any other ends at its newline (a line that
+starts with digits not followed by a space too). A count over the cap is read as a
+newline-ended frame (counted as ``syslog_bad_frame``: its bytes still go, nothing is skipped).
+A newline right after a counted frame (some senders add one) is no frame of its own.
 
 **Messages.** RFC 5424 (``<PRI>1 TIMESTAMP HOST APP PROCID MSGID SD MSG``) and RFC 3164
 (``<PRI>Mmm dd hh:mm:ss HOST TAG[PID]: MSG``, and its common variants: an RFC 3339 timestamp
@@ -38,8 +39,9 @@ class Frames:
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self.pending = bytearray()
-        self.bad_frames = 0       # counts not followed by a space, or over the cap
+        self.bad_frames = 0       # octet counts over the cap
         self.cut = 0              # newline-ended frames cut at the cap (no newline within it)
+        self._after_count = False  # the last frame was counted: a newline after it is no frame
 
     def feed(self, data: bytes) -> list[bytes]:
         """The whole frames ``data`` completes (their framing removed)."""
@@ -50,6 +52,10 @@ class Frames:
             size = self._counted(buf, at)
             if size == -1:                         # a count not yet whole: wait for more
                 break
+            if size is not None and size > self.max_bytes:
+                size, bad = None, True             # read as a line, counted when it is whole
+            else:
+                bad = False
             if size is not None:
                 digits = buf.index(b" ", at) - at
                 start = at + digits + 1
@@ -57,16 +63,27 @@ class Frames:
                     break
                 out.append(bytes(buf[start:start + size]))
                 at = start + size
+                self._after_count = True
                 continue
+            if self._after_count:                  # some senders end a counted frame with a
+                self._after_count = False          # newline too: not an empty frame
+                if buf[at] == 0x0A:
+                    at += 1
+                    continue
+                if buf[at] == 0x0D and at + 1 < len(buf) and buf[at + 1] == 0x0A:
+                    at += 2
+                    continue
             end = buf.find(b"\n", at)
             if end < 0:
                 if len(buf) - at >= self.max_bytes:       # no newline within the cap: cut
                     out.append(bytes(buf[at:at + self.max_bytes]))
                     self.cut += 1
+                    self.bad_frames += bad
                     at += self.max_bytes
                     continue
                 break
             out.append(bytes(buf[at:end]))
+            self.bad_frames += bad
             at = end + 1
         del self.pending[:at]
         return out
@@ -77,21 +94,18 @@ class Frames:
         return rest
 
     def _counted(self, buf: bytearray, at: int) -> int | None:
-        """The octet count of the frame at ``at``; None when it is newline-ended; -1 when its
-        count is not whole yet."""
+        """The octet count of the frame at ``at`` (over the cap too); None when it is
+        newline-ended; -1 when its count is not whole yet."""
         if not 0x31 <= buf[at] <= 0x39:            # 1-9: a count has no leading zero
             return None
         i = at
         while i < len(buf) and i - at < MAX_COUNT_DIGITS and 0x30 <= buf[i] <= 0x39:
             i += 1
-        if i == len(buf) and i - at < MAX_COUNT_DIGITS:
+        if i == len(buf):                          # the count (or the line) goes on
             return -1
-        if i < len(buf) and buf[i] == 0x20:
-            size = int(buf[at:i])
-            if size <= self.max_bytes:
-                return size
-        self.bad_frames += 1
-        return None
+        if buf[i] != 0x20:
+            return None                            # digits, then no space: a line, not a count
+        return int(buf[at:i])
 
 
 def strip_frame(frame: bytes) -> bytes:
@@ -121,7 +135,7 @@ def parse(message: bytes, now: datetime, local: tzinfo) -> dict:
 _PRI = re.compile(r"<(\d{1,3})>")
 _VERSION = re.compile(r"[1-9]\d? ")
 _TS5424 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)$")
-_SD_PARAM = re.compile(r' ([^ ="\]]{1,32})="((?:[^"\\\]]|\\.)*)"')
+_SD_PARAM = re.compile(r' ([^ ="\]]{1,32})="((?:[^"\\\]]|\\.)*)"', re.S)
 _SD_ESCAPE = re.compile(r"\\([\"\\\]])")
 
 
@@ -148,7 +162,7 @@ def _structured_data(tail: str) -> tuple[dict, str]:
         if len(tail) > 1 and tail[1] != " ":
             raise Unparsable("RFC 5424 structured data: '-' followed by text")
         return {}, tail[2:]
-    sd: dict[str, dict[str, str]] = {}
+    sd: dict[str, dict[str, str | list[str]]] = {}
     at = 0
     while at < len(tail) and tail[at] == "[":
         end_id = at + 1
@@ -163,11 +177,16 @@ def _structured_data(tail: str) -> tuple[dict, str]:
             p = _SD_PARAM.match(tail, at)
             if not p:
                 break
-            params[p.group(1)] = _SD_ESCAPE.sub(r"\1", p.group(2))
+            name, value = p.group(1), _SD_ESCAPE.sub(r"\1", p.group(2))
+            if name not in params:
+                params[name] = value
+            else:                             # a name given again (origin's ip): a list
+                before = params[name]
+                params[name] = [*before, value] if isinstance(before, list) else [before, value]
             at = p.end()
         if at >= len(tail) or tail[at] != "]":
             raise Unparsable(f"RFC 5424 structured data: element {sd_id[:32]!r} not closed")
-        sd[sd_id] = params
+        sd[sd_id] = {**sd.get(sd_id, {}), **params}     # an id given twice (it must not be)
         at += 1
     if at == 0:
         raise Unparsable("RFC 5424 structured data: neither '-' nor '['")
@@ -197,12 +216,15 @@ def _rfc3164(rest: str, now: datetime, local: tzinfo) -> dict:
             stamp = m.group(1).replace("z", "Z")
             rest = rest[m.end():]
     host = None
-    tag = _TAG.match(rest)
-    if m and not tag:                        # after a timestamp: a host, then the tag, which
-        first, _, after = rest.partition(" ")        # may end at a space (RFC 3164 4.1.3: any
-        if first and after:                          # character not alphanumeric ends it)
-            host, rest = first, after
-            tag = _TAG.match(rest) or _BARE_TAG.match(rest)
+    first, _, after = rest.partition(" ")
+    if m and first and after and not first.endswith(":"):
+        # after a timestamp, a first word that does not end with ':' is the host (an IPv6
+        # address holds ':' inside), then the tag, which may end at a space (RFC 3164 4.1.3:
+        # any character not alphanumeric ends it)
+        host, rest = first, after
+        tag = _TAG.match(rest) or _BARE_TAG.match(rest)
+    else:
+        tag = _TAG.match(rest)
     app = procid = None
     if tag:
         app, procid = tag.group(1), tag.group(2) or None

@@ -162,6 +162,30 @@ def test_rsyslog_relaying_over_tcp_both_framings_and_udp(kafka, tmp_path, topic_
     assert bad == 0
 
 
+def test_udp_at_a_low_rate_is_appended_at_once_not_held_for_a_batch(kafka, tmp_path,
+                                                                    topic_name):
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=1)])
+    port = free_port()
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
+                          [{"type": "syslog", "listen": f"127.0.0.1:{port}", "protocol": "udp",
+                            "topic": topic_name, "format": "raw"}])
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for i in range(30):                          # 10 a second for 3 s
+                s.sendto(b"<13>1 - h slow - - - id-%06d" % i, ("127.0.0.1", port))
+                time.sleep(0.1)
+                if i == 19:                              # mid-stream: no pause yet to end a
+                    mid = agent.metric("agent_source_read_events_total")      # batch on
+        assert mid >= 10, f"{mid} of 20 datagrams appended while they kept coming"
+        read_soon = wait_until("30 datagrams appended", lambda: agent.metric(
+            "agent_source_read_events_total") >= 30, 5, agent)
+    finally:
+        assert agent.stop() == 0
+    assert read_soon
+    assert _ids(read_all(kafka.bootstrap_servers, topic_name)) == Counter(range(30))
+
+
 def test_a_udp_flood_drops_are_counted_exactly_and_journalled(kafka, tmp_path, topic_name):
     ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=1)])
     port = free_port()
@@ -377,7 +401,8 @@ def test_routing_by_field_with_a_fallback_a_key_template_and_added_fields(kafka,
     config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
                           [{"type": "syslog", "listen": f"127.0.0.1:{port}",
                             "topic": base + ".{app}", "fallback_topic": fallback,
-                            "key": "{host}/{app}", "add_fields": {"dc": "eu1"}}],
+                            "key": "{host}/{app}", "add_fields": {"dc": "eu1"},
+                            "timestamp_field": "timestamp"}],
                           audit={"interval_ms": 1000})
     agent = AgentProcess(config, tmp_path / "agent.log").start()
     n = 300
@@ -403,6 +428,7 @@ def test_routing_by_field_with_a_fallback_a_key_template_and_added_fields(kafka,
     other = read_all(kafka.bootstrap_servers, fallback)
     assert _ids(other) == Counter(range(2 * n, 2 * n + 50))
     assert {r.key() for r in other} == {None}
+    assert other[0].timestamp()[1] > 0                  # the read time: no timestamp field
     assert json.loads(other[0].value())["parse_error"] == "no <PRI> at the start"
     assert fell_back == 50 and unmatched == 50
     from audit.contract.collect import read_audit_topic

@@ -56,6 +56,13 @@ def test_a_syslog_source_with_its_defaults():
      "is a field"),
     ({"listen": "127.0.0.1:5514", "add_fields": {"tags": ["a"]}}, "sources[0].add_fields.tags",
      "expected text"),
+    ({"listen": "127.0.0.1:5514", "add_fields": {"x": float("nan")}},
+     "sources[0].add_fields.x", "expected text"),
+    ({"listen": "127.0.0.1:5514", "topic": "s.{app-name}"}, "sources[0].topic",
+     "no placeholder"),
+    ({"listen": "127.0.0.1:5514", "topic": "s logs"}, "sources[0].topic", "not a Kafka topic"),
+    ({"listen": "127.0.0.1:5514", "receive_buffer_bytes": 2**31}, "sources[0].receive_buffer_bytes",
+     "at most"),
 ])
 def test_mistakes_are_refused_with_the_settings_path(source, where, says):
     with pytest.raises(ConfigError, match=says) as err:
@@ -95,3 +102,20 @@ def test_the_default_config_shows_a_syslog_source_commented_out():
     table = tomllib.loads(uncommented)["sources"][0]
     assert table == EXAMPLE_SYSLOG_SOURCE
     assert parse({"broker": {"bootstrap_servers": "b:9092"}, "sources": [table]}).sources
+
+
+def test_a_port_held_stops_the_listener_with_a_startup_error_over_udp_too():
+    import socket
+
+    from agent.errors import StartupError
+    from agent.tail.syslog import _listen
+
+    for kind, protocol in ((socket.SOCK_DGRAM, "udp"), (socket.SOCK_STREAM, "tcp")):
+        with socket.socket(socket.AF_INET, kind) as held:
+            held.bind(("127.0.0.1", 0))
+            if protocol == "tcp":
+                held.listen(1)
+            port = held.getsockname()[1]
+            src = parse(_config(listen=f"127.0.0.1:{port}", protocol=protocol)).sources[0]
+            with pytest.raises(StartupError, match="Address already in use"):
+                _listen(src)

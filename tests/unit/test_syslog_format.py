@@ -39,11 +39,27 @@ def test_the_two_framings_mixed_on_one_connection_each_frame_on_its_own():
     assert f.feed(b"5 hello<13>plain line\n3 abc") == [b"hello", b"<13>plain line", b"abc"]
 
 
-def test_a_digit_run_without_its_space_or_over_the_cap_is_read_as_a_line_and_counted():
+def test_a_digit_run_without_its_space_is_a_line_and_a_count_over_the_cap_counted_once():
     f = Frames(100)
-    assert f.feed(b"123abc\n") == [b"123abc"]
-    assert f.feed(b"999 " + b"x" * 20 + b"\n") == [b"999 " + b"x" * 20]
-    assert f.bad_frames == 2
+    assert f.feed(b"123abc\n2026-01-01 boot\n") == [b"123abc", b"2026-01-01 boot"]
+    assert f.bad_frames == 0
+    assert f.feed(b"999 " + b"x" * 20) == []           # waits for its newline, over reads
+    assert f.feed(b"x" * 20) == []
+    assert f.feed(b"\n") == [b"999 " + b"x" * 40]
+    assert f.bad_frames == 1
+
+
+def test_a_ten_digit_count_cut_between_reads_and_a_newline_after_a_counted_frame():
+    f = Frames(100)
+    assert f.feed(b"1234567890") == []                 # the count's end not read yet
+    assert f.feed(b" abc\n") == [b"1234567890 abc"]    # over the cap: a line, counted once
+    assert f.bad_frames == 1
+    msg = b"<13>1 - h a - - - x"
+    g = Frames(100)
+    assert g.feed(b"%d %s\n5 hello\r\n" % (len(msg), msg)) == [msg, b"hello"]
+    assert g.feed(b"%d %s" % (len(msg), msg)) == [msg]
+    assert g.feed(b"\n") == []                          # the newline after it, read apart
+    assert g.feed(b"<13>next\n") == [b"<13>next"] and g.bad_frames == 0
 
 
 def test_a_line_longer_than_the_cap_is_cut_not_held_forever():
@@ -72,6 +88,13 @@ def test_logger_rfc5424_with_structured_data_and_msgid():
         "structured_data": {"timeQuality": {"tzKnown": "1", "isSynced": "0"},
                             "zoo@123": {"tiger": "hungry"}},
         "message": "first line", "protocol": "rfc5424"}
+
+
+def test_a_parameter_given_again_is_a_list_and_an_escaped_newline_is_kept():
+    fields = parse(b'<13>1 - h a - - [origin ip="192.0.2.1" ip="192.0.2.2" x="a\\\nb"] m',
+                   NOW, UTC)
+    assert fields["structured_data"] == {"origin": {"ip": ["192.0.2.1", "192.0.2.2"],
+                                                    "x": "a\\\nb"}}
 
 
 def test_rfc5424_examples_of_the_rfc_nil_values_escapes_and_a_bom():
@@ -127,6 +150,12 @@ def test_rfc3164_with_an_rfc3339_timestamp_as_rsyslogs_forward_format_writes():
     fields = parse(b"<133>Dec  3 17:34:37 vm relayed id-000001 relayed", NOW, UTC)
     assert (fields["host"], fields["app"], fields["message"]) == \
         ("vm", "relayed", "id-000001 relayed")
+
+
+def test_rfc3164_with_an_ipv6_host():
+    fields = parse(b"<13>Oct 11 22:14:15 2001:db8::1 sshd[12]: hi", NOW, UTC)
+    assert (fields["host"], fields["app"], fields["procid"], fields["message"]) == \
+        ("2001:db8::1", "sshd", "12", "hi")
 
 
 def test_rfc3164_december_read_in_january_is_last_years():
