@@ -4,12 +4,14 @@ Data flows through its subpackages in order: ``tail`` (sources) → ``buffer`` (
 mmap'd slot pool) → ``drain`` (Kafka). See docs/architecture.md, and its "Layers" for what may
 import what.
 
-- ``tail``: the sources — files under globs, a unix socket — read into the pool.
+- ``tail``: the sources — files under globs, a unix socket, syslog over TCP and UDP — read
+  into the pool.
 - ``buffer``: the pool file of slots, sealed, drained in order and freed once acknowledged.
 - ``drain``: sealed slots to Kafka, every Kafka outcome reduced to ok / retry / denied / dead.
 - ``config``: every setting declared once; parsing, defaults, validation, docs/config.md.
 - ``globs``: the folder a glob pattern lives in (the configuration's checks, the folder watch).
 - ``patterns``: multiline rules as configured: presets, checks, RE2's compile.
+- ``routing``: topic and key templates over an event's fields (``"syslog.{app}"``).
 - ``state``: what the agent keeps between runs: the state database, the checkpoints, the
   start self-check, the loss journal, the state folder's health, the disk's free space.
 - ``audit_emitter``: the producer tier of the audit, counted at seal and emitted.

@@ -489,7 +489,7 @@ def split_listen(text: str) -> tuple[str, int]:
 
 def _check_routing(where: str, src: SourceConfig) -> None:
     """A syslog source's templates (``topic``, ``key``), its fallback topic and added fields."""
-    from .tail.routing import PLACEHOLDER, TOPIC_NAME, Template, has_placeholders
+    from .routing import PLACEHOLDER, TOPIC_NAME, Template, has_placeholders
 
     routed = has_placeholders(src.topic)
     json_only = [k for k, on in (("topic", routed), ("key", src.key is not None),

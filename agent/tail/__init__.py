@@ -12,7 +12,6 @@
 - ``sock``: the socket source, a unix stream socket of newline-delimited events; the way every
   listening source appends into the pool (``PoolFeed``: backpressure).
 - ``syslog``: the syslog source: TCP (RFC 6587, TLS optional) and UDP listeners (drops counted).
-- ``routing``: topic and key templates over an event's fields (``"syslog.{app}"``).
 - ``syslog_format``: syslog frames out of a TCP stream and RFC 5424/3164 messages into fields.
 - ``lines``: bytes into records for every source: the line cap, the oddities counted, two walks.
 - ``multiline``: which lines begin an event and which continue one (RE2 patterns, presets).

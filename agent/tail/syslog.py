@@ -45,11 +45,11 @@ from ..buffer.framing import MAX_KEY_BYTES
 from ..buffer.seams import Clock
 from ..config import SourceConfig, split_listen
 from ..errors import StartupError
+from ..routing import Template
 from ..state.journal import LossJournal
 from ..telemetry import Metrics
 from .events import apply_fields
 from .lines import MAX_LINE_BYTES
-from .routing import Template
 from .sock import READ_BYTES, PoolFeed, accept_each, reads
 from .syslog_format import Frames, Unparsable, parse, strip_frame
 

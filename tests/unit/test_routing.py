@@ -1,6 +1,6 @@
-"""Topic and key templates over an event's fields (``agent/tail/routing.py``)."""
+"""Topic and key templates over an event's fields (``agent/routing.py``)."""
 
-from agent.tail.routing import Template
+from agent.routing import Template
 
 
 def test_a_template_renders_its_fields_and_refuses_what_is_absent_or_null():
