@@ -404,8 +404,12 @@ def test_soak_broker_pause_matrix(kafka, tmp_path_factory, agent_send_path):
             folder = tmp_path_factory.mktemp(f"{fault}-{down_s}-{r}")
             try:
                 topic = f"soak.{agent_send_path}.{fault}{down_s}.{r}.{os.getpid()}"
+                # the same rule as CI's 30 s pause: a request librdkafka timed out in flight may
+                # have its records written twice, each copy under its one record number (a
+                # matrix run failed on the stricter rule: 2,000 such copies, 0 lost, 0 ids with
+                # two numbers)
                 figures = broker_fault_run(kafka, folder, topic, {"send_path": agent_send_path},
-                                           fault, down_s)
+                                           fault, down_s, timed_out_may_repeat=True)
             except AssertionError as exc:
                 failed.append({"fault": fault, "down_s": down_s, "round": r,
                                "folder": str(folder), "error": str(exc)[:2000]})
