@@ -114,6 +114,16 @@ class Chunk:
         return cls.from_newlines(buf, np.flatnonzero(buf == 10), timestamp_ms, keys)
 
     @classmethod
+    def of_values(cls, values: Sequence[bytes], timestamp_ms, keys=None, **rest) -> Chunk:
+        """Records = ``values`` (made by the caller, not as read), written one after another,
+        each followed by a newline; ``rest``: the other fields (``continued``, ``at``, ...)."""
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+        starts = np.zeros(len(values), np.int64)
+        np.cumsum(lengths[:-1] + 1, out=starts[1:])
+        data = b"\n".join(values) + b"\n" if values else b""
+        return cls(data, starts, lengths, timestamp_ms, keys, len(data), **rest)
+
+    @classmethod
     def from_newlines(cls, buf: np.ndarray, newlines: np.ndarray, timestamp_ms,
                       keys=None) -> Chunk:
         """``from_lines`` with the newlines' positions already found (ascending)."""

@@ -214,13 +214,9 @@ def _transcoded(chunk: Chunk, codec: str) -> tuple[Chunk, int]:
         if "\ufffd" in text:
             replaced += 1
         out.append(text.encode("utf-8"))
-    lengths = np.fromiter(map(len, out), np.int64, len(out))
-    starts = np.zeros(len(out), np.int64)
-    np.cumsum(lengths[:-1] + 1, out=starts[1:])
-    joined = b"\n".join(out) + b"\n" if out else b""
     ts = chunk.uniform_ts if chunk.uniform_ts is not None else chunk.timestamps
-    return Chunk(joined, starts, lengths, ts, None, len(joined), chunk.continued,
-                 at=chunk.starts.copy(), at_end=chunk.end), replaced
+    return Chunk.of_values(out, ts, continued=chunk.continued, at=chunk.starts.copy(),
+                           at_end=chunk.end), replaced
 
 
 def _valid_utf8(data: bytes, end: int) -> bool:

@@ -32,7 +32,6 @@ class SocketSource:
         self.cfg = cfg
         self._on_data = on_data or (lambda: None)   # records appended: wake the agent's loop
         self.clock = clock or Clock()
-        self.pool = pool
         self.metrics = metrics
         self.lines = LineCutter(cfg, metrics)
         self._stop = threading.Event()

@@ -23,7 +23,8 @@ audit's ``dropped`` of the window then), and at the source's close. The count of
 the next datagram that finds room: drops after the last one are known when another arrives.
 
 Records are in the pool once appended; like the socket source's, what a filling slot holds when
-the agent is killed is lost (at most ``linger_ms`` of it): syslog senders cannot be asked again.
+the agent is killed is lost (it seals after ``linger_ms``, later when the loop is held up):
+syslog senders cannot be asked again. A stop reads what the kernel still holds first.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ import threading
 import time
 from datetime import datetime
 
-import numpy as np
+from docket_common.kafka_security import read_secret
+from docket_common.settings import ConfigError
 
 from ..buffer import BufferPool, Chunk
 from ..buffer.framing import MAX_KEY_BYTES
@@ -79,7 +81,6 @@ class SyslogSource:
         self._key = Template(cfg.key) if cfg.key is not None else None
         self._tls = _tls_context(cfg) if cfg.protocol == "tcp" else None
         self.sock = _listen(cfg)
-        self.address = self.sock.getsockname()[:2]
         target = self._accept_loop if cfg.protocol == "tcp" else self._receive_loop
         self._main = threading.Thread(target=target, name=f"docket-syslog-{cfg.protocol}",
                                       daemon=True)
@@ -132,10 +133,7 @@ class SyslogSource:
 
     def _append(self, topic: str, records: list[bytes], keys: list[bytes | None] | None,
                 read_ms: int, nbytes: int) -> None:
-        lengths = np.fromiter(map(len, records), np.int64, len(records))
-        starts = np.zeros(len(records), np.int64)
-        np.cumsum(lengths[:-1] + 1, out=starts[1:])
-        chunk = Chunk(b"\n".join(records) + b"\n", starts, lengths, read_ms, keys)
+        chunk = Chunk.of_values(records, read_ms, keys)
         if self.cfg.timestamp_field or self.cfg.key_field:
             chunk, unparsable, _ = apply_fields(chunk, self.cfg.timestamp_field,
                                                 self.cfg.key_field, read_ms)
@@ -208,7 +206,7 @@ class SyslogSource:
         conn.settimeout(10)
         try:
             tls = self._tls.wrap_socket(conn, server_side=True)
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:                # ssl.SSLError is one
             self._bad("tls_refused")
             log.warning("syslog source %d: TLS handshake with %s failed: %s", self.cfg.index,
                         peer, exc)
@@ -291,11 +289,6 @@ class SyslogSource:
             out["udp_dropped"] = self._drops_seen
         return out
 
-    @property
-    def udp_dropped(self) -> int:
-        """Datagrams the kernel dropped since the source began listening."""
-        return self._drops_seen
-
     def close(self) -> None:
         """Stop listening: what each connection's kernel buffer and the UDP socket still hold
         is read and appended first (the pool's room allowing: ``PoolFeed``)."""
@@ -360,16 +353,14 @@ def _tls_context(cfg: SourceConfig) -> ssl.SSLContext | None:
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    password = None
     try:
-        if cfg.ssl_key_password_file:
-            with open(cfg.ssl_key_password_file) as f:
-                password = f.read().strip()
+        password = read_secret(f"sources[{cfg.index}].ssl_key_password_file",
+                                cfg.ssl_key_password_file) if cfg.ssl_key_password_file else None
         ctx.load_cert_chain(cfg.ssl_certificate_file, cfg.ssl_key_file, password=password)
         if cfg.ssl_ca_file:
             ctx.load_verify_locations(cfg.ssl_ca_file)
             ctx.verify_mode = ssl.CERT_REQUIRED
-    except (OSError, ssl.SSLError) as exc:
+    except (OSError, ConfigError) as exc:     # (ssl.SSLError is an OSError)
         raise StartupError(f"sources[{cfg.index}]: the syslog listener's TLS files do not "
                            f"load: {exc}",
                            hint="ssl_certificate_file and ssl_key_file: PEM, the key matching "
