@@ -3,15 +3,14 @@
 Without ``timestamp_field`` every line of a chunk gets the read time, with no per-line work.
 With it, each line is parsed as JSON (the slow path, per line): the field may hold RFC 3339 text,
 or epoch seconds or milliseconds (numbers above 10^11 are taken as milliseconds). A line that is
-not JSON, lacks the field or holds something unparsable keeps the read time and is counted.
+not JSON, lacks the field or holds something unparsable keeps the time it had (the read time,
+or the container runtime's) and is counted.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-
-import numpy as np
 
 from ..buffer import Chunk
 from ..buffer.framing import MAX_KEY_BYTES
@@ -40,14 +39,14 @@ def parse_time(value) -> int | None:
     return None
 
 
-def apply_fields(chunk: Chunk, timestamp_field: str | None, key_field: str | None,
-                 read_ms: int) -> tuple[Chunk, int, int]:
+def apply_fields(chunk: Chunk, timestamp_field: str | None,
+                 key_field: str | None) -> tuple[Chunk, int, int]:
     """Return the chunk with per-record times/keys from JSON fields, the unparsable count and
     the count of lines that are not UTF-8 (each line is decoded once, and parsed from that)."""
     if not timestamp_field and not key_field:
         return chunk, 0, 0
     n = len(chunk)
-    ts = np.full(n, read_ms, np.int64)
+    ts = chunk.timestamps.copy()          # the read time, or times the source set (containers)
     keys: list[bytes | None] | None = [None] * n if key_field else \
         (list(chunk.keys) if chunk.keys is not None else None)   # keys set before: kept
     unparsable = invalid = 0
@@ -74,5 +73,5 @@ def apply_fields(chunk: Chunk, timestamp_field: str | None, key_field: str | Non
             if k is not None:
                 kb = (k if isinstance(k, str) else json.dumps(k)).encode()
                 keys[i] = kb if len(kb) <= MAX_KEY_BYTES else None
-    return Chunk(chunk.data, chunk.starts, chunk.lengths, ts, keys, chunk.end), unparsable, \
-        invalid
+    return Chunk(chunk.data, chunk.starts, chunk.lengths, ts, keys, chunk.end, chunk.continued,
+                 chunk.at, chunk.at_end), unparsable, invalid

@@ -147,7 +147,7 @@ class LineCutter:
                 self.bad("invalid_encoding", replaced)
         if self.cfg.timestamp_field or self.cfg.key_field:           # walk 2, per line
             chunk, unparsable, invalid = apply_fields(chunk, self.cfg.timestamp_field,
-                                                      self.cfg.key_field, read_ms)
+                                                      self.cfg.key_field)
             if unparsable:
                 self.bad("timestamp_unparsable", unparsable)
         elif self.codec is None:                                     # walk 2, whole read

@@ -136,7 +136,7 @@ class SyslogSource:
         chunk = Chunk.of_values(records, read_ms, keys)
         if self.cfg.timestamp_field or self.cfg.key_field:
             chunk, unparsable, _ = apply_fields(chunk, self.cfg.timestamp_field,
-                                                self.cfg.key_field, read_ms)
+                                                self.cfg.key_field)
             if unparsable:
                 self._bad("timestamp_unparsable", unparsable)
         self.feed.append(chunk, nbytes, topic)

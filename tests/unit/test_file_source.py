@@ -982,6 +982,26 @@ def test_a_latin_1_log_arrives_as_utf8_and_its_checkpoints_stay_in_its_own_bytes
     assert not h.metrics.get("agent_source_bad_input_total", kind="invalid_encoding", topic="t")
 
 
+def test_a_latin_1_log_with_a_key_field_keeps_its_checkpoints_in_its_own_bytes(tmp_path):
+    """The key taken from a transcoded record keeps where the record lies in the file: a
+    checkpoint past the file's end would skip what is written next."""
+    h = Harness(tmp_path, encoding="latin-1", key_field="k")
+    text = [f'{{"k": "clé-{i}", "v": "{"é" * (i % 5)}"}}' for i in range(50)]
+    raw = "".join(t + "\n" for t in text).encode("latin-1")
+    h.app.write_bytes(raw[:len(raw) // 2 + 3])
+    h.step()
+    h.drain_all()
+    done = len(h.delivered)
+    assert h.db.get(1)["acked_offset"] == len("".join(t + "\n" for t in text[:done])
+                                              .encode("latin-1"))
+    h.restart()
+    h.app.write_bytes(raw)
+    h.step(2, advance_s=0.1)
+    h.drain_all()
+    assert h.delivered == [t.encode("utf-8") for t in text]
+    assert h.db.get(1)["acked_offset"] == len(raw)
+
+
 def test_bytes_a_codec_cannot_decode_are_replaced_and_counted(tmp_path):
     h = Harness(tmp_path, encoding="windows-1252")
     h.app.write_bytes(b"id-000000000 \x80 euro\r\nid-000000001 \x81 undefined\n")
