@@ -179,9 +179,15 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "newline-ended frames, backpressure when the pool is full) or `udp` (one message a "
             "datagram; what the kernel drops is counted and journalled as `udp_dropped`).",
             choices=("tcp", "udp")),
-    Setting("format", str, "json", "`syslog`: `json` (each message's fields as one JSON object: "
-            "facility, severity, timestamp, host, app, procid, msgid, structured_data, message, "
-            "protocol, peer) or `raw` (the message as received).", choices=("json", "raw")),
+    Setting("format", str, None, "`syslog`: `json` (the default: each message's fields as one "
+            "JSON object: facility, severity, timestamp, host, app, procid, msgid, "
+            "structured_data, message, protocol, peer) or `raw` (the message as received). "
+            "`file`: unset (each line as written), or a container runtime's log files: `cri` "
+            "(containerd, CRI-O: `/var/log/pods/*/*/*.log`) or `docker` (docker's json-file): "
+            "the runtime's framing removed, partial lines joined, each record a JSON object "
+            "of time, stream, message and the pod, namespace and container the file's path "
+            "names (docs/agent.md, Container logs).",
+            choices=("json", "raw", "cri", "docker")),
     Setting("fallback_topic", str, None, "`syslog` with `format = \"json\"`: when `topic` "
             "names fields (`\"syslog.{app}\"`, `\"logs.{facility}.{severity}\"`), the topic "
             "of a message whose fields make no topic name (one absent or null, or characters "
@@ -262,7 +268,7 @@ class SourceConfig:
     group: str | None = None
     listen: str | None = None
     protocol: str = "tcp"
-    format: str = "json"
+    format: str | None = None          # syslog: None is json (parse fills it in)
     receive_buffer_bytes: int = 0
     fallback_topic: str | None = None
     key: str | None = None
@@ -400,6 +406,7 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
         where = f"sources[{i}]"
         src = SourceConfig(index=i, **vals)
         _check_encoding(f"{where}.encoding", src.encoding, wide=src.type == "file")
+        _check_format(where, src)
         if src.type == "file":
             if not src.paths:
                 raise ConfigError(f"{where}.paths", "a file source needs at least one glob",
@@ -464,9 +471,11 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
 
 
 # What only a syslog source takes (a file or socket source given one is refused).
-SYSLOG_ONLY = ("listen", "protocol", "format", "receive_buffer_bytes", "ssl_certificate_file",
+SYSLOG_ONLY = ("listen", "protocol", "receive_buffer_bytes", "ssl_certificate_file",
                "ssl_key_file", "ssl_key_password_file", "ssl_ca_file", "fallback_topic", "key",
                "add_fields")
+# The container runtimes' log formats a file source takes (agent/tail/container.py).
+CONTAINER_FORMATS = ("cri", "docker")
 # The fields of a syslog message's JSON form (agent/tail/syslog_format.py, and its peer).
 SYSLOG_FIELDS = ("facility", "severity", "timestamp", "host", "app", "procid", "msgid",
                  "structured_data", "message", "protocol", "peer", "parse_error")
@@ -538,6 +547,29 @@ def _check_routing(where: str, src: SourceConfig) -> None:
         if not TOPIC_NAME.fullmatch(src.fallback_topic):
             raise ConfigError(f"{where}.fallback_topic", f"{src.fallback_topic!r} is not a "
                               "Kafka topic name", hint="letters, digits, '.', '_', '-'")
+
+
+def _check_format(where: str, src: SourceConfig) -> None:
+    """Which ``format`` a source of its type takes; a syslog source's unset one is json."""
+    taken = {"syslog": ("json", "raw"), "file": CONTAINER_FORMATS, "socket": ()}[src.type]
+    if src.type == "syslog" and src.format is None:
+        src.format = "json"
+    if src.format is not None and src.format not in taken:
+        raise ConfigError(f"{where}.format", f"a {src.type} source does not take format "
+                          f"{src.format!r}", hint=("choose one of " + ", ".join(taken))
+                          if taken else "leave it out: a socket's records are its lines")
+    if src.format in CONTAINER_FORMATS:
+        if codecs.lookup(src.encoding).name != "utf-8":
+            raise ConfigError(f"{where}.encoding", f"a {src.format} file is UTF-8 (the "
+                              "runtime's framing is)", hint="leave encoding out")
+        if src.timestamp_field:
+            raise ConfigError(f"{where}.timestamp_field", f"a {src.format} record's event "
+                              "time is the runtime's time of its first line",
+                              hint="leave timestamp_field out")
+        if src.partial_flush_ms:
+            raise ConfigError(f"{where}.partial_flush_ms", f"a {src.format} file's lines are "
+                              "whole when the runtime writes them: a half-written one is "
+                              "waited for", hint="leave partial_flush_ms out")
 
 
 def _check_syslog(where: str, src: SourceConfig) -> None:

@@ -16,4 +16,6 @@
 - ``lines``: bytes into records for every source: the line cap, the oddities counted, two walks.
 - ``multiline``: which lines begin an event and which continue one (RE2 patterns, presets).
 - ``events``: the event time and key taken out of JSON lines, when a source names the fields.
+- ``container``: container runtimes' log files (CRI, docker json-file): framing removed, partial
+  lines joined, the pod, namespace and container from the file's path.
 """

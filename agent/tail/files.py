@@ -434,11 +434,16 @@ class FileSource:
         recovered, ending there, read (an anchor at ``offset`` the state database never kept:
         ``anchors.tail_read``). No slot ending there (the checkpoint is the database's own)
         cannot tell: False. A source in another encoding than UTF-8 has its bytes transcoded
-        as its records were."""
+        as its records were; a container runtime's file has the records the slot's whole
+        groups make compared (``container.Framing.held``)."""
         ending = [(slot, start) for start, _end, slot in self._read_by_pool(sid, offset - 1,
                                                                              offset)]
         if not ending:
             return False
+        if self.reader.container is not None:
+            return not any(self.reader.container.held(
+                self.fs.pread(fd, offset - start, start), [v for _t, _k, v in slot.records()])
+                for slot, start in ending)
         codec = self.reader.lines.codec
         units = self.reader.lines.units(self.fs.pread(fd, 4, 0)) if codec else None
         for slot, start in ending:      # the file's bytes this slot read, at most the last 4 KiB
@@ -460,9 +465,10 @@ class FileSource:
         file no longer holds as it was read (each record with its newline after it, the last
         one's perhaps not yet written). The records before it are in the pool, under their
         numbers: only the lines from there on are read again. ``newest`` where that cannot be
-        told: another encoding than UTF-8, a slot holding other sources' records too, a stretch
+        told: records made from the lines rather than being them (another encoding than UTF-8,
+        a container runtime's framing), a slot holding other sources' records too, a stretch
         no slot covers, or a record that no line is (a long line's parts)."""
-        if self.reader.lines.codec is not None:
+        if self.reader.lines.rewrites:
             return newest
         at = newest
         for start, end, slot in self._read_by_pool(sid, newest, offset):

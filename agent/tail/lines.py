@@ -30,6 +30,7 @@ import numpy as np
 from ..buffer import Chunk
 from ..config import WIDE_ENCODINGS, SourceConfig
 from ..telemetry import Metrics
+from .container import KINDS, Framing
 from .events import apply_fields
 
 MAX_LINE_BYTES = 64 << 20     # a line longer than this is cut here (counted as line_forced)
@@ -80,7 +81,7 @@ class Units:
 class LineCutter:
     """Cuts one source's bytes into chunks of records and counts its oddities by kind."""
 
-    def __init__(self, cfg: SourceConfig, metrics: Metrics):
+    def __init__(self, cfg: SourceConfig, metrics: Metrics, cutter=None, flush_ms: int = 1000):
         self.cfg = cfg
         self.metrics = metrics
         self.max_line_bytes = MAX_LINE_BYTES
@@ -89,6 +90,15 @@ class LineCutter:
         self.wide = name if name in WIDE_ENCODINGS else None
         self._orders = {c: Units(c) for c in (f"{name}-le", f"{name}-be")} \
             if name in ("utf-16", "utf-32") else {name: Units(name)} if self.wide else {}
+        # A container runtime's framing (``cutter``: the source's multiline rule, applied to
+        # the runtime's entries; ``flush_ms``: how long an entry or event may stay open).
+        self.container = Framing(cfg.format, cutter, flush_ms) if cfg.format in KINDS else None
+
+    @property
+    def rewrites(self) -> bool:
+        """Whether records are made from the source's bytes rather than being them
+        (transcoded, or a container runtime's framing removed)."""
+        return self.codec is not None or self.container is not None
 
     def units(self, head: bytes) -> Units | None:
         """The code units of a file whose first bytes are ``head`` (its byte order from its
@@ -123,13 +133,14 @@ class LineCutter:
 
     def frame(self, data: bytes, end: int, read_ms: int,
               records: np.ndarray | None = None, units: Units | None = None,
-              skip: int = 0) -> Chunk:
+              skip: int = 0, meta: dict | None = None) -> Chunk:
         """The records of ``data[:end]`` (whole lines: ``data[end - 1]`` is a newline), with
         their event times and keys when the source names the fields; oddities counted.
         ``records``: where each record begins when a record is more than one line (multiline
         events, ascending, the first at 0); each then ends with the last line before the
         next. ``units``: a wide encoding's (``skip``: the byte order mark's bytes before the
-        first line)."""
+        first line). ``meta``: with a container runtime's framing, the fields its file's
+        path holds (container.py)."""
         if units is not None:
             chunk = self._wide_lines(data, end, read_ms, units, skip)
         else:
@@ -141,16 +152,24 @@ class LineCutter:
         if records is not None and len(records) != len(chunk):
             chunk = _joined(chunk, records, read_ms)
         invalid = 0
-        if self.codec is not None:
+        if self.container is not None:
+            chunk, unframed, invalid, unfinished = self.container.records(chunk, meta or {},
+                                                                          read_ms)
+            if unframed:
+                self.bad("container_unparsable", unframed)
+            if unfinished:
+                self.bad("container_entry_unfinished", unfinished)
+        elif self.codec is not None:
             chunk, replaced = _transcoded(chunk, units.codec if units else self.codec)
             if replaced:
                 self.bad("invalid_encoding", replaced)
         if self.cfg.timestamp_field or self.cfg.key_field:           # walk 2, per line
-            chunk, unparsable, invalid = apply_fields(chunk, self.cfg.timestamp_field,
-                                                      self.cfg.key_field)
+            chunk, unparsable, not_utf8 = apply_fields(chunk, self.cfg.timestamp_field,
+                                                       self.cfg.key_field)
+            invalid += not_utf8
             if unparsable:
                 self.bad("timestamp_unparsable", unparsable)
-        elif self.codec is None:                                     # walk 2, whole read
+        elif self.codec is None and self.container is None:          # walk 2, whole read
             invalid = 0 if _valid_utf8(data, end) else _invalid_lines(chunk)
         if invalid:
             self.bad("invalid_utf8", invalid)

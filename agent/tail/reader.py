@@ -30,10 +30,10 @@ import numpy as np
 from ..buffer import BufferPool
 from ..buffer.seams import Clock
 from ..config import SourceConfig
-from ..patterns import MultilineRule
+from ..patterns import DEFAULT_FLUSH_MS, DEFAULT_MAX_EVENT_BYTES, MultilineRule
 from ..state.db import FINGERPRINT_BYTES
 from ..telemetry import Metrics
-from . import anchors, compressed
+from . import anchors, compressed, container
 from .generations import TAIL_BYTES
 from .lines import LineCutter, Units
 from .multiline import EventCutter
@@ -89,9 +89,19 @@ class Reader:
         self.on_truncated = on_truncated
         self.on_fingerprint = on_fingerprint
         self.on_compressed = on_compressed
-        self.lines = LineCutter(cfg, metrics)
         self.events = EventCutter(MultilineRule.from_table(cfg.multiline)) \
             if cfg.multiline else None
+        rule = self.events.rule if self.events else None
+        self.flush_ms = rule.flush_ms if rule else DEFAULT_FLUSH_MS
+        self.lines = LineCutter(cfg, metrics, self.events, self.flush_ms)
+        self.container = self.lines.container         # a runtime's framing (container.py)
+        # Lines are grouped into records (held while the last may go on) by a multiline rule,
+        # a container runtime's partial lines, or both.
+        self.grouped = self.events is not None or self.container is not None
+        # A container's entry with no rule is one line to the application: capped as a line.
+        self.max_event_bytes = rule.max_event_bytes if rule else \
+            DEFAULT_MAX_EVENT_BYTES if self.container is None else self.lines.max_line_bytes
+        self._meta: dict[str, dict] = {}              # a container's fields, by file path
 
     def _now(self) -> float:
         return self.clock.monotonic_ns() / 1e9
@@ -177,7 +187,7 @@ class Reader:
                 self.on_fingerprint(t)
             t.idle_since = None
             t.partial_since = None
-            if self.events is not None:
+            if self.grouped:
                 consumed, done = self._hand_over_events(t, data, last_nl + 1, size, stats,
                                                         forced, units)
                 if consumed == 0 and done:
@@ -228,17 +238,17 @@ class Reader:
         nothing after it but a partial line, at the same size, for ``flush_ms``, or in parts
         (cut) as it reaches ``max_event_bytes``. Returns the bytes the pool took (0 with
         nothing to hand over) and whether it took all that was offered."""
-        rule = self.events.rule
         while True:
             starts, ends = units.lines(data, n) if units else _line_bounds(data, n)
-            firsts = starts[self._begins(data, n, starts, ends, units)]
-            cuts = _cut_points(firsts, starts, n, rule.max_event_bytes)
-            open_at = max(int(firsts[-1]), cuts[-1] if cuts else 0)
+            begins, closed = self._begins(data, n, starts, ends, units)
+            firsts = starts[begins]
+            cuts = _cut_points(firsts, starts, n, self.max_event_bytes)
+            open_at = n if closed else max(int(firsts[-1]), cuts[-1] if cuts else 0)
             at_end = t.offset + len(data) >= size
             if open_at > 0 or forced or at_end:
                 break
             # One open event fills what was read and the file holds more: read further.
-            want = min(size - t.offset, rule.max_event_bytes + self.cfg.read_chunk_bytes)
+            want = min(size - t.offset, self.max_event_bytes + self.cfg.read_chunk_bytes)
             if want <= len(data):
                 break
             bigger = self.fs.pread(t.fd, want, t.offset)
@@ -272,17 +282,23 @@ class Reader:
         return taken, True
 
     def _begins(self, data: bytes, n: int, starts: np.ndarray, ends: np.ndarray,
-                units: Units | None) -> np.ndarray:
-        """Per line of ``data[:n]``: whether it begins an event. A wide encoding's lines are
-        matched as UTF-8 text (decoding keeps every newline and adds none: a character it
-        cannot decode is replaced alone)."""
+                units: Units | None) -> tuple[np.ndarray, bool]:
+        """Per line of ``data[:n]``: whether it begins an event; and whether the last line
+        closes its event (a container file's group that nothing in it may go on from). A wide
+        encoding's lines are matched as UTF-8 text (decoding keeps every newline and adds
+        none: a character it cannot decode is replaced alone). A container file's records
+        begin where its groups do, its rule matched against its entries' text per stream
+        (container.py)."""
+        if self.container is not None:                  # records begin where groups do
+            plan = self.container.plan(self.container.parts(data, starts, ends))
+            return plan.groups, plan.closed
         if units is None:
-            return self.events.begins(data, starts, ends)
+            return self.events.begins(data, starts, ends), False
         text = bytes(data[:n]).decode(units.codec, "replace").encode()
         s8, e8 = _line_bounds(text, len(text))
         if len(s8) != len(starts):            # not expected; every line its own event then
-            return np.ones(len(starts), bool)
-        return self.events.begins(text, s8, e8)
+            return np.ones(len(starts), bool), False
+        return self.events.begins(text, s8, e8), False
 
     def _flush_due(self, t: Tracked, size: int) -> bool:
         """Whether the open event at the file's end is to be closed: the file the same size
@@ -291,13 +307,13 @@ class Reader:
         if t.event_since is None or t.event_size != size:
             t.event_since, t.event_size = now, size
             return False
-        return now - t.event_since >= self.events.rule.flush_ms / 1e3
+        return now - t.event_since >= self.flush_ms / 1e3
 
     def due(self, t: Tracked) -> float | None:
         """When (monotonic s) the open event or partial line of ``t`` is to be flushed."""
         out = []
-        if self.events is not None and t.event_since is not None:
-            out.append(t.event_since + self.events.rule.flush_ms / 1e3)
+        if self.grouped and t.event_since is not None:
+            out.append(t.event_since + self.flush_ms / 1e3)
         if self.cfg.partial_flush_ms and t.partial_since is not None:
             out.append(t.partial_since + self.cfg.partial_flush_ms / 1e3)
         return min(out, default=None)
@@ -310,7 +326,14 @@ class Reader:
         it took them all. With multiline events, ``records`` are where each event in
         ``data[:n]`` begins (``continued``: the first continues an event cut before it)."""
         skip = len(units.bom) if units and t.offset == 0 and data.startswith(units.bom) else 0
-        chunk = self.lines.frame(data, n, self.clock.time_ms(), records, units, skip)
+        meta = None
+        if self.container is not None:
+            meta = self._meta.get(t.path)
+            if meta is None:
+                if len(self._meta) >= 1024:           # rotated names come and go
+                    self._meta.clear()
+                meta = self._meta[t.path] = container.path_fields(t.path)
+        chunk = self.lines.frame(data, n, self.clock.time_ms(), records, units, skip, meta)
         chunk.continued = continued
         res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
         end = res.end if res.records or not skip else 0     # not past a mark nothing covers

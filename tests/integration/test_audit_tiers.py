@@ -134,3 +134,64 @@ def test_producer_cluster_and_warehouse_tiers_agree_exactly(kafka, tmp_path):
     resent = again.by_tier()["producer"]
     assert all(resent[k].seq > seq for k, seq in seqs.items())
     print(f"origin-a re-emitted {marked} windows with higher seq; every tier's figures unchanged")
+
+
+def test_every_source_type_is_counted_alike_by_the_producer_and_cluster_tiers(kafka, tmp_path):
+    """Records from a syslog listener (util-linux ``logger`` over TCP), a CRI container file
+    with entries cut into partial lines, a docker json-file and a plain file, through one agent:
+    the count job's figures per (topic, window, origin) equal the agent's, and both equal what
+    was written."""
+    import subprocess
+
+    from tests.agentkit import free_port, wait_until
+    prefix = f"src{uuid.uuid4().hex[:6]}"
+    topics = {k: f"{prefix}.{k}" for k in ("syslog", "cri", "docker", "lines")}
+    audit_topic = f"{prefix}.audit"
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=2) for t in topics.values()])
+    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    port = free_port()
+    cfg = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state", [
+        {"type": "syslog", "listen": f"127.0.0.1:{port}", "topic": topics["syslog"]},
+        {"type": "file", "format": "cri", "paths": [str(logs / "cri.log")],
+         "topic": topics["cri"]},
+        {"type": "file", "format": "docker", "paths": [str(logs / "docker.log")],
+         "topic": topics["docker"]},
+        {"type": "file", "paths": [str(logs / "app.log")], "topic": topics["lines"]},
+    ], audit={"topic": audit_topic, "interval_ms": 1000})
+    agent = AgentProcess(cfg, tmp_path / "agent.log").start()
+    n = 2_000
+    stamp = "2026-12-03T21:00:00.000000001Z"
+    try:
+        subprocess.run(["logger", "-n", "127.0.0.1", "-P", str(port), "-T", "-t", "app"],
+                       input="".join(f"id-{i} syslog\n" for i in range(n)).encode(),
+                       check=True, timeout=60)
+        with open(logs / "cri.log", "wb") as f:
+            for i in range(n):
+                f.write(f"{stamp} stdout P id-{i} cut\n{stamp} stdout F  here\n".encode()
+                        if i % 3 == 0 else f"{stamp} stderr F id-{i} whole\n".encode())
+        with open(logs / "docker.log", "wb") as f:
+            for i in range(n):
+                f.write(b'{"log":"id-%d docker\\n","stream":"stdout","time":"%s"}\n'
+                        % (i, stamp.encode()))
+        (logs / "app.log").write_bytes(b"".join(b"id-%d line\n" % i for i in range(n)))
+        wait_until("every record sent", lambda: agent.metric(
+            "agent_drain_sent_events_total") >= 4 * n, 120, agent)
+    finally:
+        assert agent.stop() == 0, agent.log_text()          # SIGTERM: a last audit round
+    count = AuditJob(["count", "--cluster", "kafka-local", "--bootstrap-servers",
+                      kafka.bootstrap_servers, "--audit-topic", audit_topic,
+                      "--topics", rf"{prefix}\.(syslog|cri|docker|lines)", "--once",
+                      "--checkpoint-dir", str(tmp_path / "ckpt")], tmp_path / "count.log").start()
+    all_done(count, timeout_s=600)
+    state = read_audit_topic(kafka.bootstrap_servers, audit_topic)
+    producer = tier_counts(state, "producer", set(topics.values()))
+    cluster = tier_counts(state, "kafka-local", set(topics.values()))
+    assert producer == cluster
+    per_topic = {t: 0 for t in topics.values()}
+    for (topic, _window, _origin), (c, _b, _h) in cluster.items():
+        per_topic[topic] += c
+    assert per_topic == dict.fromkeys(topics.values(), n)
+    cri_windows = {w for (t, w, _o) in cluster if t == topics["cri"]}
+    assert cri_windows == {1796331600000 // 600_000 * 600_000}      # the runtime's time

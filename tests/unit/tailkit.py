@@ -135,8 +135,10 @@ class Harness:
     """The real file source on real files in ``tmp/logs``, with a real pool, state database
     and loss journal, a fake clock and a scripted file system."""
 
-    def __init__(self, tmp, pattern="app.log*", first_start: bool = False, **cfg):
+    def __init__(self, tmp, pattern="app.log*", first_start: bool = False,
+                 slot_bytes: int = 1 << 20, **cfg):
         self.tmp = tmp
+        self.slot_bytes = slot_bytes
         self.first_start = first_start       # the first open is the agent's very first start
         self.logs = tmp / "logs"
         self.logs.mkdir(exist_ok=True)
@@ -150,7 +152,7 @@ class Harness:
 
     def open(self):
         self.metrics = Metrics()
-        self.pool = BufferPool(self.tmp / "pool", 64 << 20, 1 << 20, linger_ms=1e9,
+        self.pool = BufferPool(self.tmp / "pool", 64 << 20, self.slot_bytes, linger_ms=1e9,
                                sync_on_seal=False, clock=self.clock)
         self.db = StateDB(self.tmp / "state.db")
         self.journal = LossJournal(self.tmp / "journal.jsonl", self.metrics)

@@ -43,7 +43,7 @@ def agent_on(tmp_path, kafka: FakeKafka, sync_on_seal: bool = False,
         "broker": {"bootstrap_servers": "127.0.0.1:9"},
         "audit": {"enabled": False},
         "sources": [{"type": "file", "topic": "t", "paths": [str(logs / "app.log")],
-                     "encoding": encoding}],
+                     **({"format": "cri"} if encoding == "cri" else {"encoding": encoding})}],
     })
     agent = Agent(cfg, seams=Seams(clock=FakeClock(), producer_factory=kafka.producer,
                                    file_events=False, pool_ops=pool_ops))
@@ -302,9 +302,13 @@ def test_a_slot_lost_before_a_later_one_that_survives_is_read_again(tmp_path):
 
 def _encoded(data: bytes, encoding: str, at_start: bool = False) -> bytes:
     """Lines as a file in ``encoding`` holds them (UTF-16 little-endian behind a byte order
-    mark at the file's start)."""
+    mark at the file's start; ``cri``: each line as containerd writes it, its time from its
+    id)."""
     if encoding == "utf-8":
         return data
+    if encoding == "cri":
+        return b"".join(b"2026-12-03T21:%02d:%02d.%09dZ stdout F %s\n" % (
+            id_of(x) // 60 % 60, id_of(x) % 60, id_of(x), x) for x in data.split(b"\n")[:-1])
     return (b"\xff\xfe" if at_start else b"") + data.decode().encode("utf-16-le")
 
 
@@ -362,7 +366,7 @@ def test_a_file_cut_back_below_its_checkpoint_and_written_on_loses_no_new_line(t
     assert entries == []
 
 
-@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "cri"])
 def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_anchored(
         tmp_path, encoding):
     """The power-cut file system's finding: the pool (synced at each seal) holds a slot read
@@ -375,7 +379,8 @@ def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_a
     never arrived and a fragment of one did, nothing journaled. Reading resumes at the first line
     the file no longer holds as the slot read it (line 430), not at the anchor (400): the lines
     between arrive once, from the pool. A UTF-16 log is checked through its records'
-    transcoding (and read again from the anchor)."""
+    transcoding (and read again from the anchor); a container's (CRI) through the records the
+    slot's lines make (their times and texts)."""
     import shutil
 
     kafka, agent, log_file = _four_batches_read(tmp_path, encoding)
@@ -383,7 +388,10 @@ def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_a
     saved.mkdir()
     for p in (tmp_path / "state").glob("state.db*"):         # what the last log sync made
         shutil.copy2(p, saved / p.name)
-    kafka.script(lines(450, 451)[:-1], HOLD)                  # its slot stays in the pool
+    held = lines(450, 451)[:-1]
+    kafka.script(held if encoding != "cri" else json.dumps(
+        {"time": "2026-12-03T21:07:30.000000450Z", "stream": "stdout",
+         "message": held.decode()}, separators=(",", ":")).encode(), HOLD)   # stays in the pool
     with open(log_file, "ab") as f:
         f.write(_encoded(lines(400, 500), encoding))
     for _ in range(5):
@@ -401,7 +409,8 @@ def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_a
         f.write(_encoded(lines(1000, 1300), encoding))        # written on past the old end
     again, agent = _started_again(tmp_path, 20, encoding)
     try:
-        delivered = kafka.values() + again.values()
+        delivered = [json.loads(v)["message"].encode() if encoding == "cri" else v
+                     for v in kafka.values() + again.values()]
         new = lines(1000, 1300).split(b"\n")[:-1]
         missing = [v for v in new if v not in delivered]
         assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
