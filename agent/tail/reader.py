@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..buffer import BufferPool, Chunk
+from ..buffer import BufferPool
 from ..buffer.seams import Clock
 from ..config import SourceConfig
 from ..patterns import DEFAULT_FLUSH_MS, DEFAULT_MAX_EVENT_BYTES, MultilineRule
@@ -67,8 +67,6 @@ class Tracked:
     event_since: float | None = None  # multiline: an event open at the end since (monotonic s)
     event_size: int = 0               # ... with the file this size
     cut_open: bool = False            # multiline: the next record continues a cut event
-    group_taken: tuple | None = None  # container: (offset, k) the pool took k records of the
-    #                                   group there before it filled (not made again)
 
 
 @dataclass
@@ -231,15 +229,6 @@ class Reader:
             return self.lines.force(data, "partial_line_flushed", units), True
         return None, False
 
-    @staticmethod
-    def _note_group_taken(t: Tracked, chunk: Chunk, taken: int, end: int, before: int) -> None:
-        """The pool took ``taken`` records and filled in the middle of a container file's group
-        (its records all begin at the group's first line, ``end``): the next hand-over from
-        there leaves out those it took, so a full pool sends none twice (a crash may)."""
-        k = sum(1 for i in range(taken) if chunk.source_pos(i) == end)
-        if k:
-            t.group_taken = (t.offset + end, k + (before if end == 0 else 0))
-
     # -- multiline events ---------------------------------------------------------------------
     def _hand_over_events(self, t: Tracked, data: bytes, n: int, size: int, stats: ReadStats,
                           forced: bool, units: Units | None) -> tuple[int, bool]:
@@ -346,13 +335,7 @@ class Reader:
                 meta = self._meta[t.path] = container.path_fields(t.path)
         chunk = self.lines.frame(data, n, self.clock.time_ms(), records, units, skip, meta)
         chunk.continued = continued
-        before = t.group_taken[1] if t.group_taken and t.group_taken[0] == t.offset else 0
-        t.group_taken = None
-        if before:
-            chunk = _without_first(chunk, before)
         res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
-        if self.container is not None and not res.complete(chunk):
-            self._note_group_taken(t, chunk, res.records, res.end, before)
         end = res.end if res.records or not skip else 0     # not past a mark nothing covers
         if end:
             t.tail = (t.tail + data[max(0, end - TAIL_BYTES):end])[-TAIL_BYTES:]
@@ -371,13 +354,6 @@ class Reader:
         self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
                          topic=self.cfg.topic)
         return end, res.complete(chunk)
-
-
-def _without_first(chunk: Chunk, k: int) -> Chunk:
-    """``chunk`` without its first ``k`` records (a group's records the pool already took)."""
-    keys = list(chunk.keys)[k:] if chunk.keys is not None else None
-    return Chunk(chunk.data, chunk.starts[k:], chunk.lengths[k:], chunk.timestamps[k:], keys,
-                 chunk.end, False, None if chunk.at is None else chunk.at[k:], chunk.at_end)
 
 
 def _last_end(data: bytes, units: Units | None) -> int:

@@ -337,39 +337,3 @@ def test_lines_docker_never_writes_are_shipped_not_crashed_on(tmp_path, multilin
                                                 "id-000000003"]
     assert got[0]["message"] == "id-000000000 a\nb"
     assert got[1]["stream"] == "?"
-
-
-def test_a_pool_filling_in_the_middle_of_a_group_sends_none_of_it_twice(tmp_path):
-    """A group of three records (stdout's line cut around two stderr lines): the pool takes
-    two and is full. The group is read again from its first line when there is room; the two
-    records the pool holds are not made again."""
-    from agent.buffer.slots import AppendResult
-
-    h = Harness(tmp_path, format="cri")
-    real = h.pool.append
-    full = {"once": True}
-
-    def filling(topic, chunk, **kw):
-        if full["once"] and len(chunk) >= 3:
-            full["once"] = False
-            res = real(topic, _first(chunk, 2), **kw)
-            return AppendResult(records=res.records, end=chunk.source_pos(2))
-        return real(topic, chunk, **kw)
-
-    h.pool.append = filling
-    h.app.write_bytes(cri("id-000000000 A-first ", "stdout", "P") + cri("id-000000001 B", "stderr")
-                      + cri("id-000000002 C", "stderr") + cri("A-rest", "stdout")
-                      + cri("id-000000003 D"))
-    h.step(1)
-    assert not full["once"], "the pool filled mid-group"
-    h.step(2)
-    assert [r["message"] for r in records(h)] == [
-        "id-000000000 A-first A-rest", "id-000000001 B", "id-000000002 C", "id-000000003 D"]
-
-
-def _first(chunk, k):
-    from agent.buffer import Chunk
-    return Chunk(chunk.data, chunk.starts[:k], chunk.lengths[:k], chunk.timestamps[:k],
-                 None if chunk.keys is None else list(chunk.keys)[:k], chunk.source_pos(k),
-                 chunk.continued, None if chunk.at is None else chunk.at[:k],
-                 chunk.source_pos(k))
