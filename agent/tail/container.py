@@ -116,7 +116,7 @@ def time_ms(text: str) -> int | None:
     if _runtime_form(text):
         head, frac = text[:19], text[20:-1]
         seconds = _SECONDS.get(head)
-        if seconds is not None and (not frac or frac.isdigit()):
+        if seconds is not None and frac.isascii() and (not frac or frac.isdigit()):
             return seconds * 1000 + int((frac + "00")[:3])
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -177,7 +177,7 @@ class Framing:
             [[e] for e in range(len(entries))]
         records, unfinished = [], []
         reach = np.zeros(n, np.int64)                # per line: its record's last line
-        latest = clock[-1] if n else 0
+        latest = int(clock.max()) if n else UNKNOWN
         streams_last: dict = {}
         for r, event in enumerate(events):
             lines = sorted(i for e in event for i in entries[e])
@@ -192,7 +192,8 @@ class Framing:
                 may_go_on = unfinished[r] or (self.cutter is not None and
                                               streams_last.get(parts[lines[0]].stream) == r
                                               and parts[lines[0]].framed)
-                if may_go_on and latest < clock[lines[-1]] + self.flush_ms:
+                last = int(clock[lines[-1]])
+                if may_go_on and (last == UNKNOWN or latest < last + self.flush_ms):
                     open_records.add(r)
         for r, lines in enumerate(records):
             reach[lines] = n if r in open_records else lines[-1]
@@ -216,7 +217,7 @@ class Framing:
                 entry_open.append(False)
                 continue
             e = open_by_stream.pop(p.stream, None)
-            if e is not None and clock[i - 1] >= clock[entries[e][-1]] + self.flush_ms:
+            if e is not None and _later(clock, i - 1, entries[e][-1], self.flush_ms):
                 e = None                              # its last part never came
             if e is None:
                 entries.append([i])
@@ -252,8 +253,8 @@ class Framing:
                 last_line.append(lines[-1])
                 continue
             ev = by_stream.get(first.stream)
-            if ev is not None and (begins[e] or clock[lines[0] - 1] >=
-                                   clock[last_line[ev]] + self.flush_ms):
+            if ev is not None and (begins[e] or _later(clock, lines[0] - 1, last_line[ev],
+                                                       self.flush_ms)):
                 ev = None
             if ev is None:
                 events.append([e])
@@ -295,27 +296,42 @@ class Framing:
         return out, unparsable, invalid, unfinished
 
     def held(self, data: bytes, values: list[bytes]) -> bool:
-        """Whether the records that ``data`` (whole groups of the file, as a slot read them)
-        makes are, in order, among ``values`` (the slot's records, other sources' too): their
-        stream, time and message each. A file that lost its tail to a power loss and was
-        written on holds other times and texts there."""
-        if not data.endswith(b"\n"):
-            return False
-        parts = [self.parse(line) for line in data[:-1].split(b"\n")]
-        made = [self._fields(parts, lines) for lines in self.plan(parts, at_end=False).records]
-        for m in made:
-            m.pop("invalid", None)
-        k = 0
+        """Whether ``data`` (the file's bytes a slot read, from a group's first line) is what
+        the slot's records (``values``, other sources' too) were made of. First as they were
+        made: the records its lines make, in order, among the slot's (stream, time and
+        message each). Where the slot's records were made otherwise (a group cut at the cap,
+        a group the slot holds in part, a line the agent ended), line by line: every line's
+        text within the slot's messages, its time not after the newest the slot holds. A
+        file that lost its tail to a power loss and was written on holds other texts and
+        later times there."""
+        objs = []
         for value in values:
-            if k == len(made):
-                break
             try:
                 obj = json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
-            if isinstance(obj, dict) and all(obj.get(f) == v for f, v in made[k].items()):
+            if isinstance(obj, dict) and isinstance(obj.get("message"), str):
+                objs.append(obj)
+        body = data[:-1] if data.endswith(b"\n") else data
+        parts = [self.parse(line) for line in body.split(b"\n")] if body else []
+        made = [self._fields(parts, lines) for lines in self.plan(parts, at_end=False).records]
+        k = 0
+        for obj in objs:
+            if k < len(made) and all(obj.get(f) == v for f, v in made[k].items()
+                                     if f != "invalid"):
                 k += 1
-        return k == len(made)
+        if k == len(made):
+            return True
+        texts = "\n".join(o["message"] for o in objs).encode("utf-8", "replace")
+        newest = max((t for o in objs if isinstance(o.get("time"), str)
+                      for t in [time_ms(o["time"])] if t is not None), default=None)
+        for p in parts:
+            if p.content and p.content not in texts:
+                return False
+            t = time_ms(p.time) if p.framed and p.time else None
+            if t is not None and (newest is None or t > newest + self.flush_ms):
+                return False
+        return True
 
     def _fields(self, parts: list[Part], lines: list[int]) -> dict:
         """A record's own fields (time and stream when framed, message), as its JSON has
@@ -351,16 +367,25 @@ def _joined(parts: list[Part], lines: list[int]) -> bytes:
     return b"".join(parts[i].content for i in lines)
 
 
+UNKNOWN = -(1 << 62)       # a line without a time the runtime wrote: it closes nothing
+
+
 def _clock(parts: list[Part]) -> np.ndarray:
-    """Per line, the runtime's time (ms) of it or of the last line before it that has one."""
-    out = np.zeros(len(parts), np.int64)
-    last = 0
+    """Per line, the runtime's time (ms) it carries, UNKNOWN without one: each line's own, so
+    a group planned alone decides as it did within the read."""
+    out = np.full(len(parts), UNKNOWN, np.int64)
     for i, p in enumerate(parts):
         t = time_ms(p.time) if p.framed and p.time else None
-        if t is not None and t > last:
-            last = t
-        out[i] = last
+        if t is not None:
+            out[i] = t
     return out
+
+
+def _later(clock: np.ndarray, i: int, last: int, flush_ms: int) -> bool:
+    """Whether line ``i`` came ``flush_ms`` or more after line ``last`` by the runtime's
+    clock (both times known)."""
+    return clock[i] != UNKNOWN and clock[last] != UNKNOWN and \
+        clock[i] >= clock[last] + flush_ms
 
 
 def _cri(line: bytes) -> Part:

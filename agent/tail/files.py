@@ -440,10 +440,11 @@ class FileSource:
                                                                              offset)]
         if not ending:
             return False
-        if self.reader.container is not None:
+        if self.reader.container is not None:       # with the slots before (a group's rest)
             return not any(self.reader.container.held(
-                self.fs.pread(fd, offset - start, start), [v for _t, _k, v in slot.records()])
-                for slot, start in ending)
+                self.fs.pread(fd, offset - start, start),
+                [v for _s, _e, s in self._read_by_pool(sid, start - 1, offset)
+                 for _t, _k, v in s.records()]) for _slot, start in ending)
         codec = self.reader.lines.codec
         units = self.reader.lines.units(self.fs.pread(fd, 4, 0)) if codec else None
         for slot, start in ending:      # the file's bytes this slot read, at most the last 4 KiB

@@ -98,9 +98,10 @@ class Reader:
         # Lines are grouped into records (held while the last may go on) by a multiline rule,
         # a container runtime's partial lines, or both.
         self.grouped = self.events is not None or self.container is not None
-        # A container's entry with no rule is one line to the application: capped as a line.
-        self.max_event_bytes = rule.max_event_bytes if rule else \
-            DEFAULT_MAX_EVENT_BYTES if self.container is None else self.lines.max_line_bytes
+        # A container file's group (an entry, or lines no record crosses: with a rule, one
+        # stream's open event holds the other's lines in it) is capped as a line is.
+        self.max_event_bytes = self.lines.max_line_bytes if self.container is not None else \
+            rule.max_event_bytes if rule else DEFAULT_MAX_EVENT_BYTES
         self._meta: dict[str, dict] = {}              # a container's fields, by file path
 
     def _now(self) -> float:

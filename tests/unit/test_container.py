@@ -337,3 +337,47 @@ def test_lines_docker_never_writes_are_shipped_not_crashed_on(tmp_path, multilin
                                                 "id-000000003"]
     assert got[0]["message"] == "id-000000000 a\nb"
     assert got[1]["stream"] == "?"
+
+
+def test_a_time_with_digits_python_reads_but_int_refuses_is_no_crash(tmp_path):
+    """"²" is a digit to str.isdigit but not to int(): a second already seen once took the
+    fast path into a ValueError that stopped the agent, at every start again."""
+    h = Harness(tmp_path, format="docker")
+    h.app.write_bytes(docker("id-000000000 ok\n")
+                      + b'{"log":"id-000000001 odd\\n","stream":"stdout",'
+                        b'"time":"2026-12-03T21:00:00.\\u00b2Z"}\n')
+    h.step()
+    got = records(h)
+    assert [r["message"] for r in got] == ["id-000000000 ok", "id-000000001 odd"]
+
+
+def test_a_part_without_a_time_is_joined_alike_in_the_read_and_in_its_group(tmp_path):
+    """The runtime's clock is each line's own: a group planned alone decides as the whole read
+    did (before, a group began its clock afresh and cut an entry the read had joined)."""
+    def d(log, stream="stdout", time=True):
+        obj = {"log": log, "stream": stream}
+        if time:
+            obj["time"] = "2026-12-03T21:00:05.000000000Z"
+        return json.dumps(obj).encode() + b"\n"
+
+    h = Harness(tmp_path, format="docker")
+    h.app.write_bytes(d("id-0 zero\n") + d("id-1 A-first ", time=False) + d("id-2 B\n", "stderr")
+                      + d("A-rest\n"))
+    h.step(2)
+    assert [r["message"] for r in records(h)] == ["id-0 zero", "id-1 A-first A-rest", "id-2 B"]
+    assert not h.metrics.get("agent_source_bad_input_total", kind="container_entry_unfinished",
+                             topic="t")
+
+
+def test_held_tells_a_file_written_on_after_a_cut_from_the_one_a_slot_read():
+    f = Framing("cri")
+    data = cri("id-1 a ", tag="P") + cri("id-2 b", "stderr") + cri("rest") + cri("id-3 c")
+    values = [json.dumps({"time": "2026-12-03T21:00:00.123456789Z", "stream": s,
+                          "message": m, "pod": "p"}).encode()
+              for s, m in (("stdout", "id-1 a rest"), ("stderr", "id-2 b"), ("stdout", "id-3 c"))]
+    assert f.held(data, values)
+    assert f.held(data, [b"not json", b"[" * 100_000, *values])    # others' records between
+    assert not f.held(data, values[:2])            # a line no record holds
+    later = data.replace(b"21:00:00.123", b"21:07:00.123")
+    assert not f.held(later, values)               # written again after the cut, later
+    assert not f.held(cri("id-9 new"), values)
