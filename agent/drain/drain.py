@@ -157,6 +157,8 @@ class Drain:
         self.outage = False
         self._fatal: KafkaError | None = None
         self._progress_mark = (0, self._now())   # (reports so far, when they last moved)
+        self._failures = 0                # failure reports so far (``failed``)
+        self._failures_seen = 0           # ... when the reports last moved
         self._stall_probe: Probe | None = None
         self._next_probe = 0.0           # ... not asked again before this (the answer was yes)
         self._resumed = False            # an outage ended, nothing acknowledged since
@@ -323,6 +325,7 @@ class Drain:
         if err.code() in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART) \
                 and self.on_unknown_topic is not None:
             self.on_unknown_topic(record[0])
+        self._failures += 1
         outcome = classify(err, alone=alone)
         if outcome is Outcome.DEAD:
             if self._dead_letter(send, record, err):
@@ -585,8 +588,12 @@ class Drain:
         now = self._now()
         acked = self._acked_now()
         if acked != self._progress_mark[0] or self._outstanding() == 0:
-            if acked != self._progress_mark[0]:
-                self._progressed()
+            failed = self._failures - self._failures_seen
+            if acked - self._progress_mark[0] > failed:
+                self._progressed()          # an acknowledgement among the reports
+            # Failure reports alone (requests that timed out in an outage, reported after
+            # it) are no sign the producer works: they move the mark, the bound stays.
+            self._failures_seen = self._failures
             self._progress_mark = (acked, now)
             self._stall_probe, self._next_probe = None, 0.0
             return
@@ -744,6 +751,7 @@ class Drain:
         counts as outstanding, which is no acknowledgement; a new producer did not live through
         the last outage)."""
         self._progress_mark = (self._acked_now(), self._now())
+        self._failures_seen = self._failures
         self._stall_probe, self._next_probe = None, 0.0
         self._resumed = False
 

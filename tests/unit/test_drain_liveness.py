@@ -65,6 +65,21 @@ def _delivered_once_under_their_numbers(kafka, values) -> None:
         assert value == b"event %d" % number
 
 
+def _through_an_outage(tmp_path, clock):
+    """Every record in flight when the broker stops (held by the first producer; a second
+    hand-over gets no answer); the outage found, and its end."""
+    drain, pool, kafka, values = _fake(tmp_path, clock)
+    for v in values:
+        kafka.script(v, HOLD, NEVER)
+    drain.pump()
+    kafka.reachable = False
+    clock.now += OUTAGE_AFTER_S
+    _turn_until(drain, lambda: drain.outage, "an outage")
+    kafka.reachable = True
+    _turn_until(drain, lambda: not drain.outage, "the outage's end")
+    return drain, pool, kafka, values
+
+
 def test_a_producer_silent_while_the_cluster_answers_is_waited_for_then_replaced(tmp_path):
     clock = StoppedClock()
     drain, pool, kafka, values = _fake(tmp_path, clock)
@@ -127,20 +142,37 @@ def test_after_an_outage_a_producer_that_never_answers_again_is_replaced_within_
     assert roles == (["native", "native"] if send_path == "native" else ["main", "main"])
 
 
+def test_failure_reports_after_an_outage_do_not_lift_the_resume_bound(tmp_path):
+    """What a 15 s broker pause did in the pause matrix: the cluster answers again, the
+    producer that lived through the outage reports its requests in flight as failed, and then
+    sends nothing more (its metadata was answered while the single node was fenced). Those
+    failures are no acknowledgement: the producer is still held to ``RESUME_STALL_S`` from
+    them, not to ``STALL_AFTER_S`` (45 s of nothing, before)."""
+    from confluent_kafka import KafkaError
+
+    clock = StoppedClock()
+    drain, pool, kafka, values = _through_an_outage(tmp_path, clock)
+    kafka.senders[-1].release(KafkaError(KafkaError.REQUEST_TIMED_OUT))
+    _turn_until(drain, lambda: drain.metrics.get("agent_drain_retried_events_total",
+                                                 reason="kafka_request_timed_out", topic="t") > 0,
+                "the failures reported")
+    reported = clock.now
+    for _ in range(100):
+        drain.pump()
+    assert pool.sealed() and kafka.log == [] and _replaced(drain) == 0
+    clock.now += RESUME_STALL_S
+    _turn_until(drain, lambda: _replaced(drain) == 1, "replaced", turns=1000)
+    assert clock.now - reported <= RESUME_STALL_S
+    _turn_until(drain, lambda: not pool.sealed(), "the slot freed")
+    _delivered_once_under_their_numbers(kafka, values)
+
+
 def test_a_producer_replaced_after_an_outage_is_held_to_the_long_bound(tmp_path):
     """The short bound is for the producer that lived through the outage; the one that
     replaced it gets ``STALL_AFTER_S``, as after any replacement (a broker still electing its
     leaders is not cut short every five seconds)."""
     clock = StoppedClock()
-    drain, pool, kafka, values = _fake(tmp_path, clock)
-    for v in values:
-        kafka.script(v, HOLD, NEVER)           # the first holds them, the second says nothing
-    drain.pump()
-    kafka.reachable = False
-    clock.now += OUTAGE_AFTER_S
-    _turn_until(drain, lambda: drain.outage, "an outage")
-    kafka.reachable = True
-    _turn_until(drain, lambda: not drain.outage, "the outage's end")
+    drain, pool, kafka, values = _through_an_outage(tmp_path, clock)
     clock.now += RESUME_STALL_S
     _turn_until(drain, lambda: _replaced(drain) == 1, "replaced after the outage")
     clock.now += RESUME_STALL_S
