@@ -159,6 +159,8 @@ class Drain:
         self._progress_mark = (0, self._now())   # (reports so far, when they last moved)
         self._failures = 0                # failure reports so far (``failed``)
         self._failures_seen = 0           # ... when the reports last moved
+        self._resume_owed = 0             # records in flight when an outage ended, not yet
+        #                                   acknowledged: their acknowledgements prove nothing
         self._stall_probe: Probe | None = None
         self._next_probe = 0.0           # ... not asked again before this (the answer was yes)
         self._resumed = False            # an outage ended, nothing acknowledged since
@@ -588,11 +590,15 @@ class Drain:
         now = self._now()
         acked = self._acked_now()
         if acked != self._progress_mark[0] or self._outstanding() == 0:
-            failed = self._failures - self._failures_seen
-            if acked - self._progress_mark[0] > failed:
-                self._progressed()          # an acknowledgement among the reports
-            # Failure reports alone (requests that timed out in an outage, reported after
-            # it) are no sign the producer works: they move the mark, the bound stays.
+            # Acknowledgements among the reports. Failure reports (requests that timed out in
+            # an outage, reported after it) are no sign the producer works, nor are the
+            # acknowledgements of requests in flight since before an outage ended (the broker
+            # answering them as it wakes): they move the mark, the resume bound stays.
+            ok = acked - self._progress_mark[0] - (self._failures - self._failures_seen)
+            owed = min(max(ok, 0), self._resume_owed)
+            self._resume_owed -= owed
+            if ok - owed > 0:
+                self._progressed()
             self._failures_seen = self._failures
             self._progress_mark = (acked, now)
             self._stall_probe, self._next_probe = None, 0.0
@@ -713,6 +719,7 @@ class Drain:
         self.metrics.set("agent_drain_broker_up", 1)
         self._fresh_start()
         self._resumed = True                 # its producer must show progress soon
+        self._resume_owed = self._outstanding()  # ... on records sent since
 
     def _to_replace(self) -> bool:
         """A fatal error, new settings or a stall: new producers at the next pump."""
@@ -754,6 +761,7 @@ class Drain:
         self._failures_seen = self._failures
         self._stall_probe, self._next_probe = None, 0.0
         self._resumed = False
+        self._resume_owed = 0
 
     def _unreported(self, send: SlotSend) -> bool:
         """Has ``send`` records whose reports the producers being replaced never served?"""

@@ -23,7 +23,7 @@ from agent.drain.drain import (
     STALL_AFTER_S,
 )
 from docket_common.names import SEQ_HEADER
-from tests.unit.fakeproducer import HOLD, NEVER
+from tests.unit.fakeproducer import HOLD, NEVER, OK
 from tests.unit.poolkit import fake_drain
 from tests.unit.test_drain_denied import StoppedClock
 
@@ -165,6 +165,33 @@ def test_failure_reports_after_an_outage_do_not_lift_the_resume_bound(tmp_path):
     assert clock.now - reported <= RESUME_STALL_S
     _turn_until(drain, lambda: not pool.sealed(), "the slot freed")
     _delivered_once_under_their_numbers(kafka, values)
+
+
+def test_acknowledgements_of_requests_from_before_an_outage_do_not_lift_the_resume_bound(
+        tmp_path):
+    """The broker answers the requests it held as it wakes; the producer then sends nothing
+    more of what came after. Those late acknowledgements prove nothing about it: it is
+    replaced within ``RESUME_STALL_S`` of them, and every record arrives once."""
+    from agent.buffer import Chunk
+
+    clock = StoppedClock()
+    drain, pool, kafka, values = _through_an_outage(tmp_path, clock)
+    later = [b"later %d" % i for i in range(50)]
+    for v in later:
+        kafka.script(v, NEVER)                # sent after the outage: never answered
+    pool.append("t", Chunk.from_lines(b"".join(v + b"\n" for v in later), 1_795_000_000_000))
+    pool.seal_all()
+    kafka.senders[-1].release(OK)             # what was in flight: acknowledged as it wakes
+    _turn_until(drain, lambda: len(kafka.log) == RECORDS, "the held requests acknowledged")
+    acknowledged = clock.now
+    for _ in range(100):
+        drain.pump()
+    assert _replaced(drain) == 0
+    clock.now += RESUME_STALL_S
+    _turn_until(drain, lambda: _replaced(drain) == 1, "replaced", turns=1000)
+    assert clock.now - acknowledged <= RESUME_STALL_S
+    _turn_until(drain, lambda: not pool.sealed(), "every slot freed")
+    assert Counter(kafka.values()) == Counter(values + later)
 
 
 def test_a_producer_replaced_after_an_outage_is_held_to_the_long_bound(tmp_path):
