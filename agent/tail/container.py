@@ -60,13 +60,9 @@ from datetime import UTC, datetime
 import numpy as np
 
 from ..buffer import Chunk
-from ..config import CONTAINER_FORMATS as KINDS
+from ..config import CONTAINER_FORMATS
 
 STREAMS = (b"stdout", b"stderr")
-
-# The fields a record's JSON has besides the path's (the path's names: see ``path_fields``).
-FIELDS = ("time", "stream", "message")
-PATH_FIELDS = ("namespace", "pod", "pod_uid", "container", "restart", "container_id")
 
 _PODS = re.compile(r"/pods/([^/_]+)_([^/_]+)_([^/_]+)/([^/]+)/(\d+)\.log[^/]*$")
 _CONTAINERS = re.compile(r"/containers/([^/_]+)_([^/_]+)_(.+)-([0-9a-f]{64})\.log[^/]*$")
@@ -151,7 +147,7 @@ class Framing:
     (a multiline rule's, per stream), events to records."""
 
     def __init__(self, kind: str, cutter=None, flush_ms: int = 1000):
-        if kind not in KINDS:
+        if kind not in CONTAINER_FORMATS:
             raise ValueError(f"no container format {kind!r}")
         self.kind = kind
         self.parse = _cri if kind == "cri" else _docker

@@ -28,9 +28,9 @@ import codecs
 import numpy as np
 
 from ..buffer import Chunk
-from ..config import WIDE_ENCODINGS, SourceConfig
+from ..config import CONTAINER_FORMATS, WIDE_ENCODINGS, SourceConfig
 from ..telemetry import Metrics
-from .container import KINDS, Framing
+from .container import Framing
 from .events import apply_fields
 
 MAX_LINE_BYTES = 64 << 20     # a line longer than this is cut here (counted as line_forced)
@@ -92,7 +92,8 @@ class LineCutter:
             if name in ("utf-16", "utf-32") else {name: Units(name)} if self.wide else {}
         # A container runtime's framing (``cutter``: the source's multiline rule, applied to
         # the runtime's entries; ``flush_ms``: how long an entry or event may stay open).
-        self.container = Framing(cfg.format, cutter, flush_ms) if cfg.format in KINDS else None
+        self.container = Framing(cfg.format, cutter, flush_ms) if cfg.format in CONTAINER_FORMATS \
+            else None
 
     @property
     def rewrites(self) -> bool:

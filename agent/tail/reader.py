@@ -102,7 +102,6 @@ class Reader:
         # stream's open event holds the other's lines in it) is capped as a line is.
         self.max_event_bytes = self.lines.max_line_bytes if self.container is not None else \
             rule.max_event_bytes if rule else DEFAULT_MAX_EVENT_BYTES
-        self._meta: dict[str, dict] = {}              # a container's fields, by file path
 
     def _now(self) -> float:
         return self.clock.monotonic_ns() / 1e9
@@ -327,13 +326,7 @@ class Reader:
         it took them all. With multiline events, ``records`` are where each event in
         ``data[:n]`` begins (``continued``: the first continues an event cut before it)."""
         skip = len(units.bom) if units and t.offset == 0 and data.startswith(units.bom) else 0
-        meta = None
-        if self.container is not None:
-            meta = self._meta.get(t.path)
-            if meta is None:
-                if len(self._meta) >= 1024:           # rotated names come and go
-                    self._meta.clear()
-                meta = self._meta[t.path] = container.path_fields(t.path)
+        meta = container.path_fields(t.path) if self.container is not None else None
         chunk = self.lines.frame(data, n, self.clock.time_ms(), records, units, skip, meta)
         chunk.continued = continued
         res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
