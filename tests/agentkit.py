@@ -108,12 +108,15 @@ class AgentProcess:
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 60) -> AgentProcess:
+    def start(self, timeout_s: float = 60, awaited: bool = True) -> AgentProcess:
+        """``awaited=False``: return at once (a run that may end before it answers)."""
         out = open(self.log, "ab")
         self.proc = subprocess.Popen([*self.prefix, str(self.binary), "run", "--config",
                                       str(self.config), *self.args], stdout=out, stderr=out,
                                      env=self.env)
         out.close()
+        if not awaited:
+            return self
         deadline = time.monotonic() + timeout_s
         while self.status() is None:
             if self.proc.poll() is not None:

@@ -214,7 +214,8 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
                 seed: int = 4, check: bool = True, send_path: str = "python",
                 broker: dict | None = None, sections: dict | None = None,
                 rotate_every: int = 50_000, traces: bool = False,
-                pause_at: int | None = None, pause_s: float = 8) -> dict:
+                pause_at: int | None = None, pause_s: float = 8,
+                between=None) -> dict:
     """Kill the agent ``kills`` times at 0.8-1.6 s intervals while a writer rotates its file
     (rename-and-create and copytruncate alternately, every ``rotate_every`` lines); then every
     id must
@@ -226,7 +227,9 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
     (``multiline = { preset = "java" }``); ids, rates and rotations count events, and every
     record must be its event whole (``partial_events`` counts those that are not).
     ``pause_at``: before that kill the broker is SIGSTOPped for ``pause_s`` and the kill comes
-    halfway through the pause (the backlog then is in ``backlog_in_pause``)."""
+    halfway through the pause (the backlog then is in ``backlog_in_pause``). ``between(n,
+    agent)``: called after the n-th kill, before the restart; it returns True when it ended
+    another run of the agent meanwhile (whose slots in flight then count in the bound too)."""
     agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
                               source={"multiline": {"preset": "java"}} if traces else None,
                               broker={"send_path": send_path, **(broker or {})},
@@ -253,6 +256,8 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
             ids = in_flight_ids(pool_path)
             allowance.update(ids)
             print(f"kill {done}: {len(ids)} records in slots that may have been in flight")
+            if between is not None and between(done, agent):
+                allowance.update(in_flight_ids(pool_path))
             agent.start()
         if resume is not None:
             resume.join(pause_s + 5)
