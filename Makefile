@@ -31,7 +31,8 @@ $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml
 # with debhelper (make deb), and iptables with libnetfilter_queue's headers (the fleet's
 # network faults, tests/fleetkit.py: loss and partitions, and the delay tool netdelay.c in
 # place of netem), rsyslog (a relay forwarding to the agent's syslog source with omfwd; its
-# package must not start the system's syslog: service starts are refused for the install);
+# package must not start the system's syslog: service starts are refused for the install),
+# systemd-journal-remote (writes the journal files the journald source's tests read);
 # their tests are skipped without them.
 debian-tools:
 	@need=""; \
@@ -44,6 +45,7 @@ debian-tools:
 	command -v iptables >/dev/null || need="$$need iptables"; \
 	command -v logrotate >/dev/null || [ -x /usr/sbin/logrotate ] || need="$$need logrotate"; \
 	command -v fusermount3 >/dev/null || need="$$need fuse3"; \
+	[ -x /lib/systemd/systemd-journal-remote ] || need="$$need systemd-journal-remote"; \
 	[ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] \
 		|| need="$$need libnetfilter-queue-dev"; \
 	if [ -z "$$need" ]; then :; \

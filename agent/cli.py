@@ -197,6 +197,10 @@ def _status(args) -> int:
     for path, f in sorted(data["files"].items()):
         print(f"  file      {path}: {f['lag_bytes']} bytes behind")
     for s in data.get("listeners", []):
+        if s["type"] == "journald":
+            print(f"  journald  {s['journal']} -> {s['topic']}: {s['entries_read']} entries read "
+                  f"since the start, journalctl {s['reader']}")
+            continue
         where = s["path"] if s["type"] == "socket" else \
             f"{s['protocol']}{'+tls' if s['tls'] else ''} {s['listen']}"
         what = f"{s['udp_dropped']} datagram(s) dropped by the kernel" if "udp_dropped" in s \

@@ -13,6 +13,7 @@ import grp
 import json
 import math
 import os
+import re
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -149,9 +150,10 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 SOURCE_SETTINGS: tuple[Setting, ...] = (
-    Setting("type", str, None, "`file` (tail files), `socket` (unix stream socket) or "
-            "`syslog` (RFC 5424/3164 over TCP or UDP).",
-            choices=("file", "socket", "syslog"), required=True),
+    Setting("type", str, None, "`file` (tail files), `socket` (unix stream socket), "
+            "`syslog` (RFC 5424/3164 over TCP or UDP) or `journald` (the systemd journal's "
+            "entries).",
+            choices=("file", "socket", "syslog", "journald"), required=True),
     Setting("topic", str, None, "Kafka topic of this source's events.", required=True),
     Setting("paths", list, [], "`file`: glob patterns of the files to tail."),
     Setting("exclude", list, [], "`file`: glob patterns of files not to tail though `paths` "
@@ -179,15 +181,30 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "newline-ended frames, backpressure when the pool is full) or `udp` (one message a "
             "datagram; what the kernel drops is counted and journalled as `udp_dropped`).",
             choices=("tcp", "udp")),
+    Setting("journal_directory", str, None, "`journald`: a folder of journal files to "
+            "read (journalctl's `--directory`), e.g. the files `systemd-journal-remote` writes; "
+            "default: the host's journal (the agent's user must be in the group "
+            "`systemd-journal`)."),
+    Setting("units", list, [], "`journald`: only entries of these systemd units (journalctl's "
+            "`--unit`: a name or a glob, e.g. `[\"nginx.service\", \"app-*.service\"]`)."),
+    Setting("identifiers", list, [], "`journald`: only entries with these syslog identifiers "
+            "(journalctl's `--identifier`)."),
+    Setting("priority", str, None, "`journald`: only entries of this priority or a more "
+            "urgent one (`emerg` … `debug`, or 0–7), or of a range (`\"err..warning\"`)."),
+    Setting("matches", list, [], "`journald`: further journal matches, `FIELD=value` "
+            "(journalctl's own: matches of one field are alternatives, of different fields "
+            "all apply; `\"+\"` between two groups takes either)."),
     Setting("format", str, None, "`syslog`: `json` (the default: each message's fields as one "
             "JSON object: facility, severity, timestamp, host, app, procid, msgid, "
             "structured_data, message, protocol, peer) or `raw` (the message as received). "
+            "`journald`: `json` (the default: the entry's fields as one JSON object) or "
+            "`message` (its `MESSAGE` as written). "
             "`file`: unset (each line as written), or a container runtime's log files: `cri` "
             "(containerd, CRI-O: `/var/log/pods/*/*/*.log`) or `docker` (docker's json-file): "
             "the runtime's framing removed, partial lines joined, each record a JSON object "
             "of time, stream, message and the pod, namespace and container the file's path "
             "names (docs/agent.md, Container logs).",
-            choices=("json", "raw", "cri", "docker")),
+            choices=("json", "raw", "message", "cri", "docker")),
     Setting("fallback_topic", str, None, "`syslog` with `format = \"json\"`: when `topic` "
             "names fields (`\"syslog.{app}\"`, `\"logs.{facility}.{severity}\"`), the topic "
             "of a message whose fields make no topic name (one absent or null, or characters "
@@ -212,11 +229,14 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "the clients' certificates: every client must then present one (mutual TLS)."),
     Setting("timestamp_field", str, None, "JSON field holding the event time (RFC 3339, epoch "
             "seconds or milliseconds). Absent or unparsable: the read time, counted."),
-    Setting("key_field", str, None, "JSON field used as the Kafka record key."),
+    Setting("key_field", str, None, "JSON field used as the Kafka record key (`journald`: a "
+            "field of the entry, e.g. `_HOSTNAME`)."),
     Setting("read_from", str, "beginning", "`file`: where the files found at the agent's very "
             "first start (no state folder yet) are read from: `beginning`, or `end` (their "
             "last whole line's end: what they held before is not shipped). Files that appear "
-            "later, and every file after a lost state, are read from their start.",
+            "later, and every file after a lost state, are read from their start. "
+            "`journald`: where a source with no checkpoint yet starts: the journal's first "
+            "entry, or after its last one.",
             choices=("beginning", "end")),
     Setting("ignore_older_ms", int, 0, "`file`: a file the agent does not know yet and that "
             "was last changed longer ago than this is not opened (counted in status as "
@@ -267,6 +287,11 @@ class SourceConfig:
     path: str | None = None
     group: str | None = None
     listen: str | None = None
+    journal_directory: str | None = None
+    units: list[str] = field(default_factory=list)
+    identifiers: list[str] = field(default_factory=list)
+    priority: str | None = None
+    matches: list[str] = field(default_factory=list)
     protocol: str = "tcp"
     format: str | None = None          # syslog: None is json (parse fills it in)
     receive_buffer_bytes: int = 0
@@ -431,8 +456,14 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
             for key in SYSLOG_ONLY:
                 if getattr(src, key) != SourceConfig.__dataclass_fields__[key].default:
                     raise ConfigError(f"{where}.{key}", f"only syslog sources take `{key}`")
+        if src.type != "journald":
+            for key in JOURNALD_ONLY:
+                if getattr(src, key) not in (None, []):
+                    raise ConfigError(f"{where}.{key}", f"only journald sources take `{key}`")
         if src.type == "syslog":
             _check_syslog(where, src)
+        elif src.type == "journald":
+            _check_journald(where, src)
         elif src.type == "socket":
             if src.multiline is not None:
                 raise ConfigError(f"{where}.multiline", "only file sources take `multiline`",
@@ -551,8 +582,9 @@ def _check_routing(where: str, src: SourceConfig) -> None:
 
 def _check_format(where: str, src: SourceConfig) -> None:
     """Which ``format`` a source of its type takes; a syslog source's unset one is json."""
-    taken = {"syslog": ("json", "raw"), "file": CONTAINER_FORMATS, "socket": ()}[src.type]
-    if src.type == "syslog" and src.format is None:
+    taken = {"syslog": ("json", "raw"), "file": CONTAINER_FORMATS, "socket": (),
+             "journald": ("json", "message")}[src.type]
+    if src.type in ("syslog", "journald") and src.format is None:
         src.format = "json"
     if src.format is not None and src.format not in taken:
         raise ConfigError(f"{where}.format", f"a {src.type} source does not take format "
@@ -605,6 +637,46 @@ def _check_syslog(where: str, src: SourceConfig) -> None:
     for key in tls:
         if not Path(getattr(src, key)).is_file():
             raise ConfigError(f"{where}.{key}", f"no file {getattr(src, key)}")
+
+
+# What only a journald source takes.
+JOURNALD_ONLY = ("journal_directory", "units", "identifiers", "priority", "matches")
+# What a journald source does not take (besides the syslog source's own).
+NOT_JOURNALD = ("paths", "exclude", "path", "group", "multiline", "ignore_older_ms", "encoding",
+                "compressed", "max_open_files", "partial_flush_ms", "timestamp_field")
+PRIORITIES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
+JOURNAL_FIELD = re.compile(r"[A-Z0-9_]+")
+
+
+def _check_journald(where: str, src: SourceConfig) -> None:
+    for key in NOT_JOURNALD:
+        if getattr(src, key) != SourceConfig.__dataclass_fields__[key].default \
+                and getattr(src, key) != []:
+            raise ConfigError(f"{where}.{key}", f"a journald source does not take `{key}`",
+                              hint="it reads the journal: filter with units, identifiers, "
+                              "priority or matches" if key != "timestamp_field" else
+                              "an entry's event time is its __REALTIME_TIMESTAMP")
+    for key in ("units", "identifiers"):
+        for j, name in enumerate(getattr(src, key)):
+            if not isinstance(name, str) or not name.strip():
+                raise ConfigError(f"{where}.{key}[{j}]", f"expected a name, found {name!r}",
+                                  hint='e.g. units = ["nginx.service"]')
+    if src.priority is not None:
+        ends = str(src.priority).split("..")
+        if len(ends) > 2 or not all(e in PRIORITIES or e in "01234567" and len(e) == 1
+                                    for e in ends):
+            raise ConfigError(f"{where}.priority", f"{src.priority!r} is not a priority or a "
+                              "range of them", hint="one of " + ", ".join(PRIORITIES) +
+                              ' or 0-7, or a range such as "err..warning"')
+    for j, match in enumerate(src.matches):
+        name, sep, _value = match.partition("=") if isinstance(match, str) else ("", "", "")
+        if match != "+" and not (sep and JOURNAL_FIELD.fullmatch(name)):
+            raise ConfigError(f"{where}.matches[{j}]", f"{match!r} is not FIELD=value or \"+\"",
+                              hint='e.g. matches = ["_TRANSPORT=stdout"] (field names: '
+                              "capitals, digits and '_')")
+    if src.journal_directory is not None and not Path(src.journal_directory).is_dir():
+        raise ConfigError(f"{where}.journal_directory", f"no folder {src.journal_directory}",
+                          hint="leave it out to read the host's journal")
 
 
 # Encodings whose newline is a code unit of 2 or 4 bytes: a file source finds lines among units.
@@ -720,6 +792,8 @@ def to_toml(values: dict[str, Any], sources: list[dict[str, Any]] = ()) -> str:
 DEFAULT_SOURCE = {"type": "file", "paths": ["/var/log/app/*.log"], "topic": "app.events"}
 EXAMPLE_SYSLOG_SOURCE = {"type": "syslog", "listen": "127.0.0.1:5514", "protocol": "tcp",
                          "topic": "syslog.events"}
+EXAMPLE_JOURNALD_SOURCE = {"type": "journald", "topic": "journal.events",
+                           "units": ["nginx.service"], "priority": "info"}
 
 
 def default_toml() -> str:
@@ -755,6 +829,9 @@ def default_toml() -> str:
     out += ["", "# A syslog listener as another source (services that log to a local relay), e.g.:",
             "# [[sources]]"]
     out += [f"# {k} = {_toml_value(v)}" for k, v in EXAMPLE_SYSLOG_SOURCE.items()]
+    out += ["", "# The systemd journal as another source (services that log to journald), e.g.:",
+            "# [[sources]]"]
+    out += [f"# {k} = {_toml_value(v)}" for k, v in EXAMPLE_JOURNALD_SOURCE.items()]
     text = "\n".join(out) + "\n"
     parse(tomllib.loads(text))
     return text

@@ -51,6 +51,7 @@ from .state.journal import LossJournal
 from .state.selfcheck import acknowledged_whole, rewind_uncovered
 from .status import StatusBoard
 from .tail.files import FileSource
+from .tail.journald import JournaldSource
 from .tail.seams import FsOps
 from .tail.sock import SocketSource
 from .tail.syslog import SyslogSource
@@ -225,8 +226,9 @@ class Agent(AgentLoop, AgentControl):
         self.drain.on_unknown_topic = self.topic_watch.unknown
         self.wake = LoopWake()                  # ends the idle loop's sleep (wake.py)
         self._signals_wake = False
-        # The sources that listen (unix socket, syslog): each has its own threads and a close().
-        self.socket_sources: list[SocketSource | SyslogSource] = []
+        # The sources with threads of their own (unix socket, syslog, journald), each with a
+        # close() and a describe() (status lists them as listeners).
+        self.socket_sources: list[SocketSource | SyslogSource | JournaldSource] = []
         self.watch: FolderWatch | None = None
         self._build_sources(cfg, starting=True)
         self._stop = threading.Event()
@@ -288,9 +290,9 @@ class Agent(AgentLoop, AgentControl):
 
     # -- wiring -------------------------------------------------------------------------------
     def _build_sources(self, cfg: AgentConfig, starting: bool = False) -> None:
-        """The sources of ``cfg``. A syslog source that cannot listen stops the agent at its
-        start (``StartupError``); at a reload it is left out, with an error logged, and the
-        other sources run."""
+        """The sources of ``cfg``. A syslog source that cannot listen, or a journald source
+        without journalctl, stops the agent at its start (``StartupError``); at a reload it is
+        left out, with an error logged, and the other sources run."""
         patterns = [p for s in cfg.sources if s.type == "file" for p in s.paths]
         self.watch = FolderWatch(patterns if self.seams.file_events else [], writes=True)
         for src in cfg.sources:
@@ -305,6 +307,15 @@ class Agent(AgentLoop, AgentControl):
                     self.socket_sources.append(SyslogSource(src, self.pool, self.metrics,
                                                             self.journal, self.clock,
                                                             on_data=self.wake.notify))
+                except StartupError as exc:
+                    if starting:
+                        raise
+                    log.error("%s; the source is left out until the next reload", exc)
+            elif src.type == "journald":
+                try:
+                    self.socket_sources.append(JournaldSource(
+                        src, self.pool, self.db, self.journal, self.metrics, self.recovered,
+                        self.clock, on_data=self.wake.notify))
                 except StartupError as exc:
                     if starting:
                         raise
@@ -353,9 +364,11 @@ class Agent(AgentLoop, AgentControl):
                       self.checkpoints.unwritten())
 
     def _anchors(self, ends: dict[int, int]) -> dict[int, bytes]:
-        """The file sources' anchors at the sealed ends about to be written."""
+        """The file sources' anchors at the sealed ends about to be written, and the journald
+        sources' cursors."""
         out: dict[int, bytes] = {}
-        for f in self.file_sources:
+        for f in [*self.file_sources,
+                  *(s for s in self.socket_sources if isinstance(s, JournaldSource))]:
             out.update(f.anchors(ends))
         return out
 
@@ -368,24 +381,6 @@ class Agent(AgentLoop, AgentControl):
             self._flush_checkpoints()
         self.checkpoints.acknowledged(slot, self.drain.in_flight_slots(),
                                       self.pool.unacknowledged_starts(slot.seq))
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def lock_state_dir(state_dir: Path) -> int:

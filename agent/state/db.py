@@ -104,7 +104,9 @@ ORPHANED = "orphaned"    # its inode no longer holds it (truncated in place, or 
 #                          not read can only come from a copy, awaited for COPY_GRACE
 LOST = "lost"            # an orphan no copy was found for: journaled; a late copy still resumes it
 GONE = "gone"            # vanished while the agent was stopped: journaled
-STATES = (PENDING, ACTIVE, ROTATED, DONE, ORPHANED, LOST, GONE)
+JOURNAL = "journal"      # not a file: a journald source's entries, numbered as it hands them
+#                          over; its anchors are cursors (``agent/tail/journald.py``)
+STATES = (PENDING, ACTIVE, ROTATED, DONE, ORPHANED, LOST, GONE, JOURNAL)
 # Names written by earlier versions, read as today's.
 _LEGACY = {"truncated": ORPHANED, "copied": DONE}
 

@@ -137,15 +137,19 @@ def test_producer_cluster_and_warehouse_tiers_agree_exactly(kafka, tmp_path):
 
 
 def test_every_source_type_is_counted_alike_by_the_producer_and_cluster_tiers(kafka, tmp_path):
-    """Records from a syslog listener (util-linux ``logger`` over TCP), a CRI container file
-    with entries cut into partial lines, a docker json-file and a plain file, through one agent:
-    the count job's figures per (topic, window, origin) equal the agent's, and both equal what
-    was written."""
+    """Records from a syslog listener (util-linux ``logger`` over TCP), a journal
+    (systemd-journal-remote's files, when it is installed), a CRI container file with entries
+    cut into partial lines, a docker json-file and a plain file, through one agent: the count
+    job's figures per (topic, window, origin) equal the agent's, and both equal what was
+    written."""
     import subprocess
 
     from tests.agentkit import free_port, wait_until
+    from tests.journalkit import entry, journal_tools, write_journal
     prefix = f"src{uuid.uuid4().hex[:6]}"
-    topics = {k: f"{prefix}.{k}" for k in ("syslog", "cri", "docker", "lines")}
+    kinds = ("syslog", "cri", "docker", "lines") + (("journald",) if journal_tools() else ())
+    print(f"source types: {kinds}")
+    topics = {k: f"{prefix}.{k}" for k in kinds}
     audit_topic = f"{prefix}.audit"
     ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=2) for t in topics.values()])
     ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
@@ -159,9 +163,13 @@ def test_every_source_type_is_counted_alike_by_the_producer_and_cluster_tiers(ka
         {"type": "file", "format": "docker", "paths": [str(logs / "docker.log")],
          "topic": topics["docker"]},
         {"type": "file", "paths": [str(logs / "app.log")], "topic": topics["lines"]},
-    ], audit={"topic": audit_topic, "interval_ms": 1000})
-    agent = AgentProcess(cfg, tmp_path / "agent.log").start()
+    ] + ([{"type": "journald", "journal_directory": str(logs), "topic": topics["journald"]}]
+         if "journald" in topics else []), audit={"topic": audit_topic, "interval_ms": 1000})
     n = 2_000
+    if "journald" in topics:
+        write_journal(logs / "remote.journal", [entry(i, MESSAGE=f"id-{i} journal")
+                                                for i in range(n)])
+    agent = AgentProcess(cfg, tmp_path / "agent.log").start()
     stamp = "2026-12-03T21:00:00.000000001Z"
     try:
         subprocess.run(["logger", "-n", "127.0.0.1", "-P", str(port), "-T", "-t", "app"],
@@ -177,12 +185,12 @@ def test_every_source_type_is_counted_alike_by_the_producer_and_cluster_tiers(ka
                         % (i, stamp.encode()))
         (logs / "app.log").write_bytes(b"".join(b"id-%d line\n" % i for i in range(n)))
         wait_until("every record sent", lambda: agent.metric(
-            "agent_drain_sent_events_total") >= 4 * n, 120, agent)
+            "agent_drain_sent_events_total") >= len(topics) * n, 120, agent)
     finally:
         assert agent.stop() == 0, agent.log_text()          # SIGTERM: a last audit round
     count = AuditJob(["count", "--cluster", "kafka-local", "--bootstrap-servers",
                       kafka.bootstrap_servers, "--audit-topic", audit_topic,
-                      "--topics", rf"{prefix}\.(syslog|cri|docker|lines)", "--once",
+                      "--topics", rf"{prefix}\.({'|'.join(kinds)})", "--once",
                       "--checkpoint-dir", str(tmp_path / "ckpt")], tmp_path / "count.log").start()
     all_done(count, timeout_s=600)
     state = read_audit_topic(kafka.bootstrap_servers, audit_topic)

@@ -1,5 +1,6 @@
-"""A syslog source's settings: what it needs, what only it takes, and each mistake refused with
-the setting's path; the packaged default config shows one commented out."""
+"""A syslog source's settings, and a journald source's: what each needs, what only it takes,
+and each mistake refused with the setting's path; the packaged default config shows one of
+each commented out."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import tomllib
 
 import pytest
 
-from agent.config import EXAMPLE_SYSLOG_SOURCE, ConfigError, default_toml, parse, split_listen
+from agent.config import (EXAMPLE_JOURNALD_SOURCE, EXAMPLE_SYSLOG_SOURCE, ConfigError,
+                          default_toml, parse, split_listen)
 
 
 def _config(**source) -> dict:
@@ -95,13 +97,16 @@ def test_a_routed_source_is_heard_of_by_its_fallback_topic_and_may_name_added_fi
         parse(raw)
 
 
-def test_the_default_config_shows_a_syslog_source_commented_out():
+def test_the_default_config_shows_a_syslog_and_a_journald_source_commented_out():
     text = default_toml()
-    block = text[text.index("# [[sources]]"):]
-    uncommented = "\n".join(line.removeprefix("# ") for line in block.splitlines())
-    table = tomllib.loads(uncommented)["sources"][0]
-    assert table == EXAMPLE_SYSLOG_SOURCE
-    assert parse({"broker": {"bootstrap_servers": "b:9092"}, "sources": [table]}).sources
+    tables = []
+    for block in text.split("# [[sources]]\n")[1:]:
+        block = block.split("\n\n")[0]
+        uncommented = "\n".join(line.removeprefix("# ") for line in block.splitlines())
+        tables.append(tomllib.loads("[[sources]]\n" + uncommented)["sources"][0])
+    assert tables == [EXAMPLE_SYSLOG_SOURCE, EXAMPLE_JOURNALD_SOURCE]
+    for table in tables:
+        assert parse({"broker": {"bootstrap_servers": "b:9092"}, "sources": [table]}).sources
 
 
 def test_a_port_held_stops_the_listener_with_a_startup_error_over_udp_too():
@@ -119,3 +124,51 @@ def test_a_port_held_stops_the_listener_with_a_startup_error_over_udp_too():
             src = parse(_config(listen=f"127.0.0.1:{port}", protocol=protocol)).sources[0]
             with pytest.raises(StartupError, match="Address already in use"):
                 _listen(src)
+
+
+def _journald(**source) -> dict:
+    return {"broker": {"bootstrap_servers": "127.0.0.1:9092"},
+            "sources": [{"type": "journald", "topic": "j", **source}]}
+
+
+def test_a_journald_source_with_its_defaults_and_its_filters(tmp_path):
+    src = parse(_journald()).sources[0]
+    assert (src.format, src.read_from, src.units, src.priority) == ("json", "beginning", [],
+                                                                     None)
+    src = parse(_journald(units=["a.service"], identifiers=["cron"], priority="err..warning",
+                          matches=["_TRANSPORT=stdout", "+", "PRIORITY=3"], format="message",
+                          journal_directory=str(tmp_path), key_field="_HOSTNAME")).sources[0]
+    assert (src.format, src.journal_directory) == ("message", str(tmp_path))
+
+
+@pytest.mark.parametrize("source, where, says", [
+    ({"paths": ["/var/log/*.log"]}, "sources[0].paths", "does not take"),
+    ({"listen": "127.0.0.1:5514"}, "sources[0].listen", "only syslog"),
+    ({"format": "raw"}, "sources[0].format", "does not take format"),
+    ({"timestamp_field": "ts"}, "sources[0].timestamp_field", "does not take"),
+    ({"priority": "loud"}, "sources[0].priority", "not a priority"),
+    ({"priority": "9"}, "sources[0].priority", "not a priority"),
+    ({"priority": "err..warning..info"}, "sources[0].priority", "not a priority"),
+    ({"matches": ["nginx"]}, "sources[0].matches[0]", "FIELD=value"),
+    ({"matches": ["unit=x"]}, "sources[0].matches[0]", "FIELD=value"),
+    ({"units": [""]}, "sources[0].units[0]", "expected a name"),
+    ({"journal_directory": "/nonexistent/journal"}, "sources[0].journal_directory",
+     "no folder"),
+    ({"topic": "journal.{_SYSTEMD_UNIT}"}, "sources[0].topic", "route by field"),
+])
+def test_a_journald_sources_mistakes_are_refused_with_their_path(source, where, says):
+    with pytest.raises(ConfigError) as err:
+        parse(_journald(**source))
+    assert err.value.path == where and says in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("key, value", [("units", ["a.service"]), ("priority", "info"),
+                                        ("journal_directory", "/var/log/journal"),
+                                        ("matches", ["A=b"]), ("identifiers", ["x"])])
+def test_only_a_journald_source_takes_its_filters(key, value):
+    raw = {"broker": {"bootstrap_servers": "127.0.0.1:9092"},
+           "sources": [{"type": "file", "paths": ["/var/log/*.log"], "topic": "t",
+                        key: value}]}
+    with pytest.raises(ConfigError) as err:
+        parse(raw)
+    assert err.value.path == f"sources[0].{key}" and "only journald" in str(err.value)

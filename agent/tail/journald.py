@@ -1,0 +1,440 @@
+"""The journald source: the entries of the systemd journal, each one record.
+
+**The reader** is ``journalctl --output=json --all --follow`` as a child of the agent, read by
+a thread of the source's own: journalctl is the journal's own reader, maintained with the file
+format (compact mode, compression, the files journald rotates and vacuums), and it needs no
+binding to libsystemd (whose Python binding is not on PyPI in a maintained form, and whose C
+library would be the agent's second native dependency). One JSON object a line: a field whose
+value is not UTF-8 comes as an array of bytes, a field given twice as an array of values.
+
+**The record**: ``format = "message"`` ships the entry's ``MESSAGE`` as it is; ``format =
+"json"`` (the default) the entry's fields as one JSON object (values not UTF-8 decoded with
+replacement, counted). An entry without a message is shipped as its JSON in either format,
+counted (``journal_no_message``). Event time: ``__REALTIME_TIMESTAMP``. ``key_field`` names a
+field of the entry (``_HOSTNAME``, ``_SYSTEMD_UNIT``) whose value is the record's key.
+
+**The checkpoint is the cursor**, advancing only as the pool seals. The pool's positions are
+offsets, so the source numbers the entries it hands over (entry ``n`` covers the offsets
+``n`` to ``n + 1`` of the source's row in the state database, a generation of its own with
+the state ``journal``) and keeps the cursor of each entry until a seal passes it. With each
+sealed offset the state database keeps the cursor it stands for (the row's ``anchors``: pairs
+of offset and cursor, newest last; ``Cursors``). A start resumes after the newest kept cursor
+at or below where the source stands (its sealed offset, a slot the pool recovered beyond it,
+or where the start's self-check rewound it): entries between that cursor and a later slot the
+pool kept are read again (duplicates, never a gap). The pairs kept always reach back to the
+acknowledged offset, so a rewind finds one.
+
+**Entries gone before they were read** (journald vacuumed or rotated away the files holding
+them while the agent was stopped or behind): at a start from a cursor whose entry the journal no
+longer holds, the gap is a loss-journal entry (``journal_entries_gone``) with its count when
+the next entry's sequence number tells it (the same journal's numbering), open-ended when not.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from ..buffer import BufferPool, Chunk
+from ..buffer.framing import MAX_KEY_BYTES
+from ..buffer.seams import Clock
+from ..config import SourceConfig
+from ..errors import StartupError
+from ..state.db import JOURNAL, StateDB
+from ..state.journal import LossJournal
+from ..telemetry import Metrics
+
+log = logging.getLogger("docket.agent.journald")
+JOURNALCTL = "journalctl"
+READ_BYTES = 1 << 20
+BATCH_ENTRIES = 2_000                   # handed to the pool in one append at most
+RESTART_S = 1.0                         # a journalctl that ended is started again after this
+KEPT = 64                               # cursor pairs kept above the acknowledged offset
+
+
+def journal_name(cfg: SourceConfig) -> str:
+    """The row's path: which journal the source reads."""
+    return f"journald:{cfg.journal_directory or 'local'}"
+
+
+def match_args(cfg: SourceConfig) -> list[str]:
+    """journalctl's filters for the source's settings."""
+    args = []
+    for unit in cfg.units:
+        args += ["--unit", unit]
+    for ident in cfg.identifiers:
+        args += ["--identifier", ident]
+    if cfg.priority is not None:
+        args += ["--priority", str(cfg.priority)]
+    return args + list(cfg.matches)
+
+
+def base_args(cfg: SourceConfig) -> list[str]:
+    args = [JOURNALCTL, "--output=json", "--all", "--no-pager", "--quiet"]
+    if cfg.journal_directory:
+        args += ["--directory", cfg.journal_directory]
+    return args
+
+
+def parse_cursor(cursor: str) -> tuple[str, int] | None:
+    """(sequence number id, sequence number) of a cursor, None when it has none."""
+    parts = dict(p.split("=", 1) for p in cursor.split(";") if "=" in p)
+    try:
+        return parts["s"], int(parts["i"], 16)
+    except (KeyError, ValueError):
+        return None
+
+
+def _first_entry(args: list[str], timeout_s: float = 30) -> dict | None:
+    """The first entry journalctl prints for ``args`` (without --follow), or None."""
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+            line = proc.stdout.readline() if ready else b""
+        finally:
+            proc.kill()
+    try:
+        return json.loads(line) if line else None
+    except ValueError:
+        return None
+
+
+def _die_with_parent() -> None:                     # in the child, before exec
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+
+
+class Cursors:
+    """The (offset, cursor) pairs a journald source's row keeps, newest last; cursor None:
+    the journal's head. Pruned to those at or above the newest at or below the acknowledged
+    offset (always kept), thinned to ``KEPT`` (a thinned pair only makes a restart read more
+    again, never less)."""
+
+    def __init__(self, pairs: list[tuple[int, str | None]]):
+        self.pairs = pairs
+
+    @classmethod
+    def load(cls, blob: bytes | None) -> Cursors:
+        try:
+            pairs = [(int(o), c) for o, c in json.loads(blob)] if blob else []
+        except (ValueError, TypeError):
+            pairs = []
+        return cls(pairs)
+
+    def dump(self) -> bytes:
+        return json.dumps(self.pairs, separators=(",", ":")).encode()
+
+    def at_or_below(self, offset: int) -> tuple[int, str | None] | None:
+        found = [p for p in self.pairs if p[0] <= offset]
+        return found[-1] if found else None
+
+    def add(self, offset: int, cursor: str, acked: int) -> None:
+        if self.pairs and offset <= self.pairs[-1][0]:
+            return
+        floor = self.at_or_below(acked)
+        kept = [p for p in self.pairs if floor is None or p[0] >= floor[0]]
+        kept.append((offset, cursor))
+        while len(kept) > KEPT:                      # every other one between the ends goes
+            kept = kept[:1] + kept[1:-1:2] + kept[-1:]
+        self.pairs = kept
+
+
+class JournaldSource:
+    def __init__(self, cfg: SourceConfig, pool: BufferPool, db: StateDB, journal: LossJournal,
+                 metrics: Metrics, recovered: dict[int, int], clock: Clock | None = None,
+                 on_data: Callable[[], None] | None = None):
+        if shutil.which(JOURNALCTL) is None:
+            raise StartupError(f"journald source {cfg.index}: no {JOURNALCTL} on the PATH",
+                               hint="install systemd (journalctl reads the journal)")
+        self.cfg = cfg
+        self.pool = pool
+        self.db = db
+        self.journal = journal
+        self.metrics = metrics
+        self.clock = clock or Clock()
+        self.on_data = on_data or (lambda: None)
+        self.name = journal_name(cfg)
+        self._filtered = bool(match_args(cfg))
+        self._lock = threading.Lock()         # _handed and _last: the reader thread and the loop
+        self._handed: deque[tuple[int, str]] = deque()   # (end offset, cursor) not yet sealed
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen | None = None
+        self._repeat: str | None = None      # the cursor journalctl resumes at, read before
+        self.read_entries = 0
+        self.sid, self.offset, cursor = self._place(recovered)
+        self._last = cursor                   # the newest cursor handed over (None: the head)
+        self._thread = threading.Thread(target=self._run, name=f"docket-journald-{cfg.index}",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- where to start ----------------------------------------------------------------------
+    def _place(self, recovered: dict[int, int]) -> tuple[int, int, str | None]:
+        """The source's row, the offset it resumes at and the cursor it reads from; a gap
+        behind that cursor is journalled. A row numbers the entries of one journal, topic and
+        set of filters: the numbers mean the same entries at every start (a slot the pool kept
+        and the offsets Kafka acknowledged stand for the entries read again under them). When
+        the filters or the topic change, a new row numbers on from the old one's newest cursor
+        (the old row's slots are still sent); a source whose position in the configuration
+        changed keeps its row."""
+        mine = json.dumps([self.cfg.topic, match_args(self.cfg)]).encode()
+        rows = [r for r in self.db.all_files()
+                if r["state"] == JOURNAL and r["path"] == self.name]
+        same = [r for r in rows if r["fingerprint"] == mine]
+        if same:
+            return self._resume(same[-1], recovered)
+        cursor, why = None, "its start"
+        if rows:
+            cursor = Cursors.load(rows[-1]["anchors"]).at_or_below(rows[-1]["sealed_offset"])
+            cursor = cursor[1] if cursor else None
+            why = "the last entry read with its former topic or filters"
+        elif self.cfg.read_from == "end":
+            tail = _first_entry(base_args(self.cfg) + ["--lines=1", "--reverse",
+                                                        *match_args(self.cfg)])
+            cursor = tail.get("__CURSOR") if tail else None
+            why = "its end"
+        sid = self.db.add_file(self.cfg.index, 0, 0, mine, self.name, state=JOURNAL)
+        self.db.update(sid, anchors=Cursors([(0, cursor)]).dump())
+        log.info("journald source %d: %s read from %s", self.cfg.index, self.name, why)
+        return sid, 0, cursor
+
+    def _resume(self, row: dict, recovered: dict[int, int]) -> tuple[int, int, str | None]:
+        sid = row["source_id"]
+        at = max(row["sealed_offset"], recovered.get(sid, 0))
+        pairs = Cursors.load(row["anchors"])
+        pair = pairs.at_or_below(at) or (0, None)
+        if pair[0] < at:
+            log.warning("journald source %d: the entries %d-%d are in the pool but their cursor "
+                        "was not stored: they are read again (duplicates, no loss)",
+                        self.cfg.index, pair[0], at)
+        if pair[1] is not None and self._gone(pair[1], sid):
+            # Entries after the cursor are gone: numbered from it again, the old numbers would
+            # stand for other entries than the pool's slots and Kafka's acknowledgements mean.
+            sid = self.db.add_file(self.cfg.index, 0, 0, row["fingerprint"], self.name,
+                                   state=JOURNAL)
+            self.db.update(sid, anchors=Cursors([(0, pair[1])]).dump())
+            return sid, 0, pair[1]
+        log.info("journald source %d: %s resumes after entry %d", self.cfg.index, self.name,
+                 pair[0])
+        return sid, pair[0], pair[1]
+
+    def _gone(self, cursor: str, sid: int) -> bool:
+        """Whether the journal no longer holds the entry of ``cursor``; the entries after it
+        that it no longer holds are journalled."""
+        at = _first_entry(base_args(self.cfg) + ["--cursor", cursor])
+        if at is not None and at.get("__CURSOR") == cursor:
+            return False                               # still there: everything after it too
+        if at is None and _first_entry(base_args(self.cfg)) is None:
+            detail = "the journal holds no entry at all"
+        else:
+            detail = "the journal no longer holds the entry read last"
+        mine, theirs = parse_cursor(cursor), parse_cursor(at["__CURSOR"]) if at else None
+        events, open_ended = -1, True
+        if mine and theirs and mine[0] == theirs[0] and theirs[1] > mine[1]:
+            events, open_ended = theirs[1] - mine[1] - 1, False
+            if self._filtered:                          # of every unit: an upper bound
+                detail += f"; {events} entries of the whole journal, not only those matched"
+        if events == 0:
+            return True                                # gone, and nothing after it with it
+        log.error("journald source %d: entries after the last one read are gone from the "
+                  "journal (vacuumed or rotated away before they were read): %s", self.cfg.index,
+                  f"{events} entries" if events > 0 else "how many is unknown")
+        self.journal.record("journal_entries_gone", self.cfg.topic, events, source=self.name,
+                            source_id=sid, detail=f"{detail} (after cursor {cursor})",
+                            open_ended=open_ended)
+        return True
+
+    # -- reading -----------------------------------------------------------------------------
+    def _command(self) -> list[str]:
+        args = base_args(self.cfg) + ["--follow", "--no-tail"]    # --follow alone: the last 10
+        with self._lock:
+            last = self._last
+        # At the cursor, not after it: --after-cursor skips the first entry at the cursor's
+        # place even when it is another (the cursor's own vacuumed away): one entry lost unsaid.
+        # The cursor's own entry, if it comes, is dropped (``_hand``).
+        self._repeat = last
+        if last is not None:
+            args.append(f"--cursor={last}")
+        return args + match_args(self.cfg)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._follow()
+            except Exception:
+                log.exception("journald source %d: reading the journal failed", self.cfg.index)
+            if not self._stop.wait(RESTART_S):
+                log.warning("journald source %d: journalctl ended; started again after the "
+                            "last entry read", self.cfg.index)
+
+    def _follow(self) -> None:
+        proc = subprocess.Popen(self._command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=_die_with_parent)
+        self._proc = proc
+        out, err = proc.stdout.fileno(), proc.stderr.fileno()
+        os.set_blocking(out, False)
+        os.set_blocking(err, False)
+        rest, said = b"", b""
+        try:
+            while not self._stop.is_set():
+                ready, _, _ = select.select([out, err], [], [], 0.2)
+                if err in ready:                # read as it comes: a full pipe would stop it
+                    said = (said + os.read(err, READ_BYTES))[-4096:]
+                    *lines, said = said.split(b"\n")
+                    for line in lines:
+                        log.warning("journald source %d: journalctl: %s", self.cfg.index,
+                                    line.decode(errors="replace"))
+                if out not in ready:
+                    continue
+                data = os.read(out, READ_BYTES)
+                if not data:
+                    break
+                lines = (rest + data).split(b"\n")
+                rest = lines.pop()
+                for i in range(0, len(lines), BATCH_ENTRIES):
+                    self._hand(lines[i:i + BATCH_ENTRIES])
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+            self._proc = None
+        if not self._stop.is_set():
+            log.error("journald source %d: journalctl ended (exit %s)%s", self.cfg.index,
+                      proc.returncode, f": {said.decode(errors='replace')}" if said else "")
+
+    def _hand(self, lines: list[bytes]) -> None:
+        """Append the entries of ``lines`` (one JSON object each), waiting while the pool is
+        full; their cursors kept until a seal passes them."""
+        values, keys, times, cursors = [], [], [], []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                cursor = entry["__CURSOR"]
+            except (ValueError, KeyError, TypeError):
+                self._bad("journal_unparsable")
+                continue
+            repeat, self._repeat = self._repeat, None
+            if cursor == repeat:
+                continue                      # the entry read last, where journalctl resumed
+            value, key, ts = self._record(entry)
+            values.append(value)
+            keys.append(key)
+            times.append(ts)
+            cursors.append(cursor)
+        if not values:
+            return
+        chunk = Chunk.of_values(values, times, keys if self.cfg.key_field else None,
+                                at=list(range(len(values))), at_end=len(values))
+        base = self.offset
+        with self._lock:
+            self._handed.extend((base + i + 1, c) for i, c in enumerate(cursors))
+        done = 0
+        while done < len(values):
+            part = chunk if done == 0 else _from(chunk, done)
+            res = self.pool.append(self.cfg.topic, part, source=self.sid,
+                                   source_start=base + done,
+                                   timeout_s=0.0 if self._stop.is_set() else 0.5)
+            done += res.records
+            self.on_data()
+            if self._stop.is_set() and done < len(values):
+                break           # not kept: the cursor stays before them, the next start reads them
+        self.offset = base + done
+        with self._lock:
+            self._last = cursors[done - 1] if done else self._last
+            if done < len(values):
+                while self._handed and self._handed[-1][0] > self.offset:
+                    self._handed.pop()
+        self.read_entries += done
+        self.metrics.inc("agent_source_read_events_total", done, topic=self.cfg.topic)
+        self.metrics.inc("agent_source_read_bytes_total",
+                         sum(len(v) for v in values[:done]), topic=self.cfg.topic)
+
+    def _record(self, entry: dict) -> tuple[bytes, bytes | None, int]:
+        try:
+            ts = int(entry.get("__REALTIME_TIMESTAMP")) // 1000
+        except (TypeError, ValueError):
+            self._bad("timestamp_unparsable")
+            ts = self.clock.time_ms()
+        key = None
+        if self.cfg.key_field:
+            raw = entry.get(self.cfg.key_field)
+            if raw is None:
+                self._bad("key_field_missing")
+            else:
+                key = self._text(raw).encode()[:MAX_KEY_BYTES]
+        message = entry.get("MESSAGE")
+        if self.cfg.format == "message" and message is not None:
+            if isinstance(message, str):
+                return message.encode(), key, ts
+            if isinstance(message, list) and all(isinstance(b, int) for b in message):
+                return bytes(message), key, ts
+        if message is None:
+            self._bad("journal_no_message")
+        fields = {k: self._text(v) for k, v in entry.items()}
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode(), key, ts
+
+    def _text(self, value):
+        """A field's value as text (bytes decoded, replaced where not UTF-8, counted); a field
+        given more than once: the list of its values."""
+        if isinstance(value, list):
+            if value and all(isinstance(b, int) for b in value):
+                data = bytes(value)
+                try:
+                    return data.decode()
+                except UnicodeDecodeError:
+                    self._bad("invalid_utf8")
+                    return data.decode(errors="replace")
+            return [self._text(v) for v in value]
+        return value
+
+    def _bad(self, kind: str, count: int = 1) -> None:
+        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def anchors(self, ends: dict[int, int]) -> dict[int, bytes]:
+        """The row's cursor pairs with the cursor the sealed end stands for (the loop, before
+        the state database writes the sealed offsets)."""
+        end = ends.get(self.sid)
+        if end is None:
+            return {}
+        with self._lock:
+            while self._handed and self._handed[0][0] < end:
+                self._handed.popleft()
+            if not self._handed or self._handed[0][0] != end:
+                return {}
+            cursor = self._handed[0][1]       # kept: a refused write asks again
+        row = self.db.get(self.sid)
+        pairs = Cursors.load(row["anchors"])
+        pairs.add(end, cursor, row["acked_offset"])
+        return {self.sid: pairs.dump()}
+
+    def describe(self) -> dict:
+        """For ``/status``."""
+        return {"source": self.cfg.index, "type": "journald", "journal": self.name,
+                "topic": self.cfg.topic, "entries_read": self.read_entries,
+                "reader": "running" if self._proc is not None else "starting"}
+
+    def close(self) -> None:
+        self._stop.set()
+        proc = self._proc
+        if proc is not None:
+            proc.kill()
+        self._thread.join(timeout=5)
+
+
+def _from(chunk: Chunk, k: int) -> Chunk:
+    """The records of ``chunk`` from the k-th on, positioned from there."""
+    keys = chunk.keys[k:] if chunk.keys is not None else None
+    at = chunk.at[k:] - chunk.at[k]
+    return Chunk(chunk.data, chunk.starts[k:], chunk.lengths[k:], chunk.timestamps[k:], keys,
+                 chunk.end, at=at, at_end=chunk.at_end - int(chunk.at[k]))

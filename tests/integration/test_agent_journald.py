@@ -1,0 +1,101 @@
+"""The journald source through the agent process and a real Kafka: a journal that
+systemd-journal-remote keeps writing while the agent is SIGKILLed and started again; every
+entry of the unit asked for arrives (counted by id), none of another unit, duplicates only
+where a kill allows them, nothing journalled."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from broker.admin import TopicSpec, ensure_topics
+from tests.agentkit import AgentProcess, consume_counts, write_config
+from tests.faults.test_agent_faults import in_flight_ids
+from tests.integration.test_agent_end_to_end import parse_id
+from tests.journalkit import entry, journal_tools, write_journal
+
+pytestmark = pytest.mark.skipif(not journal_tools(), reason="needs systemd-journal-remote and "
+                                "journalctl (make setup installs them)")
+REREAD = re.compile(r"the entries (\d+)-(\d+) are in the pool but their cursor was not stored")
+
+
+def test_a_journal_written_on_through_three_kills_arrives_whole(kafka, tmp_path, topic_name):
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=3)])
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state", [
+        {"type": "journald", "journal_directory": str(journal), "units": ["app.service"],
+         "format": "message", "topic": topic_name}], buffer={"slot_size_bytes": 64 << 10})
+    agent = AgentProcess(config, tmp_path / "agent.log")
+    batches, per_batch = 60, 500
+    total = batches * per_batch
+    written = threading.Event()
+
+    def write() -> None:
+        """Batches of the app's entries, every fifth one another unit's; a few multi-line."""
+        for b in range(batches):
+            entries = []
+            for i in range(b * per_batch, (b + 1) * per_batch):
+                text = f"id-{i:09d} event" + ("\n  at frame one\n  at frame two" if i % 97 == 0
+                                              else "")
+                entries.append(entry(i, MESSAGE=text))
+                if i % 5 == 0:
+                    entries.append(entry(i, MESSAGE=f"other {i}", _SYSTEMD_UNIT="cron.service"))
+            write_journal(journal / "remote.journal", entries)
+            time.sleep(0.05)
+        written.set()
+
+    agent.start()
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    rng = random.Random(7)
+    allowance: Counter = Counter()
+    kills = 0
+    try:
+        while kills < 3:
+            time.sleep(rng.uniform(0.8, 1.6))
+            agent.kill()
+            kills += 1
+            allowance.update(in_flight_ids(tmp_path / "state" / "buffer.pool"))
+            agent.start()
+        writer.join(timeout=300)
+        assert written.is_set(), "the writer did not finish"
+        values: dict[int, bytes] = {}
+
+        def keep(msg) -> None:
+            if msg.value().startswith(b"id-") and parse_id(msg.value()) % 97 == 0:
+                values[parse_id(msg.value())] = msg.value()
+
+        counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 300,
+                                lambda v: parse_id(v) if v.startswith(b"id-") else v,
+                                on_msg=keep)
+        [listener] = agent.status()["listeners"]
+        assert listener["type"] == "journald" and listener["reader"] == "running", listener
+        text = subprocess.run([str(agent.binary), "status", "--url", f"http://{agent.listen}"],
+                              capture_output=True, text=True, timeout=30).stdout
+        assert f"journald  journald:{journal} -> {topic_name}" in text, text
+    finally:
+        assert agent.stop() == 0, agent.log_text()
+    log = agent.whole_log()
+    reread = [int(b) - int(a) for a, b in REREAD.findall(log)]
+    missing = [i for i in range(total) if counts.get(i, 0) == 0]
+    others = [k for k in counts if not isinstance(k, int)]
+    duplicates = sum(c - 1 for c in counts.values() if c > 1)
+    figures = {"entries": total, "kills": kills, "lost": len(missing), "duplicates": duplicates,
+               "in_flight_bound": sum(allowance.values()), "read_again": sum(reread)}
+    print(figures)
+    assert log.count("resumes after entry") >= kills, "the kills did not land on a running source"
+    assert not missing, f"{len(missing)} entries lost, first {missing[:10]}"
+    assert not others, f"entries of another unit arrived: {others[:3]}"
+    assert duplicates <= figures["in_flight_bound"] + figures["read_again"], figures
+    assert not (tmp_path / "state" / "loss-journal.jsonl").exists() or \
+        not (tmp_path / "state" / "loss-journal.jsonl").read_text().strip()
+    # A message of several lines is one record, as the application wrote it.
+    assert values and all(v == b"id-%09d event\n  at frame one\n  at frame two" % i
+                          for i, v in values.items()), list(values.items())[:2]

@@ -1,0 +1,322 @@
+"""The journald source on real journal files: written by systemd-journal-remote from
+export-format input (no running journald needed), read by the real source through journalctl,
+into a real pool, state database and loss journal."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.buffer import BufferPool
+from agent.config import SourceConfig
+from agent.state.checkpoints import Checkpoints
+from agent.state.db import StateDB
+from agent.state.journal import LossJournal
+from agent.state.selfcheck import rewind_uncovered
+from agent.tail import journald
+from agent.tail.journald import KEPT, Cursors, JournaldSource, parse_cursor
+from agent.telemetry import Metrics
+from tests.journalkit import BOOT, T0, entry, journal_tools, write_journal
+
+pytestmark = pytest.mark.skipif(not journal_tools(), reason="needs systemd-journal-remote and "
+                                "journalctl (make setup installs them)")
+
+
+class Run:
+    """The source, its pool, state database, loss journal and checkpoints, as the agent wires
+    them; ``checkpoint()`` seals and writes as the agent's loop does each turn."""
+
+    def __init__(self, tmp: Path, **cfg):
+        self.tmp = tmp
+        self.logs = tmp / "journal"
+        self.logs.mkdir(exist_ok=True)
+        self.cfg = SourceConfig(index=0, type="journald", topic="j",
+                                journal_directory=str(self.logs), **{"format": "json", **cfg})
+        self.delivered: list[bytes] = []
+        self.open()
+
+    def open(self) -> None:
+        self.metrics = Metrics()
+        self.db = StateDB(self.tmp / "state.db")
+        self.checkpoints = Checkpoints(self.db, time.monotonic, 3_600_000,
+                                       anchors=lambda ends: self.src.anchors(ends))
+        self.pool = BufferPool(self.tmp / "pool", 16 << 20, 64 << 10, linger_ms=1e9,
+                               sync_on_seal=False, on_seal=self.checkpoints.sealed)
+        self.journal = LossJournal(self.tmp / "loss.jsonl", self.metrics)
+        recovered = self.pool.recovered_positions()
+        self.db.advance_sealed(recovered)
+        recovered.update(rewind_uncovered(self.db, self.pool.sealed()))
+        self.src = JournaldSource(self.cfg, self.pool, self.db, self.journal, self.metrics,
+                                  recovered)
+
+    def read(self, count: int, timeout_s: float = 30) -> None:
+        """Wait until the source has handed ``count`` entries over since it started."""
+        deadline = time.monotonic() + timeout_s
+        while self.src.read_entries < count:
+            assert time.monotonic() < deadline, (self.src.read_entries, count)
+            time.sleep(0.02)
+        time.sleep(0.3)                       # nothing more comes
+        assert self.src.read_entries == count
+
+    def checkpoint(self) -> None:
+        self.pool.seal_all()
+        self.checkpoints.flush(lambda: self.pool.next_record, lambda: None, False)
+
+    def records(self) -> list[tuple[int, bytes | None, bytes]]:
+        return [r for s in self.pool.sealed() for r in s.records()]
+
+    def values(self) -> list[bytes]:
+        self.checkpoint()
+        return self.delivered + [v for s in self.pool.sealed() for _, _, v in s.records()]
+
+    def messages(self) -> list[str]:
+        return [json.loads(v)["MESSAGE"] for v in self.values()]
+
+    def drain_all(self) -> None:
+        """Kafka acknowledged everything sealed: freed, the acknowledged offsets written."""
+        self.checkpoint()
+        for s in self.pool.sealed():
+            self.delivered += [v for _, _, v in s.records()]
+            self.checkpoints.acknowledged(s, [], {})
+            self.checkpoints.flush(lambda: self.pool.next_record, lambda: None, False)
+            self.pool.free(s)
+
+    def stop(self) -> None:
+        self.src.close()
+        self.checkpoint()
+        self.pool.close()
+        self.db.close()
+        self.journal.close()
+
+    def crash(self) -> None:
+        """SIGKILL: the filling slot's records are gone, nothing written after them."""
+        self.src.close()
+        self.pool.abandon()
+        self.db.close()
+        self.journal.close()
+
+    def restart(self, crash: bool = False) -> None:
+        self.crash() if crash else self.stop()
+        self.open()
+
+
+@pytest.fixture
+def run(tmp_path):
+    runs = []
+
+    def make(entries=(), **cfg) -> Run:
+        journal = tmp_path / "journal"
+        journal.mkdir(exist_ok=True)
+        if entries:
+            write_journal(journal / "remote.journal", list(entries))
+        runs.append(Run(tmp_path, **cfg))
+        return runs[-1]
+
+    yield make
+    for r in runs:
+        r.src.close()
+
+
+def test_each_entry_is_one_record_with_its_fields_and_its_time(run):
+    r = run([entry(i) for i in range(50)])
+    r.read(50)
+    records = r.records() or (r.checkpoint() or r.records())
+    assert [json.loads(v)["MESSAGE"] for _, _, v in records] == [f"event {i}" for i in range(50)]
+    first = json.loads(records[0][2])
+    assert first["_SYSTEMD_UNIT"] == "app.service" and first["PRIORITY"] == "6"
+    assert [ts for ts, _, _ in records] == [(T0 + i * 1000) // 1000 for i in range(50)]
+
+
+def test_message_format_ships_the_message_as_written_bytes_and_lines_too(run):
+    odd = b"caf\xe9 \xff"                             # not UTF-8: journalctl gives its bytes
+    r = run([entry(0), entry(1, MESSAGE="line one\nline two"), entry(2, MESSAGE=odd)],
+            **{"format": "message"})
+    r.read(3)
+    assert r.values() == [b"event 0", b"line one\nline two", odd]
+
+
+def test_an_entry_without_a_message_is_shipped_as_its_fields_and_counted(run):
+    no_message = {k: v for k, v in entry(1).items() if k != "MESSAGE"}
+    r = run([entry(0), no_message], **{"format": "message"})
+    r.read(2)
+    values = r.values()
+    assert values[0] == b"event 0" and json.loads(values[1])["SYSLOG_IDENTIFIER"] == "app"
+    assert r.metrics.get("agent_source_bad_input_total", kind="journal_no_message",
+                         topic="j") == 1
+
+
+def test_a_key_field_keys_each_record_and_an_entry_without_it_is_counted(run):
+    r = run([entry(0, HOST_ROLE="edge"), entry(1)], key_field="HOST_ROLE")
+    r.read(2)
+    r.checkpoint()
+    assert [k for _, k, _ in r.records()] == [b"edge", None]
+    assert r.metrics.get("agent_source_bad_input_total", kind="key_field_missing",
+                         topic="j") == 1
+
+
+def test_filters_reach_journalctl(run):
+    entries = [entry(i, SYSLOG_IDENTIFIER="app" if i % 2 else "other", PRIORITY=i % 8)
+               for i in range(40)]
+    r = run(entries, identifiers=["app"], priority="warning")
+    wanted = [i for i in range(40) if i % 2 and i % 8 <= 4]
+    r.read(len(wanted))
+    assert r.messages() == [f"event {i}" for i in wanted]
+
+
+def test_a_restart_reads_on_after_the_cursor_of_what_was_sealed(run, tmp_path):
+    r = run([entry(i) for i in range(100)])
+    r.read(100)
+    r.drain_all()
+    r.restart()
+    write_journal(tmp_path / "journal" / "remote.journal", [entry(i) for i in range(100, 130)])
+    r.read(30)
+    assert r.messages() == [f"event {i}" for i in range(130)]      # each once, in order
+
+
+def test_a_kill_loses_no_entry_the_filling_slot_held(run, tmp_path):
+    r = run([entry(i) for i in range(100)])
+    r.read(100)
+    r.checkpoint()                       # 0-99 sealed, their cursor stored
+    write_journal(tmp_path / "journal" / "remote.journal", [entry(i) for i in range(100, 160)])
+    r.read(160)                          # 100-159 in a filling slot: gone with the kill
+    r.restart(crash=True)
+    r.read(60)
+    assert r.messages() == [f"event {i}" for i in range(160)]
+
+
+def test_slots_the_pool_kept_past_the_stored_cursor_are_read_again_not_skipped(run, tmp_path):
+    """The pool sealed a slot the state database never heard of (killed before its write):
+    the start resumes after the newest cursor stored, so the slot's entries come twice."""
+    r = run([entry(i) for i in range(40)])
+    r.read(40)
+    r.checkpoint()
+    write_journal(tmp_path / "journal" / "remote.journal", [entry(i) for i in range(40, 70)])
+    r.read(70)
+    r.pool.seal_all()                    # sealed, never written to the state database
+    r.restart(crash=True)
+    r.read(30)
+    got = r.messages()
+    assert sorted(set(got)) == sorted(f"event {i}" for i in range(70))
+    assert len(got) == 100               # 40-69 twice
+
+
+def test_a_rewind_of_the_self_check_finds_a_cursor_at_or_below_it(run, tmp_path):
+    """The pool lost a slot the state database had sealed (a power cut): the start's self-check
+    rewinds the sealed offset, and the source reads again from a cursor at or below it."""
+    r = run([entry(i) for i in range(30)])
+    r.read(30)
+    r.drain_all()                        # 0-29 acknowledged
+    write_journal(tmp_path / "journal" / "remote.journal", [entry(i) for i in range(30, 60)])
+    r.read(60)
+    r.checkpoint()                       # 30-59 sealed and written
+    r.stop()
+    (tmp_path / "pool").unlink()         # the pool's slots are gone
+    r.open()
+    r.read(30)
+    assert r.messages() == [f"event {i}" for i in range(60)]
+
+
+def test_read_from_end_skips_what_the_journal_held_at_the_first_start(run, tmp_path):
+    r = run([entry(i) for i in range(20)], read_from="end")
+    time.sleep(1)
+    write_journal(tmp_path / "journal" / "remote.journal", [entry(i) for i in range(20, 25)])
+    r.read(5)
+    assert r.messages() == [f"event {i}" for i in range(20, 25)]
+    r.restart()                          # a later start reads on from its cursor, not the end
+    r.read(0)
+
+
+def test_entries_gone_from_the_journal_before_they_were_read_are_journalled(run, tmp_path):
+    r = run([entry(i) for i in range(10)])
+    r.read(10)
+    r.drain_all()
+    r.stop()
+    journal = tmp_path / "journal" / "remote.journal"
+    journal.unlink()                     # vacuumed while the agent was stopped
+    write_journal(journal, [entry(i) for i in range(10, 15)])
+    r.open()
+    r.read(5)
+    [gone] = r.journal.entries()
+    assert gone["reason"] == "journal_entries_gone" and gone["open_ended"], gone
+    assert r.messages() == [f"event {i}" for i in range(15)]
+
+
+def test_a_cursor_still_in_the_journal_journals_nothing(run):
+    r = run([entry(i) for i in range(10)])
+    r.read(10)
+    r.drain_all()
+    r.restart()
+    r.read(0)
+    assert r.journal.entries() == []
+
+
+def test_a_journalctl_that_ends_is_started_again_from_the_last_entry_read(run, tmp_path):
+    r = run([entry(i) for i in range(20)])
+    r.read(20)
+    first = r.src._proc
+    first.kill()                                # ended from outside
+    deadline = time.monotonic() + 10
+    while r.src._proc in (None, first):
+        assert time.monotonic() < deadline, "journalctl was not started again"
+        time.sleep(0.05)
+    write_journal(tmp_path / "journal" / "remote.journal", [entry(i) for i in range(20, 30)])
+    r.read(30)
+    assert r.messages() == [f"event {i}" for i in range(30)]
+
+
+def test_new_filters_number_anew_from_the_last_entry_read(run, tmp_path):
+    r = run([entry(i) for i in range(10)])
+    r.read(10)
+    r.drain_all()
+    r.stop()
+    r.cfg.units = ["app.service"]                # another numbering: a row of its own
+    write_journal(tmp_path / "journal" / "remote.journal",
+                  [entry(i, _SYSTEMD_UNIT="app.service" if i % 2 else "cron.service")
+                   for i in range(10, 20)])
+    r.open()
+    r.read(5)
+    assert r.messages() == [f"event {i}" for i in list(range(10)) + list(range(11, 20, 2))]
+    rows = [row for row in r.db.all_files() if row["state"] == "journal"]
+    assert len(rows) == 2 and r.src.sid == rows[-1]["source_id"]
+
+
+def test_the_kept_cursors_always_reach_back_to_the_acknowledged_offset():
+    pairs = Cursors([(0, None)])
+    for n in range(1, 1000):
+        pairs.add(n * 10, f"c{n}", acked=5_000)
+    assert len(pairs.pairs) <= KEPT + 1
+    assert pairs.at_or_below(5_000) == (5_000, "c500")
+    assert pairs.pairs[-1] == (9_990, "c999")
+    for at in (5_000, 5_001, 7_777, 9_990):
+        offset, _ = pairs.at_or_below(at)
+        assert 5_000 <= offset <= at
+
+
+def test_a_cursor_names_its_journals_numbering():
+    assert parse_cursor("s=95ef;i=1f;b=01;m=1;t=66;x=d2") == ("95ef", 31)
+    assert parse_cursor("garbage") is None
+
+
+def test_a_gap_in_the_journals_own_numbering_is_journalled_with_its_count(run, monkeypatch):
+    """The entry read last is gone and the next one the journal holds is of the same numbering:
+    the entries between are counted (the journal files themselves cannot be cut that way here:
+    the next entry is what journalctl would answer)."""
+    r = run([entry(i) for i in range(10)])
+    r.read(10)
+    r.drain_all()
+    r.stop()
+    db = StateDB(r.tmp / "state.db")
+    stored = Cursors.load(db.get(r.src.sid)["anchors"]).pairs[-1][1]
+    db.close()
+    seqnum_id, seqnum = parse_cursor(stored)
+    later = f"s={seqnum_id};i={seqnum + 8:x};b={BOOT};m=1;t=1;x=1"
+    real = journald._first_entry
+    monkeypatch.setattr(journald, "_first_entry", lambda args, timeout_s=30: {
+        "__CURSOR": later} if any(a == "--cursor" for a in args) else real(args, timeout_s))
+    r.open()
+    [gone] = r.journal.entries()
+    assert gone["reason"] == "journal_entries_gone" and not gone["open_ended"], gone
+    assert gone["events"] == 7, gone
