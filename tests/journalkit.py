@@ -1,10 +1,14 @@
-"""Journal files for the journald source's tests: written by systemd-journal-remote from
-export-format input (no running journald needed)."""
+"""Journals for the journald source's tests: files written by systemd-journal-remote from
+export-format input (no running journald needed), and a real systemd-journald of a test's own
+in a private mount namespace (``Journald``)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 REMOTE = Path("/lib/systemd/systemd-journal-remote")
@@ -51,3 +55,55 @@ def write_journal(path: Path, entries: list[dict]) -> None:
 
 def journal_tools() -> bool:
     return REMOTE.exists() and shutil.which("journalctl") is not None
+
+
+class Journald:
+    """A systemd-journald of the test's own, in a private mount namespace: a tmpfs over /run
+    (its journal volatile under /run/log/journal), its own journald.conf (no rate limit, small
+    files so that rotation and vacuuming come quickly), nothing of the host's touched. Other
+    processes join the namespace through ``prefix`` (nsenter) to write to it or read it."""
+
+    def __init__(self, folder: Path, max_file_bytes: int = 1 << 20):
+        folder.mkdir(parents=True, exist_ok=True)
+        conf = folder / "journald.conf"
+        conf.write_text(f"[Journal]\nStorage=volatile\nRateLimitBurst=0\n"
+                        f"RuntimeMaxFileSize={max_file_bytes}\n")
+        script = ("mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal /run/log && "
+                  f"mount --bind {conf} /etc/systemd/journald.conf && "
+                  "exec /lib/systemd/systemd-journald")
+        self.log = open(folder / "journald.log", "wb")
+        self.proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                                      script], stdout=self.log, stderr=self.log)
+        self.prefix = ["nsenter", "-t", str(self.proc.pid), "-m", "--"]
+        deadline = time.monotonic() + 30
+        while self.run(["test", "-S", "/run/systemd/journal/socket"], check=False).returncode:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("journald did not start: "
+                                     + (folder / "journald.log").read_text())
+            time.sleep(0.05)
+
+    def run(self, args: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
+        """``args`` run in the journal's namespace."""
+        return subprocess.run([*self.prefix, *args], check=check, capture_output=True,
+                              timeout=60, **kw)
+
+    def log_lines(self, identifier: str, lines: list[str]) -> None:
+        """``lines`` written to the journal by ``systemd-cat`` (a stdout stream), one entry
+        each."""
+        self.run(["systemd-cat", "-t", identifier], input="".join(f"{x}\n" for x in lines)
+                 .encode())
+
+    def entries(self, *args: str) -> list[dict]:
+        out = self.run(["journalctl", "-o", "json", "--no-pager", *args]).stdout
+        return [json.loads(line) for line in out.splitlines()]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def namespaces_work() -> bool:
+    """Whether a journald of a test's own can run here (root, unshare and nsenter)."""
+    return journal_tools() and os.geteuid() == 0 and shutil.which("unshare") is not None \
+        and shutil.which("nsenter") is not None and Path("/lib/systemd/systemd-journald").exists()
