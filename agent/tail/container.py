@@ -61,6 +61,7 @@ import numpy as np
 
 from ..buffer import Chunk
 from ..config import CONTAINER_FORMATS
+from .multiline import line_bounds
 
 STREAMS = (b"stdout", b"stderr")
 
@@ -233,10 +234,7 @@ class Framing:
         more after that event's last one first."""
         texts = [_joined(parts, lines) for lines in entries]
         text = b"".join(t.replace(b"\n", b" ") + b"\n" for t in texts)   # one line each
-        s8 = np.zeros(len(texts), np.int64)
-        if texts:
-            np.cumsum([len(t) + 1 for t in texts[:-1]], out=s8[1:])
-        e8 = s8 + np.fromiter(map(len, texts), np.int64, len(texts))
+        s8, e8 = line_bounds(text, len(text))
         hits = self.cutter.matching(text, s8, e8)
         begins = hits if self.cutter.rule.begins else ~hits
         events: list[list[int]] = []

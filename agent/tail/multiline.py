@@ -82,3 +82,13 @@ class EventCutter:
         if len(out):
             out[0] = True
         return out
+
+
+def line_bounds(data: bytes, n: int):
+    """Starts and ends (newline excluded) of the whole lines of ``data[:n]``."""
+    buf = np.frombuffer(data, np.uint8, n)
+    newlines = np.flatnonzero(buf == 10)
+    starts = np.empty(len(newlines), np.int64)
+    starts[:1] = 0
+    starts[1:] = newlines[:-1] + 1
+    return starts, newlines.astype(np.int64)

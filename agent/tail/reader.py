@@ -36,7 +36,7 @@ from ..telemetry import Metrics
 from . import anchors, compressed, container
 from .generations import TAIL_BYTES
 from .lines import LineCutter, Units
-from .multiline import EventCutter
+from .multiline import EventCutter, line_bounds
 from .seams import FsOps
 
 log = logging.getLogger("docket.agent.files")
@@ -239,7 +239,7 @@ class Reader:
         (cut) as it reaches ``max_event_bytes``. Returns the bytes the pool took (0 with
         nothing to hand over) and whether it took all that was offered."""
         while True:
-            starts, ends = units.lines(data, n) if units else _line_bounds(data, n)
+            starts, ends = units.lines(data, n) if units else line_bounds(data, n)
             begins, closed = self._begins(data, n, starts, ends, units)
             firsts = starts[begins]
             cuts = _cut_points(firsts, starts, n, self.max_event_bytes)
@@ -295,7 +295,7 @@ class Reader:
         if units is None:
             return self.events.begins(data, starts, ends), False
         text = bytes(data[:n]).decode(units.codec, "replace").encode()
-        s8, e8 = _line_bounds(text, len(text))
+        s8, e8 = line_bounds(text, len(text))
         if len(s8) != len(starts):            # not expected; every line its own event then
             return np.ones(len(starts), bool), False
         return self.events.begins(text, s8, e8), False
@@ -353,16 +353,6 @@ class Reader:
 def _last_end(data: bytes, units: Units | None) -> int:
     """Where the last whole line of ``data`` ends (after its newline); 0 without one."""
     return units.last_end(data) if units else data.rfind(b"\n") + 1
-
-
-def _line_bounds(data: bytes, n: int):
-    """Starts and ends (newline excluded) of the whole lines of ``data[:n]``."""
-    buf = np.frombuffer(data, np.uint8, n)
-    newlines = np.flatnonzero(buf == 10)
-    starts = np.empty(len(newlines), np.int64)
-    starts[:1] = 0
-    starts[1:] = newlines[:-1] + 1
-    return starts, newlines.astype(np.int64)
 
 
 def _cut_points(firsts: np.ndarray, starts: np.ndarray, n: int, limit: int) -> list[int]:

@@ -13,7 +13,7 @@ import pytest
 
 from agent.config import ConfigError, parse
 from agent.tail.container import Framing, path_fields, time_ms
-from agent.tail.reader import _line_bounds
+from agent.tail.multiline import line_bounds
 from tests.unit.tailkit import Harness
 
 UID = "1f0c8d9e-2b7a-4c1d-9e8f-0a1b2c3d4e5f"
@@ -48,7 +48,7 @@ def test_the_path_names_the_pod_namespace_and_container():
 
 
 def plan_of(f: Framing, data: bytes):
-    starts, ends = _line_bounds(data, len(data))
+    starts, ends = line_bounds(data, len(data))
     parts = f.parts(data, starts, ends)
     return parts, f.plan(parts)
 

@@ -16,8 +16,7 @@ import pytest
 from agent.buffer.framing import CONTINUED
 from agent.config import ConfigError, parse
 from agent.patterns import PRESETS, MultilineRule, PatternError
-from agent.tail.multiline import EventCutter
-from agent.tail.reader import _line_bounds
+from agent.tail.multiline import EventCutter, line_bounds
 from tests.unit.tailkit import Harness
 
 JAVA = {"preset": "java", "flush_ms": 500}
@@ -76,7 +75,7 @@ def test_a_pattern_that_backtracks_for_ever_in_python_runs_in_linear_time():
     answers at once (a hang here would stop the suite at its timeout)."""
     cutter = EventCutter(MultilineRule.from_table({"start": "(a+)+$"}))
     data = b"a" * 5000 + b"b\n" + b"aaa\n"
-    starts, ends = _line_bounds(data, len(data))
+    starts, ends = line_bounds(data, len(data))
     assert cutter.matching(data, starts, ends).tolist() == [False, True]
 
 
@@ -96,7 +95,7 @@ def test_matching_a_whole_read_equals_matching_each_line_alone(pattern):
     for _ in range(200):
         text = [rnd.choice(pieces) + rnd.choice(pieces) for _ in range(rnd.randint(1, 12))]
         data = ("\n".join(text) + "\n").encode()
-        starts, ends = _line_bounds(data, len(data))
+        starts, ends = line_bounds(data, len(data))
         want = [alone.search(line) is not None for line in text]
         assert cutter.matching(data, starts, ends).tolist() == want, text
 
@@ -224,7 +223,7 @@ def test_many_events_per_read_cost_one_search_per_matching_line():
     """A read of 10,000 one-line events and a 'continue' rule: no line matches, one search;
     with a 'start' rule every line matches: one search per line, and none more."""
     data = b"".join(b"2026-12-02 INFO line %d\n" % i for i in range(10_000))
-    starts, ends = _line_bounds(data, len(data))
+    starts, ends = line_bounds(data, len(data))
     for rule, calls_wanted in (({"preset": "java"}, 1), ({"start": r"^\d{4}-"}, 10_001)):
         cutter = EventCutter(MultilineRule.from_table(rule))
         calls = []

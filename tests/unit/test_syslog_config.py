@@ -8,8 +8,14 @@ import tomllib
 
 import pytest
 
-from agent.config import (EXAMPLE_JOURNALD_SOURCE, EXAMPLE_SYSLOG_SOURCE, ConfigError,
-                          default_toml, parse, split_listen)
+from agent.config import (
+    EXAMPLE_JOURNALD_SOURCE,
+    EXAMPLE_SYSLOG_SOURCE,
+    ConfigError,
+    default_toml,
+    parse,
+    split_listen,
+)
 
 
 def _config(**source) -> dict:
