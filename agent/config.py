@@ -495,6 +495,12 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
     topics_by_socket = [s.path for s in out if s.type == "socket"]
     if len(topics_by_socket) != len(set(topics_by_socket)):
         raise ConfigError("sources", "two socket sources share one path")
+    journals = [json.dumps([s.journal_directory, s.topic, s.units, s.identifiers, s.priority,
+                            s.matches]) for s in out if s.type == "journald"]
+    if len(journals) != len(set(journals)):
+        raise ConfigError("sources", "two journald sources read the same entries of one "
+                          "journal into one topic", hint="give them other topics or filters, "
+                          "or keep one")
     listeners = [(s.protocol, split_listen(s.listen)) for s in out if s.type == "syslog"]
     if len(listeners) != len(set(listeners)):
         raise ConfigError("sources", "two syslog sources listen on one address and protocol")

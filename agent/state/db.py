@@ -322,11 +322,18 @@ class StateDB:
 
     # -- writing ------------------------------------------------------------------------------
     def add_file(self, source_index: int, dev: int, ino: int, fingerprint: bytes, path: str,
-                 start_offset: int = 0, size_seen: int = 0, state: str = ACTIVE) -> int:
+                 start_offset: int = 0, size_seen: int = 0, state: str = ACTIVE,
+                 anchors: bytes | None = None) -> int:
+        """A new row; ``anchors`` written with it (a journald source's first cursor: a row
+        without it would be read from the journal's start)."""
         self._crash_point("db:add_file")
         with self.conn:
-            return self._insert(source_index, dev, ino, fingerprint, path, start_offset,
-                                size_seen, state)
+            sid = self._insert(source_index, dev, ino, fingerprint, path, start_offset,
+                               size_seen, state)
+            if anchors is not None:
+                self.conn.execute("UPDATE files SET anchors = ? WHERE source_id = ?",
+                                  (anchors, sid))
+            return sid
 
     def _insert(self, source_index, dev, ino, fingerprint, path, start_offset, size_seen,
                 state=ACTIVE) -> int:

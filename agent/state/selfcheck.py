@@ -36,8 +36,13 @@ def first_gap(lo: int, hi: int, spans: list[tuple[int, int]]) -> int | None:
 def acknowledged_whole(positions, acked: dict[int, int]) -> bool:
     """Whether a slot of ``positions`` (source, start, end) lies wholly within its sources'
     acknowledged offsets ``acked`` (source → offset): Kafka acknowledged every record of it.
-    A slot without positions (a socket source's) cannot tell: False."""
-    return bool(positions) and all(end <= acked.get(src, -1) for src, _start, end in positions)
+    A slot without positions (a socket source's) cannot tell: False. A span of no bytes holds
+    parts of the record that begins there (the parts of a line longer than a slot, before its
+    last: the checkpoint must not pass the line): acknowledged only once the offset is past
+    it, which the last part's acknowledgement makes it."""
+    return bool(positions) and all(end < acked.get(src, -1) if end == start
+                                   else end <= acked.get(src, -1)
+                                   for src, start, end in positions)
 
 
 def rewind_uncovered(db: StateDB, sealed: list[SealedSlot]) -> dict[int, int]:

@@ -32,13 +32,11 @@ the next entry's sequence number tells it (the same journal's numbering), open-e
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
 import select
 import shutil
-import signal
 import subprocess
 import threading
 from collections import deque
@@ -94,22 +92,31 @@ def parse_cursor(cursor: str) -> tuple[str, int] | None:
         return None
 
 
-def _first_entry(args: list[str], timeout_s: float = 30) -> dict | None:
-    """The first entry journalctl prints for ``args`` (without --follow), or None."""
+def _first_entry(args: list[str], timeout_s: float = 30) -> tuple[dict | None, bool]:
+    """The first entry journalctl prints for ``args`` (without --follow), or None when it
+    printed none; and whether journalctl answered (False: it failed or timed out, and nothing
+    can be said)."""
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
         try:
             ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-            line = proc.stdout.readline() if ready else b""
+            line = proc.stdout.readline() if ready else None
+            answered = line is not None and (bool(line) or proc.wait(timeout_s) == 0)
+        except subprocess.TimeoutExpired:
+            line, answered = None, False
         finally:
             proc.kill()
     try:
-        return json.loads(line) if line else None
+        return (json.loads(line) if line else None), answered
     except ValueError:
-        return None
+        return None, False
 
 
-def _die_with_parent() -> None:                     # in the child, before exec
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+def _child(args: list[str]) -> list[str]:
+    """``args`` run so that the child dies with the reader thread that started it (util-linux
+    ``setpriv --pdeathsig``: a SIGKILLed agent leaves no journalctl behind); as they are where
+    setpriv is missing."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *args] if setpriv else args
 
 
 class Cursors:
@@ -176,32 +183,44 @@ class JournaldSource:
         self._thread.start()
 
     # -- where to start ----------------------------------------------------------------------
+    def fingerprint(self) -> bytes:
+        """What a row's numbering depends on: the entries a source takes (its journal is the
+        row's path; its filters) and what it makes of them (topic, format, key)."""
+        return json.dumps([self.cfg.topic, match_args(self.cfg), self.cfg.format,
+                           self.cfg.key_field]).encode()
+
     def _place(self, recovered: dict[int, int]) -> tuple[int, int, str | None]:
         """The source's row, the offset it resumes at and the cursor it reads from; a gap
-        behind that cursor is journalled. A row numbers the entries of one journal, topic and
-        set of filters: the numbers mean the same entries at every start (a slot the pool kept
-        and the offsets Kafka acknowledged stand for the entries read again under them). When
-        the filters or the topic change, a new row numbers on from the old one's newest cursor
-        (the old row's slots are still sent); a source whose position in the configuration
-        changed keeps its row."""
-        mine = json.dumps([self.cfg.topic, match_args(self.cfg)]).encode()
+        behind that cursor is journalled. A row numbers the entries of one journal, topic,
+        filters, format and key: the numbers mean the same entries at every start (a slot the
+        pool kept and the offsets Kafka acknowledged stand for the entries read again under
+        them). When this source's settings change (a row at its place in the configuration,
+        on its journal), a new row numbers on from the old row's newest cursor (the old row's
+        slots are still sent); a source moved to another place in the configuration keeps its
+        row; a source new to its journal starts where ``read_from`` says."""
+        mine = self.fingerprint()
         rows = [r for r in self.db.all_files()
                 if r["state"] == JOURNAL and r["path"] == self.name]
         same = [r for r in rows if r["fingerprint"] == mine]
         if same:
             return self._resume(same[-1], recovered)
+        former = [r for r in rows if r["source_index"] == self.cfg.index]
         cursor, why = None, "its start"
-        if rows:
-            cursor = Cursors.load(rows[-1]["anchors"]).at_or_below(rows[-1]["sealed_offset"])
-            cursor = cursor[1] if cursor else None
-            why = "the last entry read with its former topic or filters"
+        if former:
+            pair = Cursors.load(former[-1]["anchors"]).at_or_below(former[-1]["sealed_offset"])
+            cursor = pair[1] if pair else None
+            why = "the last entry read with its former settings"
         elif self.cfg.read_from == "end":
-            tail = _first_entry(base_args(self.cfg) + ["--lines=1", "--reverse",
-                                                        *match_args(self.cfg)])
+            tail, answered = _first_entry(base_args(self.cfg) + ["--lines=1", "--reverse",
+                                                                  *match_args(self.cfg)])
+            if not answered:
+                raise StartupError(f"journald source {self.cfg.index}: journalctl could not "
+                                   f"read {self.name}", hint="check that the agent's user may "
+                                   "read the journal (group systemd-journal)")
             cursor = tail.get("__CURSOR") if tail else None
             why = "its end"
-        sid = self.db.add_file(self.cfg.index, 0, 0, mine, self.name, state=JOURNAL)
-        self.db.update(sid, anchors=Cursors([(0, cursor)]).dump())
+        sid = self.db.add_file(self.cfg.index, 0, 0, mine, self.name, state=JOURNAL,
+                               anchors=Cursors([(0, cursor)]).dump())
         log.info("journald source %d: %s read from %s", self.cfg.index, self.name, why)
         return sid, 0, cursor
 
@@ -218,8 +237,7 @@ class JournaldSource:
             # Entries after the cursor are gone: numbered from it again, the old numbers would
             # stand for other entries than the pool's slots and Kafka's acknowledgements mean.
             sid = self.db.add_file(self.cfg.index, 0, 0, row["fingerprint"], self.name,
-                                   state=JOURNAL)
-            self.db.update(sid, anchors=Cursors([(0, pair[1])]).dump())
+                                   state=JOURNAL, anchors=Cursors([(0, pair[1])]).dump())
             return sid, 0, pair[1]
         log.info("journald source %d: %s resumes after entry %d", self.cfg.index, self.name,
                  pair[0])
@@ -227,14 +245,18 @@ class JournaldSource:
 
     def _gone(self, cursor: str, sid: int) -> bool:
         """Whether the journal no longer holds the entry of ``cursor``; the entries after it
-        that it no longer holds are journalled."""
-        at = _first_entry(base_args(self.cfg) + ["--cursor", cursor])
+        that it no longer holds are journalled. A journalctl that does not answer says
+        nothing: not gone (reading from the cursor finds out again)."""
+        at, answered = _first_entry(base_args(self.cfg) + ["--cursor", cursor])
+        if not answered:
+            log.warning("journald source %d: journalctl did not answer whether the journal "
+                        "still holds the entry read last", self.cfg.index)
+            return False
         if at is not None and at.get("__CURSOR") == cursor:
             return False                               # still there: everything after it too
-        if at is None and _first_entry(base_args(self.cfg)) is None:
-            detail = "the journal holds no entry at all"
-        else:
-            detail = "the journal no longer holds the entry read last"
+        detail = "the journal no longer holds the entry read last"
+        if at is None:
+            detail = "the journal holds no entry at or after the one read last"
         mine, theirs = parse_cursor(cursor), parse_cursor(at["__CURSOR"]) if at else None
         events, open_ended = -1, True
         if mine and theirs and mine[0] == theirs[0] and theirs[1] > mine[1]:
@@ -265,8 +287,14 @@ class JournaldSource:
         return args + match_args(self.cfg)
 
     def _run(self) -> None:
+        first = True
         while not self._stop.is_set():
             try:
+                with self._lock:
+                    last = self._last
+                if not first and last is not None:
+                    self._gone(last, self.sid)      # vacuumed while it was down: journalled
+                first = False                       # (read on: the numbers go on, not again)
                 self._follow()
             except Exception:
                 log.exception("journald source %d: reading the journal failed", self.cfg.index)
@@ -275,8 +303,8 @@ class JournaldSource:
                             "last entry read", self.cfg.index)
 
     def _follow(self) -> None:
-        proc = subprocess.Popen(self._command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(_child(self._command()), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
         self._proc = proc
         out, err = proc.stdout.fileno(), proc.stderr.fileno()
         os.set_blocking(out, False)
@@ -326,7 +354,13 @@ class JournaldSource:
             repeat, self._repeat = self._repeat, None
             if cursor == repeat:
                 continue                      # the entry read last, where journalctl resumed
-            value, key, ts = self._record(entry)
+            try:
+                value, key, ts = self._record(entry)
+            except Exception:                   # never wedge on one entry: shipped as printed
+                log.exception("journald source %d: an entry could not be made a record; "
+                              "shipped as journalctl printed it", self.cfg.index)
+                self._bad("journal_unparsable")
+                value, key, ts = line, None, self.clock.time_ms()
             values.append(value)
             keys.append(key)
             times.append(ts)
@@ -367,11 +401,13 @@ class JournaldSource:
             ts = self.clock.time_ms()
         key = None
         if self.cfg.key_field:
-            raw = entry.get(self.cfg.key_field)
+            raw = self._text(entry.get(self.cfg.key_field))
+            if isinstance(raw, list):            # the field given more than once: the first
+                raw = raw[0] if raw and isinstance(raw[0], str) else None
             if raw is None:
                 self._bad("key_field_missing")
             else:
-                key = self._text(raw).encode()[:MAX_KEY_BYTES]
+                key = str(raw).encode()[:MAX_KEY_BYTES]
         message = entry.get("MESSAGE")
         if self.cfg.format == "message" and message is not None:
             if isinstance(message, str):
@@ -425,11 +461,12 @@ class JournaldSource:
                 "reader": "running" if self._proc is not None else "starting"}
 
     def close(self) -> None:
+        """Stop reading: journalctl ends, the reader thread ends (within a second: it waits
+        on nothing longer)."""
         self._stop.set()
-        proc = self._proc
-        if proc is not None:
-            proc.kill()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            log.error("journald source %d: its reader did not stop within 10 s", self.cfg.index)
 
 
 def _from(chunk: Chunk, k: int) -> Chunk:

@@ -886,3 +886,32 @@ def test_a_version_2_pool_is_upgraded_in_place_its_slots_kept_and_their_acked_by
     again.close()
     raw = np.fromfile(path, np.uint8, L.FILE_HEADER.itemsize).view(L.FILE_HEADER)
     assert int(raw[0]["version"]) == L.VERSION == 3
+
+
+def test_the_first_parts_of_a_split_line_are_not_taken_for_acknowledged_at_the_next_open(
+        tmp_path):
+    """A line longer than a slot is split into parts, a slot each; the parts before the last
+    cover no byte of the file past the line's start (the checkpoint must not pass the line), so
+    their span is empty. With nothing of the line acknowledged (the file's acknowledged offset
+    at the line's start), a crash before they were sent must leave them to be sent — not freed
+    as acknowledged (they would be lost: the file is read on after the line)."""
+    from agent.state.selfcheck import acknowledged_whole
+
+    geometry = dict(linger_ms=1e9, sync_on_seal=False)
+    pool = BufferPool(tmp_path / "pool", 8192 + 16 * 4096, 4096, **geometry)
+    pool.append("t", Chunk.from_lines(b"x" * 10_000 + b"\nafter\n", 1), source=1,
+                source_start=500)
+    pool.seal_all()
+    sealed = [s.meta.positions for s in pool.sealed()]
+    assert len(sealed) >= 3 and sealed[0] == ((1, 500, 500),), sealed
+    pool.abandon()
+    again = BufferPool(tmp_path / "pool", 8192 + 16 * 4096, 4096, **geometry,
+                       delivered=lambda meta: acknowledged_whole(meta.positions, {1: 500}))
+    assert [s.meta.positions for s in again.sealed()] == sealed
+    assert again.counters["acknowledged_freed"] == 0
+    again.close()
+    # Acknowledged past the line's start (every part was): the parts are freed unsent.
+    last = BufferPool(tmp_path / "pool", 8192 + 16 * 4096, 4096, **geometry,
+                      delivered=lambda meta: acknowledged_whole(meta.positions, {1: 10_507}))
+    assert last.sealed() == [] and last.counters["acknowledged_freed"] == len(sealed)
+    last.close()

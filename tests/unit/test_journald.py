@@ -224,9 +224,62 @@ def test_read_from_end_skips_what_the_journal_held_at_the_first_start(run, tmp_p
     time.sleep(1)
     write_journal(tmp_path / "journal" / "remote.journal", [entry(i) for i in range(20, 25)])
     r.read(5)
-    assert r.messages() == [f"event {i}" for i in range(20, 25)]
-    r.restart()                          # a later start reads on from its cursor, not the end
-    r.read(0)
+    r.stop()
+    write_journal(tmp_path / "journal" / "remote.journal", [entry(i) for i in range(25, 30)])
+    r.open()                             # a later start reads on from its cursor, not the end
+    r.read(5)
+    assert r.messages() == [f"event {i}" for i in range(20, 30)]
+
+
+def test_a_sealed_end_is_stored_with_its_own_cursor_not_the_newest_read(run, tmp_path):
+    """The state database writes a seal's offset while the source has read further: the
+    cursor stored is the sealed end's, so a kill reads the entries after it again."""
+    r = run([entry(i) for i in range(50)])
+    r.read(50)
+    r.pool.seal_all()                    # 0-49 sealed, not yet written
+    write_journal(tmp_path / "journal" / "remote.journal", [entry(i) for i in range(50, 80)])
+    r.read(80)                           # 50-79 in the filling slot
+    r.checkpoints.flush(lambda: r.pool.next_record, lambda: None, False)
+    r.restart(crash=True)
+    r.read(30)
+    assert r.messages() == [f"event {i}" for i in range(80)]
+
+
+def test_a_field_given_twice_as_the_key_keys_by_its_first_value(run):
+    r = run([entry(0, ROLE="edge"), entry(1), entry(2, ROLE="core")], key_field="ROLE")
+    r.read(3)
+    r.checkpoint()
+    assert [k for _, k, _ in r.records()] == [b"edge", None, b"core"]
+
+
+def test_a_second_source_on_one_journal_starts_where_read_from_says_not_at_the_first(
+        run, tmp_path):
+    r = run([entry(i) for i in range(10)])
+    r.read(10)
+    r.drain_all()
+    r.stop()
+    r.cfg = SourceConfig(index=1, type="journald", topic="k", format="json",
+                         journal_directory=str(tmp_path / "journal"))
+    r.open()
+    r.read(10)                           # its own numbering, from the journal's start
+    assert [json.loads(v)["MESSAGE"] for v in r.values()][-10:] == \
+        [f"event {i}" for i in range(10)]
+    rows = [row for row in r.db.all_files() if row["state"] == "journal"]
+    assert len(rows) == 2
+
+
+def test_a_journalctl_started_again_after_a_vacuum_journals_the_gap(run, tmp_path, monkeypatch):
+    monkeypatch.setattr(journald, "RESTART_S", 5.0)
+    r = run([entry(i) for i in range(10)])
+    r.read(10)
+    r.src._proc.kill()                   # down for 5 s, while the journal is replaced
+    path = tmp_path / "journal" / "remote.journal"
+    path.unlink()
+    write_journal(path, [entry(i) for i in range(10, 15)])
+    r.read(15, timeout_s=60)
+    [gone] = r.journal.entries()
+    assert gone["reason"] == "journal_entries_gone" and gone["open_ended"], gone
+    assert r.messages() == [f"event {i}" for i in range(15)]
 
 
 def test_entries_gone_from_the_journal_before_they_were_read_are_journalled(run, tmp_path):
@@ -314,8 +367,8 @@ def test_a_gap_in_the_journals_own_numbering_is_journalled_with_its_count(run, m
     seqnum_id, seqnum = parse_cursor(stored)
     later = f"s={seqnum_id};i={seqnum + 8:x};b={BOOT};m=1;t=1;x=1"
     real = journald._first_entry
-    monkeypatch.setattr(journald, "_first_entry", lambda args, timeout_s=30: {
-        "__CURSOR": later} if any(a == "--cursor" for a in args) else real(args, timeout_s))
+    monkeypatch.setattr(journald, "_first_entry", lambda args, timeout_s=30: ({
+        "__CURSOR": later}, True) if any(a == "--cursor" for a in args) else real(args, timeout_s))
     r.open()
     [gone] = r.journal.entries()
     assert gone["reason"] == "journal_entries_gone" and not gone["open_ended"], gone

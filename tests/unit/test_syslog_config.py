@@ -178,3 +178,13 @@ def test_only_a_journald_source_takes_its_filters(key, value):
     with pytest.raises(ConfigError) as err:
         parse(raw)
     assert err.value.path == f"sources[0].{key}" and "only journald" in str(err.value)
+
+
+def test_two_journald_sources_taking_the_same_entries_into_one_topic_are_refused():
+    raw = _journald(units=["a.service"])
+    raw["sources"].append({**raw["sources"][0], "format": "message"})
+    with pytest.raises(ConfigError) as err:
+        parse(raw)
+    assert err.value.path == "sources" and "same entries" in str(err.value)
+    raw["sources"][1]["topic"] = "other"
+    assert len(parse(raw).sources) == 2
