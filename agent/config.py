@@ -154,7 +154,9 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "`syslog` (RFC 5424/3164 over TCP or UDP) or `journald` (the systemd journal's "
             "entries).",
             choices=("file", "socket", "syslog", "journald"), required=True),
-    Setting("topic", str, None, "Kafka topic of this source's events.", required=True),
+    Setting("topic", str, None, "Kafka topic of this source's events; a `syslog` or `journald` "
+            "source's may name fields of the event (`\"syslog.{app}\"`, "
+            "`\"journal.{_SYSTEMD_UNIT}\"`): see `fallback_topic`.", required=True),
     Setting("paths", list, [], "`file`: glob patterns of the files to tail."),
     Setting("exclude", list, [], "`file`: glob patterns of files not to tail though `paths` "
             "match them, e.g. `[\"*.gz\"]` beside `paths = [\"/var/log/app/app.log*\"]`. A "
@@ -205,16 +207,17 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "of time, stream, message and the pod, namespace and container the file's path "
             "names (docs/agent.md, Container logs).",
             choices=("json", "raw", "message", "cri", "docker")),
-    Setting("fallback_topic", str, None, "`syslog` with `format = \"json\"`: when `topic` "
-            "names fields (`\"syslog.{app}\"`, `\"logs.{facility}.{severity}\"`), the topic "
-            "of a message whose fields make no topic name (one absent or null, or characters "
-            "Kafka refuses); required then."),
-    Setting("key", str, None, "`syslog` with `format = \"json\"`: the record key as a template "
-            "over the message's fields, e.g. `\"{host}\"` or `\"{host}/{app}\"` (a field "
-            "absent: no key, counted). Not with `key_field`."),
-    Setting("add_fields", dict, None, "`syslog` with `format = \"json\"`: fields added to every "
-            "message, e.g. `{ datacenter = \"eu1\", role = \"edge\" }`; templates may name "
-            "them. Not the names the message's own fields have."),
+    Setting("fallback_topic", str, None, "`syslog` with `format = \"json\"`, and `journald`: "
+            "when `topic` names fields (`\"syslog.{app}\"`, `\"logs.{facility}.{severity}\"`, "
+            "`\"journal.{_SYSTEMD_UNIT}\"`), the topic of an event whose fields make no topic "
+            "name (one absent or null, or characters Kafka refuses); required then."),
+    Setting("key", str, None, "`syslog` with `format = \"json\"`, and `journald`: the record "
+            "key as a template over the event's fields, e.g. `\"{host}\"`, `\"{host}/{app}\"` "
+            "or `\"{_HOSTNAME}\"` (a field absent: no key, counted). Not with `key_field`."),
+    Setting("add_fields", dict, None, "`syslog` and `journald` with `format = \"json\"`: "
+            "fields added to every event, e.g. `{ datacenter = \"eu1\", role = \"edge\" }`; "
+            "templates may name them. Not the names a syslog message's own fields have, nor "
+            "the journal's trusted names (beginning with `_`)."),
     Setting("receive_buffer_bytes", int, 0, "`syslog`: the socket's receive buffer "
             "(`SO_RCVBUF`; the kernel doubles it and caps it at `net.core.rmem_max`); 0: the "
             "system's default. A larger one rides out bursts over UDP.", minimum=0,
@@ -449,10 +452,15 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
                                       hint='e.g. exclude = ["*.gz", "*.zst"]')
             if src.multiline is not None:
                 _check_multiline(f"{where}.multiline", src.multiline)
-        if src.type != "syslog":
+        if src.type not in ("syslog", "journald"):
             if "{" in src.topic:
-                raise ConfigError(f"{where}.topic", "only syslog sources route by field (a "
-                                  "topic naming fields)", hint="give the topic's name")
+                raise ConfigError(f"{where}.topic", "only syslog and journald sources route by "
+                                  "field (a topic naming fields)", hint="give the topic's name")
+            for key in ROUTING:
+                if getattr(src, key) != SourceConfig.__dataclass_fields__[key].default:
+                    raise ConfigError(f"{where}.{key}", f"only syslog and journald sources "
+                                      f"take `{key}`")
+        if src.type != "syslog":
             for key in SYSLOG_ONLY:
                 if getattr(src, key) != SourceConfig.__dataclass_fields__[key].default:
                     raise ConfigError(f"{where}.{key}", f"only syslog sources take `{key}`")
@@ -507,10 +515,11 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
     return out
 
 
-# What only a syslog source takes (a file or socket source given one is refused).
+# What only a syslog source takes (any other source given one is refused).
 SYSLOG_ONLY = ("listen", "protocol", "receive_buffer_bytes", "ssl_certificate_file",
-               "ssl_key_file", "ssl_key_password_file", "ssl_ca_file", "fallback_topic", "key",
-               "add_fields")
+               "ssl_key_file", "ssl_key_password_file", "ssl_ca_file")
+# Routing by field: what only the syslog and journald sources take.
+ROUTING = ("fallback_topic", "key", "add_fields")
 # The container runtimes' log formats a file source takes (agent/tail/container.py).
 CONTAINER_FORMATS = ("cri", "docker")
 # The fields of a syslog message's JSON form (agent/tail/syslog_format.py, and its peer).
@@ -534,20 +543,28 @@ def split_listen(text: str) -> tuple[str, int]:
 
 
 def _check_routing(where: str, src: SourceConfig) -> None:
-    """A syslog source's templates (``topic``, ``key``), its fallback topic and added fields."""
+    """A syslog or journald source's templates (``topic``, ``key``), its fallback topic and
+    added fields. A journald entry's fields are its own (any name): only a syslog template's
+    fields are checked by name; templates over a journal entry take its fields in either
+    format, added fields need the JSON form."""
     from .routing import PLACEHOLDER, TOPIC_NAME, Template, has_placeholders
 
     routed = has_placeholders(src.topic)
-    json_only = [k for k, on in (("topic", routed), ("key", src.key is not None),
+    journald = src.type == "journald"
+    json_only = [k for k, on in (("topic", routed and not journald),
+                                 ("key", src.key is not None and not journald),
                                  ("add_fields", src.add_fields is not None)) if on]
     if json_only and src.format != "json":
         raise ConfigError(f"{where}.{json_only[0]}", "templates and added fields need the "
                           "message's fields", hint='set format = "json"')
     added = src.add_fields or {}
     for name, value in added.items():
-        if name in SYSLOG_FIELDS:
+        if name in SYSLOG_FIELDS and not journald:
             raise ConfigError(f"{where}.add_fields.{name}", "is a field of every syslog "
                               "message", hint="choose another name")
+        if journald and name.startswith("_"):
+            raise ConfigError(f"{where}.add_fields.{name}", "a name beginning with '_' is the "
+                              "journal's own (trusted fields)", hint="choose another name")
         if not isinstance(value, str | int | float | bool) or (
                 isinstance(value, float) and not math.isfinite(value)):
             raise ConfigError(f"{where}.add_fields.{name}", f"expected text, a number or a "
@@ -565,7 +582,7 @@ def _check_routing(where: str, src: SourceConfig) -> None:
                               hint="letters, digits, '.', '_', '-' besides its placeholders")
     known = set(SYSLOG_FIELDS) | set(added)
     for key, text in (("topic", src.topic), ("key", src.key)):
-        if text is None:
+        if text is None or journald:
             continue
         unknown = [f for f in Template(text).fields if f not in known]
         if unknown:
@@ -683,6 +700,7 @@ def _check_journald(where: str, src: SourceConfig) -> None:
     if src.journal_directory is not None and not Path(src.journal_directory).is_dir():
         raise ConfigError(f"{where}.journal_directory", f"no folder {src.journal_directory}",
                           hint="leave it out to read the host's journal")
+    _check_routing(where, src)
 
 
 # Encodings whose newline is a code unit of 2 or 4 bytes: a file source finds lines among units.

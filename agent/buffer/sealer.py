@@ -112,7 +112,7 @@ class PoolSealer:
         seq = self._next_seq
         first_record = self._next_record
         tb = topic.encode()
-        positions = tuple((src, s, e) for src, (s, e) in fill.positions.items())
+        positions = tuple(_below_filling(fill.positions, self._current.values()))
         pos = np.zeros((L.MAX_POSITIONS, 3), np.uint64)
         if positions:
             pos[:len(positions)] = positions
@@ -260,3 +260,23 @@ class PoolSealer:
             if self._closing:
                 waiting = min(waiting, self._closing[0].first_record)
             return self._next_record - 1, min(waiting, self._next_record) - 1
+
+
+def _below_filling(spans: dict[int, list[int]], filling) -> list[tuple[int, int, int]]:
+    """A closing slot's (source, start, end) positions, each end kept at or below the first
+    byte of its source that another slot still filling holds: a source whose records go to
+    several topics (routing by field) has them in several slots at once, and a sealed
+    checkpoint past such a byte would skip it after a crash that took the filling slot (the
+    records between are read again instead: duplicates). Without routing no other slot holds
+    the source, and the positions are the slot's own."""
+    floor: dict[int, int] = {}
+    for other in filling:
+        for src, (start, _end) in other.positions.items():
+            floor[src] = min(start, floor.get(src, start))
+    out = []
+    for src, (start, end) in spans.items():
+        if src in floor and floor[src] < end:
+            end = floor[src]
+            start = min(start, end)
+        out.append((src, start, end))
+    return out

@@ -47,6 +47,7 @@ from ..buffer.framing import MAX_KEY_BYTES
 from ..buffer.seams import Clock
 from ..config import SourceConfig
 from ..errors import StartupError
+from ..routing import Template
 from ..state.db import JOURNAL, StateDB
 from ..state.journal import LossJournal
 from ..telemetry import Metrics
@@ -170,6 +171,12 @@ class JournaldSource:
         self.on_data = on_data or (lambda: None)
         self.name = journal_name(cfg)
         self._filtered = bool(match_args(cfg))
+        self.label = cfg.fallback_topic or cfg.topic    # a routed source's counts go here
+        routed = Template(cfg.topic)
+        self._topic = None if routed.is_static else routed   # topic = "journal.{_SYSTEMD_UNIT}"
+        self._key = Template(cfg.key) if cfg.key is not None else None
+        self._routed = self._topic is not None or self._key is not None
+        self._keyed = self._key is not None or bool(cfg.key_field)
         self._lock = threading.Lock()         # _handed and _last: the reader thread and the loop
         self._handed: deque[tuple[int, str]] = deque()   # (end offset, cursor) not yet sealed
         self._stop = threading.Event()
@@ -187,7 +194,7 @@ class JournaldSource:
         """What a row's numbering depends on: the entries a source takes (its journal is the
         row's path; its filters) and what it makes of them (topic, format, key)."""
         return json.dumps([self.cfg.topic, match_args(self.cfg), self.cfg.format,
-                           self.cfg.key_field]).encode()
+                           self.cfg.key_field, self.cfg.key]).encode()
 
     def _place(self, recovered: dict[int, int]) -> tuple[int, int, str | None]:
         """The source's row, the offset it resumes at and the cursor it reads from; a gap
@@ -268,7 +275,7 @@ class JournaldSource:
         log.error("journald source %d: entries after the last one read are gone from the "
                   "journal (vacuumed or rotated away before they were read): %s", self.cfg.index,
                   f"{events} entries" if events > 0 else "how many is unknown")
-        self.journal.record("journal_entries_gone", self.cfg.topic, events, source=self.name,
+        self.journal.record("journal_entries_gone", self.label, events, source=self.name,
                             source_id=sid, detail=f"{detail} (after cursor {cursor})",
                             open_ended=open_ended)
         return True
@@ -339,9 +346,12 @@ class JournaldSource:
                       proc.returncode, f": {said.decode(errors='replace')}" if said else "")
 
     def _hand(self, lines: list[bytes]) -> None:
-        """Append the entries of ``lines`` (one JSON object each), waiting while the pool is
-        full; their cursors kept until a seal passes them."""
-        values, keys, times, cursors = [], [], [], []
+        """Append the entries of ``lines`` (one JSON object each), each to its topic, waiting
+        while the pool is full; their cursors kept until a seal passes them. Once the source
+        stops nothing more is handed over (what a stop cut short is read again)."""
+        if self._stop.is_set():
+            return
+        records, cursors = [], []
         for line in lines:
             if not line.strip():
                 continue
@@ -355,52 +365,86 @@ class JournaldSource:
             if cursor == repeat:
                 continue                      # the entry read last, where journalctl resumed
             try:
-                value, key, ts = self._record(entry)
+                records.append(self._record(entry))
             except Exception:                   # never wedge on one entry: shipped as printed
                 log.exception("journald source %d: an entry could not be made a record; "
                               "shipped as journalctl printed it", self.cfg.index)
                 self._bad("journal_unparsable")
-                value, key, ts = line, None, self.clock.time_ms()
-            values.append(value)
-            keys.append(key)
-            times.append(ts)
+                records.append((self.label, line, None, self.clock.time_ms()))
             cursors.append(cursor)
-        if not values:
+        if not records:
             return
-        chunk = Chunk.of_values(values, times, keys if self.cfg.key_field else None,
-                                at=list(range(len(values))), at_end=len(values))
         base = self.offset
         with self._lock:
             self._handed.extend((base + i + 1, c) for i, c in enumerate(cursors))
+        by_topic: dict[str, list[int]] = {}
+        for i, (topic, _v, _k, _t) in enumerate(records):
+            by_topic.setdefault(topic, []).append(i)
+        left = len(records)                   # the first entry of the batch not handed over
+        for topic, idx in by_topic.items():
+            done = self._append(topic, records, idx, base)
+            if done < len(idx):
+                left = min(left, idx[done])   # stopped: the rest is read again
+        self.offset = base + left
+        with self._lock:
+            self._last = cursors[left - 1] if left else self._last
+            if left < len(records):
+                while self._handed and self._handed[-1][0] > self.offset:
+                    self._handed.pop()
+        self.read_entries += left
+
+    def _append(self, topic: str, records: list[tuple], idx: list[int], base: int) -> int:
+        """The records ``idx`` of the batch to ``topic``, positioned at their entries' numbers
+        (a topic's slot spans the entries between its records too: the pool keeps the sealed
+        end below what another topic's slot still fills); returns how many were appended."""
+        first = idx[0]
+        chunk = Chunk.of_values([records[i][1] for i in idx], [records[i][3] for i in idx],
+                                [records[i][2] for i in idx] if self._keyed else None,
+                                at=[i - first for i in idx], at_end=idx[-1] + 1 - first)
         done = 0
-        while done < len(values):
+        while done < len(idx):
             part = chunk if done == 0 else _from(chunk, done)
-            res = self.pool.append(self.cfg.topic, part, source=self.sid,
-                                   source_start=base + done,
+            res = self.pool.append(topic, part, source=self.sid,
+                                   source_start=base + idx[done],
                                    timeout_s=0.0 if self._stop.is_set() else 0.5)
             done += res.records
             self.on_data()
-            if self._stop.is_set() and done < len(values):
-                break           # not kept: the cursor stays before them, the next start reads them
-        self.offset = base + done
-        with self._lock:
-            self._last = cursors[done - 1] if done else self._last
-            if done < len(values):
-                while self._handed and self._handed[-1][0] > self.offset:
-                    self._handed.pop()
-        self.read_entries += done
-        self.metrics.inc("agent_source_read_events_total", done, topic=self.cfg.topic)
+            if self._stop.is_set() and done < len(idx):
+                break
+        self.metrics.inc("agent_source_read_events_total", done, topic=topic)
         self.metrics.inc("agent_source_read_bytes_total",
-                         sum(len(v) for v in values[:done]), topic=self.cfg.topic)
+                         sum(len(records[i][1]) for i in idx[:done]), topic=topic)
+        return done
 
-    def _record(self, entry: dict) -> tuple[bytes, bytes | None, int]:
+    def _record(self, entry: dict) -> tuple[str, bytes, bytes | None, int]:
+        """(topic, value, key, event time) of one entry."""
         try:
             ts = int(entry.get("__REALTIME_TIMESTAMP")) // 1000
         except (TypeError, ValueError):
             self._bad("timestamp_unparsable")
             ts = self.clock.time_ms()
+        message = entry.get("MESSAGE")
+        if message is None:
+            self._bad("journal_no_message")
+        fields = None
+        if self.cfg.format == "json" or message is None or self._routed:
+            fields = {k: self._text(v) for k, v in entry.items()}
+            if self.cfg.add_fields:
+                fields.update(self.cfg.add_fields)
+        topic = self.cfg.topic
+        if self._topic is not None:
+            topic = self._topic.topic(fields)
+            if topic is None:
+                self._bad("routed_to_fallback")
+                topic = self.cfg.fallback_topic
         key = None
-        if self.cfg.key_field:
+        if self._key is not None:
+            rendered = self._key.render(fields)
+            if rendered is None:
+                self._bad("key_template_unmatched")
+            else:
+                key = rendered.encode()[:MAX_KEY_BYTES]
+        elif self.cfg.key_field:
             raw = self._text(entry.get(self.cfg.key_field))
             if isinstance(raw, list):            # the field given more than once: the first
                 raw = raw[0] if raw and isinstance(raw[0], str) else None
@@ -408,16 +452,15 @@ class JournaldSource:
                 self._bad("key_field_missing")
             else:
                 key = str(raw).encode()[:MAX_KEY_BYTES]
-        message = entry.get("MESSAGE")
         if self.cfg.format == "message" and message is not None:
             if isinstance(message, str):
-                return message.encode(), key, ts
+                return topic, message.encode(), key, ts
             if isinstance(message, list) and all(isinstance(b, int) for b in message):
-                return bytes(message), key, ts
-        if message is None:
-            self._bad("journal_no_message")
-        fields = {k: self._text(v) for k, v in entry.items()}
-        return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode(), key, ts
+                return topic, bytes(message), key, ts
+        if fields is None:
+            fields = {k: self._text(v) for k, v in entry.items()}
+        return topic, json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode(), \
+            key, ts
 
     def _text(self, value):
         """A field's value as text (bytes decoded, replaced where not UTF-8, counted); a field
@@ -434,7 +477,7 @@ class JournaldSource:
         return value
 
     def _bad(self, kind: str, count: int = 1) -> None:
-        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
+        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.label)
 
     # -- checkpoints -------------------------------------------------------------------------
     def anchors(self, ends: dict[int, int]) -> dict[int, bytes]:

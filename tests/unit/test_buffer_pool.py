@@ -915,3 +915,31 @@ def test_the_first_parts_of_a_split_line_are_not_taken_for_acknowledged_at_the_n
                       delivered=lambda meta: acknowledged_whole(meta.positions, {1: 10_507}))
     assert last.sealed() == [] and last.counters["acknowledged_freed"] == len(sealed)
     last.close()
+
+
+def test_a_source_in_two_filling_slots_seals_no_checkpoint_past_the_other(tmp_path):
+    """A source whose records go to two topics (routing by field) has them in two filling
+    slots: sealing one must not put the source's sealed end past the first record the other
+    still holds, or a crash that takes the other skips its records. After the kill, the pool
+    says to read again from that record."""
+    pool = BufferPool(tmp_path / "pool", 8192 + 16 * 4096, 4096, linger_ms=1e9,
+                      sync_on_seal=False)
+    x = Chunk.of_values([b"x0", b"x1"], 1, at=[0, 20], at_end=30)     # records at 0 and 20
+    y = Chunk.of_values([b"y0"], 1, at=[0], at_end=10)                 # the record at 10
+    pool.append("X", x, source=7, source_start=0)
+    pool.append("Y", y, source=7, source_start=10)
+    pool.seal("X")
+    [sealed] = pool.sealed()
+    assert sealed.meta.positions == ((7, 0, 10),)    # not (7, 0, 30): 10-20 is in Y's slot
+    pool.abandon()                                   # Y's filling slot lost with the kill
+    again = BufferPool(tmp_path / "pool", 8192 + 16 * 4096, 4096, linger_ms=1e9,
+                       sync_on_seal=False)
+    assert again.recovered_positions() == {7: 10}
+    again.close()
+    # Alone, a slot's positions are its own.
+    alone = BufferPool(tmp_path / "alone", 8192 + 16 * 4096, 4096, linger_ms=1e9,
+                       sync_on_seal=False)
+    alone.append("X", x, source=7, source_start=0)
+    alone.seal("X")
+    assert alone.sealed()[0].meta.positions == ((7, 0, 30),)
+    alone.close()

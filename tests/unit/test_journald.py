@@ -33,8 +33,8 @@ class Run:
         self.tmp = tmp
         self.logs = tmp / "journal"
         self.logs.mkdir(exist_ok=True)
-        self.cfg = SourceConfig(index=0, type="journald", topic="j",
-                                journal_directory=str(self.logs), **{"format": "json", **cfg})
+        self.cfg = SourceConfig(index=0, type="journald", journal_directory=str(self.logs),
+                                **{"format": "json", "topic": "j", **cfg})
         self.delivered: list[bytes] = []
         self.open()
 
@@ -334,6 +334,42 @@ def test_new_filters_number_anew_from_the_last_entry_read(run, tmp_path):
     assert r.messages() == [f"event {i}" for i in list(range(10)) + list(range(11, 20, 2))]
     rows = [row for row in r.db.all_files() if row["state"] == "journal"]
     assert len(rows) == 2 and r.src.sid == rows[-1]["source_id"]
+
+
+def test_entries_routed_by_a_field_each_once_in_its_topic_with_a_fallback_and_a_key(run):
+    units = ["app.service", "cron.service", None]
+    entries = [entry(i, _SYSTEMD_UNIT=units[i % 3]) if units[i % 3] else
+               {k: v for k, v in entry(i).items() if k != "_SYSTEMD_UNIT"} for i in range(30)]
+    r = run(entries, topic="j.{_SYSTEMD_UNIT}", fallback_topic="j.other", key="{_HOSTNAME}",
+            format="message")
+    r.read(30)
+    r.checkpoint()
+    by_topic: dict[str, list[bytes]] = {}
+    for s in r.pool.sealed():
+        by_topic.setdefault(s.topic, []).extend(v for _, _, v in s.records())
+    assert by_topic == {"j.app.service": [b"event %d" % i for i in range(0, 30, 3)],
+                        "j.cron.service": [b"event %d" % i for i in range(1, 30, 3)],
+                        "j.other": [b"event %d" % i for i in range(2, 30, 3)]}
+    assert r.metrics.get("agent_source_bad_input_total", kind="routed_to_fallback",
+                         topic="j.other") == 10
+    assert r.metrics.get("agent_source_bad_input_total", kind="key_template_unmatched",
+                         topic="j.other") == 30                    # no _HOSTNAME written
+
+
+def test_a_kill_after_one_routed_topics_slot_sealed_loses_none_of_the_others(run, tmp_path):
+    """Entries of two units go to two topics, so to two filling slots; one is sealed and its
+    cursor written, the other is lost with the kill: its entries are read again (those of
+    the sealed slot past the first one lost come twice), none is skipped."""
+    r = run([entry(i, _SYSTEMD_UNIT="b.service" if i % 2 else "a.service") for i in range(40)],
+            topic="j.{_SYSTEMD_UNIT}", fallback_topic="j.other")
+    r.read(40)
+    r.pool.seal("j.a.service")           # a's records (0, 2, ..., 38) sealed, b's filling
+    r.checkpoints.flush(lambda: r.pool.next_record, lambda: None, False)
+    r.restart(crash=True)
+    r.read(39)                           # again from b's first record (1)
+    got = r.messages()
+    assert sorted(set(got)) == sorted(f"event {i}" for i in range(40))
+    assert len(got) == 20 + 39
 
 
 def test_the_kept_cursors_always_reach_back_to_the_acknowledged_offset():

@@ -99,7 +99,7 @@ def test_a_routed_source_is_heard_of_by_its_fallback_topic_and_may_name_added_fi
     assert source_topics(cfg.sources) == ["s.o"]
     raw = _config()
     raw["sources"] = [{"type": "file", "topic": "f.{app}", "paths": ["/tmp/x/*.log"]}]
-    with pytest.raises(ConfigError, match="only syslog sources route"):
+    with pytest.raises(ConfigError, match="only syslog and journald sources route"):
         parse(raw)
 
 
@@ -160,7 +160,11 @@ def test_a_journald_source_with_its_defaults_and_its_filters(tmp_path):
     ({"units": [""]}, "sources[0].units[0]", "expected a name"),
     ({"journal_directory": "/nonexistent/journal"}, "sources[0].journal_directory",
      "no folder"),
-    ({"topic": "journal.{_SYSTEMD_UNIT}"}, "sources[0].topic", "route by field"),
+    ({"topic": "journal.{_SYSTEMD_UNIT}"}, "sources[0].fallback_topic", "needs a fallback"),
+    ({"add_fields": {"dc": "eu1"}, "format": "message"}, "sources[0].add_fields",
+     "need the message's fields"),
+    ({"add_fields": {"_HOSTNAME": "x"}}, "sources[0].add_fields._HOSTNAME", "journal's own"),
+    ({"listen": "127.0.0.1:5514", "fallback_topic": "x"}, "sources[0].listen", "only syslog"),
 ])
 def test_a_journald_sources_mistakes_are_refused_with_their_path(source, where, says):
     with pytest.raises(ConfigError) as err:
@@ -188,3 +192,10 @@ def test_two_journald_sources_taking_the_same_entries_into_one_topic_are_refused
     assert err.value.path == "sources" and "same entries" in str(err.value)
     raw["sources"][1]["topic"] = "other"
     assert len(parse(raw).sources) == 2
+
+
+def test_a_journald_source_routes_by_any_field_of_the_entry():
+    src = parse(_journald(topic="journal.{_SYSTEMD_UNIT}", fallback_topic="journal.other",
+                          key="{_HOSTNAME}", format="message")).sources[0]
+    assert (src.topic, src.fallback_topic, src.key) == ("journal.{_SYSTEMD_UNIT}",
+                                                        "journal.other", "{_HOSTNAME}")
