@@ -92,6 +92,9 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolReader):
         self._lock = threading.RLock()
         self._space = threading.Condition(self._lock)
         self._current: dict[str, Filling] = {}
+        # source → the first position of records it is handing over to several topics, not yet
+        # all in a slot (``pending``): no slot sealed meanwhile takes an end past it.
+        self._pending: dict[int, int] = {}
         self._sealed: dict[int, SealedSlot] = {}       # seq → slot, in-pool and spilled
         self._leased: set[int] = set()
         self._free: list[int] = []                      # a stack: last freed is handed out first

@@ -25,6 +25,15 @@ from .spill import SlotMeta
 
 class PoolSealer:
     # -- sealing -------------------------------------------------------------------------------
+    def pending(self, source: int, position: int | None) -> None:
+        """A source handing records over to several topics, one topic after another: from
+        ``position`` on, some are in no slot yet (None: all are now)."""
+        with self._lock:
+            if position is None:
+                self._pending.pop(source, None)
+            else:
+                self._pending[source] = position
+
     def seal(self, topic: str) -> int | None:
         """Seal the topic's filling slot now, and wait until it is (with every slot closed
         before it); returns its sequence number (None if empty)."""
@@ -112,7 +121,8 @@ class PoolSealer:
         seq = self._next_seq
         first_record = self._next_record
         tb = topic.encode()
-        positions = tuple(_below_filling(fill.positions, self._current.values()))
+        positions = tuple(_below_filling(fill.positions, self._current.values(),
+                                         self._pending))
         pos = np.zeros((L.MAX_POSITIONS, 3), np.uint64)
         if positions:
             pos[:len(positions)] = positions
@@ -262,14 +272,17 @@ class PoolSealer:
             return self._next_record - 1, min(waiting, self._next_record) - 1
 
 
-def _below_filling(spans: dict[int, list[int]], filling) -> list[tuple[int, int, int]]:
+def _below_filling(spans: dict[int, list[int]], filling,
+                   pending: dict[int, int]) -> list[tuple[int, int, int]]:
     """A closing slot's (source, start, end) positions, each end kept at or below the first
     byte of its source that another slot still filling holds: a source whose records go to
     several topics (routing by field) has them in several slots at once, and a sealed
     checkpoint past such a byte would skip it after a crash that took the filling slot (the
-    records between are read again instead: duplicates). Without routing no other slot holds
-    the source, and the positions are the slot's own."""
-    floor: dict[int, int] = {}
+    records between are read again instead: duplicates); nor past the first position of
+    records such a source is still handing over (``pending``: a batch goes to its topics one
+    after another, so the others' records are in no slot yet). Without routing no other slot
+    holds the source, and the positions are the slot's own."""
+    floor: dict[int, int] = dict(pending)
     for other in filling:
         for src, (start, _end) in other.positions.items():
             floor[src] = min(start, floor.get(src, start))

@@ -381,10 +381,17 @@ class JournaldSource:
         for i, (topic, _v, _k, _t) in enumerate(records):
             by_topic.setdefault(topic, []).append(i)
         left = len(records)                   # the first entry of the batch not handed over
-        for topic, idx in by_topic.items():
-            done = self._append(topic, records, idx, base)
-            if done < len(idx):
-                left = min(left, idx[done])   # stopped: the rest is read again
+        routed = len(by_topic) > 1
+        if routed:                            # no seal past the batch's start meanwhile
+            self.pool.pending(self.sid, base)
+        try:
+            for topic, idx in by_topic.items():
+                done = self._append(topic, records, idx, base)
+                if done < len(idx):
+                    left = min(left, idx[done])   # stopped: the rest is read again
+        finally:
+            if routed:
+                self.pool.pending(self.sid, None)
         self.offset = base + left
         with self._lock:
             self._last = cursors[left - 1] if left else self._last

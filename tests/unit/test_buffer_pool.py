@@ -936,6 +936,18 @@ def test_a_source_in_two_filling_slots_seals_no_checkpoint_past_the_other(tmp_pa
                        sync_on_seal=False)
     assert again.recovered_positions() == {7: 10}
     again.close()
+    # Records of the source not in any slot yet (the other topic's turn comes next): a slot
+    # sealed meanwhile ends at or below where they begin.
+    held = BufferPool(tmp_path / "held", 8192 + 16 * 4096, 4096, linger_ms=1e9,
+                      sync_on_seal=False)
+    held.pending(7, 0)
+    held.append("X", x, source=7, source_start=0)
+    held.seal("X")
+    held.append("Y", y, source=7, source_start=10)
+    held.pending(7, None)
+    held.seal("Y")
+    assert [s.meta.positions for s in held.sealed()] == [((7, 0, 0),), ((7, 10, 20),)]
+    held.close()
     # Alone, a slot's positions are its own.
     alone = BufferPool(tmp_path / "alone", 8192 + 16 * 4096, 4096, linger_ms=1e9,
                        sync_on_seal=False)
