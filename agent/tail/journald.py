@@ -42,6 +42,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
+import numpy as np
+
 from ..buffer import BufferPool, Chunk
 from ..buffer.framing import MAX_KEY_BYTES
 from ..buffer.seams import Clock
@@ -184,6 +186,10 @@ class JournaldSource:
         self._repeat: str | None = None      # the cursor journalctl resumes at, read before
         self.read_entries = 0
         self.sid, self.offset, cursor = self._place(recovered)
+        # No slot of this source seals an end past what it has handed over whole: a batch goes
+        # to its topics one after another, a stop may cut one short, and a slot of the source's
+        # run before a reload may hold entries past where the new one resumes.
+        pool.pending(self.sid, self.offset)
         self._last = cursor                   # the newest cursor handed over (None: the head)
         self._thread = threading.Thread(target=self._run, name=f"docket-journald-{cfg.index}",
                                         daemon=True)
@@ -381,18 +387,12 @@ class JournaldSource:
         for i, (topic, _v, _k, _t) in enumerate(records):
             by_topic.setdefault(topic, []).append(i)
         left = len(records)                   # the first entry of the batch not handed over
-        routed = len(by_topic) > 1
-        if routed:                            # no seal past the batch's start meanwhile
-            self.pool.pending(self.sid, base)
-        try:
-            for topic, idx in by_topic.items():
-                done = self._append(topic, records, idx, base)
-                if done < len(idx):
-                    left = min(left, idx[done])   # stopped: the rest is read again
-        finally:
-            if routed:
-                self.pool.pending(self.sid, None)
+        for topic, idx in by_topic.items():   # no seal past ``base`` meanwhile (``pending``)
+            done = self._append(topic, records, idx, base)
+            if done < len(idx):
+                left = min(left, idx[done])   # stopped: the rest is read again
         self.offset = base + left
+        self.pool.pending(self.sid, self.offset)
         with self._lock:
             self._last = cursors[left - 1] if left else self._last
             if left < len(records):
@@ -407,7 +407,8 @@ class JournaldSource:
         first = idx[0]
         chunk = Chunk.of_values([records[i][1] for i in idx], [records[i][3] for i in idx],
                                 [records[i][2] for i in idx] if self._keyed else None,
-                                at=[i - first for i in idx], at_end=idx[-1] + 1 - first)
+                                at=np.array(idx, np.int64) - first,
+                                at_end=idx[-1] + 1 - first)
         done = 0
         while done < len(idx):
             part = chunk if done == 0 else _from(chunk, done)

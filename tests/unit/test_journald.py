@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.buffer import BufferPool
+from agent.buffer import BufferPool, Chunk
 from agent.config import SourceConfig
 from agent.state.checkpoints import Checkpoints
 from agent.state.db import StateDB
@@ -370,6 +370,42 @@ def test_a_kill_after_one_routed_topics_slot_sealed_loses_none_of_the_others(run
     got = r.messages()
     assert sorted(set(got)) == sorted(f"event {i}" for i in range(40))
     assert len(got) == 20 + 39
+
+
+def test_a_stop_with_the_pool_full_seals_no_routed_slot_past_what_was_handed_over(tmp_path):
+    """One batch of entries routed to two topics: the first topic's records take the pool's
+    last free slot, the second's find none, and the source stops while it waits. The first
+    topic's slot spans the second's entries, which are in no slot: it must not seal an end
+    past the entries handed over whole (sealed, then acknowledged, it would make them count
+    as delivered)."""
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    write_journal(journal / "remote.journal",
+                  [entry(i, _SYSTEMD_UNIT="a.service" if i % 2 == 0 else "b.service")
+                   for i in range(6)])
+    cfg = SourceConfig(index=0, type="journald", topic="j.{_SYSTEMD_UNIT}",
+                       fallback_topic="j.other", format="message",
+                       journal_directory=str(journal))
+    db = StateDB(tmp_path / "state.db")
+    pool = BufferPool(tmp_path / "pool", 8192 + 4 * 4096, 4096, linger_ms=1e9,
+                      sync_on_seal=False)
+    for topic in ("z1", "z2", "z3"):     # every slot but one taken by another source
+        pool.append(topic, Chunk.of_values([b"z"], 1))
+    metrics = Metrics()
+    src = JournaldSource(cfg, pool, db, LossJournal(tmp_path / "loss.jsonl", metrics), metrics,
+                         {})
+    deadline = time.monotonic() + 30
+    while pool.stats()["free_slots"]:
+        assert time.monotonic() < deadline, pool.stats()
+        time.sleep(0.05)
+    time.sleep(1)                        # b's records wait for room
+    src.close()
+    assert src.offset == 1, src.offset   # a's first entry, then b's first never handed over
+    pool.seal_all()
+    spans = [p for s in pool.sealed() if s.topic.startswith("j.") for p in s.meta.positions]
+    assert spans and max(e for _s, _a, e in spans) <= src.offset, spans
+    pool.close()
+    db.close()
 
 
 def test_the_kept_cursors_always_reach_back_to_the_acknowledged_offset():
