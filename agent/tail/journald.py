@@ -86,6 +86,25 @@ def base_args(cfg: SourceConfig) -> list[str]:
     return args
 
 
+# With ``format = "message"`` journalctl prints only these fields (and the ones a key or a
+# template names; the cursor and the times it always prints): formatting every field is most
+# of its cost (19 CPU-µs an entry of ~25 fields against 9 for these, measured). An entry
+# without a message is shipped as these fields.
+MESSAGE_FIELDS = ("MESSAGE", "PRIORITY", "SYSLOG_IDENTIFIER", "_SYSTEMD_UNIT", "_PID",
+                  "_HOSTNAME", "_TRANSPORT")
+
+
+def output_fields(cfg: SourceConfig) -> list[str]:
+    """journalctl's --output-fields for the source, none with ``format = "json"`` (every
+    field)."""
+    if cfg.format != "message":
+        return []
+    named = [f for text in (cfg.topic, cfg.key) if text for f in Template(text).fields]
+    wanted = dict.fromkeys([*MESSAGE_FIELDS, *([cfg.key_field] if cfg.key_field else []),
+                            *named])
+    return ["--output-fields=" + ",".join(wanted)]
+
+
 def parse_cursor(cursor: str) -> tuple[str, int] | None:
     """(sequence number id, sequence number) of a cursor, None when it has none."""
     parts = dict(p.split("=", 1) for p in cursor.split(";") if "=" in p)
@@ -297,7 +316,7 @@ class JournaldSource:
         self._repeat = last
         if last is not None:
             args.append(f"--cursor={last}")
-        return args + match_args(self.cfg)
+        return args + output_fields(self.cfg) + match_args(self.cfg)
 
     def _run(self) -> None:
         first = True
@@ -371,7 +390,7 @@ class JournaldSource:
             if cursor == repeat:
                 continue                      # the entry read last, where journalctl resumed
             try:
-                records.append(self._record(entry))
+                records.append(self._record(entry, line))
             except Exception:                   # never wedge on one entry: shipped as printed
                 log.exception("journald source %d: an entry could not be made a record; "
                               "shipped as journalctl printed it", self.cfg.index)
@@ -424,8 +443,8 @@ class JournaldSource:
                          sum(len(records[i][1]) for i in idx[:done]), topic=topic)
         return done
 
-    def _record(self, entry: dict) -> tuple[str, bytes, bytes | None, int]:
-        """(topic, value, key, event time) of one entry."""
+    def _record(self, entry: dict, line: bytes) -> tuple[str, bytes, bytes | None, int]:
+        """(topic, value, key, event time) of one entry (``line``: as journalctl printed it)."""
         try:
             ts = int(entry.get("__REALTIME_TIMESTAMP")) // 1000
         except (TypeError, ValueError):
@@ -465,6 +484,8 @@ class JournaldSource:
                 return topic, message.encode(), key, ts
             if isinstance(message, list) and all(isinstance(b, int) for b in message):
                 return topic, bytes(message), key, ts
+        if self.cfg.format == "json" and not self.cfg.add_fields and b"[" not in line:
+            return topic, line, key, ts       # no value as bytes or as a list: shipped as printed
         if fields is None:
             fields = {k: self._text(v) for k, v in entry.items()}
         return topic, json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode(), \

@@ -29,11 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from confluent_kafka import KafkaException  # noqa: E402
+
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
 from tests.agentkit import AgentProcess, write_config  # noqa: E402
 from tests.bench.bench_peers import RSYSLOGD, Watched, stop, wait_for  # noqa: E402
 from tests.journalkit import Journald  # noqa: E402
-from tests.kafkautil import bench_kafka  # noqa: E402
+from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
 
 ENTRIES = int(os.environ.get("BENCH_JOURNALD_ENTRIES", "200000"))
 ROUNDS = 2
@@ -84,6 +86,21 @@ class Family(Watched):
         self.cpu_s = own + sum(self.children.values())
 
 
+def topic_ready(bootstrap: str, topic: str) -> None:
+    """The topic made and its partitions led: its watermarks answer (a broker may say it is
+    not the leader yet for a moment after the creation)."""
+    ensure_topics(bootstrap, [TopicSpec(topic, partitions=3)])
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            high_watermarks(bootstrap, topic)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def measured(bootstrap: str, topic: str, t0: float, w: Family) -> dict:
     elapsed, held = wait_for(bootstrap, topic, w, t0, want=ENTRIES)
     w.sample()
@@ -95,7 +112,7 @@ def measured(bootstrap: str, topic: str, t0: float, w: Family) -> dict:
 
 def run_docket(bootstrap: str, form: str, work: Path, journald: Journald) -> dict:
     topic = f"bench.journald.docket.{form}.{work.name}"
-    ensure_topics(bootstrap, [TopicSpec(topic, partitions=3)])
+    topic_ready(bootstrap, topic)
     work.mkdir()
     config = write_config(work / "agent.toml", bootstrap, work / "state",
                           [{"type": "journald", "identifiers": [IDENT], "format": form,
@@ -114,7 +131,7 @@ def run_docket(bootstrap: str, form: str, work: Path, journald: Journald) -> dic
 
 def run_rsyslog(bootstrap: str, form: str, work: Path, journald: Journald) -> dict:
     topic = f"bench.journald.rsyslog.{form}.{work.name}"
-    ensure_topics(bootstrap, [TopicSpec(topic, partitions=3)])
+    topic_ready(bootstrap, topic)
     work.mkdir()
     conf = work / "rsyslog.conf"
     conf.write_text(RSYSLOG_JOURNAL_CONF.format(work=work, topic=topic, bootstrap=bootstrap,

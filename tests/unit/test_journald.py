@@ -130,6 +130,15 @@ def test_each_entry_is_one_record_with_its_fields_and_its_time(run):
     assert [ts for ts, _, _ in records] == [(T0 + i * 1000) // 1000 for i in range(50)]
 
 
+def test_json_records_decode_fields_journalctl_gives_as_bytes_and_lists(run):
+    r = run([entry(0), entry(1, MESSAGE=b"caf\xe9"), entry(2, TAG="[x]")])
+    r.read(3)
+    values = [json.loads(v) for v in r.values()]
+    assert [v["MESSAGE"] for v in values] == ["event 0", "caf\ufffd", "event 2"]
+    assert values[2]["TAG"] == "[x]"
+    assert r.metrics.get("agent_source_bad_input_total", kind="invalid_utf8", topic="j") == 1
+
+
 def test_message_format_ships_the_message_as_written_bytes_and_lines_too(run):
     odd = b"caf\xe9 \xff"                             # not UTF-8: journalctl gives its bytes
     r = run([entry(0), entry(1, MESSAGE="line one\nline two"), entry(2, MESSAGE=odd)],
