@@ -307,7 +307,10 @@ class JournaldSource:
 
     # -- reading -----------------------------------------------------------------------------
     def _command(self) -> list[str]:
-        args = base_args(self.cfg) + ["--follow", "--no-tail"]    # --follow alone: the last 10
+        # --follow alone: the last 10 entries, and of the newest boot only (also from a
+        # cursor: the unread rest of the boot before a reboot would be skipped unsaid);
+        # --merge lifts the boot, --no-tail the 10.
+        args = base_args(self.cfg) + ["--follow", "--no-tail", "--merge"]
         with self._lock:
             last = self._last
         # At the cursor, not after it: --after-cursor skips the first entry at the cursor's

@@ -24,7 +24,12 @@ from tests.journalkit import Journald, entry, journal_tools, namespaces_work, wr
 
 pytestmark = pytest.mark.skipif(not journal_tools(), reason="needs systemd-journal-remote and "
                                 "journalctl (make setup installs them)")
-REREAD = re.compile(r"the entries (\d+)-(\d+) are in the pool but their cursor was not stored")
+# What a start reads again besides the slots in flight: entries a slot holds past the last
+# cursor stored, and entries a rewind of the start's self-check reads again (a slot sealed while
+# a batch was being handed over keeps its end below the batch: it does not count as covering
+# them, so they are read again).
+REREAD = re.compile(r"the entries (\d+)-(\d+) are in the pool but their cursor was not stored"
+                    r"|bytes (\d+)-(\d+) were sealed but are neither acknowledged nor in the pool")
 
 
 def test_a_journal_written_on_through_three_kills_arrives_whole(kafka, tmp_path, topic_name):
@@ -85,7 +90,7 @@ def test_a_journal_written_on_through_three_kills_arrives_whole(kafka, tmp_path,
     finally:
         assert agent.stop() == 0, agent.log_text()
     log = agent.whole_log()
-    reread = [int(b) - int(a) for a, b in REREAD.findall(log)]
+    reread = [int(b or d) - int(a or c) for a, b, c, d in REREAD.findall(log)]
     missing = [i for i in range(total) if counts.get(i, 0) == 0]
     others = [k for k in counts if not isinstance(k, int)]
     duplicates = sum(c - 1 for c in counts.values() if c > 1)

@@ -120,6 +120,14 @@ def run(tmp_path):
         r.src.close()
 
 
+def test_a_first_start_reads_every_boot_of_the_journal(run):
+    other = "fedcba9876543210fedcba9876543210"
+    r = run([entry(i) for i in range(3)]
+            + [entry(i, _BOOT_ID=other, __MONOTONIC_TIMESTAMP=i) for i in range(3, 6)])
+    r.read(6)
+    assert r.messages() == [f"event {i}" for i in range(6)]
+
+
 def test_each_entry_is_one_record_with_its_fields_and_its_time(run):
     r = run([entry(i) for i in range(50)])
     r.read(50)
@@ -415,6 +423,22 @@ def test_a_stop_with_the_pool_full_seals_no_routed_slot_past_what_was_handed_ove
     assert spans and max(e for _s, _a, e in spans) <= src.offset, spans
     pool.close()
     db.close()
+
+
+def test_entries_of_an_earlier_boot_are_read_at_the_start_and_after_a_cursor(run, tmp_path):
+    """journalctl --follow shows the newest boot only, from a cursor too: the entries of the
+    boot before a reboot that were not read yet must not be skipped."""
+    other = "fedcba9876543210fedcba9876543210"
+    r = run([entry(i) for i in range(5)])
+    r.read(5)
+    r.drain_all()
+    r.stop()
+    write_journal(tmp_path / "journal" / "remote.journal",
+                  [entry(i) for i in range(5, 8)]            # the old boot's tail, unread
+                  + [entry(i, _BOOT_ID=other, __MONOTONIC_TIMESTAMP=i) for i in range(8, 12)])
+    r.open()
+    r.read(7)
+    assert r.messages() == [f"event {i}" for i in range(12)]
 
 
 def test_the_kept_cursors_always_reach_back_to_the_acknowledged_offset():
