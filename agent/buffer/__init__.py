@@ -26,10 +26,11 @@ On-disk layout (little-endian; every offset a multiple of 8)::
         record_count u32
         used_bytes   u32      payload bytes holding blocks
         min_ts       i64      event time bounds of the records, ms
-        max_ts       i64
+        max_ts       i64      (while filling: the kept prefix, bytes | check << 32)
         payload_crc  u32      CRC32C of payload[0:used_bytes]
         block_count  u32
         first_record u64      the record number of the slot's first record (docket-seq)
+                              (while filling: the fill's mark)
         positions    (u64 source, u64 start, u64 end)[8]   source bytes the slot covers
         topic        char[256]
         header_crc   u32      CRC32C of every byte above (state is not covered)
@@ -73,9 +74,21 @@ Invariants
   ``first_record`` in slot order. The highest number given lives in the file header and, until
   the slot is sealed again, in its slot header; a slot torn before its state byte gave nothing.
 
+- A slot handed out gets, before its state byte says filling, a mark of its own in
+  ``first_record`` (so the header a former seal left fails its CRC), its topic, and an empty
+  kept prefix in ``max_ts``. Each block of records a source cannot give again (``append(...,
+  once=True)``: a listener's; block flag ``ONCE``) moves the kept prefix past it: its bytes and
+  a check (CRC32C of the mark, continued from the prefix's CRC32C) in one 8-byte store.
+
 Recovery (``BufferPool.open`` on an existing file)
-- filling → discarded (made free); the sources re-read from ``recovered_positions()``, the
-  highest end offset per source among the sealed slots.
+- filling with a header that passes its CRC and a payload that passes its ``payload_crc`` →
+  sealed: its seal wrote the header and the stop came before the state byte
+  (``seal_finished``).
+- filling with a kept prefix whose check holds → its ``ONCE`` blocks moved to the slot's start
+  and sealed, numbered after every slot found sealed (``filling_kept``); its other blocks are
+  files' records, read again.
+- any other filling slot → discarded (made free); the sources re-read from
+  ``recovered_positions()``, the highest end offset per source among the sealed slots.
 - sealed with a bad magic or ``header_crc`` (torn header) or a bad ``payload_crc`` (torn payload)
   → header and payload copied to ``quarantine/``, reported as dropped with reason ``corrupt``,
   made free. Every other sealed slot is replayed, in sequence order, from its ``acked`` prefix

@@ -8,7 +8,9 @@ vectorised (``Chunk.from_lines``); framing writes one *block* per run of records
         magic       u32   "BLCK"
         n           u32   records in the block
         flags       u16   bit 0: keys present; bit 1: its one record continues an event
-                          cut at ``multiline.max_event_bytes`` (header ``docket-continued``)
+                          cut at ``multiline.max_event_bytes`` (header ``docket-continued``);
+                          bit 2: its records came from a source that cannot give them again
+                          (a listener): a crash keeps them from a filling slot
         part_index  u16   for one part of a split oversized line: its index, and
         part_count  u16   the number of parts (0/0 for whole records)
         pad         u16
@@ -38,6 +40,7 @@ from .errors import PoolCorrupt
 BLOCK_MAGIC = 0x4B434C42          # b"BLCK"
 HAS_KEYS = 1
 CONTINUED = 2
+ONCE = 4
 NO_KEY = 0xFFFF
 BLOCK_HEADER = np.dtype([
     ("magic", "<u4"), ("n", "<u4"), ("flags", "<u2"), ("part_index", "<u2"),
@@ -257,8 +260,8 @@ class Block:
         return memoryview(self.payload[o:o + int(self.lengths[i])])
 
 
-def iter_blocks(payload: np.ndarray) -> Iterator[Block]:
-    """Walk the blocks of a sealed payload (``payload`` = the used bytes only)."""
+def block_spans(payload: np.ndarray) -> Iterator[tuple[int, int, np.void]]:
+    """(offset, size, header) of each block of ``payload`` (the used bytes only), in order."""
     at = 0
     end = len(payload)
     while at < end:
@@ -267,11 +270,19 @@ def iter_blocks(payload: np.ndarray) -> Iterator[Block]:
         h = payload[at:at + BLOCK_HEADER_BYTES].view(BLOCK_HEADER)[0]
         if int(h["magic"]) != BLOCK_MAGIC:
             raise PoolCorrupt(f"no block magic at payload offset {at}")
-        n, data_len, keys_len = int(h["n"]), int(h["data_len"]), int(h["keys_len"])
-        keyed = bool(h["flags"] & HAS_KEYS)
-        size = block_bytes(n, data_len, keys_len, keyed)
+        size = block_bytes(int(h["n"]), int(h["data_len"]), int(h["keys_len"]),
+                           bool(h["flags"] & HAS_KEYS))
         if at + size > end:
             raise PoolCorrupt(f"block at {at} of {size} bytes runs past the payload end {end}")
+        yield at, size, h
+        at += size
+
+
+def iter_blocks(payload: np.ndarray) -> Iterator[Block]:
+    """Walk the blocks of a sealed payload (``payload`` = the used bytes only)."""
+    for at, _size, h in block_spans(payload):
+        n, data_len, keys_len = int(h["n"]), int(h["data_len"]), int(h["keys_len"])
+        keyed = bool(h["flags"] & HAS_KEYS)
         o = at + BLOCK_HEADER_BYTES
         ts = payload[o:o + 8 * n].view("<i8")
         o += 8 * n
@@ -296,4 +307,3 @@ def iter_blocks(payload: np.ndarray) -> Iterator[Block]:
         yield Block(ts, lengths, offsets.astype(np.int64) + o, keys,
                     int(h["part_index"]), int(h["part_count"]), payload,
                     bool(h["flags"] & CONTINUED))
-        at += size

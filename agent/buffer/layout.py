@@ -67,6 +67,12 @@ HEADER_CRC_SPAN = SLOT_HEADER.fields["header_crc"][1]
 STATE_OFFSET = SLOT_HEADER.fields["state"][1]
 ACKED_OFFSET = SLOT_HEADER.fields["acked"][1]
 ACKED_MAX = (1 << 24) - 1
+# While a slot fills, two fields a seal writes later tell what a crash may keep of it (records
+# of a source that cannot give them again, a listener's: ``recovery.py``): ``first_record``
+# holds the fill's mark (a number of its own, written as the slot is handed out), ``max_ts``
+# the kept prefix: its bytes (low 32 bits) and a check (high 32 bits) = CRC32C of the mark,
+# continued from the prefix's CRC32C — one 8-byte store after each such block.
+KEPT_OFFSET = SLOT_HEADER.fields["max_ts"][1]
 
 
 def store_acked(header_bytes: np.ndarray, n: int) -> None:
@@ -81,6 +87,22 @@ def acked_of(header_bytes: np.ndarray, record_count: int) -> int:
     """The acknowledged prefix a slot header's bytes say (at most its record count)."""
     a = header_bytes[ACKED_OFFSET:ACKED_OFFSET + 3].astype(np.int64)
     return min(int(a[0] | a[1] << 8 | a[2] << 16), record_count)
+
+
+def kept_check(mark: int, prefix_crc: int) -> int:
+    """The check of a filling slot's kept prefix: the mark's CRC32C continued from the
+    prefix's, so a prefix a former fill of the slot left (another mark) never matches."""
+    return crc32c(mark.to_bytes(8, "little"), prefix_crc)
+
+
+def store_kept(header_bytes: np.ndarray, used: int, check: int) -> None:
+    header_bytes[KEPT_OFFSET:KEPT_OFFSET + 8].view("<u8")[0] = used | check << 32
+
+
+def kept_of(header_bytes: np.ndarray) -> tuple[int, int]:
+    """(bytes, check) of a filling slot's kept prefix."""
+    v = int(header_bytes[KEPT_OFFSET:KEPT_OFFSET + 8].view("<u8")[0])
+    return v & 0xFFFFFFFF, v >> 32
 
 
 def _round_up(n: int, to: int) -> int:

@@ -5,6 +5,7 @@ See the package docstring for the file layout, invariants and recovery rules.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections import deque
@@ -86,7 +87,7 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolReader):
             "records_appended": 0, "slots_sealed": 0, "slots_freed": 0, "slots_spilled": 0,
             "slots_quarantined": 0, "filling_discarded": 0, "oversize_split": 0,
             "oversize_truncated": 0, "oversize_dropped": 0, "buffer_full_dropped": 0,
-            "stale_freed": 0, "acknowledged_freed": 0,
+            "stale_freed": 0, "acknowledged_freed": 0, "filling_kept": 0, "seal_finished": 0,
         }
         self.drop_events: list[DropEvent] = []
         self._lock = threading.RLock()
@@ -120,6 +121,9 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolReader):
         self._seal_error: BaseException | None = None
         self._sealer: threading.Thread | None = None
         self._sealer_stop = False
+        # Each slot handed out gets the next mark (``L.KEPT_OFFSET``); a random start, so no
+        # fill is marked as one of a former run.
+        self._fill_mark = int.from_bytes(os.urandom(8), "little")
 
         self.geometry = L.Geometry.fit(size_bytes, slot_size_bytes)
         self._unlock: weakref.finalize | None = None    # closes the fd holding the file's flock

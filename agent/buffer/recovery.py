@@ -22,13 +22,16 @@ from . import layout as L
 from .durable import make_folder, moved, sync_folder
 from .errors import (
     PoolBusy,
+    PoolCorrupt,
     PoolDamaged,
     PoolDiskTooSmall,
     PoolFormatError,
     PoolGeometryMismatch,
 )
+from .framing import ONCE, block_spans, iter_blocks
 from .slots import (
     DropEvent,
+    Filling,
     SealedSlot,
     slot_meta,
 )
@@ -228,14 +231,27 @@ class PoolRecovery:
         hdr = self._hdr
         states = hdr["state"]
         sealed_seqs = []
+        kept: list[tuple[int, list]] = []           # filling slots holding a listener's records
         for index in range(self.geometry.slot_count):
             state = int(states[index])
             if state == L.FREE:
                 continue
             if state == L.FILLING:
-                self.counters["filling_discarded"] += 1
-                states[index] = L.FREE
-                continue
+                meta = self._meta_if_valid(index)
+                if meta is None or crc32c(self._payload_view(index, meta.used_bytes)) \
+                        != meta.payload_crc:
+                    spans = self._kept_spans(index)
+                    if spans:
+                        kept.append((index, spans))
+                    else:
+                        self.counters["filling_discarded"] += 1
+                        states[index] = L.FREE
+                    continue
+                # Its seal wrote the header (after syncing the data) and the stop came before
+                # the state byte: it is sealed. (The header a former seal left fails its CRC:
+                # a slot handed out gets its mark there first.)
+                states[index] = state = L.SEALED
+                self.counters["seal_finished"] += 1
             meta = self._meta_if_valid(index) if state == L.SEALED else None
             if meta is None:
                 why = f"torn header (state {state})" if state == L.SEALED else \
@@ -293,10 +309,69 @@ class PoolRecovery:
             key = L.seq_order_key([last])
             if key(nxt) > key(self._next_seq):   # the header's next_seq may lag one seal
                 self._next_seq = nxt
+            # Written back at once: were the slot freed and the agent stopped before its next
+            # seal, a lagging header would give its number again (the audit's counted_seq
+            # would then take a later slot for one counted already).
+            self._fh[0]["next_seq"] = self._next_seq
+            self._fh[0]["next_record"] = max(int(self._fh[0]["next_record"]), self._next_record)
+        for index, spans in kept:
+            self._seal_kept(index, spans)
         for slot in self._sealed.values():
             for source, _start, end in slot.meta.positions:
                 if end > self._recovered_positions.get(source, -1):
                     self._recovered_positions[source] = end
+
+    def _kept_spans(self, index: int) -> list[tuple[int, int]] | None:
+        """The blocks of a filling slot a crash keeps: those of a source that cannot give its
+        records again (``ONCE``) within the slot's kept prefix (``L.KEPT_OFFSET``), when the
+        prefix is whole — the fill's mark and every byte of it as written. (offset, size) each;
+        None when there are none. Blocks of files are left: they are read again."""
+        used, check = L.kept_of(self._hdr_bytes[index])
+        if not used or used > self.geometry.slot_bytes:
+            return None
+        payload = self._payload_view(index, used)
+        mark = int(self._hdr[index]["first_record"])
+        if L.kept_check(mark, crc32c(payload)) != check:
+            return None                 # torn by a power loss, or a former fill's
+        try:
+            spans = [(at, size) for at, size, h in block_spans(payload) if h["flags"] & ONCE]
+        except PoolCorrupt:
+            return None
+        return spans or None
+
+    def _seal_kept(self, index: int, spans: list[tuple[int, int]]) -> None:
+        """Seal a filling slot with only its kept blocks (moved to its start), numbered after
+        every slot found sealed: they were never sealed, so never sent nor counted."""
+        r = self._hdr[index]
+        topic_len = int(r["topic_len"])
+        topic = bytes(r["topic"])[:topic_len].decode("utf-8", "replace")
+        o = self.geometry.slot_offset(index)
+        blocks = b"".join(self._mm[o + at:o + at + size].tobytes() for at, size in spans)
+        payload = self._payload_view(index, len(blocks))
+        payload[:] = np.frombuffer(blocks, np.uint8)
+        fill = Filling(index, used=len(blocks), crc=crc32c(payload), blocks=len(spans))
+        for block in iter_blocks(payload):
+            fill.records += len(block)
+            fill.min_ts = min(fill.min_ts, int(block.timestamps.min()))
+            fill.max_ts = max(fill.max_ts, int(block.timestamps.max()))
+        if not topic_len or not fill.records:
+            self.counters["filling_discarded"] += 1
+            self._hdr[index]["state"] = L.FREE
+            self._free.append(index)
+            return
+        c = self._close(topic, fill)
+        if self.sync_on_seal:
+            self.ops.msync(self._map._mmap, o, fill.used)
+        self._write_header(c)
+        if self.sync_on_seal:
+            self._sync_headers(self._map._mmap, index)
+        meta = SlotMeta(c.seq, topic, fill.records, fill.used, fill.min_ts, fill.max_ts,
+                        fill.crc, fill.blocks, (), c.first_record)
+        self._sealed[c.seq] = SealedSlot(meta, index, payload)
+        self.counters["filling_kept"] += 1
+        log.warning("slot %d: %d record(s) of topic %s a listener had read were in a slot not "
+                    "yet sealed at the stop: kept, sealed as seq %d", index, fill.records,
+                    topic, c.seq)
 
     def _reorder(self) -> None:
         key = L.seq_order_key(list(self._sealed))

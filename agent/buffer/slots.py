@@ -110,6 +110,7 @@ class SealedSlot:
 @dataclass
 class Filling:
     index: int
+    mark: int = 0                # the fill's own number (``L.KEPT_OFFSET``)
     used: int = 0
     crc: int = 0
     records: int = 0

@@ -13,6 +13,7 @@ from . import layout as L
 from .framing import (
     BLOCK_HEADER_BYTES,
     CONTINUED,
+    ONCE,
     PER_RECORD_BYTES,
     BlockPlanner,
     Chunk,
@@ -31,12 +32,14 @@ from .spill import SlotMeta
 class PoolWriter:
     # -- appending -----------------------------------------------------------------------------
     def append(self, topic: str, chunk: Chunk, source: int | None = None, source_start: int = 0,
-               timeout_s: float = 0.0) -> AppendResult:
+               timeout_s: float = 0.0, once: bool = False) -> AppendResult:
         """Frame ``chunk``'s records into slots of ``topic``.
 
         Returns how far it got. Fewer records than the chunk holds means the pool was full for
         ``timeout_s`` (policy ``block``): the caller keeps the rest, from ``result.end``, and
-        tries again later — the data waits in the source.
+        tries again later — the data waits in the source. ``once``: the source cannot give
+        these records again (a listener's): a crash before their slot is sealed keeps them
+        (the slot's kept prefix, ``recovery.py``), where a file's are read again.
         """
         tb = topic.encode()
         if not tb or len(tb) > L.MAX_TOPIC_BYTES:
@@ -50,19 +53,20 @@ class PoolWriter:
         oversized = np.flatnonzero(chunk.lengths > self._max_value(chunk)).tolist()
         oversized.append(n)
         continued = chunk.continued and oversized[0] != 0      # record 0: a block of its own
+        kept = ONCE if once else 0
         with self._lock:
             self._raise_seal_error()
             a, next_big = 0, 0
             while a < n:
                 if a == oversized[next_big]:
                     if not self._append_oversized(topic, chunk, a, source, source_start,
-                                                  result, timeout_s):
+                                                  result, timeout_s, kept):
                         break
                     next_big += 1
                     a += 1
                     continue
                 limit = 1 if continued and a == 0 else oversized[next_big]
-                fill = self._filling_for(topic, source, timeout_s)
+                fill = self._filling_for(topic, tb, source, timeout_s)
                 if fill is None:
                     break
                 space = self.geometry.slot_bytes - fill.used
@@ -72,7 +76,7 @@ class PoolWriter:
                     continue
                 self._write(fill, chunk, a, b, source, source_start,
                             chunk.source_pos(b) if b < n else chunk.source_end,
-                            flags=CONTINUED if continued and a == 0 else 0)
+                            flags=kept | (CONTINUED if continued and a == 0 else 0))
                 a = b
                 if self.geometry.slot_bytes - fill.used < BLOCK_HEADER_BYTES + PER_RECORD_BYTES + 8:
                     self._seal(topic)
@@ -87,7 +91,8 @@ class PoolWriter:
         longest_key = max((len(k) for k in chunk.keys if k is not None), default=0)
         return self.max_value_bytes - 8 - pad8(longest_key)
 
-    def _filling_for(self, topic: str, source: int | None, timeout_s: float) -> Filling | None:
+    def _filling_for(self, topic: str, tb: bytes, source: int | None,
+                     timeout_s: float) -> Filling | None:
         fill = self._current.get(topic)
         if fill is not None:
             expired = self._linger_over(fill, self.clock.monotonic_ns())
@@ -100,11 +105,17 @@ class PoolWriter:
             index = self._acquire(timeout_s)
             if index is None:
                 return None
-            fill = Filling(index)
+            self._fill_mark = (self._fill_mark + 1) % L.SEQ_MOD or 1
+            fill = Filling(index, mark=self._fill_mark)
             self._current[topic] = fill
             r = self._hdr[index]
             r["magic"] = L.SLOT_MAGIC
             r["acked"] = 0                  # before the slot counts as anything but free
+            # What a crash may keep of it (``L.KEPT_OFFSET``): the mark makes a former seal's
+            # header fail its CRC, and no prefix yet.
+            r["first_record"] = fill.mark
+            r["max_ts"] = 0
+            r["topic_len"], r["topic"] = len(tb), tb
             r["state"] = L.FILLING
         return fill
 
@@ -169,6 +180,8 @@ class PoolWriter:
         fill.used += size
         fill.records += b - a
         fill.blocks += 1
+        if flags & ONCE:                        # the prefix a crash keeps reaches past it now
+            L.store_kept(self._hdr_bytes[fill.index], fill.used, L.kept_check(fill.mark, fill.crc))
         if chunk.uniform_ts is not None:
             lo = hi = chunk.uniform_ts
         else:
@@ -192,7 +205,8 @@ class PoolWriter:
         else:
             runs.append([fill.records - (b - a), b - a, source, begin, end])
 
-    def _append_oversized(self, topic, chunk, i, source, source_start, result, timeout_s) -> bool:
+    def _append_oversized(self, topic, chunk, i, source, source_start, result, timeout_s,
+                          kept) -> bool:
         length = int(chunk.lengths[i])
         start = int(chunk.starts[i])
         stop = chunk.source_pos(i + 1) if i + 1 < len(chunk) else chunk.source_end
@@ -215,13 +229,13 @@ class PoolWriter:
                                                                           limit)]
         for k, piece in enumerate(pieces):
             self._seal(topic)              # each piece takes a slot of its own
-            fill = self._filling_for(topic, source, timeout_s)
+            fill = self._filling_for(topic, topic.encode(), source, timeout_s)
             if fill is None:
                 return False               # re-read from the line's start next time
             last = k == len(pieces) - 1
             part = (k, len(pieces)) if self.oversize == "split" else (0, 0)
             self._write(fill, chunk, i, i + 1, source, source_start,
-                        stop if last else chunk.source_pos(i), part, piece)
+                        stop if last else chunk.source_pos(i), part, piece, kept)
             self._seal(topic)
         if self.oversize == "truncate":
             result.truncated += 1

@@ -103,12 +103,16 @@ def accept_each(server: socket.socket, stopped: threading.Event,
         threads[:] = [x for x in threads if x.is_alive()] + [t]
 
 
-def reads(conn: socket.socket, stopped: threading.Event):
+def reads(conn: socket.socket, stopped: threading.Event, peek: bool = True):
     """What ``conn`` (its timeout set) sends, read by read, until it closes, fails (a TLS error
-    too) or ``stopped``."""
+    too) or ``stopped``. ``peek`` (not for TLS): a read is taken from the kernel only when the
+    caller asks for the next one — after it appended the read's whole records — so a crash
+    between the read and the append leaves them with the connection, not in a dead process
+    (what a connection's kernel buffer holds dies with it either way)."""
+    sink = bytearray(READ_BYTES) if peek else None
     while not stopped.is_set():
         try:
-            data = conn.recv(READ_BYTES)
+            data = conn.recv(READ_BYTES, socket.MSG_PEEK) if peek else conn.recv(READ_BYTES)
         except TimeoutError:
             continue
         except OSError:
@@ -116,6 +120,16 @@ def reads(conn: socket.socket, stopped: threading.Event):
         if not data:
             return
         yield data
+        if peek:
+            taken = 0
+            try:
+                while taken < len(data):
+                    got = conn.recv_into(memoryview(sink)[:len(data) - taken])
+                    if not got:
+                        return
+                    taken += got
+            except OSError:
+                return
 
 
 class PoolFeed:
@@ -141,8 +155,9 @@ class PoolFeed:
         while done < len(chunk):
             stopping = self.stopped.is_set()
             rest = chunk if done == 0 else _tail(chunk, done)
-            res = self.pool.append(topic, rest, timeout_s=0.0 if stopping else 0.5)   # waits:
-            done += res.records                                                 # backpressure
+            # Waits for room (backpressure); once: what a crash finds not yet sealed is kept.
+            res = self.pool.append(topic, rest, timeout_s=0.0 if stopping else 0.5, once=True)
+            done += res.records
             self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
                              topic=topic)
             self.on_data()

@@ -183,7 +183,7 @@ class SyslogSource:
             if conn is None:
                 return
         with conn:
-            for data in reads(conn, self._stop):
+            for data in reads(conn, self._stop, peek=self._tls is None):
                 whole = frames.feed(data)
                 if frames.bad_frames > bad:
                     self._bad("syslog_bad_frame", frames.bad_frames - bad)

@@ -1,7 +1,9 @@
 """A Hypothesis state machine runs append / seal / free / linger / crash / reopen against a plain
 model of the pool: per topic, the queue of records not yet sealed, and the sealed slots by
 sequence number. After every step the live pool agrees with the model; after every crash or
-reopen the recovered pool holds exactly the model's sealed slots, records and order."""
+reopen the recovered pool holds exactly the model's sealed slots, records and order. Topic
+``b`` is a listener's (``once``): what its filling slot holds at a crash is kept, sealed after
+the others; topic ``a``'s is discarded (a file's, read again)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from agent.buffer.seams import FileOps, SimulatedCrash
 from tests.unit.poolkit import SIZE, SLOT, CrashingOps, FakeClock, chunk_of, ids_of
 
 TOPICS = ("a", "b")
+ONCE = "b"                          # records a source cannot give again: kept at a crash
 FIRST_SEQ = (1 << 64) - 20          # so that runs cross the sequence wrap-around
 
 
@@ -58,9 +61,12 @@ class PoolMachine(RuleBasedStateMachine):
             self.pool.close()
         else:   # abandoned mid-operation, as a killed process leaves its map; the lock goes
             self.pool.abandon()
+        if self.queue[ONCE]:                          # its filling slot is kept, sealed
+            self.sealed[self.next_seq] = (ONCE, list(self.queue[ONCE]))
+            self.next_seq = (self.next_seq + 1) % (1 << 64)
         self.pool = self._open()
         for q in self.queue.values():
-            q.clear()                                 # filling slots are discarded on open
+            q.clear()                                 # the others' are discarded on open
         got = {s.seq: (s.topic, ids_of(v for _, _, v in s.records())) for s in self.pool.sealed()}
         assert got == self.sealed
         assert [s.seq for s in self.pool.sealed()] == list(self.sealed)
@@ -70,7 +76,7 @@ class PoolMachine(RuleBasedStateMachine):
     def append(self, topic, n):
         ids = list(range(self.next_id, self.next_id + n))
         self.next_id += n
-        res = self.pool.append(topic, chunk_of(ids))
+        res = self.pool.append(topic, chunk_of(ids), once=topic == ONCE)
         assert res.records == n, "the pool is sized so that the model never fills it"
         self.queue[topic].extend(ids)
         self._adopt_new_seals()
@@ -112,9 +118,10 @@ class PoolMachine(RuleBasedStateMachine):
             self.pool.seal(topic)
         except SimulatedCrash:
             pass
-        if point == "seal:after_state":     # the state byte was written: the slot counts
+        if point != "seal:before_header":   # the header was written: the slot counts
             self.sealed[self.next_seq] = (topic, list(self.queue[topic]))
             self.next_seq = (self.next_seq + 1) % (1 << 64)
+            self.queue[topic].clear()
         self._restart(clean=False)
 
     @invariant()

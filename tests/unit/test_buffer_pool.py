@@ -327,7 +327,10 @@ def test_a_crash_between_payload_write_and_header_write_discards_the_slot(tmp_pa
     assert again.counters["filling_discarded"] == 1 and again.drop_events == []
 
 
-def test_a_crash_after_the_header_but_before_the_state_byte_discards_the_slot(tmp_path):
+def test_a_crash_after_the_header_but_before_the_state_byte_finds_the_slot_sealed(tmp_path):
+    """The header is written whole (data synced first), then the state byte: a header that
+    passes its CRC on a filling slot is that slot's seal, not a former one's (a slot handed
+    out gets its fill mark in the header first)."""
     pool = open_pool(tmp_path)
     pool.append("t", chunk_of(range(5)))
     pool.seal("t")
@@ -338,10 +341,84 @@ def test_a_crash_after_the_header_but_before_the_state_byte_discards_the_slot(tm
         pool.seal("t")
     pool.abandon()
     again = open_pool(tmp_path)
-    assert ids_of(values(again)) == list(range(5))
+    assert ids_of(values(again)) == list(range(10))
+    assert again.counters["seal_finished"] == 1
+    assert [s.first_record for s in again.sealed()] == [0, 5]
     again.append("t", chunk_of([10]))
     again.seal("t")
-    assert [s.seq for s in again.sealed()] == [0, 1]
+    assert [s.seq for s in again.sealed()] == [0, 1, 2]
+    assert again.sealed()[-1].first_record == 10
+
+
+def test_a_listeners_records_in_a_filling_slot_are_kept_at_a_crash(tmp_path):
+    """Records appended ``once`` (a listener's: nobody can send them again) in a slot not yet
+    sealed when the process dies are sealed at the next open, after every slot found sealed,
+    with numbers after theirs; a file's records beside them are left to be read again."""
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(5)), once=True)
+    pool.seal("t")
+    pool.append("t", chunk_of(range(5, 8)), once=True)
+    pool.append("t", chunk_of(range(100, 104)), source=7, source_start=0)   # a file's
+    pool.append("t", chunk_of(range(8, 10), ts=2_000), once=True)
+    pool.append("u", chunk_of(range(200, 203)), source=8)                  # a file's alone
+    pool.abandon()
+    again = open_pool(tmp_path)
+    assert ids_of(values(again)) == list(range(10))
+    kept = again.sealed()[-1]
+    assert (kept.seq, kept.first_record, kept.record_count) == (1, 5, 5)
+    assert (kept.meta.min_ts, kept.meta.max_ts, kept.meta.positions) == (1_000, 2_000, ())
+    assert again.recovered_positions() == {}            # the files' bytes are read again
+    assert again.counters["filling_kept"] == 1 and again.counters["filling_discarded"] == 1
+    assert again.drop_events == []
+    again.abandon()
+    third = open_pool(tmp_path)                          # sealed now: kept once, not twice
+    assert ids_of(values(third)) == list(range(10)) and third.counters["filling_kept"] == 0
+    third.append("t", chunk_of([10]))
+    third.seal("t")
+    assert third.sealed()[-1].first_record == 10
+
+
+def test_a_kept_prefix_torn_or_left_by_a_former_fill_is_not_kept(tmp_path):
+    """The kept prefix counts only when its check matches this fill's mark over every byte
+    of it: a byte changed (a power loss tore it) or another mark (a former fill's prefix)
+    and the slot is discarded as before — never sent half right."""
+    for harm in ("payload", "mark"):
+        folder = tmp_path / harm
+        pool = open_pool(folder)
+        pool.append("t", chunk_of(range(5)), once=True)
+        index = pool._current["t"].index
+        if harm == "payload":
+            pool._mm[pool.geometry.slot_offset(index) + 30] ^= 1
+        else:
+            pool._hdr[index]["first_record"] += 1
+        pool.abandon()
+        again = open_pool(folder)
+        assert again.sealed() == [] and again.counters["filling_discarded"] == 1, harm
+        assert again.counters["filling_kept"] == 0
+
+
+def test_a_slot_handed_out_again_forgets_the_prefix_of_its_former_fill(tmp_path):
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(5)), once=True)
+    pool.seal("t")
+    pool.free(pool.sealed()[0])
+    pool.append("t", chunk_of(range(100, 103)), source=1)     # a file's, in the same slot
+    pool.abandon()
+    again = open_pool(tmp_path)
+    assert again.sealed() == [] and again.counters["filling_kept"] == 0
+
+
+def test_a_freed_slot_handed_out_again_is_not_taken_for_its_former_seal(tmp_path):
+    """A freed slot keeps its former header (only the state byte changes): handed out again
+    and the agent killed before anything is written, the header must not pass as sealed."""
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(5)))
+    pool.seal("t")
+    pool.free(pool.sealed()[0])
+    pool._filling_for("t", b"t", None, 0.0)       # handed out; killed before the first write
+    pool.abandon()
+    again = open_pool(tmp_path)
+    assert again.sealed() == [] and again.counters["filling_discarded"] == 1
 
 
 def test_a_crash_right_after_the_state_byte_keeps_the_slot(tmp_path):
