@@ -156,7 +156,9 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             choices=("file", "socket", "syslog", "journald"), required=True),
     Setting("topic", str, None, "Kafka topic of this source's events; a `syslog` or `journald` "
             "source's may name fields of the event (`\"syslog.{app}\"`, "
-            "`\"journal.{_SYSTEMD_UNIT}\"`): see `fallback_topic`.", required=True),
+            "`\"journal.{_SYSTEMD_UNIT}\"`), a `file` source's fields of the file "
+            "(`\"logs.{namespace}\"`, `\"{hostname}.app\"`): see `fallback_topic`.",
+            required=True),
     Setting("paths", list, [], "`file`: glob patterns of the files to tail."),
     Setting("exclude", list, [], "`file`: glob patterns of files not to tail though `paths` "
             "match them, e.g. `[\"*.gz\"]` beside `paths = [\"/var/log/app/app.log*\"]`. A "
@@ -207,17 +209,20 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "of time, stream, message and the pod, namespace and container the file's path "
             "names (docs/agent.md, Container logs).",
             choices=("json", "raw", "message", "cri", "docker")),
-    Setting("fallback_topic", str, None, "`syslog` with `format = \"json\"`, and `journald`: "
-            "when `topic` names fields (`\"syslog.{app}\"`, `\"logs.{facility}.{severity}\"`, "
-            "`\"journal.{_SYSTEMD_UNIT}\"`), the topic of an event whose fields make no topic "
-            "name (one absent or null, or characters Kafka refuses); required then."),
-    Setting("key", str, None, "`syslog` with `format = \"json\"`, and `journald`: the record "
-            "key as a template over the event's fields, e.g. `\"{host}\"`, `\"{host}/{app}\"` "
-            "or `\"{_HOSTNAME}\"` (a field absent: no key, counted). Not with `key_field`."),
-    Setting("add_fields", dict, None, "`syslog` and `journald` with `format = \"json\"`: "
-            "fields added to every event, e.g. `{ datacenter = \"eu1\", role = \"edge\" }`; "
-            "templates may name them. Not the names a syslog message's own fields have, nor "
-            "the journal's trusted names (beginning with `_`)."),
+    Setting("fallback_topic", str, None, "`syslog` with `format = \"json\"`, `journald` and "
+            "`file`: when `topic` names fields (`\"syslog.{app}\"`, "
+            "`\"logs.{facility}.{severity}\"`, `\"journal.{_SYSTEMD_UNIT}\"`, "
+            "`\"pods.{namespace}\"`), the topic of an event whose fields make no topic name "
+            "(one absent or null, or characters Kafka refuses); required then."),
+    Setting("key", str, None, "`syslog` with `format = \"json\"`, `journald` and `file`: the "
+            "record key as a template over the event's fields, e.g. `\"{host}\"`, "
+            "`\"{host}/{app}\"` or `\"{_HOSTNAME}\"`; a file's: over its file's fields, e.g. "
+            "`\"{namespace}/{pod}\"` (a field absent: no key, counted). Not with `key_field`."),
+    Setting("add_fields", dict, None, "`syslog` and `journald` with `format = \"json\"`, and "
+            "`file` with `format = \"cri\"` or `\"docker\"`: fields added to every event, e.g. "
+            "`{ datacenter = \"eu1\", role = \"edge\" }`; templates may name them. Not the "
+            "names the event's own fields have, nor the journal's trusted names (beginning "
+            "with `_`)."),
     Setting("receive_buffer_bytes", int, 0, "`syslog`: the socket's receive buffer "
             "(`SO_RCVBUF`; the kernel doubles it and caps it at `net.core.rmem_max`); 0: the "
             "system's default. A larger one rides out bursts over UDP.", minimum=0,
@@ -314,6 +319,12 @@ class SourceConfig:
     close_idle_ms: int = 300_000
     max_open_files: int = 0
     poll_interval_ms: int = 250
+
+    @property
+    def label(self) -> str:
+        """The topic the source's own counts and log lines name: a routing source's fallback
+        (its ``topic`` is then a template), else its topic."""
+        return self.fallback_topic or self.topic
 
 
 @dataclass
@@ -452,14 +463,16 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
                                       hint='e.g. exclude = ["*.gz", "*.zst"]')
             if src.multiline is not None:
                 _check_multiline(f"{where}.multiline", src.multiline)
-        if src.type not in ("syslog", "journald"):
+        if src.type == "socket":
             if "{" in src.topic:
-                raise ConfigError(f"{where}.topic", "only syslog and journald sources route by "
-                                  "field (a topic naming fields)", hint="give the topic's name")
+                raise ConfigError(f"{where}.topic", "a socket source does not route by field "
+                                  "(a topic naming fields)", hint="give the topic's name")
             for key in ROUTING:
                 if getattr(src, key) != SourceConfig.__dataclass_fields__[key].default:
-                    raise ConfigError(f"{where}.{key}", f"only syslog and journald sources "
-                                      f"take `{key}`")
+                    raise ConfigError(f"{where}.{key}", f"a socket source does not take "
+                                      f"`{key}`")
+        elif src.type == "file":
+            _check_routing(where, src)
         if src.type != "syslog":
             for key in SYSLOG_ONLY:
                 if getattr(src, key) != SourceConfig.__dataclass_fields__[key].default:
@@ -518,8 +531,14 @@ def _parse_sources(raw_sources) -> list[SourceConfig]:
 # What only a syslog source takes (any other source given one is refused).
 SYSLOG_ONLY = ("listen", "protocol", "receive_buffer_bytes", "ssl_certificate_file",
                "ssl_key_file", "ssl_key_password_file", "ssl_ca_file")
-# Routing by field: what only the syslog and journald sources take.
+# Routing by field: what the syslog, journald and file sources take.
 ROUTING = ("fallback_topic", "key", "add_fields")
+# A file's own fields, for a file source's templates (agent/routing.py ``FileRoutes``): this
+# host's name; with a container runtime's format, what the file's path names
+# (agent/tail/container.py ``path_fields``) and the record's own fields (not for templates).
+FILE_FIELDS = ("hostname",)
+CONTAINER_PATH_FIELDS = ("namespace", "pod", "pod_uid", "container", "restart", "container_id")
+CONTAINER_RECORD_FIELDS = ("time", "stream", "message")
 # The container runtimes' log formats a file source takes (agent/tail/container.py).
 CONTAINER_FORMATS = ("cri", "docker")
 # The fields of a syslog message's JSON form (agent/tail/syslog_format.py, and its peer).
@@ -543,25 +562,40 @@ def split_listen(text: str) -> tuple[str, int]:
 
 
 def _check_routing(where: str, src: SourceConfig) -> None:
-    """A syslog or journald source's templates (``topic``, ``key``), its fallback topic and
-    added fields. A journald entry's fields are its own (any name): only a syslog template's
-    fields are checked by name; templates over a journal entry take its fields in either
-    format, added fields need the JSON form."""
+    """A syslog, journald or file source's templates (``topic``, ``key``), its fallback topic
+    and added fields. A journald entry's fields are its own (any name): only a syslog's or a
+    file's template's fields are checked by name; templates over a journal entry take its
+    fields in either format, added fields need the JSON form. A file's templates name its
+    file's fields (``FILE_FIELDS``, and a container runtime's path fields); its added fields
+    need a container runtime's format (a plain file's lines are shipped as written)."""
     from .routing import PLACEHOLDER, TOPIC_NAME, Template, has_placeholders
 
     routed = has_placeholders(src.topic)
     journald = src.type == "journald"
-    json_only = [k for k, on in (("topic", routed and not journald),
-                                 ("key", src.key is not None and not journald),
-                                 ("add_fields", src.add_fields is not None)) if on]
-    if json_only and src.format != "json":
-        raise ConfigError(f"{where}.{json_only[0]}", "templates and added fields need the "
-                          "message's fields", hint='set format = "json"')
+    file = src.type == "file"
+    container = file and src.format in CONTAINER_FORMATS
+    if file:
+        if src.add_fields is not None and not container:
+            raise ConfigError(f"{where}.add_fields", "a plain file's lines are shipped as "
+                              "written: only a container runtime's records (made as JSON) "
+                              "take added fields", hint='format = "cri" or "docker", or '
+                              "leave add_fields out")
+        own = set(FILE_FIELDS) | (set(CONTAINER_PATH_FIELDS) if container else set())
+        taken = own | (set(CONTAINER_RECORD_FIELDS) if container else set())
+    else:
+        json_only = [k for k, on in (("topic", routed and not journald),
+                                     ("key", src.key is not None and not journald),
+                                     ("add_fields", src.add_fields is not None)) if on]
+        if json_only and src.format != "json":
+            raise ConfigError(f"{where}.{json_only[0]}", "templates and added fields need "
+                              "the message's fields", hint='set format = "json"')
+        own = taken = set(SYSLOG_FIELDS)
     added = src.add_fields or {}
     for name, value in added.items():
-        if name in SYSLOG_FIELDS and not journald:
-            raise ConfigError(f"{where}.add_fields.{name}", "is a field of every syslog "
-                              "message", hint="choose another name")
+        if name in taken and not journald:
+            raise ConfigError(f"{where}.add_fields.{name}", "is a field of every "
+                              f"{'record' if file else 'syslog message'}",
+                              hint="choose another name")
         if journald and name.startswith("_"):
             raise ConfigError(f"{where}.add_fields.{name}", "a name beginning with '_' is the "
                               "journal's own (trusted fields)", hint="choose another name")
@@ -580,14 +614,15 @@ def _check_routing(where: str, src: SourceConfig) -> None:
         if key == "topic" and literal and not TOPIC_NAME.fullmatch(literal):
             raise ConfigError(f"{where}.topic", f"{text!r} is not a Kafka topic name",
                               hint="letters, digits, '.', '_', '-' besides its placeholders")
-    known = set(SYSLOG_FIELDS) | set(added)
+    known = own | set(added)
     for key, text in (("topic", src.topic), ("key", src.key)):
         if text is None or journald:
             continue
         unknown = [f for f in Template(text).fields if f not in known]
         if unknown:
             raise ConfigError(f"{where}.{key}", f"{{{unknown[0]}}} is not a field of the "
-                              "message", hint="fields: " + ", ".join(sorted(known)))
+                              f"{'file' if file else 'message'}",
+                              hint="fields: " + ", ".join(sorted(known)))
     if src.key is not None and src.key_field:
         raise ConfigError(f"{where}.key", "give `key` or `key_field`, not both")
     if routed and not src.fallback_topic:

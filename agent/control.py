@@ -172,7 +172,7 @@ class AgentControl:
                 if not disk_full(exc):
                     raise
                 log.error("stopping with a full disk: %s's last sizes not stored (%s)",
-                          f.cfg.topic, exc)
+                          f.cfg.label, exc)
         self.watch.stop()
         self._close_wake()
         self.board.close()

@@ -9,6 +9,8 @@ fallback topic. Values are written as text (numbers as JSON writes them).
 from __future__ import annotations
 
 import re
+import socket
+from dataclasses import dataclass
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -46,3 +48,56 @@ class Template:
 
 def has_placeholders(text: str) -> bool:
     return bool(PLACEHOLDER.search(text))
+
+
+@dataclass(frozen=True)
+class FileRoute:
+    """Where a file's records go: its topic (``fallback``: the source's fallback topic, for
+    the file's fields made none), its records' key (None: none, ``key_unmatched`` when a
+    template made none) and the fields its records gain (a container runtime's records)."""
+
+    topic: str
+    fallback: bool
+    key: bytes | None
+    key_unmatched: bool
+    meta: dict
+
+
+class FileRoutes:
+    """A file source's topic and key per file, from templates over the file's own fields:
+    ``hostname`` (this host's name), what a container runtime's path names (``fields_of``:
+    namespace, pod, container, ...) and the source's added fields. Fixed per file, so all of a
+    file's records go to one topic and a file fills one slot at a time, as an unrouted one
+    does; worked out once per path."""
+
+    CACHED = 4096
+
+    def __init__(self, topic: str, fallback: str | None, key: str | None,
+                 added: dict | None, fields_of=None, hostname: str | None = None):
+        self._topic = Template(topic)
+        self._fallback = fallback
+        self._key = Template(key) if key is not None else None
+        self._added = dict(added or {})
+        self._fields_of = fields_of
+        self.hostname = hostname if hostname is not None else socket.gethostname()
+        self._cache: dict[str, FileRoute] = {}
+
+    def of(self, path: str) -> FileRoute:
+        route = self._cache.get(path)
+        if route is None:
+            if len(self._cache) >= self.CACHED:
+                self._cache.clear()
+            route = self._cache[path] = self._route(path)
+        return route
+
+    def _route(self, path: str) -> FileRoute:
+        own = self._fields_of(path) if self._fields_of is not None else {}
+        meta = {**own, **self._added}
+        fields = {"hostname": self.hostname, **meta}
+        topic = self._topic.text if self._topic.is_static else self._topic.topic(fields)
+        key, unmatched = None, False
+        if self._key is not None:
+            rendered = self._key.render(fields)
+            unmatched = rendered is None
+            key = None if unmatched else rendered.encode()
+        return FileRoute(topic or self._fallback, topic is None, key, unmatched, meta)

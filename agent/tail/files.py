@@ -170,7 +170,7 @@ class FileSource:
             self._bad(kind)
 
     def _rotation(self, kind: str) -> None:
-        self.metrics.inc("agent_source_rotations_total", kind=kind, topic=self.cfg.topic)
+        self.metrics.inc("agent_source_rotations_total", kind=kind, topic=self.cfg.label)
 
     def _resume_offset(self, row: dict) -> int:
         """Where reading of a generation goes on: after what is sealed (the checkpoint, or a
@@ -298,7 +298,7 @@ class FileSource:
         self._decide_pending(found)
         self._expire_orphans()
         self._store_sizes()
-        self.metrics.set("agent_source_files", len(self.tracked), topic=self.cfg.topic)
+        self.metrics.set("agent_source_files", len(self.tracked), topic=self.cfg.label)
         return found
 
     def _still_closed(self, ident: Ident, path: str, st: os.stat_result) -> bool:
@@ -511,7 +511,8 @@ class FileSource:
         self._rotation("cut_back")
         unread = max(0, (row["size_seen"] or 0) - offset)
         if unread:
-            self.journal.record("cut_back_unread", self.cfg.topic, -1, nbytes=unread,
+            self.journal.record("cut_back_unread", self.reader.routes.of(path).topic, -1,
+                                nbytes=unread,
                                 source=path, byte_range=(offset, offset + unread),
                                 source_id=sid, open_ended=True,
                                 detail=f"{path} was cut back below offset {offset} while the "
@@ -546,7 +547,7 @@ class FileSource:
                 if len(self.ignored_older) == 1 or len(self.ignored_older) % 1000 == 0:
                     log.info("%d file(s) under the globs of topic %s last changed over %d ms "
                              "ago: not opened (ignore_older_ms); read once they change",
-                             len(self.ignored_older), self.cfg.topic, limit)
+                             len(self.ignored_older), self.cfg.label, limit)
             return None
         return self.ignored_older.pop(ident, 0)
 
@@ -704,7 +705,7 @@ class FileSource:
         finally:
             if self._started > STARTS_LOGGED:
                 log.info("tailing %d more new file(s) of topic %s (one line each for the "
-                         "first %d)", self._started - STARTS_LOGGED, self.cfg.topic,
+                         "first %d)", self._started - STARTS_LOGGED, self.cfg.label,
                          STARTS_LOGGED)
 
     def _decide_each(self, found: dict, now: float) -> None:
@@ -952,7 +953,8 @@ class FileSource:
         what += f"; its content after byte {o.size_seen} is unknown"
         log.warning("%s (source %d): %s; journaled bytes %d-%d", o.path, o.source_id, what,
                     o.offset, o.size_seen)
-        self.journal.record(reason, self.cfg.topic, -1, nbytes=unread, source=o.path,
+        self.journal.record(reason, self.reader.routes.of(o.path).topic, -1, nbytes=unread,
+                            source=o.path,
                             byte_range=(o.offset, max(o.offset, o.size_seen)),
                             source_id=o.source_id, open_ended=True, detail=what)
 
@@ -966,7 +968,7 @@ class FileSource:
                  t.ino, t.offset, unread)
         self._rotation("truncated")
         # Seal what was handed over of the old content: the orphan's offset is then sealed.
-        self.pool.seal(self.cfg.topic)
+        self.pool.seal(self.reader.routes.of(t.path).topic)
         now = self._now()
         self.orphans.append(Orphan(t.source_id, t.fingerprint, t.offset, t.size_seen, t.tail,
                                    t.path, now + gen.COPY_GRACE_S,
@@ -1132,7 +1134,7 @@ class FileSource:
         if over > 0 and not self.over_cap:
             log.warning("topic %s: %d file(s) open, over max_open_files = %d, and none of them "
                         "idle: kept open (closing a file being written would leave it unread)",
-                        self.cfg.topic, len(self.tracked), self.cfg.max_open_files)
+                        self.cfg.label, len(self.tracked), self.cfg.max_open_files)
         self.over_cap = max(0, over)
 
     def _over_cap(self) -> int:

@@ -113,7 +113,7 @@ class LineCutter:
         return be if head.startswith(be.bom) else self._orders[f"{self.wide}-le"]
 
     def bad(self, kind: str, count: int = 1) -> None:
-        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.topic)
+        self.metrics.inc("agent_source_bad_input_total", count, kind=kind, topic=self.cfg.label)
 
     def force(self, data: bytes, kind: str, units: Units | None = None) -> bytes:
         """A line the agent ends itself (``line_forced`` at the cap, ``partial_line_flushed``

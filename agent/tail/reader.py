@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..buffer import BufferPool
+from ..buffer.framing import MAX_KEY_BYTES
 from ..buffer.seams import Clock
 from ..config import SourceConfig
 from ..patterns import DEFAULT_FLUSH_MS, DEFAULT_MAX_EVENT_BYTES, MultilineRule
+from ..routing import FileRoutes
 from ..state.db import FINGERPRINT_BYTES
 from ..telemetry import Metrics
 from . import anchors, compressed, container
@@ -95,6 +97,9 @@ class Reader:
         self.flush_ms = rule.flush_ms if rule else DEFAULT_FLUSH_MS
         self.lines = LineCutter(cfg, metrics, self.events, self.flush_ms)
         self.container = self.lines.container         # a runtime's framing (container.py)
+        # Each file's topic and key (templates over its fields, else the source's topic).
+        self.routes = FileRoutes(cfg.topic, cfg.fallback_topic, cfg.key, cfg.add_fields,
+                                 container.path_fields if self.container is not None else None)
         # Lines are grouped into records (held while the last may go on) by a multiline rule,
         # a container runtime's partial lines, or both.
         self.grouped = self.events is not None or self.container is not None
@@ -326,10 +331,17 @@ class Reader:
         it took them all. With multiline events, ``records`` are where each event in
         ``data[:n]`` begins (``continued``: the first continues an event cut before it)."""
         skip = len(units.bom) if units and t.offset == 0 and data.startswith(units.bom) else 0
-        meta = container.path_fields(t.path) if self.container is not None else None
-        chunk = self.lines.frame(data, n, self.clock.time_ms(), records, units, skip, meta)
+        route = self.routes.of(t.path)
+        chunk = self.lines.frame(data, n, self.clock.time_ms(), records, units, skip,
+                                 route.meta if self.container is not None else None)
         chunk.continued = continued
-        res = self.pool.append(self.cfg.topic, chunk, source=t.source_id, source_start=t.offset)
+        if route.key is not None:
+            chunk.keys = [route.key[:MAX_KEY_BYTES]] * len(chunk)
+        res = self.pool.append(route.topic, chunk, source=t.source_id, source_start=t.offset)
+        if res.records and route.fallback:
+            self.lines.bad("routed_to_fallback", res.records)
+        if res.records and route.key_unmatched:
+            self.lines.bad("key_template_unmatched", res.records)
         end = res.end if res.records or not skip else 0     # not past a mark nothing covers
         if end:
             t.tail = (t.tail + data[max(0, end - TAIL_BYTES):end])[-TAIL_BYTES:]
@@ -344,9 +356,9 @@ class Reader:
             t.handed.append((t.offset, zlib.crc32(t.tail[-anchors.SPAN:])))
         stats.bytes += end
         stats.events += res.records
-        self.metrics.inc("agent_source_read_bytes_total", end, topic=self.cfg.topic)
+        self.metrics.inc("agent_source_read_bytes_total", end, topic=route.topic)
         self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
-                         topic=self.cfg.topic)
+                         topic=route.topic)
         return end, res.complete(chunk)
 
 

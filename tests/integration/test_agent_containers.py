@@ -2,8 +2,10 @@
 Kafka, laid out as the kubelet and docker lay them out (``var/log/pods/<ns>_<pod>_<uid>/
 <container>/0.log``, ``var/lib/docker/containers/<id>/<id>-json.log``) under a temp folder:
 entries cut into partial lines at random, the kubelet's rotation (``0.log`` renamed to
-``0.log.<time>``, the one before gzipped), a SIGKILL mid-stream. Every entry arrives whole with
-its pod, namespace and container, counted by id; the agent's audit counts every record."""
+``0.log.<time>``, the one before gzipped), a SIGKILL mid-stream. The pods' files are routed to
+a topic per namespace (``topic = "….pods-{namespace}"``) with an added field. Every entry
+arrives whole with its pod, namespace and container, in its namespace's topic, counted by id;
+the agent's audit counts every record under the topic it went to."""
 
 from __future__ import annotations
 
@@ -138,11 +140,26 @@ def _check(records, runtime: Runtime) -> Counter:
     return ids
 
 
+# The pods' files are routed by their namespace (a topic each); none falls back.
+NAMESPACES = sorted({ns for ns, _p, _c in PODS})
+KINDS = (*(f"pods-{ns}" for ns in NAMESPACES), "pods-other", "docker")
+
+
+def _topics(topic: str) -> list[str]:
+    return [f"{topic}.{k}" for k in KINDS]
+
+
+def _read_every(kafka, topic: str) -> list:
+    return [r for t in _topics(topic) for r in read_all(kafka.bootstrap_servers, t)]
+
+
 def _config(tmp_path, kafka, topic, **audit):
     root = tmp_path / "node"
     return root, write_config(tmp_path / "agent.toml", kafka.bootstrap_servers,
                               tmp_path / "state", [
-        {"type": "file", "format": "cri", "topic": f"{topic}.pods", "key_field": "pod",
+        {"type": "file", "format": "cri", "topic": topic + ".pods-{namespace}",
+         "fallback_topic": f"{topic}.pods-other", "key_field": "pod",
+         "add_fields": {"cluster": "eu1-a"},
          "paths": [str(root / "var/log/pods/*/*/*.log*")]},
         {"type": "file", "format": "docker", "topic": f"{topic}.docker",
          "paths": [str(root / "var/lib/docker/containers/*/*-json.log*")]},
@@ -151,8 +168,8 @@ def _config(tmp_path, kafka, topic, **audit):
 
 def test_pods_and_docker_every_entry_once_whole_with_its_pod_and_audited(kafka, tmp_path,
                                                                         topic_name):
-    ensure_topics(kafka.bootstrap_servers, [TopicSpec(f"{topic_name}.{k}", partitions=2)
-                                            for k in ("pods", "docker")])
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=2)
+                                            for t in _topics(topic_name)])
     root, config = _config(tmp_path, kafka, topic_name, audit={"interval_ms": 1000})
     runtime = Runtime(root, rotate_every=150)
     agent = AgentProcess(config, tmp_path / "agent.log").start()
@@ -167,9 +184,15 @@ def test_pods_and_docker_every_entry_once_whole_with_its_pod_and_audited(kafka, 
     finally:
         assert agent.stop() == 0
     assert runtime.rotations >= 4 and runtime.gzipped >= 3, "the kubelet's rotation happened"
-    pods = read_all(kafka.bootstrap_servers, f"{topic_name}.pods")
+    by_ns = {ns: read_all(kafka.bootstrap_servers, f"{topic_name}.pods-{ns}")
+             for ns in NAMESPACES}
+    pods = [r for records in by_ns.values() for r in records]
     docker = read_all(kafka.bootstrap_servers, f"{topic_name}.docker")
     ids = _check(pods + docker, runtime)
+    for ns, records in by_ns.items():                  # each namespace's in its topic
+        assert records and {json.loads(r.value())["namespace"] for r in records} == {ns}
+    assert all(json.loads(r.value())["cluster"] == "eu1-a" for r in pods)
+    assert read_all(kafka.bootstrap_servers, f"{topic_name}.pods-other") == []
     assert ids == Counter(range(total)), "each entry exactly once"
     assert sum(text.endswith(" between") for _w, text in runtime.written.values()) >= 100
     assert unframed == 0
@@ -177,19 +200,20 @@ def test_pods_and_docker_every_entry_once_whole_with_its_pod_and_audited(kafka, 
     from audit.contract.collect import read_audit_topic
     from tests.auditkit import tier_counts
     counted = tier_counts(read_audit_topic(kafka.bootstrap_servers, "docket.audit"), "producer",
-                          {f"{topic_name}.pods", f"{topic_name}.docker"})
+                          set(_topics(topic_name)))
     per_topic = Counter()
     for (topic, _window, _origin), (count, _bytes, _checksum) in counted.items():
         per_topic[topic] += count
-    assert per_topic == {f"{topic_name}.pods": len(pods), f"{topic_name}.docker": len(docker)}
+    assert per_topic == {**{f"{topic_name}.pods-{ns}": len(by_ns[ns]) for ns in NAMESPACES},
+                         f"{topic_name}.docker": len(docker)}
 
 
 def test_a_sigkill_mid_stream_loses_no_entry_and_cuts_none(kafka, tmp_path, topic_name):
     """The runtime writes on while the agent is killed and started again: every entry arrives
     whole (none half sent and its rest as another), at most twice (read again after the last
     checkpoint)."""
-    ensure_topics(kafka.bootstrap_servers, [TopicSpec(f"{topic_name}.{k}", partitions=1)
-                                            for k in ("pods", "docker")])
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=1)
+                                            for t in _topics(topic_name)])
     root, config = _config(tmp_path, kafka, topic_name)
     runtime = Runtime(root, rotate_every=400)
     agent = AgentProcess(config, tmp_path / "agent.log").start()
@@ -208,16 +232,14 @@ def test_a_sigkill_mid_stream_loses_no_entry_and_cuts_none(kafka, tmp_path, topi
         total = runtime.next
         wait_until("every entry read and sent", lambda: agent.metric(
             "agent_drain_sent_events_total") >= agent.metric("agent_source_read_events_total")
-            and Counter(_check(read_all(kafka.bootstrap_servers, f"{topic_name}.pods")
-                               + read_all(kafka.bootstrap_servers, f"{topic_name}.docker"),
+            and Counter(_check(_read_every(kafka, topic_name),
                                runtime)).keys() >= set(range(total)), 90, agent)
     finally:
         runtime.stop = True
         if agent.alive():
             assert agent.stop() == 0
     assert runtime.rotations >= 1
-    ids = _check(read_all(kafka.bootstrap_servers, f"{topic_name}.pods")
-                 + read_all(kafka.bootstrap_servers, f"{topic_name}.docker"), runtime)
+    ids = _check(_read_every(kafka, topic_name), runtime)
     assert set(ids) == set(range(total)), "an entry is missing"
     assert max(ids.values()) <= 2
     print(f"containers SIGKILL: {total} entries, {sum(ids.values()) - total} read twice")

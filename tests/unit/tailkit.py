@@ -143,8 +143,8 @@ class Harness:
         self.logs = tmp / "logs"
         self.logs.mkdir(exist_ok=True)
         self.app = self.logs / "app.log"
-        self.cfg = SourceConfig(index=0, type="file", topic="t",
-                                paths=[str(self.logs / pattern)], **cfg)
+        cfg.setdefault("topic", "t")
+        self.cfg = SourceConfig(index=0, type="file", paths=[str(self.logs / pattern)], **cfg)
         self.clock = FakeClock()
         self.fs = ScriptedFs()
         self.delivered: list[bytes] = []   # values of slots "sent and freed" (drain_all)

@@ -381,3 +381,95 @@ def test_held_tells_a_file_written_on_after_a_cut_from_the_one_a_slot_read():
     later = data.replace(b"21:00:00.123", b"21:07:00.123")
     assert not f.held(later, values)               # written again after the cut, later
     assert not f.held(cri("id-9 new"), values)
+
+
+def _routed(h: Harness) -> dict[str, list[tuple[bytes | None, dict]]]:
+    h.checkpoint()
+    out: dict[str, list] = {}
+    for s in h.pool.sealed():
+        out.setdefault(s.topic, []).extend((k, json.loads(v)) for _t, k, v in s.records())
+    return out
+
+
+def test_files_routed_by_their_pods_namespace_with_a_fallback_a_key_and_added_fields(tmp_path):
+    """``topic = "pods.{namespace}"``: each file's records in the topic its path's namespace
+    makes, keyed by ``{namespace}/{pod}``, with the added fields; a file whose path names no
+    pod goes to the fallback, unkeyed, both counted. A crash after some were sealed: each
+    record in its topic, none lost, those not sealed read again under the same topic."""
+    h = Harness(tmp_path, pattern="pods/*/*/*.log", format="cri", topic="pods.{namespace}",
+                fallback_topic="pods.other", key="{namespace}/{pod}", add_fields={"dc": "eu1"})
+    files = {"shop": h.logs / f"pods/shop_web-7d9f_{UID}/nginx/0.log",
+             "pay": h.logs / f"pods/pay_api-5c4b_{UID}/app/0.log",
+             "other": h.logs / "pods/static/site/0.log"}      # no <ns>_<pod>_<uid>: no pod
+    for i, f in enumerate(files.values()):
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"".join(cri(f"id-{i}{j:08d}") for j in range(50)))
+    h.step()
+    got = _routed(h)
+    assert sorted(got) == ["pods.other", "pods.pay", "pods.shop"]
+    assert {k for k, _r in got["pods.shop"]} == {b"shop/web-7d9f"}
+    assert {k for k, _r in got["pods.pay"]} == {b"pay/api-5c4b"}
+    assert {k for k, _r in got["pods.other"]} == {None}
+    shop = got["pods.shop"][0][1]
+    assert (shop["namespace"], shop["pod"], shop["container"], shop["dc"]) == \
+        ("shop", "web-7d9f", "nginx", "eu1")
+    assert got["pods.other"][0][1]["dc"] == "eu1" and "namespace" not in got["pods.other"][0][1]
+    assert [len(v) for _t, v in sorted(got.items())] == [50, 50, 50]
+    bad = h.metrics.get("agent_source_bad_input_total", kind="routed_to_fallback",
+                          topic="pods.other")
+    assert bad == 50
+    assert h.metrics.get("agent_source_bad_input_total", kind="key_template_unmatched",
+                           topic="pods.other") == 50
+    assert h.metrics.get("agent_source_read_events_total", topic="pods.shop") == 50
+    for i, f in enumerate(files.values()):                  # more, then a crash unsealed
+        with open(f, "ab") as out:
+            out.write(b"".join(cri(f"id-{i}{j:08d}") for j in range(50, 80)))
+    h.step()
+    h.restart(crash=True)
+    h.step()
+    got = _routed(h)
+    for topic, i in (("pods.shop", 0), ("pods.pay", 1), ("pods.other", 2)):
+        ids = [r["message"] for _k, r in got[topic]]
+        assert sorted(set(ids)) == [f"id-{i}{j:08d}" for j in range(80)], topic
+        assert len(ids) == 80, topic                         # sealed once, the rest once
+
+
+def test_a_plain_file_routed_by_the_hosts_name(tmp_path):
+    h = Harness(tmp_path, topic="{hostname}.app", fallback_topic="app.other",
+                key="{hostname}")
+    host = h.src.reader.routes.hostname
+    h.write(0, 20)
+    h.step()
+    h.checkpoint()
+    [slot] = h.pool.sealed()
+    assert slot.topic == f"{host}.app" and len(h.ids()) == 20
+    assert {k for _t, k, _v in slot.records()} == {host.encode()}
+
+
+@pytest.mark.parametrize("extra, path, why", [
+    ({"add_fields": {"dc": "eu1"}}, "add_fields", "plain file's lines are shipped as written"),
+    ({"topic": "pods.{namespace}", "fallback_topic": "x"}, "topic", "not a field of the file"),
+    ({"topic": "logs.{hostname}"}, "fallback_topic", "needs a fallback topic"),
+    ({"format": "cri", "add_fields": {"stream": "x"}}, "add_fields.stream", "every record"),
+    ({"format": "cri", "key": "{pod}", "key_field": "pod"}, "key", "not both"),
+    ({"fallback_topic": "x"}, "fallback_topic", "only a topic that names fields"),
+])
+def test_a_file_sources_routing_that_cannot_work_is_refused(tmp_path, extra, path, why):
+    src = {"type": "file", "topic": "t", "paths": [str(tmp_path / "*.log")], **extra}
+    with pytest.raises(ConfigError) as err:
+        parse({"broker": {"bootstrap_servers": "127.0.0.1:9092"}, "sources": [src]})
+    assert err.value.path == f"sources[0].{path}" and why in err.value.render(), \
+        err.value.render()
+
+
+def test_a_file_sources_templates_over_its_files_fields_are_taken(tmp_path):
+    src = {"type": "file", "topic": "k8s.{namespace}.{container}", "format": "cri",
+           "fallback_topic": "k8s.other", "key": "{hostname}/{pod}", "add_fields": {"dc": "eu1"},
+           "paths": ["/var/log/pods/*/*/*.log"]}
+    cfg = parse({"broker": {"bootstrap_servers": "127.0.0.1:9092"}, "sources": [src]})
+    assert cfg.sources[0].label == "k8s.other"
+    with pytest.raises(ConfigError) as err:
+        parse({"broker": {"bootstrap_servers": "127.0.0.1:9092"},
+               "sources": [{"type": "socket", "topic": "s.{x}",
+                            "path": str(tmp_path / "s.sock")}]})
+    assert "socket source does not route" in err.value.render()
