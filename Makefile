@@ -44,6 +44,7 @@ debian-tools:
 	command -v dh_virtualenv >/dev/null || need="$$need dh-virtualenv debhelper dpkg-dev"; \
 	command -v iptables >/dev/null || need="$$need iptables"; \
 	command -v logrotate >/dev/null || [ -x /usr/sbin/logrotate ] || need="$$need logrotate"; \
+	command -v zstd >/dev/null || need="$$need zstd"; \
 	command -v fusermount3 >/dev/null || need="$$need fuse3"; \
 	[ -x /lib/systemd/systemd-journal-remote ] || need="$$need systemd-journal-remote"; \
 	[ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] \

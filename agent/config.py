@@ -166,13 +166,14 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
             "whole path. A file already tailed and renamed to an excluded name is still read "
             "to its end, as any file rotated away. (A compressed file is never read as lines "
             "either way: docs/agent.md, Sources.)"),
-    Setting("compressed", str, "skip", "`file`: a gzip, xz or bzip2 file under the globs that "
+    Setting("compressed", str, "skip", "`file`: a gzip, zstd, xz or bzip2 file under the globs "
+            "that "
             "is the compressed form of a file the agent was reading (logrotate's `compress`) is "
             "always read on, decompressed, from where reading stopped, and one holding content "
             "never seen (written, rotated and compressed while the agent was stopped) is read "
             "whole; any other compressed file (a copy of content read to its end, an archive "
             "found at the agent's very first start) is `skip`ped (counted, listed in status) "
-            "or `read` whole, decompressed. zstd files are always skipped.",
+            "or `read` whole, decompressed.",
             choices=("skip", "read")),
     Setting("path", str, None, "`socket`: path of the unix socket to listen on."),
     Setting("group", str, None, "`socket`: the group given the socket (mode 0660), so its "

@@ -1,12 +1,12 @@
 """Compressed files under a source's globs: logrotate's ``compress`` leaves ``app.log.1.gz``
 beside the log, and a glob such as ``app.log*`` matches it. Its bytes are not lines: shipped as
 they are, every tier would count gzip fragments as events. A file whose first bytes are the
-magic of gzip, xz or bzip2 is read as what it decompresses to (``Decompressed``, through
+magic of gzip, zstd, xz or bzip2 is read as what it decompresses to (``Decompressed``, through
 ``seams.FsOps``): as the compressed form of a generation being read it is read on from where
-reading stopped, else it is skipped (or read whole: ``compressed = "read"``). A zstd file (no
-decompressor in Python's standard library) is never read: skipped, logged once, counted
-(``agent_source_bad_input_total{kind="compressed"}``) and listed in status
-(``files_waiting.compressed``).
+reading stopped, else it is skipped (logged once, counted as
+``agent_source_bad_input_total{kind="compressed"}`` and listed in status as
+``files_waiting.compressed``) or read whole (``compressed = "read"``). zstd through the
+``zstandard`` package (Python's standard library has no zstd before 3.14).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import bz2
 import lzma
 import os
 import zlib
+
+import zstandard
 
 MAYBE = "maybe"          # the first bytes so far are a prefix of a magic: look again with more
 HEAD_BYTES = 16          # enough for every magic below
@@ -69,8 +71,7 @@ def kind(head: bytes) -> str | None:
 
 
 # -- reading a compressed file as its decompressed bytes ----------------------------------------
-# gzip, xz and bzip2 come with Python; zstd does not (a file of it stays skipped, never read).
-READABLE = ("gzip", "xz", "bzip2")
+READABLE = ("gzip", "zstd", "xz", "bzip2")
 CHUNK_IN = 64 << 10           # compressed bytes fed to a decompressor at a time
 HEAD_KEPT = 64 << 10          # the first decompressed bytes, kept (looked at after every read)
 BEHIND_KEPT = 256 << 10       # decompressed bytes kept behind the last read (small looks back)
@@ -81,6 +82,8 @@ def _decompressor(kind: str):
         return zlib.decompressobj(31)
     if kind == "xz":
         return lzma.LZMADecompressor(lzma.FORMAT_XZ)
+    if kind == "zstd":                # one frame a decompressor, as a gzip member
+        return zstandard.ZstdDecompressor().decompressobj()
     return bz2.BZ2Decompressor()
 
 
@@ -118,7 +121,7 @@ class _Stream:
                     self.broken = "trailing bytes that are not another compressed stream"
                     break
                 self.d = _decompressor(self.kind)
-        except (zlib.error, lzma.LZMAError, OSError, EOFError) as exc:
+        except (zlib.error, lzma.LZMAError, zstandard.ZstdError, OSError, EOFError) as exc:
             self.broken = str(exc) or type(exc).__name__
         chunk = b"".join(out)
         self.out_pos += len(chunk)
@@ -126,7 +129,7 @@ class _Stream:
 
 
 class Decompressed:
-    """A gzip, xz or bzip2 file seen as its decompressed bytes, for the file source's reads
+    """A gzip, zstd, xz or bzip2 file seen as its decompressed bytes, for the file source's reads
     (``FsOps``): ``size`` is what its compressed bytes decompress to so far (a file still being
     written grows, as any file does), ``pread`` any range of it. Reads go forward through one
     stream, keeping the head and the last ``BEHIND_KEPT`` bytes; a read further back starts a

@@ -1009,13 +1009,12 @@ class FileSource:
         return out
 
     def _compressed(self, t: Tracked, kind: str) -> None:
-        """``t`` is compressed and not the compressed form of content being read (a zstd
-        file, or ``compressed = "skip"``): not read (``compressed.py``)."""
+        """``t`` is compressed and not the compressed form of content being read, and
+        ``compressed = "skip"``: not read (``compressed.py``)."""
         if t.path not in self._compressed_seen:
             self._compressed_seen.add(t.path)
             log.warning("%s is %s-compressed and not the compressed form of a file being read: "
-                        "not read (compressed = \"%s\"%s)", t.path, kind, self.cfg.compressed,
-                        "" if kind in compressed.READABLE else "; zstd is never read")
+                        "not read (compressed = \"%s\")", t.path, kind, self.cfg.compressed)
         self._bad("compressed")
         # Forgotten by the database: none of its bytes is owed, so neither its deletion nor a
         # rotation while the agent is stopped may journal them as unread. Its start is kept:

@@ -85,7 +85,7 @@ class FsOps:
                 self._views()[fd] = compressed.Decompressed(fd, found)
                 undecided.discard(fd)
             elif found != compressed.MAYBE and head:
-                undecided.discard(fd)                 # plain (or zstd: left to the reader)
+                undecided.discard(fd)                 # plain
         return self._views().get(fd)
 
     def mount_points(self) -> set[str]:

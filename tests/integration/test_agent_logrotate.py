@@ -160,6 +160,9 @@ RUNNING = {
 STOPPED = {
     "copytruncate": ("rotate 1\n  copytruncate", "copytruncate_copy"),
     "copytruncate_compress": ("rotate 1\n  copytruncate\n  compress", "compressed_copy"),
+    "copytruncate_zstd": ("rotate 1\n  copytruncate\n  compress\n  compresscmd /usr/bin/zstd\n"
+                          "  uncompresscmd /usr/bin/unzstd\n  compressext .zst\n"
+                          "  compressoptions -q", "compressed_copy"),
     "dateext": ("rotate 2\n  dateext\n  create 0644", None),
     "create_delaycompress": ("rotate 2\n  compress\n  delaycompress\n  create 0644", None),
 }
@@ -278,6 +281,8 @@ def test_logrotate_while_the_agent_is_stopped_reads_the_unread_tail_once(
         f.write(b"".join(_line(i) for i in range(total - 5_000, total)))
     names = sorted(p.name for p in logs.iterdir())
     assert len(names) >= 2, names
+    if "zstd" in directives:
+        assert "app.log.1.zst" in names, names
     agent.start()
     try:
         counts = consume_counts(bootstrap, topic_name, total, 120, lambda v: int(v[3:12]))
