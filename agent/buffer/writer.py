@@ -32,7 +32,8 @@ from .spill import SlotMeta
 class PoolWriter:
     # -- appending -----------------------------------------------------------------------------
     def append(self, topic: str, chunk: Chunk, source: int | None = None, source_start: int = 0,
-               timeout_s: float = 0.0, once: bool = False) -> AppendResult:
+               timeout_s: float = 0.0, once: bool = False,
+               pending: int | None = None) -> AppendResult:
         """Frame ``chunk``'s records into slots of ``topic``.
 
         Returns how far it got. Fewer records than the chunk holds means the pool was full for
@@ -40,6 +41,11 @@ class PoolWriter:
         tries again later — the data waits in the source. ``once``: the source cannot give
         these records again (a listener's): a crash before their slot is sealed keeps them
         (the slot's kept prefix, ``recovery.py``), where a file's are read again.
+        ``pending``: the first position of ``source`` whose records the caller has not yet
+        handed over, this chunk's aside (``pending()``, set for the call): a slot sealed
+        meanwhile ends at or below it and at or below this chunk's first record not yet
+        written, so one that fills within the chunk covers its own records; after the call the
+        source's pending position stays at the lower of the two.
         """
         tb = topic.encode()
         if not tb or len(tb) > L.MAX_TOPIC_BYTES:
@@ -54,9 +60,17 @@ class PoolWriter:
         oversized.append(n)
         continued = chunk.continued and oversized[0] != 0      # record 0: a block of its own
         kept = ONCE if once else 0
+        tracked = pending is not None and source is not None
+
+        def handed(a: int) -> None:           # the source's records from ``a`` on: in no slot
+            if tracked:
+                self._pending[source] = min(pending, source_start + (
+                    chunk.source_pos(a) if a < n else chunk.source_end))
+
         with self._lock:
             self._raise_seal_error()
             a, next_big = 0, 0
+            handed(a)
             while a < n:
                 if a == oversized[next_big]:
                     if not self._append_oversized(topic, chunk, a, source, source_start,
@@ -64,6 +78,7 @@ class PoolWriter:
                         break
                     next_big += 1
                     a += 1
+                    handed(a)
                     continue
                 limit = 1 if continued and a == 0 else oversized[next_big]
                 fill = self._filling_for(topic, tb, source, timeout_s)
@@ -78,6 +93,7 @@ class PoolWriter:
                             chunk.source_pos(b) if b < n else chunk.source_end,
                             flags=kept | (CONTINUED if continued and a == 0 else 0))
                 a = b
+                handed(a)
                 if self.geometry.slot_bytes - fill.used < BLOCK_HEADER_BYTES + PER_RECORD_BYTES + 8:
                     self._seal(topic)
             result.records = a

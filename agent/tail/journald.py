@@ -409,8 +409,9 @@ class JournaldSource:
         for i, (topic, _v, _k, _t) in enumerate(records):
             by_topic.setdefault(topic, []).append(i)
         left = len(records)                   # the first entry of the batch not handed over
-        for topic, idx in by_topic.items():   # no seal past ``base`` meanwhile (``pending``)
-            done = self._append(topic, records, idx, base)
+        firsts = [idx[0] for idx in by_topic.values()][1:] + [len(records)]
+        for (topic, idx), later in zip(by_topic.items(), firsts, strict=True):
+            done = self._append(topic, records, idx, base, base + later)
             if done < len(idx):
                 left = min(left, idx[done])   # stopped: the rest is read again
         self.offset = base + left
@@ -422,10 +423,14 @@ class JournaldSource:
                     self._handed.pop()
         self.read_entries += left
 
-    def _append(self, topic: str, records: list[tuple], idx: list[int], base: int) -> int:
+    def _append(self, topic: str, records: list[tuple], idx: list[int], base: int,
+                later: int) -> int:
         """The records ``idx`` of the batch to ``topic``, positioned at their entries' numbers
         (a topic's slot spans the entries between its records too: the pool keeps the sealed
-        end below what another topic's slot still fills); returns how many were appended."""
+        end below what another topic's slot still fills, and below ``later``, the first
+        entry of a topic not yet appended); returns how many were appended. A slot that
+        fills within the batch covers its own entries (were its end held at the batch's
+        start, a kill after Kafka acknowledged it would read them again, unsaid)."""
         first = idx[0]
         chunk = Chunk.of_values([records[i][1] for i in idx], [records[i][3] for i in idx],
                                 [records[i][2] for i in idx] if self._keyed else None,
@@ -435,7 +440,7 @@ class JournaldSource:
         while done < len(idx):
             part = chunk if done == 0 else _from(chunk, done)
             res = self.pool.append(topic, part, source=self.sid,
-                                   source_start=base + idx[done],
+                                   source_start=base + idx[done], pending=later,
                                    timeout_s=0.0 if self._stop.is_set() else 0.5)
             done += res.records
             self.on_data()

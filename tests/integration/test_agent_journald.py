@@ -94,8 +94,10 @@ def test_a_journal_written_on_through_three_kills_arrives_whole(kafka, tmp_path,
     missing = [i for i in range(total) if counts.get(i, 0) == 0]
     others = [k for k in counts if not isinstance(k, int)]
     duplicates = sum(c - 1 for c in counts.values() if c > 1)
+    twice = sorted(k for k, c in counts.items() if isinstance(k, int) and c > 1)
     figures = {"entries": total, "kills": kills, "lost": len(missing), "duplicates": duplicates,
-               "in_flight_bound": sum(allowance.values()), "read_again": sum(reread)}
+               "in_flight_bound": sum(allowance.values()), "read_again": sum(reread),
+               "first_twice": twice[:5], "last_twice": twice[-5:]}
     print(figures)
     assert log.count("resumes after entry") >= kills, "the kills did not land on a running source"
     assert not missing, f"{len(missing)} entries lost, first {missing[:10]}"
