@@ -13,11 +13,13 @@ from crc32c import crc32c
 from .errors import PoolGeometryMismatch
 
 MAGIC = b"DOCKETBP"
-VERSION = 3
+VERSION = 4
 # Version 1 had no record numbers (no first_record / next_record); an empty one is upgraded.
 # Version 2 had no acknowledged prefix (``acked`` was padding, zero): upgraded in place, its
 # sealed slots kept. Version 3 is refused by agents that read version 2, so an older agent
-# never seals a slot beside an ``acked`` it would not clear.
+# never seals a slot beside an ``acked`` it would not clear. Version 3 handed a slot out
+# without the fill's mark (``KEPT_OFFSET``): upgraded in place, its filling slots discarded as
+# before at that open; version 4 is refused by agents that read version 3.
 V1_STATE_OFFSET = 500
 PAGE = 4096
 FILE_HEADER_BYTES = PAGE

@@ -45,6 +45,9 @@ class PoolRecovery:
     def _open(self, first_seq: int, first_record: int, spill_dir: str | Path | None,
               spill_max_bytes: int) -> None:
         """Lock and map the file, then recover it (or start a new one's free list)."""
+        # Whether the slots were handed out by an agent that writes the fill's mark first
+        # (format version 4 on): only then is a filling slot's whole header its own seal's.
+        self._fill_marks = True
         created = self._open_file(first_seq)
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r+",
                               shape=(self.geometry.file_bytes,))
@@ -148,6 +151,9 @@ class PoolRecovery:
         if int(h["version"]) == 2 and int(h["geometry_crc"]) == L.geometry_crc(header):
             self._upgrade_v2(header)
             return self._check_existing()
+        if int(h["version"]) == 3 and int(h["geometry_crc"]) == L.geometry_crc(header):
+            self._upgrade_v3(header)
+            return self._check_existing()
         if int(h["version"]) != L.VERSION:
             raise PoolFormatError(
                 f"{self.path} has pool format version {int(h['version'])}; this agent reads "
@@ -168,9 +174,24 @@ class PoolRecovery:
             raise PoolDamaged(f"{self.path} is shorter than its header says",
                               hint="the file was truncated; move it away")
 
+    def _upgrade_v3(self, header: np.ndarray) -> None:
+        """A version 3 pool becomes version 4 in place: only the number changes. Version 3
+        agents handed a slot out without its fill's mark, so this open takes no filling slot
+        for sealed or kept (``_fill_marks``); an agent that reads version 3 refuses version
+        4 (its filling slots would leave a former seal's header looking whole)."""
+        self._fill_marks = False
+        new = header.copy()
+        new[0]["version"] = 4
+        new[0]["geometry_crc"] = L.geometry_crc(new)
+        with open(self.path, "r+b") as f:
+            f.write(new.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        log.info("%s: pool format version 3 upgraded to 4 in place (its slots kept)", self.path)
+
     def _upgrade_v2(self, header: np.ndarray) -> None:
         """A version 2 pool becomes version 3 in place, its slots kept: every slot's ``acked``
-        (padding then) zeroed and synced before the version changes."""
+        (padding then) zeroed and synced before the version changes (then 3 becomes 4)."""
         g = self.geometry
         found = (int(header[0]["slot_bytes"]), int(header[0]["slot_count"]))
         if found != (g.slot_bytes, g.slot_count):
@@ -186,14 +207,14 @@ class PoolRecovery:
             f.flush()
             os.fsync(f.fileno())
             new = header.copy()
-            new[0]["version"] = L.VERSION
+            new[0]["version"] = 3
             new[0]["geometry_crc"] = L.geometry_crc(new)
             f.seek(0)
             f.write(new.tobytes())
             f.flush()
             os.fsync(f.fileno())
-        log.info("%s: pool format version 2 upgraded to %d in place (its slots kept)",
-                 self.path, L.VERSION)
+        log.info("%s: pool format version 2 upgraded to 3 in place (its slots kept)",
+                 self.path)
 
     def _upgrade_v1(self, header: np.ndarray) -> None:
         """A version 1 pool (no record numbers) is rewritten as version 2 when no slot of it
@@ -237,10 +258,10 @@ class PoolRecovery:
             if state == L.FREE:
                 continue
             if state == L.FILLING:
-                meta = self._meta_if_valid(index)
+                meta = self._meta_if_valid(index) if self._fill_marks else None
                 if meta is None or crc32c(self._payload_view(index, meta.used_bytes)) \
                         != meta.payload_crc:
-                    spans = self._kept_spans(index)
+                    spans = self._kept_spans(index) if self._fill_marks else None
                     if spans:
                         kept.append((index, spans))
                     else:
@@ -314,7 +335,10 @@ class PoolRecovery:
             # would then take a later slot for one counted already).
             self._fh[0]["next_seq"] = self._next_seq
             self._fh[0]["next_record"] = max(int(self._fh[0]["next_record"]), self._next_record)
-        for index, spans in kept:
+        # In the order they were filled (their marks count up as slots are handed out): a
+        # listener's records keep their order when two of its slots were left unsealed.
+        mark = L.seq_order_key([int(self._hdr[i]["first_record"]) for i, _ in kept])
+        for index, spans in sorted(kept, key=lambda k: mark(int(self._hdr[k[0]]["first_record"]))):
             self._seal_kept(index, spans)
         for slot in self._sealed.values():
             for source, _start, end in slot.meta.positions:
@@ -340,16 +364,28 @@ class PoolRecovery:
         return spans or None
 
     def _seal_kept(self, index: int, spans: list[tuple[int, int]]) -> None:
-        """Seal a filling slot with only its kept blocks (moved to its start), numbered after
-        every slot found sealed: they were never sealed, so never sent nor counted."""
+        """Seal a filling slot with only its kept blocks, numbered after every slot found
+        sealed: they were never sealed, so never sent nor counted. Blocks that are the slot's
+        first bytes already are sealed where they are; others (a file's blocks between them)
+        are copied to the start of a free slot, kept there under a mark of its own before this
+        one is freed, so a crash during the open keeps them still (at worst in both: sent
+        twice, never lost). Without a free slot they are moved within this one."""
         r = self._hdr[index]
         topic_len = int(r["topic_len"])
         topic = bytes(r["topic"])[:topic_len].decode("utf-8", "replace")
         o = self.geometry.slot_offset(index)
-        blocks = b"".join(self._mm[o + at:o + at + size].tobytes() for at, size in spans)
-        payload = self._payload_view(index, len(blocks))
-        payload[:] = np.frombuffer(blocks, np.uint8)
-        fill = Filling(index, used=len(blocks), crc=crc32c(payload), blocks=len(spans))
+        size = sum(n for _at, n in spans)
+        ends = [at + n for at, n in spans]
+        in_place = spans[0][0] == 0 and [at for at, _n in spans[1:]] == ends[:-1]
+        if not in_place:
+            blocks = b"".join(self._mm[o + at:o + at + n].tobytes() for at, n in spans)
+            if self._free:
+                index = self._kept_elsewhere(index, topic, blocks)
+                o = self.geometry.slot_offset(index)
+            else:
+                self._mm[o:o + size] = np.frombuffer(blocks, np.uint8)
+        payload = self._payload_view(index, size)
+        fill = Filling(index, used=size, crc=crc32c(payload), blocks=len(spans))
         for block in iter_blocks(payload):
             fill.records += len(block)
             fill.min_ts = min(fill.min_ts, int(block.timestamps.min()))
@@ -372,6 +408,29 @@ class PoolRecovery:
         log.warning("slot %d: %d record(s) of topic %s a listener had read were in a slot not "
                     "yet sealed at the stop: kept, sealed as seq %d", index, fill.records,
                     topic, c.seq)
+
+    def _kept_elsewhere(self, index: int, topic: str, blocks: bytes) -> int:
+        """Copy ``blocks`` into a free slot as its kept prefix (a filling slot of its own,
+        synced before anything else changes), then free ``index``; the new slot's index."""
+        to = self._free.pop()
+        o = self.geometry.slot_offset(to)
+        self._mm[o:o + len(blocks)] = np.frombuffer(blocks, np.uint8)
+        self._fill_mark = (self._fill_mark + 1) % L.SEQ_MOD or 1
+        r = self._hdr[to]
+        r["magic"] = L.SLOT_MAGIC
+        r["acked"] = 0
+        r["first_record"] = self._fill_mark
+        tb = topic.encode()
+        r["topic_len"], r["topic"] = len(tb), tb
+        L.store_kept(self._hdr_bytes[to], len(blocks),
+                     L.kept_check(self._fill_mark, crc32c(blocks)))
+        r["state"] = L.FILLING
+        if self.sync_on_seal:
+            self.ops.msync(self._map._mmap, o, len(blocks))
+            self._sync_headers(self._map._mmap, max(to, index))
+        self._hdr[index]["state"] = L.FREE
+        self._free.append(index)
+        return to
 
     def _reorder(self) -> None:
         key = L.seq_order_key(list(self._sealed))

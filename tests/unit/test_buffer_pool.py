@@ -378,6 +378,83 @@ def test_a_listeners_records_in_a_filling_slot_are_kept_at_a_crash(tmp_path):
     assert third.sealed()[-1].first_record == 10
 
 
+def test_a_slot_filled_within_an_append_covers_its_own_records_below_what_is_pending(
+        tmp_path):
+    """A source handing a batch over topic by topic says where the records it has not yet
+    appended begin (``pending``): a slot that fills within the append covers its own
+    records, never past that; after the append the pending position stays at the lower of
+    that and the chunk's end."""
+    pool = open_pool(tmp_path, slot=4096)
+    chunk = chunk_of(range(300))
+    whole = chunk.source_end
+    pool.pending(1, 0)
+    res = pool.append("t", chunk, source=1, source_start=100, pending=100 + whole)
+    assert res.complete(chunk)
+    full = pool.sealed()
+    assert len(full) >= 2
+    spans = [p for s in full for p in s.meta.positions]
+    assert spans[0][1] == 100 and [a[2] for a in spans[:-1]] == [b[1] for b in spans[1:]]
+    assert all(start < end for _src, start, end in spans)
+    pool.seal_all()
+    assert pool.sealed()[-1].meta.positions[0][2] == 100 + whole
+    pool.append("t", chunk_of(range(300, 400)), source=1, source_start=100 + whole,
+                pending=150)                    # another topic's records from 150 on
+    pool.seal_all()
+    assert max(e for s in pool.sealed() for _src, _a, e in s.meta.positions) == 100 + whole
+    assert pool._pending[1] == 150
+    pool.close()
+
+
+def test_kept_slots_are_sealed_in_the_order_they_were_filled(tmp_path):
+    """A listener's slot closed but not yet sealed (the sealing thread had not come to it)
+    and the one it fills next, both unsealed at the crash: sealed in fill order, though the
+    second lies lower in the file (the free list hands out the slot freed last first)."""
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(3)))
+    pool.seal("t")
+    [first] = pool.take()
+    pool.append("t", chunk_of(range(3, 6)), once=True)
+    older = pool._current.pop("t").index         # closed; its seal never came
+    pool.free(first)
+    pool.append("t", chunk_of(range(6, 8)), once=True)
+    newer = pool._current["t"].index
+    assert newer < older
+    pool.abandon()
+    again = open_pool(tmp_path)
+    assert ids_of(values(again)) == list(range(3, 8))
+    assert [s.index for s in again.sealed()] == [older, newer]
+    assert [s.first_record for s in again.sealed()] == [3, 6]
+
+
+def test_kept_blocks_after_a_files_block_are_copied_to_a_free_slot_and_survive_a_crash(
+        tmp_path):
+    """A file's block before a listener's: the listener's are copied to a free slot (kept
+    there first), so a crash at the open's seal keeps them for the next open."""
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(100, 104)), source=7, source_start=0)   # a file's
+    pool.append("t", chunk_of(range(5)), once=True)
+    pool.append("t", chunk_of(range(5, 8)), once=True)
+    pool.abandon()
+    with pytest.raises(SimulatedCrash):
+        open_pool(tmp_path, ops=CrashingOps(at="seal:before_header"))
+    again = open_pool(tmp_path)
+    assert ids_of(values(again)) == list(range(8))
+    assert again.counters["filling_kept"] == 1 and again.drop_events == []
+    assert again.recovered_positions() == {}
+    again.close()
+
+
+def test_kept_blocks_at_the_slots_start_are_sealed_where_they_are(tmp_path):
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(5)), once=True)
+    index = pool._current["t"].index
+    pool.append("t", chunk_of(range(100, 104)), source=7, source_start=0)   # a file's after
+    pool.abandon()
+    again = open_pool(tmp_path)
+    [kept] = again.sealed()
+    assert kept.index == index and ids_of(values(again)) == list(range(5))
+
+
 def test_a_kept_prefix_torn_or_left_by_a_former_fill_is_not_kept(tmp_path):
     """The kept prefix counts only when its check matches this fill's mark over every byte
     of it: a byte changed (a power loss tore it) or another mark (a former fill's prefix)
@@ -962,7 +1039,35 @@ def test_a_version_2_pool_is_upgraded_in_place_its_slots_kept_and_their_acked_by
     assert (kept.record_count, kept.acked_before) == (20, 0)
     again.close()
     raw = np.fromfile(path, np.uint8, L.FILE_HEADER.itemsize).view(L.FILE_HEADER)
-    assert int(raw[0]["version"]) == L.VERSION == 3
+    assert int(raw[0]["version"]) == L.VERSION == 4
+
+
+def test_a_version_3_pool_is_upgraded_and_its_filling_slots_are_not_taken_for_sealed(tmp_path):
+    """Version 3 agents handed a slot out without the fill's mark: a slot freed and handed
+    out again kept its former seal's header whole. Upgraded, its sealed slots are kept and its
+    filling ones discarded as version 3 did — never sent again as if sealed."""
+    pool = open_pool(tmp_path)
+    pool.append("t", chunk_of(range(5)))
+    pool.seal("t")
+    pool.append("t", chunk_of(range(5, 8)))
+    pool.seal("t")
+    old, _ = pool.take()
+    pool.free(old)
+    path = tmp_path / "buffer.pool"
+    pool._hdr[old.index]["state"] = L.FILLING    # as a version 3 agent hands it out again:
+    pool.abandon()                               # its former header left as it was
+    with open(path, "r+b") as f:
+        header = np.frombuffer(f.read(L.FILE_HEADER.itemsize), L.FILE_HEADER).copy()
+        header[0]["version"] = 3
+        header[0]["geometry_crc"] = L.geometry_crc(header)
+        f.seek(0)
+        f.write(header.tobytes())
+    again = open_pool(tmp_path)
+    assert ids_of(values(again)) == [5, 6, 7]
+    assert again.counters["filling_discarded"] == 1 and again.counters["seal_finished"] == 0
+    again.close()
+    raw = np.fromfile(path, np.uint8, L.FILE_HEADER.itemsize).view(L.FILE_HEADER)
+    assert int(raw[0]["version"]) == 4
 
 
 def test_the_first_parts_of_a_split_line_are_not_taken_for_acknowledged_at_the_next_open(
