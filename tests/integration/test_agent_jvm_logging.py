@@ -2,7 +2,7 @@
 RollingFileAppender rolling the file every 128 KB while the agent tails it with
 ``multiline = { preset = "java" }``: every event the library wrote arrives as one record whose
 value is what the library wrote for it (its stack trace, causes and suppressed exceptions
-included), each exactly once.
+included), each exactly once — and the cluster tier's count job (Spark) counts each event once.
 
 ``tests/jvm/LogbackApp.java`` logs the events; beside the rolling file, an appender of its own
 writes what the same layout made of each event into a reference file, framed by length: the
@@ -10,6 +10,7 @@ test's expectation comes from the logging library, not from a split of the file.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -17,9 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from audit.contract.collect import read_audit_topic
+from broker.admin import ensure_audit_topic
 from docket_common.dirs import jar_cache_dir
 from docket_common.maven import fetch_with_maven
 from tests.agentkit import consume_counts
+from tests.auditkit import AuditJob, all_done
 from tests.integration.test_agent_end_to_end import setup_agent
 
 JVM = Path(__file__).resolve().parents[1] / "jvm"
@@ -120,3 +124,19 @@ def test_logback_events_with_stack_traces_arrive_whole_one_record_each(
         f"{list(extra)[:2]}"
     assert len(counts) == EVENTS
     assert status["dropped_events"] == 0
+    # The cluster tier: the count job over the topic once, each record counted by its identity.
+    audit_topic = f"{topic_name}.audit"
+    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
+    count = AuditJob(["count", "--cluster", "kafka-local", "--bootstrap-servers",
+                      kafka.bootstrap_servers, "--audit-topic", audit_topic,
+                      "--topics", re.escape(topic_name), "--once",
+                      "--checkpoint-dir", str(tmp_path / "ckpt-count")],
+                     tmp_path / "count.log").start()
+    all_done(count, timeout_s=600)
+    state = read_audit_topic(kafka.bootstrap_servers, audit_topic)
+    rows = [r for k, r in state.by_tier().get("kafka-local", {}).items() if k[0] == topic_name]
+    assert not state.malformed and rows, count.log_text()
+    tier = {"count": sum(r.count for r in rows), "distinct": sum(r.distinct for r in rows),
+            "duplicates": sum(r.duplicates for r in rows)}
+    print(f"kafka-local tier: {tier} over {len(rows)} window(s)")
+    assert tier == {"count": EVENTS, "distinct": EVENTS, "duplicates": 0}, tier
