@@ -53,6 +53,9 @@ class AppendResult:
     split_lines: int = 0
     truncated: int = 0
     dropped: int = 0
+    # Parts of the first record not appended (one longer than a slot, split) already sealed:
+    # a caller that cannot read the record again passes them back (``append(parts_done=)``)
+    parts: int = 0
 
     def complete(self, chunk: Chunk) -> bool:
         return self.records == len(chunk)

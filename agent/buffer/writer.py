@@ -33,7 +33,7 @@ class PoolWriter:
     # -- appending -----------------------------------------------------------------------------
     def append(self, topic: str, chunk: Chunk, source: int | None = None, source_start: int = 0,
                timeout_s: float = 0.0, once: bool = False,
-               pending: int | None = None) -> AppendResult:
+               pending: int | None = None, parts_done: int = 0) -> AppendResult:
         """Frame ``chunk``'s records into slots of ``topic``.
 
         Returns how far it got. Fewer records than the chunk holds means the pool was full for
@@ -45,7 +45,9 @@ class PoolWriter:
         handed over, this chunk's aside (``pending()``, set for the call): a slot sealed
         meanwhile ends at or below it and at or below this chunk's first record not yet
         written, so one that fills within the chunk covers its own records; after the call the
-        source's pending position stays at the lower of the two.
+        source's pending position stays at the lower of the two. ``parts_done``: the chunk's
+        first record is one longer than a slot whose first parts an earlier call sealed
+        before the pool stayed full (``result.parts``): they are not appended again.
         """
         tb = topic.encode()
         if not tb or len(tb) > L.MAX_TOPIC_BYTES:
@@ -74,7 +76,8 @@ class PoolWriter:
             while a < n:
                 if a == oversized[next_big]:
                     if not self._append_oversized(topic, chunk, a, source, source_start,
-                                                  result, timeout_s, kept):
+                                                  result, timeout_s, kept,
+                                                  parts_done if a == 0 else 0):
                         break
                     next_big += 1
                     a += 1
@@ -222,7 +225,7 @@ class PoolWriter:
             runs.append([fill.records - (b - a), b - a, source, begin, end])
 
     def _append_oversized(self, topic, chunk, i, source, source_start, result, timeout_s,
-                          kept) -> bool:
+                          kept, parts_done=0) -> bool:
         length = int(chunk.lengths[i])
         start = int(chunk.starts[i])
         stop = chunk.source_pos(i + 1) if i + 1 < len(chunk) else chunk.source_end
@@ -244,10 +247,13 @@ class PoolWriter:
             pieces = [(s, min(limit, start + length - s)) for s in range(start, start + length,
                                                                           limit)]
         for k, piece in enumerate(pieces):
+            if k < parts_done:
+                continue                   # sealed by an earlier call
             self._seal(topic)              # each piece takes a slot of its own
             fill = self._filling_for(topic, topic.encode(), source, timeout_s)
             if fill is None:
-                return False               # re-read from the line's start next time
+                result.parts = k           # a file re-reads from the line's start next time
+                return False
             last = k == len(pieces) - 1
             part = (k, len(pieces)) if self.oversize == "split" else (0, 0)
             self._write(fill, chunk, i, i + 1, source, source_start,

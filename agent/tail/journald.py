@@ -436,13 +436,15 @@ class JournaldSource:
                                 [records[i][2] for i in idx] if self._keyed else None,
                                 at=np.array(idx, np.int64) - first,
                                 at_end=idx[-1] + 1 - first)
-        done = 0
+        done = parts = 0
         while done < len(idx):
             part = chunk if done == 0 else _from(chunk, done)
             res = self.pool.append(topic, part, source=self.sid,
                                    source_start=base + idx[done], pending=later,
-                                   timeout_s=0.0 if self._stop.is_set() else 0.5)
+                                   timeout_s=0.0 if self._stop.is_set() else 0.5,
+                                   parts_done=parts)
             done += res.records
+            parts = res.parts                 # an entry longer than a slot: on from its part
             self.on_data()
             if self._stop.is_set() and done < len(idx):
                 break

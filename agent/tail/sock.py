@@ -151,13 +151,16 @@ class PoolFeed:
         """Append ``chunk`` (``nbytes`` read for it) to ``topic`` (default: the source's);
         returns the records appended (fewer only when the source stopped with the pool full)."""
         topic = topic or self.topic
-        done = 0
+        done = parts = 0
         while done < len(chunk):
             stopping = self.stopped.is_set()
             rest = chunk if done == 0 else _tail(chunk, done)
             # Waits for room (backpressure); once: what a crash finds not yet sealed is kept.
-            res = self.pool.append(topic, rest, timeout_s=0.0 if stopping else 0.5, once=True)
+            # A record longer than a slot cut short goes on from its first part not sealed.
+            res = self.pool.append(topic, rest, timeout_s=0.0 if stopping else 0.5, once=True,
+                                   parts_done=parts)
             done += res.records
+            parts = res.parts
             self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
                              topic=topic)
             self.on_data()

@@ -670,6 +670,42 @@ def test_an_oversized_line_is_split_into_consecutive_marked_parts(tmp_path):
     assert pool.counters["oversize_split"] == 1
 
 
+def test_a_split_record_cut_short_by_a_full_pool_goes_on_from_its_first_part_not_sealed(
+        tmp_path):
+    """A listener's record longer than a slot, the pool full after two of its three parts:
+    the append says so (``parts``), and the next call, given them back, appends the third
+    only — each part once, where before the whole record came again."""
+    pool = BufferPool(tmp_path / "pool", 8192 + 4 * 4096, 4096, linger_ms=1e9,
+                      sync_on_seal=False)
+    pool.append("other", chunk_of([900]))            # holds one of the four slots
+    big = b"r" * (pool.max_value_bytes * 2 + 100)    # three parts
+    chunk = Chunk.from_lines(big + b"\n", 9)
+    taken = pool.take()                               # nothing sealed yet
+    assert taken == []
+    pool.append("t", chunk_of([1]), once=True)        # and one more: two slots left
+    pool.seal("t")
+    [first] = pool.take()
+    res = pool.append("t", chunk, once=True, timeout_s=0.0)
+    assert (res.records, res.parts) == (0, 2)
+    parts = pool.take()
+
+    def sent(slots) -> list[tuple[int, bytes]]:
+        return [(b.part_index, bytes(b.value(0))) for s in slots for b in s.blocks()
+                if b.part_count]
+
+    got = sent(parts)
+    assert [i for i, _ in got] == [0, 1]
+    for s in (first, *parts):
+        pool.free(s)
+    res = pool.append("t", chunk, once=True, timeout_s=0.0, parts_done=res.parts)
+    assert res.complete(chunk)
+    pool.seal_all()
+    got += sent(pool.take())
+    assert [i for i, _ in got] == [0, 1, 2]
+    assert b"".join(v for _, v in got) == big
+    pool.close()
+
+
 def test_an_oversized_line_can_be_truncated_and_is_counted(tmp_path):
     events = []
     pool = open_pool(tmp_path, oversize="truncate", on_drop=events.append)
