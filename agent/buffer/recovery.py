@@ -69,6 +69,8 @@ class PoolRecovery:
             self._free = list(range(g.slot_count - 1, -1, -1))
         else:
             self._recover()
+            if not self._fill_marks:
+                self._upgrade_v3()
 
     def _open_file(self, first_seq: int) -> bool:
         """Lock the file, then check it, or create and preallocate it. True when created."""
@@ -152,9 +154,11 @@ class PoolRecovery:
             self._upgrade_v2(header)
             return self._check_existing()
         if int(h["version"]) == 3 and int(h["geometry_crc"]) == L.geometry_crc(header):
-            self._upgrade_v3(header)
-            return self._check_existing()
-        if int(h["version"]) != L.VERSION:
+            # Version 3 agents handed a slot out without the fill's mark: this open takes no
+            # filling slot for sealed or kept, and writes version 4 once it has recovered
+            # (``_upgrade_v3``), so an open refused before then finds version 3 again.
+            self._fill_marks = False
+        elif int(h["version"]) != L.VERSION:
             raise PoolFormatError(
                 f"{self.path} has pool format version {int(h['version'])}; this agent reads "
                 f"version {L.VERSION}", hint="drain it with the agent version that wrote it")
@@ -174,20 +178,15 @@ class PoolRecovery:
             raise PoolDamaged(f"{self.path} is shorter than its header says",
                               hint="the file was truncated; move it away")
 
-    def _upgrade_v3(self, header: np.ndarray) -> None:
-        """A version 3 pool becomes version 4 in place: only the number changes. Version 3
-        agents handed a slot out without its fill's mark, so this open takes no filling slot
-        for sealed or kept (``_fill_marks``); an agent that reads version 3 refuses version
-        4 (its filling slots would leave a former seal's header looking whole)."""
-        self._fill_marks = False
-        new = header.copy()
-        new[0]["version"] = 4
-        new[0]["geometry_crc"] = L.geometry_crc(new)
-        with open(self.path, "r+b") as f:
-            f.write(new.tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        log.info("%s: pool format version 3 upgraded to 4 in place (its slots kept)", self.path)
+    def _upgrade_v3(self) -> None:
+        """A version 3 pool, recovered, becomes version 4 in place: only the number changes
+        (synced). An agent that reads version 3 refuses version 4 (its filling slots would
+        leave a former seal's header looking whole)."""
+        self._fh[0]["version"] = L.VERSION
+        self._fh[0]["geometry_crc"] = L.geometry_crc(self._fh)
+        self.ops.msync(self._map._mmap, 0, L.FILE_HEADER_BYTES)
+        log.info("%s: pool format version 3 upgraded to %d in place (its slots kept)",
+                 self.path, L.VERSION)
 
     def _upgrade_v2(self, header: np.ndarray) -> None:
         """A version 2 pool becomes version 3 in place, its slots kept: every slot's ``acked``
@@ -410,20 +409,20 @@ class PoolRecovery:
                     topic, c.seq)
 
     def _kept_elsewhere(self, index: int, topic: str, blocks: bytes) -> int:
-        """Copy ``blocks`` into a free slot as its kept prefix (a filling slot of its own,
-        synced before anything else changes), then free ``index``; the new slot's index."""
+        """Copy ``blocks`` into a free slot as its kept prefix under the same mark (a filling
+        slot of its own, synced before anything else changes), then free ``index``; the new
+        slot's index."""
         to = self._free.pop()
         o = self.geometry.slot_offset(to)
         self._mm[o:o + len(blocks)] = np.frombuffer(blocks, np.uint8)
-        self._fill_mark = (self._fill_mark + 1) % L.SEQ_MOD or 1
+        mark = int(self._hdr[index]["first_record"])   # its place among the fills kept
         r = self._hdr[to]
         r["magic"] = L.SLOT_MAGIC
         r["acked"] = 0
-        r["first_record"] = self._fill_mark
+        r["first_record"] = mark
         tb = topic.encode()
         r["topic_len"], r["topic"] = len(tb), tb
-        L.store_kept(self._hdr_bytes[to], len(blocks),
-                     L.kept_check(self._fill_mark, crc32c(blocks)))
+        L.store_kept(self._hdr_bytes[to], len(blocks), L.kept_check(mark, crc32c(blocks)))
         r["state"] = L.FILLING
         if self.sync_on_seal:
             self.ops.msync(self._map._mmap, o, len(blocks))

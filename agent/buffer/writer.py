@@ -17,7 +17,6 @@ from .framing import (
     PER_RECORD_BYTES,
     BlockPlanner,
     Chunk,
-    pad8,
     write_block,
 )
 from .slots import (
@@ -58,7 +57,7 @@ class PoolWriter:
             result.end = chunk.source_end
             return result
         planner = BlockPlanner(chunk)
-        oversized = np.flatnonzero(chunk.lengths > self._max_value(chunk)).tolist()
+        oversized = np.flatnonzero(chunk.lengths > self._value_limits(chunk)).tolist()
         oversized.append(n)
         continued = chunk.continued and oversized[0] != 0      # record 0: a block of its own
         kept = ONCE if once else 0
@@ -77,7 +76,7 @@ class PoolWriter:
                 if a == oversized[next_big]:
                     if not self._append_oversized(topic, chunk, a, source, source_start,
                                                   result, timeout_s, kept,
-                                                  parts_done if a == 0 else 0):
+                                                  parts_done if a == 0 else 0, handed):
                         break
                     next_big += 1
                     a += 1
@@ -104,11 +103,17 @@ class PoolWriter:
             self.counters["records_appended"] += a - result.dropped
         return result
 
-    def _max_value(self, chunk: Chunk) -> int:
+    def _value_limits(self, chunk: Chunk) -> int | np.ndarray:
+        """The largest value each record of ``chunk`` may have to fit an empty slot alone,
+        its own key beside it: what the block planner counts for a keyed block (its paddings
+        at their most, and the key's length column) taken off. Each record's own: a record
+        split by one call and gone on with by the next (a chunk without the records before
+        it) is cut at the same bytes."""
         if chunk.keys is None:
             return self.max_value_bytes
-        longest_key = max((len(k) for k in chunk.keys if k is not None), default=0)
-        return self.max_value_bytes - 8 - pad8(longest_key)
+        keys = np.fromiter((0 if k is None else len(k) for k in chunk.keys), np.int64,
+                           len(chunk.keys))
+        return self.max_value_bytes - 16 - (keys + 7) // 8 * 8
 
     def _filling_for(self, topic: str, tb: bytes, source: int | None,
                      timeout_s: float) -> Filling | None:
@@ -225,11 +230,12 @@ class PoolWriter:
             runs.append([fill.records - (b - a), b - a, source, begin, end])
 
     def _append_oversized(self, topic, chunk, i, source, source_start, result, timeout_s,
-                          kept, parts_done=0) -> bool:
+                          kept, parts_done=0, handed=None) -> bool:
         length = int(chunk.lengths[i])
         start = int(chunk.starts[i])
         stop = chunk.source_pos(i + 1) if i + 1 < len(chunk) else chunk.source_end
-        limit = self._max_value(chunk)
+        limits = self._value_limits(chunk)
+        limit = int(limits if chunk.keys is None else limits[i])
         if self.oversize == "drop":
             result.dropped += 1
             self.counters["oversize_dropped"] += 1
@@ -258,6 +264,8 @@ class PoolWriter:
             part = (k, len(pieces)) if self.oversize == "split" else (0, 0)
             self._write(fill, chunk, i, i + 1, source, source_start,
                         stop if last else chunk.source_pos(i), part, piece, kept)
+            if last and handed is not None:
+                handed(i + 1)              # the record whole: its last part covers it
             self._seal(topic)
         if self.oversize == "truncate":
             result.truncated += 1

@@ -413,7 +413,10 @@ class JournaldSource:
         for (topic, idx), later in zip(by_topic.items(), firsts, strict=True):
             done = self._append(topic, records, idx, base, base + later)
             if done < len(idx):
-                left = min(left, idx[done])   # stopped: the rest is read again
+                # Stopped: this topic's rest and every later topic's records are read again
+                # (none of them appended: no seal passes the first of them).
+                left = min(idx[done], later)
+                break
         self.offset = base + left
         self.pool.pending(self.sid, self.offset)
         with self._lock:

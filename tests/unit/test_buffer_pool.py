@@ -706,6 +706,33 @@ def test_a_split_record_cut_short_by_a_full_pool_goes_on_from_its_first_part_not
     pool.close()
 
 
+def test_a_keyed_record_split_by_one_call_is_cut_at_the_same_bytes_by_the_next(tmp_path):
+    """The parts of a record are cut by its own key's room, not by the chunk's longest key:
+    the call that goes on with it (a chunk without the records before it) cuts it where the
+    first did, so the parts join to the record. And a keyed record as long as its limit
+    fits an empty slot whole (it waited for room forever before)."""
+    pool = BufferPool(tmp_path / "pool", 8192 + 4 * 4096, 4096, linger_ms=1e9,
+                      sync_on_seal=False)
+    pool.append("other", chunk_of([900]))            # holds one of the four slots
+    big = b"r" * 12_144
+    chunk = Chunk.of_values([b"x", big], 9, [b"k" * 200, b"q"])
+    res = pool.append("t", chunk, once=True, timeout_s=0.0)
+    assert (res.records, res.parts) == (1, 2)
+    got = [bytes(b.value(0)) for s in pool.take() for b in s.blocks() if b.part_count]
+    for s in pool.sealed():
+        pool.free(s)
+    rest = Chunk.of_values([big], 9, [b"q"])
+    res = pool.append("t", rest, once=True, timeout_s=0.0, parts_done=res.parts)
+    assert res.complete(rest)
+    pool.seal_all()
+    got += [bytes(b.value(0)) for s in pool.take() for b in s.blocks() if b.part_count]
+    assert b"".join(got) == big
+    limit = int(pool._value_limits(rest)[0])
+    whole = Chunk.of_values([b"v" * limit], 9, [b"q"])
+    assert pool.append("t", whole, timeout_s=0.0).split_lines == 0
+    pool.close()
+
+
 def test_an_oversized_line_can_be_truncated_and_is_counted(tmp_path):
     events = []
     pool = open_pool(tmp_path, oversize="truncate", on_drop=events.append)
