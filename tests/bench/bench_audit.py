@@ -16,8 +16,12 @@ Prints one JSON line. In one run, on one local broker:
   ``tests/sparkcluster.py``), its executors reading the topic's 3 partitions; ratio_cluster =
   that / agent_events_s. On this 2-core machine the two executors, the driver and the broker
   share the same two cores, so it shows the job runs distributed, not a speed-up;
+- bare_records_s, bare_cluster_records_s: the baseline, measured the same way in the same run —
+  the same Kafka source in the same micro-batches, each batch only counted (``spark_bare.py``:
+  what Spark needs to read the topic, none of the job's work); job_vs_bare and
+  job_vs_bare_cluster = the job's rate over it (the issue's goal: >= 0.8);
 - the counts are checked: the cluster tier must report exactly the agent's 2 million, in local
-  mode and on the standalone cluster.
+  mode and on the standalone cluster, and the bare read must count as many.
 Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
 """
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -69,6 +74,22 @@ def count_job(bootstrap: str, topic: str, audit_topic: str, work: Path,
     return warm[len(warm) // 2], rates, wall
 
 
+def bare_read(bootstrap: str, topic: str, audit_topic: str, work: Path,
+              master: str) -> tuple[float, list[float]]:
+    """``spark_bare.py`` over the topic on ``master``: (the median rate of its batches after
+    the first, every batch's rate), as ``count_job`` takes them. It must count LINES rows."""
+    work.mkdir()
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("spark_bare.py")),
+                          bootstrap, topic, audit_topic, master, str(BATCH),
+                          str(work / "ckpt")], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rows"] == LINES, f"the bare read on {master} counted {got['rows']} of {LINES}"
+    rates = got["rates"]
+    warm = sorted(rates[1:]) or sorted(rates)
+    return warm[len(warm) // 2], rates
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as d:
         work = Path(d)
@@ -82,10 +103,14 @@ def main() -> None:
             agent_s, agent_cpu, agent_exec_s, _rss = agent_run(bootstrap, topic,
                                                                work / "agent", data)
             local = count_job(bootstrap, topic, audit_topic, work / "local", "local[*]")
+            bare, bare_rates = bare_read(bootstrap, topic, audit_topic, work / "bare",
+                                         "local[*]")
             cluster = StandaloneSpark(work / "spark", workers=2).up()
             try:
                 on_cluster = count_job(bootstrap, topic, audit_topic, work / "standalone",
                                        cluster.url)
+                bare_cluster, _ = bare_read(bootstrap, topic, audit_topic,
+                                            work / "bare-standalone", cluster.url)
             finally:
                 cluster.down()
     job_s, rates, wall = local
@@ -101,7 +126,11 @@ def main() -> None:
         "job_cluster_records_s": round(cluster_s), "job_cluster_batches": len(cluster_rates),
         "job_cluster_wall_s": round(cluster_wall, 1),
         "ratio": round(job_s / agent_s, 3), "ratio_cluster": round(cluster_s / agent_s, 3),
-        "targets": {"ratio": 1.0},
+        "bare_records_s": round(bare), "bare_batches": len(bare_rates),
+        "bare_cluster_records_s": round(bare_cluster),
+        "job_vs_bare": round(job_s / bare, 3),
+        "job_vs_bare_cluster": round(cluster_s / bare_cluster, 3),
+        "targets": {"ratio": 1.0, "job_vs_bare": 0.8, "job_vs_bare_cluster": 0.8},
     }))
 
 
