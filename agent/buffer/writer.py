@@ -57,7 +57,8 @@ class PoolWriter:
             result.end = chunk.source_end
             return result
         planner = BlockPlanner(chunk)
-        oversized = np.flatnonzero(chunk.lengths > self._value_limits(chunk)).tolist()
+        limits = self._value_limits(chunk)
+        oversized = np.flatnonzero(chunk.lengths > limits).tolist()
         oversized.append(n)
         continued = chunk.continued and oversized[0] != 0      # record 0: a block of its own
         kept = ONCE if once else 0
@@ -74,8 +75,9 @@ class PoolWriter:
             handed(a)
             while a < n:
                 if a == oversized[next_big]:
-                    if not self._append_oversized(topic, chunk, a, source, source_start,
-                                                  result, timeout_s, kept,
+                    cap = int(limits if chunk.keys is None else limits[a])
+                    if not self._append_oversized(topic, chunk, a, cap, source,
+                                                  source_start, result, timeout_s, kept,
                                                   parts_done if a == 0 else 0, handed):
                         break
                     next_big += 1
@@ -229,13 +231,13 @@ class PoolWriter:
         else:
             runs.append([fill.records - (b - a), b - a, source, begin, end])
 
-    def _append_oversized(self, topic, chunk, i, source, source_start, result, timeout_s,
-                          kept, parts_done=0, handed=None) -> bool:
+    def _append_oversized(self, topic, chunk, i, limit, source, source_start, result,
+                          timeout_s, kept, parts_done=0, handed=None) -> bool:
+        """Record ``i`` of ``chunk``, longer than ``limit`` (its own, ``_value_limits``):
+        split into a slot a part, truncated or dropped, per ``oversize``."""
         length = int(chunk.lengths[i])
         start = int(chunk.starts[i])
         stop = chunk.source_pos(i + 1) if i + 1 < len(chunk) else chunk.source_end
-        limits = self._value_limits(chunk)
-        limit = int(limits if chunk.keys is None else limits[i])
         if self.oversize == "drop":
             result.dropped += 1
             self.counters["oversize_dropped"] += 1

@@ -70,8 +70,13 @@ def count_job(bootstrap: str, topic: str, audit_topic: str, work: Path,
     counted = sum(r.count for r in state.counts.values() if r.tier == tier)
     assert counted == LINES, f"the job on {master} counted {counted} of {LINES}"
     rates = [b["processed_rows_per_s"] for b in batches if b["num_input_rows"]]
+    return warm_median(rates), rates, wall
+
+
+def warm_median(rates: list[float]) -> float:
+    """The median rate of the batches after the first (JIT warm-up), or of all of one."""
     warm = sorted(rates[1:]) or sorted(rates)
-    return warm[len(warm) // 2], rates, wall
+    return warm[len(warm) // 2]
 
 
 def bare_read(bootstrap: str, topic: str, audit_topic: str, work: Path,
@@ -85,9 +90,7 @@ def bare_read(bootstrap: str, topic: str, audit_topic: str, work: Path,
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["rows"] == LINES, f"the bare read on {master} counted {got['rows']} of {LINES}"
-    rates = got["rates"]
-    warm = sorted(rates[1:]) or sorted(rates)
-    return warm[len(warm) // 2], rates
+    return warm_median(got["rates"]), got["rates"]
 
 
 def main() -> None:

@@ -1079,6 +1079,17 @@ def test_a_slots_acknowledged_prefix_survives_a_crash_and_is_zero_when_the_slot_
     last.close()
 
 
+def stamp_version(path, version: int) -> None:
+    """Write ``version`` into the pool file's header (its CRC with it), as an agent of that
+    version left it."""
+    with open(path, "r+b") as f:
+        header = np.frombuffer(f.read(L.FILE_HEADER.itemsize), L.FILE_HEADER).copy()
+        header[0]["version"] = version
+        header[0]["geometry_crc"] = L.geometry_crc(header)
+        f.seek(0)
+        f.write(header.tobytes())
+
+
 def test_a_version_2_pool_is_upgraded_in_place_its_slots_kept_and_their_acked_bytes_zeroed(
         tmp_path):
     """Version 2 had padding where ``acked`` is; an agent of version 2 neither clears nor
@@ -1091,12 +1102,7 @@ def test_a_version_2_pool_is_upgraded_in_place_its_slots_kept_and_their_acked_by
     pool.note_acked(slot, 15)
     pool.abandon()
     path = tmp_path / "buffer.pool"
-    with open(path, "r+b") as f:                     # as a version 2 agent left it
-        header = np.frombuffer(f.read(L.FILE_HEADER.itemsize), L.FILE_HEADER).copy()
-        header[0]["version"] = 2
-        header[0]["geometry_crc"] = L.geometry_crc(header)
-        f.seek(0)
-        f.write(header.tobytes())
+    stamp_version(path, 2)                           # as a version 2 agent left it
     again = open_pool(tmp_path)
     [kept] = again.take()
     assert (kept.record_count, kept.acked_before) == (20, 0)
@@ -1119,12 +1125,7 @@ def test_a_version_3_pool_is_upgraded_and_its_filling_slots_are_not_taken_for_se
     path = tmp_path / "buffer.pool"
     pool._hdr[old.index]["state"] = L.FILLING    # as a version 3 agent hands it out again:
     pool.abandon()                               # its former header left as it was
-    with open(path, "r+b") as f:
-        header = np.frombuffer(f.read(L.FILE_HEADER.itemsize), L.FILE_HEADER).copy()
-        header[0]["version"] = 3
-        header[0]["geometry_crc"] = L.geometry_crc(header)
-        f.seek(0)
-        f.write(header.tobytes())
+    stamp_version(path, 3)
     again = open_pool(tmp_path)
     assert ids_of(values(again)) == [5, 6, 7]
     assert again.counters["filling_discarded"] == 1 and again.counters["seal_finished"] == 0
