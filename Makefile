@@ -59,28 +59,31 @@ debian-tools:
 		if [ -n "$$added" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
 	else echo "make setup: install Debian's$$need (as root) for their tests" >&2; fi
 
-# The native send path (agent/native, Rust: PyO3, and librdkafka built from the rdkafka crate's
-# bundled source) as a wheel in build/native-wheel, installed into the venv as the module
-# docket_native (make deb installs the same wheel). Needs cargo (rustup's, in ~/.cargo/bin, or
-# on PATH), a C compiler, make, and OpenSSL's and zlib's headers (libssl-dev, zlib1g-dev:
-# installed here as root when missing). Without cargo, make setup says so and goes on: the
-# agent sends with its Python send path (broker.send_path = "auto" chooses it), the native tests
-# skip.
+# The native send path (agent/native, Rust: PyO3 and the rdkafka crate) as a wheel in
+# build/native-wheel, installed into the venv as the module docket_native (make deb installs
+# the same wheel). It links the librdkafka that the venv's confluent-kafka wheel ships
+# (packaging/link_librdkafka.py writes what pkg-config tells the crate's build): both send
+# paths run one librdkafka. Needs cargo (rustup's, in ~/.cargo/bin, or on PATH), a C compiler
+# and pkg-config (installed here as root when missing). Without cargo, make setup says so and
+# goes on: the agent sends with its Python send path (broker.send_path = "auto" chooses it),
+# the native tests skip.
 native: $(STAMP)
 	@$(MAKE) --no-print-directory native-build
 
 native-build:
-	@need=""; [ -e /usr/include/openssl/ssl.h ] || need="$$need libssl-dev"; \
-	[ -e /usr/include/zlib.h ] || need="$$need zlib1g-dev"; \
+	@need=""; command -v pkg-config >/dev/null || need="$$need pkgconf"; \
 	if [ -n "$$need" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null; fi
 	rm -rf $(NATIVE_WHEELS)
-	$(CARGO_ENV) $(BIN)/pip wheel --quiet --no-deps --wheel-dir $(NATIVE_WHEELS) ./agent/native
+	$(BIN)/python packaging/link_librdkafka.py build/librdkafka
+	PKG_CONFIG_PATH=$(CURDIR)/build/librdkafka $(CARGO_ENV) \
+		$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(NATIVE_WHEELS) ./agent/native
 	$(BIN)/pip install --quiet --no-deps --force-reinstall $(NATIVE_WHEELS)/docket_native-*.whl
 	touch $(NATIVE_STAMP)
 
-$(NATIVE_STAMP): $(wildcard agent/native/src/*.rs) agent/native/Cargo.toml \
-		agent/native/Cargo.lock agent/native/pyproject.toml | $(STAMP)
+$(NATIVE_STAMP): $(wildcard agent/native/src/*.rs) agent/native/Cargo.toml agent/native/build.rs \
+		agent/native/Cargo.lock agent/native/pyproject.toml packaging/link_librdkafka.py \
+		constraints.txt | $(STAMP)
 	@if $(CARGO_ENV) command -v cargo >/dev/null; then \
 		$(MAKE) --no-print-directory native-build; \
 	else echo "make setup: no cargo (Rust, https://rustup.rs) here: the native send path is" \
@@ -107,7 +110,7 @@ test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check agent broker audit dashboards docket_common demo tests
+	$(BIN)/ruff check agent broker audit dashboards docket_common demo tests packaging
 
 # Every benchmark runs, also after one fails; the target fails at the end, naming them.
 # The peer shippers bench_peers.py runs beside docket (Debian's kcat, rsyslog, rsyslog-kafka),

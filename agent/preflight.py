@@ -73,7 +73,8 @@ def check_send_path(cfg: AgentConfig) -> None:
 def check_producer(cfg: AgentConfig) -> None:
     """The producer settings as the clients of the agent's send path take them: the Python
     client's (every path has one: the audit's producer, resends), and with the native path the
-    extension's, whose librdkafka is another build (no libcurl: ``https.*`` refused)."""
+    extension's (the same librdkafka since it links the Python client's, built with the
+    native path's own properties)."""
     from confluent_kafka import KafkaException, Producer
 
     from .drain.native import native_refusal

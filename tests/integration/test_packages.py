@@ -225,10 +225,17 @@ def test_the_installed_agent_speaks_the_notify_protocol(installed, kafka, tmp_pa
 def test_the_installed_agent_ships_with_its_native_send_path(installed, kafka, tmp_path):
     """The package's virtualenv holds the native extension make setup built; the installed
     agent, its send path left to the default (``auto``), runs it and ships every line, each
-    once."""
+    once. It loads the librdkafka of the package's confluent-kafka (one version for both
+    paths), found beside it in the package's ``site-packages``."""
     ext = _run(str(AGENT_VENV / "bin/python"), "-c",
-               "import docket_native; print(docket_native.LIBRDKAFKA_VERSION)")
+               "import docket_native, confluent_kafka; "
+               "print(docket_native.LIBRDKAFKA_VERSION, confluent_kafka.libversion()[0]); "
+               "print(*{l.split()[-1] for l in open('/proc/self/maps') if 'librdkafka' in l})")
     assert ext.returncode == 0, ext.stderr
+    versions, mapped = ext.stdout.splitlines()
+    native, python = versions.split()
+    assert native == python, versions
+    assert mapped.startswith(str(AGENT_VENV)) and " " not in mapped, mapped
     ensure_topics(kafka.bootstrap_servers, [TopicSpec("pkg.native", partitions=3)])
     logs = tmp_path / "logs"
     logs.mkdir()
