@@ -182,7 +182,8 @@ class LocalCluster:
 
     def __init__(self, data_dir: Path | str | None = None, die_with_parent: bool = False,
                  broker_props: dict | None = None,
-                 spawn_prefixes: dict[int, list[str]] | None = None):
+                 spawn_prefixes: dict[int, list[str]] | None = None,
+                 java_options: list[str] | None = None):
         """``die_with_parent``: brokers this object starts are SIGKILLed by the kernel when the
         process that started them dies, however it dies (tests: a killed pytest leaves no
         JVM). The kernel ties them to the *thread* that started them (PR_SET_PDEATHSIG), so
@@ -192,6 +193,9 @@ class LocalCluster:
         self.die_with_parent = die_with_parent
         # server.properties set over the defaults (tests: auto.create.topics.enable=false)
         self.broker_props = dict(broker_props or {})
+        # system properties of the brokers' JVMs (tests: the URLs an OAUTHBEARER validator may
+        # read, which Kafka allows only by name)
+        self.java_options = list(java_options or [])
         # node id → the command its JVM runs through (module docstring, "Hosts")
         self.spawn_prefixes = {k: list(v) for k, v in (spawn_prefixes or {}).items()}
         self.log = logging.getLogger("docket.broker")
@@ -421,7 +425,8 @@ class LocalCluster:
     def _spawn(self, libs: Path, node: Node) -> None:
         d = self.node_dir(node.node_id)
         cmd = [*self.spawn_prefixes.get(node.node_id, []),
-               *java_command(libs, "kafka.Kafka", str(d / "server.properties"), folder=d)]
+               *java_command(libs, "kafka.Kafka", str(d / "server.properties"), folder=d,
+                             options=self.java_options)]
         proc = spawn(cmd, d, self.die_with_parent, f"broker {node.node_id}")
         self._children[node.node_id] = proc
 
@@ -524,9 +529,9 @@ class LocalCluster:
 
 
 def java_command(libs: Path, main: str, *args: str, heap: str = HEAP,
-                 folder: Path) -> list[str]:
+                 folder: Path, options: list[str] | None = None) -> list[str]:
     """``java`` running ``main`` from the Kafka jars, logging (Log4j 2) as ``folder``'s
-    ``log4j2.properties`` says, into ``folder/logs``."""
+    ``log4j2.properties`` says, into ``folder/logs``; ``options``: more of the JVM's own."""
     home = Path(os.environ.get("JAVA_HOME") or "/nonexistent")
     java = str(home / "bin" / "java") if (home / "bin" / "java").is_file() \
         else shutil.which("java")
@@ -537,6 +542,7 @@ def java_command(libs: Path, main: str, *args: str, heap: str = HEAP,
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={folder / 'log4j2.properties'}",
         f"-Dkafka.logs.dir={folder / 'logs'}",
+        *(options or []),
         "-cp", f"{libs}/*", main, *args,
     ]
 

@@ -4,9 +4,13 @@ The agent (``[broker]``), the reconciler (``[reconcile]``) and the Spark jobs an
 watcher (a ``--kafka-config FILE`` with a ``[kafka]`` table) all take the same keys:
 
     security_protocol     plaintext | ssl | sasl_ssl
-    sasl_mechanism        SCRAM-SHA-512 (default) | SCRAM-SHA-256 | PLAIN
-    sasl_username
-    sasl_password_file    the password, in a file only its owner can read
+    sasl_mechanism        SCRAM-SHA-512 (default) | SCRAM-SHA-256 | PLAIN | OAUTHBEARER
+    sasl_username         (SCRAM, PLAIN)
+    sasl_password_file    the password, in a file only its owner can read (SCRAM, PLAIN)
+    sasl_oauthbearer_token_endpoint_url   OAUTHBEARER: the identity provider's token endpoint
+    sasl_oauthbearer_client_id            OAUTHBEARER: the client credentials' id ...
+    sasl_oauthbearer_client_secret_file   ... and its secret, in a file only its owner can read
+    sasl_oauthbearer_scope                OAUTHBEARER: the scope asked for (optional)
     ssl_ca_file           PEM: the CA that signed the brokers' certificates
     ssl_certificate_file  PEM: the client's certificate (mutual TLS)
     ssl_key_file          PEM: the client's private key
@@ -15,7 +19,10 @@ watcher (a ``--kafka-config FILE`` with a ``[kafka]`` table) all take the same k
 A password is never a setting, an argument or a log line: it is read from its file when a
 client is made (so a file changed and the process reloaded takes effect). A file path may start
 with ``${CREDENTIALS_DIRECTORY}/``, where systemd's ``LoadCredential=`` puts a service's
-credentials. ``check`` says, before anything connects, what is wrong with the files: missing,
+credentials. OAUTHBEARER is OpenID Connect's client-credentials grant: every client asks the
+token endpoint for a token with its id and secret and logs in with it, again before it expires
+(librdkafka's ``sasl.oauthbearer.method = oidc``; the Java client's login callback handler).
+``check`` says, before anything connects, what is wrong with the files: missing,
 unreadable, a password file others can read, a key without a certificate.
 
 ``librdkafka_properties`` turns the settings into confluent-kafka's properties,
@@ -36,7 +43,11 @@ from pathlib import Path
 from .settings import ConfigError, Setting, load_toml, parse_sections
 
 PROTOCOLS = ("plaintext", "ssl", "sasl_ssl")
-MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER")
+OAUTHBEARER = "OAUTHBEARER"
+# The Java client's OIDC login: the token fetched from the endpoint with the client credentials.
+_JAVA_OIDC_LOGIN = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+_JAVA_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 CREDENTIALS = "${CREDENTIALS_DIRECTORY}"
 
 
@@ -48,10 +59,21 @@ def settings(section: str) -> tuple[Setting, ...]:
                 "`sasl_ssl` (TLS and a SASL user).", choices=PROTOCOLS),
         Setting(f"{section}.sasl_mechanism", str, "SCRAM-SHA-512", "The SASL mechanism "
                 "(`sasl_ssl`).", choices=MECHANISMS),
-        Setting(f"{section}.sasl_username", str, None, "The SASL user (`sasl_ssl`)."),
+        Setting(f"{section}.sasl_username", str, None, "The SASL user (`sasl_ssl` with SCRAM or "
+                "PLAIN)."),
         Setting(f"{section}.sasl_password_file", str, None, "File holding the SASL user's "
                 "password (its first line), readable by its owner only. May start with "
                 "`${CREDENTIALS_DIRECTORY}/` (systemd `LoadCredential=`)."),
+        Setting(f"{section}.sasl_oauthbearer_token_endpoint_url", str, None, "OAUTHBEARER: "
+                "the OpenID Connect token endpoint this client asks for its tokens (client "
+                "credentials grant), e.g. `https://idp.example.com/oauth2/token`."),
+        Setting(f"{section}.sasl_oauthbearer_client_id", str, None, "OAUTHBEARER: the client "
+                "id of this client's credentials."),
+        Setting(f"{section}.sasl_oauthbearer_client_secret_file", str, None, "OAUTHBEARER: "
+                "file holding the client secret (its first line), readable by its owner only; "
+                "may start with `${CREDENTIALS_DIRECTORY}/`."),
+        Setting(f"{section}.sasl_oauthbearer_scope", str, None, "OAUTHBEARER: the scope "
+                "asked for (space-separated), where the identity provider needs one."),
         Setting(f"{section}.ssl_ca_file", str, None, "PEM file of the CA that signed the "
                 "brokers' certificates (`ssl`, `sasl_ssl`). Default: the system's CAs."),
         Setting(f"{section}.ssl_certificate_file", str, None, "PEM file of this client's "
@@ -76,6 +98,10 @@ class KafkaSecurity:
     certificate_file: str | None = None
     key_file: str | None = None
     key_password_file: str | None = None
+    token_endpoint_url: str | None = None
+    client_id: str | None = None
+    client_secret_file: str | None = None
+    scope: str | None = None
 
     @classmethod
     def from_values(cls, values: dict, section: str) -> KafkaSecurity:
@@ -84,7 +110,13 @@ class KafkaSecurity:
         return cls(section, v("security_protocol") or "plaintext",
                    v("sasl_mechanism") or "SCRAM-SHA-512", v("sasl_username"),
                    v("sasl_password_file"), v("ssl_ca_file"), v("ssl_certificate_file"),
-                   v("ssl_key_file"), v("ssl_key_password_file"))
+                   v("ssl_key_file"), v("ssl_key_password_file"),
+                   v("sasl_oauthbearer_token_endpoint_url"), v("sasl_oauthbearer_client_id"),
+                   v("sasl_oauthbearer_client_secret_file"), v("sasl_oauthbearer_scope"))
+
+    @property
+    def oauth(self) -> bool:
+        return self.protocol == "sasl_ssl" and self.mechanism == OAUTHBEARER
 
     @property
     def secured(self) -> bool:
@@ -100,7 +132,34 @@ class KafkaSecurity:
         """The settings fit together (a SASL user with its password file, a certificate with
         its key, nothing of TLS on a plaintext connection). Reads no file."""
         s = self.section
-        if self.protocol == "sasl_ssl":
+        oauth = (("sasl_oauthbearer_token_endpoint_url", self.token_endpoint_url,
+                  "the identity provider's token endpoint (https://…)"),
+                 ("sasl_oauthbearer_client_id", self.client_id, "this client's id"),
+                 ("sasl_oauthbearer_client_secret_file", self.client_secret_file,
+                  "a file holding the client secret, mode 0600"),
+                 ("sasl_oauthbearer_scope", self.scope, ""))
+        if self.oauth:
+            for key, value, hint in oauth[:3]:
+                if not value:
+                    raise ConfigError(f"{s}.{key}", "missing (sasl_mechanism = "
+                                      "\"OAUTHBEARER\")", hint=hint)
+            if not self.token_endpoint_url.startswith(("https://", "http://")):
+                raise ConfigError(f"{s}.sasl_oauthbearer_token_endpoint_url",
+                                  f"{self.token_endpoint_url!r} is not an http(s) URL")
+            for key, value in (("sasl_username", self.username),
+                               ("sasl_password_file", self.password_file)):
+                if value:
+                    raise ConfigError(f"{s}.{key}", "set, but sasl_mechanism is "
+                                      "\"OAUTHBEARER\"", hint="an OAUTHBEARER client logs in "
+                                      "with sasl_oauthbearer_client_id and its secret file")
+        else:
+            for key, value, _hint in oauth:
+                if value:
+                    raise ConfigError(f"{s}.{key}", "set, but sasl_mechanism is not "
+                                      "\"OAUTHBEARER\"", hint="use security_protocol = "
+                                      "\"sasl_ssl\" with sasl_mechanism = \"OAUTHBEARER\", "
+                                      "or remove it")
+        if self.protocol == "sasl_ssl" and not self.oauth:
             if not self.username:
                 raise ConfigError(f"{s}.sasl_username", "missing (security_protocol = "
                                   "\"sasl_ssl\")", hint="the SASL user this client logs in as")
@@ -132,6 +191,8 @@ class KafkaSecurity:
         not readable by every user."""
         s = self.section
         for key, value, secret in (("sasl_password_file", self.password_file, True),
+                                   ("sasl_oauthbearer_client_secret_file",
+                                    self.client_secret_file, True),
                                    ("ssl_ca_file", self.ca_file, False),
                                    ("ssl_certificate_file", self.certificate_file, False),
                                    ("ssl_key_file", self.key_file, True),
@@ -144,7 +205,14 @@ class KafkaSecurity:
         if not self.secured:
             return {}
         conf = {"security.protocol": self.protocol.upper()}
-        if self.protocol == "sasl_ssl":
+        if self.oauth:
+            conf.update({"sasl.mechanism": OAUTHBEARER, "sasl.oauthbearer.method": "oidc",
+                         "sasl.oauthbearer.token.endpoint.url": self.token_endpoint_url,
+                         "sasl.oauthbearer.client.id": self.client_id,
+                         "sasl.oauthbearer.client.secret": self._client_secret()})
+            if self.scope:
+                conf["sasl.oauthbearer.scope"] = self.scope
+        elif self.protocol == "sasl_ssl":
             conf.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username,
                          "sasl.password": read_secret(f"{self.section}.sasl_password_file",
                                                       self.password_file)})
@@ -170,7 +238,17 @@ class KafkaSecurity:
             return {}
         put = secret or (lambda _name, value: value)
         props = {"security.protocol": self.protocol.upper()}
-        if self.protocol == "sasl_ssl":
+        if self.oauth:
+            scope = f' scope="{_jaas(self.scope)}"' if self.scope else ""
+            props.update({
+                "sasl.mechanism": OAUTHBEARER,
+                "sasl.login.callback.handler.class": _JAVA_OIDC_LOGIN,
+                "sasl.oauthbearer.token.endpoint.url": self.token_endpoint_url,
+                "sasl.jaas.config": f'{_JAVA_OAUTH_MODULE} required clientId='
+                                    f'"{_jaas(self.client_id)}" clientSecret='
+                                    f'"{put("password", _jaas(self._client_secret()))}"'
+                                    f'{scope};'})
+        elif self.protocol == "sasl_ssl":
             password = read_secret(f"{self.section}.sasl_password_file", self.password_file)
             module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
                       if self.mechanism == "PLAIN" else
@@ -192,6 +270,10 @@ class KafkaSecurity:
                     f"{self.section}.ssl_key_password_file", self.key_password_file))
         return props
 
+    def _client_secret(self) -> str:
+        return read_secret(f"{self.section}.sasl_oauthbearer_client_secret_file",
+                           self.client_secret_file)
+
     def spark_options(self) -> dict[str, str]:
         """Spark's Kafka source and sink options: ``java_properties`` under ``kafka.``."""
         return {f"kafka.{k}": v for k, v in self.java_properties().items()}
@@ -200,10 +282,13 @@ class KafkaSecurity:
         """The settings that are set, by their keys within the section: what a ``[kafka]``
         table of ``--kafka-config`` holds (files, never a secret)."""
         keys = ("security_protocol", "sasl_mechanism", "sasl_username", "sasl_password_file",
-                "ssl_ca_file", "ssl_certificate_file", "ssl_key_file", "ssl_key_password_file")
+                "ssl_ca_file", "ssl_certificate_file", "ssl_key_file", "ssl_key_password_file",
+                "sasl_oauthbearer_token_endpoint_url", "sasl_oauthbearer_client_id",
+                "sasl_oauthbearer_client_secret_file", "sasl_oauthbearer_scope")
         values = (self.protocol, self.mechanism if self.protocol == "sasl_ssl" else None,
                   self.username, self.password_file, self.ca_file, self.certificate_file,
-                  self.key_file, self.key_password_file)
+                  self.key_file, self.key_password_file, self.token_endpoint_url,
+                  self.client_id, self.client_secret_file, self.scope)
         return {k: v for k, v in zip(keys, values, strict=True) if v}
 
     @classmethod
@@ -222,7 +307,9 @@ class KafkaSecurity:
         if not self.secured:
             return "plaintext"
         parts = [self.protocol]
-        if self.protocol == "sasl_ssl":
+        if self.oauth:
+            parts.append(f"OAUTHBEARER client {self.client_id} from {self.token_endpoint_url}")
+        elif self.protocol == "sasl_ssl":
             parts.append(f"{self.mechanism} user {self.username}")
         if self.certificate_file:
             parts.append(f"client certificate {self.certificate_file}")
@@ -248,8 +335,9 @@ def check_settings(values: dict, section: str, options_key: str,
         if key in _SECRETS:
             raise ConfigError(f"{options_key}.{key}", "a secret written in the configuration "
                               "file", hint=f"put it in a file readable by this service's user "
-                              f"only and name that file: [{section}] sasl_password_file or "
-                              "ssl_key_password_file (docs/security.md)")
+                              f"only and name that file: [{section}] sasl_password_file, "
+                              "sasl_oauthbearer_client_secret_file or ssl_key_password_file "
+                              "(docs/security.md)")
         if security.secured and key.startswith(_SECURITY_PREFIXES):
             raise ConfigError(f"{options_key}.{key}", "a security property beside "
                               f"[{section}] security_protocol = {security.protocol!r}",

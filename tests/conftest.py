@@ -10,6 +10,7 @@ that kill or pause brokers then skip, since they cannot control a cluster they d
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import uuid
 from dataclasses import dataclass
@@ -163,9 +164,10 @@ class SecuredKafka:
         return self.cluster.client_settings(user)
 
 
-def _secured(tmp_path_factory, name: str, security: str, brokers: int = 1):
-    """A secured cluster of ``brokers`` started for the session, stopped after it."""
-    cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True)
+def _secured(tmp_path_factory, name: str, security: str, brokers: int = 1, **more):
+    """A secured cluster of ``brokers`` started for the session, stopped after it (``more``:
+    ``LocalCluster``'s further arguments)."""
+    cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True, **more)
     layout = cluster.up(brokers=brokers, base_port=0, security=security, timeout_s=300)
     _LIVE[name] = cluster
     try:
@@ -175,9 +177,24 @@ def _secured(tmp_path_factory, name: str, security: str, brokers: int = 1):
 
 
 @pytest.fixture(scope="session")
-def kafka_sasl(tmp_path_factory):
-    """A 1-broker cluster with a SASL_SSL (SCRAM-SHA-512) listener and ACLs enforced."""
-    yield from _secured(tmp_path_factory, "kafka_sasl", "sasl_ssl")
+def idp(tmp_path_factory):
+    """An OpenID Connect token endpoint on 127.0.0.1 (tests/oidckit.py) with one client per
+    docket role, each id its principal's name."""
+    from tests.oidckit import IdentityProvider
+
+    provider = IdentityProvider(tmp_path_factory.mktemp("idp"), {
+        role: secrets.token_urlsafe(18) for role in ("agent", "count", "land", "reconcile")})
+    yield provider.start()
+    provider.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl(tmp_path_factory, idp):
+    """A 1-broker cluster with a SASL_SSL listener taking SCRAM-SHA-512 and OAUTHBEARER (tokens
+    of ``idp``), ACLs enforced."""
+    yield from _secured(tmp_path_factory, "kafka_sasl", "sasl_ssl",
+                        broker_props=idp.broker_props(),
+                        java_options=idp.java_options())
 
 
 @pytest.fixture(scope="session")

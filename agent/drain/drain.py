@@ -118,6 +118,15 @@ def _real_producer(conf: dict) -> Producer:
     return Producer(conf, logger=logging.getLogger("docket.agent.librdkafka"))
 
 
+def _credentials_keys(conf: dict) -> str:
+    """The settings that hold this client's SASL credentials, for the refusal's line."""
+    if conf.get("sasl.mechanism") == "OAUTHBEARER":
+        return ("[broker] sasl_oauthbearer_client_id and sasl_oauthbearer_client_secret_file, "
+                f"and that {conf.get('sasl.oauthbearer.token.endpoint.url')} grants them a "
+                "token")
+    return "[broker] sasl_username and sasl_password_file"
+
+
 def _certificate_refused(err: KafkaError) -> bool:
     """A broker that refuses this client's certificate (mutual TLS) closes the handshake:
     librdkafka reports a transport error whose text names the certificate."""
@@ -232,7 +241,7 @@ class Drain:
         log.error("broker: authentication failed: %s. Events wait in the pool. Check %s, "
                   "then reload the agent (SIGHUP, systemctl reload docket-agent)", err.str(),
                   "[broker] ssl_ca_file, ssl_certificate_file and ssl_key_file (trusted, not "
-                  "expired)" if tls else "[broker] sasl_username and sasl_password_file")
+                  "expired)" if tls else _credentials_keys(self.conf))
 
     def _deny(self, topic: str, err: KafkaError) -> None:
         """The cluster refuses this client ``topic`` (DENIED): its records wait, and go again

@@ -1,5 +1,6 @@
 """The agent against a secured cluster (SASL_SSL with SCRAM-SHA-512, the agent's least-privilege
-ACLs): a wrong password and a missing Write ACL are outages with a named cause. The events wait
+ACLs; and OAUTHBEARER, tokens from an OpenID Connect endpoint): a wrong password, a refused
+client secret and a missing Write ACL are outages with a named cause. The events wait
 in the pool, status and one log line say why, the agent does not spin, and delivery resumes
 once the password file is fixed and the agent reloaded (SIGHUP), or by itself once the ACL is
 granted. Every id is counted; the password is in no log, status or argument list."""
@@ -39,10 +40,11 @@ def _admin_conf(cluster: LocalCluster) -> dict:
 
 
 def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str = "python",
-           broker: dict | None = None):
+           broker: dict | None = None, oauth: str | None = None):
     """A topic and an audit topic, the agent's ACLs, and an agent config whose password file
-    holds ``password`` (``broker``: further ``[broker]`` settings). Returns (topic, audit
-    topic, config, password file)."""
+    holds ``password`` (``broker``: further ``[broker]`` settings; ``oauth``: a token endpoint,
+    the agent logging in with OAUTHBEARER as client ``agent``, ``password`` its secret).
+    Returns (topic, audit topic, config, password file)."""
     conf = _admin_conf(cluster)
     bootstrap = conf["bootstrap.servers"]
     prefix = f"sec{uuid.uuid4().hex[:6]}"
@@ -57,12 +59,14 @@ def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str 
     secret.write_text(password + "\n")
     secret.chmod(0o600)
     (tmp_path / "logs").mkdir()
+    login = {"sasl_username": "agent", "sasl_password_file": str(secret)} if oauth is None else \
+        {"sasl_mechanism": "OAUTHBEARER", "sasl_oauthbearer_token_endpoint_url": oauth,
+         "sasl_oauthbearer_client_id": "agent", "sasl_oauthbearer_client_secret_file": str(secret)}
     config = write_config(
         tmp_path / "agent.toml", bootstrap, tmp_path / "state",
         [{"type": "file", "paths": [str(tmp_path / "logs" / "app.log")], "topic": topic}],
         agent={"id": "secured-host"}, buffer={"size_bytes": 32 << 20, "slot_size_bytes": 1 << 18},
-        broker={"security_protocol": "sasl_ssl", "sasl_username": "agent",
-                "sasl_password_file": str(secret), "ssl_ca_file": str(security.ca_file),
+        broker={"security_protocol": "sasl_ssl", **login, "ssl_ca_file": str(security.ca_file),
                 "send_path": send_path, **(broker or {})},
         audit={"topic": audit_topic, "interval_ms": 2000})
     return topic, audit_topic, config, secret
@@ -238,6 +242,53 @@ def test_exactly_once_without_its_acls_waits_and_delivers_each_id_once_once_gran
         assert not (tmp_path / "state" / "dead-letter").exists()
         print(f"exactly once without its ACLs: refused; granted, {LINES} ids once while "
               f"{LINES} of a refused topic waited; then those too, once")
+    finally:
+        if agent.alive():
+            assert agent.stop() == 0, agent.log_text()
+
+
+# -- OAUTHBEARER ----------------------------------------------------------------------------------
+# OpenID Connect's client credentials grant against a token endpoint on 127.0.0.1
+# (tests/oidckit.py); the brokers check each token against the provider's key set, the principal
+# the token's subject (User:agent, with the agent's least-privilege ACLs).
+def test_a_refused_client_secret_waits_in_the_pool_and_a_reload_with_the_right_one_delivers_all(
+        kafka_sasl, idp, tmp_path, agent_send_path):
+    cluster = kafka_sasl.cluster
+    right = idp.clients["agent"]
+    topic, _audit, config, secret = _setup(cluster, tmp_path, "not-the-secret", agent_send_path,
+                                           oauth=idp.token_url)
+    refused0, issued0 = idp.refused["agent"], idp.issued["agent"]
+    agent = AgentProcess(config, tmp_path / "agent.log").start()
+    try:
+        _write(tmp_path / "logs" / "app.log", LINES)
+        st = _wait_state(agent, "authentication failed")
+        assert st["broker"]["security"] == f"sasl_ssl, OAUTHBEARER client agent from " \
+                                           f"{idp.token_url}"
+        cpu0 = agent.cpu_seconds()
+        time.sleep(FAILURE_S)
+        cpu = agent.cpu_seconds() - cpu0
+        st = agent.status()
+        assert st["broker"]["state"] == "authentication failed"
+        assert st["backlog"]["events"] == LINES            # every event waits in the pool
+        assert idp.refused["agent"] > refused0             # the endpoint really refused it
+        assert idp.issued["agent"] == issued0              # and issued it nothing
+        assert _ids(_admin_conf(cluster), topic, 1, 5) == Counter()
+        said = [line for line in agent.whole_log().splitlines()
+                if "broker: authentication failed" in line]
+        assert len(said) == 1 and "sasl_oauthbearer_client_secret_file" in said[0], said
+        assert cpu < CPU_SHARE * FAILURE_S, f"{cpu:.1f} CPU s in {FAILURE_S} s of refusal"
+
+        secret.write_text(right + "\n")                    # fixed, then reloaded
+        agent.proc.send_signal(signal.SIGHUP)
+        ids = _ids(_admin_conf(cluster), topic, LINES, 120)
+        assert set(ids) == set(range(LINES))               # 0 lost
+        assert max(ids.values()) == 1                      # nothing had reached Kafka
+        _wait_state(agent, "up", 60)
+        assert idp.issued["agent"] > issued0               # through tokens the endpoint issued
+        _no_secret_anywhere(agent, right)
+        print(f"refused secret ({agent_send_path}): {idp.refused['agent'] - refused0} "
+              f"refusals, {cpu:.2f} CPU s in {FAILURE_S} s; then all {LINES} ids once with "
+              f"{idp.issued['agent'] - issued0} token(s)")
     finally:
         if agent.alive():
             assert agent.stop() == 0, agent.log_text()

@@ -238,3 +238,86 @@ def test_redact_hides_a_secret_under_any_prefix(files):
         shown = redact(conf)
         assert not any(PASSWORD.split('"')[0] in str(v) for v in shown.values()), shown
         assert any(v == "(redacted)" for v in shown.values())
+
+
+def _oauth(files, **more) -> dict:
+    return {"broker": {"security_protocol": "sasl_ssl", "sasl_mechanism": "OAUTHBEARER",
+                       "sasl_oauthbearer_token_endpoint_url": "https://idp.test/oauth2/token",
+                       "sasl_oauthbearer_client_id": "agent",
+                       "sasl_oauthbearer_client_secret_file": str(files["password"]),
+                       "ssl_ca_file": str(files["ca"]), **more}}
+
+
+@pytest.mark.parametrize("path", ["python", "native"])
+def test_oauthbearer_asks_the_token_endpoint_with_the_secret_from_its_file(files, path):
+    cfg = parse_agent(_oauth(files, sasl_oauthbearer_scope="kafka produce"))
+    conf = producer_config(cfg, path)
+    assert (conf["sasl.mechanism"], conf["sasl.oauthbearer.method"]) == ("OAUTHBEARER", "oidc")
+    assert conf["sasl.oauthbearer.token.endpoint.url"] == "https://idp.test/oauth2/token"
+    assert (conf["sasl.oauthbearer.client.id"], conf["sasl.oauthbearer.client.secret"]) == \
+        ("agent", PASSWORD)
+    assert conf["sasl.oauthbearer.scope"] == "kafka produce"
+    assert "sasl.username" not in conf and "sasl.password" not in conf
+    assert PASSWORD not in cfg.security.describe() and "OAUTHBEARER" in cfg.security.describe()
+    assert redact(conf)["sasl.oauthbearer.client.secret"] == "(redacted)"
+
+
+def test_oauthbearer_for_java_clients_logs_in_through_the_oidc_handler(files):
+    security = KafkaSecurity("kafka", "sasl_ssl", "OAUTHBEARER", ca_file=str(files["ca"]),
+                             token_endpoint_url="http://127.0.0.1:9/token", client_id="count",
+                             client_secret_file=str(files["password"]))
+    opts = security.spark_options()
+    assert opts["kafka.sasl.mechanism"] == "OAUTHBEARER"
+    assert opts["kafka.sasl.login.callback.handler.class"].endswith(
+        "oauthbearer.OAuthBearerLoginCallbackHandler")
+    assert opts["kafka.sasl.oauthbearer.token.endpoint.url"] == "http://127.0.0.1:9/token"
+    jaas = opts["kafka.sasl.jaas.config"]
+    assert jaas.startswith("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                           "required ")
+    assert 'clientId="count"' in jaas and 'clientSecret="s3cr3t-p@ss\\"word";' in jaas
+    assert "scope=" not in jaas
+    assert all(v == "(redacted)" for k, v in redact(opts).items() if "jaas" in k)
+    refs = {}
+    by_ref = security.java_properties(lambda name, value: refs.setdefault(name, value) and
+                                      f"${{dir:/s:{name}}}")
+    assert refs == {"password": 's3cr3t-p@ss\\"word'}
+    assert 'clientSecret="${dir:/s:password}"' in by_ref["sasl.jaas.config"]
+
+
+@pytest.mark.parametrize("more, key, problem", [
+    ({"sasl_oauthbearer_client_id": None}, "sasl_oauthbearer_client_id", "missing"),
+    ({"sasl_oauthbearer_client_secret_file": None}, "sasl_oauthbearer_client_secret_file",
+     "missing"),
+    ({"sasl_oauthbearer_token_endpoint_url": "idp.test/token"},
+     "sasl_oauthbearer_token_endpoint_url", "not an http(s) URL"),
+    ({"sasl_username": "agent"}, "sasl_username", "OAUTHBEARER"),
+    ({"sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "agent",
+      "sasl_password_file": "/nonexistent"}, "sasl_oauthbearer_token_endpoint_url",
+     "not \"OAUTHBEARER\""),
+])
+def test_oauthbearer_settings_that_do_not_fit_are_refused_by_key(files, more, key, problem):
+    raw = _oauth(files)
+    raw["broker"].update(more)
+    raw["broker"] = {k: v for k, v in raw["broker"].items() if v is not None}
+    with pytest.raises(ConfigError) as e:
+        parse_agent(raw).security.check()
+    assert e.value.path == f"broker.{key}" and problem in e.value.problem
+
+
+def test_an_oauthbearer_secret_every_user_can_read_is_refused(files):
+    files["password"].chmod(0o644)
+    with pytest.raises(ConfigError) as e:
+        parse_agent(_oauth(files)).security.check()
+    assert e.value.path == "broker.sasl_oauthbearer_client_secret_file"
+
+
+def test_an_oauthbearer_kafka_config_file_reads_back_the_same(files, tmp_path):
+    from docket_common.kafka_security import kafka_config_text, read_kafka_config
+
+    security = KafkaSecurity("kafka", "sasl_ssl", "OAUTHBEARER", ca_file=str(files["ca"]),
+                             token_endpoint_url="https://idp.test/token", client_id="land",
+                             client_secret_file=str(files["password"]), scope="kafka")
+    path = tmp_path / "kafka.toml"
+    path.write_text(kafka_config_text(security))
+    assert read_kafka_config(path) == security
+    assert PASSWORD not in path.read_text()
