@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from docket_common.dirs import docket_state_dir
-from docket_common.kafka_security import KafkaSecurity, kafka_config_text
+from docket_common.kafka_security import ALLOWED_URLS, KafkaSecurity, kafka_config_text
 from docket_common.procs import alive, process_state, reap
 
 from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, admin_client, describe, ensure_topics
@@ -114,6 +114,13 @@ class MirrorSpec:
         """How the mirror reaches its ``side`` (source | target), checked for form."""
         table = self.source_security if side == "source" else self.target_security
         return KafkaSecurity.from_table(table, f"mirror.{side}")
+
+    def java_options(self) -> list[str]:
+        """MirrorMaker 2's JVM options for its sides' security: the token endpoints it may
+        ask (OAUTHBEARER), allowed by name in one system property."""
+        urls = [self.security(side).token_endpoint_url for side in ("source", "target")
+                if self.security(side).oauth]
+        return [f"-D{ALLOWED_URLS}={','.join(dict.fromkeys(urls))}"] if urls else []
 
     def client_conf(self, side: str) -> dict[str, str]:
         """librdkafka's settings reaching ``side`` as the mirror (reads its secret files)."""
@@ -305,7 +312,7 @@ class Mirror:
         libs = ensure_kafka_libs()
         self.write_config(spec)
         cmd = java_command(libs, MAIN, str(self.folder / "mm2.properties"), heap=HEAP,
-                           folder=self.folder)
+                           folder=self.folder, options=spec.java_options())
         self._child = spawn(cmd, self.folder, self.die_with_parent,
                             f"the mirror {spec.source} -> {spec.target}")
         try:

@@ -48,6 +48,9 @@ OAUTHBEARER = "OAUTHBEARER"
 # The Java client's OIDC login: the token fetched from the endpoint with the client credentials.
 _JAVA_OIDC_LOGIN = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
 _JAVA_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# The system property naming the token endpoints a Java client of Kafka 4 may ask (the 3.9
+# client Spark runs asks any).
+ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
 CREDENTIALS = "${CREDENTIALS_DIRECTORY}"
 
 

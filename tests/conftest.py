@@ -183,7 +183,8 @@ def idp(tmp_path_factory):
     from tests.oidckit import IdentityProvider
 
     provider = IdentityProvider(tmp_path_factory.mktemp("idp"), {
-        role: secrets.token_urlsafe(18) for role in ("agent", "count", "land", "reconcile")})
+        role: secrets.token_urlsafe(18)
+        for role in ("agent", "count", "land", "reconcile", "mirror")})
     yield provider.start()
     provider.stop()
 

@@ -40,6 +40,10 @@ class IdentityProvider:
         self.jwks = folder / "jwks.json"
         self.issued: Counter = Counter()        # client id → tokens issued
         self.refused: Counter = Counter()       # client id (or "?") → requests refused
+        # A provider whose tokens the brokers find expired (its clock behind theirs): each
+        # token's ``exp`` a minute past, ``expires_in`` short, so clients ask again soon.
+        self.expired = False
+        self.expired_issued: Counter = Counter()
         self._server: ThreadingHTTPServer | None = None
 
     # -- keys ---------------------------------------------------------------------------------
@@ -59,8 +63,9 @@ class IdentityProvider:
               ) -> str:
         now = int(time.time())
         header = {"alg": "RS256", "typ": "JWT", "kid": KEY_ID}
-        claims = {"sub": client_id, "iss": self.issuer, "aud": AUDIENCE, "iat": now,
-                  "exp": now + (lifetime_s or self.lifetime_s)}
+        lifetime = self.lifetime_s if lifetime_s is None else lifetime_s
+        claims = {"sub": client_id, "iss": self.issuer, "aud": AUDIENCE,
+                  "iat": min(now, now + lifetime - 60), "exp": now + lifetime}
         if scope:
             claims["scope"] = scope
         signing_input = f"{_b64(json.dumps(header).encode())}." \
@@ -84,8 +89,12 @@ class IdentityProvider:
                         or idp.clients.get(who) != secret:
                     idp.refused[who or "?"] += 1
                     return self._answer(401, {"error": "invalid_client"})
-                idp.issued[who] += 1
                 scope = form.get("scope", [None])[0]
+                if idp.expired:
+                    idp.expired_issued[who] += 1
+                    return self._answer(200, {"access_token": idp.token(who, scope, -60),
+                                              "token_type": "Bearer", "expires_in": 5})
+                idp.issued[who] += 1
                 self._answer(200, {"access_token": idp.token(who, scope), "token_type": "Bearer",
                                    "expires_in": idp.lifetime_s})
 

@@ -122,8 +122,8 @@ def _credentials_keys(conf: dict) -> str:
     """The settings that hold this client's SASL credentials, for the refusal's line."""
     if conf.get("sasl.mechanism") == "OAUTHBEARER":
         return ("[broker] sasl_oauthbearer_client_id and sasl_oauthbearer_client_secret_file, "
-                f"and that {conf.get('sasl.oauthbearer.token.endpoint.url')} grants them a "
-                "token")
+                f"and that {conf.get('sasl.oauthbearer.token.endpoint.url')} grants them an "
+                "unexpired token (a valid token, once granted, needs no reload)")
     return "[broker] sasl_username and sasl_password_file"
 
 

@@ -292,3 +292,45 @@ def test_a_refused_client_secret_waits_in_the_pool_and_a_reload_with_the_right_o
     finally:
         if agent.alive():
             assert agent.stop() == 0, agent.log_text()
+
+
+def test_tokens_the_brokers_find_expired_wait_in_the_pool_and_valid_ones_deliver_all_unasked(
+        kafka_sasl, idp, tmp_path, agent_send_path):
+    """The provider hands out tokens already expired (its clock behind the brokers'): every
+    login is refused, the events wait, one line says so, no spin; once its tokens are valid
+    again the agent's next token logs it in — no reload — and every id arrives once."""
+    cluster = kafka_sasl.cluster
+    topic, _audit, config, _secret = _setup(cluster, tmp_path, idp.clients["agent"],
+                                            agent_send_path, oauth=idp.token_url)
+    expired0, issued0 = idp.expired_issued["agent"], idp.issued["agent"]
+    idp.expired = True
+    agent = AgentProcess(config, tmp_path / "agent.log")
+    try:
+        agent.start()
+        _write(tmp_path / "logs" / "app.log", LINES)
+        _wait_state(agent, "authentication failed")
+        cpu0 = agent.cpu_seconds()
+        time.sleep(FAILURE_S)
+        cpu = agent.cpu_seconds() - cpu0
+        st = agent.status()
+        assert st["broker"]["state"] == "authentication failed"
+        assert st["backlog"]["events"] == LINES
+        asked = idp.expired_issued["agent"] - expired0
+        assert asked >= 2 and idp.issued["agent"] == issued0     # only expired tokens, again
+        assert _ids(_admin_conf(cluster), topic, 1, 5) == Counter()
+        said = [line for line in agent.whole_log().splitlines()
+                if "broker: authentication failed" in line]
+        assert len(said) == 1, said
+        assert cpu < CPU_SHARE * FAILURE_S, f"{cpu:.1f} CPU s in {FAILURE_S} s of refusal"
+
+        idp.expired = False                                # no reload: the next token works
+        ids = _ids(_admin_conf(cluster), topic, LINES, 120)
+        assert set(ids) == set(range(LINES)) and max(ids.values()) == 1
+        _wait_state(agent, "up", 60)
+        assert idp.issued["agent"] > issued0
+        print(f"expired tokens ({agent_send_path}): {asked} asked for in {FAILURE_S} s, "
+              f"{cpu:.2f} CPU s; then all {LINES} ids once, unasked; said: {said[0][-160:]}")
+    finally:
+        idp.expired = False
+        if agent.alive():
+            assert agent.stop() == 0, agent.log_text()

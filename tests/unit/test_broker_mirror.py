@@ -198,3 +198,29 @@ def test_a_secured_mirror_refers_to_its_secrets_and_never_writes_them_in_its_pro
     assert not elsewhere.exists()
     with pytest.raises(BrokerError, match="folder for the secrets"):
         s.properties_text()
+
+
+def test_an_oauthbearer_end_logs_in_with_its_secret_by_reference_and_its_endpoint_allowed(
+        tmp_path):
+    """A side logging in with OAUTHBEARER: the client secret, like a password, is a reference
+    to a private copy; MirrorMaker 2's JVM (a Kafka 4 client) may ask that side's token
+    endpoint only when it is allowed by name; a spec without one adds no JVM option."""
+    secret = tmp_path / "mirror.client-secret"
+    secret.write_text("the-client-secret\n")
+    secret.chmod(0o600)
+    url = "http://127.0.0.1:8080/token"
+    s = spec(target_security={"security_protocol": "sasl_ssl", "sasl_mechanism": "OAUTHBEARER",
+                              "sasl_oauthbearer_token_endpoint_url": url,
+                              "sasl_oauthbearer_client_id": "mirror",
+                              "sasl_oauthbearer_client_secret_file": str(secret)})
+    secrets = tmp_path / "secrets"
+    props = _props(s.properties_text(secrets))
+    assert "the-client-secret" not in s.properties_text(secrets)
+    assert props["aggregate.sasl.mechanism"] == "OAUTHBEARER"
+    assert props["aggregate.sasl.oauthbearer.token.endpoint.url"] == url
+    assert props["aggregate.sasl.jaas.config"].endswith(
+        f'clientId="mirror" clientSecret="${{dir:{secrets}:target.password}}";')
+    assert s.secret_files(secrets) == {"target.password": "the-client-secret"}
+    assert s.java_options() == [f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={url}"]
+    assert spec().java_options() == []
+    assert s.client_conf("target")["sasl.oauthbearer.client.secret"] == "the-client-secret"
