@@ -82,7 +82,8 @@ FOLDER_MARK_MARGIN_NS = 1_000_000_000
 
 
 HEAD_KEY = 16                    # bytes of a file's start the decisions index files by
-STARTS_LOGGED = 20               # new files logged one line each per scan; then a summary
+STARTS_LOGGED = 20               # new (or resumed) files logged one line each per scan; then
+#                                  a summary
 
 
 class HeadIndex:
@@ -125,6 +126,7 @@ class FileSource:
         self._heads: HeadIndex | None = None           # the same, by their first bytes
         self._pending_index: dict | None = None        # see _pending_like
         self._started = 0                              # new files decided this round
+        self._resumed = 0                              # known files resumed this scan
         self._quiet: set[Ident] = set()                # read to their end: wait for a write
         self._quiet_paths: dict[str, Ident] = {}       # their paths, as the watch names them
         self.pending: dict[Ident, Pending] = {}
@@ -259,6 +261,17 @@ class FileSource:
             self.reader.check(t)
 
     def _scan(self) -> dict:
+        self._resumed = 0
+        try:
+            return self._list_and_decide()
+        finally:
+            if self._resumed > STARTS_LOGGED:
+                log.info("resuming %d more file(s) of topic %s where their reading stopped (one "
+                         "line each for the first %d)", self._resumed - STARTS_LOGGED,
+                         self.cfg.label, STARTS_LOGGED)
+            self._resumed = 0
+
+    def _list_and_decide(self) -> dict:
         self.rescan = False
         # Truncations first, so a copy decided on below finds the old content's orphan.
         self._look_at_open_files()
@@ -424,8 +437,10 @@ class FileSource:
         renamed = {"renamed": 1} if row["path"] not in (None, path) else {}
         self.db.update(row["source_id"], state=ROTATED if rotated else ACTIVE, path=path,
                        fingerprint=fingerprint, **renamed)
-        log.info("resuming %s (inode %d, source %d)%s at offset %d of %d", path, ident[1],
-                 row["source_id"], why, offset, size)
+        self._resumed += 1
+        if self._resumed <= STARTS_LOGGED or why or back is not None:
+            log.info("resuming %s (inode %d, source %d)%s at offset %d of %d", path, ident[1],
+                     row["source_id"], why, offset, size)
         self._track(ident, Tracked(row["source_id"], path, fd, *ident, fingerprint, offset,
                                    size_seen=size, rotated=rotated, anchors=kept))
 

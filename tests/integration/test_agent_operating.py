@@ -1,7 +1,9 @@
 """The agent as an SRE runs it: exact /metrics after 10 MB, a broker outage that leaves a short
 log and a status whose backlog is events read minus events sent, a SIGTERM during the outage
-that stops at once with the data kept, and a topic missing on a cluster that does not create
-topics, named in status and logs until it is created.
+that stops at once with the data kept, a SIGTERM during the first scan of ten thousand files
+that stops at once (the next start ships every line once and logs a summary of the files it
+resumes), and a topic missing on a cluster that does not create topics, named in status and
+logs until it is created.
 
 The outage and missing-topic tests run against a 1-broker cluster of their own started with
 ``auto.create.topics.enable=false`` (a production setting), so they can kill its broker."""
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import time
 
@@ -190,3 +193,56 @@ def test_weakened_delivery_accepted_on_purpose_is_warned_and_shown_and_logs_can_
         ["config broker.librdkafka_options.acks",
          "config broker.librdkafka_options.enable.idempotence"], warned
     assert any("ready" in x["message"] for x in lines)
+
+
+FILES = 10_000
+
+
+def test_sigterm_during_the_first_scan_of_ten_thousand_files_stops_at_once_and_loses_nothing(
+        kafka, topic_name, tmp_path):
+    """Ten thousand one-line files under one glob: a SIGTERM that lands while the agent's
+    first scan decides on them (after its first "tailing" line, before "ready") stops it at
+    once with exit 0 — what it read is sent and checkpointed first; a start after it ships
+    every line, each once, and logs the files it resumes as a summary, not a line each."""
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=2)])
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i in range(FILES):
+        (logs / f"req-{i:05d}.log").write_bytes(_lines(i, i + 1))
+    config = write_config(tmp_path / "agent.toml", kafka.bootstrap_servers, tmp_path / "state",
+                          [{"type": "file", "paths": [str(logs / "*.log")],
+                            "topic": topic_name}])
+    agent = AgentProcess(config, tmp_path / "agent.log").start(awaited=False)
+    try:
+        wait_until("the first scan's first file", lambda: "tailing " in agent.log.read_text(
+            errors="replace") or not agent.alive(), 60, agent, step_s=0.005)
+        assert agent.alive(), agent.log_text()
+        t0 = time.monotonic()
+        agent.proc.send_signal(signal.SIGTERM)
+        before = agent.whole_log()
+        rc = agent.proc.wait(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if agent.alive():
+            agent.kill()
+    log = agent.whole_log()
+    assert " ready: " not in before, "the SIGTERM came after the first scan"      # the fault
+    assert rc == 0, log[-3000:]
+    assert took < 10, f"{took:.1f} s from SIGTERM to exit\n{log[-3000:]}"
+    assert "stopped" in log.rsplit(" ready: ", 1)[-1], log[-3000:]
+
+    again = AgentProcess(config, tmp_path / "agent.log").start()
+    try:
+        counts = consume_counts(kafka.bootstrap_servers, topic_name, FILES, 120, _id)
+    finally:
+        assert again.stop() == 0, again.log_text()
+    assert set(counts) == set(range(FILES)), f"{FILES - len(counts)} lines lost"
+    assert max(counts.values()) == 1, sum(n - 1 for n in counts.values())
+    # The start after it resumed the files the first scan took: a summary, not a line each.
+    second = agent.whole_log()[len(log):]
+    resumed = second.count("INFO docket.agent.files: resuming /")
+    summary = re.search(r"resuming (\d+) more file\(s\) of topic", second)
+    assert resumed <= 20 and summary, second[:3000]
+    print(f"SIGTERM during the first scan of {FILES} files: exit {rc} in {took:.2f} s; then "
+          f"every line once; the next start logged {resumed} resumed files and a summary of "
+          f"{summary.group(1)} more")
