@@ -14,7 +14,11 @@ such offset at or below the sealed one) and the CRC-32 of the ``SPAN`` bytes bef
 were read (the reader notes each hand-over: a file rewritten between the read and the seal must
 not make a false anchor). The newest follows the checkpoint; an older one is kept at most
 every ``EVERY_S`` seconds, so the anchors reach back about ``KEPT * EVERY_S`` seconds of
-reading. At start (``resume_at``) the newest anchor at or below the checkpoint is checked
+reading. Beside them, the newest ``FINE_KEPT`` hand-overs the seals passed are anchors too (up to
+``FINE_PER_SEAL`` of each seal's, spread over them): where a power cut is likeliest to have cut
+the file — in the last second or so of its writing — reading resumes within a hand-over of
+the cut (about 12 ms of reading at 20,000 lines/s, where a second's spacing re-read up to a
+second's lines under new record numbers). At start (``resume_at``) the newest anchor at or below the checkpoint is checked
 against the file; if the file no longer holds it, the newest anchor it still holds is where
 reading resumes (the lines from there to the cut arrive twice; none is skipped), or the
 generation's start when it holds none.
@@ -34,8 +38,10 @@ import zlib
 from collections.abc import Callable
 
 SPAN = 64                  # bytes before an anchor's offset its checksum covers
-KEPT = 48                  # anchors kept per generation
+KEPT = 48                  # anchors kept per generation, a second or more apart
 EVERY_S = 1.0              # an older anchor kept at most this often (monotonic s)
+FINE_KEPT = 64             # the newest hand-overs kept as anchors besides, however close
+FINE_PER_SEAL = 16         # of them, at most this many from one seal's hand-overs
 HANDED_KEPT = 256          # hand-overs remembered until a seal reaches them (then the oldest
 #                            go: an anchor a little older than the seal is still exact)
 _ENTRY = struct.Struct("<QI")
@@ -89,6 +95,22 @@ def tail_read(tail: bytes, values: list[bytes]) -> bool:
             if line == lines[j] or (j == 0 and line.endswith(lines[0])):
                 j -= 1
     return j < 0
+
+
+def add_fine(fine: list[Anchor], handed: list[Anchor]) -> list[Anchor]:
+    """``fine`` with the hand-overs a seal passed (``handed``, ascending): up to
+    ``FINE_PER_SEAL`` of them spread evenly, the newest always, keeping the newest
+    ``FINE_KEPT``."""
+    if len(handed) > FINE_PER_SEAL:
+        step = len(handed) / FINE_PER_SEAL
+        handed = [handed[len(handed) - 1 - int(i * step)] for i in range(FINE_PER_SEAL)][::-1]
+    newer = [a for a in handed if not fine or a[0] > fine[-1][0]]
+    return (fine + newer)[-FINE_KEPT:]
+
+
+def merged(coarse: list[Anchor], fine: list[Anchor]) -> list[Anchor]:
+    """Both kinds in one list, ascending by offset (what the state database keeps)."""
+    return sorted(dict(coarse + fine).items())
 
 
 def below(anchors: list[Anchor], offset: int) -> list[Anchor]:

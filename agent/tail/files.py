@@ -994,7 +994,7 @@ class FileSource:
                                            "size_seen": size}, now_ms=self.clock.time_ms())
         self._by_source.pop(t.source_id, None)
         t.source_id, t.fingerprint, t.offset, t.tail = new_id, head, 0, b""
-        t.anchors, t.anchor_since = [], float("-inf")
+        t.anchors, t.fine, t.anchor_since = [], [], float("-inf")
         t.handed.clear()
         self._heads = None                              # its fingerprint changed
         self._by_source[new_id] = t
@@ -1011,16 +1011,17 @@ class FileSource:
             t = self._by_source.get(sid)
             if t is None:
                 continue
-            newest = None
+            passed = []
             while t.handed and t.handed[0][0] <= end:
-                newest = t.handed.popleft()
-            if newest is None:
+                passed.append(t.handed.popleft())
+            if not passed:
                 continue
             fresh = now - t.anchor_since < anchors.EVERY_S
             if not fresh:
                 t.anchor_since = now
-            t.anchors = anchors.add(t.anchors, newest, fresh)
-            out[sid] = anchors.pack(t.anchors)
+            t.anchors = anchors.add(t.anchors, passed[-1], fresh)
+            t.fine = anchors.add_fine(t.fine, passed)
+            out[sid] = anchors.pack(anchors.merged(t.anchors, t.fine))
         return out
 
     def _compressed(self, t: Tracked, kind: str) -> None:

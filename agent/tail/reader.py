@@ -63,6 +63,7 @@ class Tracked:
     partial_size: int = 0
     anchors: list = field(default_factory=list)   # (offset, crc) sealed to (anchors.py)
     anchor_since: float = float("-inf")          # when the newest one was first kept
+    fine: list = field(default_factory=list)     # the newest hand-overs sealed to, as anchors
     compressed: str | None = None    # its first bytes are a compressor's: never read (why)
     handed: deque = field(default_factory=lambda: deque(maxlen=anchors.HANDED_KEPT))
     #                                  (offset, crc) at each hand-over not yet sealed to

@@ -366,6 +366,42 @@ def test_a_file_cut_back_below_its_checkpoint_and_written_on_loses_no_new_line(t
     assert entries == []
 
 
+def test_a_cut_back_within_the_last_second_read_is_read_again_from_the_hand_over_below_it(
+        tmp_path):
+    """Forty batches of ten lines read 20 ms apart — under a second in all, so the anchors a
+    second apart hold only the first batch's end and the newest —, every line acknowledged; a
+    power cut takes the file back to 217 lines and 300 new lines follow. Reading resumes at
+    the newest hand-over the file still holds (the end of line 209), not a second back: only
+    the lines of the batch the cut fell in arrive twice (with a second's anchors alone, the
+    newest replacing the one before within the second: all 217 from the file's start, under
+    new record numbers)."""
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka)
+    log_file = tmp_path / "logs" / "app.log"
+    for batch in range(40):
+        with open(log_file, "ab") as f:
+            f.write(lines(batch * 10, batch * 10 + 10))
+        agent.clock.advance(0.02)
+        agent.turn()
+    for _ in range(5):
+        agent.clock.advance(0.3)
+        agent.turn()
+    [row] = agent.db.all_files()
+    assert row["acked_offset"] == row["sealed_offset"] == len(lines(0, 400))
+    agent.abandon()                                               # the power cut
+    with open(log_file, "r+b") as f:
+        f.truncate(len(lines(0, 217)))
+    with open(log_file, "ab") as f:
+        f.write(lines(1000, 1300))
+    again, agent = _started_again(tmp_path, 20)
+    agent.abandon()
+    delivered = kafka.values() + again.values()
+    missing = [v for v in lines(1000, 1300).split(b"\n")[:-1] if v not in delivered]
+    assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
+    twice = sorted(id_of(v) for v in set(delivered) if delivered.count(v) > 1)
+    assert twice == list(range(210, 217)), twice
+
+
 @pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "cri"])
 def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_anchored(
         tmp_path, encoding):

@@ -46,3 +46,19 @@ def test_a_file_cut_back_resumes_at_the_newest_anchor_it_still_holds():
     assert A.resume_at(_reader(short), 900, kept) == 90
     other = b"x" * len(data)
     assert A.resume_at(_reader(other), 900, kept) == 0   # holds none: from the start
+
+
+def test_the_hand_overs_a_seal_passes_are_kept_as_fine_anchors_spread_and_capped():
+    fine = A.add_fine([], [(10, 1), (20, 2)])
+    assert fine == [(10, 1), (20, 2)]
+    passed = [(100 + i, i) for i in range(100)]                 # more than one seal keeps
+    fine = A.add_fine(fine, passed)
+    assert len(fine) == 2 + A.FINE_PER_SEAL and fine[-1] == (199, 99)   # the newest always
+    assert [a[0] for a in fine] == sorted({a[0] for a in fine})         # ascending, distinct
+    gaps = {b[0] - a[0] for a, b in zip(fine[2:], fine[3:])}
+    assert max(gaps) - min(gaps) <= 1                                   # spread evenly
+    assert A.add_fine(fine, [(15, 0)]) == fine                          # never below the newest
+    for start in range(1000, 1000 + 10 * A.FINE_KEPT, 10):
+        fine = A.add_fine(fine, [(start, 0)])
+    assert len(fine) == A.FINE_KEPT and fine[-1][0] == 990 + 10 * A.FINE_KEPT
+    assert A.merged([(5, 1), (1000, 0)], fine[:2]) == [(5, 1), (1000, 0), (1010, 0)]
