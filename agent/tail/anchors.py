@@ -18,8 +18,9 @@ reading. Beside them, the newest ``FINE_KEPT`` hand-overs the seals passed are a
 ``FINE_PER_SEAL`` of each seal's, spread over them): where a power cut is likeliest to have cut
 the file — in the last second or so of its writing — reading resumes within a hand-over of
 the cut (about 12 ms of reading at 20,000 lines/s, where a second's spacing re-read up to a
-second's lines under new record numbers). At start (``resume_at``) the newest anchor at or below the checkpoint is checked
-against the file; if the file no longer holds it, the newest anchor it still holds is where
+second's lines under new record numbers); the two kinds are stored apart (``pack``), so a
+start keeps both. At start (``resume_at``) the newest anchor at or below the checkpoint is
+checked against the file; if the file no longer holds it, the newest anchor it still holds is where
 reading resumes (the lines from there to the cut arrive twice; none is skipped), or the
 generation's start when it holds none.
 
@@ -45,18 +46,41 @@ FINE_PER_SEAL = 16         # of them, at most this many from one seal's hand-ove
 HANDED_KEPT = 256          # hand-overs remembered until a seal reaches them (then the oldest
 #                            go: an anchor a little older than the seal is still exact)
 _ENTRY = struct.Struct("<QI")
+# The stored form: the anchors a second apart, then the fine ones, then this offset with the
+# fine ones' count (an agent that knows no fine anchors reads it as an anchor past any
+# checkpoint: never checked). Without it (an older agent's), every anchor is a coarse one.
+_FINE_MARK = (1 << 64) - 1
 
 Anchor = tuple[int, int]   # (offset, CRC-32 of the SPAN bytes before it)
 
 
-def unpack(blob: bytes | None) -> list[Anchor]:
+def _entries(blob: bytes | None) -> list[Anchor]:
     if not blob or len(blob) % _ENTRY.size:
         return []
     return [_ENTRY.unpack_from(blob, i) for i in range(0, len(blob), _ENTRY.size)]
 
 
-def pack(anchors: list[Anchor]) -> bytes:
-    return b"".join(_ENTRY.pack(off, crc) for off, crc in anchors)
+def unpack_split(blob: bytes | None) -> tuple[list[Anchor], list[Anchor]]:
+    """The stored anchors as (those a second apart, the fine ones)."""
+    entries = _entries(blob)
+    if entries and entries[-1][0] == _FINE_MARK and entries[-1][1] < len(entries):
+        n = entries[-1][1]
+        return entries[:len(entries) - 1 - n], entries[len(entries) - 1 - n:-1]
+    return [a for a in entries if a[0] != _FINE_MARK], []
+
+
+def unpack(blob: bytes | None) -> list[Anchor]:
+    """Every stored anchor, ascending by offset."""
+    return merged(*unpack_split(blob))
+
+
+def pack(anchors: list[Anchor], fine: list[Anchor] | None = None) -> bytes:
+    """The stored form of ``anchors`` (a second apart) and ``fine`` (``unpack_split``'s
+    inverse)."""
+    entries = list(anchors)
+    if fine:
+        entries += [*fine, (_FINE_MARK, len(fine))]
+    return b"".join(_ENTRY.pack(off, crc) for off, crc in entries)
 
 
 def checksum(read_at: Callable[[int, int], bytes], offset: int) -> int | None:

@@ -421,7 +421,8 @@ class FileSource:
         reading stopped. The file starts with its fingerprint; what the file holds now beyond
         it becomes the fingerprint (as the next look would make it)."""
         offset = self._resume_offset(row)
-        kept = anchors.unpack(row["anchors"])
+        coarse, fine = anchors.unpack_split(row["anchors"])
+        kept = anchors.merged(coarse, fine)
         back = anchors.resume_at(lambda off, n: self.fs.pread(fd, n, off), offset, kept)
         held = anchors.below(kept, offset)
         if back is None and held and held[-1][0] < offset and \
@@ -430,7 +431,7 @@ class FileSource:
             back = self._still_held(row["source_id"], fd, held[-1][0], offset)
         if back is not None:
             offset = self._cut_back(row, path, offset, back, size)
-            kept = anchors.below(kept, offset)
+            coarse, fine = anchors.below(coarse, offset), anchors.below(fine, offset)
         fingerprint = row["fingerprint"] or b""
         if len(head) > len(fingerprint):
             fingerprint = head
@@ -442,7 +443,7 @@ class FileSource:
             log.info("resuming %s (inode %d, source %d)%s at offset %d of %d", path, ident[1],
                      row["source_id"], why, offset, size)
         self._track(ident, Tracked(row["source_id"], path, fd, *ident, fingerprint, offset,
-                                   size_seen=size, rotated=rotated, anchors=kept))
+                                   size_seen=size, rotated=rotated, anchors=coarse, fine=fine))
 
     def _pool_read_differs(self, sid: int, fd: int, offset: int) -> bool:
         """Whether the file no longer holds, just before ``offset``, what a slot the pool
@@ -1021,7 +1022,7 @@ class FileSource:
                 t.anchor_since = now
             t.anchors = anchors.add(t.anchors, passed[-1], fresh)
             t.fine = anchors.add_fine(t.fine, passed)
-            out[sid] = anchors.pack(anchors.merged(t.anchors, t.fine))
+            out[sid] = anchors.pack(t.anchors, t.fine)
         return out
 
     def _compressed(self, t: Tracked, kind: str) -> None:

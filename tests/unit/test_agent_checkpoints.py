@@ -402,6 +402,46 @@ def test_a_cut_back_within_the_last_second_read_is_read_again_from_the_hand_over
     assert twice == list(range(210, 217)), twice
 
 
+def test_a_restart_keeps_the_anchors_a_second_apart_beside_the_fine_ones(tmp_path):
+    """150 batches read 0.3 s apart (45 s), a clean stop and start, five more batches; then a
+    power cut takes the file back to line 700 (some 24 s before the restart). The anchors a
+    second apart survive the restart beside the fine ones (stored apart), so reading resumes
+    at the one just below the cut: only the lines from it to the cut arrive twice (before
+    they were stored apart, the start took the fine ones for anchors a second apart and kept
+    only the newest 48 of all: reading resumed at the file's start)."""
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka)
+    log_file = tmp_path / "logs" / "app.log"
+
+    def batches(a: int, b: int) -> None:
+        for batch in range(a, b):
+            with open(log_file, "ab") as f:
+                f.write(lines(batch * 10, batch * 10 + 10))
+            agent.clock.advance(0.3)
+            agent.turn()
+        for _ in range(5):
+            agent.clock.advance(0.3)
+            agent.turn()
+
+    batches(0, 150)
+    agent.shutdown()
+    second = FakeKafka()
+    agent = agent_on(tmp_path, second)
+    batches(150, 155)
+    agent.abandon()                                               # the power cut
+    with open(log_file, "r+b") as f:
+        f.truncate(len(lines(0, 700)))
+    with open(log_file, "ab") as f:
+        f.write(lines(5000, 5100))
+    again, agent = _started_again(tmp_path, 20)
+    agent.abandon()
+    delivered = kafka.values() + second.values() + again.values()
+    missing = [v for v in lines(5000, 5100).split(b"\n")[:-1] if v not in delivered]
+    assert not missing, f"{len(missing)} new line(s) never delivered"
+    twice = sorted(id_of(v) for v in set(delivered) if delivered.count(v) > 1)
+    assert twice and twice[-1] == 699 and len(twice) <= 40, (len(twice), twice[:3])
+
+
 @pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "cri"])
 def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_anchored(
         tmp_path, encoding):

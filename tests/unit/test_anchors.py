@@ -55,10 +55,22 @@ def test_the_hand_overs_a_seal_passes_are_kept_as_fine_anchors_spread_and_capped
     fine = A.add_fine(fine, passed)
     assert len(fine) == 2 + A.FINE_PER_SEAL and fine[-1] == (199, 99)   # the newest always
     assert [a[0] for a in fine] == sorted({a[0] for a in fine})         # ascending, distinct
-    gaps = {b[0] - a[0] for a, b in zip(fine[2:], fine[3:])}
+    gaps = {b[0] - a[0] for a, b in zip(fine[2:], fine[3:], strict=False)}
     assert max(gaps) - min(gaps) <= 1                                   # spread evenly
     assert A.add_fine(fine, [(15, 0)]) == fine                          # never below the newest
     for start in range(1000, 1000 + 10 * A.FINE_KEPT, 10):
         fine = A.add_fine(fine, [(start, 0)])
     assert len(fine) == A.FINE_KEPT and fine[-1][0] == 990 + 10 * A.FINE_KEPT
     assert A.merged([(5, 1), (1000, 0)], fine[:2]) == [(5, 1), (1000, 0), (1010, 0)]
+
+
+def test_the_two_kinds_are_stored_apart_and_read_back_apart():
+    coarse, fine = [(10, 1), (500, 2)], [(480, 3), (490, 4), (500, 2)]
+    blob = A.pack(coarse, fine)
+    assert A.unpack_split(blob) == (coarse, fine)
+    assert A.unpack(blob) == [(10, 1), (480, 3), (490, 4), (500, 2)]
+    assert A.unpack_split(A.pack(coarse)) == (coarse, [])          # an older agent's form
+    assert A.unpack_split(A.pack([], fine)) == ([], fine)
+    # What an agent that knows no fine anchors makes of the new form: one anchor more, past
+    # any checkpoint, so never checked.
+    assert A.below(A._entries(blob), 1 << 62) == coarse + fine
