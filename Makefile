@@ -83,7 +83,8 @@ native-build:
 
 $(NATIVE_STAMP): $(wildcard agent/native/src/*.rs) agent/native/Cargo.toml agent/native/build.rs \
 		agent/native/Cargo.lock agent/native/pyproject.toml packaging/link_librdkafka.py \
-		constraints.txt | $(STAMP)
+		constraints.txt $(wildcard $(VENV)/lib/python3*/site-packages/confluent_kafka.libs/*) \
+		| $(STAMP)
 	@if $(CARGO_ENV) command -v cargo >/dev/null; then \
 		$(MAKE) --no-print-directory native-build; \
 	else echo "make setup: no cargo (Rust, https://rustup.rs) here: the native send path is" \

@@ -83,7 +83,8 @@ def check_producer(cfg: AgentConfig) -> None:
     # Built without the bootstrap servers, so it connects to nothing: the properties are
     # checked when the client is created (ssl.* files included), not when it connects.
     path = send_path(cfg)[0]
-    conf = {k: v for k, v in producer_config(cfg, path).items() if k != "bootstrap.servers"}
+    conf = _no_token_request({k: v for k, v in producer_config(cfg, path).items()
+                              if k != "bootstrap.servers"})
     ours = set(cfg["broker.librdkafka_options"])
     try:
         producer = Producer(conf, logger=_SILENT)
@@ -98,6 +99,19 @@ def check_producer(cfg: AgentConfig) -> None:
         raise _refused(ours, f"the native send path's librdkafka refuses the producer "
                        f"configuration: {text}", "remove the property, or set [broker] "
                        "send_path = \"python\" to send with the Python client, which takes it")
+
+
+def _no_token_request(conf: dict) -> dict:
+    """``conf`` fit to be checked without asking a token endpoint: a client made with
+    OAUTHBEARER's OIDC method asks for its token at once, and one whose endpoint does not
+    answer takes librdkafka 20 s to destroy — twice at every start and reload. Its OAUTHBEARER
+    keys are checked by their settings (``KafkaSecurity.check_form``); here a SASL login that
+    asks nobody stands in for them."""
+    if conf.get("sasl.mechanism") != "OAUTHBEARER":
+        return conf
+    out = {k: v for k, v in conf.items() if not k.startswith("sasl.")}
+    out.update({"sasl.mechanism": "PLAIN", "sasl.username": "-", "sasl.password": "-"})
+    return out
 
 
 def _refused(ours: set[str], problem: str, hint: str) -> ConfigError:

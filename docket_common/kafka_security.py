@@ -11,6 +11,8 @@ watcher (a ``--kafka-config FILE`` with a ``[kafka]`` table) all take the same k
     sasl_oauthbearer_client_id            OAUTHBEARER: the client credentials' id ...
     sasl_oauthbearer_client_secret_file   ... and its secret, in a file only its owner can read
     sasl_oauthbearer_scope                OAUTHBEARER: the scope asked for (optional)
+    sasl_oauthbearer_ca_file              OAUTHBEARER: PEM: the CA of the token endpoint's
+                                          certificate (default: the system's CAs)
     ssl_ca_file           PEM: the CA that signed the brokers' certificates
     ssl_certificate_file  PEM: the client's certificate (mutual TLS)
     ssl_key_file          PEM: the client's private key
@@ -51,6 +53,9 @@ _JAVA_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLo
 # The system property naming the token endpoints a Java client of Kafka 4 may ask (the 3.9
 # client Spark runs asks any).
 ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+# The system's CA bundle, where each family keeps it (Debian and Ubuntu; Red Hat; SUSE).
+SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                     "/etc/ssl/ca-bundle.pem")
 CREDENTIALS = "${CREDENTIALS_DIRECTORY}"
 
 
@@ -59,7 +64,8 @@ def settings(section: str) -> tuple[Setting, ...]:
     return (
         Setting(f"{section}.security_protocol", str, "plaintext", "How to reach the brokers: "
                 "`plaintext`, `ssl` (TLS; with a client certificate for mutual TLS) or "
-                "`sasl_ssl` (TLS and a SASL user).", choices=PROTOCOLS),
+                "`sasl_ssl` (TLS and a SASL login: a user and password, or OAUTHBEARER tokens).",
+                choices=PROTOCOLS),
         Setting(f"{section}.sasl_mechanism", str, "SCRAM-SHA-512", "The SASL mechanism "
                 "(`sasl_ssl`).", choices=MECHANISMS),
         Setting(f"{section}.sasl_username", str, None, "The SASL user (`sasl_ssl` with SCRAM or "
@@ -77,6 +83,9 @@ def settings(section: str) -> tuple[Setting, ...]:
                 "may start with `${CREDENTIALS_DIRECTORY}/`."),
         Setting(f"{section}.sasl_oauthbearer_scope", str, None, "OAUTHBEARER: the scope "
                 "asked for (space-separated), where the identity provider needs one."),
+        Setting(f"{section}.sasl_oauthbearer_ca_file", str, None, "OAUTHBEARER: PEM file of "
+                "the CA that signed the token endpoint's certificate (an `https` endpoint). "
+                "Default: the system's CAs."),
         Setting(f"{section}.ssl_ca_file", str, None, "PEM file of the CA that signed the "
                 "brokers' certificates (`ssl`, `sasl_ssl`). Default: the system's CAs."),
         Setting(f"{section}.ssl_certificate_file", str, None, "PEM file of this client's "
@@ -105,6 +114,7 @@ class KafkaSecurity:
     client_id: str | None = None
     client_secret_file: str | None = None
     scope: str | None = None
+    oauth_ca_file: str | None = None
 
     @classmethod
     def from_values(cls, values: dict, section: str) -> KafkaSecurity:
@@ -115,7 +125,8 @@ class KafkaSecurity:
                    v("sasl_password_file"), v("ssl_ca_file"), v("ssl_certificate_file"),
                    v("ssl_key_file"), v("ssl_key_password_file"),
                    v("sasl_oauthbearer_token_endpoint_url"), v("sasl_oauthbearer_client_id"),
-                   v("sasl_oauthbearer_client_secret_file"), v("sasl_oauthbearer_scope"))
+                   v("sasl_oauthbearer_client_secret_file"), v("sasl_oauthbearer_scope"),
+                   v("sasl_oauthbearer_ca_file"))
 
     @property
     def oauth(self) -> bool:
@@ -140,15 +151,15 @@ class KafkaSecurity:
                  ("sasl_oauthbearer_client_id", self.client_id, "this client's id"),
                  ("sasl_oauthbearer_client_secret_file", self.client_secret_file,
                   "a file holding the client secret, mode 0600"),
-                 ("sasl_oauthbearer_scope", self.scope, ""))
+                 ("sasl_oauthbearer_scope", self.scope, ""),
+                 ("sasl_oauthbearer_ca_file", self.oauth_ca_file, ""))
         if self.oauth:
             for key, value, hint in oauth[:3]:
                 if not value:
                     raise ConfigError(f"{s}.{key}", "missing (sasl_mechanism = "
                                       "\"OAUTHBEARER\")", hint=hint)
-            if not self.token_endpoint_url.startswith(("https://", "http://")):
-                raise ConfigError(f"{s}.sasl_oauthbearer_token_endpoint_url",
-                                  f"{self.token_endpoint_url!r} is not an http(s) URL")
+            _check_endpoint(f"{s}.sasl_oauthbearer_token_endpoint_url",
+                            self.token_endpoint_url)
             for key, value in (("sasl_username", self.username),
                                ("sasl_password_file", self.password_file)):
                 if value:
@@ -157,6 +168,10 @@ class KafkaSecurity:
                                       "with sasl_oauthbearer_client_id and its secret file")
         else:
             for key, value, _hint in oauth:
+                if value and self.mechanism == OAUTHBEARER:
+                    raise ConfigError(f"{s}.{key}", f"set, but security_protocol is "
+                                      f"{self.protocol!r}", hint="OAUTHBEARER logs in over "
+                                      "security_protocol = \"sasl_ssl\"")
                 if value:
                     raise ConfigError(f"{s}.{key}", "set, but sasl_mechanism is not "
                                       "\"OAUTHBEARER\"", hint="use security_protocol = "
@@ -196,6 +211,7 @@ class KafkaSecurity:
         for key, value, secret in (("sasl_password_file", self.password_file, True),
                                    ("sasl_oauthbearer_client_secret_file",
                                     self.client_secret_file, True),
+                                   ("sasl_oauthbearer_ca_file", self.oauth_ca_file, False),
                                    ("ssl_ca_file", self.ca_file, False),
                                    ("ssl_certificate_file", self.certificate_file, False),
                                    ("ssl_key_file", self.key_file, True),
@@ -215,6 +231,9 @@ class KafkaSecurity:
                          "sasl.oauthbearer.client.secret": self._client_secret()})
             if self.scope:
                 conf["sasl.oauthbearer.scope"] = self.scope
+            ca = self._endpoint_ca()
+            if ca:
+                conf["https.ca.location"] = ca
         elif self.protocol == "sasl_ssl":
             conf.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username,
                          "sasl.password": read_secret(f"{self.section}.sasl_password_file",
@@ -243,6 +262,9 @@ class KafkaSecurity:
         props = {"security.protocol": self.protocol.upper()}
         if self.oauth:
             scope = f' scope="{_jaas(self.scope)}"' if self.scope else ""
+            if self.oauth_ca_file:           # the endpoint's trust: SSL options of the JAAS line
+                scope += (f' ssl.truststore.type="PEM" ssl.truststore.location='
+                          f'"{_jaas(resolve(self.oauth_ca_file))}"')
             props.update({
                 "sasl.mechanism": OAUTHBEARER,
                 "sasl.login.callback.handler.class": _JAVA_OIDC_LOGIN,
@@ -273,6 +295,16 @@ class KafkaSecurity:
                     f"{self.section}.ssl_key_password_file", self.key_password_file))
         return props
 
+    def _endpoint_ca(self) -> str | None:
+        """librdkafka's CA file for the token endpoint: the one set, else for an ``https``
+        endpoint the system's bundle (the librdkafka confluent-kafka ships looks for Red Hat's
+        file, which Debian has not: every https endpoint would fail there)."""
+        if self.oauth_ca_file:
+            return resolve(self.oauth_ca_file)
+        if not self.token_endpoint_url.startswith("https://"):
+            return None
+        return next((p for p in SYSTEM_CA_BUNDLES if os.path.isfile(p)), None)
+
     def _client_secret(self) -> str:
         return read_secret(f"{self.section}.sasl_oauthbearer_client_secret_file",
                            self.client_secret_file)
@@ -287,11 +319,12 @@ class KafkaSecurity:
         keys = ("security_protocol", "sasl_mechanism", "sasl_username", "sasl_password_file",
                 "ssl_ca_file", "ssl_certificate_file", "ssl_key_file", "ssl_key_password_file",
                 "sasl_oauthbearer_token_endpoint_url", "sasl_oauthbearer_client_id",
-                "sasl_oauthbearer_client_secret_file", "sasl_oauthbearer_scope")
+                "sasl_oauthbearer_client_secret_file", "sasl_oauthbearer_scope",
+                "sasl_oauthbearer_ca_file")
         values = (self.protocol, self.mechanism if self.protocol == "sasl_ssl" else None,
                   self.username, self.password_file, self.ca_file, self.certificate_file,
                   self.key_file, self.key_password_file, self.token_endpoint_url,
-                  self.client_id, self.client_secret_file, self.scope)
+                  self.client_id, self.client_secret_file, self.scope, self.oauth_ca_file)
         return {k: v for k, v in zip(keys, values, strict=True) if v}
 
     @classmethod
@@ -322,7 +355,9 @@ class KafkaSecurity:
 # librdkafka properties that say how to authenticate, and those that hold a secret.
 _SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
 _SECRETS = ("sasl.password", "ssl.key.password", "ssl.key.pem", "ssl.keystore.password",
-            "sasl.oauthbearer.client.secret")
+            "sasl.oauthbearer.client.secret", "sasl.oauthbearer.config",
+            "sasl.oauthbearer.assertion.private.key.passphrase",
+            "sasl.oauthbearer.assertion.private.key.pem")
 
 
 def check_settings(values: dict, section: str, options_key: str,
@@ -365,7 +400,9 @@ def kafka_config_text(security: KafkaSecurity) -> str:
 # Keys whose value is a secret, under any prefix (``kafka.`` for Spark, a cluster's alias for
 # MirrorMaker 2).
 SECRET_KEYS = ("sasl.password", "ssl.key.password", "sasl.jaas.config", "ssl.keystore.key",
-               "ssl.key.pem", "sasl.oauthbearer.client.secret")
+               "ssl.key.pem", "sasl.oauthbearer.client.secret", "sasl.oauthbearer.config",
+               "sasl.oauthbearer.assertion.private.key.passphrase",
+               "sasl.oauthbearer.assertion.private.key.pem")
 
 
 def redact(conf: dict) -> dict:
@@ -416,6 +453,27 @@ def _check_file(key: str, path: str, secret: bool) -> None:
         raise ConfigError(key, f"{path} is readable by every user (mode "
                           f"{stat.S_IMODE(st.st_mode):04o})",
                           hint=f"chmod 600 {path} (or 640 with a group only the service has)")
+
+
+def _check_endpoint(key: str, url: str) -> None:
+    """A token endpoint's URL: http(s), a host, no user or password in it (it is shown in
+    status and logs), no comma or space (Java clients allow endpoints by a comma-separated
+    list)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port                                    # noqa: B018 - a bad port raises here
+    except ValueError as exc:
+        raise ConfigError(key, f"{url!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ConfigError(key, f"{url!r} is not an http(s) URL with a host",
+                          hint="e.g. https://idp.example.com/oauth2/token")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(key, "holds a user or password", hint="the client's id and secret "
+                          "are sasl_oauthbearer_client_id and its secret file")
+    if any(c in url for c in ", \t\n"):
+        raise ConfigError(key, f"{url!r} holds a comma or a space")
 
 
 def _jaas(value: str) -> str:

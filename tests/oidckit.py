@@ -1,5 +1,7 @@
 """An OpenID Connect identity provider on 127.0.0.1 for the OAUTHBEARER tests: the token
-endpoint of the client credentials grant, and the key set the brokers check tokens against.
+endpoint of the client credentials grant (over TLS, its certificate self-signed for
+127.0.0.1: clients trust it through ``ca_file``), and the key set the brokers check tokens
+against.
 
 Tokens are JWTs signed RS256 with a key ``openssl`` makes (the signature too is ``openssl``'s:
 RSASSA-PKCS1-v1_5 over SHA-256), with ``sub`` the client's id — the principal the brokers
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import subprocess
 import threading
 import time
@@ -38,6 +41,8 @@ class IdentityProvider:
         self.folder, self.clients, self.lifetime_s = folder, dict(clients), lifetime_s
         self.key = folder / "idp.key"
         self.jwks = folder / "jwks.json"
+        self.ca_file = folder / "tls.crt"          # the endpoint's certificate, self-signed
+        self._tls_key = folder / "tls.key"
         self.issued: Counter = Counter()        # client id → tokens issued
         self.refused: Counter = Counter()       # client id (or "?") → requests refused
         # A provider whose tokens the brokers find expired (its clock behind theirs): each
@@ -58,6 +63,10 @@ class IdentityProvider:
         self.jwks.write_text(json.dumps({"keys": [{
             "kty": "RSA", "kid": KEY_ID, "use": "sig", "alg": "RS256",
             "n": _b64(modulus), "e": _b64((65537).to_bytes(3, "big"))}]}))
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-keyout", str(self._tls_key), "-out", str(self.ca_file),
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                       check=True, capture_output=True)
 
     def token(self, client_id: str, scope: str | None = None, lifetime_s: int | None = None
               ) -> str:
@@ -110,6 +119,9 @@ class IdentityProvider:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(self.ca_file, self._tls_key)
+        self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, name="idp", daemon=True).start()
         return self
 
@@ -120,7 +132,7 @@ class IdentityProvider:
 
     @property
     def token_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/token"
+        return f"https://127.0.0.1:{self._server.server_address[1]}/token"
 
     @property
     def issuer(self) -> str:

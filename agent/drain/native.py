@@ -92,8 +92,26 @@ def choose_send_path(setting: str, delivery: str,
         return "python", "auto: exactly_once sends through the Python path"
     if extension_installed() if installed is None else installed:
         return "native", "auto: the native extension is installed"
+    broken = None if installed is not None else _load_failure()
+    if broken is not None:
+        return "python", (f"auto: the native extension (docket_native) is installed but does "
+                          f"not load ({broken}); `make native` builds it again")
     return "python", ("auto: the native extension (docket_native) is not installed here; "
                       "`make native` builds it")
+
+
+def _load_failure() -> str | None:
+    """Why an installed extension does not import (its librdkafka gone, e.g. after
+    confluent-kafka was upgraded without building it again); None when none is installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("docket_native") is None:
+        return None
+    try:
+        import docket_native  # noqa: F401
+    except ImportError as exc:
+        return str(exc)
+    return None
 
 
 def _native_conf(conf: dict) -> dict[str, str]:

@@ -25,7 +25,8 @@ CHECK_S = 30.0
 REQUEST_TIMEOUT_S = 10.0
 # librdkafka properties an admin client needs from the producer's: how to reach and
 # authenticate to the cluster. (Producer-only properties would make it log a warning each.)
-_CONNECTION_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "ssl_", "socket.",
+_CONNECTION_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "ssl_", "https.",
+                        "socket.",
                         "broker.", "client.", "metadata.", "reconnect.", "api.version",
                         "resolve.", "connections.", "enable.ssl", "enable.sasl")
 

@@ -6,4 +6,11 @@ fn main() {
     println!("cargo:rustc-link-arg-cdylib=-Wl,-rpath,$ORIGIN/../confluent_kafka.libs");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+    // The script writes the file again at every build, so the extension is linked again: the
+    // library's name (its soname, with the wheel's hash) may have changed with confluent-kafka.
+    if let Ok(dirs) = std::env::var("PKG_CONFIG_PATH") {
+        for dir in std::env::split_paths(&dirs) {
+            println!("cargo:rerun-if-changed={}", dir.join("rdkafka.pc").display());
+        }
+    }
 }

@@ -127,6 +127,7 @@ class FileSource:
         self._pending_index: dict | None = None        # see _pending_like
         self._started = 0                              # new files decided this round
         self._resumed = 0                              # known files resumed this scan
+        self._resumed_quietly = 0                      # ... of them not logged one by one
         self._quiet: set[Ident] = set()                # read to their end: wait for a write
         self._quiet_paths: dict[str, Ident] = {}       # their paths, as the watch names them
         self.pending: dict[Ident, Pending] = {}
@@ -261,15 +262,15 @@ class FileSource:
             self.reader.check(t)
 
     def _scan(self) -> dict:
-        self._resumed = 0
+        self._resumed = self._resumed_quietly = 0
         try:
             return self._list_and_decide()
         finally:
-            if self._resumed > STARTS_LOGGED:
+            if self._resumed_quietly:
                 log.info("resuming %d more file(s) of topic %s where their reading stopped (one "
-                         "line each for the first %d)", self._resumed - STARTS_LOGGED,
-                         self.cfg.label, STARTS_LOGGED)
-            self._resumed = 0
+                         "line each for the first %d)", self._resumed_quietly, self.cfg.label,
+                         STARTS_LOGGED)
+            self._resumed = self._resumed_quietly = 0
 
     def _list_and_decide(self) -> dict:
         self.rescan = False
@@ -442,6 +443,8 @@ class FileSource:
         if self._resumed <= STARTS_LOGGED or why or back is not None:
             log.info("resuming %s (inode %d, source %d)%s at offset %d of %d", path, ident[1],
                      row["source_id"], why, offset, size)
+        else:
+            self._resumed_quietly += 1
         self._track(ident, Tracked(row["source_id"], path, fd, *ident, fingerprint, offset,
                                    size_seen=size, rotated=rotated, anchors=coarse, fine=fine))
 

@@ -217,9 +217,9 @@ def test_sigterm_during_the_first_scan_of_ten_thousand_files_stops_at_once_and_l
         wait_until("the first scan's first file", lambda: "tailing " in agent.log.read_text(
             errors="replace") or not agent.alive(), 60, agent, step_s=0.005)
         assert agent.alive(), agent.log_text()
+        before = agent.whole_log()             # read first: "ready" not in it, the scan runs
         t0 = time.monotonic()
         agent.proc.send_signal(signal.SIGTERM)
-        before = agent.whole_log()
         rc = agent.proc.wait(timeout=60)
         took = time.monotonic() - t0
     finally:

@@ -40,10 +40,11 @@ def _admin_conf(cluster: LocalCluster) -> dict:
 
 
 def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str = "python",
-           broker: dict | None = None, oauth: str | None = None):
+           broker: dict | None = None, oauth=None):
     """A topic and an audit topic, the agent's ACLs, and an agent config whose password file
-    holds ``password`` (``broker``: further ``[broker]`` settings; ``oauth``: a token endpoint,
-    the agent logging in with OAUTHBEARER as client ``agent``, ``password`` its secret).
+    holds ``password`` (``broker``: further ``[broker]`` settings; ``oauth``: an identity
+    provider, ``tests/oidckit.py``, the agent logging in with OAUTHBEARER as its client
+    ``agent``, ``password`` its secret).
     Returns (topic, audit topic, config, password file)."""
     conf = _admin_conf(cluster)
     bootstrap = conf["bootstrap.servers"]
@@ -60,8 +61,9 @@ def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str 
     secret.chmod(0o600)
     (tmp_path / "logs").mkdir()
     login = {"sasl_username": "agent", "sasl_password_file": str(secret)} if oauth is None else \
-        {"sasl_mechanism": "OAUTHBEARER", "sasl_oauthbearer_token_endpoint_url": oauth,
-         "sasl_oauthbearer_client_id": "agent", "sasl_oauthbearer_client_secret_file": str(secret)}
+        {"sasl_mechanism": "OAUTHBEARER", "sasl_oauthbearer_token_endpoint_url": oauth.token_url,
+         "sasl_oauthbearer_client_id": "agent", "sasl_oauthbearer_client_secret_file": str(secret),
+         "sasl_oauthbearer_ca_file": str(oauth.ca_file)}
     config = write_config(
         tmp_path / "agent.toml", bootstrap, tmp_path / "state",
         [{"type": "file", "paths": [str(tmp_path / "logs" / "app.log")], "topic": topic}],
@@ -256,7 +258,7 @@ def test_a_refused_client_secret_waits_in_the_pool_and_a_reload_with_the_right_o
     cluster = kafka_sasl.cluster
     right = idp.clients["agent"]
     topic, _audit, config, secret = _setup(cluster, tmp_path, "not-the-secret", agent_send_path,
-                                           oauth=idp.token_url)
+                                           oauth=idp)
     refused0, issued0 = idp.refused["agent"], idp.issued["agent"]
     agent = AgentProcess(config, tmp_path / "agent.log").start()
     try:
@@ -301,7 +303,7 @@ def test_tokens_the_brokers_find_expired_wait_in_the_pool_and_valid_ones_deliver
     again the agent's next token logs it in — no reload — and every id arrives once."""
     cluster = kafka_sasl.cluster
     topic, _audit, config, _secret = _setup(cluster, tmp_path, idp.clients["agent"],
-                                            agent_send_path, oauth=idp.token_url)
+                                            agent_send_path, oauth=idp)
     expired0, issued0 = idp.expired_issued["agent"], idp.issued["agent"]
     idp.expired = True
     agent = AgentProcess(config, tmp_path / "agent.log")
@@ -334,3 +336,21 @@ def test_tokens_the_brokers_find_expired_wait_in_the_pool_and_valid_ones_deliver
         idp.expired = False
         if agent.alive():
             assert agent.stop() == 0, agent.log_text()
+
+
+def test_the_outage_probes_share_one_token_and_are_answered_with_it(kafka_sasl, idp, tmp_path):
+    """The drain's probe is a new client at each question (``agent/drain/probe.py``): with
+    OAUTHBEARER each would ask the identity provider for a token — once a second per agent for
+    a whole outage. They share one instead, and the cluster answers them with it."""
+    from agent.config import load
+    from agent.drain.probe import cluster_answers, probe_conf
+    from agent.drain.producer import producer_config
+
+    _topic, _audit, config, _secret = _setup(kafka_sasl.cluster, tmp_path, idp.clients["agent"],
+                                             oauth=idp)
+    conf = producer_config(load(config), "python")
+    issued0 = idp.issued["agent"]
+    assert all(cluster_answers(conf) for _ in range(5))
+    assert idp.issued["agent"] - issued0 == 1, idp.issued
+    assert "oauth_cb" in probe_conf(conf) and not any(
+        k.startswith("sasl.oauthbearer.") for k in probe_conf(conf))

@@ -1,12 +1,16 @@
 """The whole audit across a mirror between two secured clusters, each part as its own
 least-privilege user: the local cluster takes mutual TLS (``kafka_mtls``), the aggregate
-SASL_SSL with SCRAM-SHA-512 (``kafka_sasl``). Agents write to the local cluster (`agent`); a
-count job counts each cluster (`count`, with ``--kafka-config``); MirrorMaker 2 and its watcher
-copy the data and the audit topic as `mirror` (a client certificate on one end, a password on
-the other); the land job reads the aggregate (`land`); the reconciler reads the aggregate
-(`reconcile`). Every window is ``complete`` at every tier with the agents' true counts,
-nothing alerted, and no password or private key is in any log, status, process argument list
-or file other users can read."""
+SASL_SSL with OAUTHBEARER tokens (``kafka_sasl``). Agents write to the local cluster
+(`agent`); a count job counts each cluster (`count`, with ``--kafka-config``); MirrorMaker 2
+and its watcher copy the data and the audit topic as `mirror` (a client certificate on one
+end, a token on the other); the land job reads the aggregate (`land`); the reconciler reads
+the aggregate (`reconcile`). On the aggregate every client — MirrorMaker 2 and the count and
+land jobs (Java), the watcher, the reconciler and `docket-audit show` (librdkafka) — logs in
+with OpenID Connect tokens its client credentials get from a token endpoint on 127.0.0.1
+(``tests/oidckit.py``), which the test checks issued each of them its tokens. Every window is
+``complete`` at every tier with the agents' true counts, nothing alerted, and no password,
+client secret or private key is in any log, status, process argument list or file other users
+can read."""
 
 from __future__ import annotations
 
@@ -51,9 +55,22 @@ def settings(cluster: LocalCluster, user: str) -> dict:
     return cluster.security().docket_settings(user)
 
 
-def kafka_config(path: Path, cluster: LocalCluster, user: str) -> Path:
-    """A Spark job's ``--kafka-config`` file for ``user`` on ``cluster``."""
-    path.write_text(kafka_config_text(KafkaSecurity.from_table(settings(cluster, user))))
+def oauth_settings(cluster: LocalCluster, idp, user: str, folder: Path) -> dict:
+    """The security keys of ``user`` logging in with OAUTHBEARER (tokens of ``idp``), its
+    client secret in a file of its own under ``folder``."""
+    secret = folder / f"{user}.client-secret"
+    secret.write_text(idp.clients[user] + "\n")
+    secret.chmod(0o600)
+    return {"security_protocol": "sasl_ssl", "sasl_mechanism": "OAUTHBEARER",
+            "sasl_oauthbearer_token_endpoint_url": idp.token_url,
+            "sasl_oauthbearer_client_id": user, "sasl_oauthbearer_client_secret_file": str(secret),
+            "sasl_oauthbearer_ca_file": str(idp.ca_file),
+            "ssl_ca_file": str(cluster.security().ca_file)}
+
+
+def kafka_config(path: Path, keys: dict) -> Path:
+    """A Spark job's ``--kafka-config`` file holding the security ``keys``."""
+    path.write_text(kafka_config_text(KafkaSecurity.from_table(keys)))
     return path
 
 
@@ -77,8 +94,11 @@ def admin_of(cluster: LocalCluster) -> tuple[str, dict]:
 
 @pytest.mark.timeout(1200)      # three Spark jobs and MirrorMaker 2 on a two-core host
 def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_user(
-        kafka_mtls, kafka_sasl, tmp_path):
+        kafka_mtls, kafka_sasl, idp, tmp_path):
     local, aggregate = kafka_mtls.cluster, kafka_sasl.cluster
+    oauth = {user: oauth_settings(aggregate, idp, user, tmp_path)
+             for user in ("mirror", "count", "land", "reconcile")}
+    issued0 = dict(idp.issued)
     prefix = f"secaudit{uuid.uuid4().hex[:6]}"
     topic, audit_topic = f"{prefix}.app", f"{prefix}.audit"
     local_bootstrap, local_admin = admin_of(local)
@@ -105,7 +125,7 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
         mirror.up(MirrorSpec("local", "aggregate", local_bootstrap, aggregate_bootstrap,
                              re.escape(topic), audit_topic=audit_topic,
                              source_security=settings(local, "mirror"),
-                             target_security=settings(aggregate, "mirror")),
+                             target_security=oauth["mirror"]),
                   admin=aggregate.client_settings("admin"))
         assert mirror.status()["watch_state"] == "running"
         for origin in ORIGINS:
@@ -126,24 +146,25 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
         common = ["--audit-topic", audit_topic, "--topics", re.escape(topic), "--trigger-s", "2"]
         jobs.append(AuditJob(["count", "--cluster", "kafka-local", "--bootstrap-servers",
                               local_bootstrap, *common, "--kafka-config",
-                              str(kafka_config(tmp_path / "local-count.toml", local, "count")),
+                              str(kafka_config(tmp_path / "local-count.toml",
+                                               settings(local, "count"))),
                               "--checkpoint-dir", str(tmp_path / "ckpt-local")],
                              tmp_path / "count-local.log").start())
         jobs.append(AuditJob(["count", "--cluster", "kafka-aggregate", "--bootstrap-servers",
                               aggregate_bootstrap, *common, "--mirror-target", "aggregate",
                               "--kafka-config", str(kafka_config(
-                                  tmp_path / "aggregate-count.toml", aggregate, "count")),
+                                  tmp_path / "aggregate-count.toml", oauth["count"])),
                               "--checkpoint-dir", str(tmp_path / "ckpt-aggregate")],
                              tmp_path / "count-aggregate.log").start())
         jobs.append(AuditJob(["land", "--warehouse", str(tmp_path / "warehouse"),
                               "--bootstrap-servers", aggregate_bootstrap, *common,
                               "--mirror-target", "aggregate", "--kafka-config",
-                              str(kafka_config(tmp_path / "land.toml", aggregate, "land")),
+                              str(kafka_config(tmp_path / "land.toml", oauth["land"])),
                               "--checkpoint-dir", str(tmp_path / "ckpt-land")],
                              tmp_path / "land.log").start())
         cfg = parse({"reconcile": {"bootstrap_servers": aggregate_bootstrap,
                                    "audit_topic": audit_topic,
-                                   **settings(aggregate, "reconcile")},
+                                   **oauth["reconcile"]},
                      "windows": {"tiers": list(TIERS), "settle_ms": 1000},
                      "tiers": {tier: {"fed_by": fed_by} for tier, fed_by in GRAPH.items()},
                      "alerts": {"silent_ms": 8 * 3_600_000, "lag_ms": 3_600_000}})
@@ -176,11 +197,12 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
         alerts = conn.execute("SELECT kind FROM alerts").fetchall()
         conn.close()
         assert alerts == []
+        before_show = idp.issued["reconcile"]
         # `docket-audit show` reads the aggregate's audit topic as the reconciler's user.
         shown = subprocess.run(
             [str(BIN / "docket-audit"), "show", "--bootstrap-servers", aggregate_bootstrap,
              "--audit-topic", audit_topic, "--topic", topic, "--json", "--kafka-config",
-             str(kafka_config(tmp_path / "reconcile.toml", aggregate, "reconcile"))],
+             str(kafka_config(tmp_path / "reconcile.toml", oauth["reconcile"]))],
             capture_output=True, text=True, timeout=120)
         assert shown.returncode == 0, shown.stderr
         counted = {}
@@ -191,6 +213,11 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
             counted[key] = counted.get(key, 0) + row["count"]
         assert counted == {(t, w): LINES // 2 * len(ORIGINS)
                            for t in TIERS for w in (w0, w0 + W)}, counted
+        # Each OAUTHBEARER client had its tokens from the endpoint (`show` its own), and none
+        # was refused.
+        assert all(idp.issued[user] > issued0.get(user, 0) for user in oauth), idp.issued
+        assert idp.issued["reconcile"] > before_show
+        assert not any(idp.refused[user] for user in oauth), idp.refused
 
         # No secret anywhere a person or another user could see it: logs, status, process
         # arguments; the mirror's files holding one are its owner's alone.
@@ -206,7 +233,7 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
                 except OSError:
                     pass
         hidden = secrets(local, ("agent", "count", "mirror")) + \
-            secrets(aggregate, ("mirror", "count", "land", "reconcile"))
+            [idp.clients[user] for user in oauth]
         for secret in hidden:
             assert not any(secret in text for text in seen)
         copies = sorted((mirror.folder / "secrets").iterdir())    # what the references name

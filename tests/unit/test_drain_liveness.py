@@ -335,3 +335,77 @@ def test_the_agent_says_stalled_and_starves_the_watchdog_only_while_wedged(tmp_p
         assert sorted(kafka.values()) == sorted(b"line %d" % i for i in range(50))
     finally:
         agent.abandon()
+
+
+def test_probes_with_oauthbearer_share_one_token_asked_again_late_in_its_life(monkeypatch):
+    """Each probe is a new client; with OIDC each would ask the token endpoint at once. The
+    probe's settings carry a shared token instead (``oauth_cb``), asked for with the client
+    credentials and asked again once four fifths of its life are over."""
+    from agent.drain import probe
+
+    class Answer:
+        def __init__(self, n):
+            self.n = n
+
+        def raise_for_status(self):
+            pass
+
+        def json(self):
+            return {"access_token": f"token-{self.n}", "expires_in": 100}
+
+    class Endpoint:
+        def __init__(self):
+            self.calls = []
+
+        def post(self, url, data, auth, verify, timeout):
+            self.calls.append((url, data, auth, verify))
+            return Answer(len(self.calls))
+
+    now = [1_000.0]
+    monkeypatch.setattr(probe.time, "time", lambda: now[0])
+    monkeypatch.setattr(probe, "_tokens", {})
+    conf = {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.token.endpoint.url": "https://idp.test/token",
+            "sasl.oauthbearer.client.id": "agent", "sasl.oauthbearer.client.secret": "s",
+            "sasl.oauthbearer.scope": "kafka", "https.ca.location": "/ca.pem",
+            "linger.ms": 5}
+    first = probe.probe_conf(conf)
+    assert not any(k.startswith("sasl.oauthbearer.") for k in first) and "linger.ms" not in first
+    assert first["sasl.mechanism"] == "OAUTHBEARER"
+    endpoint = Endpoint()
+    cache = first["oauth_cb"].__self__
+    cache._session = endpoint
+    assert first["oauth_cb"]("") == ("token-1", 1_100.0)
+    assert probe.probe_conf(conf)["oauth_cb"]("") == ("token-1", 1_100.0)    # shared
+    now[0] = 1_079.0
+    assert probe.probe_conf(conf)["oauth_cb"]("")[0] == "token-1"
+    now[0] = 1_081.0                                                        # 4/5 of its life
+    assert probe.probe_conf(conf)["oauth_cb"]("") == ("token-2", 1_181.0)
+    assert endpoint.calls[0] == ("https://idp.test/token", {"grant_type": "client_credentials",
+                                                            "scope": "kafka"},
+                                 ("agent", "s"), "/ca.pem")
+    assert len(endpoint.calls) == 2
+    plain = {k: v for k, v in conf.items() if not k.startswith("sasl.oauthbearer")}
+    assert "oauth_cb" not in probe.probe_conf(plain)
+
+    # A refusing endpoint (a wrong secret) is not asked again for a while: the probe fails
+    # at once meanwhile, and asks again later.
+    class Refusing(Endpoint):
+        def post(self, *args, **kwargs):
+            super().post(*args, **kwargs)
+            raise OSError("401 invalid_client")
+
+    refusing = Refusing()
+    cache._session, cache._token = refusing, None
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="invalid_client"):
+            cache.token("")
+    assert len(refusing.calls) == 1
+    now[0] += probe.REFUSED_RETRY_S
+    with pytest.raises(RuntimeError):
+        cache.token("")
+    assert len(refusing.calls) == 2
+    cache._session = endpoint                                   # fixed: a token again
+    now[0] += probe.REFUSED_RETRY_S
+    assert cache.token("")[0] == "token-3"

@@ -294,6 +294,14 @@ def test_oauthbearer_for_java_clients_logs_in_through_the_oidc_handler(files):
     ({"sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "agent",
       "sasl_password_file": "/nonexistent"}, "sasl_oauthbearer_token_endpoint_url",
      "not \"OAUTHBEARER\""),
+    ({"security_protocol": "ssl"}, "sasl_oauthbearer_token_endpoint_url",
+     "security_protocol is 'ssl'"),
+    ({"sasl_oauthbearer_token_endpoint_url": "https://"}, "sasl_oauthbearer_token_endpoint_url",
+     "with a host"),
+    ({"sasl_oauthbearer_token_endpoint_url": "https://me:pw@idp.test/token"},
+     "sasl_oauthbearer_token_endpoint_url", "user or password"),
+    ({"sasl_oauthbearer_token_endpoint_url": "https://idp.test/a,https://b/"},
+     "sasl_oauthbearer_token_endpoint_url", "comma or a space"),
 ])
 def test_oauthbearer_settings_that_do_not_fit_are_refused_by_key(files, more, key, problem):
     raw = _oauth(files)
@@ -321,3 +329,59 @@ def test_an_oauthbearer_kafka_config_file_reads_back_the_same(files, tmp_path):
     path.write_text(kafka_config_text(security))
     assert read_kafka_config(path) == security
     assert PASSWORD not in path.read_text()
+
+
+@pytest.mark.parametrize("path", ["python", "native"])
+def test_validate_asks_no_token_endpoint(files, path):
+    """A client made with OIDC asks for its token at once, and one whose endpoint does not
+    answer takes 20 s to destroy: the configuration check makes none — the endpoint (one that
+    accepts and never answers) is never called."""
+    import socket
+    import time
+
+    from agent.drain.native import extension_installed
+    from agent.preflight import check_producer
+
+    if path == "native" and not extension_installed():
+        pytest.skip("the native extension is not built here")
+    endpoint = socket.socket()
+    endpoint.bind(("127.0.0.1", 0))
+    endpoint.listen(8)
+    endpoint.setblocking(False)
+    url = f"http://127.0.0.1:{endpoint.getsockname()[1]}/token"
+    try:
+        raw = _oauth(files, sasl_oauthbearer_token_endpoint_url=url, send_path=path)
+        del raw["broker"]["ssl_ca_file"]      # the system's CAs (the fixture's is no PEM)
+        check_producer(parse_agent(raw))
+        time.sleep(0.5)                       # a token request would have connected by now
+        with pytest.raises(BlockingIOError):
+            endpoint.accept()
+    finally:
+        endpoint.close()
+
+
+def test_an_https_token_endpoint_is_trusted_by_its_ca_file_or_the_systems(files, monkeypatch):
+    """librdkafka takes the endpoint's CA from ``https.ca.location`` (the build confluent-kafka
+    ships looks for Red Hat's bundle by default, missing on Debian); Java from SSL options of
+    the JAAS line."""
+    from docket_common import kafka_security as K
+
+    security = KafkaSecurity("kafka", "sasl_ssl", "OAUTHBEARER",
+                             token_endpoint_url="https://idp.test/token", client_id="count",
+                             client_secret_file=str(files["password"]),
+                             oauth_ca_file=str(files["ca"]))
+    assert security.librdkafka_properties()["https.ca.location"] == str(files["ca"])
+    jaas = security.java_properties()["sasl.jaas.config"]
+    assert f'ssl.truststore.type="PEM" ssl.truststore.location="{files["ca"]}";' in jaas
+    system = files["ca"].parent / "bundle.crt"
+    system.write_text("")
+    monkeypatch.setattr(K, "SYSTEM_CA_BUNDLES", ("/nonexistent/ca.crt", str(system)))
+    plain = KafkaSecurity("kafka", "sasl_ssl", "OAUTHBEARER",
+                          token_endpoint_url="https://idp.test/token", client_id="count",
+                          client_secret_file=str(files["password"]))
+    assert plain.librdkafka_properties()["https.ca.location"] == str(system)
+    assert "ssl.truststore" not in plain.java_properties()["sasl.jaas.config"]
+    insecure = KafkaSecurity("kafka", "sasl_ssl", "OAUTHBEARER",
+                             token_endpoint_url="http://127.0.0.1:8080/token", client_id="x",
+                             client_secret_file=str(files["password"]))
+    assert "https.ca.location" not in insecure.librdkafka_properties()

@@ -100,3 +100,22 @@ def test_librdkafkas_linger_by_send_path(send_path, linger):
 def test_a_linger_in_librdkafka_options_decides(send_path):
     cfg = _config(librdkafka_options={"linger.ms": 7})
     assert producer_config(cfg, send_path)["linger.ms"] == 7
+
+
+def test_an_installed_extension_that_does_not_load_says_why_auto_runs_python(tmp_path,
+                                                                             monkeypatch):
+    """An extension whose librdkafka is gone (confluent-kafka upgraded, the extension not built
+    again): ``auto`` runs the Python path and its reason carries the loader's error."""
+    import importlib
+    import sys
+
+    package = tmp_path / "docket_native"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "raise ImportError('librdkafka-0123abcd.so.1: cannot open shared object file')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "docket_native", raising=False)
+    importlib.invalidate_caches()
+    path, why = choose_send_path("auto", "at_least_once")
+    assert path == "python"
+    assert "installed but does not load" in why and "librdkafka-0123abcd.so.1" in why, why
