@@ -337,3 +337,22 @@ def test_a_layout_six_file_loses_its_per_row_dirty_triggers(tmp_path):
                               "name LIKE 'counts_dirty%'").fetchall() == []
     store.apply([count("producer", 10)], {}, {}, "t")
     assert store.conn.execute("SELECT count(*) FROM dirty").fetchone() == (1,)
+
+
+def test_a_group_at_a_hop_names_the_hop_its_members_share():
+    """A loss at a hop for several origins: the grouped alert's detail names the hop (what a
+    receiver or the demo's drill matches on), as each member's does; members at different
+    hops (of a tier fed by several) leave it to each member."""
+    from audit.reconcile.alerts.lifecycle import group_text
+
+    at = "app window 2025-11-21T23:00:00Z hop kafka-aggregate → warehouse"
+    hop = "kafka-aggregate → warehouse"
+    members = {o: (f"{n} of 100 events missing", {"missing": n, "hop": hop})
+               for o, n in (("web-1", 5), ("web-2", 9))}
+    summary, detail = group_text("loss", at, members, None)
+    assert detail["hop"] == hop and detail["worst"]["hop"] == hop
+    assert summary == f"14 events missing from 2 origins at {at} (worst web-2: 9)"
+    members["web-1"][1]["hop"] = "dc2-local → warehouse"
+    assert "hop" not in group_text("loss", at, members, None)[1]
+    assert "hop" not in group_text("loss", at, {o: (s, {"missing": d["missing"]})
+                                                for o, (s, d) in members.items()}, None)[1]

@@ -176,6 +176,9 @@ def group_text(kind: str, at: str, members: dict[str, tuple[str, dict]],
     some = f"{n} origin{'s' if n != 1 else ''}"
     detail = {"origins": n, "worst_origin": worst, "at": at, "worst": worst_detail,
               "members": [o for o, _ in ranked[:SHOWN_MEMBERS]]}
+    hops = {d.get("hop") for _s, d in members.values()}
+    if len(hops) == 1 and None not in hops:      # the hop every member's loss is at
+        detail["hop"] = hops.pop()
     if kind == "loss" and "missing" in worst_detail:
         detail["missing"] = sum(d.get("missing", 0) for _s, d in members.values())
         summary = (f"{detail['missing']} events missing from {some} at {at} "
