@@ -136,3 +136,24 @@ def test_what_the_mirror_did_not_copy_is_lost_in_the_windows_of_its_timestamps()
     assert ranges([n for ns in lost.values() for n in ns]) == [[110, 159]]
     assert ranges([5, 3, 4, 9, 11, 10, 11]) == [[3, 5], [9, 11]]
     assert ranges([]) == []
+
+
+def test_the_record_deletion_drill_is_met_by_the_grouped_loss_at_the_warehouse_hop():
+    """The drill deletes records of every host before the warehouse job reads them: the loss
+    is one alert for several origins at the hop kafka-aggregate → warehouse, and must meet the
+    drill's expectation (``make soak`` waited 600 s for it while it had come, its hop only
+    inside the worst member's figures)."""
+    from audit.reconcile.alerts.lifecycle import group_text
+    from demo.run import EXPECTED
+
+    want = EXPECTED["delete-records"]
+    hop = "kafka-aggregate → warehouse"
+    at = f"app.events window 2026-12-04T15:17:00Z hop {hop}"
+    members = {o: (f"{n} of 700 events missing at {at} origin {o}",
+                   {"missing": n, "hop": hop, "expected": 700})
+               for o, n in (("web-1", 577), ("web-2", 600), ("web-3", 618))}
+    _summary, detail = group_text("loss", at, members, None)
+    alert = {"event": "firing", "kind": "loss", "tier": "warehouse", "origin": None,
+             "detail": detail}
+    assert want.met_by(alert)
+    assert not want.met_by({**alert, "tier": "kafka-aggregate"})
