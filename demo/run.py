@@ -775,10 +775,13 @@ def fault(d: Path, only: list[str] | None, wait_s: float) -> int:
             wanted.remove(met)
             if met.hop is not None:
                 detail = alert["detail"]
-                print(f"    at the hop {detail['hop']}: {detail.get('missing')} of "
-                      f"{detail.get('hop_expected')} missing in this window; the hop misses "
-                      f"{detail.get('missing_ranges_total')} record numbers in all, from "
-                      f"{_short(detail.get('missing_ranges') or [], tail=False)}", flush=True)
+                one = detail.get("worst", detail)      # grouped: its worst origin's figures
+                who = f" (worst of {detail['origins']} origins: {detail['worst_origin']})" \
+                    if "worst" in detail else ""
+                print(f"    at the hop {detail['hop']}{who}: {one.get('missing')} of "
+                      f"{one.get('hop_expected')} missing in this window; the hop misses "
+                      f"{one.get('missing_ranges_total')} record numbers in all, from "
+                      f"{_short(one.get('missing_ranges') or [], tail=False)}", flush=True)
         seen += len(got)
         time.sleep(2)
     if wanted:
