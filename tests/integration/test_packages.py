@@ -251,7 +251,7 @@ def test_the_installed_agent_ships_with_its_native_send_path(installed, kafka, t
     finally:
         rc = agent.stop()
     assert rc == 0
-    assert f"send path native (docket_native, librdkafka {ext.stdout.strip()}) (auto: the " \
+    assert f"send path native (docket_native, librdkafka {native}) (auto: the " \
         "native extension is installed)" in agent.whole_log()
     assert set(counts) == {b"pkg-%06d" % i for i in range(lines)}
     assert max(counts.values()) == 1
