@@ -125,7 +125,7 @@ def native_path(bootstrap: str, topic: str, folder: Path) -> tuple[float, float]
             inflight[token] = slot
         failed, done, _errors, _logs = producer.poll(0.001)
         assert not failed, failed[:3]
-        for token, acked, _ in done:
+        for token, acked, *_ in done:
             slot = inflight.pop(token)
             assert acked == slot.record_count, (acked, slot.record_count)
             pool.free(slot)
