@@ -116,6 +116,25 @@ def _no_secret_anywhere(agent: AgentProcess, password: str) -> None:
     assert password not in args
 
 
+def _refused_for_a_while(agent: AgentProcess, cluster: LocalCluster, topic: str) -> tuple:
+    """The agent refused its login for ``FAILURE_S``: still ``authentication failed``, every
+    event waiting in the pool, nothing in ``topic``, said in one log line, CPU within the
+    outage bound. Returns (its status when refused, CPU seconds, the line)."""
+    st = _wait_state(agent, "authentication failed")
+    cpu0 = agent.cpu_seconds()
+    time.sleep(FAILURE_S)
+    cpu = agent.cpu_seconds() - cpu0
+    now = agent.status()
+    assert now["broker"]["state"] == "authentication failed"
+    assert now["backlog"]["events"] == LINES            # every event waits in the pool
+    assert _ids(_admin_conf(cluster), topic, 1, 5) == Counter()
+    said = [line for line in agent.whole_log().splitlines()
+            if "broker: authentication failed" in line]
+    assert len(said) == 1, said
+    assert cpu < CPU_SHARE * FAILURE_S, f"{cpu:.1f} CPU s in {FAILURE_S} s of refusal"
+    return st, cpu, said[0]
+
+
 def test_a_wrong_password_waits_in_the_pool_and_a_reload_with_the_right_one_delivers_all(
         secured, tmp_path, agent_send_path):
     right = secured.security().password("agent")
@@ -124,19 +143,9 @@ def test_a_wrong_password_waits_in_the_pool_and_a_reload_with_the_right_one_deli
     agent = AgentProcess(config, tmp_path / "agent.log").start()
     try:
         _write(tmp_path / "logs" / "app.log", LINES)
-        st = _wait_state(agent, "authentication failed")
+        st, cpu, said = _refused_for_a_while(agent, secured, topic)
         assert st["broker"]["security"] == "sasl_ssl, SCRAM-SHA-512 user agent"
-        cpu0 = agent.cpu_seconds()
-        time.sleep(FAILURE_S)
-        cpu = agent.cpu_seconds() - cpu0
-        st = agent.status()
-        assert st["broker"]["state"] == "authentication failed"
-        assert st["backlog"]["events"] == LINES            # every event waits in the pool
-        assert _ids(_admin_conf(secured), topic, 1, 5) == Counter()
-        said = [line for line in agent.whole_log().splitlines()
-                if "broker: authentication failed" in line]
-        assert len(said) == 1 and "sasl_password_file" in said[0], said
-        assert cpu < CPU_SHARE * FAILURE_S, f"{cpu:.1f} CPU s in {FAILURE_S} s of refusal"
+        assert "sasl_password_file" in said, said
 
         secret.write_text(right + "\n")                    # fixed, then reloaded
         agent.proc.send_signal(signal.SIGHUP)
@@ -263,22 +272,12 @@ def test_a_refused_client_secret_waits_in_the_pool_and_a_reload_with_the_right_o
     agent = AgentProcess(config, tmp_path / "agent.log").start()
     try:
         _write(tmp_path / "logs" / "app.log", LINES)
-        st = _wait_state(agent, "authentication failed")
+        st, cpu, said = _refused_for_a_while(agent, cluster, topic)
         assert st["broker"]["security"] == f"sasl_ssl, OAUTHBEARER client agent from " \
                                            f"{idp.token_url}"
-        cpu0 = agent.cpu_seconds()
-        time.sleep(FAILURE_S)
-        cpu = agent.cpu_seconds() - cpu0
-        st = agent.status()
-        assert st["broker"]["state"] == "authentication failed"
-        assert st["backlog"]["events"] == LINES            # every event waits in the pool
         assert idp.refused["agent"] > refused0             # the endpoint really refused it
         assert idp.issued["agent"] == issued0              # and issued it nothing
-        assert _ids(_admin_conf(cluster), topic, 1, 5) == Counter()
-        said = [line for line in agent.whole_log().splitlines()
-                if "broker: authentication failed" in line]
-        assert len(said) == 1 and "sasl_oauthbearer_client_secret_file" in said[0], said
-        assert cpu < CPU_SHARE * FAILURE_S, f"{cpu:.1f} CPU s in {FAILURE_S} s of refusal"
+        assert "sasl_oauthbearer_client_secret_file" in said, said
 
         secret.write_text(right + "\n")                    # fixed, then reloaded
         agent.proc.send_signal(signal.SIGHUP)
@@ -310,20 +309,9 @@ def test_tokens_the_brokers_find_expired_wait_in_the_pool_and_valid_ones_deliver
     try:
         agent.start()
         _write(tmp_path / "logs" / "app.log", LINES)
-        _wait_state(agent, "authentication failed")
-        cpu0 = agent.cpu_seconds()
-        time.sleep(FAILURE_S)
-        cpu = agent.cpu_seconds() - cpu0
-        st = agent.status()
-        assert st["broker"]["state"] == "authentication failed"
-        assert st["backlog"]["events"] == LINES
+        _st, cpu, said = _refused_for_a_while(agent, cluster, topic)
         asked = idp.expired_issued["agent"] - expired0
         assert asked >= 2 and idp.issued["agent"] == issued0     # only expired tokens, again
-        assert _ids(_admin_conf(cluster), topic, 1, 5) == Counter()
-        said = [line for line in agent.whole_log().splitlines()
-                if "broker: authentication failed" in line]
-        assert len(said) == 1, said
-        assert cpu < CPU_SHARE * FAILURE_S, f"{cpu:.1f} CPU s in {FAILURE_S} s of refusal"
 
         idp.expired = False                                # no reload: the next token works
         ids = _ids(_admin_conf(cluster), topic, LINES, 120)
@@ -331,7 +319,7 @@ def test_tokens_the_brokers_find_expired_wait_in_the_pool_and_valid_ones_deliver
         _wait_state(agent, "up", 60)
         assert idp.issued["agent"] > issued0
         print(f"expired tokens ({agent_send_path}): {asked} asked for in {FAILURE_S} s, "
-              f"{cpu:.2f} CPU s; then all {LINES} ids once, unasked; said: {said[0][-160:]}")
+              f"{cpu:.2f} CPU s; then all {LINES} ids once, unasked; said: {said[-160:]}")
     finally:
         idp.expired = False
         if agent.alive():

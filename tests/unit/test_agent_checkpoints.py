@@ -327,6 +327,28 @@ def _four_batches_read(tmp_path, encoding: str = "utf-8") -> tuple[FakeKafka, Ag
     return kafka, agent, log_file
 
 
+def _read_in_batches(agent: Agent, log_file: Path, first: int, last: int, gap_s: float) -> None:
+    """Batches ``first`` to ``last`` (exclusive) of ten lines each written, a turn ``gap_s``
+    after each; then five turns 0.3 s apart, so that every line is acknowledged."""
+    for batch in range(first, last):
+        with open(log_file, "ab") as f:
+            f.write(lines(batch * 10, batch * 10 + 10))
+        agent.clock.advance(gap_s)
+        agent.turn()
+    for _ in range(5):
+        agent.clock.advance(0.3)
+        agent.turn()
+
+
+def _cut_back_and_written_on(log_file: Path, kept_lines: int, new: bytes) -> None:
+    """What a power cut leaves of the application's log: its first ``kept_lines`` lines, then
+    ``new`` written on from the cut."""
+    with open(log_file, "r+b") as f:
+        f.truncate(len(lines(0, kept_lines)))
+    with open(log_file, "ab") as f:
+        f.write(new)
+
+
 def _cut_back_run(tmp_path, seen_beyond: int = 0):
     """Four batches of 100 lines, read a second and more apart (each batch's end an anchor),
     every line acknowledged; a SIGKILL; the file cut back to 217 lines (a power loss took the
@@ -340,10 +362,7 @@ def _cut_back_run(tmp_path, seen_beyond: int = 0):
     if seen_beyond:
         agent.db.set_sizes({row["source_id"]: row["sealed_offset"] + seen_beyond})
     agent.abandon()                                               # the power cut
-    with open(log_file, "r+b") as f:
-        f.truncate(len(lines(0, 217)))
-    with open(log_file, "ab") as f:
-        f.write(lines(1000, 1300))
+    _cut_back_and_written_on(log_file, 217, lines(1000, 1300))
     again, agent = _started_again(tmp_path, 20)
     entries = [json.loads(x) for x in (tmp_path / "state" / "loss-journal.jsonl").read_text()
                .splitlines()] if (tmp_path / "state" / "loss-journal.jsonl").exists() else []
@@ -378,21 +397,11 @@ def test_a_cut_back_within_the_last_second_read_is_read_again_from_the_hand_over
     kafka = FakeKafka()
     agent = agent_on(tmp_path, kafka)
     log_file = tmp_path / "logs" / "app.log"
-    for batch in range(40):
-        with open(log_file, "ab") as f:
-            f.write(lines(batch * 10, batch * 10 + 10))
-        agent.clock.advance(0.02)
-        agent.turn()
-    for _ in range(5):
-        agent.clock.advance(0.3)
-        agent.turn()
+    _read_in_batches(agent, log_file, 0, 40, 0.02)
     [row] = agent.db.all_files()
     assert row["acked_offset"] == row["sealed_offset"] == len(lines(0, 400))
     agent.abandon()                                               # the power cut
-    with open(log_file, "r+b") as f:
-        f.truncate(len(lines(0, 217)))
-    with open(log_file, "ab") as f:
-        f.write(lines(1000, 1300))
+    _cut_back_and_written_on(log_file, 217, lines(1000, 1300))
     again, agent = _started_again(tmp_path, 20)
     agent.abandon()
     delivered = kafka.values() + again.values()
@@ -412,27 +421,13 @@ def test_a_restart_keeps_the_anchors_a_second_apart_beside_the_fine_ones(tmp_pat
     kafka = FakeKafka()
     agent = agent_on(tmp_path, kafka)
     log_file = tmp_path / "logs" / "app.log"
-
-    def batches(a: int, b: int) -> None:
-        for batch in range(a, b):
-            with open(log_file, "ab") as f:
-                f.write(lines(batch * 10, batch * 10 + 10))
-            agent.clock.advance(0.3)
-            agent.turn()
-        for _ in range(5):
-            agent.clock.advance(0.3)
-            agent.turn()
-
-    batches(0, 150)
+    _read_in_batches(agent, log_file, 0, 150, 0.3)
     agent.shutdown()
     second = FakeKafka()
     agent = agent_on(tmp_path, second)
-    batches(150, 155)
+    _read_in_batches(agent, log_file, 150, 155, 0.3)
     agent.abandon()                                               # the power cut
-    with open(log_file, "r+b") as f:
-        f.truncate(len(lines(0, 700)))
-    with open(log_file, "ab") as f:
-        f.write(lines(5000, 5100))
+    _cut_back_and_written_on(log_file, 700, lines(5000, 5100))
     again, agent = _started_again(tmp_path, 20)
     agent.abandon()
     delivered = kafka.values() + second.values() + again.values()
