@@ -19,6 +19,7 @@ import pytest
 
 from broker.cluster import LocalCluster
 from tests.agentkit import native_built
+from tests.kafkautil import TEST_BROKER_PROPS
 
 
 @dataclass
@@ -45,7 +46,8 @@ def pytest_configure(config):
 def _running(tmp_path_factory, name: str, brokers: int):
     """A cluster of ``brokers`` started for the session, stopped after it (or after the last
     test that uses it, for the ``RELEASED`` ones)."""
-    cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True)
+    cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True,
+                           broker_props=TEST_BROKER_PROPS)
     layout = cluster.up(brokers=brokers, base_port=0)
     _LIVE[name] = cluster
     try:
@@ -164,10 +166,13 @@ class SecuredKafka:
         return self.cluster.client_settings(user)
 
 
-def _secured(tmp_path_factory, name: str, security: str, brokers: int = 1, **more):
-    """A secured cluster of ``brokers`` started for the session, stopped after it (``more``:
-    ``LocalCluster``'s further arguments)."""
-    cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True, **more)
+def _secured(tmp_path_factory, name: str, security: str, brokers: int = 1,
+             broker_props: dict | None = None, **more):
+    """A secured cluster of ``brokers`` started for the session, stopped after it
+    (``broker_props``: settings over ``TEST_BROKER_PROPS``; ``more``: ``LocalCluster``'s further
+    arguments)."""
+    cluster = LocalCluster(tmp_path_factory.mktemp(name), die_with_parent=True,
+                           broker_props={**TEST_BROKER_PROPS, **(broker_props or {})}, **more)
     layout = cluster.up(brokers=brokers, base_port=0, security=security, timeout_s=300)
     _LIVE[name] = cluster
     try:

@@ -56,6 +56,7 @@ from broker.cluster import LocalCluster
 from docket_common.procs import alive
 from tests.agentkit import AgentProcess, write_config
 from tests.integration.test_agent_end_to_end import start_writer
+from tests.kafkautil import TEST_BROKER_PROPS
 
 SUBNET = "10.77"
 HUB_HOST = f"{SUBNET}.255.254"      # outside the brokers' and the agents' /24s
@@ -373,7 +374,7 @@ class Fleet:
         try:
             with inside(self.net.hub):
                 self.cluster = LocalCluster(
-                    self.folder / "kafka", die_with_parent=True,
+                    self.folder / "kafka", die_with_parent=True, broker_props=TEST_BROKER_PROPS,
                     spawn_prefixes={k + 1: self.net.prefix(ns)
                                     for k, ns in enumerate(self.net.brokers)})
                 layout = self.cluster.up(brokers=3, base_port=9092, timeout_s=300,

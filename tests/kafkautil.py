@@ -12,16 +12,29 @@ from confluent_kafka import Consumer, TopicPartition
 
 from broker.cluster import LocalCluster
 
+# Server settings of every cluster the tests start. Tests write records with fixed event times of
+# past days (the same windows and figures every run); Kafka's default retention (7 days, checked
+# every 5 minutes) deletes such records when its check falls between a test's write and its read
+# (a CI run's test_native_send: "read 0 records; partitions still short", after 120 s). Test
+# clusters keep every record whatever its time, and check every second, so that test_topics
+# shows that they do.
+TEST_BROKER_PROPS = {"log.retention.ms": -1, "log.retention.check.interval.ms": 1000}
 
-def high_watermarks(bootstrap: str, topic: str, timeout_s: float = 30) -> dict[int, int]:
+
+def watermarks(bootstrap: str, topic: str, timeout_s: float = 30) -> dict[int, tuple[int, int]]:
+    """Per partition, (log start offset, high watermark)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "docket-tests-watermarks",
                          "enable.auto.commit": False})
     try:
         md = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
                 for p in md.partitions}
     finally:
         consumer.close()
+
+
+def high_watermarks(bootstrap: str, topic: str, timeout_s: float = 30) -> dict[int, int]:
+    return {p: high for p, (_low, high) in watermarks(bootstrap, topic, timeout_s).items()}
 
 
 def read_all(bootstrap: str, topic: str, timeout_s: float = 120) -> list:
@@ -36,8 +49,11 @@ def read_all(bootstrap: str, topic: str, timeout_s: float = 120) -> list:
     try:
         while remaining:
             if time.monotonic() > deadline:
+                deleted = {p: low for p, (low, _high) in watermarks(bootstrap, topic).items()
+                           if low > 0}
                 raise AssertionError(f"read {len(records)} records; partitions still short: "
-                                     f"{remaining}")
+                                     f"{remaining}" + (f"; the broker deleted records below "
+                                                       f"offsets {deleted}" if deleted else ""))
             for msg in consumer.consume(num_messages=10000, timeout=1.0):
                 if msg.error():
                     raise AssertionError(f"consume error: {msg.error()}")
@@ -57,7 +73,7 @@ def bench_kafka(work: Path) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    cluster = LocalCluster(work / "kafka")
+    cluster = LocalCluster(work / "kafka", broker_props=TEST_BROKER_PROPS)
     try:
         yield cluster.up(brokers=1, base_port=0).bootstrap_servers
     finally:
