@@ -715,7 +715,13 @@ class Drain:
     def _probe(self) -> None:
         """During an outage: a new client asks every ``PROBE_INTERVAL_S`` until answered."""
         while self.outage:
-            if cluster_answers(self.conf, self.probe_factory, PROBE_INTERVAL_S):
+            try:
+                answered = cluster_answers(self.conf, self.probe_factory, PROBE_INTERVAL_S)
+            except Exception:            # a client that cannot even be made: ask again
+                log.warning("cannot ask the cluster whether it answers", exc_info=True)
+                answered = False
+                self.clock.sleep(PROBE_INTERVAL_S)
+            if answered:
                 self._probe_ok.set()
                 return
             self.clock.sleep(0.05)

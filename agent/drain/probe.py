@@ -16,17 +16,26 @@ second.
 With OAUTHBEARER (OpenID Connect) every new client would ask the identity provider for a token
 at once: during an outage, each agent about once a second — a fleet's worth of requests a
 second on a provider that may limit them. The probes share one token instead (``TokenCache``,
-through confluent-kafka's ``oauth_cb``), asked for again when four fifths of its life are over.
+through confluent-kafka's ``oauth_cb``), asked for again when four fifths of its life are over
+(its life: the shorter of the endpoint's ``expires_in`` and the token's own ``exp``), or at once
+when the cluster refused it. The request is the standard library's (``urllib``): a producer
+host's agent carries no HTTP client of its own.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
+import ssl
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from .topics import connection_conf
@@ -40,11 +49,53 @@ def admin_client(conf: dict) -> AdminClient:
     return AdminClient(conf, logger=logging.getLogger("docket.agent.librdkafka"))
 
 
+class _Answer:
+    def __init__(self, status: int, body: bytes):
+        self.status, self.body = status, body
+
+    def raise_for_status(self) -> None:
+        if self.status >= 400:
+            raise RuntimeError(f"HTTP {self.status}: {self.body[:200].decode(errors='replace')}")
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class _Urllib:
+    """An HTTP POST of a form with HTTP Basic credentials, by the standard library."""
+
+    def post(self, url: str, data: dict, auth: tuple[str, str], verify, timeout: float):
+        basic = base64.b64encode(":".join(auth).encode()).decode()   # as librdkafka sends it
+        request = urllib.request.Request(
+            url, data=urllib.parse.urlencode(data).encode(), method="POST",
+            headers={"Authorization": f"Basic {basic}", "Accept": "application/json",
+                     "Content-Type": "application/x-www-form-urlencoded"})
+        context = None
+        if url.startswith("https:"):
+            context = ssl.create_default_context(
+                cafile=verify if isinstance(verify, str) else None)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
+                return _Answer(answer.status, answer.read())
+        except urllib.error.HTTPError as exc:
+            return _Answer(exc.code, exc.read())
+
+
+def _claimed_expiry(token: str) -> float | None:
+    """The ``exp`` claim of a JWT (not verified: the cluster does that), None when it has none."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return float(claims["exp"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return None
+
+
 class TokenCache:
     """One OAUTHBEARER token of the client credentials in librdkafka settings, asked for from
     their token endpoint (OIDC's client credentials grant, HTTP Basic, as librdkafka asks) when
-    there is none or four fifths of its life are over; ``token`` is confluent-kafka's
-    ``oauth_cb``."""
+    there is none, four fifths of its life are over, or the cluster refused it (``refused``);
+    ``token`` is confluent-kafka's ``oauth_cb``."""
 
     def __init__(self, conf: dict, session=None):
         self.url = conf["sasl.oauthbearer.token.endpoint.url"]
@@ -75,10 +126,15 @@ class TokenCache:
             self._refused = None
             return self._token
 
-    def _ask(self, now: float) -> tuple[tuple[str, float], float]:
-        import requests
+    def refused(self) -> None:
+        """The cluster refused the token (a probe's authentication failed): the next probe
+        asks for a new one (an expired or revoked token would otherwise be kept till its
+        renewal)."""
+        with self._lock:
+            self._token, self._renew_at = None, 0.0
 
-        session = self._session or requests
+    def _ask(self, now: float) -> tuple[tuple[str, float], float]:
+        session = self._session or _Urllib()
         form = {"grant_type": "client_credentials"}
         if self._scope:
             form["scope"] = self._scope
@@ -87,8 +143,12 @@ class TokenCache:
                               timeout=PROBE_TIMEOUT_S * 5)
         answer.raise_for_status()
         body = answer.json()
-        life = float(body.get("expires_in") or 60)
-        return (body["access_token"], now + life), now + 0.8 * life
+        token = body["access_token"]
+        expiry = now + float(body.get("expires_in") or 60)
+        claimed = _claimed_expiry(token)
+        if claimed is not None:
+            expiry = min(expiry, claimed)
+        return (token, expiry), now + 0.8 * max(0.0, expiry - now)
 
 
 _tokens: dict[tuple, TokenCache] = {}
@@ -99,10 +159,11 @@ def probe_conf(conf: dict) -> dict:
     """The probe's settings of the producer settings ``conf``: how to reach and authenticate to
     the cluster; with OAUTHBEARER's OIDC method, the token the probes share in its place."""
     out = connection_conf(conf)
-    if out.get("sasl.oauthbearer.method") != "oidc":
-        return out
-    key = (out["sasl.oauthbearer.token.endpoint.url"], out["sasl.oauthbearer.client.id"],
-           out["sasl.oauthbearer.client.secret"], out.get("sasl.oauthbearer.scope"),
+    needed = ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id",
+              "sasl.oauthbearer.client.secret")
+    if out.get("sasl.oauthbearer.method") != "oidc" or not all(out.get(k) for k in needed):
+        return out                  # librdkafka's own settings as they are (it says what lacks)
+    key = (*(out[k] for k in needed), out.get("sasl.oauthbearer.scope"),
            out.get("https.ca.location"))
     with _tokens_lock:
         cache = _tokens.get(key)
@@ -111,6 +172,11 @@ def probe_conf(conf: dict) -> dict:
             cache = _tokens[key] = TokenCache(out)
     out = {k: v for k, v in out.items() if not k.startswith("sasl.oauthbearer.")}
     out["oauth_cb"] = cache.token
+
+    def error(err: KafkaError) -> None:
+        if err.code() == KafkaError._AUTHENTICATION:
+            cache.refused()
+    out["error_cb"] = error
     return out
 
 

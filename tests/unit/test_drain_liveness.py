@@ -9,6 +9,8 @@ producer that lived through the outage never answers again, while the cluster do
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import time
 from collections import Counter
@@ -409,3 +411,111 @@ def test_probes_with_oauthbearer_share_one_token_asked_again_late_in_its_life(mo
     cache._session = endpoint                                   # fixed: a token again
     now[0] += probe.REFUSED_RETRY_S
     assert cache.token("")[0] == "token-3"
+
+
+def _jwt(claims: dict) -> str:
+    def part(d: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2ln"
+
+
+def test_the_probes_token_lives_no_longer_than_its_exp_and_goes_when_refused(monkeypatch):
+    """A token whose own ``exp`` comes before the endpoint's ``expires_in`` is asked again
+    before its ``exp`` (an endpoint whose clock is behind); one the cluster refused (a probe's
+    authentication error) is asked again at the next probe, not kept until its renewal."""
+    from confluent_kafka import KafkaError
+
+    from agent.drain import probe
+
+    now = [1_000.0]
+    monkeypatch.setattr(probe.time, "time", lambda: now[0])
+    monkeypatch.setattr(probe, "_tokens", {})
+    issued: list = []
+
+    class Endpoint:
+        def post(self, url, data, auth, verify, timeout):
+            issued.append(_jwt({"sub": "agent", "exp": int(now[0]) + 10}))
+
+            class Answer:
+                def raise_for_status(self):
+                    pass
+
+                def json(self):
+                    return {"access_token": issued[-1], "expires_in": 3600}
+            return Answer()
+
+    conf = {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.token.endpoint.url": "https://idp.test/token",
+            "sasl.oauthbearer.client.id": "agent", "sasl.oauthbearer.client.secret": "s"}
+    settings = probe.probe_conf(conf)
+    settings["oauth_cb"].__self__._session = Endpoint()
+    assert settings["oauth_cb"]("") == (issued[0], 1_010.0)         # its exp, not an hour
+    now[0] = 1_007.0
+    assert settings["oauth_cb"]("")[0] == issued[0]
+    now[0] = 1_008.5                                                  # 4/5 of its 10 s
+    assert settings["oauth_cb"]("")[0] == issued[1]
+    settings["error_cb"](KafkaError(KafkaError._TRANSPORT))           # unreachable: kept
+    assert settings["oauth_cb"]("")[0] == issued[1]
+    settings["error_cb"](KafkaError(KafkaError._AUTHENTICATION))      # refused: asked again
+    assert settings["oauth_cb"]("")[0] == issued[2] and len(issued) == 3
+    # A token that is no JWT keeps the endpoint's expires_in.
+    assert probe._claimed_expiry("opaque-token") is None
+
+
+def test_a_probe_with_oidc_settings_incomplete_is_librdkafkas_to_refuse(monkeypatch):
+    """``sasl.oauthbearer.method = oidc`` set through librdkafka options without its endpoint
+    (validate takes it: librdkafka says what lacks) reaches the probe's client as it is; the
+    probe neither takes the token over nor fails on its own."""
+    from agent.drain import probe
+
+    monkeypatch.setattr(probe, "_tokens", {})
+    conf = {"bootstrap.servers": "127.0.0.1:1", "sasl.oauthbearer.method": "oidc"}
+    assert probe.probe_conf(conf) == conf
+
+
+def test_the_probes_token_request_is_the_standard_librarys_against_a_real_endpoint():
+    """The request itself (no HTTP client beside the agent's): a client credentials form with
+    HTTP Basic credentials (as librdkafka sends them, unescaped) to a real server on 127.0.0.1;
+    a refusal is an error naming the status."""
+    import http.server
+    import threading
+    import urllib.parse
+
+    from agent.drain import probe
+
+    seen: list = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.headers["Authorization"], urllib.parse.parse_qs(body.decode())))
+            ok = seen[-1][0] == "Basic " + base64.b64encode(b"agent:s&cret").decode()
+            answer = json.dumps({"access_token": "t", "expires_in": 60} if ok
+                                else {"error": "invalid_client"}).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/token"
+    try:
+        cache = probe.TokenCache({"sasl.oauthbearer.token.endpoint.url": url,
+                                  "sasl.oauthbearer.client.id": "agent",
+                                  "sasl.oauthbearer.client.secret": "s&cret",
+                                  "sasl.oauthbearer.scope": "kafka"})
+        assert cache.token("")[0] == "t"
+        assert seen[0][1] == {"grant_type": ["client_credentials"], "scope": ["kafka"]}
+        wrong = probe.TokenCache({"sasl.oauthbearer.token.endpoint.url": url,
+                                  "sasl.oauthbearer.client.id": "agent",
+                                  "sasl.oauthbearer.client.secret": "wrong"})
+        with pytest.raises(RuntimeError, match="HTTP 401.*invalid_client"):
+            wrong.token("")
+    finally:
+        server.shutdown()
+        server.server_close()
