@@ -46,9 +46,11 @@ FINE_PER_SEAL = 16         # of them, at most this many from one seal's hand-ove
 HANDED_KEPT = 256          # hand-overs remembered until a seal reaches them (then the oldest
 #                            go: an anchor a little older than the seal is still exact)
 _ENTRY = struct.Struct("<QI")
-# The stored form: the anchors a second apart, then the fine ones, then this offset with the
-# fine ones' count (an agent that knows no fine anchors reads it as an anchor past any
-# checkpoint: never checked). Without it (an older agent's), every anchor is a coarse one.
+# The stored form, with fine anchors: this offset with the count of the anchors a second apart,
+# then those, then the fine ones; without (an older agent's form), every anchor is a coarse one.
+# An agent that knows no fine anchors (after a downgrade) reads the mark as an anchor past any
+# checkpoint, never checked, and its last entry as the newest anchor, after which it adds its
+# own: a mark at the end stopped it adding any, and a power cut then skipped lines unseen.
 _FINE_MARK = (1 << 64) - 1
 
 Anchor = tuple[int, int]   # (offset, CRC-32 of the SPAN bytes before it)
@@ -63,9 +65,10 @@ def _entries(blob: bytes | None) -> list[Anchor]:
 def unpack_split(blob: bytes | None) -> tuple[list[Anchor], list[Anchor]]:
     """The stored anchors as (those a second apart, the fine ones)."""
     entries = _entries(blob)
-    if entries and entries[-1][0] == _FINE_MARK and entries[-1][1] < len(entries):
-        n = entries[-1][1]
-        return entries[:len(entries) - 1 - n], entries[len(entries) - 1 - n:-1]
+    if entries and entries[0][0] == _FINE_MARK and entries[0][1] < len(entries):
+        n = entries[0][1]
+        rest = [a for a in entries[1 + n:] if a[0] != _FINE_MARK]
+        return entries[1:1 + n], rest
     return [a for a in entries if a[0] != _FINE_MARK], []
 
 
@@ -77,9 +80,7 @@ def unpack(blob: bytes | None) -> list[Anchor]:
 def pack(anchors: list[Anchor], fine: list[Anchor] | None = None) -> bytes:
     """The stored form of ``anchors`` (a second apart) and ``fine`` (``unpack_split``'s
     inverse)."""
-    entries = list(anchors)
-    if fine:
-        entries += [*fine, (_FINE_MARK, len(fine))]
+    entries = [(_FINE_MARK, len(anchors)), *anchors, *fine] if fine else list(anchors)
     return b"".join(_ENTRY.pack(off, crc) for off, crc in entries)
 
 

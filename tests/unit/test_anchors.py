@@ -74,3 +74,30 @@ def test_the_two_kinds_are_stored_apart_and_read_back_apart():
     # What an agent that knows no fine anchors makes of the new form: one anchor more, past
     # any checkpoint, so never checked.
     assert A.below(A._entries(blob), 1 << 62) == coarse + fine
+
+
+def test_an_agent_that_knows_no_fine_anchors_goes_on_adding_its_own_after_a_downgrade():
+    """After a downgrade, the older agent reads the stored form as one list (its ``unpack``:
+    every entry, in order), adds each seal's anchor after its last entry (``add``), and at a
+    start checks the newest at or below the checkpoint (``resume_at``): it must go on adding
+    (with the mark last it added none, and checked a stale anchor: lines skipped unseen), and
+    find a cut below its checkpoint. Upgraded again, the newer agent reads what it left."""
+    older_unpack = A._entries                                     # the older agent's unpack
+    data = bytearray(b"".join(b"line %05d\n" % i for i in range(400)))   # 11 bytes a line
+    crc_at = {off: A.checksum(lambda lo, n: bytes(data[lo:lo + n]), off)
+              for off in range(11, len(data) + 1, 11)}
+    coarse = [(110, crc_at[110]), (1100, crc_at[1100])]
+    fine = [(off, crc_at[off]) for off in range(1012, 1101, 11)]
+    kept = older_unpack(A.pack(coarse, fine))
+    for off in range(1111, 2201, 110):                            # the older agent's seals
+        kept = A.add(kept, (off, crc_at[off]), fresh=False)
+        assert kept[-1] == (off, crc_at[off])
+    blob = A.pack(kept)                                           # its pack: entries as they are
+    read_at = lambda lo, n: bytes(data[lo:lo + n])                # noqa: E731
+    assert A.resume_at(read_at, 2200, older_unpack(blob)) is None     # the file holds it all
+    del data[1700:]                                               # a power cut at byte 1700
+    data += b"after cut %03d\n" % 0 * 60                         # written on from there
+    assert A.resume_at(read_at, 2200, older_unpack(blob)) == 1661     # the newest still held
+    coarse_after, fine_after = A.unpack_split(blob)               # upgraded again
+    assert A.merged(coarse_after, fine_after)[-1] == (2101, crc_at[2101])
+    assert A.add(coarse_after, (2211, 7), fresh=False)[-1] == (2211, 7)
