@@ -75,7 +75,8 @@ def settings(section: str) -> tuple[Setting, ...]:
                 "`${CREDENTIALS_DIRECTORY}/` (systemd `LoadCredential=`)."),
         Setting(f"{section}.sasl_oauthbearer_token_endpoint_url", str, None, "OAUTHBEARER: "
                 "the OpenID Connect token endpoint this client asks for its tokens (client "
-                "credentials grant), e.g. `https://idp.example.com/oauth2/token`."),
+                "credentials grant), e.g. `https://idp.example.com/oauth2/token` (plain http "
+                "only on this host)."),
         Setting(f"{section}.sasl_oauthbearer_client_id", str, None, "OAUTHBEARER: the client "
                 "id of this client's credentials."),
         Setting(f"{section}.sasl_oauthbearer_client_secret_file", str, None, "OAUTHBEARER: "
@@ -456,9 +457,9 @@ def _check_file(key: str, path: str, secret: bool) -> None:
 
 
 def _check_endpoint(key: str, url: str) -> None:
-    """A token endpoint's URL: http(s), a host, no user or password in it (it is shown in
-    status and logs), no comma or space (Java clients allow endpoints by a comma-separated
-    list)."""
+    """A token endpoint's URL: https (plain http only to this host: the client secret goes in
+    every request), a host, no user or password in it (it is shown in status and logs), no
+    comma or space (Java clients allow endpoints by a comma-separated list)."""
     from urllib.parse import urlsplit
 
     try:
@@ -469,11 +470,26 @@ def _check_endpoint(key: str, url: str) -> None:
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise ConfigError(key, f"{url!r} is not an http(s) URL with a host",
                           hint="e.g. https://idp.example.com/oauth2/token")
+    if parts.scheme == "http" and not _loopback(parts.hostname):
+        raise ConfigError(key, f"{url!r} would send the client secret unencrypted to another "
+                          "host", hint="use the endpoint's https URL (plain http is taken "
+                          "for 127.0.0.1, ::1 and localhost only)")
     if parts.username is not None or parts.password is not None:
         raise ConfigError(key, "holds a user or password", hint="the client's id and secret "
                           "are sasl_oauthbearer_client_id and its secret file")
     if any(c in url for c in ", \t\n"):
         raise ConfigError(key, f"{url!r} holds a comma or a space")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _jaas(value: str) -> str:

@@ -53,9 +53,13 @@ def native_module():
     try:
         import docket_native
     except ImportError as exc:
+        import importlib.util
+
+        state = "is installed but does not load" if importlib.util.find_spec("docket_native") \
+            else "is not installed here"
         raise NativeUnavailable(
             "broker.send_path = \"native\" needs the native extension (docket_native), which "
-            f"is not installed here ({exc}); build it with `make native`, or set "
+            f"{state} ({exc}); build it with `make native`, or set "
             "send_path = \"auto\" (the Python path where it is not installed)") from exc
     return docket_native
 

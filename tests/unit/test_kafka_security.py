@@ -302,6 +302,10 @@ def test_oauthbearer_for_java_clients_logs_in_through_the_oidc_handler(files):
      "sasl_oauthbearer_token_endpoint_url", "user or password"),
     ({"sasl_oauthbearer_token_endpoint_url": "https://idp.test/a,https://b/"},
      "sasl_oauthbearer_token_endpoint_url", "comma or a space"),
+    ({"sasl_oauthbearer_token_endpoint_url": "http://idp.test/token"},
+     "sasl_oauthbearer_token_endpoint_url", "unencrypted to another host"),
+    ({"sasl_oauthbearer_token_endpoint_url": "http://10.0.0.7:8080/token"},
+     "sasl_oauthbearer_token_endpoint_url", "unencrypted to another host"),
 ])
 def test_oauthbearer_settings_that_do_not_fit_are_refused_by_key(files, more, key, problem):
     raw = _oauth(files)
@@ -310,6 +314,14 @@ def test_oauthbearer_settings_that_do_not_fit_are_refused_by_key(files, more, ke
     with pytest.raises(ConfigError) as e:
         parse_agent(raw).security.check()
     assert e.value.path == f"broker.{key}" and problem in e.value.problem
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080/token", "http://[::1]/token",
+                                 "http://localhost/token", "https://idp.test/token"])
+def test_a_token_endpoint_over_https_or_on_this_host_is_taken(files, url):
+    raw = _oauth(files)
+    raw["broker"]["sasl_oauthbearer_token_endpoint_url"] = url
+    parse_agent(raw).security.check()
 
 
 def test_an_oauthbearer_secret_every_user_can_read_is_refused(files):
