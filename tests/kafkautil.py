@@ -12,12 +12,13 @@ from confluent_kafka import Consumer, TopicPartition
 
 from broker.cluster import LocalCluster
 
-# Server settings of every cluster the tests start. Tests write records with fixed event times of
-# past days (the same windows and figures every run); Kafka's default retention (7 days, checked
-# every 5 minutes) deletes such records when its check falls between a test's write and its read
-# (a CI run's test_native_send: "read 0 records; partitions still short", after 120 s). Test
-# clusters keep every record whatever its time, and check every second, so that test_topics
-# shows that they do.
+# Server settings of the clusters the test fixtures and kits start (those a test starts as a
+# user would, with `docket-broker up`, keep Kafka's defaults). Tests write records with fixed
+# event times of past days (the same windows and figures every run); Kafka's default retention
+# (7 days, checked every 5 minutes) deletes such records when its check falls between a test's
+# write and its read (a CI run's test_native_send: "read 0 records; partitions still short",
+# after 120 s). Test clusters keep every record whatever its time, and check every second, so
+# that test_topics shows that they do.
 TEST_BROKER_PROPS = {"log.retention.ms": -1, "log.retention.check.interval.ms": 1000}
 
 

@@ -21,6 +21,7 @@ import pytest
 from broker.admin import TopicSpec, ensure_audit_topic, ensure_topics
 from broker.cluster import LocalCluster
 from tests.agentkit import BIN, AgentProcess, consume_counts, wait_until, write_config
+from tests.kafkautil import TEST_BROKER_PROPS
 
 LINE_BYTES = 100
 
@@ -36,7 +37,8 @@ def _id(value: bytes) -> int:
 @pytest.fixture(scope="module")
 def strict_kafka(tmp_path_factory):
     cluster = LocalCluster(tmp_path_factory.mktemp("strict"), die_with_parent=True,
-                           broker_props={"auto.create.topics.enable": "false"})
+                           broker_props={**TEST_BROKER_PROPS,
+                                         "auto.create.topics.enable": "false"})
     layout = cluster.up(brokers=1, base_port=0)
     try:
         yield cluster, layout.bootstrap_servers
