@@ -485,7 +485,9 @@ def alertmanager(tmp_path, receiver):
 def test_alertmanager_shows_the_firing_alert_with_its_labels_and_ends_it_when_resolved(
         db, alertmanager):
     url, hook = alertmanager
-    now = int(time.time() * 1000)
+    # Times a minute or more in the past: the rows are due, and the resolution is in
+    # Alertmanager's past, even if the wall clock steps back by up to a minute meanwhile.
+    now = int(time.time() * 1000) - 60_000
     firing = notification(fired_at=now - 60_000, window_start=now - now % 600_000 - 600_000)
     resolved = notification(event="resolved", fired_at=firing.fired_at,
                             window_start=firing.window_start, resolved_at=now - 1000)
