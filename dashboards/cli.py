@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import logging
 import os
 import signal
@@ -18,7 +17,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from docket_common.errors import DocketError, print_error
-from docket_common.settings import EX_CONFIG, ConfigError, host_port
+from docket_common.settings import EX_CONFIG, ConfigError, host_port, is_loopback
 
 DEFAULT_LISTEN = "127.0.0.1:8642"
 
@@ -50,15 +49,6 @@ def listen_address(text: str) -> tuple[str, int]:
         raise DashboardError(f"--listen {text!r}: expected HOST:PORT",
                              hint=f"e.g. --listen {DEFAULT_LISTEN}")
     return address[0].strip("[]") or "0.0.0.0", address[1]
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def read_token(path: Path | None) -> str | None:

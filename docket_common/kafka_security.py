@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .settings import ConfigError, Setting, load_toml, parse_sections
+from .settings import ConfigError, Setting, is_loopback, load_toml, parse_sections
 
 PROTOCOLS = ("plaintext", "ssl", "sasl_ssl")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER")
@@ -470,7 +470,7 @@ def _check_endpoint(key: str, url: str) -> None:
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise ConfigError(key, f"{url!r} is not an http(s) URL with a host",
                           hint="e.g. https://idp.example.com/oauth2/token")
-    if parts.scheme == "http" and not _loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
         raise ConfigError(key, f"{url!r} would send the client secret unencrypted to another "
                           "host", hint="use the endpoint's https URL (plain http is taken "
                           "for 127.0.0.1, ::1 and localhost only)")
@@ -479,17 +479,6 @@ def _check_endpoint(key: str, url: str) -> None:
                           "are sasl_oauthbearer_client_id and its secret file")
     if any(c in url for c in ", \t\n"):
         raise ConfigError(key, f"{url!r} holds a comma or a space")
-
-
-def _loopback(host: str) -> bool:
-    import ipaddress
-
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _jaas(value: str) -> str:

@@ -11,6 +11,7 @@ hint; the CLIs print it and exit 78 (``EX_CONFIG``).
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import tomllib
 from dataclasses import dataclass
@@ -63,6 +64,18 @@ def host_port(text: str) -> tuple[str, int] | None:
     if not sep or not port.isdigit() or int(port) > 65535:
         return None
     return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this host's own: ``localhost`` or a loopback
+    address. The dashboard listens beyond it only with a token; a token endpoint beyond it only
+    over https."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def coerce(s: Setting, path: str, value):

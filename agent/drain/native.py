@@ -53,10 +53,7 @@ def native_module():
     try:
         import docket_native
     except ImportError as exc:
-        import importlib.util
-
-        state = "is installed but does not load" if importlib.util.find_spec("docket_native") \
-            else "is not installed here"
+        state = "is installed but does not load" if _present() else "is not installed here"
         raise NativeUnavailable(
             "broker.send_path = \"native\" needs the native extension (docket_native), which "
             f"{state} ({exc}); build it with `make native`, or set "
@@ -104,12 +101,17 @@ def choose_send_path(setting: str, delivery: str,
                       "`make native` builds it")
 
 
+def _present() -> bool:
+    """Whether the extension is installed, whether or not it imports."""
+    import importlib.util
+
+    return importlib.util.find_spec("docket_native") is not None
+
+
 def _load_failure() -> str | None:
     """Why an installed extension does not import (its librdkafka gone, e.g. after
     confluent-kafka was upgraded without building it again); None when none is installed."""
-    import importlib.util
-
-    if importlib.util.find_spec("docket_native") is None:
+    if not _present():
         return None
     try:
         import docket_native  # noqa: F401
