@@ -11,7 +11,7 @@ from pathlib import Path
 def process_state(pid: int) -> str:
     """'running', 'paused' (SIGSTOP) or 'stopped' (gone, or a zombie: our own child that exited
     and was not reaped yet)."""
-    stat = _stat(pid)
+    stat = stat_fields(pid)
     if stat is None or stat[0] in ("Z", "X"):
         return "stopped"
     return "paused" if stat[0] in ("T", "t") else "running"
@@ -22,13 +22,13 @@ def group_alive(pgid: int) -> bool:
     session of its own may leave processes behind its leader: Spark's JVM, its Python workers."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            stat = _stat(int(entry.name))
+            stat = stat_fields(int(entry.name))
             if stat is not None and stat[0] not in ("Z", "X") and int(stat[2]) == pgid:
                 return True
     return False
 
 
-def _stat(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command's name: state, ppid, pgrp, ..."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

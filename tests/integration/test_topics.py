@@ -19,6 +19,7 @@ from broker.admin import (
     list_topics,
 )
 from broker.errors import BrokerError, TopicConflict
+from docket_common.procs import stat_fields
 from tests.kafkautil import read_all
 
 
@@ -77,9 +78,7 @@ def test_a_record_of_a_year_ago_outlives_the_test_clusters_retention_checks(kafk
     producer.produce(topic_name, b"a year ago", timestamp=year_ago)
     assert producer.flush(30) == 0
     written = time.monotonic()
-    ticks = os.sysconf("SC_CLK_TCK")
-    with open(f"/proc/{cluster.pid(1)}/stat") as f:
-        started = int(f.read().rsplit(")", 1)[1].split()[19]) / ticks      # since boot
+    started = int(stat_fields(cluster.pid(1))[19]) / os.sysconf("SC_CLK_TCK")   # since boot
     with open("/proc/uptime") as f:
         up_s = float(f.read().split()[0]) - started
     time.sleep(max(0.0, 33 - up_s, 3 - (time.monotonic() - written)))
