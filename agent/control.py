@@ -79,6 +79,8 @@ class AgentControl:
         the kernel would, writing nothing (no seal, no checkpoint, no size stored)."""
         for f in self.file_sources:
             f.abandon()
+        for s in getattr(self, "socket_sources", []):
+            s.abandon()                          # listeners end appending nothing more
         if getattr(self, "watch", None) is not None:
             self.watch.stop()
         if getattr(self, "wake", None) is not None:

@@ -545,6 +545,11 @@ class JournaldSource:
                 "topic": self.cfg.topic, "entries_read": self.read_entries,
                 "reader": "running" if self._proc is not None else "starting"}
 
+    def abandon(self) -> None:
+        """For tests that simulate a SIGKILL: a stopped source hands nothing more over (what it
+        had read is read again from its cursor), so this is ``close``."""
+        self.close()
+
     def close(self) -> None:
         """Stop reading: journalctl ends, the reader thread ends (within a second: it waits
         on nothing longer)."""

@@ -3,7 +3,8 @@
 Each connection is read by its own thread. When the pool has no free slot the thread waits
 before reading more, so the kernel's socket buffer fills and the client's writes block:
 backpressure, not loss. Socket data cannot be re-read, so records still in a filling slot when
-the agent is killed are lost (at most ``linger_ms`` of them); a graceful stop seals them first.
+the agent is killed are lost (at most ``linger_ms`` of them); a graceful stop seals them first,
+with what each connection's kernel buffer still holds and a line its sender left unended.
 Each append wakes the agent's loop (``on_data``: ``agent/wake.py``), which may be asleep for up
 to a second with nothing to send.
 """
@@ -61,12 +62,18 @@ class SocketSource:
         conn.settimeout(0.2)
         with conn:
             for data in reads(conn, self._stop):
-                pending += data
-                whole, pending = self.lines.split_stream(pending)
-                if whole is not None:
-                    self._append(whole)
-            if pending and not self._stop.is_set():
+                pending = self._whole_lines(pending + data)
+            if self._stop.is_set():           # stopping: what the kernel still holds goes too
+                pending = self._whole_lines(pending + left_in(conn))
+            if pending:                       # the sender closed, or the agent stops, mid-line
                 self._append(self.lines.force(pending, "partial_line_flushed"))
+
+    def _whole_lines(self, data: bytes) -> bytes:
+        """Append the whole lines of ``data``; returns what follows the last of them."""
+        whole, rest = self.lines.split_stream(data)
+        if whole is not None:
+            self._append(whole)
+        return rest
 
     def _append(self, data: bytes) -> None:
         self.feed.append(self.lines.frame(data, len(data), self.clock.time_ms()), len(data))
@@ -77,9 +84,18 @@ class SocketSource:
                 "topic": self.cfg.topic,
                 "connections": sum(1 for t in self._threads if t.is_alive())}
 
+    def abandon(self) -> None:
+        """For tests that simulate a SIGKILL: stop reading, appending nothing more (a killed
+        agent's threads end where they are; what they had read dies with them)."""
+        self.feed.abandoned = True
+        self.close()
+
     def close(self) -> None:
+        """Stop listening: each connection's whole lines, what its kernel buffer still holds
+        and a line left unended are appended first (the pool's room allowing: ``PoolFeed``)."""
         self._stop.set()
         self.server.close()
+        self._accept.join(timeout=2)          # a connection it accepted is in the list first
         for t in self._threads:
             t.join(timeout=2)
         if os.path.exists(self.cfg.path):
@@ -101,6 +117,18 @@ def accept_each(server: socket.socket, stopped: threading.Event,
         t = threading.Thread(target=serve, args=(conn, addr), daemon=True, name=name)
         t.start()
         threads[:] = [x for x in threads if x.is_alive()] + [t]
+
+
+def left_in(conn: socket.socket) -> bytes:
+    """What the kernel holds unread for ``conn`` now, read without waiting."""
+    out = []
+    try:
+        conn.settimeout(0)
+        while data := conn.recv(READ_BYTES):
+            out.append(data)
+    except OSError:                           # nothing more now (or the connection failed)
+        pass
+    return b"".join(out)
 
 
 def reads(conn: socket.socket, stopped: threading.Event, peek: bool = True):
@@ -146,10 +174,13 @@ class PoolFeed:
         self.on_data = on_data
         self.stopped = stopped
         self.journal = journal
+        self.abandoned = False                # a simulated SIGKILL: nothing is appended
 
     def append(self, chunk: Chunk, nbytes: int, topic: str | None = None) -> int:
         """Append ``chunk`` (``nbytes`` read for it) to ``topic`` (default: the source's);
         returns the records appended (fewer only when the source stopped with the pool full)."""
+        if self.abandoned:
+            return 0
         topic = topic or self.topic
         done = parts = 0
         while done < len(chunk):

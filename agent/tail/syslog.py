@@ -52,7 +52,7 @@ from ..state.journal import LossJournal
 from ..telemetry import Metrics
 from .events import apply_fields
 from .lines import MAX_LINE_BYTES
-from .sock import READ_BYTES, PoolFeed, accept_each, reads
+from .sock import PoolFeed, accept_each, left_in, reads
 from .syslog_format import Frames, Unparsable, parse, strip_frame
 
 log = logging.getLogger("docket.agent.syslog")
@@ -194,11 +194,11 @@ class SyslogSource:
                 if whole:
                     self._deliver(whole, peer)
             if self._stop.is_set():           # what the kernel still holds for it goes too
-                whole = frames.feed(_left_in(conn))
+                whole = frames.feed(left_in(conn))
                 if whole:
                     self._deliver(whole, peer)
             rest = frames.rest()
-            if rest.strip(b"\r\n\x00 ") and not self._stop.is_set():
+            if rest.strip(b"\r\n\x00 "):  # the sender closed, or the agent stops, mid-frame
                 self._bad("partial_line_flushed")
                 self._deliver([rest], peer)
 
@@ -271,7 +271,7 @@ class SyslogSource:
 
     def _journal_drops(self) -> None:
         n, self._drops_unjournalled = self._drops_unjournalled, 0
-        if n:
+        if n and not self.feed.abandoned:
             self.journal.record("udp_dropped", self.label, n,
                                 source=f"udp {self.cfg.listen}",
                                 detail=f"{n} syslog datagram(s) dropped by the kernel: the "
@@ -289,9 +289,16 @@ class SyslogSource:
             out["udp_dropped"] = self._drops_seen
         return out
 
+    def abandon(self) -> None:
+        """For tests that simulate a SIGKILL: stop listening, appending and journalling nothing
+        more (what the threads had read dies with them)."""
+        self.feed.abandoned = True
+        self.close()
+
     def close(self) -> None:
-        """Stop listening: what each connection's kernel buffer and the UDP socket still hold
-        is read and appended first (the pool's room allowing: ``PoolFeed``)."""
+        """Stop listening: what each connection's kernel buffer and the UDP socket still hold,
+        and a frame a sender left unended, are read and appended first (the pool's room
+        allowing: ``PoolFeed``)."""
         self._stop.set()
         if self.cfg.protocol == "tcp":
             self.sock.close()                 # no new connections
@@ -330,18 +337,6 @@ def _listen(cfg: SourceConfig) -> socket.socket:
             hint="another process holds that port (ss -lntup), or ports below 1024 need "
             "CAP_NET_BIND_SERVICE: choose a port above 1024 or grant it in the unit "
             "(AmbientCapabilities=CAP_NET_BIND_SERVICE)") from None
-
-
-def _left_in(conn: socket.socket) -> bytes:
-    """What the kernel holds unread for ``conn`` now, read without waiting."""
-    out = []
-    try:
-        conn.settimeout(0)
-        while data := conn.recv(READ_BYTES):
-            out.append(data)
-    except OSError:                           # nothing more now (or the connection failed)
-        pass
-    return b"".join(out)
 
 
 def _peer(addr) -> str:

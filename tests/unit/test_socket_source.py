@@ -1,10 +1,12 @@
 """The unix socket source on a real socket and a real pool: what it read survives a crash
 though no slot holding it was sealed (a writer cannot be asked again); a line the writer left
-unended at the crash is not made a record."""
+unended at the crash is not made a record, even when the writer closes after the crash; a
+graceful stop appends such a line."""
 
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 from agent.buffer import BufferPool
@@ -17,25 +19,65 @@ def _pool(tmp_path) -> BufferPool:
     return BufferPool(tmp_path / "pool", 16 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False)
 
 
+def _wait_appended(pool: BufferPool, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while pool.stats()["records_appended"] < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pool.stats()["records_appended"] == n
+
+
 def test_lines_read_from_the_socket_survive_a_crash_before_their_slot_is_sealed(tmp_path):
+    """The writer closes only after the crash, with a line unended: its end of file reaches a
+    source that is dead and appends nothing (once, under load, a source still running after the
+    simulated crash made that fragment a record: the writer's close raced the source's stop)."""
     pool = _pool(tmp_path)
     cfg = SourceConfig(index=0, type="socket", topic="t", path=str(tmp_path / "in.sock"))
-    metrics = Metrics()
-    src = SocketSource(cfg, pool, metrics)
+    src = SocketSource(cfg, pool, Metrics())
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
-            client.connect(cfg.path)
-            client.sendall(b"".join(b"id-%06d hello\n" % i for i in range(500)) + b"id-0005")
-            deadline = time.monotonic() + 10
-            while pool.stats()["records_appended"] < 500 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert pool.stats()["records_appended"] == 500
-            assert pool.sealed() == []                  # all in a filling slot
-            pool.abandon()                              # the agent killed
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(cfg.path)
+        client.sendall(b"".join(b"id-%06d hello\n" % i for i in range(500)) + b"id-0005")
+        _wait_appended(pool, 500)
+        assert pool.sealed() == []                  # all in a filling slot
+        src.abandon()                               # the agent killed: its threads end ...
+        pool.abandon()                              # ... and its pool is let go
+        client.close()                              # the writer's end of file comes after
     finally:
-        src.close()
+        src.close()                                 # joins the connection's thread
+    assert pool.stats()["records_appended"] == 500
     again = _pool(tmp_path)
     values = [v for s in again.sealed() for _t, _k, v in s.records()]
     assert values == [b"id-%06d hello" % i for i in range(500)]
     assert again.counters["filling_kept"] == 1
     again.close()
+
+
+def test_a_graceful_stop_appends_the_line_a_connected_writer_left_unended(tmp_path,
+                                                                          monkeypatch):
+    """The writer still connected, mid-line, when the agent stops: the fragment is a record
+    (``partial_line_flushed``), not dropped unsaid with the connection. The accepting thread is
+    held after it started the connection's (as a loaded host once did): the stop must still
+    wait for that connection."""
+    real_start = threading.Thread.start
+
+    def start_then_stall(thread):
+        real_start(thread)
+        if thread.name == "docket-socket-conn":
+            time.sleep(0.5)
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_stall)
+    pool = _pool(tmp_path)
+    cfg = SourceConfig(index=0, type="socket", topic="t", path=str(tmp_path / "in.sock"))
+    metrics = Metrics()
+    src = SocketSource(cfg, pool, metrics)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.connect(cfg.path)
+        client.sendall(b"".join(b"id-%06d hello\n" % i for i in range(3)) + b"id-0003 hel")
+        _wait_appended(pool, 3)
+        src.close()                                 # the writer has not closed
+    pool.seal_all()
+    values = [v for s in pool.sealed() for _t, _k, v in s.records()]
+    assert values == [b"id-%06d hello" % i for i in range(3)] + [b"id-0003 hel"]
+    assert metrics.get("agent_source_bad_input_total", kind="partial_line_flushed",
+                       topic="t") == 1
+    pool.close()
