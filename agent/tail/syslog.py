@@ -5,7 +5,9 @@ Each message is one record: as received (``format = "raw"``), or its fields as o
 ``procid``, ``msgid``, ``structured_data``, ``message``, ``protocol``, and ``peer``, the
 sender's address). A message neither standard parses is shipped whole under ``message`` with
 ``parse_error`` saying why, and counted (``agent_source_bad_input_total{kind=
-"syslog_unparsable"}``): never dropped.
+"syslog_unparsable"}``): never dropped. Where the native extension is installed, it makes the
+JSON objects of a batch in one call (``docket_native.SyslogJson``: the same bytes; what it does
+not take on is left to the Python parse here).
 
 **TCP** (RFC 6587, both framings, each frame on its own: ``syslog_format.Frames``): every
 connection is read by its own thread; while the pool is full that thread waits before reading
@@ -53,13 +55,17 @@ from ..telemetry import Metrics
 from .events import apply_fields
 from .lines import MAX_LINE_BYTES
 from .sock import PoolFeed, accept_each, left_in, reads
-from .syslog_format import Frames, Unparsable, parse, strip_frame
+from .syslog_format import FACILITIES, SEVERITIES, Frames, Unparsable, parse, strip_frame
 
 log = logging.getLogger("docket.agent.syslog")
 DATAGRAM_BYTES = 65_535
 BATCH_DATAGRAMS = 1_000                 # read at most this many before appending them
 SO_RXQ_OVFL = getattr(socket, "SO_RXQ_OVFL", 40)     # Linux's number; Python 3.11 lacks the name
 JOURNAL_EVERY_S = 60.0                  # UDP drops: one journal entry per minute with the total
+# The fields of the JSON form before the added ones (``add_fields`` naming one of them leaves
+# the form to Python, where the added value takes that field's place)
+NATIVE_FIELDS = frozenset(("facility", "severity", "timestamp", "host", "app", "procid",
+                           "msgid", "structured_data", "message", "protocol", "peer"))
 
 
 class SyslogSource:
@@ -79,6 +85,8 @@ class SyslogSource:
         routed = Template(cfg.topic)
         self._topic = None if routed.is_static else routed      # topic = "syslog.{app}"
         self._key = Template(cfg.key) if cfg.key is not None else None
+        self._native = self._native_json()
+        self._peer_json: dict[str, str] = {}
         self._tls = _tls_context(cfg) if cfg.protocol == "tcp" else None
         self.sock = _listen(cfg)
         target = self._accept_loop if cfg.protocol == "tcp" else self._receive_loop
@@ -107,6 +115,12 @@ class SyslogSource:
             self._append(self.cfg.topic, messages, None, read_ms, nbytes)
             return
         now = datetime.fromtimestamp(read_ms / 1000).astimezone()   # once a batch
+        offset_s = now.utcoffset().total_seconds()
+        if self._native is not None and offset_s % 60 == 0:
+            self._append(self.cfg.topic, self._natively(messages, peers, senders, read_ms,
+                                                        int(offset_s), now),
+                         None, read_ms, nbytes)
+            return
         by_topic: dict[str, tuple[list[bytes], list[bytes | None]]] = {}
         for m, p in zip(messages, senders, strict=True):
             fields = self._fields(m, p, now)
@@ -130,6 +144,47 @@ class SyslogSource:
         for topic, (records, keys) in by_topic.items():
             self._append(topic, records, keys if self._key is not None else None, read_ms,
                          nbytes * len(records) // len(messages))
+
+    def _native_json(self):
+        """The native extension's maker of this source's JSON objects (``SyslogJson``: the same
+        bytes as ``_fields`` and ``json.dumps``, for the messages it takes on), or None: the
+        extension not built (or older), ``format = "raw"``, a topic or key template (they read
+        the fields), or an added field named as a parsed one (its place would differ)."""
+        if self.cfg.format != "json" or self._topic is not None or self._key is not None:
+            return None
+        added = self.cfg.add_fields or {}
+        if set(added) & NATIVE_FIELDS:
+            return None
+        try:
+            from docket_native import SyslogJson
+        except ImportError:
+            return None
+        suffix = json.dumps(added, ensure_ascii=False, separators=(",", ":"))[1:-1]
+        return SyslogJson(list(FACILITIES), list(SEVERITIES), "," + suffix if suffix else "")
+
+    def _natively(self, messages: list[bytes], peers: list[str] | str, senders: list[str],
+                  read_ms: int, offset_s: int, now: datetime) -> list[bytes]:
+        """The JSON objects of ``messages``, made by the native extension; the few it leaves
+        (not printable ASCII, unparsable, an odd time) made by ``_fields`` as without it."""
+        if isinstance(peers, str):
+            texts = [self._peer_text(peers)]
+        else:
+            texts = [self._peer_text(p) for p in senders]
+        records = self._native.render(messages, texts, read_ms * 1000, offset_s)
+        if None in records:
+            for i, r in enumerate(records):
+                if r is None:
+                    records[i] = json.dumps(self._fields(messages[i], senders[i], now),
+                                            ensure_ascii=False, separators=(",", ":")).encode()
+        return records
+
+    def _peer_text(self, peer: str) -> str:
+        text = self._peer_json.get(peer)
+        if text is None:
+            if len(self._peer_json) > 4096:       # senders come and go: keep it small
+                self._peer_json.clear()
+            text = self._peer_json[peer] = json.dumps(peer, ensure_ascii=False)
+        return text
 
     def _append(self, topic: str, records: list[bytes], keys: list[bytes | None] | None,
                 read_ms: int, nbytes: int) -> None:
@@ -279,10 +334,13 @@ class SyslogSource:
                                 "or send over TCP)")
 
     def describe(self) -> dict:
-        """For ``/status``: where it listens, how, its open connections and the drops."""
+        """For ``/status``: where it listens, how, its open connections and the drops, and
+        whether the native extension makes its JSON objects."""
         out = {"source": self.cfg.index, "type": "syslog", "protocol": self.cfg.protocol,
                "listen": self.cfg.listen, "tls": self._tls is not None,
                "topic": self.cfg.topic}
+        if self.cfg.format == "json":         # who makes the JSON objects
+            out["json"] = "python" if self._native is None else "native"
         if self.cfg.protocol == "tcp":
             out["connections"] = sum(1 for t in self._threads if t.is_alive())
         else:

@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 
 from broker.admin import TopicSpec, ensure_topics
-from tests.agentkit import AgentProcess, free_port, wait_until, write_config
+from tests.agentkit import AgentProcess, free_port, native_built, wait_until, write_config
 from tests.kafkautil import read_all
 
 pytestmark = pytest.mark.skipif(shutil.which("logger") is None,
@@ -117,6 +117,8 @@ def test_logger_over_tcp_and_udp_every_message_once_with_its_fields(kafka, tmp_p
         ("tcp", f"127.0.0.1:{ports['tcp']}", tcp), ("tcp", f"127.0.0.1:{ports['raw']}", raw),
         ("udp", f"127.0.0.1:{ports['udp']}", udp)]
     assert listeners[2]["udp_dropped"] == dropped and listeners[0]["connections"] == 0
+    made = "native" if native_built() else "python"      # the JSON objects: same bytes either way
+    assert [x.get("json") for x in listeners] == [made, None, made]
     assert f"syslog    udp 127.0.0.1:{ports['udp']} -> {udp}: {dropped:.0f} datagram(s)" in text
 
 

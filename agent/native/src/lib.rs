@@ -29,6 +29,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext, PurgeConfig};
 use rdkafka::ClientContext;
 
+mod syslog;
+
 /// librdkafka's code for an error that is not a broker's or the client's own (none known).
 const UNKNOWN_ERROR: i32 = -1;
 /// The header that carries each record's number.
@@ -597,6 +599,7 @@ fn value_hashes(py: Python<'_>, payload: &Bound<'_, PyAny>, offsets: &Bound<'_, 
 fn docket_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SlotProducer>()?;
     m.add_function(wrap_pyfunction!(value_hashes, m)?)?;
+    m.add_class::<syslog::SyslogJson>()?;
     m.add("LIBRDKAFKA_VERSION", rdkafka::util::get_rdkafka_version().1)?;
     Ok(())
 }
