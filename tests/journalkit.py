@@ -87,11 +87,21 @@ class Journald:
         return subprocess.run([*self.prefix, *args], check=check, capture_output=True,
                               timeout=60, **kw)
 
-    def log_lines(self, identifier: str, lines: list[str]) -> None:
+    def log_lines(self, identifier: str, lines: list[str], written: bool = False) -> None:
         """``lines`` written to the journal by ``systemd-cat`` (a stdout stream), one entry
-        each."""
+        each. ``systemd-cat`` ends once it has handed them to journald's stream, which journald
+        reads when it comes to it: ``written`` waits (up to 60 s) until the journal's files
+        hold the last of them (a rotation asked for before then finds them not yet written and
+        they go to the new file: a loaded host once did that)."""
         self.run(["systemd-cat", "-t", identifier], input="".join(f"{x}\n" for x in lines)
                  .encode())
+        if not written or not lines:
+            return
+        deadline = time.monotonic() + 60
+        while not any(e.get("MESSAGE") == lines[-1] for e in self.entries("-t", identifier)):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"journald has not written {lines[-1]!r} after 60 s")
+            time.sleep(0.05)
 
     def entries(self, *args: str) -> list[dict]:
         out = self.run(["journalctl", "-o", "json", "--no-pager", *args]).stdout

@@ -124,8 +124,8 @@ def test_a_real_journald_vacuumed_while_the_agent_was_stopped_journals_the_gap(k
         {"type": "journald", "identifiers": ["app"], "format": "message", "topic": topic_name}])
     agent = AgentProcess(config, tmp_path / "agent.log", prefix=journald.prefix)
 
-    def logged(a: int, b: int) -> None:
-        journald.log_lines("app", [f"id-{i:09d} event" for i in range(a, b)])
+    def logged(a: int, b: int, written: bool = False) -> None:
+        journald.log_lines("app", [f"id-{i:09d} event" for i in range(a, b)], written)
 
     try:
         agent.start()
@@ -133,7 +133,7 @@ def test_a_real_journald_vacuumed_while_the_agent_was_stopped_journals_the_gap(k
         assert len(consume_counts(kafka.bootstrap_servers, topic_name, 100, 120, parse_id)) \
             == 100
         assert agent.stop() == 0
-        logged(100, 150)                             # never read: vacuumed before the start
+        logged(100, 150, written=True)               # never read: vacuumed before the start
         journald.run(["journalctl", "--rotate"])
         journald.run(["journalctl", "--vacuum-files=1"])
         left = [e["MESSAGE"] for e in journald.entries("--identifier", "app")]
