@@ -7,7 +7,8 @@ which, and a relay may forward both on one connection, so each frame is looked a
 starting with a digit run and a space is counted, any other ends at its newline (a line that
 starts with digits not followed by a space too). A count over the cap is read as a
 newline-ended frame (counted as ``syslog_bad_frame``: its bytes still go, nothing is skipped).
-A newline right after a counted frame (some senders add one) is no frame of its own.
+A newline right after a counted frame (some senders add one) is no frame of its own. A read
+in which no frame can be counted (none begins with 1-9) is cut at its newlines in one pass.
 
 **Messages.** RFC 5424 (``<PRI>1 TIMESTAMP HOST APP PROCID MSGID SD MSG``) and RFC 3164
 (``<PRI>Mmm dd hh:mm:ss HOST TAG[PID]: MSG``, and its common variants: an RFC 3339 timestamp
@@ -21,6 +22,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, tzinfo
 
+import numpy as np
+
 FACILITIES = ("kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron",
               "authpriv", "ftp", "ntp", "security", "console", "solaris-cron",
               *(f"local{i}" for i in range(8)))
@@ -31,6 +34,25 @@ MAX_COUNT_DIGITS = 10         # RFC 6587 counts up to 10 digits (and no leading 
 
 class Unparsable(ValueError):
     """A message neither RFC 5424 nor RFC 3164: why, in a few words."""
+
+
+
+def _newline_ended(data: bytes, max_bytes: int) -> tuple[list[bytes], int] | None:
+    """The frames of ``data`` cut in one pass, and the bytes they took, when none of them can
+    be counted — none begins with 1-9, at the start or after a newline — and what follows the
+    last newline is shorter than the cap (it waits); None otherwise (frame by frame then)."""
+    a = np.frombuffer(data, np.uint8)
+    newlines = np.flatnonzero(a == 0x0A)
+    if not len(newlines) or len(data) - int(newlines[-1]) - 1 >= max_bytes:
+        return None
+    starts = newlines + 1
+    firsts = a[starts[starts < len(data)]]
+    if 0x31 <= a[0] <= 0x39 or ((firsts >= 0x31) & (firsts <= 0x39)).any():
+        return None
+    end = int(newlines[-1])
+    return data[:end].split(b"\n"), end + 1
+
+FAST_BYTES = 1 << 20          # more pending (a long line coming): frame by frame, as before
 
 
 class Frames:
@@ -46,8 +68,14 @@ class Frames:
     def feed(self, data: bytes) -> list[bytes]:
         """The whole frames ``data`` completes (their framing removed)."""
         self.pending += data
-        out: list[bytes] = []
-        buf, at = self.pending, 0
+        buf = self.pending
+        if buf and not self._after_count and len(buf) <= FAST_BYTES:
+            cut = _newline_ended(bytes(buf), self.max_bytes)
+            if cut is not None:
+                del self.pending[:cut[1]]
+                return cut[0]
+        out = []
+        at = 0
         while at < len(buf):
             size = self._counted(buf, at)
             if size == -1:                         # a count not yet whole: wait for more
@@ -108,9 +136,12 @@ class Frames:
         return int(buf[at:i])
 
 
+FRAME_END = b"\r\n\x00"        # the line ending or NUL some senders leave after a message
+
+
 def strip_frame(frame: bytes) -> bytes:
     """A message without the line ending or NUL some senders leave after it."""
-    return frame.rstrip(b"\r\n\x00")
+    return frame.rstrip(FRAME_END)
 
 
 def parse(message: bytes, now: datetime, local: tzinfo) -> dict:

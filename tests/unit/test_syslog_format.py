@@ -168,3 +168,55 @@ def test_rfc3164_december_read_in_january_is_last_years():
 
 def test_invalid_utf8_is_replaced_not_refused():
     assert parse(b"<13>1 - h a - - - caf\xe9", NOW, UTC)["message"] == "caf\ufffd"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_frames_cut_in_one_pass_are_the_frames_cut_one_by_one(seed, monkeypatch):
+    """Newline-ended frames are cut in one pass when no frame of a read can be counted; random
+    streams of both framings (counts, lines starting with digits, a newline after a count,
+    empty lines, a line over a small cap), cut into random reads: the same frames at every
+    read, the same rest and the same counts as frame by frame."""
+    import random
+
+    from agent.tail import syslog_format
+
+    rnd = random.Random(seed)
+    parts = []
+    for i in range(3_000):
+        roll = rnd.random() if i % 200 < 100 else 0.0     # runs of plain lines, then a mix
+        msg = b"<13>1 - h a - - - id-%06d" % i + b"x" * rnd.randint(0, 40)
+        if roll < 0.7:
+            parts.append(msg + rnd.choice([b"\n", b"\r\n", b"\x00\n"]))
+        elif roll < 0.8:
+            parts.append(b"%d %s" % (len(msg), msg) + rnd.choice([b"", b"\n", b"\r\n"]))
+        elif roll < 0.85:
+            parts.append(b"12345 digits then no space\n")
+        elif roll < 0.9:
+            parts.append(b"\n")
+        elif roll < 0.95:
+            parts.append(b"%d %s" % (len(msg) + 900, msg))          # a count over the cap
+        else:
+            parts.append(b"y" * rnd.randint(150, 400) + b"\n")      # a line over the cap
+    stream = b"".join(parts)
+    cuts = sorted(rnd.sample(range(1, len(stream)), 400))
+    reads = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+
+    real, passes = syslog_format._newline_ended, []
+
+    def counted(data, cap):
+        cut = real(data, cap)
+        passes.append(cut is not None)
+        return cut
+
+    def run(one_pass: bool) -> tuple:
+        monkeypatch.setattr(syslog_format, "_newline_ended",
+                            counted if one_pass else lambda data, cap: None)
+        frames = Frames(200)
+        out = [frames.feed(r) for r in reads]
+        monkeypatch.undo()
+        return out, frames.rest(), frames.bad_frames, frames.cut
+
+    fast, slow = run(True), run(False)
+    assert fast == slow
+    assert sum(map(len, fast[0])) > 2_500 and fast[2] > 0 and fast[3] > 0
+    assert sum(passes) > 50 and passes.count(False) > 50, "both ways taken"
