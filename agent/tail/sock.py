@@ -11,10 +11,13 @@ to a second with nothing to send.
 
 from __future__ import annotations
 
+import fcntl
 import grp
 import logging
 import os
 import socket
+import struct
+import termios
 import threading
 
 from ..buffer import BufferPool, Chunk
@@ -120,12 +123,16 @@ def accept_each(server: socket.socket, stopped: threading.Event,
 
 
 def left_in(conn: socket.socket) -> bytes:
-    """What the kernel holds unread for ``conn`` now, read without waiting."""
-    out = []
+    """What the kernel holds unread for ``conn`` now, read without waiting: no more than it
+    held when asked (and a read's worth more, for what TLS holds decrypted), so a sender that
+    goes on writing does not hold a stopping agent."""
+    out, taken = [], 0
     try:
+        queued = struct.unpack("i", fcntl.ioctl(conn.fileno(), termios.FIONREAD, b"\0" * 4))[0]
         conn.settimeout(0)
-        while data := conn.recv(READ_BYTES):
+        while taken < queued + READ_BYTES and (data := conn.recv(READ_BYTES)):
             out.append(data)
+            taken += len(data)
     except OSError:                           # nothing more now (or the connection failed)
         pass
     return b"".join(out)
@@ -179,11 +186,11 @@ class PoolFeed:
     def append(self, chunk: Chunk, nbytes: int, topic: str | None = None) -> int:
         """Append ``chunk`` (``nbytes`` read for it) to ``topic`` (default: the source's);
         returns the records appended (fewer only when the source stopped with the pool full)."""
-        if self.abandoned:
-            return 0
         topic = topic or self.topic
         done = parts = 0
         while done < len(chunk):
+            if self.abandoned:                # a simulated SIGKILL while this waited for room
+                return done
             stopping = self.stopped.is_set()
             rest = chunk if done == 0 else _tail(chunk, done)
             # Waits for room (backpressure); once: what a crash finds not yet sealed is kept.
@@ -195,7 +202,7 @@ class PoolFeed:
             self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
                              topic=topic)
             self.on_data()
-            if stopping and done < len(chunk):
+            if stopping and done < len(chunk) and not self.abandoned:
                 left = len(chunk) - done
                 log.error("%d event(s) of topic %s read from a listener as it stopped found the "
                           "pool full: not kept", left, topic)

@@ -81,3 +81,62 @@ def test_a_graceful_stop_appends_the_line_a_connected_writer_left_unended(tmp_pa
     assert metrics.get("agent_source_bad_input_total", kind="partial_line_flushed",
                        topic="t") == 1
     pool.close()
+
+
+def test_what_is_left_in_the_kernel_is_read_once_not_for_as_long_as_a_sender_writes():
+    """At a stop the source reads what the kernel holds for a connection; a sender that goes
+    on writing meanwhile must not hold it there (nor its memory grow without end). The
+    connection here has 100,000 bytes queued when asked and then never runs dry."""
+    from agent.tail.sock import READ_BYTES, left_in
+
+    ours, theirs = socket.socketpair()
+    theirs.sendall(b"x" * 100_000)
+
+    class Endless:
+        calls = 0
+
+        def fileno(self):
+            return ours.fileno()
+
+        def settimeout(self, _t):
+            pass
+
+        def recv(self, n):
+            Endless.calls += 1
+            assert Endless.calls < 1_000, "still reading a sender that never stops"
+            return b"x" * min(n, 65536)
+
+    try:
+        got = left_in(Endless())
+        assert 100_000 <= len(got) <= 100_000 + READ_BYTES + 65536
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_an_append_waiting_for_room_when_the_agent_is_killed_appends_and_journals_no_more():
+    """The pool full, a listener's append waits for room; the simulated kill comes meanwhile:
+    what the wait returns with is all (no further try, no journal entry a dead agent could
+    not write)."""
+    from agent.buffer import Chunk
+    from agent.buffer.slots import AppendResult
+    from agent.tail.sock import PoolFeed
+
+    stopped = threading.Event()
+    journal, tries = [], []
+
+    class FullPool:
+        def append(self, topic, chunk, **kw):
+            tries.append(len(chunk))
+            feed.abandoned = True             # the kill, while this waited
+            stopped.set()
+            return AppendResult(records=1)
+
+    class Journal:
+        def record(self, *args, **kw):
+            journal.append(args)
+
+    feed = PoolFeed("t", FullPool(), Metrics(), lambda: None, stopped, Journal())
+    chunk = Chunk.of_values([b"a", b"b", b"c"], 0, None)
+    assert feed.append(chunk, 3) == 1
+    assert tries == [3] and journal == []
