@@ -55,7 +55,7 @@ from ..telemetry import Metrics
 from .events import apply_fields
 from .lines import MAX_LINE_BYTES
 from .sock import PoolFeed, accept_each, left_in, reads
-from .syslog_format import FACILITIES, FRAME_END, SEVERITIES, Frames, Unparsable, parse, strip_frame
+from .syslog_format import FACILITIES, SEVERITIES, Frames, Unparsable, parse, strip_frame
 
 log = logging.getLogger("docket.agent.syslog")
 DATAGRAM_BYTES = 65_535
@@ -99,20 +99,14 @@ class SyslogSource:
     # -- records ---------------------------------------------------------------------------
     def _deliver(self, frames: list[bytes], peers: list[str] | str) -> None:
         """Append ``frames`` (one message each; ``peers``: the sender of each, or of all)."""
-        messages = [f.rstrip(FRAME_END) for f in frames]
-        if all(messages):
-            senders = [peers] * len(messages) if isinstance(peers, str) else peers
-        else:
-            messages, senders = [], []
-            for i, frame in enumerate(frames):
-                msg = strip_frame(frame)
-                if not msg:
-                    self._bad("empty_line")
-                    continue
-                messages.append(msg)
-                senders.append(peers if isinstance(peers, str) else peers[i])
-            if not messages:
+        messages = [strip_frame(f) for f in frames]
+        senders = [peers] * len(messages) if isinstance(peers, str) else peers
+        if not all(messages):
+            kept = [(m, p) for m, p in zip(messages, senders, strict=True) if m]
+            self._bad("empty_line", len(messages) - len(kept))
+            if not kept:
                 return
+            messages, senders = [m for m, _ in kept], [p for _, p in kept]
         read_ms = self.clock.time_ms()
         nbytes = sum(map(len, frames))
         if self.cfg.format == "raw":

@@ -36,6 +36,8 @@ class Unparsable(ValueError):
     """A message neither RFC 5424 nor RFC 3164: why, in a few words."""
 
 
+FAST_BYTES = 1 << 20          # more pending (a long line coming): frame by frame, as before
+
 
 def _newline_ended(data: bytes, max_bytes: int) -> tuple[list[bytes], int] | None:
     """The frames of ``data`` cut in one pass, and the bytes they took, when none of them can
@@ -51,8 +53,6 @@ def _newline_ended(data: bytes, max_bytes: int) -> tuple[list[bytes], int] | Non
         return None
     end = int(newlines[-1])
     return data[:end].split(b"\n"), end + 1
-
-FAST_BYTES = 1 << 20          # more pending (a long line coming): frame by frame, as before
 
 
 class Frames:
@@ -136,12 +136,9 @@ class Frames:
         return int(buf[at:i])
 
 
-FRAME_END = b"\r\n\x00"        # the line ending or NUL some senders leave after a message
-
-
 def strip_frame(frame: bytes) -> bytes:
     """A message without the line ending or NUL some senders leave after it."""
-    return frame.rstrip(FRAME_END)
+    return frame.rstrip(b"\r\n\x00")
 
 
 def parse(message: bytes, now: datetime, local: tzinfo) -> dict:

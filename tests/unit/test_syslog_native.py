@@ -216,3 +216,32 @@ def test_twenty_thousand_built_at_random_the_same_bytes_or_no_answer(seed):
     refused = sum(1 for m in messages if _python(m, "p", _now(read_ms, offset_s), {}) is None)
     # most are made natively, and what the Python parse refuses is a real part of the mix
     assert made > 0.5 * len(messages) and refused > 0.05 * len(messages), (made, refused)
+
+
+@pytest.mark.parametrize("maker", ["native", "python"])
+def test_empty_frames_are_counted_and_the_rest_keep_their_own_senders(tmp_path, maker):
+    from agent.buffer import BufferPool
+    from agent.config import SourceConfig
+    from agent.state.journal import LossJournal
+    from agent.tail.syslog import SyslogSource
+    from agent.telemetry import Metrics
+    from tests.agentkit import free_port
+
+    pool = BufferPool(tmp_path / "pool", 16 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False)
+    metrics = Metrics()
+    cfg = SourceConfig(index=0, type="syslog", topic="t", protocol="udp",
+                       listen=f"127.0.0.1:{free_port()}")
+    src = SyslogSource(cfg, pool, metrics, LossJournal(tmp_path / "journal.jsonl", metrics))
+    try:
+        if maker == "python":
+            src._native = None
+        src._deliver([b"<13>1 - h a - - - one\n", b"\r\n", b"<13>1 - h a - - - two\x00", b""],
+                     ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"])
+        src._deliver([b"\n", b"\x00"], ["192.0.2.5", "192.0.2.6"])
+    finally:
+        src.close()
+    pool.seal_all()
+    got = [json.loads(v) for s in pool.sealed() for _t, _k, v in s.records()]
+    assert [(f["message"], f["peer"]) for f in got] == [("one", "192.0.2.1"), ("two", "192.0.2.3")]
+    assert metrics.get("agent_source_bad_input_total", kind="empty_line", topic="t") == 4
+    pool.close()
