@@ -15,6 +15,7 @@
 - ``syslog_format``: syslog frames out of a TCP stream and RFC 5424/3164 messages into fields.
 - ``journald``: the journald source: journalctl's entries, the journal's cursor as checkpoint,
   entries vacuumed before they were read journalled.
+- ``journal_export``: journalctl's export format cut into entries as it comes.
 - ``lines``: bytes into records for every source: the line cap, the oddities counted, two walks.
 - ``multiline``: which lines begin an event and which continue one (RE2 patterns, presets).
 - ``events``: the event time and key taken out of JSON lines, when a source names the fields.

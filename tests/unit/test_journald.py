@@ -19,6 +19,7 @@ from agent.state.selfcheck import rewind_uncovered
 from agent.tail import journald
 from agent.tail.journald import KEPT, Cursors, JournaldSource, parse_cursor
 from agent.telemetry import Metrics
+from tests.agentkit import native_built
 from tests.journalkit import BOOT, T0, entry, journal_tools, write_journal
 
 pytestmark = pytest.mark.skipif(not journal_tools(), reason="needs systemd-journal-remote and "
@@ -120,6 +121,16 @@ def run(tmp_path):
         r.src.close()
 
 
+@pytest.fixture(params=["native", "python"])
+def both(request, run, monkeypatch):
+    """``run``, with the records made by the native extension, or by the Python code alone."""
+    if request.param == "python":
+        monkeypatch.setattr(JournaldSource, "_native_maker", lambda self: None)
+    elif not native_built():
+        pytest.skip("the native extension is not built (make native)")
+    return run
+
+
 def test_a_first_start_reads_every_boot_of_the_journal(run):
     other = "fedcba9876543210fedcba9876543210"
     r = run([entry(i) for i in range(3)]
@@ -128,7 +139,8 @@ def test_a_first_start_reads_every_boot_of_the_journal(run):
     assert r.messages() == [f"event {i}" for i in range(6)]
 
 
-def test_each_entry_is_one_record_with_its_fields_and_its_time(run):
+def test_each_entry_is_one_record_with_its_fields_and_its_time(both):
+    run = both
     r = run([entry(i) for i in range(50)])
     r.read(50)
     records = r.records() or (r.checkpoint() or r.records())
@@ -138,7 +150,8 @@ def test_each_entry_is_one_record_with_its_fields_and_its_time(run):
     assert [ts for ts, _, _ in records] == [(T0 + i * 1000) // 1000 for i in range(50)]
 
 
-def test_json_records_decode_fields_journalctl_gives_as_bytes_and_lists(run):
+def test_json_records_decode_fields_journalctl_gives_as_bytes_and_lists(both):
+    run = both
     r = run([entry(0), entry(1, MESSAGE=b"caf\xe9"), entry(2, TAG="[x]")])
     r.read(3)
     values = [json.loads(v) for v in r.values()]
@@ -147,7 +160,8 @@ def test_json_records_decode_fields_journalctl_gives_as_bytes_and_lists(run):
     assert r.metrics.get("agent_source_bad_input_total", kind="invalid_utf8", topic="j") == 1
 
 
-def test_message_format_ships_the_message_as_written_bytes_and_lines_too(run):
+def test_message_format_ships_the_message_as_written_bytes_and_lines_too(both):
+    run = both
     odd = b"caf\xe9 \xff"                             # not UTF-8: journalctl gives its bytes
     r = run([entry(0), entry(1, MESSAGE="line one\nline two"), entry(2, MESSAGE=odd)],
             **{"format": "message"})
@@ -155,7 +169,8 @@ def test_message_format_ships_the_message_as_written_bytes_and_lines_too(run):
     assert r.values() == [b"event 0", b"line one\nline two", odd]
 
 
-def test_an_entry_without_a_message_is_shipped_as_its_fields_and_counted(run):
+def test_an_entry_without_a_message_is_shipped_as_its_fields_and_counted(both):
+    run = both
     no_message = {k: v for k, v in entry(1).items() if k != "MESSAGE"}
     r = run([entry(0), no_message], **{"format": "message"})
     r.read(2)
@@ -165,7 +180,8 @@ def test_an_entry_without_a_message_is_shipped_as_its_fields_and_counted(run):
                          topic="j") == 1
 
 
-def test_a_key_field_keys_each_record_and_an_entry_without_it_is_counted(run):
+def test_a_key_field_keys_each_record_and_an_entry_without_it_is_counted(both):
+    run = both
     r = run([entry(0, HOST_ROLE="edge"), entry(1)], key_field="HOST_ROLE")
     r.read(2)
     r.checkpoint()
@@ -284,7 +300,8 @@ def test_slots_filled_within_a_batch_cover_their_own_entries(run, tmp_path):
     assert sorted(got, key=int) == [str(i) for i in range(400)]
 
 
-def test_a_field_given_twice_as_the_key_keys_by_its_first_value(run):
+def test_a_field_given_twice_as_the_key_keys_by_its_first_value(both):
+    run = both
     r = run([entry(0, ROLE="edge"), entry(1), entry(2, ROLE="core")], key_field="ROLE")
     r.read(3)
     r.checkpoint()

@@ -29,6 +29,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext, PurgeConfig};
 use rdkafka::ClientContext;
 
+mod journal;
 mod syslog;
 
 /// librdkafka's code for an error that is not a broker's or the client's own (none known).
@@ -600,6 +601,7 @@ fn docket_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SlotProducer>()?;
     m.add_function(wrap_pyfunction!(value_hashes, m)?)?;
     m.add_class::<syslog::SyslogJson>()?;
+    m.add_class::<journal::JournalExport>()?;
     m.add("LIBRDKAFKA_VERSION", rdkafka::util::get_rdkafka_version().1)?;
     Ok(())
 }

@@ -11,6 +11,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
+use crate::journal::string;
+
 const MONTHS: [&[u8]; 12] = [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug",
                              b"Sep", b"Oct", b"Nov", b"Dec"];
 
@@ -136,18 +138,6 @@ impl SyslogJson {
         out.push(b'}');
         true
     }
-}
-
-/// A JSON string of printable ASCII: only `"` and `\` are escaped (as Python's json does).
-fn string(out: &mut Vec<u8>, s: &[u8]) {
-    out.push(b'"');
-    for &b in s {
-        if b == b'"' || b == b'\\' {
-            out.push(b'\\');
-        }
-        out.push(b);
-    }
-    out.push(b'"');
 }
 
 fn nullable(out: &mut Vec<u8>, s: Option<&[u8]>) {
