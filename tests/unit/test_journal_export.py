@@ -14,7 +14,7 @@ from agent.buffer.framing import MAX_KEY_BYTES
 from agent.buffer.seams import Clock
 from agent.config import SourceConfig
 from agent.tail import journal_export
-from agent.tail.journald import JournaldSource
+from agent.tail.journald import JournaldSource, message_fields
 from agent.telemetry import Metrics
 from tests.agentkit import native_built
 from tests.journalkit import export
@@ -37,6 +37,8 @@ def source(fmt: str, key_field: str | None = None, native: bool = False) -> Jour
     src._topic = src._key = None
     src._routed, src._keyed = False, key_field is not None
     src._native = src._native_maker() if native else None
+    shown = message_fields(src.cfg)
+    src._shown = None if shown is None else frozenset(shown)
     return src
 
 

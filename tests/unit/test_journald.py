@@ -171,11 +171,15 @@ def test_message_format_ships_the_message_as_written_bytes_and_lines_too(both):
 
 def test_an_entry_without_a_message_is_shipped_as_its_fields_and_counted(both):
     run = both
-    no_message = {k: v for k, v in entry(1).items() if k != "MESSAGE"}
+    no_message = {k: v for k, v in entry(1, CODE_LINE="12").items() if k != "MESSAGE"}
     r = run([entry(0), no_message], **{"format": "message"})
     r.read(2)
     values = r.values()
     assert values[0] == b"event 0" and json.loads(values[1])["SYSLOG_IDENTIFIER"] == "app"
+    # The message form's fields, whether journalctl printed only them or every field
+    assert set(json.loads(values[1])) == {"__CURSOR", "__REALTIME_TIMESTAMP", "_BOOT_ID",
+                                          "__MONOTONIC_TIMESTAMP", "SYSLOG_IDENTIFIER",
+                                          "PRIORITY", "_SYSTEMD_UNIT"}
     assert r.metrics.get("agent_source_bad_input_total", kind="journal_no_message",
                          topic="j") == 1
 
