@@ -126,34 +126,42 @@ impl JournalExport {
     /// `{"NAME":"value",...}`: names in the order first seen, a name given again gathering
     /// its values in a list; None when a name or a value is not UTF-8.
     fn render(&self, fields: &[(&[u8], &[u8])], out: &mut Vec<u8>) -> Option<()> {
-        let mut names: Vec<(&[u8], Vec<&[u8]>)> = Vec::with_capacity(fields.len());
+        // (name, first value, the values after it: empty, and not allocated, for most)
+        let mut names: Vec<(&[u8], &[u8], Vec<&[u8]>)> = Vec::with_capacity(fields.len());
+        let mut seen = 0u64;
         for &(k, v) in fields {
             std::str::from_utf8(v).ok()?;
-            match names.iter_mut().find(|(name, _)| *name == k) {
-                Some((_, values)) => values.push(v),
+            let bit = name_bit(k);
+            let earlier = if seen & bit != 0 {
+                names.iter_mut().find(|(name, _, _)| *name == k)
+            } else {
+                None
+            };
+            seen |= bit;
+            match earlier {
+                Some((_, _, more)) => more.push(v),
                 None => {
                     std::str::from_utf8(k).ok()?;
-                    names.push((k, vec![v]));
+                    names.push((k, v, Vec::new()));
                 }
             }
         }
         out.clear();
         out.push(b'{');
-        for (i, (k, values)) in names.iter().enumerate() {
+        for (i, (k, first, more)) in names.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
             string(out, k);
             out.push(b':');
-            if values.len() == 1 {
-                string(out, values[0]);
+            if more.is_empty() {
+                string(out, first);
                 continue;
             }
             out.push(b'[');
-            for (j, v) in values.iter().enumerate() {
-                if j > 0 {
-                    out.push(b',');
-                }
+            string(out, first);
+            for v in more {
+                out.push(b',');
                 string(out, v);
             }
             out.push(b']');
@@ -164,7 +172,14 @@ impl JournalExport {
 }
 
 fn find(b: &[u8], what: u8, from: usize, to: usize) -> Option<usize> {
-    b[from..to].iter().position(|&c| c == what).map(|i| from + i)
+    memchr::memchr(what, &b[from..to]).map(|i| from + i)
+}
+
+/// A bit of a 64-bit set standing for a field name: names of different bits differ, so only a
+/// name whose bit is set already is looked for among the names before it.
+fn name_bit(k: &[u8]) -> u64 {
+    let last = k.last().copied().unwrap_or(0) as usize;
+    1 << ((k.len() * 7 + last) % 64)
 }
 
 /// The value of the field `name` when the entry has it exactly once.
