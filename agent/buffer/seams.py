@@ -24,11 +24,13 @@ from .durable import sync_folder
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _LIBC.msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _LIBC.msync.restype = ctypes.c_int
-MS_SYNC = 4                               # Linux's <sys/mman.h>
+MS_SYNC = 4                               # Linux's <sys/mman.h> (x86-64, arm64)
 
 
 def msync(mm: mmap.mmap, start: int, length: int) -> None:
-    """``mm.flush(start, length)`` (``start`` a page's) without holding the GIL meanwhile."""
+    """``mm.flush(start, length)`` (``start`` a page's) without holding the GIL meanwhile. The
+    map must stay mapped until it returns: the pool unmaps only after its sealing thread ended
+    (``BufferPool.close``), and a sync of a range no longer mapped fails (ENOMEM)."""
     try:
         base = ctypes.addressof(ctypes.c_char.from_buffer(mm))   # the export ends at once
     except TypeError:                                           # a read-only map: as before

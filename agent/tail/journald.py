@@ -13,9 +13,10 @@ the Python code.
 **The record**: ``format = "message"`` ships the entry's ``MESSAGE`` as it is; ``format =
 "json"`` (the default) the entry's fields as one JSON object, names in the entry's order, a
 field given more than once as the list of its values, values not UTF-8 decoded with
-replacement (counted). An entry without a message is shipped as its JSON in either format,
-counted (``journal_no_message``). Event time: ``__REALTIME_TIMESTAMP``. ``key_field`` names a
-field of the entry (``_HOSTNAME``, ``_SYSTEMD_UNIT``) whose value is the record's key.
+replacement (counted; a name not UTF-8, which journald does not write, is replaced
+uncounted). An entry without a message is shipped as its JSON in either format, counted
+(``journal_no_message``). Event time: ``__REALTIME_TIMESTAMP``. ``key_field`` names a field of
+the entry (``_HOSTNAME``, ``_SYSTEMD_UNIT``) whose value is the record's key.
 
 **The checkpoint is the cursor**, advancing only as the pool seals. The pool's positions are
 offsets, so the source numbers the entries it hands over (entry ``n`` covers the offsets
@@ -509,9 +510,11 @@ class JournaldSource:
         message = entry.get("MESSAGE")
         if message is None:
             self._bad("journal_no_message")
-            if self._shown is not None:       # what journalctl prints with --output-fields
-                entry = {k: v for k, v in entry.items()
-                         if k in self._shown or k.startswith("__") or k == "_BOOT_ID"}
+        if self._shown is not None and not isinstance(message, bytes):
+            # The message form ships this entry as fields (no message, or two): the ones
+            # journalctl prints with --output-fields, whichever of the two cut it.
+            entry = {k: v for k, v in entry.items()
+                     if k in self._shown or k.startswith("__") or k == "_BOOT_ID"}
         fields = None
         if self.cfg.format == "json" or message is None or self._routed:
             fields = {k: self._text(v) for k, v in entry.items()}
