@@ -29,7 +29,9 @@ power cut the pool may hold slots read past the newest anchor the database kept,
 resumes at their end. The bytes from that anchor to there are checked against what the slot
 ending there read (``tail_read``: its last records, as the file held them before that end);
 a file that no longer holds them was cut back, and is read again from the first record of those
-slots it no longer holds as read (``FileSource._still_held``), or from the anchor.
+slots it no longer holds as read (``FileSource._still_held``), or from the anchor. Past a hole
+(zeros where a cut dropped a page below one it kept), the lines the file still holds as the
+pool's slots read them are passed unread (``FileSource._held_beyond``).
 """
 
 from __future__ import annotations

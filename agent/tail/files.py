@@ -426,12 +426,16 @@ class FileSource:
         kept = anchors.merged(coarse, fine)
         back = anchors.resume_at(lambda off, n: self.fs.pread(fd, n, off), offset, kept)
         held = anchors.below(kept, offset)
-        if back is None and held and held[-1][0] < offset and \
+        skip: list[tuple[int, int]] = []
+        if back is not None:
+            # the newest anchor the file still holds: the pool's slots may tell where after it
+            back, skip = self._still_held(row["source_id"], fd, back, offset)
+        elif held and held[-1][0] < offset and \
                 self._pool_read_differs(row["source_id"], fd, offset):
             # the pool read past the newest anchor what the file no longer holds all of
-            back = self._still_held(row["source_id"], fd, held[-1][0], offset)
+            back, skip = self._still_held(row["source_id"], fd, held[-1][0], offset)
         if back is not None:
-            offset = self._cut_back(row, path, offset, back, size)
+            offset = self._cut_back(row, path, offset, back, size, skip)
             coarse, fine = anchors.below(coarse, offset), anchors.below(fine, offset)
         fingerprint = row["fingerprint"] or b""
         if len(head) > len(fingerprint):
@@ -446,7 +450,8 @@ class FileSource:
         else:
             self._resumed_quietly += 1
         self._track(ident, Tracked(row["source_id"], path, fd, *ident, fingerprint, offset,
-                                   size_seen=size, rotated=rotated, anchors=coarse, fine=fine))
+                                   size_seen=size, rotated=rotated, anchors=coarse, fine=fine,
+                                   skip=skip))
 
     def _pool_read_differs(self, sid: int, fd: int, offset: int) -> bool:
         """Whether the file no longer holds, just before ``offset``, what a slot the pool
@@ -479,19 +484,26 @@ class FileSource:
                 return False
         return True
 
-    def _still_held(self, sid: int, fd: int, newest: int, offset: int) -> int:
+    def _still_held(self, sid: int, fd: int, newest: int,
+                    offset: int) -> tuple[int, list[tuple[int, int]]]:
         """Where reading resumes in a file cut back past ``newest`` (the newest anchor it
-        holds): the first record, from there on, of the pool's slots of this source that the
-        file no longer holds as it was read (each record with its newline after it, the last
-        one's perhaps not yet written). The records before it are in the pool, under their
-        numbers: only the lines from there on are read again. ``newest`` where that cannot be
-        told: records made from the lines rather than being them (another encoding than UTF-8,
-        a container runtime's framing), a slot holding other sources' records too, a stretch
-        no slot covers, or a record that no line is (a long line's parts)."""
+        holds), and what it need not read again from there. The first: the first record, from
+        ``newest`` on, of the pool's slots of this source that the file no longer holds as it
+        was read (each record with its newline after it, the last one's perhaps not yet
+        written); the records before it are in the pool, under their numbers. ``newest`` where
+        that cannot be told: records made from the lines rather than being them (another
+        encoding than UTF-8, a container runtime's framing), a slot holding other sources'
+        records too, a stretch no slot covers, or a record that no line is (a long line's
+        parts). The second: the stretches after it, line starts to line ends, that the file
+        still holds as those slots read them (``_held_beyond``): a cut that kept a later page
+        of the log and dropped an earlier one leaves a hole, and the lines after it are the
+        pool's already. Ascending; none with a multiline rule."""
         if self.reader.lines.rewrites:
-            return newest
+            return newest, []
+        back: int | None = None
         at = newest
-        for start, end, slot in self._read_by_pool(sid, newest, offset):
+        slots = self._read_by_pool(sid, newest, offset)
+        for start, end, slot in slots:
             if start > at or len(slot.meta.positions) != 1:
                 break
             data = self.fs.pread(fd, end - start, start)
@@ -502,12 +514,68 @@ class FileSource:
                 step = n + 1 if after[:1] == b"\n" else n + 2 if after == b"\r\n" else \
                     n if pos + n == end - start else None      # a partial line at the end
                 if data[pos:pos + n] != value or step is None:
-                    return max(at, start + pos) if start + pos < offset else newest
+                    back = max(at, start + pos) if start + pos < offset else newest
+                    break
                 pos += step
-            if pos < end - start:
+            if back is not None or pos < end - start:
                 break                               # bytes no record is (parts, a dropped line)
             at = max(at, end)
-        return newest
+        back = newest if back is None else back
+        if self.reader.grouped:
+            return back, []
+        return back, self._held_beyond(fd, back, [s for s in slots if s[0] < offset])
+
+    def _held_beyond(self, fd: int, back: int,
+                     slots: list[tuple[int, int, object]]) -> list[tuple[int, int]]:
+        """The stretches after ``back`` where the file holds, line for line, what the slots (one
+        source's each, ``(start, end, slot)``, ascending) read, past a hole: a cut that dropped
+        a page of the log and kept a later one leaves zeros, and the lines of the kept page are
+        the pool's already. Each record is looked for at the place its slot's layout gives it,
+        with a newline after it in the file and a newline or a hole's zero before it (the hole
+        then ends as a record of its own there: ``Reader.read``); only after zeros were seen
+        since ``back`` (in a record's place, or where no slot of the source reaches), and not
+        after a record the file holds other content for without zeros (content written after
+        the cut may repeat a line at its very place). A record the file no longer holds is
+        passed by its length in its block; past a block's last one the layout is unknown and the
+        rest of that slot is left out. Merged, ascending."""
+        out: list[list[int]] = []
+        hole, seen = False, back
+        for start, end, slot in slots:
+            if len(slot.meta.positions) != 1 or end <= back:
+                continue
+            if start > seen:                  # no slot of the source reaches here: zeros?
+                hole = hole or b"\0" in self.fs.pread(fd, start - seen, seen)
+            seen = max(seen, end)
+            data = self.fs.pread(fd, end - start + 1, start - 1) if start else \
+                b"\n" + self.fs.pread(fd, end, 0)         # with the byte before the slot's first
+            pos = 1
+            for block in slot.blocks():
+                if block.part_count:
+                    break                               # a long line's parts: no lines
+                offsets = block.offsets.tolist()
+                lengths = block.lengths.tolist()
+                for i, n in enumerate(lengths):
+                    after = data[pos + n:pos + n + 2]
+                    step = n + 1 if after[:1] == b"\n" else n + 2 if after == b"\r\n" else None
+                    same = step is not None and n > 0 and data[pos - 1:pos] in (b"\n", b"\0") \
+                        and data[pos:pos + n] == block.value(i)
+                    here = start + pos - 1
+                    if same and hole and here >= back:
+                        if out and out[-1][1] == here:
+                            out[-1][1] = here + step
+                        else:
+                            out.append([here, here + step])
+                    elif not same and here + n >= back:
+                        hole = b"\0" in data[pos:pos + n + 1]
+                    if not same:
+                        step = offsets[i + 1] - offsets[i] if i + 1 < len(lengths) else None
+                    if step is None:
+                        break                           # its terminator is not in the block
+                    pos += step
+                else:
+                    continue
+                break
+        return [(x, y) for x, y in out]
 
     def _read_by_pool(self, sid: int, after: int, through: int) -> list[tuple[int, int, object]]:
         """(start, end, slot) of what the pool's sealed slots read of source ``sid`` ending past
@@ -516,17 +584,23 @@ class FileSource:
                        for s, start, end in slot.meta.positions
                        if s == sid and after < end <= through), key=lambda x: x[:2])
 
-    def _cut_back(self, row: dict, path: str, offset: int, back: int, size: int) -> int:
+    def _cut_back(self, row: dict, path: str, offset: int, back: int, size: int,
+                  skip: list[tuple[int, int]] = ()) -> int:
         """The file no longer holds, below the checkpoint ``offset``, what was read there (a
         power loss took the application's unsynced tail, and it wrote on from the cut): read
-        again from ``back``, the newest anchor it still holds, so no line written since the
-        cut is skipped (those from ``back`` to the cut arrive twice). What was seen beyond the
-        checkpoint and never read is gone with the old tail: journaled."""
+        again from ``back``, the newest anchor it still holds or the first record of the pool
+        it no longer holds, so no line written since the cut is skipped (those from ``back`` to
+        the cut arrive twice), but for ``skip``: the lines after ``back`` it still holds as the
+        pool read them. What was seen beyond the checkpoint and never read is gone with the old
+        tail: journaled."""
         sid = row["source_id"]
+        passed = sum(b - a for a, b in skip)
         log.warning("%s (source %d) no longer holds what was read before offset %d (cut back "
                     "while the agent was stopped: a power loss?); reading again from offset "
-                    "%d of %d (lines before the cut may arrive twice)", path, sid, offset, back,
-                    size)
+                    "%d of %d (lines before the cut may arrive twice)%s", path, sid, offset, back,
+                    size, f"; {passed} byte(s) in {len(skip)} stretch(es) after it that it "
+                          "still holds as the pool read them are not read again"
+                    if skip else "")
         self._rotation("cut_back")
         unread = max(0, (row["size_seen"] or 0) - offset)
         if unread:
@@ -998,7 +1072,7 @@ class FileSource:
                                            "size_seen": size}, now_ms=self.clock.time_ms())
         self._by_source.pop(t.source_id, None)
         t.source_id, t.fingerprint, t.offset, t.tail = new_id, head, 0, b""
-        t.anchors, t.fine, t.anchor_since = [], [], float("-inf")
+        t.anchors, t.fine, t.anchor_since, t.skip = [], [], float("-inf"), []
         t.handed.clear()
         self._heads = None                              # its fingerprint changed
         self._by_source[new_id] = t

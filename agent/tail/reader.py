@@ -64,6 +64,8 @@ class Tracked:
     anchors: list = field(default_factory=list)   # (offset, crc) sealed to (anchors.py)
     anchor_since: float = float("-inf")          # when the newest one was first kept
     fine: list = field(default_factory=list)     # the newest hand-overs sealed to, as anchors
+    skip: list = field(default_factory=list)     # (start, end) ahead that the pool holds as
+    #                                              the file does (a cut back: FileSource._resume)
     compressed: str | None = None    # its first bytes are a compressor's: never read (why)
     handed: deque = field(default_factory=lambda: deque(maxlen=anchors.HANDED_KEPT))
     #                                  (offset, crc) at each hand-over not yet sealed to
@@ -156,11 +158,16 @@ class Reader:
             return
         t.size_seen = size
         while budget > 0:
+            if t.skip and t.offset >= t.skip[0][0]:
+                self._pass(t, *t.skip.pop(0))
+                continue
             if size <= t.offset:
                 if t.idle_since is None:
                     t.idle_since = self._now()
                 return
             want = min(self.cfg.read_chunk_bytes, size - t.offset)
+            if t.skip:
+                want = min(want, t.skip[0][0] - t.offset)
             data = self.fs.pread(t.fd, want, t.offset)
             if not data:
                 return
@@ -175,7 +182,11 @@ class Reader:
             units = self.lines.units(data if t.offset == 0 else t.fingerprint)
             last_nl = _last_end(data, units) - 1
             forced = False
-            if last_nl < 0:
+            if last_nl < 0 and t.skip and t.offset + len(data) == t.skip[0][0]:
+                # a power cut's hole of zeros, up to a line the pool holds already: a record
+                data, forced = self.lines.force(data, "hole_ended", units), True
+                last_nl = len(data) - 1
+            elif last_nl < 0:
                 data, forced = self._long_or_partial(t, data, size, units)
                 if data is None:
                     t.idle_since = None
@@ -205,6 +216,16 @@ class Reader:
             if not done:
                 stats.blocked = True
                 return
+
+    def _pass(self, t: Tracked, start: int, end: int) -> None:
+        """Go past ``start``..``end`` unread: lines the pool holds already, as the file does.
+        The slot filling with what was read before is sealed first: a slot's records lie end
+        to end in its source, as a later start's look at them takes them to
+        (``FileSource._still_held``)."""
+        if t.offset < end:
+            self.pool.seal(self.routes.of(t.path).topic)
+            t.offset = end
+            t.tail = self.fs.pread(t.fd, min(TAIL_BYTES, end), end - min(TAIL_BYTES, end))
 
     def _long_or_partial(self, t: Tracked, data: bytes, size: int,
                          units: Units | None) -> tuple[bytes | None, bool]:

@@ -600,11 +600,13 @@ def test_the_tail_a_slot_read_is_matched_by_its_records_in_order():
 
 
 def _past_the_database(tmp_path, extra: bytes, hold: bytes, cut_to: int | None = None,
-                       new: bytes = b"") -> tuple[FakeKafka, FakeKafka, Agent]:
+                       new: bytes = b"", hole: tuple[int, int] | None = None
+                       ) -> tuple[FakeKafka, FakeKafka, Agent]:
     """Four batches read and acknowledged, the state database saved (its last durable
     commit); ``extra`` written and read, its record ``hold`` held so that its slot stays in the
     pool; the agent killed and the saved database put back (the pool read past what it
-    kept); the log cut to ``cut_to`` bytes and ``new`` appended, if given; a new start.
+    kept); the log cut to ``cut_to`` bytes and ``new`` appended, if given, with zeros from
+    ``hole``'s start to its end (a page the cut dropped below one it kept); a new start.
     Returns (the first Kafka, the second, the second agent)."""
     import shutil
 
@@ -628,10 +630,66 @@ def _past_the_database(tmp_path, extra: bytes, hold: bytes, cut_to: int | None =
     if cut_to is not None:
         with open(log_file, "r+b") as f:
             f.truncate(cut_to)
+            if hole is not None:
+                f.seek(hole[0])
+                f.write(b"\0" * (hole[1] - hole[0]))
         with open(log_file, "ab") as f:
             f.write(new)
     again, agent = _started_again(tmp_path, 30)
     return kafka, again, agent
+
+
+def test_lines_a_power_cut_kept_after_a_hole_are_not_read_again(tmp_path):
+    """A cut that dropped a page of the log and kept a later one (the power-cut file system's
+    finding): zeros where lines 460-464 were, lines 465-479 as they were, the rest gone, and
+    new lines written on from there. Reading goes again from below the hole — the zeros
+    become a record of their own (``hole_ended``) where the first kept line begins — but
+    passes lines 465-479: the pool holds them as the file does (their slots wait for Kafka
+    behind the held line 450), so they arrive once, under their numbers (before, they were
+    read again under new ones: duplicates no tier can tell from new events). Every new line
+    arrives; the first new one, where line 480 was, is not taken for a kept line."""
+    hole = (len(lines(0, 460)), len(lines(0, 465)))
+    kafka, again, agent = _past_the_database(
+        tmp_path, lines(400, 500), lines(450, 451)[:-1], cut_to=len(lines(0, 480)),
+        new=lines(1000, 1100), hole=hole)
+    try:
+        second = again.values()
+        delivered = kafka.values() + second
+        new = lines(1000, 1100).split(b"\n")[:-1]
+        missing = [v for v in new if v not in delivered]
+        assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
+        kept = lines(465, 480).split(b"\n")[:-1]
+        assert [second.count(v) for v in kept] == [1] * len(kept), \
+            "lines the cut kept after the hole were read again"
+        assert [v for v in second if b"\0" in v] == [b"\0" * (hole[1] - hole[0])]
+        assert agent.metrics.get("agent_source_bad_input_total", kind="hole_ended",
+                                 topic="t") == 1
+        assert agent.metrics.get("agent_source_rotations_total", kind="cut_back",
+                                 topic="t") == 1
+        assert all(v in (lines(0, 500) + lines(1000, 1100)).split(b"\n")
+                   for v in second if b"\0" not in v), "a fragment of a line was delivered"
+    finally:
+        agent.abandon()
+
+
+def test_lines_written_after_a_cut_that_repeat_old_ones_in_place_are_read(tmp_path):
+    """As above, but the cut kept lines 465-469 only, and the application wrote on from
+    there a line of its own, then lines 471-479 again, byte for byte where they were: after
+    the other content without zeros the file holds what was written since the cut, and the
+    repeated lines are new events — read, not passed for the pool's."""
+    hole = (len(lines(0, 460)), len(lines(0, 465)))
+    written = lines(2000, 2001) + lines(471, 480) + lines(1000, 1010)
+    kafka, again, agent = _past_the_database(
+        tmp_path, lines(400, 500), lines(450, 451)[:-1], cut_to=len(lines(0, 470)),
+        new=written, hole=hole)
+    try:
+        second = again.values()
+        assert [second.count(v) for v in lines(465, 470).split(b"\n")[:-1]] == [1] * 5
+        assert [second.count(v) for v in lines(471, 480).split(b"\n")[:-1]] == [2] * 9, \
+            "lines written after the cut were taken for the pool's"
+        assert all(second.count(v) == 1 for v in lines(1000, 1010).split(b"\n")[:-1])
+    finally:
+        agent.abandon()
 
 
 def test_a_crlf_log_the_pool_read_past_the_database_is_not_taken_for_cut_back(tmp_path):
