@@ -157,7 +157,9 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
     Setting("topic", str, None, "Kafka topic of this source's events; a `syslog` or `journald` "
             "source's may name fields of the event (`\"syslog.{app}\"`, "
             "`\"journal.{_SYSTEMD_UNIT}\"`), a `file` source's fields of the file "
-            "(`\"logs.{namespace}\"`, `\"{hostname}.app\"`): see `fallback_topic`.",
+            "(`\"logs.{namespace}\"`, `\"{hostname}.app\"`) and, in a plain file (no "
+            "`format`, UTF-8, no `multiline`), any other name a field of each line, a JSON "
+            "object (`\"app.{service}\"`: each line to its own topic): see `fallback_topic`.",
             required=True),
     Setting("paths", list, [], "`file`: glob patterns of the files to tail."),
     Setting("exclude", list, [], "`file`: glob patterns of files not to tail though `paths` "
@@ -218,7 +220,8 @@ SOURCE_SETTINGS: tuple[Setting, ...] = (
     Setting("key", str, None, "`syslog` with `format = \"json\"`, `journald` and `file`: the "
             "record key as a template over the event's fields, e.g. `\"{host}\"`, "
             "`\"{host}/{app}\"` or `\"{_HOSTNAME}\"`; a file's: over its file's fields, e.g. "
-            "`\"{namespace}/{pod}\"` (a field absent: no key, counted). Not with `key_field`."),
+            "`\"{namespace}/{pod}\"`, and a plain file's also over its lines' fields, e.g. "
+            "`\"{user}\"` (a field absent: no key, counted). Not with `key_field`."),
     Setting("add_fields", dict, None, "`syslog` and `journald` with `format = \"json\"`, and "
             "`file` with `format = \"cri\"` or `\"docker\"`: fields added to every event, e.g. "
             "`{ datacenter = \"eu1\", role = \"edge\" }`; templates may name them. Not the "
@@ -620,7 +623,18 @@ def _check_routing(where: str, src: SourceConfig) -> None:
         if text is None or journald:
             continue
         unknown = [f for f in Template(text).fields if f not in known]
-        if unknown:
+        if unknown and file and not container:
+            # a plain file's template may name fields of its lines: each line a JSON object
+            if src.multiline:
+                raise ConfigError(f"{where}.{key}", f"{{{unknown[0]}}} is a field of a line "
+                                  "(a JSON object): a multiline event is no line to route by",
+                                  hint="leave multiline out, or name only "
+                                       + ", ".join(sorted(known)))
+            if codecs.lookup(src.encoding).name != "utf-8":
+                raise ConfigError(f"{where}.{key}", f"{{{unknown[0]}}} is a field of a line "
+                                  "(a JSON object): routing by a line's fields reads UTF-8",
+                                  hint="leave encoding out")
+        elif unknown:
             raise ConfigError(f"{where}.{key}", f"{{{unknown[0]}}} is not a field of the "
                               f"{'file' if file else 'message'}",
                               hint="fields: " + ", ".join(sorted(known)))

@@ -8,6 +8,7 @@ fallback topic. Values are written as text (numbers as JSON writes them).
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from dataclasses import dataclass
@@ -68,12 +69,15 @@ class FileRoutes:
     ``hostname`` (this host's name), what a container runtime's path names (``fields_of``:
     namespace, pod, container, ...) and the source's added fields. Fixed per file, so all of a
     file's records go to one topic and a file fills one slot at a time, as an unrouted one
-    does; worked out once per path."""
+    does; worked out once per path. A template that names other fields (``own``: the file's
+    fields, those above) routes each line by them: a line is a JSON object, and its fields
+    fill the template's other placeholders (``by_line``, ``of_lines``)."""
 
     CACHED = 4096
 
     def __init__(self, topic: str, fallback: str | None, key: str | None,
-                 added: dict | None, fields_of=None, hostname: str | None = None):
+                 added: dict | None, fields_of=None, hostname: str | None = None,
+                 own: frozenset | None = None):
         self._topic = Template(topic)
         self._fallback = fallback
         self._key = Template(key) if key is not None else None
@@ -81,6 +85,36 @@ class FileRoutes:
         self._fields_of = fields_of
         self.hostname = hostname if hostname is not None else socket.gethostname()
         self._cache: dict[str, FileRoute] = {}
+        named = set(self._topic.fields) | set(self._key.fields if self._key else ())
+        self.by_line = own is not None and bool(named - own - set(self._added))
+
+    def of_lines(self, path: str, values: list[bytes]
+                 ) -> tuple[list[str], list[bytes | None] | None, list[bool], list[bool],
+                            list[bool]]:
+        """Per line (``values``, each a record's bytes) of a file routed by its lines' fields:
+        its topic and key (None: no key template), whether it went to the fallback topic,
+        whether the key template made no key of it, and whether it is no JSON object (its
+        fields are then the file's alone). A field of the file's own is the file's, whatever
+        the line holds."""
+        file_fields = {"hostname": self.hostname, **self.of(path).meta}
+        topics: list[str] = []
+        keys: list[bytes | None] | None = [] if self._key is not None else None
+        to_fallback, unmatched, not_json = [], [], []
+        for value in values:
+            try:
+                obj = json.loads(value)
+            except ValueError:                       # not JSON, or not UTF-8
+                obj = None
+            not_json.append(not isinstance(obj, dict))
+            fields = {**obj, **file_fields} if isinstance(obj, dict) else file_fields
+            topic = self._topic.topic(fields)
+            to_fallback.append(topic is None)
+            topics.append(self._fallback if topic is None else topic)
+            rendered = self._key.render(fields) if self._key is not None else None
+            unmatched.append(self._key is not None and rendered is None)
+            if keys is not None:
+                keys.append(None if rendered is None else rendered.encode())
+        return topics, keys, to_fallback, unmatched, not_json
 
     def of(self, path: str) -> FileRoute:
         route = self._cache.get(path)

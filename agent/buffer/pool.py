@@ -96,6 +96,9 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolReader):
         # source → the first position of records it is handing over to several topics, not yet
         # all in a slot (``pending``): no slot sealed meanwhile takes an end past it.
         self._pending: dict[int, int] = {}
+        # Per source, the highest end a slot closed while another slot of it still filled
+        # had (its recorded end kept below that one's start): ``_below_filling``.
+        self._clamped: dict[int, int] = {}
         self._sealed: dict[int, SealedSlot] = {}       # seq → slot, in-pool and spilled
         self._leased: set[int] = set()
         self._free: list[int] = []                      # a stack: last freed is handed out first

@@ -122,7 +122,7 @@ class PoolSealer:
         first_record = self._next_record
         tb = topic.encode()
         positions = tuple(_below_filling(fill.positions, self._current.values(),
-                                         self._pending))
+                                         self._pending, self._clamped))
         pos = np.zeros((L.MAX_POSITIONS, 3), np.uint64)
         if positions:
             pos[:len(positions)] = positions
@@ -272,8 +272,8 @@ class PoolSealer:
             return self._next_record - 1, min(waiting, self._next_record) - 1
 
 
-def _below_filling(spans: dict[int, list[int]], filling,
-                   pending: dict[int, int]) -> list[tuple[int, int, int]]:
+def _below_filling(spans: dict[int, list[int]], filling, pending: dict[int, int],
+                   clamped: dict[int, int]) -> list[tuple[int, int, int]]:
     """A closing slot's (source, start, end) positions, each end kept at or below the first
     byte of its source that another slot still filling holds: a source whose records go to
     several topics (routing by field) has them in several slots at once, and a sealed
@@ -281,7 +281,13 @@ def _below_filling(spans: dict[int, list[int]], filling,
     records between are read again instead: duplicates); nor past the first position of
     records such a source is still handing over (``pending``: a batch goes to its topics one
     after another, so the others' records are in no slot yet). Without routing no other slot
-    holds the source, and the positions are the slot's own."""
+    holds the source, and the positions are the slot's own.
+
+    A slot whose end was kept lower notes its own end in ``clamped``; the next slot of the
+    source to close with none other filling and nothing pending ends at the highest of those
+    too (slots are sealed in the order they close, so every one closed before it is on disk
+    by then, and every byte below is in one of them): a source's last slots do not leave its
+    sealed checkpoint below what they hold, to be read again at the next start."""
     floor: dict[int, int] = dict(pending)
     for other in filling:
         for src, (start, _end) in other.positions.items():
@@ -289,7 +295,12 @@ def _below_filling(spans: dict[int, list[int]], filling,
     out = []
     for src, (start, end) in spans.items():
         if src in floor and floor[src] < end:
+            clamped[src] = max(end, clamped.get(src, end))
             end = floor[src]
             start = min(start, end)
+        elif src not in floor:
+            end = max(end, clamped.pop(src, end))
+        else:                   # what is still filling or pending lies above every end noted
+            end = max(end, min(clamped.get(src, end), floor[src]))
         out.append((src, start, end))
     return out

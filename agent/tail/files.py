@@ -431,7 +431,7 @@ class FileSource:
             # the newest anchor the file still holds: the pool's slots may tell where after it
             back, skip = self._still_held(row["source_id"], fd, back, offset)
         elif held and held[-1][0] < offset and \
-                self._pool_read_differs(row["source_id"], fd, offset):
+                self._pool_read_differs(row["source_id"], fd, offset, path):
             # the pool read past the newest anchor what the file no longer holds all of
             back, skip = self._still_held(row["source_id"], fd, held[-1][0], offset)
         if back is not None:
@@ -453,13 +453,14 @@ class FileSource:
                                    size_seen=size, rotated=rotated, anchors=coarse, fine=fine,
                                    skip=skip))
 
-    def _pool_read_differs(self, sid: int, fd: int, offset: int) -> bool:
+    def _pool_read_differs(self, sid: int, fd: int, offset: int, path: str) -> bool:
         """Whether the file no longer holds, just before ``offset``, what a slot the pool
         recovered, ending there, read (an anchor at ``offset`` the state database never kept:
         ``anchors.tail_read``). No slot ending there (the checkpoint is the database's own)
         cannot tell: False. A source in another encoding than UTF-8 has its bytes transcoded
         as its records were; a container runtime's file has the records the slot's whole
-        groups make compared (``container.Framing.held``)."""
+        groups make compared (``container.Framing.held``); a file routed by its lines' fields,
+        the lines that go to the slot's topic (``_routed_to``)."""
         ending = [(slot, start) for start, _end, slot in self._read_by_pool(sid, offset - 1,
                                                                              offset)]
         if not ending:
@@ -476,6 +477,8 @@ class FileSource:
             tail = self.fs.pread(fd, offset - lo, lo)
             if len(tail) < offset - lo:
                 return True             # the file ends below what was read
+            if self.reader.routes.by_line:
+                tail = self._routed_to(path, slot.meta.topic, tail, lo > start)
             if codec is not None:
                 text = tail.decode(units.codec if units else codec, errors="replace")
                 tail = (text[1:] if lo == 0 and text.startswith("\ufeff") else text).encode()
@@ -483,6 +486,15 @@ class FileSource:
             if anchors.tail_read(tail, [v for _t, _k, v in slot.records()]):
                 return False
         return True
+
+    def _routed_to(self, path: str, topic: str, tail: bytes, cut: bool) -> bytes:
+        """The lines of ``tail`` (a file routed by its lines' fields; ``cut``: its first line
+        perhaps in part, left out) that go to ``topic``: what a slot of that topic read of
+        it."""
+        lines = tail.split(b"\n")[int(cut):-1]
+        topics = self.reader.routes.of_lines(path, [
+            x[:-1] if x.endswith(b"\r") else x for x in lines])[0]
+        return b"".join(x + b"\n" for x, t in zip(lines, topics, strict=True) if t == topic)
 
     def _still_held(self, sid: int, fd: int, newest: int,
                     offset: int) -> tuple[int, list[tuple[int, int]]]:
@@ -498,8 +510,8 @@ class FileSource:
         still holds as those slots read them (``_held_beyond``): a cut that kept a later page
         of the log and dropped an earlier one leaves a hole, and the lines after it are the
         pool's already. Ascending; none with a multiline rule."""
-        if self.reader.lines.rewrites:
-            return newest, []
+        if self.reader.lines.rewrites or self.reader.routes.by_line:
+            return newest, []            # (a line's slot holds other topics' lines between)
         back: int | None = None
         at = newest
         slots = self._read_by_pool(sid, newest, offset)

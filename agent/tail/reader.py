@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..buffer import BufferPool
+from ..buffer import AppendResult, BufferPool, Chunk
 from ..buffer.framing import MAX_KEY_BYTES
 from ..buffer.seams import Clock
-from ..config import SourceConfig
+from ..config import FILE_FIELDS, SourceConfig
 from ..patterns import DEFAULT_FLUSH_MS, DEFAULT_MAX_EVENT_BYTES, MultilineRule
 from ..routing import FileRoutes
 from ..state.db import FINGERPRINT_BYTES
@@ -102,7 +102,9 @@ class Reader:
         self.container = self.lines.container         # a runtime's framing (container.py)
         # Each file's topic and key (templates over its fields, else the source's topic).
         self.routes = FileRoutes(cfg.topic, cfg.fallback_topic, cfg.key, cfg.add_fields,
-                                 container.path_fields if self.container is not None else None)
+                                 container.path_fields if self.container is not None else None,
+                                 own=None if self.container is not None else frozenset(
+                                     FILE_FIELDS))
         # Lines are grouped into records (held while the last may go on) by a multiline rule,
         # a container runtime's partial lines, or both.
         self.grouped = self.events is not None or self.container is not None
@@ -357,13 +359,17 @@ class Reader:
         chunk = self.lines.frame(data, n, self.clock.time_ms(), records, units, skip,
                                  route.meta if self.container is not None else None)
         chunk.continued = continued
-        if route.key is not None:
-            chunk.keys = [route.key[:MAX_KEY_BYTES]] * len(chunk)
-        res = self.pool.append(route.topic, chunk, source=t.source_id, source_start=t.offset)
-        if res.records and route.fallback:
-            self.lines.bad("routed_to_fallback", res.records)
-        if res.records and route.key_unmatched:
-            self.lines.bad("key_template_unmatched", res.records)
+        if self.routes.by_line:
+            res = self._append_by_line(t, chunk)
+        else:
+            if route.key is not None:
+                chunk.keys = [route.key[:MAX_KEY_BYTES]] * len(chunk)
+            res = self.pool.append(route.topic, chunk, source=t.source_id,
+                                   source_start=t.offset)
+            if res.records and route.fallback:
+                self.lines.bad("routed_to_fallback", res.records)
+            if res.records and route.key_unmatched:
+                self.lines.bad("key_template_unmatched", res.records)
         end = res.end if res.records or not skip else 0     # not past a mark nothing covers
         if end:
             t.tail = (t.tail + data[max(0, end - TAIL_BYTES):end])[-TAIL_BYTES:]
@@ -382,6 +388,53 @@ class Reader:
         self.metrics.inc("agent_source_read_events_total", res.records - res.dropped,
                          topic=route.topic)
         return end, res.complete(chunk)
+
+
+    def _append_by_line(self, t: Tracked, chunk: Chunk) -> AppendResult:
+        """``chunk``'s records, each to the topic (and with the key) its line's fields make,
+        one topic after another in the order they first come: each topic's records are one
+        chunk of their own, placed at their lines in the file, so a topic's slot spans the
+        other topics' lines between its records too; the pool keeps a sealed end below what
+        another topic's slot still fills and below the first line of a topic not yet appended
+        (``pending``), so no checkpoint passes a line in no sealed slot. What the chunk's
+        first record not appended (the pool full) and everything after it is read again: the
+        records of the topics appended before it that lie after it go twice. The result as
+        ``BufferPool.append`` gives it, for the whole chunk."""
+        n = len(chunk)
+        values = [chunk.value(i) for i in range(n)]
+        topics, keys, to_fallback, unmatched, not_json = self.routes.of_lines(t.path, values)
+        by_topic: dict[str, list[int]] = {}
+        for i, topic in enumerate(topics):
+            by_topic.setdefault(topic, []).append(i)
+
+        def pos(i: int) -> int:
+            return chunk.source_pos(i) if i < n else chunk.source_end
+
+        out = AppendResult()
+        left = n
+        firsts = [idx[0] for idx in by_topic.values()][1:] + [n]
+        for (topic, idx), later in zip(by_topic.items(), firsts, strict=True):
+            at = np.fromiter((pos(i) for i in idx), np.int64, len(idx))
+            part = Chunk.of_values([values[i] for i in idx], chunk.timestamps[idx],
+                                   [None if keys[i] is None else keys[i][:MAX_KEY_BYTES]
+                                    for i in idx] if keys is not None else None,
+                                   at=at - at[0], at_end=pos(idx[-1] + 1) - int(at[0]))
+            res = self.pool.append(topic, part, source=t.source_id,
+                                   source_start=t.offset + int(at[0]),
+                                   pending=t.offset + pos(later))
+            out.dropped += res.dropped
+            if res.records < len(idx):
+                left = min(idx[res.records], later)
+                break
+        self.pool.pending(t.source_id, None)
+        out.records, out.end = left, pos(left)
+        for kind, flags in (("routed_to_fallback", to_fallback), ("key_template_unmatched",
+                                                                  unmatched),
+                            ("line_not_json", not_json)):
+            count = sum(flags[:left])
+            if count:
+                self.lines.bad(kind, count)
+        return out
 
 
 def _last_end(data: bytes, units: Units | None) -> int:

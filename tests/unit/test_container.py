@@ -448,7 +448,8 @@ def test_a_plain_file_routed_by_the_hosts_name(tmp_path):
 
 @pytest.mark.parametrize("extra, path, why", [
     ({"add_fields": {"dc": "eu1"}}, "add_fields", "plain file's lines are shipped as written"),
-    ({"topic": "pods.{namespace}", "fallback_topic": "x"}, "topic", "not a field of the file"),
+    ({"format": "cri", "topic": "pods.{service}", "fallback_topic": "x"}, "topic",
+     "not a field of the file"),                   # a plain file's: a field of its lines
     ({"topic": "logs.{hostname}"}, "fallback_topic", "needs a fallback topic"),
     ({"format": "cri", "add_fields": {"stream": "x"}}, "add_fields.stream", "every record"),
     ({"format": "cri", "key": "{pod}", "key_field": "pod"}, "key", "not both"),

@@ -98,7 +98,8 @@ def test_a_routed_source_is_heard_of_by_its_fallback_topic_and_may_name_added_fi
                         add_fields={"dc": "eu1"}, key="{host}"))
     assert source_topics(cfg.sources) == ["s.o"]
     raw = _config()
-    raw["sources"] = [{"type": "file", "topic": "f.{app}", "paths": ["/tmp/x/*.log"]}]
+    raw["sources"] = [{"type": "file", "topic": "f.{app}", "paths": ["/tmp/x/*.log"],
+                       "format": "docker", "fallback_topic": "f.other"}]
     with pytest.raises(ConfigError, match=r"\{app\} is not a field of the file"):
         parse(raw)
 

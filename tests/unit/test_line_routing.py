@@ -1,0 +1,199 @@
+"""A file source routed by its lines' fields (``topic = "app.{service}"``): each line a JSON
+object, its record sent to the topic and with the key its fields make, the real file source,
+pool and state database driven turn by turn with a fake clock and a fake Kafka."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections import Counter
+
+import pytest
+
+from agent.config import ConfigError, parse
+from agent.service import Agent, Seams
+from tests.unit.fakeproducer import HOLD, FakeKafka
+from tests.unit.tailkit import FakeClock
+
+SLOT = 4096
+SERVICES = ["pay"] * 8 + ["ship"] * 3 + ["mail"]      # one topic fills faster than the others
+
+
+def config(tmp_path, **source) -> dict:
+    return {
+        "agent": {"id": "t", "state_dir": str(tmp_path / "state")},
+        "buffer": {"size_bytes": 4096 + 4096 + 32 * SLOT, "slot_size_bytes": SLOT,
+                   "linger_ms": 50, "sync_on_seal": False, "seal_when_idle": False,
+                   "seal_when_caught_up": False},
+        "broker": {"bootstrap_servers": "127.0.0.1:9"},
+        "audit": {"enabled": False},
+        "sources": [{"type": "file", "paths": [str(tmp_path / "logs" / "app.log")],
+                     "topic": "app.{service}", "fallback_topic": "app.other",
+                     **source}],
+    }
+
+
+def agent_on(tmp_path, kafka: FakeKafka, **source) -> Agent:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    agent = Agent(parse(config(tmp_path, **source)),
+                  seams=Seams(clock=FakeClock(), producer_factory=kafka.producer,
+                              file_events=False))
+    agent.begin()
+    return agent
+
+
+def line(i: int) -> bytes:
+    return json.dumps({"id": i, "service": SERVICES[i % len(SERVICES)],
+                       "user": f"u{i % 7}"}).encode() + b"\n"
+
+
+def lines(a: int, b: int) -> bytes:
+    return b"".join(line(i) for i in range(a, b))
+
+
+def turns(agent: Agent, n: int, step_s: float = 0.3) -> None:
+    for _ in range(n):
+        agent.clock.advance(step_s)
+        agent.turn()
+
+
+def test_each_line_goes_to_the_topic_and_with_the_key_its_fields_make(tmp_path):
+    """Three services interleaved, a line that is no JSON, one without the field, one whose
+    field makes no topic name: each record in its topic (the last three in the fallback),
+    keyed by the user, counted by kind; the file's checkpoints reach its end."""
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka, key="{user}/{hostname}")
+    odd = [b"not json at all\n", b'{"user": "u9"}\n', b'{"service": "a b", "user": "u8"}\n']
+    content = lines(0, 300) + b"".join(odd) + lines(300, 320)
+    (tmp_path / "logs" / "app.log").write_bytes(content)
+    turns(agent, 10)
+    try:
+        host = socket.gethostname()
+        got = {(topic, value, key) for topic, value, key, _ts, _h in kafka.log}
+        want = {(f"app.{SERVICES[i % len(SERVICES)]}", line(i)[:-1],
+                 f"u{i % 7}/{host}".encode()) for i in range(320)}
+        want |= {("app.other", odd[0][:-1], None),
+                 ("app.other", odd[1][:-1], f"u9/{host}".encode()),
+                 ("app.other", odd[2][:-1], f"u8/{host}".encode())}
+        assert got == want
+        assert len(kafka.log) == 323
+        bad = {k: agent.metrics.get("agent_source_bad_input_total", kind=k, topic="app.other")
+               for k in ("routed_to_fallback", "key_template_unmatched", "line_not_json")}
+        assert bad == {"routed_to_fallback": 3, "key_template_unmatched": 1, "line_not_json": 1}
+        [row] = agent.db.all_files()
+        assert row["sealed_offset"] == row["acked_offset"] == len(content)
+    finally:
+        agent.abandon()
+
+
+@pytest.mark.parametrize("kill_after", range(1, 13))
+def test_a_crash_while_one_topic_is_sealed_and_another_still_filling_loses_no_line(
+        tmp_path, kill_after):
+    """Batches of 40 lines written one turn apart (less than the linger: the busy topic's
+    slots seal as they fill, the quiet topics' stay filling), Kafka holding the first record
+    (so every slot sealed stays in the pool, and the acknowledged offset at the file's start),
+    the agent killed after ``kill_after`` turns: a slot of the quiet topic that was filling is
+    gone, while the busy topic's sealed slots, which span its lines, survive. Reading must
+    resume below those lines (the pool keeps a sealed end below what another topic's slot
+    still fills; without it, the start took the surviving slots' ends and lost them). After a
+    start on the same state folder, every line arrives, in its topic; each at most three
+    times (sent, sent again from its slot, read again)."""
+    first = FakeKafka()
+    first.script(line(0)[:-1], HOLD)         # its slot, and every later one, stays in the pool
+    agent = agent_on(tmp_path, first)
+    log_file = tmp_path / "logs" / "app.log"
+    total = 480
+    ends: list[int] = []                 # where each slot sealed so far read its file to
+    on_seal = agent.pool._on_seal
+    agent.pool._on_seal = lambda slot: (ends.extend(e for *_r, e in slot.segments),
+                                        on_seal(slot))
+    for k in range(kill_after):
+        with open(log_file, "ab") as f:
+            f.write(lines(k * 40, (k + 1) * 40))
+        agent.clock.advance(0.01)
+        agent.turn()
+    starts = [fill.positions[src][0] for fill in agent.pool._current.values()
+              for src in fill.positions]
+    # the case that matters: a line in a slot still filling lies below one sealed
+    sealed_while_filling = bool(ends and starts) and min(starts) < max(ends)
+    agent.abandon()                                             # the crash
+    with open(log_file, "ab") as f:
+        f.write(lines(kill_after * 40, total))
+    second = FakeKafka()
+    agent = agent_on(tmp_path, second)
+    turns(agent, 15)
+    try:
+        delivered = Counter()
+        for topic, value, _key, _ts, _h in first.log + second.log:
+            obj = json.loads(value)
+            assert topic == f"app.{obj['service']}", (topic, obj)
+            delivered[obj["id"]] += 1
+        missing = [i for i in range(total) if not delivered[i]]
+        assert not missing, f"{len(missing)} line(s) lost, first {missing[:5]}"
+        assert max(delivered.values()) <= 3
+        assert sealed_while_filling or kill_after < 3, (starts, ends[-3:])
+        [row] = agent.db.all_files()
+        assert row["acked_offset"] == log_file.stat().st_size
+    finally:
+        agent.abandon()
+
+
+def test_a_plain_file_template_names_its_lines_fields_but_not_with_multiline_or_encoding(
+        tmp_path):
+    raw = config(tmp_path)
+    assert parse(raw).sources[0].topic == "app.{service}"
+    del raw["sources"][0]["fallback_topic"]
+    with pytest.raises(ConfigError, match="fallback topic"):
+        parse(raw)
+    raw = config(tmp_path, multiline={"start": "^\\{"})
+    with pytest.raises(ConfigError, match="multiline event is no line to route by"):
+        parse(raw)
+    raw = config(tmp_path, encoding="latin-1")
+    with pytest.raises(ConfigError, match="reads UTF-8"):
+        parse(raw)
+    raw = config(tmp_path, format="cri")
+    with pytest.raises(ConfigError, match=r"\{service\} is not a field of the file"):
+        parse(raw)
+
+
+def test_a_start_after_the_pool_read_past_the_database_takes_no_routed_file_for_cut_back(
+        tmp_path):
+    """The pool (synced at each seal) holds slots read past the checkpoint the state database
+    last made durable, and the file is as it was: the start compares the 4 KiB before the
+    recovered end with what the slot ending there read — only the lines that go to its topic
+    (the others are another topic's slots'). Before, every routed file was taken for cut back
+    here: read again from the anchor, and a false ``cut_back_unread`` journalled."""
+    import shutil
+
+    first = FakeKafka()
+    agent = agent_on(tmp_path, first)
+    log_file = tmp_path / "logs" / "app.log"
+    log_file.write_bytes(lines(0, 120))
+    turns(agent, 5)
+    saved = tmp_path / "durable"
+    saved.mkdir()
+    for p in (tmp_path / "state").glob("state.db*"):             # its last durable commit
+        shutil.copy2(p, saved / p.name)
+    first.script(line(120)[:-1], HOLD)                          # the later slots stay
+    with open(log_file, "ab") as f:
+        f.write(lines(120, 240))
+    turns(agent, 5)
+    assert agent.pool.sealed(), "slots read past the saved database wait for Kafka"
+    agent.abandon()
+    for p in (tmp_path / "state").glob("state.db*"):
+        p.unlink()
+    for p in saved.iterdir():
+        shutil.copy2(p, tmp_path / "state" / p.name)
+    second = FakeKafka()
+    agent = agent_on(tmp_path, second)
+    turns(agent, 10)
+    try:
+        assert agent.metrics.get("agent_source_rotations_total", kind="cut_back",
+                                 topic="app.other") == 0
+        assert agent.journal.entries() == []
+        delivered = Counter(json.loads(v)["id"] for _t, v, *_r in first.log + second.log)
+        assert [i for i in range(240) if not delivered[i]] == []
+        assert all(second.values().count(line(i)[:-1]) == 1 for i in range(120, 240)), \
+            "lines the pool held were read again"
+    finally:
+        agent.abandon()
