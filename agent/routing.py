@@ -103,7 +103,7 @@ class FileRoutes:
         for value in values:
             try:
                 obj = json.loads(value)
-            except ValueError:                       # not JSON, or not UTF-8
+            except (ValueError, RecursionError):     # not JSON, not UTF-8, nested too deep
                 obj = None
             not_json.append(not isinstance(obj, dict))
             fields = {**obj, **file_fields} if isinstance(obj, dict) else file_fields

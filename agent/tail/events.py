@@ -57,7 +57,7 @@ def apply_fields(chunk: Chunk, timestamp_field: str | None,
         except UnicodeDecodeError:
             invalid += 1
             obj = None
-        except ValueError:
+        except (ValueError, RecursionError):      # not JSON, or nested deeper than it parses
             obj = None
         if not isinstance(obj, dict):
             unparsable += bool(timestamp_field)

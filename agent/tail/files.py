@@ -430,8 +430,14 @@ class FileSource:
         if back is not None:
             # the newest anchor the file still holds: the pool's slots may tell where after it
             back, skip = self._still_held(row["source_id"], fd, back, offset)
+        elif held and self.reader.routes.by_line and \
+                self.recovered.get(row["source_id"], 0) > held[-1][0]:
+            # the pool read past the newest anchor, in slots each holding one topic's lines
+            # among the others': what they read cannot be checked line for line
+            offset = self._again_from_anchor(row, path, offset, held[-1][0])
+            coarse, fine = anchors.below(coarse, offset), anchors.below(fine, offset)
         elif held and held[-1][0] < offset and \
-                self._pool_read_differs(row["source_id"], fd, offset, path):
+                self._pool_read_differs(row["source_id"], fd, offset):
             # the pool read past the newest anchor what the file no longer holds all of
             back, skip = self._still_held(row["source_id"], fd, held[-1][0], offset)
         if back is not None:
@@ -453,14 +459,13 @@ class FileSource:
                                    size_seen=size, rotated=rotated, anchors=coarse, fine=fine,
                                    skip=skip))
 
-    def _pool_read_differs(self, sid: int, fd: int, offset: int, path: str) -> bool:
+    def _pool_read_differs(self, sid: int, fd: int, offset: int) -> bool:
         """Whether the file no longer holds, just before ``offset``, what a slot the pool
         recovered, ending there, read (an anchor at ``offset`` the state database never kept:
         ``anchors.tail_read``). No slot ending there (the checkpoint is the database's own)
         cannot tell: False. A source in another encoding than UTF-8 has its bytes transcoded
         as its records were; a container runtime's file has the records the slot's whole
-        groups make compared (``container.Framing.held``); a file routed by its lines' fields,
-        the lines that go to the slot's topic (``_routed_to``)."""
+        groups make compared (``container.Framing.held``)."""
         ending = [(slot, start) for start, _end, slot in self._read_by_pool(sid, offset - 1,
                                                                              offset)]
         if not ending:
@@ -477,8 +482,6 @@ class FileSource:
             tail = self.fs.pread(fd, offset - lo, lo)
             if len(tail) < offset - lo:
                 return True             # the file ends below what was read
-            if self.reader.routes.by_line:
-                tail = self._routed_to(path, slot.meta.topic, tail, lo > start)
             if codec is not None:
                 text = tail.decode(units.codec if units else codec, errors="replace")
                 tail = (text[1:] if lo == 0 and text.startswith("\ufeff") else text).encode()
@@ -486,15 +489,6 @@ class FileSource:
             if anchors.tail_read(tail, [v for _t, _k, v in slot.records()]):
                 return False
         return True
-
-    def _routed_to(self, path: str, topic: str, tail: bytes, cut: bool) -> bytes:
-        """The lines of ``tail`` (a file routed by its lines' fields; ``cut``: its first line
-        perhaps in part, left out) that go to ``topic``: what a slot of that topic read of
-        it."""
-        lines = tail.split(b"\n")[int(cut):-1]
-        topics = self.reader.routes.of_lines(path, [
-            x[:-1] if x.endswith(b"\r") else x for x in lines])[0]
-        return b"".join(x + b"\n" for x, t in zip(lines, topics, strict=True) if t == topic)
 
     def _still_held(self, sid: int, fd: int, newest: int,
                     offset: int) -> tuple[int, list[tuple[int, int]]]:
@@ -595,6 +589,23 @@ class FileSource:
         return sorted(((start, end, slot) for slot in self.pool.sealed()
                        for s, start, end in slot.meta.positions
                        if s == sid and after < end <= through), key=lambda x: x[:2])
+
+    def _again_from_anchor(self, row: dict, path: str, offset: int, anchor: int) -> int:
+        """A file routed by its lines' fields whose pool read past the newest anchor the state
+        database kept (its commits are synced at most every 0.2 s; the pool at each seal): were
+        the file cut back meanwhile (a power loss) and written on, the lines below ``offset``
+        would be skipped, and a slot's records, one topic's among the others' lines, cannot
+        be matched to the file's bytes. Read again from the anchor: the lines from there
+        arrive twice, under new numbers, and none is skipped; nothing is journalled (whatever
+        the file holds past the anchor is read)."""
+        sid = row["source_id"]
+        log.info("%s (source %d, routed by its lines' fields): the pool read to offset %d, past "
+                 "the newest anchor the state database kept; reading again from offset %d "
+                 "(lines between may arrive twice)", path, sid, offset, anchor)
+        self.db.rewind(sid, anchor, row["state"])
+        self.recovered.pop(sid, None)
+        self._closed.pop(sid, None)
+        return anchor
 
     def _cut_back(self, row: dict, path: str, offset: int, back: int, size: int,
                   skip: list[tuple[int, int]] = ()) -> int:

@@ -184,8 +184,10 @@ class Reader:
             units = self.lines.units(data if t.offset == 0 else t.fingerprint)
             last_nl = _last_end(data, units) - 1
             forced = False
-            if last_nl < 0 and t.skip and t.offset + len(data) == t.skip[0][0]:
+            if last_nl < 0 and t.skip and (t.offset + len(data) == t.skip[0][0]
+                                           or not data.strip(b"\0")):
                 # a power cut's hole of zeros, up to a line the pool holds already: a record
+                # (a hole longer than a read: a record a read long, each)
                 data, forced = self.lines.force(data, "hole_ended", units), True
                 last_nl = len(data) - 1
             elif last_nl < 0:
@@ -426,7 +428,10 @@ class Reader:
             if res.records < len(idx):
                 left = min(idx[res.records], later)
                 break
-        self.pool.pending(t.source_id, None)
+        # Cut short (the pool full): the lines from ``left`` on are in no slot, though records
+        # of topics appended before lie past them; no slot may seal past them until a later
+        # hand-over has them all in (as journald's source keeps it).
+        self.pool.pending(t.source_id, None if left == n else t.offset + pos(left))
         out.records, out.end = left, pos(left)
         for kind, flags in (("routed_to_fallback", to_fallback), ("key_template_unmatched",
                                                                   unmatched),
