@@ -55,6 +55,17 @@ def test_a_json_line_after_a_byte_order_mark_keeps_its_time_and_key():
                          topic="t") == 0
 
 
+def test_a_line_nested_deeper_than_json_parses_has_no_time_or_key_and_stops_nothing():
+    """``json.loads`` raises RecursionError, not ValueError, for a line of 2,500 brackets: it
+    stopped the agent (and again at every start, reading the same line)."""
+    c = cutter(timestamp_field="ts", key_field="k")
+    data = b"[" * 2_500 + b'\n{"ts": 1700000000000, "k": "a"}\n'
+    chunk = c.frame(data, len(data), 5)
+    assert chunk.timestamps.tolist() == [5, 1_700_000_000_000] and chunk.keys == [None, b"a"]
+    assert c.metrics.get("agent_source_bad_input_total", kind="timestamp_unparsable",
+                         topic="t") == 1
+
+
 def test_frame_reads_only_to_its_end():
     c = cutter()
     data = b"one\ntwo\n\xff\x00partial"
