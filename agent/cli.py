@@ -282,7 +282,8 @@ def main(argv: list[str] | None = None, seams=None) -> int:
         except OSError as exc:      # the state folder or the pool file, refused by the system
             logging.getLogger("docket.agent").error(
                 "cannot start: %s%s", exc.strerror or exc,
-                f" ({exc.filename})" if getattr(exc, "filename", None) else "")
+                f" ({exc.filename})" if getattr(exc, "filename", None) else "",
+                exc_info=getattr(exc, "filename", None) is None)   # no file: where it came from
             return 1
     except ConfigError as exc:
         print_error(exc)

@@ -105,3 +105,27 @@ def test_a_pool_beside_a_lost_state_database_is_moved_aside_with_it(tmp_path):
     turns(agent, 10)
     assert len(kafka.log) == 20                  # the file read again from its start
     agent.abandon()
+
+
+def test_an_error_of_the_system_with_no_file_leaves_where_it_came_from_in_the_log(
+        tmp_path, monkeypatch, capfd):
+    """An OSError with no file name out of the running agent (it ended a CI run once, as
+    "cannot start: Operation not permitted" and nothing else) is logged with its traceback:
+    the next one says which call it was."""
+    import errno
+
+    from agent.service import Agent
+
+    def refused(self):
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(Agent, "run", refused)
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[agent]\nid = "t"\nstate_dir = "{tmp_path / "state"}"\n'
+                      '[broker]\nbootstrap_servers = "127.0.0.1:9"\n'
+                      '[status]\nlisten = "127.0.0.1:0"\n'
+                      f'[[sources]]\ntype = "file"\ntopic = "t"\npaths = ["{tmp_path}/*.log"]\n')
+    assert agent_main(["run", "--config", str(config)]) == 1
+    err = capfd.readouterr().err
+    assert "cannot start: Operation not permitted" in err
+    assert "Traceback" in err and "in refused" in err, err
