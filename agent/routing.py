@@ -51,6 +51,19 @@ def has_placeholders(text: str) -> bool:
     return bool(PLACEHOLDER.search(text))
 
 
+def topic_groups(topics: list[str]) -> list[tuple[str, list[int], int]]:
+    """A batch's records by the topic each goes to, in the order the topics first come: (topic,
+    its records' indices, the first index of the next topic's group, or the batch's length) —
+    what a source handing a batch to its topics one after another appends each time, and the
+    first record still to come (its ``pending`` position)."""
+    groups: dict[str, list[int]] = {}
+    for i, topic in enumerate(topics):
+        groups.setdefault(topic, []).append(i)
+    firsts = [idx[0] for idx in groups.values()][1:] + [len(topics)]
+    return [(topic, idx, later)
+            for (topic, idx), later in zip(groups.items(), firsts, strict=True)]
+
+
 @dataclass(frozen=True)
 class FileRoute:
     """Where a file's records go: its topic (``fallback``: the source's fallback topic, for

@@ -516,8 +516,8 @@ class FileSource:
             pos = 0
             for _t, _k, value in slot.records():
                 n = len(value)
-                after = data[pos + n:pos + n + 2]
-                step = n + 1 if after[:1] == b"\n" else n + 2 if after == b"\r\n" else \
+                ended = _line_end(data, pos + n)
+                step = n + ended if ended else \
                     n if pos + n == end - start else None      # a partial line at the end
                 if data[pos:pos + n] != value or step is None:
                     back = max(at, start + pos) if start + pos < offset else newest
@@ -561,8 +561,8 @@ class FileSource:
                 offsets = block.offsets.tolist()
                 lengths = block.lengths.tolist()
                 for i, n in enumerate(lengths):
-                    after = data[pos + n:pos + n + 2]
-                    step = n + 1 if after[:1] == b"\n" else n + 2 if after == b"\r\n" else None
+                    ended = _line_end(data, pos + n)
+                    step = n + ended if ended else None
                     same = step is not None and n > 0 and data[pos - 1:pos] in (b"\n", b"\0") \
                         and data[pos:pos + n] == block.value(i)
                     here = start + pos - 1
@@ -598,14 +598,20 @@ class FileSource:
         be matched to the file's bytes. Read again from the anchor: the lines from there
         arrive twice, under new numbers, and none is skipped; nothing is journalled (whatever
         the file holds past the anchor is read)."""
-        sid = row["source_id"]
         log.info("%s (source %d, routed by its lines' fields): the pool read to offset %d, past "
                  "the newest anchor the state database kept; reading again from offset %d "
-                 "(lines between may arrive twice)", path, sid, offset, anchor)
-        self.db.rewind(sid, anchor, row["state"])
+                 "(lines between may arrive twice)", path, row["source_id"], offset, anchor)
+        return self._read_again_from(row, anchor)
+
+    def _read_again_from(self, row: dict, back: int) -> int:
+        """The generation's sealed checkpoint moved back to ``back``, where reading resumes:
+        what the pool recovered past it, or this run handed over before closing it, no longer
+        says where."""
+        sid = row["source_id"]
+        self.db.rewind(sid, back, row["state"])
         self.recovered.pop(sid, None)
         self._closed.pop(sid, None)
-        return anchor
+        return back
 
     def _cut_back(self, row: dict, path: str, offset: int, back: int, size: int,
                   skip: list[tuple[int, int]] = ()) -> int:
@@ -634,10 +640,7 @@ class FileSource:
                                 detail=f"{path} was cut back below offset {offset} while the "
                                        f"agent was stopped: {unread} byte(s) seen after it "
                                        "were never read and are gone")
-        self.db.rewind(sid, back, row["state"])
-        self.recovered.pop(sid, None)
-        self._closed.pop(sid, None)
-        return back
+        return self._read_again_from(row, back)
 
     def _open_new(self, ident: Ident, path: str, st: os.stat_result, start_at: int = 0) -> None:
         """A file no generation is known on: opened and recorded now, decided on below
@@ -1355,3 +1358,10 @@ def _local_fs(dev: int) -> bool:
 def _ctime_ns(st: os.stat_result) -> int:
     """A stat's change time in ns (as ``_mtime_ns``)."""
     return st.st_ctime_ns if st.st_ctime_ns is not None else int(st.st_ctime * 1e9)
+
+
+def _line_end(data: bytes, at: int) -> int | None:
+    """The length of the line ending ``data`` holds at ``at`` (a record's end): 1 for a
+    newline, 2 for a CR before it; None for none."""
+    after = data[at:at + 2]
+    return 1 if after[:1] == b"\n" else 2 if after == b"\r\n" else None

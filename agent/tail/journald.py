@@ -55,7 +55,7 @@ from ..buffer.framing import MAX_KEY_BYTES
 from ..buffer.seams import Clock
 from ..config import SourceConfig
 from ..errors import StartupError
-from ..routing import Template
+from ..routing import Template, topic_groups
 from ..state.db import JOURNAL, StateDB
 from ..state.journal import LossJournal
 from ..telemetry import Metrics
@@ -449,12 +449,8 @@ class JournaldSource:
         base = self.offset
         with self._lock:
             self._handed.extend((base + i + 1, c) for i, c in enumerate(cursors))
-        by_topic: dict[str, list[int]] = {}
-        for i, (topic, _v, _k, _t) in enumerate(records):
-            by_topic.setdefault(topic, []).append(i)
         left = len(records)                   # the first entry of the batch not handed over
-        firsts = [idx[0] for idx in by_topic.values()][1:] + [len(records)]
-        for (topic, idx), later in zip(by_topic.items(), firsts, strict=True):
+        for topic, idx, later in topic_groups([r[0] for r in records]):
             done = self._append(topic, records, idx, base, base + later)
             if done < len(idx):
                 # Stopped: this topic's rest and every later topic's records are read again

@@ -32,7 +32,7 @@ from ..buffer.framing import MAX_KEY_BYTES
 from ..buffer.seams import Clock
 from ..config import FILE_FIELDS, SourceConfig
 from ..patterns import DEFAULT_FLUSH_MS, DEFAULT_MAX_EVENT_BYTES, MultilineRule
-from ..routing import FileRoutes
+from ..routing import FileRoutes, topic_groups
 from ..state.db import FINGERPRINT_BYTES
 from ..telemetry import Metrics
 from . import anchors, compressed, container
@@ -391,7 +391,6 @@ class Reader:
                          topic=route.topic)
         return end, res.complete(chunk)
 
-
     def _append_by_line(self, t: Tracked, chunk: Chunk) -> AppendResult:
         """``chunk``'s records, each to the topic (and with the key) its line's fields make,
         one topic after another in the order they first come: each topic's records are one
@@ -405,17 +404,13 @@ class Reader:
         n = len(chunk)
         values = [chunk.value(i) for i in range(n)]
         topics, keys, to_fallback, unmatched, not_json = self.routes.of_lines(t.path, values)
-        by_topic: dict[str, list[int]] = {}
-        for i, topic in enumerate(topics):
-            by_topic.setdefault(topic, []).append(i)
 
         def pos(i: int) -> int:
             return chunk.source_pos(i) if i < n else chunk.source_end
 
         out = AppendResult()
         left = n
-        firsts = [idx[0] for idx in by_topic.values()][1:] + [n]
-        for (topic, idx), later in zip(by_topic.items(), firsts, strict=True):
+        for topic, idx, later in topic_groups(topics):
             at = np.fromiter((pos(i) for i in idx), np.int64, len(idx))
             part = Chunk.of_values([values[i] for i in idx], chunk.timestamps[idx],
                                    [None if keys[i] is None else keys[i][:MAX_KEY_BYTES]

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 from agent.buffer import BufferPool
 from agent.config import SourceConfig
@@ -20,6 +22,22 @@ from agent.tail.seams import FsOps
 from agent.telemetry import Metrics
 
 LINE = 60
+
+
+def keep_state_db(state: Path, saved: Path) -> None:
+    """The state database as its last durable commit left it, copied to ``saved``: a power cut
+    later takes what was committed since (``put_back_state_db``)."""
+    saved.mkdir()
+    for p in state.glob("state.db*"):
+        shutil.copy2(p, saved / p.name)
+
+
+def put_back_state_db(state: Path, saved: Path) -> None:
+    """The state database of ``keep_state_db`` back in place of what the agent wrote since."""
+    for p in state.glob("state.db*"):
+        p.unlink()
+    for p in saved.iterdir():
+        shutil.copy2(p, state / p.name)
 
 
 def line(i: int) -> bytes:

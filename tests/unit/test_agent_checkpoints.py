@@ -27,7 +27,7 @@ from agent.state.db import (
     StateDB,
 )
 from tests.unit.fakeproducer import HOLD, FakeKafka
-from tests.unit.tailkit import FakeClock, id_of, lines
+from tests.unit.tailkit import FakeClock, id_of, keep_state_db, lines, put_back_state_db
 
 SLOT = 4096
 
@@ -452,13 +452,9 @@ def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_a
     between arrive once, from the pool. A UTF-16 log is checked through its records'
     transcoding (and read again from the anchor); a container's (CRI) through the records the
     slot's lines make (their times and texts)."""
-    import shutil
-
     kafka, agent, log_file = _four_batches_read(tmp_path, encoding)
     saved = tmp_path / "durable"
-    saved.mkdir()
-    for p in (tmp_path / "state").glob("state.db*"):         # what the last log sync made
-        shutil.copy2(p, saved / p.name)
+    keep_state_db(tmp_path / "state", saved)   # what the last log sync made
     held = lines(450, 451)[:-1]
     kafka.script(held if encoding != "cri" else json.dumps(
         {"time": "2026-12-03T21:07:30.000000450Z", "stream": "stdout",
@@ -470,10 +466,7 @@ def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_a
         agent.turn()
     assert agent.pool.sealed(), "the last batch's slot waits for Kafka"
     agent.abandon()                                           # the power cut
-    for p in (tmp_path / "state").glob("state.db*"):
-        p.unlink()
-    for p in saved.iterdir():
-        shutil.copy2(p, tmp_path / "state" / p.name)
+    put_back_state_db(tmp_path / "state", saved)
     with open(log_file, "r+b") as f:
         f.truncate(len(_encoded(lines(0, 430), encoding, True)))      # the lost tail
     with open(log_file, "ab") as f:
@@ -608,13 +601,9 @@ def _past_the_database(tmp_path, extra: bytes, hold: bytes, cut_to: int | None =
     kept); the log cut to ``cut_to`` bytes and ``new`` appended, if given, with zeros from
     ``hole``'s start to its end (a page the cut dropped below one it kept); a new start.
     Returns (the first Kafka, the second, the second agent)."""
-    import shutil
-
     kafka, agent, log_file = _four_batches_read(tmp_path)
     saved = tmp_path / "durable"
-    saved.mkdir()
-    for p in (tmp_path / "state").glob("state.db*"):
-        shutil.copy2(p, saved / p.name)
+    keep_state_db(tmp_path / "state", saved)
     kafka.script(hold, HOLD)
     with open(log_file, "ab") as f:
         f.write(extra)
@@ -623,10 +612,7 @@ def _past_the_database(tmp_path, extra: bytes, hold: bytes, cut_to: int | None =
         agent.turn()
     assert agent.pool.sealed(), "the held record's slot waits for Kafka"
     agent.abandon()
-    for p in (tmp_path / "state").glob("state.db*"):
-        p.unlink()
-    for p in saved.iterdir():
-        shutil.copy2(p, tmp_path / "state" / p.name)
+    put_back_state_db(tmp_path / "state", saved)
     if cut_to is not None:
         with open(log_file, "r+b") as f:
             f.truncate(cut_to)

@@ -13,7 +13,7 @@ import pytest
 from agent.config import ConfigError, parse
 from agent.service import Agent, Seams
 from tests.unit.fakeproducer import HOLD, FakeKafka
-from tests.unit.tailkit import FakeClock
+from tests.unit.tailkit import FakeClock, keep_state_db, put_back_state_db
 
 SLOT = 4096
 SERVICES = ["pay"] * 8 + ["ship"] * 3 + ["mail"]      # one topic fills faster than the others
@@ -167,27 +167,20 @@ def test_a_start_after_the_pool_read_past_the_database_reads_a_routed_file_from_
     line 130 and the application wrote on, past the old end, only ``pay`` lines — a check of
     the quiet topics' slots against their own lines found nothing to compare and took the file
     for whole: the new lines below the old end were skipped (the reviewer's case)."""
-    import shutil
-
     first = FakeKafka()
     agent = agent_on(tmp_path, first)
     log_file = tmp_path / "logs" / "app.log"
     log_file.write_bytes(lines(0, 120))
     turns(agent, 5)
     saved = tmp_path / "durable"
-    saved.mkdir()
-    for p in (tmp_path / "state").glob("state.db*"):             # its last durable commit
-        shutil.copy2(p, saved / p.name)
+    keep_state_db(tmp_path / "state", saved)   # its last durable commit
     first.script(line(120)[:-1], HOLD)                          # the later slots stay
     with open(log_file, "ab") as f:
         f.write(lines(120, 240))
     turns(agent, 5)
     assert agent.pool.sealed(), "slots read past the saved database wait for Kafka"
     agent.abandon()
-    for p in (tmp_path / "state").glob("state.db*"):
-        p.unlink()
-    for p in saved.iterdir():
-        shutil.copy2(p, tmp_path / "state" / p.name)
+    put_back_state_db(tmp_path / "state", saved)
     new = [json.dumps({"id": 1000 + k, "service": "pay"}).encode() + b"\n" for k in range(200)]
     if cut:
         with open(log_file, "r+b") as f:
