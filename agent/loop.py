@@ -50,10 +50,11 @@ class AgentLoop:
         - while the pool pushes back, ``IDLE_WAIT_BLOCKED_S``;
         - when every source can end the wait (the write watch on the file sources' folders; a
           socket source's threads wake it when they append) and no record waits for its
-          linger: until the next duty (a scan, the gauges, the watchdog), up to
-          ``IDLE_WAIT_QUIET_S``, when nothing is sealed or on its way (the Python path too: no
-          report can come); ``IDLE_WAIT_WATCHED_S`` when something is, on the native path
-          (its wait ends on a report as well);
+          linger: until the next duty (a scan, the gauges, the watchdog, the seal of the slot
+          sent while it fills), up to ``IDLE_WAIT_QUIET_S``, when nothing is sealed or on its
+          way (the Python path too: no report can come) or only that slot's records, all
+          reported; ``IDLE_WAIT_WATCHED_S`` when something is, on the native path (its wait
+          ends on a report as well);
         - else a turn every ``IDLE_WAIT_S`` (the Python path's poll cannot end on a
           descriptor while reports may come).
 
@@ -66,7 +67,7 @@ class AgentLoop:
         native = self.drain.WAKES_ON_FD
         if self.pool.filling():
             return IDLE_WAIT_S, self.wake.fd(self.watch.writes) if native else -1
-        if self.drain.idle():
+        if self.drain.idle() or self.drain.waits_for_seal():
             return self._until_next_duty(), self.wake.fd(self.watch.writes)
         if native:
             return IDLE_WAIT_WATCHED_S, self.wake.fd(self.watch.writes)
@@ -82,6 +83,8 @@ class AgentLoop:
         if any(f.rescan for f in self.file_sources):
             return IDLE_WAIT_S                   # a file closed while idle was written
         due = [self._next_scan, self._next_gauges]
+        if (seal := self.pool.seal_at_ns()) is not None:
+            due.append(seal / 1e9)               # the slot sent while it fills
         if self.pool.freeing():
             due.append(self.monotonic() + FREE_SETTLE_S)
         if self.notifier.watchdog_interval_s:

@@ -249,6 +249,8 @@ class Agent(AgentLoop, AgentControl):
             linger_ms=cfg["buffer.linger_ms"], seal_when_idle=cfg["buffer.seal_when_idle"],
             seal_when_caught_up=cfg["buffer.seal_when_caught_up"]
             and self.send_path == "native",
+            send_filling=cfg["buffer.send_filling"] and self.send_path == "native",
+            seal_every_ms=cfg["buffer.seal_every_ms"],
             on_full=cfg["buffer.on_full"],
             oversize=cfg["buffer.oversize"], spill_dir=cfg.spill_dir if spill else None,
             spill_max_bytes=spill, quarantine_dir=cfg.quarantine_dir,

@@ -74,6 +74,15 @@ Invariants
   ``first_record`` in slot order. The highest number given lives in the file header and, until
   the slot is sealed again, in its slot header; a slot torn before its state byte gave nothing.
 
+- A slot sent while it fills (``send_filling``, ``sending.py``) takes its sequence and record
+  numbers when it begins; no other slot opens, closes or takes a number until it is sealed.
+  Before the drain sends what came into it, the pool *shows* it: the new bytes synced, then the
+  header written as a sealed slot of every record so far (state sealed from the first show on;
+  the header rewritten whole, in its own sector, at each later show; ``acked`` kept), with the
+  file header's next numbers, and synced. Whatever a crash or a power loss keeps is a sealed
+  slot of records that were at most sent, never a number sent and given again. Its seal, at
+  ``seal_every_ms``, writes the header a last time and runs what a seal runs (``on_seal``).
+
 - A slot handed out gets, before its state byte says filling, a mark of its own in
   ``first_record`` (so the header a former seal left fails its CRC), its topic, and an empty
   kept prefix in ``max_ts``. Each block of records a source cannot give again (``append(...,
@@ -108,6 +117,7 @@ Modules
 - ``recovery``: opening the file, its checks and upgrades, every slot header recovered.
 - ``writer``: appending: records framed into the filling slot of their topic, space made.
 - ``sealer``: sealing: a slot closed and numbered, its data then its header synced, in order.
+- ``sending``: a slot sent while it fills, shown to the drain (sealed in its header) as it grows.
 - ``reader``: sealed slots handed out in order and freed once acknowledged.
 - ``slots``: what those parts share: ``SealedSlot``, a filling or closing slot, the tunings.
 - ``layout``: the headers above as numpy dtypes, and the geometry arithmetic.

@@ -260,9 +260,9 @@ class Block:
         return memoryview(self.payload[o:o + int(self.lengths[i])])
 
 
-def block_spans(payload: np.ndarray) -> Iterator[tuple[int, int, np.void]]:
-    """(offset, size, header) of each block of ``payload`` (the used bytes only), in order."""
-    at = 0
+def block_spans(payload: np.ndarray, at: int = 0) -> Iterator[tuple[int, int, np.void]]:
+    """(offset, size, header) of each block of ``payload`` (the used bytes only), in order,
+    from the one at byte ``at`` on."""
     end = len(payload)
     while at < end:
         if at + BLOCK_HEADER_BYTES > end:
@@ -278,9 +278,10 @@ def block_spans(payload: np.ndarray) -> Iterator[tuple[int, int, np.void]]:
         at += size
 
 
-def iter_blocks(payload: np.ndarray) -> Iterator[Block]:
-    """Walk the blocks of a sealed payload (``payload`` = the used bytes only)."""
-    for at, _size, h in block_spans(payload):
+def iter_blocks(payload: np.ndarray, start: int = 0) -> Iterator[Block]:
+    """Walk the blocks of a sealed payload (``payload`` = the used bytes only), from the one
+    at byte ``start`` on."""
+    for at, _size, h in block_spans(payload, start):
         n, data_len, keys_len = int(h["n"]), int(h["data_len"]), int(h["keys_len"])
         keyed = bool(h["flags"] & HAS_KEYS)
         o = at + BLOCK_HEADER_BYTES

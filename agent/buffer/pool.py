@@ -24,6 +24,7 @@ from .reader import PoolReader
 from .recovery import PoolRecovery
 from .sealer import PoolSealer
 from .seams import Clock, FileOps
+from .sending import PoolSending
 from .slots import (
     ON_FULL,
     OVERSIZE,
@@ -40,7 +41,7 @@ from .writer import PoolWriter
 __all__ = ["AppendResult", "BufferPool", "DropEvent", "SealedSlot", "slot_meta"]
 
 
-class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolReader):
+class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
     def __init__(
         self,
         path: str | Path,
@@ -50,6 +51,8 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolReader):
         linger_ms: float = 5,
         seal_when_idle: bool = True,
         seal_when_caught_up: bool = True,
+        send_filling: bool = False,
+        seal_every_ms: float = 1000,
         on_full: str = "block",
         oversize: str = "split",
         spill_dir: str | Path | None = None,
@@ -75,6 +78,13 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolReader):
         self.linger_ns = int(linger_ms * 1_000_000)
         self.seal_when_idle = seal_when_idle
         self.seal_when_caught_up = seal_when_caught_up
+        # A slot that would be sealed early (``seal_when_idle``, ``seal_when_caught_up``) is
+        # sent while it fills instead, and sealed ``seal_every_ms`` after its first record
+        # (or when full, or when another slot closes): one seal for every line that came
+        # meanwhile, not one per line (``sending.py``).
+        self.send_filling = send_filling
+        self.seal_every_ns = int(seal_every_ms * 1_000_000)
+        self._early: tuple[str, Filling] | None = None
         self.on_full = on_full
         self.oversize = oversize
         self.sync_on_seal = sync_on_seal

@@ -123,6 +123,19 @@ class Filling:
     first_ns: int | None = None
     positions: dict[int, list[int]] = field(default_factory=dict)
     segments: list[list] = field(default_factory=list)   # see SealedSlot; offsets in the slot
+    once: bool = False           # holds records a crash keeps (``ONCE``: a listener's)
+    # Sent while it fills (``BufferPool.send_filling``, ``sending.py``): its sequence and
+    # record numbers are taken when it begins (``seq``, ``first_record``); ``shown`` bytes
+    # (``shown_records`` records) of it are sealed in its header as it fills, each time
+    # before the drain sends them; ``taken``: the drain sends it; ``sealed``: the slot once
+    # it is sealed whole (that send goes on with it: the pool does not hand it out again).
+    early: bool = False
+    seq: int = 0
+    first_record: int = 0
+    shown: int = 0
+    shown_records: int = 0
+    taken: bool = False
+    sealed: SealedSlot | None = None
 
 
 @dataclass

@@ -71,6 +71,8 @@ class PoolWriter:
 
         with self._lock:
             self._raise_seal_error()
+            if tracked:                 # handed to several topics: none is sent filling
+                self._close_early_first()
             a, next_big = 0, 0
             handed(a)
             while a < n:
@@ -85,7 +87,7 @@ class PoolWriter:
                     handed(a)
                     continue
                 limit = 1 if continued and a == 0 else oversized[next_big]
-                fill = self._filling_for(topic, tb, source, timeout_s)
+                fill = self._filling_for(topic, tb, source, timeout_s, bool(kept))
                 if fill is None:
                     break
                 space = self.geometry.slot_bytes - fill.used
@@ -118,10 +120,14 @@ class PoolWriter:
         return self.max_value_bytes - 16 - (keys + 7) // 8 * 8
 
     def _filling_for(self, topic: str, tb: bytes, source: int | None,
-                     timeout_s: float) -> Filling | None:
+                     timeout_s: float, once: bool = False) -> Filling | None:
+        """The topic's filling slot, opened when there is none (``once``: for records a
+        crash keeps, which a slot sent while it fills does not take: ``sending.py``)."""
         fill = self._current.get(topic)
+        if fill is None:
+            self._close_early_first(topic)      # a second slot filling: one at a time
         if fill is not None:
-            expired = self._linger_over(fill, self.clock.monotonic_ns())
+            expired = self._due(fill, self.clock.monotonic_ns()) or (once and fill.early)
             full_sources = source is not None and source not in fill.positions and \
                 len(fill.positions) >= L.MAX_POSITIONS
             if expired or full_sources:
@@ -207,6 +213,7 @@ class PoolWriter:
         fill.records += b - a
         fill.blocks += 1
         if flags & ONCE:                        # the prefix a crash keeps reaches past it now
+            fill.once = True
             L.store_kept(self._hdr_bytes[fill.index], fill.used, L.kept_check(fill.mark, fill.crc))
         if chunk.uniform_ts is not None:
             lo = hi = chunk.uniform_ts
@@ -258,7 +265,7 @@ class PoolWriter:
             if k < parts_done:
                 continue                   # sealed by an earlier call
             self._seal(topic)              # each piece takes a slot of its own
-            fill = self._filling_for(topic, topic.encode(), source, timeout_s)
+            fill = self._filling_for(topic, topic.encode(), source, timeout_s, bool(kept))
             if fill is None:
                 result.parts = k           # a file re-reads from the line's start next time
                 return False

@@ -806,6 +806,12 @@ class Drain:
     def idle(self) -> bool:
         return not self.inflight and not self.pool.sealed()
 
+    def waits_for_seal(self) -> bool:
+        """Nothing is on its way but records of the slot sent while it fills, all handed
+        over: their acknowledgements need no turn of the loop, only a failure does, and
+        that ends a wait (the native path's; this one sends sealed slots only)."""
+        return False
+
     def drain_until(self, deadline: float) -> bool:
         """Send until nothing is sealed or in flight, the ``deadline`` (on ``self.clock``'s
         monotonic seconds) passes, or an outage

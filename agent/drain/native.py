@@ -33,7 +33,8 @@ from confluent_kafka import KafkaError
 from docket_common.names import SEQ_HEADER
 
 from ..buffer import SealedSlot
-from .drain import PUMP_BUDGET, Drain
+from ..buffer.framing import iter_blocks
+from .drain import MAX_INFLIGHT_SLOTS, PUMP_BUDGET, Drain
 from .headers import Record
 from .slotsend import SendState
 
@@ -159,6 +160,11 @@ class NativeSend(SendState):
         self.handed = 0                 # the drain's hand-over number of its last resend
         self.retired = False
         self.index_of: dict[int, int] = {}      # id(record) → its index, for records made here
+        # A slot sent while it fills (``BufferPool.take_filling``): its ``Filling`` until it
+        # is sealed (``closed`` then), and the bytes of it whose blocks ``blocks`` holds.
+        self.fill = None if previous is None else previous.fill
+        self.parsed = slot.meta.used_bytes if previous is None else previous.parsed
+        self.closed = True if previous is None else previous.closed
         if previous is None:
             self.dead_records: list[Record] = []
             self.dead_index: set[int] = set()
@@ -183,8 +189,17 @@ class NativeSend(SendState):
         return bool(self.tokens)
 
     def finished(self, settled: int) -> bool:
-        return (not self.unsent and not self.open and not self.waiting()
+        return (self.closed and not self.unsent and not self.open and not self.waiting()
                 and self.handed <= settled)
+
+    def grow(self, slot: SealedSlot, blocks: list[tuple]) -> None:
+        """The slot sent while it fills holds more: ``slot`` (what it holds now, or the slot
+        sealed) with ``blocks``, those of its records past the ones this send has."""
+        self.slot = slot
+        self.blocks.extend(blocks)
+        self.firsts.extend(b[0] for b in blocks)
+        self.total = slot.record_count - self.skipped
+        self.parsed = slot.meta.used_bytes
 
     def _locate(self, index: int) -> tuple[tuple, int]:
         """The block holding record ``index`` of the slot, and the record's place in it."""
@@ -236,6 +251,7 @@ class NativeDrain(Drain):
         self.native = self.native_factory(_native_conf(self.conf))
         self.native_name = _client_name(self.native)
         self._sends: dict[int, NativeSend] = {}        # token → the send its reports are for
+        self._filling: NativeSend | None = None         # the send of the slot filling
         self._tokens = 0
         self._reports_before = 0        # reports served by native producers since replaced
 
@@ -253,14 +269,15 @@ class NativeDrain(Drain):
 
     # -- blocks as arrays --------------------------------------------------------------------
     def block_arrays(self, slot: SealedSlot, leave_out: set[int] = frozenset(),
-                     skip: int = 0) -> list[tuple]:
+                     skip: int = 0, at: tuple[int, int] = (0, 0)) -> list[tuple]:
         """Per block: (first index, offsets, lengths, times, numbers or None, keys or None,
         headers), the arrays as the native producer takes them; records in ``leave_out``
         (dead-lettered before this send) and the first ``skip`` (acknowledged before it) left
-        out."""
+        out. ``at``: (byte, index) of the block to begin with — a slot sent while it fills
+        goes on from the blocks its send has."""
         out = []
-        index, number = 0, slot.meta.first_record
-        for block in slot.blocks():
+        index, number = at[1], slot.meta.first_record + at[1]
+        for block in iter_blocks(slot.payload, at[0]):
             n = len(block.offsets)
             if index + n <= skip:
                 index, number = index + n, number + n
@@ -295,6 +312,45 @@ class NativeDrain(Drain):
                              topic=slot.topic)
         return self._register(send)
 
+    def _send_filling(self) -> None:
+        """The pool's slot sent while it fills (``BufferPool.send_filling``): what it holds
+        goes on one send, begun once every slot sealed before it is on its way (the pool
+        chose it then) and grown as it fills, each time after the pool showed it (sealed in
+        its header what it holds so far); once it is sealed whole the send goes on with the
+        sealed slot and ends as any other."""
+        send = self._filling
+        if send is not None and not send.retired:
+            fill = send.fill
+            view = self.pool.show_filling(fill)
+            if view is None:
+                if fill.sealed is None:
+                    return                  # nothing new, or closed and not yet sealed
+                view = fill.sealed
+                send.fill, send.closed, self._filling = None, True, None
+            if view.meta.used_bytes > send.parsed:
+                send.grow(view, self.block_arrays(view, at=(send.parsed,
+                                                            send.slot.record_count)))
+            else:
+                send.slot = view
+            if send.closed:
+                self._handed_all(send)      # when every block of it went before it was sealed
+            return
+        if self.outage or self._fatal is not None or len(self.inflight) >= MAX_INFLIGHT_SLOTS:
+            return
+        taken = self.pool.take_filling()
+        if taken is None:
+            return
+        fill, view = taken
+        send = NativeSend(view, self._next_token(), self.block_arrays(view))
+        send.fill, send.closed = fill, False
+        self._filling = self._register(send)
+        self.inflight.append(send)
+
+    def waits_for_seal(self) -> bool:
+        send = self._filling
+        return (send is not None and len(self.inflight) == 1 and self.inflight[0] is send
+                and not send.unsent and not send.waiting())
+
     def _next_token(self) -> int:
         self._tokens = (self._tokens + 1) & 0xFFFFFFFF
         return self._tokens
@@ -328,11 +384,16 @@ class NativeDrain(Drain):
                 send.bi, send.ri = send.bi + 1, 0
             else:
                 send.ri = stop
-        if not send.unsent and not send.sealed:
+        self._handed_all(send)
+        return n, False
+
+    def _handed_all(self, send: NativeSend) -> None:
+        """Once every record of a sealed slot was handed over, the native producer is told
+        how many: it reports the slot done when that many are reported."""
+        if not send.unsent and not send.sealed and send.closed:
             send.sealed = True
             self.native.seal(send.token, send.handed_native)
             self.pool.release_pages(send.slot)       # librdkafka holds its copies now
-        return n, False
 
     def _resend(self, send, budget: int) -> int:
         """A slot's records that came back RETRY go again through the native producer (the
@@ -418,6 +479,7 @@ class NativeDrain(Drain):
         fatal = self.native.fatal_error()
         if fatal is not None and self._fatal is None:
             self._fatal = KafkaError(fatal[0], fatal[1], fatal=True)
+        self._send_filling()
         return super().pump(budget, reports)
 
     def _purge(self, in_flight: bool = False) -> None:
@@ -445,6 +507,8 @@ class NativeDrain(Drain):
                            previous=send, skipped=skip)
         if skip:
             self.native.begin(again.token, skip)
+        if self._filling is send:
+            self._filling = again
         return self._register(again)
 
     def _new_producers(self) -> None:

@@ -16,7 +16,8 @@ The writer knows, for every id, which content stream (generation) holds it and a
 offset, and on which inodes that content has lived. At the end every id must have reached
 Kafka, or lie in a loss-journal entry that covers its generation's bytes; and an id may arrive
 more than once only as often as it was in a slot that could have been in flight at a kill (one
-of the oldest ``MAX_INFLIGHT_SLOTS`` sealed slots in the pool file, read without recovery).
+of the oldest ``MAX_INFLIGHT_SLOTS`` sealed slots in the pool file, read without recovery: a
+slot sent while it fills, ``buffer.send_filling``, is sealed there as far as it was sent).
 
 Record numbers (``docket-seq``): every record reaches Kafka numbered; a number always stands for
 the same id (never given to two events, across every kill); an id arrives under one number

@@ -55,6 +55,7 @@ def test_both_paths_sleep_until_the_next_duty_on_the_wake_descriptor(tmp_path):
             assert readable(fd), f"{send_path}: a write must end the sleep"
             agent.turn()
             agent.drain.idle = lambda: False        # something on its way
+            agent.drain.waits_for_seal = lambda: False
             assert agent._idle_wait(False) == ((IDLE_WAIT_WATCHED_S, fd) if send_path == "native"
                                                else (IDLE_WAIT_S, -1))
         finally:
@@ -159,6 +160,7 @@ def _gathering(tmp_path, gather_ms: float) -> list[int]:
     (tmp_path / "app.log").write_bytes(b"")
     cfg = config(tmp_path, "native")
     cfg.values["buffer.gather_ms"] = gather_ms
+    cfg.values["buffer.send_filling"] = False       # a slot sealed before it is sent
     kafka = FakeKafka()
     agent = Agent(cfg, seams=Seams(clock=FakeClock(), producer_factory=kafka.producer,
                                    probe_factory=kafka.admin,

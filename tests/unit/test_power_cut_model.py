@@ -18,11 +18,14 @@ rewound offset). After every cut:
 Each send path as the pool sees it: the Python path acknowledges a slot whole; the native
 path (``agent/drain/native.py``) also keeps a growing acknowledged prefix in a slot's header
 (``BufferPool.note_acked``) while the rest of the slot is in flight, and a start sends a
-recovered slot from that prefix on. 500 cuts for each of ``sync_on_seal`` on and off and
-each send path. Off, only the first rule and the last hold: a slot not synced may be lost
-and its lines read again under new numbers, and the numbers it had — the pool's header that
-counted them not synced either — may be given again to other lines (the run prints how
-many: what ``sync_on_seal = false`` gives up, docs/buffer.md). The model covers the pool
+recovered slot from that prefix on; and it sends the lone filling slot while it fills
+(``send_filling``): each time the pool *shows* it (its records so far sealed in its header)
+and some of them are acknowledged — a shown slot must survive as a sealed one does. 500
+cuts for each of ``sync_on_seal`` on and off and each send path. Off, only the first rule and
+the last hold: a slot not synced may be lost and its lines read again under new numbers,
+and the numbers it had — the pool's header that counted them not synced either — may be
+given again to other lines (the run prints how many: what ``sync_on_seal = false`` gives
+up, docs/buffer.md). The model covers the pool
 file and the database; the producer client, the sources and the application's own file are
 the simulation's and the integration tests' (``test_agent_cut_back.py`` for a log cut back).
 """
@@ -37,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from agent.buffer import BufferPool, Chunk
+from agent.buffer.slots import CAUGHT_UP_IN_FLIGHT
 from agent.state.checkpoints import Checkpoints
 from agent.state.db import StateDB
 from agent.state.selfcheck import acknowledged_whole, rewind_uncovered
@@ -72,6 +76,8 @@ class Run:
         self.owner: dict[int, int] = {}          # record number → the line it stood for
         self.sealed_returned: dict[int, list[int]] = {}   # slot seq → lines (seal returned)
         self.cuts = 0
+        self.shows = 0                           # a slot sent while it fills, shown
+        self.cut_while_shown = 0                 # ... and cut before its seal
         self.renumbered = 0                      # lines delivered under a second number
         self.clashes = 0                         # numbers delivered for a second line
         folder.mkdir(parents=True)
@@ -101,6 +107,7 @@ class Run:
         self.checkpoints = Checkpoints(self.db, lambda: self.clock.monotonic_ns() / 1e9,
                                        3_600_000)
         self.pool = BufferPool(live / "pool", SLOTS * SLOT, SLOT, linger_ms=1e9,
+                               send_filling=self.native, seal_every_ms=1e9,
                                sync_on_seal=self.sync, clock=self.clock, ops=self.ops,
                                first_record=next_record, free_barrier=self._barrier,
                                delivered=lambda meta: acknowledged_whole(meta.positions, acked),
@@ -113,6 +120,7 @@ class Run:
         recovered.update(rewind_uncovered(self.db, self.pool.sealed()))
         self.checkpoints.recovered(self.pool.sealed())
         self.prefix = {s.seq: s.acked_before for s in self.pool.sealed()}
+        self.fill = None                         # the slot sent while it fills, taken
         row = self.db.get(self.sid)
         self.offset = max(row["sealed_offset"], recovered.get(self.sid, 0))
         self._check_after_cut(row)
@@ -131,6 +139,8 @@ class Run:
         self.offset += res.end
 
     def seal(self) -> None:
+        if self.pool.filling_send() is not None and self.rnd.random() < 0.8:
+            return              # a slot sent while it fills is sealed later (seal_every_ms)
         self.pool.seal_all()
         self._checkpoint()
 
@@ -170,6 +180,35 @@ class Run:
             self._deliver(slot, upto)
             self.pool.note_acked(slot, upto)
 
+    def show(self) -> None:
+        """The native path with ``send_filling``: the lone filling slot goes out while it
+        fills — the pool shows it (seals what it holds so far in its header) each time the
+        drain takes more of it — and Kafka acknowledges some of what was sent; as sealed
+        slots do, each shown slot must survive a cut with every record shown, under the
+        numbers it was sent with."""
+        while len(self.pool.sealed()) >= CAUGHT_UP_IN_FLIGHT:
+            self.acknowledge()           # the drain keeps up, as at the rates this is for
+        self.pool.take()                 # every sealed slot on its way, as the drain holds them
+        if self.pool.filling_send() is None:
+            self.pool.seal_due(caught_up=True)
+            self._checkpoint()           # a seal at once, when it could not go out filling
+        taken = self.pool.take_filling()
+        if taken is not None:
+            self.fill, view = taken
+        elif self.fill is not None and self.fill.sealed is None:
+            view = self.pool.show_filling(self.fill)
+        else:
+            return
+        if view is None:
+            return
+        self.shows += 1
+        self.sealed_returned[view.seq] = [id_of(v) for _, _, v in view.records()]
+        done = self.prefix.get(view.seq, 0)
+        if done < view.record_count:
+            upto = self.rnd.randint(done, view.record_count)
+            self._deliver(view, upto)
+            self.pool.note_acked(view, upto)
+
     def acknowledge(self) -> None:
         """Kafka acknowledged the oldest sealed slots: their lines are delivered, in the
         agent's order (``Agent._slot_done``: sealed positions waiting are written first,
@@ -186,6 +225,8 @@ class Run:
 
     # -- a cut ----------------------------------------------------------------------------------
     def cut(self, image: bytes | None = None) -> None:
+        if self.fill is not None and self.fill.shown and self.fill.sealed is None:
+            self.cut_while_shown += 1
         image = image if image is not None else self.ops.image()
         db_files = self.snaps.after_cut(self.rnd)
         self.pool.abandon()
@@ -239,10 +280,12 @@ class Run:
             elif r < 0.8:
                 self.acknowledge()
             elif r < 0.9:
-                if self.native:
+                if not self.native:
+                    self.acknowledge()
+                elif r < 0.83:
                     self.acknowledge_part()
                 else:
-                    self.acknowledge()
+                    self.show()
             else:
                 if self.rnd.random() < 0.5:
                     self.ops.cut_in_msync = self.rnd.randint(0, 3)
@@ -271,7 +314,10 @@ def test_power_cuts_lose_no_line_silently_and_give_no_line_two_numbers(tmp_path,
     assert run.cuts == CUTS
     assert len(run.acked) > 10 * CUTS, "the run must deliver, not only cut"
     assert not native or run.skipped > CUTS, "prefixes must survive cuts, or nothing is tested"
+    assert not native or run.cut_while_shown > CUTS // 10, \
+        f"cuts must find slots shown and not sealed, or nothing is tested ({run.shows} shows)"
     print(json.dumps({"sync_on_seal": sync_on_seal, "send_path": send_path, "cuts": run.cuts,
+                      "shows": run.shows, "cut_while_shown": run.cut_while_shown,
                       "lines_delivered": len(run.acked), "renumbered": run.renumbered,
                       "number_clashes": run.clashes, "skipped_by_prefix": run.skipped}))
 

@@ -102,6 +102,13 @@ struct Ledger {
 type LogLine = (i32, String, String);
 
 impl Ledger {
+    /// Something `poll` hands back: a failure, a slot done, an error or a log line.
+    fn news(&self) -> bool {
+        !self.failures.is_empty() || !self.done.is_empty() || !self.errors.is_empty()
+            || !self.logs.is_empty() || self.logs_dropped > 0
+    }
+
+
     fn count(&mut self, token: u32, index: u64, failure: Option<(i32, bool)>) {
         self.reports += 1;
         self.events += 1;
@@ -448,14 +455,17 @@ impl SlotProducer {
         ledger.settle(token);
     }
 
-    /// Serve every delivery report waiting, or wait up to `timeout_s` for the first (GIL
-    /// released); returns what happened since the last call, each once: the failures,
-    /// [(token, record index, error code, refused by produce)], the slots done, [(token,
-    /// acknowledged, failed, acknowledged prefix)], the client's errors, [(code, reason)], and librdkafka's log
-    /// lines, [(syslog level, facility, message)] (with one more saying how many were not
-    /// kept, when more than `LOGS_KEPT` came). `wake_fd`: a
-    /// descriptor of the caller's (the agent's file-write watch) that ends the wait too when
-    /// it becomes readable; the caller reads it.
+    /// Serve every delivery report waiting, and wait up to `timeout_s` (GIL released) while
+    /// none of them is news to the caller; returns what happened since the last call, each
+    /// once: the failures, [(token, record index, error code, refused by produce)], the slots
+    /// done, [(token, acknowledged, failed, acknowledged prefix)], the client's errors, [(code,
+    /// reason)], and librdkafka's log lines, [(syslog level, facility, message)] (with one
+    /// more saying how many were not kept, when more than `LOGS_KEPT` came). A report that
+    /// only counts an acknowledgement of a slot not yet done is no news: it does not end the
+    /// wait (a slot sent while it fills is acknowledged record by record, and waking the
+    /// caller for each was a turn of its loop per line). `wake_fd`: a descriptor of the
+    /// caller's (the agent's file-write watch) that ends the wait too when it becomes
+    /// readable; the caller reads it.
     #[pyo3(signature = (timeout_s, wake_fd = -1))]
     fn poll(&self, py: Python<'_>, timeout_s: f64, wake_fd: i32)
             -> (Vec<Failure>, Vec<Done>, Vec<(i32, String)>, Vec<LogLine>) {
@@ -463,18 +473,18 @@ impl SlotProducer {
         // Reports, errors and log lines alike: each served is progress through the queue (the
         // reports behind a log line must not wait for one line a call).
         let served = || producer.context().ledger.lock().expect("the ledger's lock").events;
+        let news = || producer.context().ledger.lock().expect("the ledger's lock").news();
         let wake = &self.wake;
         py.detach(|| {
             // Serve every event waiting (the crate's poll with no timeout serves at most one);
-            // with none served yet, sleep on the wake-up pipe until one comes or time is up.
+            // with no news yet, sleep on the wake-up pipe until more comes or time is up.
             let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.max(0.0));
-            let start = served();
             for _ in 0..POLL_MAX_EVENTS {
                 let before = served();
                 producer.poll(Duration::ZERO);
                 if served() == before {
                     let now = Instant::now();
-                    if served() > start || now >= deadline {
+                    if news() || now >= deadline {
                         break;
                     }
                     if !wake.waiting() && wake.wait(deadline - now, wake_fd) {

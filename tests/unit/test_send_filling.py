@@ -1,0 +1,200 @@
+"""A slot sent while it fills (``buffer.send_filling``, ``agent/buffer/sending.py``): at low
+rates each line goes to Kafka as it is read, from the one filling slot, which is sealed once
+``seal_every_ms`` after its first record instead of once per line. Before anything of it is
+sent the pool *shows* it — its records so far sealed in its header — so a crash finds the
+records sent under the numbers they were sent with; no other slot opens, closes or takes a
+number while it fills."""
+
+from __future__ import annotations
+
+from agent.buffer import BufferPool, Chunk
+from agent.config import parse
+from agent.service import Agent, Seams
+from tests.unit.fakenative import FakeSlotProducer
+from tests.unit.fakeproducer import FakeKafka
+from tests.unit.poolkit import SIZE, SLOT, FakeClock, chunk_of, ids_of
+from tests.unit.tailkit import FakeClock as AgentClock
+
+SEQ = "docket-seq"
+
+
+def _pool(tmp_path, **kw) -> BufferPool:
+    return BufferPool(tmp_path / "pool", SIZE, SLOT, linger_ms=1e9, send_filling=True,
+                      seal_every_ms=1000, clock=FakeClock(), **kw)
+
+
+def _ids(slot) -> list[int]:
+    return ids_of(v for _, _, v in slot.records())
+
+
+# -- the pool ----------------------------------------------------------------------------------
+def test_a_shown_slot_survives_a_crash_sealed_with_the_records_sent_under_their_numbers(
+        tmp_path):
+    pool = _pool(tmp_path, first_record=100)
+    pool.append("t", chunk_of(range(3)), source=7, source_start=0)
+    pool.seal_due(caught_up=True)                   # a reader that caught up: sent filling
+    assert pool.stats()["slots_sealed"] == 0
+    fill, view = pool.take_filling()
+    assert (view.first_record, _ids(view)) == (100, [0, 1, 2])
+    pool.note_acked(view, 2)                        # Kafka acknowledged the first two
+    pool.append("t", chunk_of(range(3, 5)), source=7, source_start=3 * 41)
+    view = pool.show_filling(fill)
+    assert _ids(view) == [0, 1, 2, 3, 4] and view.seq == fill.seq
+    assert pool.show_filling(fill) is None          # nothing new since
+    assert pool.record_marks() == (104, 99)         # numbers 100-104 given, none settled
+    pool.append("t", chunk_of(range(5, 7)), source=7, source_start=5 * 41)   # not shown
+    pool.abandon()                                  # a crash: the slot is still filling
+
+    again = _pool(tmp_path)
+    [slot] = again.sealed()
+    assert (slot.seq, slot.first_record, _ids(slot)) == (fill.seq, 100, [0, 1, 2, 3, 4])
+    assert slot.acked_before == 2                   # sent on from the third record
+    assert slot.meta.positions == ((7, 0, 5 * 41),)   # the file is read on from line 5
+    assert again.next_record == 105                 # no number sent is given again
+    again.close()
+
+
+def test_its_seal_keeps_the_numbers_and_the_acknowledged_prefix_and_goes_to_its_send(tmp_path):
+    sealed = []
+    pool = _pool(tmp_path, on_seal=sealed.append)
+    pool.append("t", chunk_of(range(2)), source=1, source_start=0)
+    pool.seal_due(caught_up=True)
+    fill, view = pool.take_filling()
+    pool.note_acked(view, 1)
+    pool.append("t", chunk_of(range(2, 4)), source=1, source_start=2 * 41)
+    pool.clock.advance_ms(999)
+    pool.seal_due(caught_up=True)
+    assert not sealed and pool.seal_at_ns() == pool.clock.now + 1_000_000
+    pool.clock.advance_ms(1)
+    pool.seal_due(caught_up=True)                   # seal_every_ms after its first record
+    [slot] = sealed
+    assert fill.sealed is slot and _ids(slot) == [0, 1, 2, 3] and slot.first_record == 0
+    assert pool.take() == [], "its send goes on with it: never handed out again"
+    assert pool.filling_send() is None and pool.next_record == 4
+    pool.close()
+    again = BufferPool(tmp_path / "pool", SIZE, SLOT, clock=FakeClock())
+    assert again.sealed()[0].acked_before == 1      # the seal did not wipe the prefix
+    again.close()
+
+
+def test_no_other_slot_opens_closes_or_takes_a_number_before_it_is_sealed(tmp_path):
+    sealed = []
+    pool = _pool(tmp_path, on_seal=sealed.append, oversize="drop")
+    pool.append("a", chunk_of(range(3)), source=1, source_start=0)
+    pool.seal_due(caught_up=True)
+    pool.take_filling()
+    pool.append("b", chunk_of(range(10, 12)), source=2, source_start=0)   # another topic
+    assert [(s.topic, s.first_record, s.record_count) for s in sealed] == [("a", 0, 3)]
+    pool.seal_all()
+    assert [(s.topic, s.first_record) for s in sealed] == [("a", 0), ("b", 3)]
+
+    pool.take()                                     # both on their way
+    pool.append("a", chunk_of(range(20, 22)), source=1, source_start=3 * 41)
+    pool.seal_due(caught_up=True)
+    assert pool.take_filling() is not None
+    pool.append("a", Chunk.from_lines(b"x" * (2 * SLOT) + b"\n", 1_000), source=1,
+                source_start=5 * 41)            # a dropped line takes a number: sealed first
+    assert [(s.first_record, s.record_count) for s in sealed[2:]] == [(5, 2)]
+    assert pool.next_record == 8
+
+    pool.take()
+    pool.append("a", chunk_of(range(30, 32)), source=1, source_start=0)
+    pool.seal_due(caught_up=True)
+    fill, _view = pool.take_filling()
+    pool.append("a", chunk_of(range(40, 41)), once=True)    # a listener's: kept by a crash
+    assert fill.sealed is not None and pool.filling_send() is None
+    pool.seal_due(caught_up=True)
+    assert pool.filling_send() is None, "records a crash keeps never go out filling"
+    assert [_ids(s) for s in sealed[-2:]] == [[30, 31], [40]]   # sealed at once instead
+    pool.close()
+
+
+def test_it_is_sent_filling_only_when_alone_and_every_sealed_slot_is_on_its_way(tmp_path):
+    pool = _pool(tmp_path)
+    pool.append("a", chunk_of(range(2)), source=1, source_start=0)
+    pool.seal("a")                                  # a sealed slot not yet taken
+    pool.append("a", chunk_of(range(2, 4)), source=1, source_start=2 * 41)
+    pool.seal_due(caught_up=True)
+    assert pool.filling_send() is None and pool.stats()["slots_sealed"] == 1
+    pool.take()
+    pool.seal_due(caught_up=True)
+    assert pool.filling_send() is not None
+    pool.close()
+
+
+# -- the agent ---------------------------------------------------------------------------------
+def _agent(tmp_path, kafka: FakeKafka) -> Agent:
+    (tmp_path / "app.log").write_bytes(b"")
+    cfg = parse({
+        "agent": {"id": "t", "state_dir": str(tmp_path / "state")},
+        "buffer": {"size_bytes": 4096 + 4096 + 16 * 4096, "slot_size_bytes": 4096,
+                   "sync_on_seal": False, "seal_every_ms": 1000},
+        "broker": {"bootstrap_servers": "127.0.0.1:9", "send_path": "native"},
+        "audit": {"enabled": False},
+        "sources": [{"type": "file", "topic": "t", "paths": [str(tmp_path / "app.log")]}],
+    })
+    agent = Agent(cfg, seams=Seams(clock=AgentClock(), file_events=False,
+                                   producer_factory=kafka.producer, probe_factory=kafka.admin,
+                                   native_factory=lambda conf: FakeSlotProducer(conf, kafka)))
+    agent.begin()
+    for _ in range(5):
+        agent.clock.advance(0.3)
+        agent.turn()
+    return agent
+
+
+def _write(tmp_path, *lines: bytes) -> None:
+    with open(tmp_path / "app.log", "ab") as f:
+        f.write(b"".join(line + b"\n" for line in lines))
+
+
+def _numbers(kafka: FakeKafka) -> list[tuple[bytes, int]]:
+    return [(value, int.from_bytes(dict(headers)[SEQ], "big"))
+            for _t, value, _k, _ts, headers in kafka.log]
+
+
+def test_each_line_goes_out_as_it_is_read_and_its_slot_is_sealed_once(tmp_path):
+    kafka = FakeKafka()
+    agent = _agent(tmp_path, kafka)
+    try:
+        for k in range(3):
+            _write(tmp_path, b"line %d" % k)
+            agent.clock.advance(0.2)
+            agent.turn()
+            assert _numbers(kafka)[-1] == (b"line %d" % k, k), "sent as soon as read"
+        stats = agent.pool.stats()
+        assert stats["slots_sealed"] == 0 and stats["filling_records"] == 3
+        assert agent.drain.waits_for_seal()          # the loop sleeps until the seal is due
+        agent.clock.advance(0.7)
+        agent.turn()                                 # a second after the first line
+        agent.turn()
+        stats = agent.pool.stats()
+        assert (stats["slots_sealed"], stats["slots_freed"]) == (1, 1)
+        [row] = agent.db.all_files()
+        assert row["acked_offset"] == row["sealed_offset"] == len(b"line 0\n") * 3
+        _write(tmp_path, b"line 3")
+        agent.clock.advance(0.2)
+        agent.turn()
+        assert _numbers(kafka) == [(b"line %d" % k, k) for k in range(4)]
+    finally:
+        agent.abandon()
+
+
+def test_a_line_refused_while_its_slot_fills_goes_again_and_the_slot_ends(tmp_path):
+    from confluent_kafka import KafkaError
+
+    kafka = FakeKafka()
+    agent = _agent(tmp_path, kafka)
+    try:
+        kafka.script(b"line 1", KafkaError(KafkaError.REQUEST_TIMED_OUT))
+        for k in range(3):
+            _write(tmp_path, b"line %d" % k)
+            agent.clock.advance(0.2)
+            agent.turn()
+        agent.clock.advance(1.0)
+        for _ in range(3):
+            agent.turn()
+        assert sorted(_numbers(kafka)) == [(b"line %d" % k, k) for k in range(3)]
+        assert agent.pool.stats()["slots_freed"] == 1
+    finally:
+        agent.abandon()
