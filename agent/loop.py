@@ -53,8 +53,9 @@ class AgentLoop:
           linger: until the next duty (a scan, the gauges, the watchdog, the seal of the slot
           sent while it fills), up to ``IDLE_WAIT_QUIET_S``, when nothing is sealed or on its
           way (the Python path too: no report can come) or only that slot's records, all
-          reported; ``IDLE_WAIT_WATCHED_S`` when something is, on the native path (its wait
-          ends on a report as well);
+          handed over (their acknowledgements need no turn; a failure ends the wait);
+          ``IDLE_WAIT_WATCHED_S`` when something is, on the native path (its wait ends on a
+          report as well);
         - else a turn every ``IDLE_WAIT_S`` (the Python path's poll cannot end on a
           descriptor while reports may come).
 

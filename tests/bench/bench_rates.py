@@ -13,8 +13,12 @@ rate, for WINDOW_S seconds of writing:
 - p50_ms, p99_ms: append → receipt, the window's first second left out;
 - lost: lines written and not received (must be 0).
 
-Shippers: ``docket_native`` (the default send path, when built), ``docket_native_gatherN`` (the
-same with ``buffer.gather_ms = N``, for each N of ``BENCH_RATES_GATHER_MS``, default 5),
+Shippers: ``docket_native`` (the default send path, when built: a slot sent while it fills,
+``buffer.send_filling``), ``docket_native_sealed`` (the same with ``send_filling`` off: a slot
+sealed before it is sent, a seal per line at low rates — the default before), ``docket_native_
+nosync`` (``send_filling`` with ``sync_on_seal`` off: no power-loss safety, as rsyslog runs),
+``docket_native_gatherN`` (the same with ``buffer.gather_ms = N``, for each N of
+``BENCH_RATES_GATHER_MS``, default none),
 ``docket`` (the Python path),
 ``docket_exactly_once`` (the Python path, ``delivery = "exactly_once"``) and ``rsyslog``
 (Debian's ``imfile`` in inotify mode → ``omkafka``, acks=all, as ``bench_peers.py`` runs it;
@@ -58,7 +62,7 @@ SETTLE_S = 3.0                           # after a shipper's start, before its f
 DRAIN_S = 60.0                           # longest wait for a window's lines to arrive
 SKIP_S = 1.0                             # the first second of a window: not in its latency
 # The native path again with ``buffer.gather_ms`` at each of these (``docket_native_gatherN``).
-GATHER_MS = [g for g in os.environ.get("BENCH_RATES_GATHER_MS", "5").split(",") if g]
+GATHER_MS = [g for g in os.environ.get("BENCH_RATES_GATHER_MS", "").split(",") if g]
 
 
 def _rsyslog_present() -> bool:
@@ -130,6 +134,11 @@ def _docket(bootstrap: str, topic: str, work: Path, logs: Path, shipper: str):
     buffer = {"size_bytes": 256 << 20}
     if "_gather" in shipper:
         buffer["gather_ms"] = float(shipper.rsplit("_gather", 1)[1])
+        buffer["send_filling"] = False
+    if shipper.endswith("_sealed"):
+        buffer["send_filling"] = False
+    if shipper.endswith("_nosync"):
+        buffer["sync_on_seal"] = False
     config = write_config(work / "agent.toml", bootstrap, work / "state",
                           [{"type": "file", "paths": [str(logs / "*.log")], "topic": topic}],
                           buffer=buffer, broker=broker)
@@ -205,7 +214,8 @@ def main() -> None:
     compile_sources()
     peer = _rsyslog_present()
     gathers = [f"docket_native_gather{g}" for g in GATHER_MS] if native_built() else []
-    shippers = (["docket_native"] if native_built() else []) + gathers + ["docket"] \
+    natives = ["docket_native", "docket_native_sealed", "docket_native_nosync"]
+    shippers = (natives if native_built() else []) + gathers + ["docket"] \
         + ["docket_exactly_once"] + (["rsyslog"] if peer else [])
     chosen = os.environ.get("BENCH_RATES_SHIPPERS")
     if chosen:
