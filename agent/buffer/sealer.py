@@ -125,6 +125,8 @@ class PoolSealer:
                 self._closing.pop()
                 self._current[topic] = fill
                 self._next_seq, self._next_record = closing.seq, closing.first_record
+                if fill.early:                  # still the slot sent while it fills
+                    self._early = (topic, fill)
             raise
         return closing.seq
 

@@ -68,8 +68,9 @@ class PoolSending:
             if self._early is None or self._early[1].taken:
                 return None
             fill = self._early[1]
-            fill.taken = True
-            return fill, self._show(fill)
+            view = self._show(fill)
+            fill.taken = True               # (a show that failed leaves it to be taken)
+            return fill, view
 
     def show_filling(self, fill: Filling) -> SealedSlot | None:
         """What ``fill``, taken to send while it fills, holds now, shown (its header a sealed

@@ -162,6 +162,7 @@ class NativeSend(SendState):
         self.index_of: dict[int, int] = {}      # id(record) → its index, for records made here
         # A slot sent while it fills (``BufferPool.take_filling``): its ``Filling`` until it
         # is sealed (``closed`` then), and the bytes of it whose blocks ``blocks`` holds.
+        self.begin_at = 0               # counted as acknowledged by the next producer
         self.fill = None if previous is None else previous.fill
         self.parsed = slot.meta.used_bytes if previous is None else previous.parsed
         self.closed = True if previous is None else previous.closed
@@ -337,6 +338,9 @@ class NativeDrain(Drain):
             return
         if self.outage or self._fatal is not None or len(self.inflight) >= MAX_INFLIGHT_SLOTS:
             return
+        early = self.pool.filling_send()
+        if early is None or early[0] in self._denied:
+            return                  # a refused topic's slot is sealed first, and waits
         taken = self.pool.take_filling()
         if taken is None:
             return
@@ -505,18 +509,26 @@ class NativeDrain(Drain):
         again = NativeSend(send.slot, self._next_token(),
                            self.block_arrays(send.slot, send.dead_index, skip=skip),
                            previous=send, skipped=skip)
-        if skip:
-            self.native.begin(again.token, skip)
+        again.begin_at = skip           # told to the producer that replaces this one
         if self._filling is send:
             self._filling = again
         return self._register(again)
 
     def _new_producers(self) -> None:
         super()._new_producers()
+        self._sends = {t: s for t, s in self._sends.items() if not s.retired}
+        # How many records of each send, from its first on, count as acknowledged on the new
+        # producer: what the old one counted for a send that goes on (every record it handed
+        # over was reported), where a send made again begins; else a slot's acknowledged
+        # prefix stopped growing at the rebuild (more sent twice after a later crash).
+        begins = {t: max(self.native.acked_prefix(t), s.begin_at)
+                  for t, s in self._sends.items() if t == s.token}
         self._reports_before += self.native.reports()
         self.native = self.native_factory(_native_conf(self.conf))
         self.native_name = _client_name(self.native)
-        self._sends = {t: s for t, s in self._sends.items() if not s.retired}
+        for token, first in begins.items():
+            if first:
+                self.native.begin(token, first)
         for send in self._sends.values():
             if send.open:               # every record it handed over was reported: the new
                 send.tokens.clear()     # producer takes it from its cursor

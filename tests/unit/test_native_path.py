@@ -227,3 +227,37 @@ def test_a_slot_in_flight_at_a_crash_goes_again_from_its_acknowledged_prefix_onl
         assert again.metrics.get("agent_drain_skipped_acknowledged_total", topic="t") == 10
     finally:
         again.abandon()
+
+
+
+def test_a_new_producer_counts_on_from_the_prefix_the_old_one_acknowledged(tmp_path):
+    """A slot sent while it fills (``buffer.send_filling``): lines 0–4 go out and are
+    acknowledged, new settings replace the producer, lines 5–9 go out through the new one and
+    are acknowledged too. The slot's header must say 10 records were acknowledged from the
+    first on — the new producer counting on from the 5 the old one counted — not stay at 5:
+    a crash before the seal then sends none of them again."""
+    (tmp_path / "app.log").write_bytes(b"")
+    agent, kafka = _with_stand_ins(config(tmp_path))
+    try:
+        agent.begin()
+        for _ in range(5):
+            agent.clock.advance(0.3)
+            agent.turn()
+        for batch in (range(5), range(5, 10)):
+            for i in batch:
+                with open(tmp_path / "app.log", "ab") as f:
+                    f.write(b"line %02d\n" % i)
+                agent.clock.advance(0.01)
+                agent.turn()
+            if batch.start == 0:
+                agent.drain.reconfigure(dict(agent.drain.conf))
+        assert len(kafka.senders) == 2 and len(kafka.values()) == 10
+        assert agent.pool.stats()["slots_sealed"] == 0, "still filling: nothing sealed yet"
+    finally:
+        agent.abandon()                                  # killed before the seal
+    again, _kafka = _with_stand_ins(config(tmp_path))
+    try:
+        [slot] = again.pool.sealed()
+        assert (slot.record_count, slot.acked_before) == (10, 10)
+    finally:
+        again.abandon()
