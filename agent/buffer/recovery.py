@@ -395,14 +395,9 @@ class PoolRecovery:
             self._free.append(index)
             return
         c = self._close(topic, fill)
-        if self.sync_on_seal:
-            self.ops.msync(self._map._mmap, o, fill.used)
-        self._write_header(c)
-        if self.sync_on_seal:
-            self._sync_headers(self._map._mmap, index)
-        meta = SlotMeta(c.seq, topic, fill.records, fill.used, fill.min_ts, fill.max_ts,
-                        fill.crc, fill.blocks, (), c.first_record)
-        self._sealed[c.seq] = SealedSlot(meta, index, payload)
+        self._write_synced(c)
+        self._sealed[c.seq] = SealedSlot(fill.meta(c.seq, topic, (), c.first_record), index,
+                                         payload)
         self.counters["filling_kept"] += 1
         log.warning("slot %d: %d record(s) of topic %s a listener had read were in a slot not "
                     "yet sealed at the stop: kept, sealed as seq %d", index, fill.records,

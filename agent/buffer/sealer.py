@@ -20,7 +20,6 @@ from .slots import (
     Filling,
     SealedSlot,
 )
-from .spill import SlotMeta
 
 
 class PoolSealer:
@@ -162,13 +161,19 @@ class PoolSealer:
         """Seal the oldest closed slot ``c`` at once, under the lock (without ``seal_thread``,
         or ``at_once`` with nothing else closed): its data synced, then its header, then the
         header synced."""
+        self._write_synced(c)
+        c.synced = True
+        self._sealed_now(c)
+
+    def _write_synced(self, c: Closing) -> None:
+        """``c``'s data synced, then its header written, then the headers synced (with
+        ``sync_on_seal``; else only written): a seal at once, a kept slot's at open, a show
+        of a slot sent while it fills (``sending.py``)."""
         if self.sync_on_seal:
             self.ops.msync(self._map._mmap, self.geometry.slot_offset(c.fill.index), c.fill.used)
         self._write_header(c)
         if self.sync_on_seal:
             self._sync_headers(self._map._mmap, c.fill.index)
-        c.synced = True
-        self._sealed_now(c)
 
     def _write_header(self, c: Closing) -> None:
         """Store every byte of the header but the state in one copy, then the state."""
@@ -200,8 +205,7 @@ class PoolSealer:
         self.ops.crash_point("seal:after_state")
         self._closing.popleft()
         fill, index = c.fill, c.fill.index
-        meta = SlotMeta(c.seq, c.topic, fill.records, fill.used, fill.min_ts, fill.max_ts,
-                        fill.crc, fill.blocks, c.positions, c.first_record)
+        meta = fill.meta(c.seq, c.topic, c.positions, c.first_record)
         segments = tuple((c.first_record + k, n, src, b, e) for k, n, src, b, e in fill.segments)
         slot = self._sealed[c.seq] = SealedSlot(meta, index, self._payload_view(index, fill.used),
                                                 segments=segments)

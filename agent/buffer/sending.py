@@ -19,9 +19,7 @@ set up in ``BufferPool.__init__``.
 
 from __future__ import annotations
 
-from . import layout as L
-from .slots import Filling, SealedSlot
-from .spill import SlotMeta
+from .slots import Closing, Filling, SealedSlot
 
 
 class PoolSending:
@@ -86,27 +84,17 @@ class PoolSending:
         """Seal ``fill``'s records so far in its header, as a seal would (its bytes synced,
         then the header written and synced), the slot staying open for more; the slot the
         drain sends them from."""
-        topic, index = self._early[0], fill.index
+        topic = self._early[0]
         positions = tuple((src, start, end) for src, (start, end) in fill.positions.items())
         if fill.used > fill.shown:
-            if self.sync_on_seal:
-                self.ops.msync(self._map._mmap, self.geometry.slot_offset(index), fill.used)
             header = self._header(topic, fill, fill.seq, fill.first_record, positions)
-            self.ops.crash_point("show:before_header")
-            if not fill.shown:
-                self._hdr_bytes[index, L.ACKED_OFFSET:] = 0
-            self._hdr_bytes[index, :L.STATE_OFFSET] = header
-            self._hdr_bytes[index, L.STATE_OFFSET] = L.SEALED
-            self._fh[0]["next_seq"] = (fill.seq + 1) % L.SEQ_MOD
-            self._fh[0]["next_record"] = max(int(self._fh[0]["next_record"]),
-                                             fill.first_record + fill.records)
-            if self.sync_on_seal:
-                self._sync_headers(self._map._mmap, index)
+            # as a seal writes it (the first show zeroes ``acked``, later ones keep it)
+            self._write_synced(Closing(topic, fill, fill.seq, fill.first_record, positions,
+                                       header))
             self.ops.crash_point("show:after_header")
             fill.shown, fill.shown_records = fill.used, fill.records
-        meta = SlotMeta(fill.seq, topic, fill.records, fill.used, fill.min_ts, fill.max_ts,
-                        fill.crc, fill.blocks, positions, fill.first_record)
-        return SealedSlot(meta, index, self._payload_view(index, fill.used))
+        return SealedSlot(fill.meta(fill.seq, topic, positions, fill.first_record), fill.index,
+                          self._payload_view(fill.index, fill.used))
 
     def seal_at_ns(self) -> int | None:
         """When the slot sent while it fills is due to be sealed (monotonic ns), or None."""

@@ -137,6 +137,12 @@ class Filling:
     taken: bool = False
     sealed: SealedSlot | None = None
 
+    def meta(self, seq: int, topic: str, positions: tuple, first_record: int) -> SlotMeta:
+        """Its header's fields as they are now, under ``seq`` and numbered from
+        ``first_record``."""
+        return SlotMeta(seq, topic, self.records, self.used, self.min_ts, self.max_ts, self.crc,
+                        self.blocks, positions, first_record)
+
 
 @dataclass
 class Closing:

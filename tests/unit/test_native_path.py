@@ -99,6 +99,15 @@ def _with_stand_ins(cfg, file_events=False):
     return agent, kafka
 
 
+def _started(agent, turns: int) -> None:
+    """The agent begun and turned ``turns`` times, 0.3 s apart: what the start found, read
+    and sent."""
+    agent.begin()
+    for _ in range(turns):
+        agent.clock.advance(0.3)
+        agent.turn()
+
+
 def test_with_it_the_drain_is_the_native_path_s_and_sends_through_one_producer_only(tmp_path):
     """The native path has one client that carries records: no Python producer beside it
     (records sent again go through the native one; only a record too large with its batch
@@ -208,10 +217,7 @@ def test_a_slot_in_flight_at_a_crash_goes_again_from_its_acknowledged_prefix_onl
     agent, kafka = _with_stand_ins(config(tmp_path))
     kafka.script(lines[10], HOLD)
     try:
-        agent.begin()
-        for _ in range(6):
-            agent.clock.advance(0.3)
-            agent.turn()
+        _started(agent, 6)
         assert sorted(kafka.values()) == lines[:10] + lines[11:]
         [slot] = agent.pool.sealed()
         assert slot.record_count == 30
@@ -219,15 +225,11 @@ def test_a_slot_in_flight_at_a_crash_goes_again_from_its_acknowledged_prefix_onl
         agent.abandon()                                  # killed: line 10 never answered
     again, kafka2 = _with_stand_ins(config(tmp_path))
     try:
-        again.begin()
-        for _ in range(6):
-            again.clock.advance(0.3)
-            again.turn()
+        _started(again, 6)
         assert kafka2.values() == lines[10:]
         assert again.metrics.get("agent_drain_skipped_acknowledged_total", topic="t") == 10
     finally:
         again.abandon()
-
 
 
 def test_a_new_producer_counts_on_from_the_prefix_the_old_one_acknowledged(tmp_path):
@@ -239,10 +241,7 @@ def test_a_new_producer_counts_on_from_the_prefix_the_old_one_acknowledged(tmp_p
     (tmp_path / "app.log").write_bytes(b"")
     agent, kafka = _with_stand_ins(config(tmp_path))
     try:
-        agent.begin()
-        for _ in range(5):
-            agent.clock.advance(0.3)
-            agent.turn()
+        _started(agent, 5)
         for batch in (range(5), range(5, 10)):
             for i in batch:
                 with open(tmp_path / "app.log", "ab") as f:
