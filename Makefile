@@ -147,9 +147,10 @@ bench: setup bench-tools
 
 # Long runs kept out of CI (the fault soaks, the fleet's network faults, the demo, the mirror
 # with real agents, the Spark standalone cluster, three secured brokers); -s shows each run's
-# figures and JSON lines.
+# figures and JSON lines. Two groups side by side (tests/run_groups.py --soak): the broker-pause
+# matrix, and the rest at the lowest CPU priority; PYTEST_ARGS naming tests run one session.
 soak: setup
-	$(BIN)/pytest -m soak -s $(PYTEST_ARGS)
+	$(BIN)/python tests/run_groups.py --soak $(PYTEST_ARGS)
 
 # The whole pipeline on this machine (demo/), in LinkedIn's topology: three hosts each with an
 # application writing rotated logs and its agent, writing to a local Kafka; MirrorMaker 2 copying

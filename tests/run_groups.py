@@ -14,10 +14,15 @@ reaches every group, whose sessions stop their clusters as pytest does on Ctrl-C
 
 Arguments are pytest's, given to every group (``make test PYTEST_ARGS=-q``). Arguments naming
 tests (a path, ``-k``, ``-m``) run one plain session instead: a selection is not split.
+
+``--soak`` (``make soak``) runs the long runs the same way in two groups of their own: the
+broker-pause matrix, and the rest at the lowest CPU priority.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import signal
 import subprocess
@@ -54,6 +59,12 @@ AUDIT = [
     "tests/faults/test_reconcile_kill.py",
 ]
 GROUPS = {"agent": [f"--ignore={path}" for path in AUDIT], "audit": AUDIT}
+# ``make soak`` (``--soak``): the broker-pause matrix (85 min, mostly outages waited out, whose
+# catch-ups are measured) beside every other long run, which runs at the lowest CPU priority so
+# the matrix's catch-ups are not measured against them.
+SOAK_GROUPS = {"pause": ["-m", "soak", "-k", "pause_matrix"],
+               "soak": ["-m", "soak", "-k", "not pause_matrix"]}
+SOAK_NICE = {"soak": 19}
 # Each group's slowest tests, so a CI log says where its time went.
 DEFAULT_ARGS = ["--durations=15"]
 _SELECTING = re.compile(r"^(-k|-m|--deselect|tests/|\./tests)")
@@ -87,7 +98,9 @@ def _failures(log: Path) -> list[str]:
     return [ln.strip()[:400] for ln in lines if re.match(r"^(FAILED|ERROR) tests/", ln)]
 
 
-def run_groups(args: list[str]) -> int:
+def run_groups(args: list[str], groups: dict[str, list[str]] = GROUPS,
+               nice: dict[str, int] | None = None) -> int:
+    nice = nice or {}
     LOGS.mkdir(parents=True, exist_ok=True)
     # pytest makes --basetemp itself but not its parent: a fresh machine has no /tmp/docket-tests.
     TMP.mkdir(parents=True, exist_ok=True)
@@ -95,11 +108,13 @@ def run_groups(args: list[str]) -> int:
     procs: dict[str, subprocess.Popen] = {}
     threads = []
     began = time.monotonic()
-    for name, selection in GROUPS.items():
+    for name, selection in groups.items():
         cmd = [sys.executable, "-m", "pytest", *DEFAULT_ARGS, *args, *selection,
                f"--basetemp={TMP}/{name}"]
+        lower = functools.partial(os.nice, nice[name]) if nice.get(name) else None
         procs[name] = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True, bufsize=1)
+                                       stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                       preexec_fn=lower)
         t = threading.Thread(target=_stream, args=(name, procs[name], LOGS / f"{name}.log", lock))
         t.start()
         threads.append(t)
@@ -115,21 +130,27 @@ def run_groups(args: list[str]) -> int:
     for t in threads:
         t.join()
     spent = time.monotonic() - began
-    for name in GROUPS:
+    for name in groups:
         print(f"group {name}: exit {codes[name]}: {_summary(LOGS / f'{name}.log')}")
     failing = [c for c in codes.values() if c not in (0, 5)]
     code = failing[0] if failing else (5 if all(c == 5 for c in codes.values()) else 0)
     verdict = "passed" if code == 0 else f"FAILED (exit {code})"
-    print(f"=== {len(GROUPS)} groups side by side {verdict} in {spent:.0f}s: "
-          + "; ".join(f"{n}: {_summary(LOGS / f'{n}.log')}" for n in GROUPS) + " ===")
+    print(f"=== {len(groups)} groups side by side {verdict} in {spent:.0f}s: "
+          + "; ".join(f"{n}: {_summary(LOGS / f'{n}.log')}" for n in groups) + " ===")
     # Last, so the tail of a log names what failed even when the groups' output interleaved.
-    for name in GROUPS:
+    for name in groups:
         for line in _failures(LOGS / f"{name}.log"):
             print(f"{name} {line}")
     return code
 
 
 def main(argv: list[str]) -> int:
+    if "--soak" in argv:
+        rest = [a for a in argv if a != "--soak"]
+        if selects(rest):
+            return subprocess.call([sys.executable, "-m", "pytest", "-m", "soak", "-s", *rest],
+                                   cwd=ROOT)
+        return run_groups(["-s", *rest], SOAK_GROUPS, SOAK_NICE)
     if selects(argv):
         return subprocess.call([sys.executable, "-m", "pytest", *argv], cwd=ROOT)
     return run_groups(argv)

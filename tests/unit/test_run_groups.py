@@ -23,3 +23,11 @@ def test_a_passing_group_names_no_failure(tmp_path):
     log = tmp_path / "agent.log"
     log.write_text("tests/unit/test_x.py ....\n===== 4 passed in 1.00s =====\n")
     assert run_groups._failures(log) == []
+
+
+def test_the_soak_splits_the_pause_matrix_from_the_rest_and_selects_everything_marked():
+    pause, rest = run_groups.SOAK_GROUPS["pause"], run_groups.SOAK_GROUPS["soak"]
+    assert pause[pause.index("-k") + 1] == "pause_matrix"
+    assert rest[rest.index("-k") + 1] == "not pause_matrix"
+    assert all(g[g.index("-m") + 1] == "soak" for g in (pause, rest))
+    assert run_groups.SOAK_NICE == {"soak": 19}
