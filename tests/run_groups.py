@@ -21,7 +21,6 @@ broker-pause matrix, and the rest at the lowest CPU priority.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import signal
@@ -60,8 +59,8 @@ AUDIT = [
 ]
 GROUPS = {"agent": [f"--ignore={path}" for path in AUDIT], "audit": AUDIT}
 # ``make soak`` (``--soak``): the broker-pause matrix (85 min, mostly outages waited out, whose
-# catch-ups are measured) beside every other long run, which runs at the lowest CPU priority so
-# the matrix's catch-ups are not measured against them.
+# catch-ups are measured) beside every other long run, which runs at the lowest CPU priority
+# (``keep_nice``) so the matrix's catch-ups are not measured against them.
 SOAK_GROUPS = {"pause": ["-m", "soak", "-k", "pause_matrix"],
                "soak": ["-m", "soak", "-k", "not pause_matrix"]}
 SOAK_NICE = {"soak": 19}
@@ -98,6 +97,38 @@ def _failures(log: Path) -> list[str]:
     return [ln.strip()[:400] for ln in lines if re.match(r"^(FAILED|ERROR) tests/", ln)]
 
 
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue                                # gone since the listing
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def keep_nice(root: int, nice: int, stop: threading.Event, every_s: float = 0.5) -> None:
+    """Hold every process under ``root`` at ``nice``, its own and its autogroup's: where the
+    kernel groups each session (``kernel.sched_autogroup_enabled``), a process's nice weighs
+    only against its own session's, and the brokers, agents and JVMs a test starts in sessions
+    of their own would otherwise take as much CPU as the group beside them."""
+    while not stop.wait(every_s):
+        for pid in _descendants(root):
+            try:
+                if os.getpriority(os.PRIO_PROCESS, pid) < nice:
+                    os.setpriority(os.PRIO_PROCESS, pid, nice)
+                Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+            except OSError:
+                pass                                # gone, or no autogroups here
+
+
 def run_groups(args: list[str], groups: dict[str, list[str]] = GROUPS,
                nice: dict[str, int] | None = None) -> int:
     nice = nice or {}
@@ -107,17 +138,21 @@ def run_groups(args: list[str], groups: dict[str, list[str]] = GROUPS,
     lock = threading.Lock()
     procs: dict[str, subprocess.Popen] = {}
     threads = []
+    settled = threading.Event()
     began = time.monotonic()
     for name, selection in groups.items():
         cmd = [sys.executable, "-m", "pytest", *DEFAULT_ARGS, *args, *selection,
                f"--basetemp={TMP}/{name}"]
-        lower = functools.partial(os.nice, nice[name]) if nice.get(name) else None
+        # a group held at a nice of its own runs in a session (an autogroup) of its own
         procs[name] = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                       preexec_fn=lower)
+                                       start_new_session=bool(nice.get(name)))
         t = threading.Thread(target=_stream, args=(name, procs[name], LOGS / f"{name}.log", lock))
         t.start()
         threads.append(t)
+        if nice.get(name):
+            threading.Thread(target=keep_nice, args=(procs[name].pid, nice[name], settled),
+                             daemon=True).start()
 
     def forward(signum, _frame):
         for p in procs.values():
@@ -127,6 +162,7 @@ def run_groups(args: list[str], groups: dict[str, list[str]] = GROUPS,
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     codes = {name: p.wait() for name, p in procs.items()}
+    settled.set()
     for t in threads:
         t.join()
     spent = time.monotonic() - began
