@@ -4,8 +4,8 @@
   start to stop.
 - ``spark``: what they share: the session, the Kafka source, the counting, the writer of their
   records to the audit topic.
-- ``tally``: one origin's state at a Spark tier (window counts, record numbers seen), run in
-  Spark's Python workers.
+- ``tally``: what a Spark tier has counted (window counts, record numbers seen), kept by the
+  counting query's driver in SQLite beside the checkpoint, from batches compacted in the JVM.
 - ``intervals``: the record numbers seen as an interval set, sized in gaps, not records.
 - ``dedup``: ``land --dedup``'s step that lets each record through once per origin.
 - ``landing``: each micro-batch of ``land --dedup`` landed in the table once, however often

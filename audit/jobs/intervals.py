@@ -73,6 +73,27 @@ class IntervalSet:
             self._merge(*_runs(fresh))
         return dup
 
+    def add_runs(self, starts: np.ndarray, ends: np.ndarray) -> int:
+        """Add the numbers of disjoint inclusive runs (sorted by start); returns how many of
+        them the set held already (duplicates)."""
+        starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+        if not len(starts):
+            return 0
+        held = int((self._count_to(ends) - self._count_to(starts - 1)).sum())
+        self._merge(starts, ends)
+        return held
+
+    def _count_to(self, x: np.ndarray) -> np.ndarray:
+        """Per number in ``x``: how many numbers of the set are at most it."""
+        if not len(self.starts):
+            return np.zeros(len(x), np.int64)
+        sizes = np.cumsum(self.ends - self.starts + 1)
+        i = np.searchsorted(self.starts, x, side="right") - 1
+        at = np.maximum(i, 0)
+        before = np.where(at > 0, sizes[at - 1], 0)
+        within = np.minimum(x, self.ends[at]) - self.starts[at] + 1
+        return np.where(i >= 0, before + within, 0)
+
     def _merge(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Union with disjoint intervals ``starts``/``ends`` (sorted)."""
         a = np.concatenate([self.starts, starts])

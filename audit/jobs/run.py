@@ -36,8 +36,9 @@ from .landing import DEDUP_MODE, FILE_SINK_MODE, BatchLanding, claim_mode
 from .spark import (
     AuditWriter,
     JobOptions,
-    count_by_window,
+    count_batch,
     count_plain,
+    count_rows,
     data_records,
     dedup_by_origin,
     emit_batch,
@@ -46,6 +47,7 @@ from .spark import (
     spark_session,
     with_origin,
 )
+from .tally import TALLY_FILE, TallyStore, ensure_tallies
 
 log = logging.getLogger("docket.audit")
 
@@ -83,12 +85,19 @@ def _trigger(opts: JobOptions) -> dict:
 def _start_counting(rows, name: str, writer: AuditWriter, opts: JobOptions):
     """The counting query both jobs run: ``rows`` (topic, timestamp, value, origin,
     incarnation, seq) counted per (topic, window, origin) with their record numbers, the
-    changed groups and number spaces written to the audit topic each trigger."""
-    counting = count_by_window if opts.identity else count_plain
-    return (counting(rows, opts.window_ms)
-            .writeStream.queryName(name).outputMode("update")
-            .option("checkpointLocation", str(opts.checkpoint_dir / "count"))
-            .foreachBatch(emit_batch(writer))
+    changed groups and number spaces written to the audit topic each trigger. With identity
+    the tallies are the driver's (``audit.jobs.tally``, beside the checkpoint); without, Spark's
+    own aggregation state."""
+    checkpoint = opts.checkpoint_dir / "count"
+    if opts.identity:
+        store = TallyStore(opts.checkpoint_dir / TALLY_FILE)
+        ensure_tallies(rows.sparkSession, checkpoint, store)
+        counted, mode, sink = count_rows(rows, opts.window_ms), "append", count_batch(store, writer)
+    else:
+        counted, mode, sink = count_plain(rows, opts.window_ms), "update", emit_batch(writer)
+    return (counted.writeStream.queryName(name).outputMode(mode)
+            .option("checkpointLocation", str(checkpoint))
+            .foreachBatch(sink)
             .trigger(**_trigger(opts))
             .start())
 

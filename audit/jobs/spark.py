@@ -3,24 +3,24 @@
 Counting: Spark SQL computes per record its window, value length and the checksum terms (the
 low and the high 32 bits of ``xxhash64(value)``, summed apart so no long overflows; the driver
 joins the halves, ``audit.contract.record.combine_halves``), and reads its identity from the headers
-(``docket-origin``, ``docket-incarnation``, ``docket-seq``). Then one stateful step per origin
-(``applyInPandasWithState``, update mode, no watermark, so however late a record comes it is
-counted) keeps:
+(``docket-origin``, ``docket-incarnation``, ``docket-seq``). Each micro-batch is then compacted
+in the JVM (``compact``): a row per (origin, origin incarnation, topic, window) with its count,
+bytes, checksum halves, records without a number and its record numbers as runs. Only those rows
+reach Python, on the driver, where ``audit.jobs.tally`` adds them to the tallies it keeps in
+SQLite beside the checkpoint (no watermark, so however late a record comes it is counted):
 
-- per (topic, window): count, bytes, the checksum halves, duplicates, and records without a
-  number (their window's ``distinct`` is then unknown);
+- per (origin, topic, window): count, bytes, the checksum halves, duplicates, and records
+  without a number (their window's ``distinct`` is then unknown);
 - per origin incarnation: the set of record numbers seen, as intervals
   (``audit.jobs.intervals``): its size grows with the gaps, not with the records. A number seen
   before is a duplicate of the window it falls in (the same record has the same timestamp).
 
 Every trigger emits the cumulative figures of the windows that changed, and a ``ranges`` record
-per origin incarnation that changed (highest number seen, missing ranges). The state lives in
-RocksDB inside the checkpoint, written with the batch: a restart is exact.
-
-Each trigger's changed groups are collected on the driver (one row per changed group, not per
-record) and written to the audit topic with an idempotent ``acks=all`` producer; ``seq`` is the
+per origin incarnation that changed (highest number seen, missing ranges), written to the audit
+topic with an idempotent ``acks=all`` producer before the tallies commit; ``seq`` is the
 micro-batch id, which the checkpoint keeps, so a batch run again after a crash writes the same
-records with the same ``seq``: idempotent for the reconciler.
+records with the same ``seq`` (idempotent for the reconciler), and one whose tallies committed is
+not counted again.
 """
 
 from __future__ import annotations
@@ -202,7 +202,6 @@ TALLY_SCHEMA = ("kind STRING, origin STRING, topic STRING, window_start LONG, n 
                 "bytes LONG, lo LONG, hi LONG, duplicates LONG, unnumbered LONG, "
                 "incarnation STRING, through LONG, missing STRING, missing_total LONG, "
                 "missing_truncated BOOLEAN")
-TALLY_STATE = "windows STRING, spaces STRING"
 
 
 def count_plain(df, window_ms: int):
@@ -228,37 +227,65 @@ def count_plain(df, window_ms: int):
                     F.lit(False).alias("missing_truncated")))
 
 
-def count_by_window(df, window_ms: int):
-    """Per origin, the changed (topic, window) tallies and number spaces (rows of
-    ``TALLY_SCHEMA``, ``kind`` = count or ranges); ``df`` has topic, timestamp, value, origin,
-    incarnation, seq. A missing value counts as empty bytes, as the agent's hash of b"" does."""
+def count_rows(df, window_ms: int):
+    """Per record what the counting needs (origin, incarnation, seq, topic, window_start, len,
+    lo, hi); ``df`` has topic, timestamp, value, origin, incarnation, seq. A missing value
+    counts as empty bytes, as the agent's hash of b"" does."""
     from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
 
     value = F.coalesce(F.col("value"), F.lit(b"").cast("binary"))
     h = F.xxhash64(value)
-    rows = df.select(
+    return df.select(
         "origin", "incarnation", "seq", "topic",
         F.expr(window_start_sql("unix_millis(timestamp)", window_ms)).alias("window_start"),
         F.length(value).cast("long").alias("len"),
         h.bitwiseAND(F.lit(0xFFFFFFFF)).alias("lo"),
         F.shiftrightunsigned(h, 32).alias("hi"))
-    return rows.groupBy("origin").applyInPandasWithState(
-        tally_origin, TALLY_SCHEMA, TALLY_STATE, "update", GroupStateTimeout.NoTimeout)
 
 
-def tally_origin(key, frames, state):
-    """The stateful step of one origin (runs in a Python worker): add a batch's records to
-    its window tallies and number sets; yield what changed."""
-    import pandas as pd
+def compact(rows):
+    """One micro-batch of ``count_rows`` compacted in the JVM: a row per (origin, incarnation,
+    topic, window_start) with n, bytes, lo, hi, unnumbered and the record numbers as runs
+    (``starts``, ``ends``: sorted, disjoint, inclusive; a number given twice is in one run
+    once). Only these rows reach Python (``audit.jobs.tally``)."""
+    from pyspark.sql import functions as F
 
-    from .tally import OriginTally
+    numbered = F.col("seq") >= 0
+    groups = (rows.groupBy("origin", "incarnation", "topic", "window_start")
+              .agg(F.count(F.lit(1)).alias("n"), F.sum("len").alias("bytes"),
+                   F.sum("lo").alias("lo"), F.sum("hi").alias("hi"),
+                   F.count(F.when(~numbered, 1)).alias("unnumbered"),
+                   F.array_sort(F.collect_list(F.when(numbered, F.col("seq")))).alias("s")))
+    # A run starts where a number is more than one past the one before it, and ends where the
+    # next is more than one past it (equal neighbours, a copy, neither start nor end one).
+    return (groups
+            .withColumn("starts", F.expr("filter(s, (x, i) -> i = 0 OR x - get(s, i - 1) > 1)"))
+            .withColumn("ends", F.expr("filter(s, (x, i) -> i = size(s) - 1 "
+                                       "OR get(s, i + 1) - x > 1)"))
+            .drop("s"))
 
-    tally = OriginTally.load(*(state.get if state.exists else (None, None)))
-    out = tally.add_frames(key[0], frames)
-    dumped = tally.dump()
-    state.update(dumped)
-    yield pd.concat([out, tally.state_row(key[0], dumped)], ignore_index=True)
+
+def count_batch(store, writer: AuditWriter) -> Callable:
+    """The identity counting's ``foreachBatch`` function: the batch compacted (``compact``),
+    added to ``store`` (``audit.jobs.tally.TallyStore``), the changed windows and number spaces
+    written to the audit topic, then the store committed; a batch applied before (the job
+    stopped between the commit and Spark's) is not applied or written again."""
+    def run(batch_df, batch_id: int) -> None:
+        if store.applied() >= batch_id:
+            log.info("batch %d: counted before", batch_id)
+            return
+        rows = store.apply(batch_id, compact(batch_df).collect())
+        try:
+            records = writer.records(rows, batch_id)
+            writer.send([r.encode() for r in records])
+        except BaseException:
+            store.rollback()
+            raise
+        store.commit()
+        log.info("tallies after batch %d: %s", batch_id, json.dumps(store.size()))
+        log.info("batch %d: %d audit record(s) written for tier %s", batch_id, len(records),
+                 writer.tier)
+    return run
 
 
 def dedup_by_origin(df, window_ms: int):
@@ -302,8 +329,6 @@ class AuditWriter:
         now = int(time.time() * 1000)
         out: list[AuditRecord | Ranges] = []
         for r in rows:
-            if r["kind"] == "state":
-                continue                  # the state's size, logged by emit_batch
             if r["kind"] == "ranges":
                 out.append(Ranges(
                     tier=self.tier, origin=r["origin"], origin_incarnation=r["incarnation"],
@@ -386,16 +411,10 @@ def incarnation_of(checkpoint_dir: Path) -> str:
 
 
 def emit_batch(writer: AuditWriter) -> Callable:
-    """The ``foreachBatch`` function: the changed groups of one trigger → the audit topic."""
+    """The plain counting's ``foreachBatch`` function: the changed groups of one trigger (Spark
+    keeps their state) → the audit topic."""
     def run(batch_df, batch_id: int) -> None:
-        rows = batch_df.collect()
-        records = writer.records(rows, batch_id)
-        sizes = [r for r in rows if r["kind"] == "state"]
-        if sizes:
-            log.info("state after batch %d: %s", batch_id, json.dumps({
-                "origins": len(sizes), "windows": sum(int(r["n"]) for r in sizes),
-                "intervals": sum(int(r["through"]) for r in sizes),
-                "bytes": sum(int(r["bytes"]) for r in sizes)}))
+        records = writer.records(batch_df.collect(), batch_id)
         writer.send([r.encode() for r in records])
         log.info("batch %d: %d audit record(s) written for tier %s", batch_id, len(records),
                  writer.tier)

@@ -1,86 +1,247 @@
-"""One origin's audit state at a Spark tier, and how a batch of its records changes it.
+"""What a Spark tier has counted, kept by the counting query's driver in SQLite.
 
-``OriginTally`` is what ``audit.jobs.spark.tally_origin`` keeps per origin in the job's checkpointed
-state, as two JSON strings (``dump``/``load``):
+Each micro-batch reaches the driver compacted by Spark SQL (``audit.jobs.spark.compact``): one
+row per (origin, origin incarnation, topic, window) with its count, bytes, checksum halves,
+records without a number, and its record numbers as runs (sorted, disjoint ``starts``/``ends``,
+a number given twice inside the batch counted once). ``TallyStore.apply`` adds them to:
 
-- ``windows``: ``"topic\\x00window_start"`` → [count, bytes, lo, hi, duplicates, unnumbered],
-  cumulative;
-- ``spaces``: origin incarnation → the record numbers seen, an ``IntervalSet`` (base64).
+- ``windows``: per (origin, topic, window) the cumulative count, bytes, checksum halves,
+  duplicates and records without a number;
+- ``spaces``: per origin incarnation, the record numbers seen, an ``IntervalSet``.
 
-Runs in Spark's Python workers with pandas; the tests run it without Spark.
+A number seen before — in the set, earlier in the batch, or twice in its own group — is a
+duplicate of the window its group falls in (groups are taken in (origin, incarnation, topic,
+window) order, so which of two windows a number given in both is a copy of is fixed).
+
+``apply`` runs in a transaction that also records the batch id; the caller writes the batch's
+audit records, then ``commit``s (or ``rollback``s when they could not be written). A batch run
+again after a crash is therefore either not applied yet (applied, written and committed again,
+the same records under the same ``seq``) or applied and written (``apply`` returns None).
+
+Light on purpose (numpy, sqlite3 and the standard library): the tests run it without Spark.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 
+from ..contract.errors import AuditError
 from ..contract.record import MAX_RANGES
-from .intervals import IntervalSet, add_numbered, spaces_from_json, spaces_to_json
+from .intervals import IntervalSet
 
-COLUMNS = ["kind", "origin", "topic", "window_start", "n", "bytes", "lo", "hi", "duplicates",
-           "unnumbered", "incarnation", "through", "missing", "missing_total",
-           "missing_truncated"]
-_SEP = "\x00"
+log = logging.getLogger("docket.audit")
+
+FIGURES = ("n", "bytes", "lo", "hi", "duplicates", "unnumbered")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS windows (
+    origin TEXT NOT NULL, topic TEXT NOT NULL, window_start INTEGER NOT NULL,
+    n INTEGER NOT NULL, bytes INTEGER NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+    duplicates INTEGER NOT NULL, unnumbered INTEGER NOT NULL,
+    PRIMARY KEY (origin, topic, window_start)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS spaces (
+    origin TEXT NOT NULL, incarnation TEXT NOT NULL, intervals BLOB NOT NULL,
+    PRIMARY KEY (origin, incarnation)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS applied (
+    one INTEGER PRIMARY KEY CHECK (one = 1), batch_id INTEGER NOT NULL);
+"""
 
 
-class OriginTally:
-    def __init__(self, windows: dict[str, list[int]], spaces: dict[str, IntervalSet]):
-        self.windows = windows
-        self.spaces = spaces
+class TallyError(AuditError):
+    pass
 
-    @classmethod
-    def load(cls, windows: str | None, spaces: str | None) -> OriginTally:
-        return cls(json.loads(windows) if windows else {}, spaces_from_json(spaces))
 
-    def dump(self) -> tuple[str, str]:
-        return json.dumps(self.windows, separators=(",", ":")), spaces_to_json(self.spaces)
+class TallyStore:
+    """One counting query's tallies (``path``: a SQLite file beside its checkpoint)."""
 
-    def add_frames(self, origin: str, frames: Iterable):
-        """Add the batch's records (pandas frames with incarnation, seq, topic, window_start,
-        len, lo, hi); returns a frame of ``COLUMNS``: the windows and number spaces changed."""
-        import pandas as pd
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Spark calls foreachBatch on a thread of its own, one batch at a time
+        self.conn = sqlite3.connect(str(self.path), isolation_level=None,
+                                    check_same_thread=False)
+        self.conn.execute("PRAGMA synchronous = FULL")
+        self.conn.executescript(_SCHEMA)
 
-        parts = [f for f in frames if len(f)]
-        if not parts:
-            return pd.DataFrame({c: [] for c in COLUMNS})
-        batch = pd.concat(parts, ignore_index=True)
-        seq = batch["seq"].to_numpy(np.int64)
-        dup, changed_spaces = add_numbered(self.spaces, batch["incarnation"].to_numpy(object),
-                                           seq)
-        batch = batch.assign(dup=dup, unnumbered=seq < 0)
-        groups = batch.groupby(["topic", "window_start"], sort=True).agg(
-            n=("len", "size"), bytes=("len", "sum"), lo=("lo", "sum"), hi=("hi", "sum"),
-            duplicates=("dup", "sum"), unnumbered=("unnumbered", "sum"))
-        rows = []
-        for (topic, window), g in groups.iterrows():
-            key = f"{topic}{_SEP}{int(window)}"
-            t = self.windows.setdefault(key, [0, 0, 0, 0, 0, 0])
-            for i, name in enumerate(("n", "bytes", "lo", "hi", "duplicates", "unnumbered")):
-                t[i] += int(g[name])
-            rows.append(["count", origin, topic, int(window), *t, "", 0, "", 0, False])
-        for inc in changed_spaces:
-            space = self.spaces[inc]
-            missing, total = space.missing(MAX_RANGES)
-            rows.append(["ranges", origin, "", 0, 0, 0, 0, 0, 0, 0, inc, space.through,
-                         json.dumps(missing), total, total > sum(b - a + 1 for a, b in missing)])
-        return pd.DataFrame(rows, columns=COLUMNS)
+    def applied(self) -> int:
+        """The last batch id applied, -1 before the first."""
+        row = self.conn.execute("SELECT batch_id FROM applied").fetchone()
+        return -1 if row is None else int(row[0])
 
-    def state_row(self, origin: str, dumped: tuple[str, str]):
-        """A ``kind`` = state row: windows (n), intervals (through) and bytes of the state
-        (the origin's state after this batch; logged by the job, not an audit record)."""
-        import pandas as pd
+    def apply(self, batch_id: int, groups: Iterable) -> list[dict] | None:
+        """Add a compacted batch (rows with origin, incarnation, topic, window_start, n, bytes,
+        lo, hi, unnumbered, starts, ends) in a transaction left open; returns the changed
+        windows' cumulative figures (``kind`` count) and the changed number spaces (``kind``
+        ranges), or None when ``batch_id`` was applied before (its records were written)."""
+        last = self.applied()
+        if batch_id <= last:
+            return None
+        if batch_id != last + 1:
+            raise TallyError(
+                f"{self.path}: batch {batch_id} comes after batch {last}: the counts of the "
+                f"batches between are not in this file (removed, or replaced by an older "
+                f"copy?); counting on would leave them out. Count again with a new "
+                f"--checkpoint-dir")
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            return self._apply(batch_id, sorted(groups, key=_order))
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
 
-        intervals = sum(iv.intervals for iv in self.spaces.values())
-        return pd.DataFrame([["state", origin, "", 0, len(self.windows),
-                              len(dumped[0]) + len(dumped[1]), 0, 0, 0, 0, "", intervals, "",
-                              0, False]], columns=COLUMNS)
+    def commit(self) -> None:
+        self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _apply(self, batch_id: int, groups: list) -> list[dict]:
+        spaces: dict[tuple[str, str], IntervalSet] = {}
+        windows: dict[tuple[str, str, int], list[int]] = {}
+        for g in groups:
+            origin, topic, window = str(g["origin"]), str(g["topic"]), int(g["window_start"])
+            n, unnumbered = int(g["n"]), int(g["unnumbered"])
+            duplicates = 0
+            starts = np.asarray(g["starts"] or [], np.int64)
+            if len(starts):
+                ends = np.asarray(g["ends"], np.int64)
+                key = (origin, str(g["incarnation"]))
+                space = spaces.get(key)
+                if space is None:
+                    space = spaces[key] = self._space(*key)
+                distinct = int((ends - starts + 1).sum())
+                duplicates = (n - unnumbered - distinct) + space.add_runs(starts, ends)
+            t = windows.setdefault((origin, topic, window), [0] * len(FIGURES))
+            for i, v in enumerate((n, int(g["bytes"] or 0), int(g["lo"] or 0),
+                                   int(g["hi"] or 0), duplicates, unnumbered)):
+                t[i] += v
+        self.conn.executemany(
+            "INSERT INTO windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+            + ", ".join(f"{f} = {f} + excluded.{f}" for f in FIGURES),
+            [(*k, *v) for k, v in windows.items()])
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO spaces VALUES (?, ?, ?)",
+            [(*k, iv.to_bytes()) for k, iv in spaces.items()])
+        self.conn.execute("INSERT OR REPLACE INTO applied VALUES (1, ?)", (batch_id,))
+        return self._changed_windows(list(windows)) + [
+            _ranges_row(origin, inc, iv) for (origin, inc), iv in spaces.items()]
+
+    def _space(self, origin: str, incarnation: str) -> IntervalSet:
+        row = self.conn.execute("SELECT intervals FROM spaces WHERE origin = ? AND "
+                                "incarnation = ?", (origin, incarnation)).fetchone()
+        return IntervalSet.from_bytes(row[0] if row else None)
+
+    def _changed_windows(self, keys: list[tuple[str, str, int]]) -> list[dict]:
+        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS changed (origin TEXT, topic TEXT, "
+                          "window_start INTEGER)")
+        self.conn.execute("DELETE FROM changed")
+        self.conn.executemany("INSERT INTO changed VALUES (?, ?, ?)", keys)
+        rows = self.conn.execute(
+            f"SELECT origin, topic, window_start, {', '.join(FIGURES)} FROM changed "
+            f"JOIN windows USING (origin, topic, window_start) "
+            f"ORDER BY origin, topic, window_start")
+        return [{"kind": "count", "origin": r[0], "topic": r[1], "window_start": r[2],
+                 **dict(zip(FIGURES, r[3:], strict=True))} for r in rows]
 
     def size(self) -> dict:
-        """What the state holds: windows, number spaces, intervals, bytes."""
-        windows, spaces = self.dump()
-        return {"windows": len(self.windows), "spaces": len(self.spaces),
-                "intervals": sum(iv.intervals for iv in self.spaces.values()),
-                "bytes": len(windows) + len(spaces)}
+        """What the file holds: number spaces, their intervals, bytes (the windows are left
+        uncounted: a count of a fleet's months of windows would take a while every batch)."""
+        spaces, raw = self.conn.execute("SELECT count(*), coalesce(sum(length(intervals)), 0) "
+                                        "FROM spaces").fetchone()
+        return {"spaces": spaces, "intervals": raw // 16, "bytes": self.path.stat().st_size}
+
+
+def _order(g) -> tuple:
+    return (str(g["origin"]), str(g["incarnation"]), str(g["topic"]), int(g["window_start"]))
+
+
+def _ranges_row(origin: str, incarnation: str, space: IntervalSet) -> dict:
+    missing, total = space.missing(MAX_RANGES)
+    return {"kind": "ranges", "origin": origin, "incarnation": incarnation,
+            "through": space.through, "missing": json.dumps(missing), "missing_total": total,
+            "missing_truncated": total > sum(b - a + 1 for a, b in missing)}
+
+
+TALLY_FILE = "count-tally.sqlite"       # beside the counting query's checkpoint
+SPARK_STATE_READ = "state-read-into-tallies"   # Spark's former state, once read into them
+
+
+def batch_ids(log_folder: Path) -> list[int]:
+    """The batch ids a Spark checkpoint's log folder (``offsets``, ``commits``) holds."""
+    try:
+        return sorted(int(p.name) for p in log_folder.iterdir() if p.name.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+def ensure_tallies(spark, checkpoint: Path, store: TallyStore) -> None:
+    """Before the counting query starts on ``checkpoint``: ``store`` must hold every batch
+    Spark committed there and none it has not begun. A checkpoint of the counting that kept
+    its tallies in Spark's own state (before they moved to the driver) has them read into
+    ``store`` once (Spark's state reader, at its last committed batch)."""
+    committed = batch_ids(checkpoint / "commits")
+    begun = batch_ids(checkpoint / "offsets")
+    last_commit = committed[-1] if committed else -1
+    last_begun = begun[-1] if begun else -1
+    applied = store.applied()
+    if applied > last_begun:
+        raise TallyError(
+            f"{store.path} holds batches up to {applied}, but the checkpoint {checkpoint} "
+            f"only {last_begun + 1}: the checkpoint was removed or replaced while the tallies "
+            f"were kept; remove both to count again, or restore the checkpoint")
+    spark_state = checkpoint / "state"
+    if applied < last_commit and applied == -1 and spark_state.is_dir():
+        _read_spark_state(spark, checkpoint, last_commit, store)
+        applied = last_commit
+    if applied >= last_commit:
+        if spark_state.is_dir():
+            # Spark refuses a query whose checkpoint holds another query's state operators;
+            # the state read (this start or one cut short after the read) is kept beside it
+            spark_state.rename(checkpoint / SPARK_STATE_READ)
+            log.warning("Spark's former state in %s moved to %s", spark_state,
+                        checkpoint / SPARK_STATE_READ)
+        return
+    raise TallyError(
+        f"{store.path} holds batches up to {applied}, but the checkpoint {checkpoint} "
+        f"committed {last_commit}: the counts between are lost; count again with a new "
+        f"--checkpoint-dir")
+
+
+def _read_spark_state(spark, checkpoint: Path, batch_id: int, store: TallyStore) -> None:
+    """The per-origin state the counting kept in Spark (windows and number spaces as JSON,
+    ``audit.jobs.tally`` before 2026-12-05) at ``batch_id``, into ``store``."""
+    import base64
+
+    state = (spark.read.format("statestore").option("batchId", batch_id)
+             .load(str(checkpoint)).select("key.origin", "value.groupState.*"))
+    windows = spaces = 0
+    store.conn.execute("BEGIN IMMEDIATE")
+    try:
+        for row in state.toLocalIterator():
+            origin = row["origin"]
+            for key, figures in json.loads(row["windows"] or "{}").items():
+                topic, window = key.split("\x00")
+                store.conn.execute("INSERT INTO windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   (origin, topic, int(window), *figures))
+                windows += 1
+            for inc, raw in json.loads(row["spaces"] or "{}").items():
+                store.conn.execute("INSERT INTO spaces VALUES (?, ?, ?)",
+                                   (origin, inc, base64.b64decode(raw)))
+                spaces += 1
+        store.conn.execute("INSERT OR REPLACE INTO applied VALUES (1, ?)", (batch_id,))
+    except BaseException:
+        store.rollback()
+        raise
+    store.commit()
+    log.warning("the tallies of %s (%d window(s), %d number space(s), through batch %d) were "
+                "read from Spark's state into %s; the counting keeps them there from now on",
+                checkpoint, windows, spaces, batch_id, store.path)

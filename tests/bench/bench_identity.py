@@ -83,7 +83,7 @@ def run_job(bootstrap: str, topic: str, audit_topic: str, ckpt: Path, log: Path,
     lines = log.read_text().splitlines()
     progress = [json.loads(x.split(" progress ", 1)[1]) for x in lines
                 if "docket.audit: progress {" in x]
-    states = [json.loads(x.split(": ", 2)[2]) for x in lines if "state after batch" in x]
+    states = [json.loads(x.split(": ", 2)[2]) for x in lines if "tallies after batch" in x]
     return [p for p in progress if p["num_input_rows"]], states
 
 

@@ -45,3 +45,22 @@ def test_size_grows_with_gaps_not_records():
         iv.add(chunk)
     assert iv.intervals == 4 and len(iv.to_bytes()) == 64
     assert iv.missing(10) == ([[10, 10], [500_000, 500_000], [1_999_998, 1_999_998]], 3)
+
+
+def _runs(numbers: set[int]) -> tuple[np.ndarray, np.ndarray]:
+    s = sorted(numbers)
+    starts = [n for i, n in enumerate(s) if i == 0 or n - s[i - 1] > 1]
+    ends = [n for i, n in enumerate(s) if i == len(s) - 1 or s[i + 1] - n > 1]
+    return np.array(starts, np.int64), np.array(ends, np.int64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches)
+def test_runs_added_say_how_many_numbers_the_set_held(batches):
+    iv, model = IntervalSet(), set()
+    for batch in batches:
+        held = iv.add_runs(*_runs(set(batch)))
+        assert held == len(set(batch) & model)
+        model |= set(batch)
+        assert len(iv) == len(model)
+    assert iv.contains(np.arange(302)).tolist() == [n in model for n in range(302)]
