@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -23,6 +26,8 @@ from tests.auditkit import LATE_MS, WINDOW_MS, AuditJob, all_done
 from tests.sparkcluster import StandaloneSpark
 
 pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
 
 RECORDS = 30_000                       # numbered, over three origins
 ORIGINS = ["origin-a", "origin-b", "origin-c"]
@@ -83,11 +88,7 @@ def _written(kafka, name: str, seed: int):
     ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=3) for t in topics])
     ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
     stream = identity_stream(topics, seed=seed)
-    p = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20})
-    for topic, ts, value, headers in stream[0]:
-        p.produce(topic, value, timestamp=ts, headers=headers)
-        p.poll(0)
-    assert p.flush(60) == 0
+    _produce(kafka.bootstrap_servers, stream[0])
     return prefix, topics, audit_topic, stream
 
 
@@ -140,6 +141,45 @@ def _assert_exact(state, tier: str, topics: list[str], truth: dict, numbers: dic
     assert dups == sum(len(s) for s in TWICE.values()), tier
     print(f"{tier}: {len(got)} groups, {sum(r.count for r in got.values())} records, "
           f"{dups} duplicates, missing {[(o, spaces[o].missing) for o in ORIGINS]}")
+
+
+def test_a_checkpoint_of_the_former_counting_is_taken_over_exactly(kafka, tmp_path):
+    """The first half of the stream counted by the counting as it was (its tallies in Spark's
+    state: ``tests/former_counting.py``), the second by ``docket-audit count`` on the same
+    checkpoint: the job reads the former state over once and reports the whole stream exactly."""
+    prefix = f"former{uuid.uuid4().hex[:6]}"
+    topics = [f"{prefix}.t{i}" for i in range(2)]
+    audit_topic = f"{prefix}.audit"
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(t, partitions=3) for t in topics])
+    ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
+    sent, truth, numbers = identity_stream(topics, seed=13)
+    pattern, ckpt = rf"{prefix}\.t[0-9]+", tmp_path / "ckpt"
+    half = len(sent) // 2
+    _produce(kafka.bootstrap_servers, sent[:half])
+    former = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "former_counting.py"), kafka.bootstrap_servers,
+         pattern, audit_topic, str(ckpt), "4000"], capture_output=True, text=True, timeout=600)
+    assert former.returncode == 0, former.stderr[-3000:]
+    assert (ckpt / "count" / "state").is_dir()
+    _produce(kafka.bootstrap_servers, sent[half:])
+    count = AuditJob(["count", "--cluster", "kafka-local", "--bootstrap-servers",
+                      kafka.bootstrap_servers, "--audit-topic", audit_topic, "--topics", pattern,
+                      "--once", "--checkpoint-dir", str(ckpt), "--max-offsets-per-trigger",
+                      "4000"], tmp_path / "count.log").start()
+    assert count.wait(600) == 0, count.log_text()
+    assert "were read from Spark's state into" in count.whole_log()
+    assert (ckpt / "count" / "state-read-into-tallies").is_dir()
+    state = read_audit_topic(kafka.bootstrap_servers, audit_topic)
+    assert not state.malformed
+    _assert_exact(state, "kafka-local", topics, truth, numbers)
+
+
+def _produce(bootstrap: str, records: list[tuple]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for topic, ts, value, headers in records:
+        p.produce(topic, value, timestamp=ts, headers=headers)
+        p.poll(0)
+    assert p.flush(60) == 0
 
 
 @pytest.mark.soak           # a Spark master and worker started for it: minutes; `make soak`
