@@ -180,21 +180,28 @@ def kafka_stream(spark, opts: JobOptions):
 def with_origin(df):
     """Add the record's identity: ``origin`` (the first ``docket-origin`` header as text, ``-``
     without one), ``incarnation`` (``docket-incarnation``, ``-`` without one) and ``seq`` (the
-    8-byte big-endian ``docket-seq`` as a long, -1 without one)."""
+    8-byte big-endian ``docket-seq`` as a long, -1 without one). A record whose first three
+    headers are these three, in this order (as docket's agent writes them), has them read by
+    position; any other is searched (the same first header of each name)."""
     from pyspark.sql import functions as F
 
-    def header(name: str):      # get(): null, not an error (ANSI), when the header is absent
-        return F.expr(f"get(filter(headers, h -> h.key = '{name}'), 0).value")
+    names = (ORIGIN_HEADER, INCARNATION_HEADER, SEQ_HEADER)
+    # get(): null, not an error (ANSI), where a header is absent
+    docket_layout = " AND ".join(f"get(headers, {i}).key = '{n}'" for i, n in enumerate(names))
+
+    def header(name: str) -> str:
+        at = names.index(name)
+        return (f"CASE WHEN {docket_layout} THEN get(headers, {at}).value "
+                f"ELSE get(filter(headers, h -> h.key = '{name}'), 0).value END")
 
     seq = header(SEQ_HEADER)
     # try_cast: a number of 2^63 or more (not one docket gives) is "no number", not an error
-    number = F.when(F.length(seq) == 8,
-                    F.expr(f"try_cast(conv(hex(get(filter(headers, h -> h.key = "
-                           f"'{SEQ_HEADER}'), 0).value), 16, 10) as bigint)"))
-    return (df.withColumn("origin", F.coalesce(header(ORIGIN_HEADER).cast("string"),
+    number = F.when(F.length(F.expr(seq)) == 8,
+                    F.expr(f"try_cast(conv(hex({seq}), 16, 10) as bigint)"))
+    return (df.withColumn("origin", F.coalesce(F.expr(header(ORIGIN_HEADER)).cast("string"),
                                                F.lit(NO_ORIGIN)))
-            .withColumn("incarnation", F.coalesce(header(INCARNATION_HEADER).cast("string"),
-                                                  F.lit(NO_INCARNATION)))
+            .withColumn("incarnation", F.coalesce(
+                F.expr(header(INCARNATION_HEADER)).cast("string"), F.lit(NO_INCARNATION)))
             .withColumn("seq", F.coalesce(number, F.lit(NO_SEQ).cast("long"))))
 
 

@@ -1,0 +1,89 @@
+"""The count job's SQL, run in a real Spark on rows made here (no Kafka): the identity read from
+the headers (``with_origin``) by position where docket wrote them, searched otherwise, the first
+of each name, a malformed number as none; and each batch's compaction (``compact``) equal, group
+by group and run by run, to what counting record by record in Python makes
+(``test_count_tally.compacted``)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.unit.test_count_tally import compacted
+
+ORG, INC, SEQ = "docket-origin", "docket-incarnation", "docket-seq"
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    pyspark = pytest.importorskip("pyspark.sql")
+    session = (pyspark.SparkSession.builder.appName("docket-count-sql-test").master("local[2]")
+               .config("spark.ui.enabled", "false")
+               .config("spark.local.dir", str(tmp_path_factory.mktemp("spark")))
+               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    yield session
+    session.stop()
+
+
+def n8(n: int) -> bytes:
+    return n.to_bytes(8, "big")
+
+
+HEADERS = [   # headers → (origin, incarnation, seq)
+    ([(ORG, b"h1"), (INC, b"i1"), (SEQ, n8(7))], ("h1", "i1", 7)),                # docket's order
+    ([(SEQ, n8(9)), (ORG, b"h2"), (INC, b"i2")], ("h2", "i2", 9)),                # another order
+    ([(ORG, b"h3"), (INC, b"i3"), (SEQ, n8(1)), (SEQ, n8(2))], ("h3", "i3", 1)),   # the first one
+    ([(ORG, b"h4"), (ORG, b"h5"), (INC, b"i4"), (SEQ, n8(3))], ("h4", "i4", 3)),    # the first one
+    ([(INC, b"i6"), (INC, b"i7"), (SEQ, n8(4)), (ORG, b"h6")], ("h6", "i6", 4)),
+    ([(ORG, b"h7"), (INC, b"i8"), (SEQ, b"\x01\x02")], ("h7", "i8", -1)),         # not 8 bytes
+    ([(ORG, b"h8"), (INC, b"i9"), (SEQ, b"\xff" * 8)], ("h8", "i9", -1)),         # over 2^63
+    ([(ORG, b"h9")], ("h9", "-", -1)),
+    ([("traceparent", b"x"), (ORG, b"h10"), (INC, b"i10"), (SEQ, n8(5))], ("h10", "i10", 5)),
+    ([], ("-", "-", -1)),
+    (None, ("-", "-", -1)),
+]
+
+
+def test_the_identity_is_read_by_position_where_docket_wrote_it_and_searched_elsewhere(spark):
+    from audit.jobs.spark import with_origin
+
+    rows = [(i, h) for i, (h, _want) in enumerate(HEADERS)]
+    df = spark.createDataFrame(rows, "i INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
+    got = {r["i"]: (r["origin"], r["incarnation"], r["seq"])
+           for r in with_origin(df).collect()}
+    assert got == {i: want for i, (_h, want) in enumerate(HEADERS)}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batch_compacted_in_spark_is_the_batch_compacted_record_by_record(spark, seed):
+    from audit.jobs.spark import compact
+
+    rng = random.Random(seed)
+    records, counters = [], {}
+    for _ in range(20_000):       # as agents write: slots of one topic, numbers one after another
+        origin, inc = rng.choice(["a", "b", "c", "d"]), rng.choice(["i1", "i1", "i1", "i2"])
+        seq = counters.get((origin, inc), 0)
+        counters[(origin, inc)] = seq + rng.choice([1] * 30 + [2, 9])      # some never come
+        r = rng.random()
+        if r < 0.03:
+            seq = -1                                                        # no number
+        elif r < 0.06:
+            seq = rng.randrange(seq + 1)                                    # again: a copy
+        records.append((origin, inc, seq, ["t1", "t2", "t3"][(seq // 200) % 3],
+                        0 if seq < 1500 else 600_000, rng.randrange(300), rng.randrange(1 << 32),
+                        rng.randrange(1 << 32)))
+    df = spark.createDataFrame(records, "origin STRING, incarnation STRING, seq LONG, "
+                                        "topic STRING, window_start LONG, len LONG, lo LONG, "
+                                        "hi LONG").repartition(4)
+    key = ("origin", "incarnation", "topic", "window_start")
+
+    def by_key(groups):
+        return {tuple(g[k] for k in key): {f: (list(g[f]) if f in ("starts", "ends") else g[f])
+                                           for f in ("n", "bytes", "lo", "hi", "unnumbered",
+                                                     "starts", "ends")}
+                for g in groups}
+
+    got = by_key(r.asDict() for r in compact(df).collect())
+    assert got == by_key(compacted(records))
+    assert sum(len(g["starts"]) for g in got.values()) < len(records) / 2    # runs, not records
