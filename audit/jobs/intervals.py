@@ -3,14 +3,16 @@
 What a tier has seen of one origin's numbers (``docket-seq``) is almost always "0 to N, less a
 few gaps": kept as intervals, it costs memory per gap, not per record. ``add`` takes a batch of
 numbers (any order, repeats allowed) and says which of them were seen before — in the set, or
-earlier in the same batch — so the caller can count duplicates where they belong.
+earlier in the same batch — so the caller can count duplicates where they belong; ``add_runs``
+and ``add_groups`` take numbers already as runs (the count job's compacted batches) and say how
+many the set held.
 
 ``add_numbered`` adds a batch to the sets of its number spaces (one per origin incarnation), as
-both Spark steps do (counting, ``land --dedup``); ``spaces_to_json``/``spaces_from_json`` are
-the sets as their checkpointed state keeps them.
+``land --dedup``'s step does; ``spaces_to_json``/``spaces_from_json`` are the sets as its
+checkpointed state keeps them.
 
-Light on purpose (numpy and the standard library only): the Spark jobs run it in their Python
-workers, and the tests run it without Spark.
+Light on purpose (numpy and the standard library only): the count job's driver and ``land
+--dedup``'s Python workers run it, and the tests run it without Spark.
 """
 
 from __future__ import annotations
@@ -82,6 +84,23 @@ class IntervalSet:
         held = int((self._count_to(ends) - self._count_to(starts - 1)).sum())
         self._merge(starts, ends)
         return held
+
+    def add_groups(self, groups: list[tuple[np.ndarray, np.ndarray]]) -> list[int]:
+        """``add_runs`` for each group of runs in turn (a number of an earlier group is held
+        for a later one); one merge for all of them where no two groups share a number."""
+        if len(groups) < 2:
+            return [self.add_runs(s, e) for s, e in groups]
+        starts = np.concatenate([s for s, _e in groups])
+        ends = np.concatenate([e for _s, e in groups])
+        if not len(starts):
+            return [0] * len(groups)
+        order = np.argsort(starts, kind="stable")
+        if (starts[order][1:] <= ends[order][:-1]).any():
+            return [self.add_runs(s, e) for s, e in groups]    # groups that share numbers
+        which = np.repeat(np.arange(len(groups)), [len(s) for s, _e in groups])
+        held = self._count_to(ends) - self._count_to(starts - 1)
+        self._merge(starts[order], ends[order])
+        return np.bincount(which, weights=held, minlength=len(groups)).astype(np.int64).tolist()
 
     def _count_to(self, x: np.ndarray) -> np.ndarray:
         """Per number in ``x``: how many numbers of the set are at most it."""

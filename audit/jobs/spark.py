@@ -257,7 +257,7 @@ def compact(rows):
     once). Only these rows reach Python (``audit.jobs.tally``)."""
     from pyspark.sql import functions as F
 
-    numbered = F.col("seq") >= 0
+    numbered = F.coalesce(F.col("seq") >= 0, F.lit(False))       # a null number is none
     groups = (rows.groupBy("origin", "incarnation", "topic", "window_start")
               .agg(F.count(F.lit(1)).alias("n"), F.sum("len").alias("bytes"),
                    F.sum("lo").alias("lo"), F.sum("hi").alias("hi"),

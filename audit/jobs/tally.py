@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..contract.errors import AuditError
-from ..contract.record import MAX_RANGES
+from ..contract.record import MASK64, MAX_RANGES
 from .intervals import IntervalSet
 
 log = logging.getLogger("docket.audit")
@@ -92,65 +92,78 @@ class TallyStore:
         try:
             return self._apply(batch_id, sorted(groups, key=_order))
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            self.rollback()
             raise
 
     def commit(self) -> None:
         self.conn.execute("COMMIT")
 
     def rollback(self) -> None:
-        self.conn.execute("ROLLBACK")
+        if self.conn.in_transaction:        # SQLite may have ended it itself (a full disk)
+            self.conn.execute("ROLLBACK")
 
     def close(self) -> None:
         self.conn.close()
 
     def _apply(self, batch_id: int, groups: list) -> list[dict]:
-        spaces: dict[tuple[str, str], IntervalSet] = {}
-        windows: dict[tuple[str, str, int], list[int]] = {}
+        batch: dict[tuple[str, str, int], list[int]] = {}
+        numbered: dict[tuple[str, str], list[tuple[tuple, np.ndarray, np.ndarray]]] = {}
         for g in groups:
-            origin, topic, window = str(g["origin"]), str(g["topic"]), int(g["window_start"])
+            key = (str(g["origin"]), str(g["topic"]), int(g["window_start"]))
             n, unnumbered = int(g["n"]), int(g["unnumbered"])
-            duplicates = 0
-            starts = np.asarray(g["starts"] or [], np.int64)
-            if len(starts):
-                ends = np.asarray(g["ends"], np.int64)
-                key = (origin, str(g["incarnation"]))
-                space = spaces.get(key)
-                if space is None:
-                    space = spaces[key] = self._space(*key)
-                distinct = int((ends - starts + 1).sum())
-                duplicates = (n - unnumbered - distinct) + space.add_runs(starts, ends)
-            t = windows.setdefault((origin, topic, window), [0] * len(FIGURES))
+            t = batch.setdefault(key, [0] * len(FIGURES))
             for i, v in enumerate((n, int(g["bytes"] or 0), int(g["lo"] or 0),
-                                   int(g["hi"] or 0), duplicates, unnumbered)):
+                                   int(g["hi"] or 0), 0, unnumbered)):
                 t[i] += v
-        self.conn.executemany(
-            "INSERT INTO windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
-            + ", ".join(f"{f} = {f} + excluded.{f}" for f in FIGURES),
-            [(*k, *v) for k, v in windows.items()])
+            if g["starts"]:
+                starts = np.asarray(g["starts"], np.int64)
+                ends = np.asarray(g["ends"], np.int64)
+                t[4] += n - unnumbered - int((ends - starts + 1).sum())   # copies in the group
+                numbered.setdefault((key[0], str(g["incarnation"])), []).append(
+                    (key, starts, ends))
+        spaces = {}
+        for (origin, inc), runs in numbered.items():
+            space = spaces[(origin, inc)] = self._space(origin, inc)
+            for key, held in zip((k for k, _s, _e in runs), space.add_groups(
+                    [(s, e) for _k, s, e in runs]), strict=True):
+                batch[key][4] += held
+        rows = self._add_windows(batch)
         self.conn.executemany(
             "INSERT OR REPLACE INTO spaces VALUES (?, ?, ?)",
             [(*k, iv.to_bytes()) for k, iv in spaces.items()])
         self.conn.execute("INSERT OR REPLACE INTO applied VALUES (1, ?)", (batch_id,))
-        return self._changed_windows(list(windows)) + [
-            _ranges_row(origin, inc, iv) for (origin, inc), iv in spaces.items()]
+        return rows + [_ranges_row(origin, inc, iv) for (origin, inc), iv in spaces.items()]
+
+    def _add_windows(self, batch: dict[tuple[str, str, int], list[int]]) -> list[dict]:
+        """The batch's figures added to the windows' (the checksum halves carried into one
+        64-bit sum, which is all ``combine_halves`` keeps: no total outgrows SQLite's
+        integers); returns the changed windows' new figures."""
+        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS changed (origin TEXT, topic TEXT, "
+                          "window_start INTEGER)")
+        self.conn.execute("DELETE FROM changed")
+        self.conn.executemany("INSERT INTO changed VALUES (?, ?, ?)", list(batch))
+        for row in self.conn.execute(
+                f"SELECT origin, topic, window_start, {', '.join(FIGURES)} FROM changed "
+                f"JOIN windows USING (origin, topic, window_start)"):
+            t = batch[row[:3]]
+            for i, v in enumerate(row[3:]):
+                t[i] += v
+        out = []
+        for (origin, topic, window), t in sorted(batch.items()):
+            checksum = ((t[3] << 32) + t[2]) & MASK64
+            t[2], t[3] = checksum & 0xFFFFFFFF, checksum >> 32
+            out.append({"kind": "count", "origin": origin, "topic": topic,
+                        "window_start": window, **dict(zip(FIGURES, t, strict=True))})
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(r["origin"], r["topic"], r["window_start"], *(r[f] for f in FIGURES))
+             for r in out])
+        return out
 
     def _space(self, origin: str, incarnation: str) -> IntervalSet:
         row = self.conn.execute("SELECT intervals FROM spaces WHERE origin = ? AND "
                                 "incarnation = ?", (origin, incarnation)).fetchone()
         return IntervalSet.from_bytes(row[0] if row else None)
-
-    def _changed_windows(self, keys: list[tuple[str, str, int]]) -> list[dict]:
-        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS changed (origin TEXT, topic TEXT, "
-                          "window_start INTEGER)")
-        self.conn.execute("DELETE FROM changed")
-        self.conn.executemany("INSERT INTO changed VALUES (?, ?, ?)", keys)
-        rows = self.conn.execute(
-            f"SELECT origin, topic, window_start, {', '.join(FIGURES)} FROM changed "
-            f"JOIN windows USING (origin, topic, window_start) "
-            f"ORDER BY origin, topic, window_start")
-        return [{"kind": "count", "origin": r[0], "topic": r[1], "window_start": r[2],
-                 **dict(zip(FIGURES, r[3:], strict=True))} for r in rows]
 
     def size(self) -> dict:
         """What the file holds: number spaces, their intervals, bytes (the windows are left
@@ -197,7 +210,7 @@ def ensure_tallies(spark, checkpoint: Path, store: TallyStore) -> None:
         raise TallyError(
             f"{store.path} holds batches up to {applied}, but the checkpoint {checkpoint} "
             f"only {last_begun + 1}: the checkpoint was removed or replaced while the tallies "
-            f"were kept; remove both to count again, or restore the checkpoint")
+            f"were kept; restore the checkpoint, or count again with a new --checkpoint-dir")
     spark_state = checkpoint / "state"
     if applied < last_commit and applied == -1 and spark_state.is_dir():
         _read_spark_state(spark, checkpoint, last_commit, store)
@@ -221,8 +234,16 @@ def _read_spark_state(spark, checkpoint: Path, batch_id: int, store: TallyStore)
     ``audit.jobs.tally`` before 2026-12-05) at ``batch_id``, into ``store``."""
     import base64
 
-    state = (spark.read.format("statestore").option("batchId", batch_id)
-             .load(str(checkpoint)).select("key.origin", "value.groupState.*"))
+    try:
+        state = (spark.read.format("statestore").option("batchId", batch_id)
+                 .load(str(checkpoint)).select("key.origin", "value.groupState.windows",
+                                               "value.groupState.spaces"))
+    except Exception as exc:                # Spark's AnalysisException, py4j's errors
+        raise TallyError(
+            f"the checkpoint {checkpoint} holds Spark state that is not the former counting's "
+            f"(a checkpoint made with --no-identity, or by another job?): "
+            f"{str(exc).splitlines()[0][:300]}; count with the options it was made with, or "
+            f"count again with a new --checkpoint-dir") from exc
     windows = spaces = 0
     store.conn.execute("BEGIN IMMEDIATE")
     try:

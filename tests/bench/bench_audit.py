@@ -20,8 +20,14 @@ Prints one JSON line. In one run, on one local broker:
   the same Kafka source in the same micro-batches, each batch only counted (``spark_bare.py``:
   what Spark needs to read the topic, none of the job's work); job_vs_bare and
   job_vs_bare_cluster = the job's rate over it (the issue's goal: >= 0.8);
+- land_records_s, land_cluster_records_s: ``docket-audit land --once`` over the same records
+  in the same batches (its land query's rate, taken as the count job's), against
+  bare_land_records_s and bare_land_cluster_records_s: the same source, each batch written by
+  Spark's file sink to Parquet partitioned as the land job's table (``spark_bare.py --parquet``);
+  land_vs_bare and land_vs_bare_cluster (the issue's goal: >= 0.8);
 - the counts are checked: the cluster tier must report exactly the agent's 2 million, in local
-  mode and on the standalone cluster, and the bare read must count as many.
+  mode and on the standalone cluster, as must the warehouse tier of each land run, and the bare
+  reads must read as many.
 Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
 """
 
@@ -73,6 +79,30 @@ def count_job(bootstrap: str, topic: str, audit_topic: str, work: Path,
     return warm_median(rates), rates, wall
 
 
+def land_job(bootstrap: str, topic: str, audit_topic: str, work: Path,
+             master: str) -> tuple[float, list[float]]:
+    """``docket-audit land --once`` over the topic on ``master``, into a warehouse and an audit
+    topic of its own: (the median rate of its land query's batches after the first, every
+    batch's rate). The warehouse tier must count exactly LINES."""
+    work.mkdir()
+    ensure_audit_topic(bootstrap, audit_topic)
+    job = AuditJob(["land", "--warehouse", str(work / "warehouse"), "--bootstrap-servers",
+                    bootstrap, "--audit-topic", audit_topic, "--topics",
+                    topic.replace(".", r"\."), "--once", "--max-offsets-per-trigger", str(BATCH),
+                    "--master", master, "--checkpoint-dir", str(work / "ckpt")],
+                   work / "job.log").start()
+    assert job.wait(900) == 0, job.log_text()
+    batches = [json.loads(line.split(" progress ", 1)[1])
+               for line in (work / "job.log").read_text().splitlines()
+               if "docket.audit: progress {" in line]
+    state = read_audit_topic(bootstrap, audit_topic)
+    counted = sum(r.count for r in state.counts.values() if r.tier == "warehouse")
+    assert counted == LINES, f"the land job on {master} counted {counted} of {LINES}"
+    rates = [b["processed_rows_per_s"] for b in batches
+             if b["num_input_rows"] and b["query"] == "docket-land"]
+    return warm_median(rates), rates
+
+
 def warm_median(rates: list[float]) -> float:
     """The median rate of the batches after the first (JIT warm-up), or of all of one."""
     warm = sorted(rates[1:]) or sorted(rates)
@@ -80,13 +110,16 @@ def warm_median(rates: list[float]) -> float:
 
 
 def bare_read(bootstrap: str, topic: str, audit_topic: str, work: Path,
-              master: str) -> tuple[float, list[float]]:
-    """``spark_bare.py`` over the topic on ``master``: (the median rate of its batches after
-    the first, every batch's rate), as ``count_job`` takes them. It must count LINES rows."""
+              master: str, parquet: bool = False) -> tuple[float, list[float]]:
+    """``spark_bare.py`` over the topic on ``master``, each batch counted or (``parquet``)
+    written to Parquet as the land job's table is: (the median rate of its batches after the
+    first, every batch's rate), as ``count_job`` takes them. It must read LINES rows."""
     work.mkdir()
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("spark_bare.py")),
                           bootstrap, topic, audit_topic, master, str(BATCH),
-                          str(work / "ckpt")], capture_output=True, text=True, timeout=900)
+                          str(work / "ckpt"), *(["--parquet", str(work / "data")] if parquet
+                                                else [])],
+                         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["rows"] == LINES, f"the bare read on {master} counted {got['rows']} of {LINES}"
@@ -108,12 +141,21 @@ def main() -> None:
             local = count_job(bootstrap, topic, audit_topic, work / "local", "local[*]")
             bare, bare_rates = bare_read(bootstrap, topic, audit_topic, work / "bare",
                                          "local[*]")
+            land, land_rates = land_job(bootstrap, topic, f"{audit_topic}.land",
+                                        work / "land", "local[*]")
+            bare_land, _ = bare_read(bootstrap, topic, audit_topic, work / "bare-land",
+                                     "local[*]", parquet=True)
             cluster = StandaloneSpark(work / "spark", workers=2).up()
             try:
                 on_cluster = count_job(bootstrap, topic, audit_topic, work / "standalone",
                                        cluster.url)
                 bare_cluster, _ = bare_read(bootstrap, topic, audit_topic,
                                             work / "bare-standalone", cluster.url)
+                land_cluster, _ = land_job(bootstrap, topic, f"{audit_topic}.land-standalone",
+                                           work / "land-standalone", cluster.url)
+                bare_land_cluster, _ = bare_read(bootstrap, topic, audit_topic,
+                                                 work / "bare-land-standalone", cluster.url,
+                                                 parquet=True)
             finally:
                 cluster.down()
     job_s, rates, wall = local
@@ -133,7 +175,14 @@ def main() -> None:
         "bare_cluster_records_s": round(bare_cluster),
         "job_vs_bare": round(job_s / bare, 3),
         "job_vs_bare_cluster": round(cluster_s / bare_cluster, 3),
-        "targets": {"ratio": 1.0, "job_vs_bare": 0.8, "job_vs_bare_cluster": 0.8},
+        "land_records_s": round(land), "land_batches": len(land_rates),
+        "bare_land_records_s": round(bare_land),
+        "land_vs_bare": round(land / bare_land, 3),
+        "land_cluster_records_s": round(land_cluster),
+        "bare_land_cluster_records_s": round(bare_land_cluster),
+        "land_vs_bare_cluster": round(land_cluster / bare_land_cluster, 3),
+        "targets": {"ratio": 1.0, "job_vs_bare": 0.8, "job_vs_bare_cluster": 0.8,
+                    "land_vs_bare": 0.8, "land_vs_bare_cluster": 0.8},
     }))
 
 

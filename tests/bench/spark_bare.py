@@ -1,11 +1,13 @@
-"""The count job's baseline in ``bench_audit.py``: the same Kafka source as the audit jobs (the
+"""The audit jobs' baselines in ``bench_audit.py``: the same Kafka source as the audit jobs (the
 session of ``audit.jobs.spark``, its source options, the same micro-batches), each batch only
-counted (``df.count()``) — what Spark itself needs to read the topic, with none of the job's
-work (identity, windows, state, the audit records written).
+counted (``df.count()``: the count job's baseline) or written to Parquet with Spark's file sink
+partitioned as the land job's table is (``--parquet DIR``: the land job's baseline) — what Spark
+itself needs, with none of the jobs' work (identity, windows, tallies, the audit records).
 
     python tests/bench/spark_bare.py BOOTSTRAP TOPIC AUDIT_TOPIC MASTER BATCH CHECKPOINT_DIR
+        [--parquet DIR]
 
-Prints one JSON line: the rows counted and Spark's processedRowsPerSecond of every batch that
+Prints one JSON line: the rows read and Spark's processedRowsPerSecond of every batch that
 read rows, in order.
 """
 
@@ -22,23 +24,30 @@ from audit.jobs.spark import JobOptions, data_records, kafka_stream, spark_sessi
 
 
 def main(argv: list[str]) -> None:
-    bootstrap, topic, audit_topic, master, batch, checkpoint = argv
+    bootstrap, topic, audit_topic, master, batch, checkpoint, *parquet = argv
     opts = JobOptions(bootstrap_servers=bootstrap, audit_topic=audit_topic,
                       topics=re.escape(topic), master=master, once=True,
                       max_offsets_per_trigger=int(batch), checkpoint_dir=Path(checkpoint))
     spark = spark_session("docket-bench-bare-read", opts)
-    rows = []
+    records = data_records(kafka_stream(spark, opts), audit_topic)
+    if parquet:
+        from pyspark.sql import functions as F
 
-    def count(df, _batch_id: int) -> None:
-        rows.append(df.count())
-
-    query = (data_records(kafka_stream(spark, opts), audit_topic).writeStream
-             .foreachBatch(count).option("checkpointLocation", checkpoint)
+        writer = (records.select("partition", "offset", "timestamp", "key", "value", "topic",
+                                 F.date_format("timestamp", "yyyy-MM-dd").alias("date"),
+                                 F.hour("timestamp").alias("hour"))
+                  .writeStream.format("parquet").option("path", parquet[1])
+                  .partitionBy("topic", "date", "hour"))
+    else:
+        writer = records.writeStream.foreachBatch(lambda df, _batch_id: counted.append(df.count()))
+    counted: list[int] = []
+    query = (writer.option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
     rates = [p["processedRowsPerSecond"] for p in query.recentProgress if p["numInputRows"]]
+    rows = spark.read.parquet(parquet[1]).count() if parquet else sum(counted)
     spark.stop()
-    print(json.dumps({"rows": sum(rows), "rates": rates}))
+    print(json.dumps({"rows": rows, "rates": rates}))
 
 
 if __name__ == "__main__":

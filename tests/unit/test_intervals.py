@@ -64,3 +64,17 @@ def test_runs_added_say_how_many_numbers_the_set_held(batches):
         model |= set(batch)
         assert len(iv) == len(model)
     assert iv.contains(np.arange(302)).tolist() == [n in model for n in range(302)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(batches, max_size=4))
+def test_groups_of_runs_count_a_number_of_an_earlier_group_as_held(rounds):
+    iv, model = IntervalSet(), set()
+    for groups in rounds:
+        held = iv.add_groups([_runs(set(g)) for g in groups])
+        expected = []
+        for g in groups:
+            expected.append(len(set(g) & model))
+            model |= set(g)
+        assert held == expected
+        assert len(iv) == len(model)
