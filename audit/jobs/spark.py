@@ -265,11 +265,10 @@ def compact(rows):
                    F.array_sort(F.collect_list(F.when(numbered, F.col("seq")))).alias("s")))
     # A run starts where a number is more than one past the one before it, and ends where the
     # next is more than one past it (equal neighbours, a copy, neither start nor end one).
-    return (groups
-            .withColumn("starts", F.expr("filter(s, (x, i) -> i = 0 OR x - get(s, i - 1) > 1)"))
-            .withColumn("ends", F.expr("filter(s, (x, i) -> i = size(s) - 1 "
-                                       "OR get(s, i + 1) - x > 1)"))
-            .drop("s"))
+    return groups.select(
+        "origin", "incarnation", "topic", "window_start", "n", "bytes", "lo", "hi", "unnumbered",
+        F.expr("filter(s, (x, i) -> i = 0 OR x - get(s, i - 1) > 1)").alias("starts"),
+        F.expr("filter(s, (x, i) -> i = size(s) - 1 OR get(s, i + 1) - x > 1)").alias("ends"))
 
 
 def count_batch(store, writer: AuditWriter) -> Callable:
@@ -281,7 +280,11 @@ def count_batch(store, writer: AuditWriter) -> Callable:
         if store.applied() >= batch_id:
             log.info("batch %d: counted before", batch_id)
             return
-        rows = store.apply(batch_id, compact(batch_df).collect())
+        began = time.monotonic()
+        groups = compact(batch_df).collect()
+        counted = time.monotonic()
+        rows = store.apply(batch_id, groups)
+        tallied = time.monotonic()
         try:
             records = writer.records(rows, batch_id)
             writer.send([r.encode() for r in records])
@@ -290,8 +293,10 @@ def count_batch(store, writer: AuditWriter) -> Callable:
             raise
         store.commit()
         log.info("tallies after batch %d: %s", batch_id, json.dumps(store.size()))
-        log.info("batch %d: %d audit record(s) written for tier %s", batch_id, len(records),
-                 writer.tier)
+        log.info("batch %d: %d audit record(s) written for tier %s (%d group(s); %.2f s "
+                 "reading and compacting, %.2f s adding to the tallies, %.2f s writing)",
+                 batch_id, len(records), writer.tier, len(groups), counted - began,
+                 tallied - counted, time.monotonic() - tallied)
     return run
 
 
