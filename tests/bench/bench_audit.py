@@ -5,7 +5,8 @@ Prints one JSON line. In one run, on one local broker:
   in Kafka (as bench_agent measures it; the agent counts them for the audit as it goes);
 - job_records_s: ``docket-audit count --once`` over those 2 million records in micro-batches
   of 500,000 (``--max-offsets-per-trigger``): Spark's processedRowsPerSecond of each batch after
-  the first (JIT warm-up; a running job is past it), the median of those batches. JVM start
+  the first (JIT warm-up; a running job is past it), the median of those batches (a batch of
+  fewer than 50,000 rows, the audit topic's few records after the data, is no rate). JVM start
   and query planning are left out: they happen once per job, not per record. The first batch's
   rate and the best one are printed too;
 - job_wall_s: the job from process start to exit, all included;
@@ -75,7 +76,7 @@ def count_job(bootstrap: str, topic: str, audit_topic: str, work: Path,
     state = read_audit_topic(bootstrap, audit_topic)
     counted = sum(r.count for r in state.counts.values() if r.tier == tier)
     assert counted == LINES, f"the job on {master} counted {counted} of {LINES}"
-    rates = [b["processed_rows_per_s"] for b in batches if b["num_input_rows"]]
+    rates = [b["processed_rows_per_s"] for b in batches if b["num_input_rows"] >= BATCH // 10]
     return warm_median(rates), rates, wall
 
 
@@ -99,7 +100,7 @@ def land_job(bootstrap: str, topic: str, audit_topic: str, work: Path,
     counted = sum(r.count for r in state.counts.values() if r.tier == "warehouse")
     assert counted == LINES, f"the land job on {master} counted {counted} of {LINES}"
     rates = [b["processed_rows_per_s"] for b in batches
-             if b["num_input_rows"] and b["query"] == "docket-land"]
+             if b["num_input_rows"] >= BATCH // 10 and b["query"] == "docket-land"]
     return warm_median(rates), rates
 
 
