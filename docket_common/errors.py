@@ -33,6 +33,7 @@ The tree (``tests/unit/test_error_tree.py`` holds it against the classes)::
     │   ├── LandingError              audit.jobs.landing
     │   ├── SparkJobError             audit.jobs.spark
     │   ├── SparkLibsMissing          audit.jobs.sparklibs
+    │   ├── TallyError                audit.jobs.tally
     │   ├── MetricsListenError        audit.reconcile.metrics
     │   └── StoreMissing              audit.reconcile.store
     └── DashboardError                dashboards.cli
