@@ -45,7 +45,6 @@ AUDIT = [
     "tests/integration/test_reconcile.py",
     "tests/integration/test_reconcile_scenarios.py",
     "tests/integration/test_reconcile_spark.py",
-    "tests/integration/test_count_sql.py",
     "tests/integration/test_mirror.py",
     "tests/integration/test_mirror_audit.py",
     "tests/integration/test_secured_audit.py",

@@ -2,7 +2,13 @@
 the headers (``with_origin``) by position where docket wrote them, searched otherwise, the first
 of each name, a malformed number as none; and each batch's compaction (``compact``) equal, group
 by group and run by run, to what counting record by record in Python makes
-(``test_count_tally.compacted``)."""
+(``test_count_tally.compacted``).
+
+Its Spark runs in the test process, without the Kafka connector's jars: like ``test_window_sql.py``
+it belongs to the ``agent`` group (``tests/run_groups.py``), whose session starts no other
+Spark. In the ``audit`` group it came first and ``test_broker_security.py``'s Spark, in the same
+process and JVM, then found no ``kafka`` source (jars named after a JVM starts are not on its
+driver's classpath)."""
 
 from __future__ import annotations
 
