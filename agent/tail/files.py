@@ -387,7 +387,9 @@ class FileSource:
         if fd is None:
             return
         head = self.fs.pread(fd, FINGERPRINT_BYTES, 0)
-        same = [r for r in rows if r["state"] != PENDING
+        # A pending row the pool holds slots of was started and read: the commit that
+        # started it did not reach the disk before a power cut, the slots' seal did.
+        same = [r for r in rows if (r["state"] != PENDING or self.recovered.get(r["source_id"]))
                 and head.startswith(r["fingerprint"] or b"")]
         # Of the generations the file starts like, the longest fingerprint says the most.
         keep = max(same, key=lambda r: (len(r["fingerprint"] or b""), r["source_id"]),
@@ -426,20 +428,23 @@ class FileSource:
         kept = anchors.merged(coarse, fine)
         back = anchors.resume_at(lambda off, n: self.fs.pread(fd, n, off), offset, kept)
         held = anchors.below(kept, offset)
+        # the newest anchor below the checkpoint; none kept yet (the pool's slots are all
+        # that was read: a power cut took every commit since the file was started): its start
+        floor = held[-1][0] if held else None if kept else 0
         skip: list[tuple[int, int]] = []
         if back is not None:
             # the newest anchor the file still holds: the pool's slots may tell where after it
             back, skip = self._still_held(row["source_id"], fd, back, offset)
-        elif held and self.reader.routes.by_line and \
-                self.recovered.get(row["source_id"], 0) > held[-1][0]:
+        elif floor is not None and self.reader.routes.by_line and \
+                self.recovered.get(row["source_id"], 0) > floor:
             # the pool read past the newest anchor, in slots each holding one topic's lines
             # among the others': what they read cannot be checked line for line
-            offset = self._again_from_anchor(row, path, offset, held[-1][0])
+            offset = self._again_from_anchor(row, path, offset, floor)
             coarse, fine = anchors.below(coarse, offset), anchors.below(fine, offset)
-        elif held and held[-1][0] < offset and \
+        elif floor is not None and floor < offset and \
                 self._pool_read_differs(row["source_id"], fd, offset):
             # the pool read past the newest anchor what the file no longer holds all of
-            back, skip = self._still_held(row["source_id"], fd, held[-1][0], offset)
+            back, skip = self._still_held(row["source_id"], fd, floor, offset)
         if back is not None:
             offset = self._cut_back(row, path, offset, back, size, skip)
             coarse, fine = anchors.below(coarse, offset), anchors.below(fine, offset)
@@ -542,10 +547,13 @@ class FileSource:
         since ``back`` (in a record's place, or where no slot of the source reaches), and not
         after a record the file holds other content for without zeros (content written after
         the cut may repeat a line at its very place). A record the file no longer holds is
-        passed by its length in its block; past a block's last one the layout is unknown and the
-        rest of that slot is left out. Merged, ascending."""
+        passed by its length in its block; a block's last one, whose line end the block does
+        not keep, by its length and the line end seen last (a slot sent while it fills holds a
+        block per hand-over: the rest of the slot was left out there before). Merged,
+        ascending."""
         out: list[list[int]] = []
         hole, seen = False, back
+        ending = 1                      # the newest line end seen: a newline, or a CR and one
         for start, end, slot in slots:
             if len(slot.meta.positions) != 1 or end <= back:
                 continue
@@ -562,6 +570,8 @@ class FileSource:
                 lengths = block.lengths.tolist()
                 for i, n in enumerate(lengths):
                     ended = _line_end(data, pos + n)
+                    if ended:
+                        ending = ended
                     step = n + ended if ended else None
                     same = step is not None and n > 0 and data[pos - 1:pos] in (b"\n", b"\0") \
                         and data[pos:pos + n] == block.value(i)
@@ -573,10 +583,14 @@ class FileSource:
                             out.append([here, here + step])
                     elif not same and here + n >= back:
                         hole = b"\0" in data[pos:pos + n + 1]
-                    if not same:
-                        step = offsets[i + 1] - offsets[i] if i + 1 < len(lengths) else None
-                    if step is None:
-                        break                           # its terminator is not in the block
+                    if not same and i + 1 < len(lengths):
+                        step = offsets[i + 1] - offsets[i]
+                        ending = step - n
+                    elif not same:
+                        # a block's last record, not held: its terminator is not in the block;
+                        # the next block's first line begins after it, ended as the lines
+                        # before (a wrong guess finds no line where it looks: nothing passed)
+                        step = n + ending
                     pos += step
                 else:
                     continue

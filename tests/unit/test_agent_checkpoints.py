@@ -26,6 +26,7 @@ from agent.state.db import (
     AuditWindow,
     StateDB,
 )
+from docket_common.names import SEQ_HEADER
 from tests.unit.fakeproducer import HOLD, FakeKafka
 from tests.unit.tailkit import FakeClock, id_of, keep_state_db, lines, put_back_state_db
 
@@ -592,25 +593,34 @@ def test_the_tail_a_slot_read_is_matched_by_its_records_in_order():
     assert not tail_read(b"y\n" + b"x\n" * 2047, alike)
 
 
-def _past_the_database(tmp_path, extra: bytes, hold: bytes, cut_to: int | None = None,
-                       new: bytes = b"", hole: tuple[int, int] | None = None
+def _past_the_database(tmp_path, extra: bytes | list[bytes], hold: bytes,
+                       cut_to: int | None = None, new: bytes = b"",
+                       hole: tuple[int, int] | None = None, blocks: list | None = None
                        ) -> tuple[FakeKafka, FakeKafka, Agent]:
     """Four batches read and acknowledged, the state database saved (its last durable
-    commit); ``extra`` written and read, its record ``hold`` held so that its slot stays in the
-    pool; the agent killed and the saved database put back (the pool read past what it
-    kept); the log cut to ``cut_to`` bytes and ``new`` appended, if given, with zeros from
-    ``hole``'s start to its end (a page the cut dropped below one it kept); a new start.
-    Returns (the first Kafka, the second, the second agent)."""
+    commit); ``extra`` written and read (a list: each part read in a turn of its own, within
+    the linger, so that a slot holds a block per part), its record ``hold`` held so that its
+    slot stays in the pool; the agent killed and the saved database put back (the pool read
+    past what it kept); the log cut to ``cut_to`` bytes and ``new`` appended, if given, with
+    zeros from ``hole``'s start to its end (a page the cut dropped below one it kept); a new
+    start. ``blocks``, if given, gets the ids of each block of each slot the pool holds at
+    the cut. Returns (the first Kafka, the second, the second agent)."""
     kafka, agent, log_file = _four_batches_read(tmp_path)
     saved = tmp_path / "durable"
     keep_state_db(tmp_path / "state", saved)
     kafka.script(hold, HOLD)
-    with open(log_file, "ab") as f:
-        f.write(extra)
+    for part in [extra] if isinstance(extra, bytes) else extra:
+        with open(log_file, "ab") as f:
+            f.write(part)
+        agent.clock.advance(0.001)
+        agent.turn()
     for _ in range(8):
         agent.clock.advance(0.3)
         agent.turn()
     assert agent.pool.sealed(), "the held record's slot waits for Kafka"
+    if blocks is not None:
+        blocks.extend([[id_of(bytes(b.value(i))) for i in range(len(b))] for b in s.blocks()]
+                      for s in agent.pool.sealed())
     agent.abandon()
     put_back_state_db(tmp_path / "state", saved)
     if cut_to is not None:
@@ -654,6 +664,94 @@ def test_lines_a_power_cut_kept_after_a_hole_are_not_read_again(tmp_path):
                                  topic="t") == 1
         assert all(v in (lines(0, 500) + lines(1000, 1100)).split(b"\n")
                    for v in second if b"\0" not in v), "a fragment of a line was delivered"
+    finally:
+        agent.abandon()
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n"])
+def test_lines_a_power_cut_kept_after_a_hole_over_a_blocks_last_line_are_not_read_again(
+        tmp_path, end):
+    """The 10-cut power test's finding (a slot sent while it fills holds a block per
+    hand-over): lines 400-499 read ten at a time into slots of several blocks each, the cut's
+    hole over lines 438-441 — the last lines of one block and the first of the next, inside
+    one slot — and lines 442-479 kept after it. The kept lines are the pool's, past the block
+    whose last line the file no longer holds: they arrive once (before, the rest of the slot
+    was left out at that block's end and lines 442-459 were read again under new numbers).
+    The same for lines ended by a CR and a newline: the guessed line end is the one seen."""
+    def ended(a: int, b: int) -> bytes:
+        return lines(a, b).replace(b"\n", end)
+
+    hole = (len(lines(0, 400) + ended(400, 438)), len(lines(0, 400) + ended(400, 442)))
+    parts = [ended(k, k + 10) for k in range(400, 500, 10)]
+    slots: list[list[list[int]]] = []
+    kafka, again, agent = _past_the_database(
+        tmp_path, parts, lines(400, 401)[:-1], cut_to=len(lines(0, 400) + ended(400, 480)),
+        new=lines(1000, 1100), hole=hole, blocks=slots)
+    try:
+        assert any(ids[-1] in range(438, 442) for blocks in slots for ids in blocks[:-1]), \
+            f"no block but a slot's last ends inside the hole: {slots}"
+        second = again.values()
+        delivered = kafka.values() + second
+        missing = [v for v in lines(1000, 1100).split(b"\n")[:-1] if v not in delivered]
+        assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
+        kept = lines(442, 480).split(b"\n")[:-1]
+        assert [second.count(v) for v in kept] == [1] * len(kept), \
+            "lines the cut kept after the hole were read again"
+    finally:
+        agent.abandon()
+
+
+def _numbered(kafka: FakeKafka) -> list[tuple[bytes, bytes]]:
+    """(value, record number) of every record ``kafka`` holds."""
+    return [(value, dict(headers)[SEQ_HEADER]) for _t, value, _k, _ts, headers in kafka.log]
+
+
+@pytest.mark.parametrize("cut_to", [None, 130])
+def test_a_new_file_read_before_its_start_was_durable_resumes_from_the_pool(tmp_path, cut_to):
+    """The 10-cut power test's finding: a new log, found empty (its row waits in the state
+    database as pending: perhaps a copy being written), then written, started and read; a
+    power cut took the state database's commits since the row was added (they are synced at
+    most every 0.2 s), while the pool kept a slot of the file's lines (synced at its seal),
+    waiting for Kafka. At the next start the row is still pending, and the file was taken
+    for new: read from its first byte, every line already sent went again under a new
+    number (4,475 in one cut). It resumes where the pool's slots read to, as any file whose
+    checkpoint is older than the pool; and where the same cut took the log's unsynced tail
+    too (``cut_to`` lines kept, new lines written from there), the pool's slots are checked
+    against the file first, with its start for the anchor: no new line is skipped."""
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka)
+    log_file = tmp_path / "logs" / "app.log"
+    log_file.write_bytes(b"")
+    for _ in range(2):
+        agent.clock.advance(0.3)
+        agent.turn()
+    [row] = agent.db.all_files()
+    assert row["state"] == "pending", row
+    saved = tmp_path / "durable"
+    keep_state_db(tmp_path / "state", saved)          # what the last log sync made
+    kafka.script(lines(0, 1)[:-1], HOLD)              # the slots stay in the pool
+    log_file.write_bytes(lines(0, 200))
+    for _ in range(10):
+        agent.clock.advance(0.3)
+        agent.turn()
+    assert agent.pool.sealed(), "the held line's slot waits for Kafka"
+    assert agent.db.all_files()[0]["state"] == "active"
+    agent.abandon()                                   # the power cut
+    put_back_state_db(tmp_path / "state", saved)
+    new = lines(1000, 1100) if cut_to is not None else b""
+    if cut_to is not None:
+        _cut_back_and_written_on(log_file, cut_to, new)
+    again, agent = _started_again(tmp_path, 20)
+    try:
+        held = _numbered(kafka) + _numbered(again)
+        numbers: dict[bytes, set[bytes]] = {}
+        for value, number in held:
+            numbers.setdefault(value, set()).add(number)
+        renumbered = sorted(id_of(v) for v, n in numbers.items() if len(n) > 1)
+        kept = cut_to if cut_to is not None else 200
+        missing = [v for v in (lines(0, kept) + new).split(b"\n")[:-1] if v not in numbers]
+        assert not missing, f"{len(missing)} line(s) never delivered, first {missing[:2]}"
+        assert renumbered == [], f"{len(renumbered)} line(s) sent again under new numbers"
     finally:
         agent.abandon()
 
