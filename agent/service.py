@@ -186,6 +186,7 @@ class Agent(AgentLoop, AgentControl):
             self.pool = self._open_pool(cfg, next_record)
         self.pool_watch = PoolWatch(cfg.buffer_path, self.pool.geometry.file_bytes)
         self.recovered = self.pool.recovered_positions()
+        self.db.keep_source_ids_above(self.recovered)
         self.audit.count_recovered(self.pool.sealed())
         self.db.advance_sealed(self.recovered, audit=self.audit.persist,
                                next_record=self.pool.next_record)

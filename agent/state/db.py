@@ -408,6 +408,21 @@ class StateDB:
                 (state, offset, offset, fingerprint, path, size_seen, self.clock.time_ms(),
                  source_id))
 
+    def keep_source_ids_above(self, source_ids: Iterable[int]) -> None:
+        """No new row takes any of ``source_ids`` (the pool's slots name them: a power cut
+        may have taken a row whose slots survived, and its id would be given again)."""
+        top = max(source_ids, default=0)
+        with self.conn:
+            self.conn.execute("UPDATE identity SET next_source_id = MAX(next_source_id, ?)",
+                              (top + 1,))
+
+    def adopt(self, row_id: int, source_id: int) -> None:
+        """Row ``row_id`` takes ``source_id``, an id no row has: the pool's slots of that id
+        are its file's lines (``FileSource._pool_source_of``)."""
+        with self.conn:
+            self.conn.execute("UPDATE files SET source_id = ? WHERE source_id = ?",
+                              (source_id, row_id))
+
     def rewind(self, source_id: int, offset: int, state: str) -> None:
         """Move a sealed checkpoint *back* (the start self-check, ``agent/state/selfcheck.py``):
         the only way it ever moves back."""

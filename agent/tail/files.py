@@ -137,6 +137,7 @@ class FileSource:
         self._sizes_stored: dict[int, int] = {}
         self._closed: dict[int, int] = {}              # source_id → offset, closed this run
         self._unplaced: list[bytes] = []               # see _decide_pending
+        self._unclaimed: set[int] | None = None        # see _pool_source_of
         self.folders_away: dict[str, str] = {}         # folder → why its known files wait
         self._away_since: dict[str, float] = {}        # folder → first seen away (monotonic)
         self._gave_up: set[str] = set()                # ... waited FOLDER_AWAY_MAX_S for
@@ -893,10 +894,42 @@ class FileSource:
             elif p.weak is not None:
                 del self.pending[ident]
                 self._resume(ident, p.weak, p.path, p.fd, head, size, rotated=listed is None)
+            elif (sid := self._pool_source_of(p)) is not None:
+                del self.pending[ident]
+                self.db.adopt(p.row_id, sid)
+                self._resume(ident, self.db.get(sid), p.path, p.fd, head, size,
+                             rotated=listed is None, why=": its lines are the pool's slots of "
+                             "a row a power cut took from the state database")
             else:
                 self._start(ident, p, head, size, min(p.start_at, size), listed is not None,
                             "read_from = end" if p.start_at and self.cfg.read_from == "end"
                             else "changed after it was ignored as old" if p.start_at else "")
+
+    def _pool_source_of(self, p: Pending) -> int | None:
+        """The source id of the pool's slots that read this new file from its first byte,
+        when no row of the state database has it (a power cut took the row and the commits
+        after it; the slots' seal was synced): the file holds, from byte 0, the first of their
+        records as they were read (the rest is checked as after any power cut: ``_resume``).
+        Read from 0, their lines would go again under new numbers. None of the records is a
+        line's part or another topic's, or the source rewrites its lines (no line is a
+        record as read)."""
+        if self._unclaimed is None:
+            known = {r["source_id"] for r in self.db.all_files()}
+            self._unclaimed = {sid for sid in self.recovered if sid not in known}
+        if p.start_at or not self._unclaimed or self.reader.lines.rewrites \
+                or self.reader.routes.by_line:
+            return None
+        for sid in sorted(self._unclaimed):
+            slots = self._read_by_pool(sid, -1, self.recovered[sid])
+            if not slots or slots[0][0] != 0 or len(slots[0][2].meta.positions) != 1 \
+                    or slots[0][2].topic != self.cfg.topic:
+                continue
+            _t, _k, first = next(slots[0][2].records())
+            data = self.fs.pread(p.fd, len(first) + 2, 0)
+            if first and data.startswith(first) and _line_end(data, len(first)):
+                self._unclaimed.discard(sid)    # (its slots are checked by ``_resume``)
+                return sid
+        return None
 
     def _classify(self, p: Pending, head: bytes, size: int
                   ) -> tuple[Orphan | None, Tracked | None, bool]:

@@ -707,28 +707,35 @@ def _numbered(kafka: FakeKafka) -> list[tuple[bytes, bytes]]:
 
 
 @pytest.mark.parametrize("cut_to", [None, 130])
-def test_a_new_file_read_before_its_start_was_durable_resumes_from_the_pool(tmp_path, cut_to):
-    """The 10-cut power test's finding: a new log, found empty (its row waits in the state
+@pytest.mark.parametrize("row", ["pending", "none"])
+def test_a_new_file_read_before_its_start_was_durable_resumes_from_the_pool(tmp_path, cut_to,
+                                                                          row):
+    """The power-cut tests' findings: a new log, found empty (its row waits in the state
     database as pending: perhaps a copy being written), then written, started and read; a
-    power cut took the state database's commits since the row was added (they are synced at
-    most every 0.2 s), while the pool kept a slot of the file's lines (synced at its seal),
-    waiting for Kafka. At the next start the row is still pending, and the file was taken
-    for new: read from its first byte, every line already sent went again under a new
-    number (4,475 in one cut). It resumes where the pool's slots read to, as any file whose
-    checkpoint is older than the pool; and where the same cut took the log's unsynced tail
+    power cut took the state database's commits since the row was added (``pending``; they
+    are synced at most every 0.2 s) or since before the file was found (``none``: the row
+    itself is gone), while the pool kept the slots of the file's lines (synced at their
+    seal), waiting for Kafka. At the next start the file was taken for new: read from its
+    first byte, every line already sent went again under a new number (4,475 lines in one of
+    10 cuts; 8,499 in one of 200). It resumes where the pool's slots read to, as any file
+    whose checkpoint is older than the pool — a file with no row takes the id its slots name,
+    which no other new file is given —; and where the same cut took the log's unsynced tail
     too (``cut_to`` lines kept, new lines written from there), the pool's slots are checked
     against the file first, with its start for the anchor: no new line is skipped."""
     kafka = FakeKafka()
     agent = agent_on(tmp_path, kafka)
     log_file = tmp_path / "logs" / "app.log"
+    saved = tmp_path / "durable"
+    if row == "none":
+        keep_state_db(tmp_path / "state", saved)      # what the last log sync made
     log_file.write_bytes(b"")
     for _ in range(2):
         agent.clock.advance(0.3)
         agent.turn()
-    [row] = agent.db.all_files()
-    assert row["state"] == "pending", row
-    saved = tmp_path / "durable"
-    keep_state_db(tmp_path / "state", saved)          # what the last log sync made
+    [found] = agent.db.all_files()
+    assert found["state"] == "pending", found
+    if row == "pending":
+        keep_state_db(tmp_path / "state", saved)
     kafka.script(lines(0, 1)[:-1], HOLD)              # the slots stay in the pool
     log_file.write_bytes(lines(0, 200))
     for _ in range(10):
@@ -752,6 +759,10 @@ def test_a_new_file_read_before_its_start_was_durable_resumes_from_the_pool(tmp_
         missing = [v for v in (lines(0, kept) + new).split(b"\n")[:-1] if v not in numbers]
         assert not missing, f"{len(missing)} line(s) never delivered, first {missing[:2]}"
         assert renumbered == [], f"{len(renumbered)} line(s) sent again under new numbers"
+        [now] = agent.db.all_files()
+        assert now["source_id"] == found["source_id"], "the slots' id is the file's"
+        (next_id,) = agent.db.conn.execute("SELECT next_source_id FROM identity").fetchone()
+        assert next_id > found["source_id"], "a new file would take the slots' id"
     finally:
         agent.abandon()
 
