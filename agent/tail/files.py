@@ -909,7 +909,9 @@ class FileSource:
         """The source id of the pool's slots that read this new file from its first byte,
         when no row of the state database has it (a power cut took the row and the commits
         after it; the slots' seal was synced): the file holds, from byte 0, the first of their
-        records as they were read (the rest is checked as after any power cut: ``_resume``).
+        records as they were read, or zeros (the cut dropped its first page) and then some of
+        their lines in place (``_held_beyond``); the rest is checked as after any power cut
+        (``_resume``).
         Read from 0, their lines would go again under new numbers. None of the records is a
         line's part or another topic's, or the source rewrites its lines (no line is a
         record as read)."""
@@ -926,7 +928,8 @@ class FileSource:
                 continue
             _t, _k, first = next(slots[0][2].records())
             data = self.fs.pread(p.fd, len(first) + 2, 0)
-            if first and data.startswith(first) and _line_end(data, len(first)):
+            if first and data.startswith(first) and _line_end(data, len(first)) or \
+                    data[:1] == b"\0" and self._held_beyond(p.fd, 0, slots):
                 self._unclaimed.discard(sid)    # (its slots are checked by ``_resume``)
                 return sid
         return None
