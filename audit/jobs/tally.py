@@ -160,6 +160,34 @@ class TallyStore:
              for r in out])
         return out
 
+    def take_over(self, batch_id: int,
+                  origins: Iterable[tuple[str, dict, dict]]) -> tuple[int, int]:
+        """Tallies kept elsewhere through ``batch_id`` (the former counting's Spark state: per
+        origin, its windows as {"topic\\0window": figures} and its number spaces as
+        {incarnation: ``IntervalSet`` bytes}) into this empty store, in one transaction.
+        Returns (windows, number spaces) taken."""
+        if self.applied() != -1:
+            raise TallyError(f"{self.path} already holds batches up to {self.applied()}: "
+                             f"tallies from elsewhere would count them twice")
+        windows = spaces = 0
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for origin, origin_windows, origin_spaces in origins:
+                for key, figures in origin_windows.items():
+                    topic, window = key.split("\x00")
+                    self.conn.execute("INSERT INTO windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                      (origin, topic, int(window), *figures))
+                    windows += 1
+                for inc, raw in origin_spaces.items():
+                    self.conn.execute("INSERT INTO spaces VALUES (?, ?, ?)", (origin, inc, raw))
+                    spaces += 1
+            self.conn.execute("INSERT OR REPLACE INTO applied VALUES (1, ?)", (batch_id,))
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+        return windows, spaces
+
     def _space(self, origin: str, incarnation: str) -> IntervalSet:
         row = self.conn.execute("SELECT intervals FROM spaces WHERE origin = ? AND "
                                 "incarnation = ?", (origin, incarnation)).fetchone()
@@ -244,25 +272,10 @@ def _read_spark_state(spark, checkpoint: Path, batch_id: int, store: TallyStore)
             f"(a checkpoint made with --no-identity, or by another job?): "
             f"{str(exc).splitlines()[0][:300]}; count with the options it was made with, or "
             f"count again with a new --checkpoint-dir") from exc
-    windows = spaces = 0
-    store.conn.execute("BEGIN IMMEDIATE")
-    try:
-        for row in state.toLocalIterator():
-            origin = row["origin"]
-            for key, figures in json.loads(row["windows"] or "{}").items():
-                topic, window = key.split("\x00")
-                store.conn.execute("INSERT INTO windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                   (origin, topic, int(window), *figures))
-                windows += 1
-            for inc, raw in json.loads(row["spaces"] or "{}").items():
-                store.conn.execute("INSERT INTO spaces VALUES (?, ?, ?)",
-                                   (origin, inc, base64.b64decode(raw)))
-                spaces += 1
-        store.conn.execute("INSERT OR REPLACE INTO applied VALUES (1, ?)", (batch_id,))
-    except BaseException:
-        store.rollback()
-        raise
-    store.commit()
+    windows, spaces = store.take_over(batch_id, (
+        (row["origin"], json.loads(row["windows"] or "{}"),
+         {inc: base64.b64decode(raw) for inc, raw in json.loads(row["spaces"] or "{}").items()})
+        for row in state.toLocalIterator()))
     log.warning("the tallies of %s (%d window(s), %d number space(s), through batch %d) were "
                 "read from Spark's state into %s; the counting keeps them there from now on",
                 checkpoint, windows, spaces, batch_id, store.path)

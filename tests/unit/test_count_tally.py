@@ -191,3 +191,32 @@ def test_a_store_and_a_checkpoint_that_disagree_are_refused(tmp_path):
     with pytest.raises(TallyError, match="committed 1"):
         ensure_tallies(None, _checkpoint(tmp_path / "no-state", 1, 1), fresh)
     ensure_tallies(None, tmp_path / "new", fresh)        # a new job: nothing to hold
+
+
+def test_tallies_taken_over_count_on_as_if_counted_here(tmp_path):
+    """The former counting's tallies (per origin: windows and number spaces, as Spark's state
+    kept them) taken over at their batch, then the next batch applied: the same figures as
+    counting both batches here — and taken over only into an empty store."""
+    first = [("a", "i", s, "t", 0, 10, 1, 2) for s in range(100)]
+    second = [("a", "i", s, "t", 0, 10, 1, 2) for s in range(50, 150)]
+    here = TallyStore(tmp_path / "here.sqlite")
+    for batch_id, records in enumerate((first, second)):
+        expected = here.apply(batch_id, compacted(records))
+        here.commit()
+    windows = {f"{topic}\x00{window}": list(figures) for _o, topic, window, *figures in
+               here.conn.execute("SELECT * FROM windows")}
+    taken = TallyStore(tmp_path / "taken.sqlite")
+    former = TallyStore(tmp_path / "former.sqlite")
+    former.apply(0, compacted(first))
+    former.commit()
+    state = [("a", {f"{t}\x00{w}": list(f) for _o, t, w, *f in
+                    former.conn.execute("SELECT * FROM windows")},
+              {inc: raw for _o, inc, raw in former.conn.execute("SELECT * FROM spaces")})]
+    assert taken.take_over(0, state) == (1, 1)
+    assert taken.applied() == 0
+    assert taken.apply(1, compacted(second)) == expected
+    taken.commit()
+    assert {f"{t}\x00{w}": list(f) for _o, t, w, *f in
+            taken.conn.execute("SELECT * FROM windows")} == windows
+    with pytest.raises(TallyError, match="already holds batches up to 1"):
+        taken.take_over(1, state)
