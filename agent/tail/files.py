@@ -504,9 +504,10 @@ class FileSource:
         was read (each record with its newline after it, the last one's perhaps not yet
         written); the records before it are in the pool, under their numbers. ``newest`` where
         that cannot be told: records made from the lines rather than being them (another
-        encoding than UTF-8, a container runtime's framing), a slot holding other sources'
-        records too, a stretch no slot covers, or a record that no line is (a long line's
-        parts). The second: the stretches after it, line starts to line ends, that the file
+        encoding than UTF-8, a container runtime's framing), a stretch no slot covers, or a
+        record that no line is (a long line's parts); a slot holding other files' records too
+        (a rotation within it) is passed when the file holds every one of its own
+        (``_holds_all``), else reading goes again from where that slot's part begins. The second: the stretches after it, line starts to line ends, that the file
         still holds as those slots read them (``_held_beyond``): a cut that kept a later page
         of the log and dropped an earlier one leaves a hole, and the lines after it are the
         pool's already. Ascending; none with a multiline rule."""
@@ -516,9 +517,17 @@ class FileSource:
         at = newest
         slots = self._read_by_pool(sid, newest, offset)
         for start, end, slot in slots:
-            if start > at or len(slot.meta.positions) != 1:
+            if start > at:
                 break
             data = self.fs.pread(fd, end - start, start)
+            if len(slot.meta.positions) != 1:
+                # the file's lines among another's (a rotation within the slot): when the file
+                # holds every one of them, on; else which are its cannot be told: from there
+                if _holds_all(data, (v for _t, _k, v in slot.records())):
+                    at = max(at, end)
+                    continue
+                back = at
+                break
             pos = 0
             for _t, _k, value in slot.records():
                 n = len(value)
@@ -923,13 +932,19 @@ class FileSource:
             return None
         for sid in sorted(self._unclaimed):
             slots = self._read_by_pool(sid, -1, self.recovered[sid])
-            if not slots or slots[0][0] != 0 or len(slots[0][2].meta.positions) != 1 \
-                    or slots[0][2].topic != self.cfg.topic:
+            if not slots or slots[0][0] != 0 or slots[0][2].topic != self.cfg.topic:
                 continue
-            _t, _k, first = next(slots[0][2].records())
-            data = self.fs.pread(p.fd, len(first) + 2, 0)
-            if first and data.startswith(first) and _line_end(data, len(first)) or \
-                    data[:1] == b"\0" and self._held_beyond(p.fd, 0, slots):
+            _start, end, slot = slots[0]
+            if len(slot.meta.positions) != 1:       # the file's first lines among another's
+                found = _holds_all(self.fs.pread(p.fd, end, 0),
+                                   (v for _t, _k, v in slot.records()))
+            else:
+                _t, _k, first = next(slot.records())
+                data = self.fs.pread(p.fd, len(first) + 2, 0)
+                found = bool(first) and data.startswith(first) and \
+                    bool(_line_end(data, len(first))) or \
+                    data[:1] == b"\0" and bool(self._held_beyond(p.fd, 0, slots))
+            if found:
                 self._unclaimed.discard(sid)    # (its slots are checked by ``_resume``)
                 return sid
         return None
@@ -1408,6 +1423,27 @@ def _local_fs(dev: int) -> bool:
 def _ctime_ns(st: os.stat_result) -> int:
     """A stat's change time in ns (as ``_mtime_ns``)."""
     return st.st_ctime_ns if st.st_ctime_ns is not None else int(st.st_ctime * 1e9)
+
+
+def _holds_all(data: bytes, values) -> bool:
+    """Whether ``data`` — the bytes of one file a slot read, the slot holding other files'
+    records too — is the slot's records of that file whole, line after line: each record is
+    taken for the file's when the file holds it where the last one ended, for another's
+    otherwise. Only a whole match says yes (a cut inside, or a record that no line is,
+    says no)."""
+    pos = 0
+    for value in values:
+        if pos == len(data):
+            return True
+        n = len(value)
+        if data[pos:pos + n] != value:
+            continue
+        ended = _line_end(data, pos + n)
+        if ended:
+            pos += n + ended
+        elif pos + n == len(data):                  # a partial line at the end
+            pos += n
+    return pos == len(data)
 
 
 def _line_end(data: bytes, at: int) -> int | None:

@@ -772,6 +772,75 @@ def test_a_new_file_read_before_its_start_was_durable_resumes_from_the_pool(tmp_
         agent.abandon()
 
 
+@pytest.mark.parametrize("row", ["kept", "none"])
+def test_a_new_log_whose_first_slot_holds_the_rotated_ones_last_lines_resumes_from_the_pool(
+        tmp_path, row):
+    """The 200-cut power test's findings: a rotation inside one slot (a slot sent while it
+    fills takes every file's lines until it is sealed) — the old log's last lines, then the
+    new log's first — and a power cut that took the new log's tail (lines 160-199 gone, new
+    lines written from there) with the state database's commits since the rotation
+    (``none``: the new log's row too) or since just after it (``kept``: its row, no anchor).
+    The new log's part of the slot is passed, its lines the file holds whole; reading goes
+    again from the first line the file no longer holds as read (before: from the new log's
+    first byte, every line in between under a new number — 4,778 and 8,240 lines in one
+    200-cut run). A file with no row takes the slots' id when that slot holds its first
+    lines."""
+    kafka = FakeKafka()
+    agent = agent_on(tmp_path, kafka)
+    logs = tmp_path / "logs"
+    log_file = logs / "app.log"
+    kafka.script(lines(0, 1)[:-1], HOLD)              # every slot stays in the pool
+    log_file.write_bytes(lines(0, 20))
+    for _ in range(3):
+        agent.clock.advance(0.3)
+        agent.turn()
+    saved = tmp_path / "durable"
+    if row == "none":
+        keep_state_db(tmp_path / "state", saved)
+    with open(log_file, "ab") as f:
+        f.write(lines(20, 25))
+    agent.clock.advance(0.001)
+    agent.turn()                                      # lines 20-24 in a slot filling
+    log_file.rename(logs / "app.log.1")
+    (logs / "app.log").write_bytes(lines(100, 130))
+    agent.clock.advance(0.001)
+    for source in agent.file_sources:
+        source.scan()                                 # found within the linger
+    agent.turn()                                      # the new log's first lines beside them
+    if row == "kept":
+        keep_state_db(tmp_path / "state", saved)
+    for k in range(130, 200, 10):
+        with open(log_file, "ab") as f:
+            f.write(lines(k, k + 10))
+        agent.clock.advance(0.3)
+        agent.turn()
+    for _ in range(3):
+        agent.clock.advance(0.3)
+        agent.turn()
+    shared = [s for s in agent.pool.sealed() if len(s.meta.positions) == 2]
+    assert any(b"id-000000100" in bytes(v) for s in shared for _t, _k, v in s.records()), \
+        "no slot holds the old log's last lines and the new log's first"
+    new_id = max(r["source_id"] for r in agent.db.all_files())       # the new log's
+    agent.abandon()                                   # the power cut
+    put_back_state_db(tmp_path / "state", saved)
+    _cut_back_and_written_on(log_file, 0, b"")
+    log_file.write_bytes(lines(100, 160) + lines(1000, 1050))
+    again, agent = _started_again(tmp_path, 20)
+    try:
+        numbers: dict[bytes, set[bytes]] = {}
+        for value, number in _numbered(kafka) + _numbered(again):
+            numbers.setdefault(value, set()).add(number)
+        want = (lines(0, 25) + lines(100, 160) + lines(1000, 1050)).split(b"\n")[:-1]
+        missing = [v for v in want if v not in numbers]
+        assert not missing, f"{len(missing)} line(s) never delivered, first {missing[:2]}"
+        renumbered = sorted(id_of(v) for v, n in numbers.items() if len(n) > 1)
+        assert renumbered == [], f"{len(renumbered)} line(s) sent again under new numbers"
+        ino = os.stat(log_file).st_ino
+        assert [r["source_id"] for r in agent.db.all_files() if r["ino"] == ino] == [new_id]
+    finally:
+        agent.abandon()
+
+
 def test_lines_written_after_a_cut_that_repeat_old_ones_in_place_are_read(tmp_path):
     """As above, but the cut kept lines 465-469 only, and the application wrote on from
     there a line of its own, then lines 471-479 again, byte for byte where they were: after
