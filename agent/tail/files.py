@@ -507,10 +507,11 @@ class FileSource:
         encoding than UTF-8, a container runtime's framing), a stretch no slot covers, or a
         record that no line is (a long line's parts); a slot holding other files' records too
         (a rotation within it) is passed when the file holds every one of its own
-        (``_holds_all``), else reading goes again from where that slot's part begins. The second: the stretches after it, line starts to line ends, that the file
-        still holds as those slots read them (``_held_beyond``): a cut that kept a later page
-        of the log and dropped an earlier one leaves a hole, and the lines after it are the
-        pool's already. Ascending; none with a multiline rule."""
+        (``_holds_all``), else reading goes again from where that slot's part begins. The
+        second: the stretches after it, line starts to line ends, that the file still holds
+        as those slots read them (``_held_beyond``): a cut that kept a later page of the log
+        and dropped an earlier one leaves a hole, and the lines after it are the pool's
+        already. Ascending; none with a multiline rule."""
         if self.reader.lines.rewrites or self.reader.routes.by_line:
             return newest, []            # (a line's slot holds other topics' lines between)
         back: int | None = None
@@ -920,10 +921,9 @@ class FileSource:
         after it; the slots' seal was synced): the file holds, from byte 0, the first of their
         records as they were read, or zeros (the cut dropped its first page) and then some of
         their lines in place (``_held_beyond``); the rest is checked as after any power cut
-        (``_resume``).
-        Read from 0, their lines would go again under new numbers. None of the records is a
-        line's part or another topic's, or the source rewrites its lines (no line is a
-        record as read)."""
+        (``_resume``). Read from 0, their lines would go again under new numbers. Not for a
+        source that rewrites its lines or routes them to topics (no line is a record as
+        read), nor for slots of another topic."""
         if self._unclaimed is None:
             known = {r["source_id"] for r in self.db.all_files()}
             self._unclaimed = {sid for sid in self.recovered if sid not in known}
