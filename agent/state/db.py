@@ -418,10 +418,16 @@ class StateDB:
 
     def adopt(self, row_id: int, source_id: int) -> None:
         """Row ``row_id`` takes ``source_id``, an id no row has: the pool's slots of that id
-        are its file's lines (``FileSource._pool_source_of``)."""
+        are its file's lines (``FileSource._pool_source_of``). What it had seen is what they
+        read: the size the new row noted at this start may hold lines written since the cut,
+        which a cut back would journal as seen and never read."""
         with self.conn:
-            self.conn.execute("UPDATE files SET source_id = ? WHERE source_id = ?",
-                              (source_id, row_id))
+            self.conn.execute("UPDATE files SET source_id = ?, size_seen = 0 WHERE "
+                              "source_id = ?", (source_id, row_id))
+
+    def has(self, source_id: int) -> bool:
+        return self.conn.execute("SELECT 1 FROM files WHERE source_id = ?",
+                                 (source_id,)).fetchone() is not None
 
     def rewind(self, source_id: int, offset: int, state: str) -> None:
         """Move a sealed checkpoint *back* (the start self-check, ``agent/state/selfcheck.py``):

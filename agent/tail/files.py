@@ -524,7 +524,8 @@ class FileSource:
             if len(slot.meta.positions) != 1:
                 # the file's lines among another's (a rotation within the slot): when the file
                 # holds every one of them, on; else which are its cannot be told: from there
-                if _holds_all(data, (v for _t, _k, v in slot.records())):
+                if len(data) == end - start and \
+                        _holds_all(data, (v for _t, _k, v in slot.records())):
                     at = max(at, end)
                     continue
                 back = at
@@ -931,13 +932,19 @@ class FileSource:
                 or self.reader.routes.by_line:
             return None
         for sid in sorted(self._unclaimed):
-            slots = self._read_by_pool(sid, -1, self.recovered[sid])
-            if not slots or slots[0][0] != 0 or slots[0][2].topic != self.cfg.topic:
+            # (another source may have taken it since; its slots may be freed since)
+            slots = self._read_by_pool(sid, -1, self.recovered[sid]) \
+                if sid in self.recovered else []
+            if not slots or self.db.has(sid):
+                self._unclaimed.discard(sid)
+                continue
+            if slots[0][0] != 0 or slots[0][2].topic != self.cfg.topic:
                 continue
             _start, end, slot = slots[0]
             if len(slot.meta.positions) != 1:       # the file's first lines among another's
-                found = _holds_all(self.fs.pread(p.fd, end, 0),
-                                   (v for _t, _k, v in slot.records()))
+                data = self.fs.pread(p.fd, end, 0)
+                found = len(data) == end and \
+                    _holds_all(data, (v for _t, _k, v in slot.records()))
             else:
                 _t, _k, first = next(slot.records())
                 data = self.fs.pread(p.fd, len(first) + 2, 0)
@@ -1430,7 +1437,8 @@ def _holds_all(data: bytes, values) -> bool:
     records too — is the slot's records of that file whole, line after line: each record is
     taken for the file's when the file holds it where the last one ended, for another's
     otherwise. Only a whole match says yes (a cut inside, or a record that no line is,
-    says no)."""
+    says no); the caller makes sure ``data`` is as long as what the slot read of the file
+    (a file cut shorter holds less: its bytes all matched would say nothing)."""
     pos = 0
     for value in values:
         if pos == len(data):
