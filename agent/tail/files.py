@@ -524,8 +524,7 @@ class FileSource:
             if len(slot.meta.positions) != 1:
                 # the file's lines among another's (a rotation within the slot): when the file
                 # holds every one of them, on; else which are its cannot be told: from there
-                if len(data) == end - start and \
-                        _holds_all(data, (v for _t, _k, v in slot.records())):
+                if _holds_all(data, end - start, (v for _t, _k, v in slot.records())):
                     at = max(at, end)
                     continue
                 back = at
@@ -925,12 +924,10 @@ class FileSource:
         (``_resume``). Read from 0, their lines would go again under new numbers. Not for a
         source that rewrites its lines or routes them to topics (no line is a record as
         read), nor for slots of another topic."""
-        if self._unclaimed is None:
-            known = {r["source_id"] for r in self.db.all_files()}
-            self._unclaimed = {sid for sid in self.recovered if sid not in known}
-        if p.start_at or not self._unclaimed or self.reader.lines.rewrites \
-                or self.reader.routes.by_line:
+        if p.start_at or self.reader.lines.rewrites or self.reader.routes.by_line:
             return None
+        if self._unclaimed is None:
+            self._unclaimed = {sid for sid in self.recovered if not self.db.has(sid)}
         for sid in sorted(self._unclaimed):
             # (another source may have taken it since; its slots may be freed since)
             slots = self._read_by_pool(sid, -1, self.recovered[sid]) \
@@ -942,9 +939,8 @@ class FileSource:
                 continue
             _start, end, slot = slots[0]
             if len(slot.meta.positions) != 1:       # the file's first lines among another's
-                data = self.fs.pread(p.fd, end, 0)
-                found = len(data) == end and \
-                    _holds_all(data, (v for _t, _k, v in slot.records()))
+                found = _holds_all(self.fs.pread(p.fd, end, 0), end,
+                                   (v for _t, _k, v in slot.records()))
             else:
                 _t, _k, first = next(slot.records())
                 data = self.fs.pread(p.fd, len(first) + 2, 0)
@@ -1432,13 +1428,15 @@ def _ctime_ns(st: os.stat_result) -> int:
     return st.st_ctime_ns if st.st_ctime_ns is not None else int(st.st_ctime * 1e9)
 
 
-def _holds_all(data: bytes, values) -> bool:
-    """Whether ``data`` — the bytes of one file a slot read, the slot holding other files'
-    records too — is the slot's records of that file whole, line after line: each record is
-    taken for the file's when the file holds it where the last one ended, for another's
-    otherwise. Only a whole match says yes (a cut inside, or a record that no line is,
-    says no); the caller makes sure ``data`` is as long as what the slot read of the file
-    (a file cut shorter holds less: its bytes all matched would say nothing)."""
+def _holds_all(data: bytes, span: int, values) -> bool:
+    """Whether ``data`` — the file's bytes where a slot read ``span`` bytes of it, the slot
+    holding other files' records too — is the slot's records of that file whole, line after
+    line: each record is taken for the file's when the file holds it where the last one
+    ended, for another's otherwise. Only a whole match says yes: a cut inside, a record that
+    no line is, or a file that holds less than ``span`` there (its bytes all matched would
+    say nothing of the rest) says no."""
+    if len(data) != span:
+        return False
     pos = 0
     for value in values:
         if pos == len(data):

@@ -701,9 +701,13 @@ def test_lines_a_power_cut_kept_after_a_hole_over_a_blocks_last_line_are_not_rea
         agent.abandon()
 
 
-def _numbered(kafka: FakeKafka) -> list[tuple[bytes, bytes]]:
-    """(value, record number) of every record ``kafka`` holds."""
-    return [(value, dict(headers)[SEQ_HEADER]) for _t, value, _k, _ts, headers in kafka.log]
+def _numbered(*kafkas: FakeKafka) -> dict[bytes, set[bytes]]:
+    """Each value the ``kafkas`` hold, with the record numbers it came under."""
+    numbers: dict[bytes, set[bytes]] = {}
+    for kafka in kafkas:
+        for _t, value, _k, _ts, headers in kafka.log:
+            numbers.setdefault(value, set()).add(dict(headers)[SEQ_HEADER])
+    return numbers
 
 
 @pytest.mark.parametrize("cut_to", [None, 130, "hole"])
@@ -755,10 +759,7 @@ def test_a_new_file_read_before_its_start_was_durable_resumes_from_the_pool(tmp_
             f.write(b"\0" * len(lines(0, 5)))
     again, agent = _started_again(tmp_path, 20)
     try:
-        held = _numbered(kafka) + _numbered(again)
-        numbers: dict[bytes, set[bytes]] = {}
-        for value, number in held:
-            numbers.setdefault(value, set()).add(number)
+        numbers = _numbered(kafka, again)
         renumbered = sorted(id_of(v) for v, n in numbers.items() if len(n) > 1)
         kept = lines(0, 200 if cut_to is None else 130)
         missing = [v for v in (kept + new).split(b"\n")[:-1] if v not in numbers]
@@ -838,9 +839,7 @@ def test_a_new_log_whose_first_slot_holds_the_rotated_ones_last_lines_resumes_fr
             agent.clock.advance(0.3)
             agent.turn()
     try:
-        numbers: dict[bytes, set[bytes]] = {}
-        for value, number in _numbered(kafka) + _numbered(again):
-            numbers.setdefault(value, set()).add(number)
+        numbers = _numbered(kafka, again)
         want = (lines(0, 25) + kept + lines(1000, 1050)).split(b"\n")[:-1]
         missing = [v for v in want if v not in numbers]
         assert not missing, f"{len(missing)} line(s) never delivered, first {missing[:2]}"
