@@ -260,6 +260,7 @@ def main(argv: list[str] | None = None, seams=None) -> int:
         check(cfg)                  # what would fail below fails here, as validate says it
         for where, message in cfg.warnings:
             logging.getLogger("docket.agent").warning("config %s: %s", where, message)
+        agent = None
         try:
             agent = Agent(cfg, seams=seams)
             agent.install_signals()
@@ -281,7 +282,8 @@ def main(argv: list[str] | None = None, seams=None) -> int:
             return 1
         except OSError as exc:      # the state folder or the pool file, refused by the system
             logging.getLogger("docket.agent").error(
-                "cannot start: %s%s", exc.strerror or exc,
+                "%s: %s%s", "stopped by an error" if agent is not None and agent.shipping
+                else "cannot start", exc.strerror or exc,
                 f" ({exc.filename})" if getattr(exc, "filename", None) else "",
                 exc_info=getattr(exc, "filename", None) is None)   # no file: where it came from
             return 1

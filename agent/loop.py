@@ -103,6 +103,7 @@ class AgentLoop:
         self._last_scan = self.monotonic()
         sealed = self.pool.stats()["sealed_slots"]
         self.notifier.ready(f"recovered {sealed} sealed slot(s); shipping")
+        self.shipping = True
         log.info("agent %s ready: %d sealed slot(s) recovered; send path %s (%s)",
                  self.cfg.agent_id, sealed, self.drain.describe(), self.send_path_why)
 

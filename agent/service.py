@@ -234,6 +234,7 @@ class Agent(AgentLoop, AgentControl):
         self._build_sources(cfg, starting=True)
         self._stop = threading.Event()
         self._reload = threading.Event()
+        self.shipping = False                   # ready: the first scan done (begin)
         self.board = StatusBoard(self)
         self._next_scan = self._next_gauges = self._next_watchdog = 0.0
         self._wall_mark: tuple[float, float] | None = None   # (wall s, monotonic s) last seen

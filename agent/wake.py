@@ -30,12 +30,15 @@ class LoopWake:
         None) registered in place of the one before: a watch built again (a reload) may reuse
         the old one's number, so the object decides, not the number."""
         if watch is not self._watch or (watch is not None and watch.fd != self._watch_fd):
-            if self._watch_fd >= 0:
-                try:
+            old = self._watch
+            if old is not None and old.fd >= 0 and old.fd == self._watch_fd:
+                try:                      # still open: it may be used again
                     self._epoll.unregister(self._watch_fd)
-                except OSError as exc:    # closed already: the kernel dropped it
+                except OSError as exc:
                     if exc.errno not in (errno.ENOENT, errno.EBADF):
                         raise
+            # A watch closed took its registration with it, and its number may belong to
+            # any file now (a regular file's refuses epoll with EPERM): it is not asked.
             self._watch, self._watch_fd = watch, -1
             if watch is not None and watch.fd >= 0:
                 self._epoll.register(watch.fd, select.EPOLLIN)

@@ -109,9 +109,10 @@ def test_a_pool_beside_a_lost_state_database_is_moved_aside_with_it(tmp_path):
 
 def test_an_error_of_the_system_with_no_file_leaves_where_it_came_from_in_the_log(
         tmp_path, monkeypatch, capfd):
-    """An OSError with no file name out of the running agent (it ended a CI run once, as
-    "cannot start: Operation not permitted" and nothing else) is logged with its traceback:
-    the next one says which call it was."""
+    """An OSError with no file name out of the agent is logged with its traceback, and out of
+    a running one (ready, shipping) not as "cannot start". Two CI runs ended on "cannot start:
+    Operation not permitted" and nothing else; the traceback named the call the next time (a
+    reload's closed write watch, ``test_idle_loop.py``)."""
     import errno
 
     from agent.service import Agent
@@ -129,3 +130,14 @@ def test_an_error_of_the_system_with_no_file_leaves_where_it_came_from_in_the_lo
     err = capfd.readouterr().err
     assert "cannot start: Operation not permitted" in err
     assert "Traceback" in err and "in refused" in err, err
+
+    def refused_running(self):
+        self.shipping = True
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(Agent, "run", refused_running)
+    config.write_text(config.read_text().replace('state"', 'state2"'))  # the first one's is locked
+    assert agent_main(["run", "--config", str(config)]) == 1
+    err = capfd.readouterr().err
+    assert "stopped by an error: Operation not permitted" in err and "cannot start" not in err
+    assert "in refused_running" in err, err

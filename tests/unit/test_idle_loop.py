@@ -94,6 +94,47 @@ def test_a_signal_ends_the_sleep_and_the_handler_runs(tmp_path):
     assert signal.set_wakeup_fd(-1) == -1
 
 
+def test_after_a_reload_the_sleep_is_on_the_new_write_watch_whoever_has_the_old_number(
+        tmp_path):
+    """A reload closes the write watch and builds another; the old one's number goes to the
+    next descriptor opened — a regular file (which epoll refuses with EPERM: an agent died of
+    it after a reload in a test run), or the new watch itself. Either way the loop sleeps on
+    the new watch, and a write ends the sleep."""
+    for case in ("a regular file", "the new watch"):
+        work = tmp_path / case.replace(" ", "_")
+        work.mkdir()
+        (work / "app.log").write_bytes(b"")
+        agent = _agent(work)
+        held = -1
+        try:
+            _settled(agent)
+            old = agent.watch.writes.fd
+            _wait, fd = agent._idle_wait(False)
+            agent._close_sources()                  # what a reload does, in its order
+            if case == "a regular file":
+                held = os.open(work / "app.log", os.O_RDONLY)
+                if held != old:
+                    os.dup2(held, old)              # the old number: now a regular file
+            agent._build_sources(agent.cfg)
+            writes = agent.watch.writes
+            if case == "the new watch" and writes.fd != old:
+                os.dup2(writes.fd, old)             # the new watch under the old number
+                os.close(writes.fd)
+                writes.fd = old
+            assert (writes.fd != old) if case == "a regular file" else (writes.fd == old)
+            assert agent._idle_wait(False)[1] == fd
+            agent.turn()
+            assert not readable(fd, 0)
+            with open(work / "app.log", "ab") as f:
+                f.write(b"a line\n")
+            assert readable(fd), f"{case}: a write must end the sleep"
+        finally:
+            agent.abandon()
+            if held >= 0:
+                for n in {held, old}:               # one, when the open took the old number
+                    os.close(n)
+
+
 def test_with_the_write_watch_on_every_folder_the_timed_scan_is_a_safety_net(tmp_path):
     """Scans every ``WATCHED_SCAN_S`` (events ask for the others), but every
     ``poll_interval_ms`` while a file found waits to be decided on, and without file events."""
