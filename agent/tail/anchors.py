@@ -14,14 +14,16 @@ such offset at or below the sealed one) and the CRC-32 of the ``SPAN`` bytes bef
 were read (the reader notes each hand-over: a file rewritten between the read and the seal must
 not make a false anchor). The newest follows the checkpoint; an older one is kept at most
 every ``EVERY_S`` seconds, so the anchors reach back about ``KEPT * EVERY_S`` seconds of
-reading. Beside them, the newest ``FINE_KEPT`` hand-overs the seals passed are anchors too (up to
-``FINE_PER_SEAL`` of each seal's, spread over them): where a power cut is likeliest to have cut
-the file — in the last second or so of its writing — reading resumes within a hand-over of
-the cut (about 12 ms of reading at 20,000 lines/s, where a second's spacing re-read up to a
-second's lines under new record numbers); the two kinds are stored apart (``pack``), so a
-start keeps both. At start (``resume_at``) the newest anchor at or below the checkpoint is
-checked against the file; if the file no longer holds it, the newest anchor it still holds is where
-reading resumes (the lines from there to the cut arrive twice; none is skipped), or the
+reading. Beside them, ``FINE_KEPT`` of the hand-overs the seals passed are anchors too, every
+one near the newest and thinner further back (``add_fine``): where a power cut is likeliest to
+have cut the file — in the last fraction of a second of its writing, behind the read by the
+application's last sync — reading resumes within a few hand-overs of the cut (where a second's
+spacing re-read up to a second's lines under new record numbers); the two kinds are stored
+apart (``pack``), so a start keeps both. A generation started past its first byte (a copy of
+content read elsewhere, ``read_from = "end"``) has its start for an anchor. At start
+(``resume_at``) the newest anchor at or below the checkpoint is checked against the file; if
+the file no longer holds it, the newest anchor it still holds is where reading resumes (the
+lines from there to the cut arrive twice; none is skipped), or the
 generation's start when it holds none.
 
 The pool is synced at each seal, the state database's commits at most every 0.2 s: after a
@@ -43,8 +45,8 @@ from collections.abc import Callable
 SPAN = 64                  # bytes before an anchor's offset its checksum covers
 KEPT = 48                  # anchors kept per generation, a second or more apart
 EVERY_S = 1.0              # an older anchor kept at most this often (monotonic s)
-FINE_KEPT = 64             # the newest hand-overs kept as anchors besides, however close
-FINE_PER_SEAL = 16         # of them, at most this many from one seal's hand-overs
+FINE_KEPT = 64             # hand-overs kept as anchors besides: every one near the newest,
+FINE_RATIO = 16            # thinner further back, d bytes below it about d / FINE_RATIO apart
 HANDED_KEPT = 256          # hand-overs remembered until a seal reaches them (then the oldest
 #                            go: an anchor a little older than the seal is still exact)
 _ENTRY = struct.Struct("<QI")
@@ -125,14 +127,30 @@ def tail_read(tail: bytes, values: list[bytes]) -> bool:
 
 
 def add_fine(fine: list[Anchor], handed: list[Anchor]) -> list[Anchor]:
-    """``fine`` with the hand-overs a seal passed (``handed``, ascending): up to
-    ``FINE_PER_SEAL`` of them spread evenly, the newest always, keeping the newest
-    ``FINE_KEPT``."""
-    if len(handed) > FINE_PER_SEAL:
-        step = len(handed) / FINE_PER_SEAL
-        handed = [handed[len(handed) - 1 - int(i * step)] for i in range(FINE_PER_SEAL)][::-1]
-    newer = [a for a in handed if not fine or a[0] > fine[-1][0]]
-    return (fine + newer)[-FINE_KEPT:]
+    """``fine`` with the hand-overs a seal passed (``handed``, ascending), thinned from the
+    newest (kept always) back, up to ``FINE_KEPT``: one ``d`` bytes below the newest goes when
+    it lies less than ``d / FINE_RATIO`` below the one kept before it and the next older one
+    lies less than ``2 d / FINE_RATIO`` below that one (it takes its place: each seal thins
+    again what the seals before kept, and the gaps grow as the newest moves away). So every
+    hand-over near the newest is an anchor, the rest about ``d / FINE_RATIO`` to twice that
+    apart, and a cut ``d`` bytes below the newest anchor resumes within that of it. (Up to 16
+    of each seal's hand-overs spread evenly reached four seals back; but a slot sent while it
+    fills is one seal of a mebibyte: 64 KiB apart, and up to 874 lines read again under new
+    numbers after one power cut.)"""
+    merged = fine + [a for a in handed if not fine or a[0] > fine[-1][0]]
+    if not merged:
+        return merged
+    newest = merged[-1][0]
+    kept = [merged[-1]]
+    for i in range(len(merged) - 2, -1, -1):
+        if len(kept) == FINE_KEPT:
+            break
+        at, last = merged[i][0], kept[-1][0]
+        if FINE_RATIO * (last - at) < newest - at and i > 0 and \
+                FINE_RATIO * (last - merged[i - 1][0]) < 2 * (newest - merged[i - 1][0]):
+            continue                    # too close, and the next older one can stand for it
+        kept.append(merged[i])
+    return kept[::-1]
 
 
 def merged(coarse: list[Anchor], fine: list[Anchor]) -> list[Anchor]:

@@ -48,20 +48,35 @@ def test_a_file_cut_back_resumes_at_the_newest_anchor_it_still_holds():
     assert A.resume_at(_reader(other), 900, kept) == 0   # holds none: from the start
 
 
-def test_the_hand_overs_a_seal_passes_are_kept_as_fine_anchors_spread_and_capped():
+def _spaced(offs: list[int]) -> None:
+    """Ascending and distinct; every hand-over within ``FINE_RATIO`` of the newest; further
+    back, each gap less than twice ``d / FINE_RATIO`` (``d``: below the newest)."""
+    newest = offs[-1]
+    assert offs == sorted(set(offs)) and len(offs) <= A.FINE_KEPT
+    assert offs[-A.FINE_RATIO - 1:] == list(range(newest - A.FINE_RATIO, newest + 1))
+    for a, b in zip(offs, offs[1:], strict=False):
+        assert A.FINE_RATIO * (b - a) < 2 * (newest - a) or b - a == 1, (a, b)
+
+
+def test_the_hand_overs_the_seals_pass_are_fine_anchors_all_near_the_newest_thinner_back():
     fine = A.add_fine([], [(10, 1), (20, 2)])
     assert fine == [(10, 1), (20, 2)]
-    passed = [(100 + i, i) for i in range(100)]                 # more than one seal keeps
+    passed = [(1000 + i, i) for i in range(2000)]              # hand-overs a byte apart
     fine = A.add_fine(fine, passed)
-    assert len(fine) == 2 + A.FINE_PER_SEAL and fine[-1] == (199, 99)   # the newest always
-    assert [a[0] for a in fine] == sorted({a[0] for a in fine})         # ascending, distinct
-    gaps = {b[0] - a[0] for a, b in zip(fine[2:], fine[3:], strict=False)}
-    assert max(gaps) - min(gaps) <= 1                                   # spread evenly
-    assert A.add_fine(fine, [(15, 0)]) == fine                          # never below the newest
-    for start in range(1000, 1000 + 10 * A.FINE_KEPT, 10):
-        fine = A.add_fine(fine, [(start, 0)])
-    assert len(fine) == A.FINE_KEPT and fine[-1][0] == 990 + 10 * A.FINE_KEPT
-    assert A.merged([(5, 1), (1000, 0)], fine[:2]) == [(5, 1), (1000, 0), (1010, 0)]
+    assert fine[-1] == (2999, 1999) and len(fine) == A.FINE_KEPT     # the newest always
+    _spaced([a[0] for a in fine])
+    assert 2999 - fine[0][0] > 6 * A.FINE_KEPT                  # they reach far back
+    assert A.add_fine(fine, [(15, 0)]) == fine                  # never below the newest
+    assert A.add_fine(fine, []) == fine                         # thinned already: as it was
+    # A hand-over per seal (a quiet file): each seal thins what the ones before kept
+    fine = []
+    for at in range(1, 5001):
+        fine = A.add_fine(fine, [(at, 0)])
+        if at in (100, 1000, 5000):
+            _spaced([a[0] for a in fine])
+    assert len(fine) == A.FINE_KEPT and 5000 - fine[0][0] > 8 * A.FINE_KEPT
+    assert A.merged([(5, 1), (1000, 0)], [(1000, 0), (1010, 0)]) == \
+        [(5, 1), (1000, 0), (1010, 0)]
 
 
 def test_the_two_kinds_are_stored_apart_and_read_back_apart():
