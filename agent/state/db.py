@@ -396,17 +396,18 @@ class StateDB:
                 self.conn.execute("DELETE FROM files WHERE source_id = ?", (replaces,))
 
     def start(self, source_id: int, state: str, offset: int, fingerprint: bytes, path: str,
-              size_seen: int) -> None:
+              size_seen: int, anchors: bytes | None = None) -> None:
         """A pending file is decided: tailed from ``offset`` (0, or its end for a plain copy
-        of content read elsewhere)."""
+        of content read elsewhere), with ``anchors`` if given (``agent/tail/anchors.py``)."""
         self._crash_point("db:start")
         with self.conn:
             self.conn.execute(
                 "UPDATE files SET state = ?, sealed_offset = MAX(sealed_offset, ?), "
                 "acked_offset = MAX(acked_offset, ?), fingerprint = ?, path = ?, "
-                "size_seen = ?, updated_ms = ? WHERE source_id = ?",
+                "size_seen = ?, updated_ms = ?, anchors = COALESCE(?, anchors) "
+                "WHERE source_id = ?",
                 (state, offset, offset, fingerprint, path, size_seen, self.clock.time_ms(),
-                 source_id))
+                 anchors, source_id))
 
     def keep_source_ids_above(self, source_ids: Iterable[int]) -> None:
         """No new row takes any of ``source_ids`` (the pool's slots name them: a power cut

@@ -505,9 +505,10 @@ class FileSource:
         written); the records before it are in the pool, under their numbers. ``newest`` where
         that cannot be told: records made from the lines rather than being them (another
         encoding than UTF-8, a container runtime's framing), a stretch no slot covers, or a
-        record that no line is (a long line's parts); a slot holding other files' records too
-        (a rotation within it) is passed when the file holds every one of its own
-        (``_holds_all``), else reading goes again from where that slot's part begins. The
+        record that no line is (a long line's parts); of a slot holding other files' records too
+        (a rotation within it), the blocks that read this file (``_own_blocks``), or where
+        they cannot be told apart, the slot is passed when the file holds every one of its
+        records (``_holds_all``), else reading goes again from where that slot's part begins. The
         second: the stretches after it, line starts to line ends, that the file still holds
         as those slots read them (``_held_beyond``): a cut that kept a later page of the log
         and dropped an earlier one leaves a hole, and the lines after it are the pool's
@@ -521,16 +522,17 @@ class FileSource:
             if start > at:
                 break
             data = self.fs.pread(fd, end - start, start)
-            if len(slot.meta.positions) != 1:
-                # the file's lines among another's (a rotation within the slot): when the file
-                # holds every one of them, on; else which are its cannot be told: from there
+            own = _own_blocks(slot, end - start)
+            if own is None:
+                # the file's lines among another's (a rotation within the slot), its blocks
+                # not told apart: when the file holds every one of them, on; else from there
                 if _holds_all(data, end - start, (v for _t, _k, v in slot.records())):
                     at = max(at, end)
                     continue
                 back = at
                 break
             pos = 0
-            for _t, _k, value in slot.records():
+            for value in (bytes(b.value(i)) for b in own for i in range(len(b))):
                 n = len(value)
                 ended = _line_end(data, pos + n)
                 step = n + ended if ended else \
@@ -549,8 +551,9 @@ class FileSource:
 
     def _held_beyond(self, fd: int, back: int,
                      slots: list[tuple[int, int, object]]) -> list[tuple[int, int]]:
-        """The stretches after ``back`` where the file holds, line for line, what the slots (one
-        source's each, ``(start, end, slot)``, ascending) read, past a hole: a cut that dropped
+        """The stretches after ``back`` where the file holds, line for line, what the slots
+        (``(start, end, slot)`` of this file, ascending; of a slot shared with other files, its
+        blocks that read this one: ``_own_blocks``) read, past a hole: a cut that dropped
         a page of the log and kept a later one leaves zeros, and the lines of the kept page are
         the pool's already. Each record is looked for at the place its slot's layout gives it,
         with a newline after it in the file and a newline or a hole's zero before it (the hole
@@ -566,7 +569,8 @@ class FileSource:
         hole, seen = False, back
         ending = 1                      # the newest line end seen: a newline, or a CR and one
         for start, end, slot in slots:
-            if len(slot.meta.positions) != 1 or end <= back:
+            own = _own_blocks(slot, end - start) if end > back else None
+            if own is None:
                 continue
             if start > seen:                  # no slot of the source reaches here: zeros?
                 hole = hole or b"\0" in self.fs.pread(fd, start - seen, seen)
@@ -574,7 +578,7 @@ class FileSource:
             data = self.fs.pread(fd, end - start + 1, start - 1) if start else \
                 b"\n" + self.fs.pread(fd, end, 0)         # with the byte before the slot's first
             pos = 1
-            for block in slot.blocks():
+            for block in own:
                 if block.part_count:
                     break                               # a long line's parts: no lines
                 offsets = block.offsets.tolist()
@@ -938,11 +942,12 @@ class FileSource:
             if slots[0][0] != 0 or slots[0][2].topic != self.cfg.topic:
                 continue
             _start, end, slot = slots[0]
-            if len(slot.meta.positions) != 1:       # the file's first lines among another's
+            own = _own_blocks(slot, end)
+            if own is None:     # the file's first lines among another's, not told apart
                 found = _holds_all(self.fs.pread(p.fd, end, 0), end,
                                    (v for _t, _k, v in slot.records()))
             else:
-                _t, _k, first = next(slot.records())
+                first = next((bytes(b.value(i)) for b in own for i in range(len(b))), b"")
                 data = self.fs.pread(p.fd, len(first) + 2, 0)
                 found = bool(first) and data.startswith(first) and \
                     bool(_line_end(data, len(first))) or \
@@ -1000,7 +1005,15 @@ class FileSource:
         del self.pending[ident]
         if p.weak is not None:
             offset = max(offset, self._resume_offset(p.weak))
-        self.db.start(p.row_id, ACTIVE if listed else ROTATED, offset, head, p.path, size)
+        # Started past its first byte (read_from = "end", a copy of content read elsewhere):
+        # the start is an anchor, below which a power cut that took every later commit never
+        # sends reading back (``_resume``: else the file's start, and what was left out goes)
+        first = []
+        if offset > 0:
+            crc = anchors.checksum(lambda off, n: self.fs.pread(p.fd, n, off), offset)
+            first = [(offset, crc)] if crc is not None else []
+        self.db.start(p.row_id, ACTIVE if listed else ROTATED, offset, head, p.path, size,
+                      anchors.pack(first) if first else None)
         self._started += 1
         if self._started <= STARTS_LOGGED:
             log.info("tailing %s (inode %d, source %d) from offset %d of %d%s", p.path,
@@ -1008,7 +1021,7 @@ class FileSource:
         if size == 0:
             self._bad("empty_file")
         t = Tracked(p.row_id, p.path, p.fd, *ident, head, offset, size_seen=size,
-                    rotated=not listed)
+                    rotated=not listed, anchors=first)
         self._track(ident, t)
         packed = self.fs.compression(p.fd)
         if packed is not None and self.cfg.compressed == "skip":
@@ -1426,6 +1439,39 @@ def _local_fs(dev: int) -> bool:
 def _ctime_ns(st: os.stat_result) -> int:
     """A stat's change time in ns (as ``_mtime_ns``)."""
     return st.st_ctime_ns if st.st_ctime_ns is not None else int(st.st_ctime * 1e9)
+
+
+def _own_blocks(slot, span: int) -> list | None:
+    """The blocks of ``slot`` that read ``span`` bytes of one file (its part of the slot):
+    all of a slot of one source; of a slot holding other files' lines too (a rotation within
+    it), its first blocks or its last whose lines span just those bytes — each block is one
+    read of one file, and a file rotated is read to its end before the next one —; None when
+    neither does (or a long line's parts are among them)."""
+    blocks = list(slot.blocks())
+    if len(slot.meta.positions) == 1:
+        return blocks
+    for order in (blocks, blocks[::-1]):
+        total = 0
+        for k, block in enumerate(order):
+            if block.part_count:
+                return None
+            total += _block_bytes(block)
+            if total == span:
+                return order[:k + 1] if order is blocks else order[k::-1]
+            if total > span:
+                break
+    return None
+
+
+def _block_bytes(block) -> int:
+    """The bytes of its file a block of lines read: from its first line's start to its last
+    one's end, that line's end as long as the one before it (a newline, alone)."""
+    n = len(block)
+    if not n:
+        return 0
+    offsets, lengths = block.offsets, block.lengths
+    last = int(offsets[-1]) - int(offsets[-2]) - int(lengths[-2]) if n > 1 else 1
+    return int(offsets[-1]) - int(offsets[0]) + int(lengths[-1]) + last
 
 
 def _holds_all(data: bytes, span: int, values) -> bool:

@@ -34,7 +34,8 @@ SLOT = 4096
 
 
 def agent_on(tmp_path, kafka: FakeKafka, sync_on_seal: bool = False,
-             pool_ops: FileOps | None = None, encoding: str = "utf-8") -> Agent:
+             pool_ops: FileOps | None = None, encoding: str = "utf-8",
+             source: dict | None = None) -> Agent:
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
     cfg = parse({
@@ -44,7 +45,8 @@ def agent_on(tmp_path, kafka: FakeKafka, sync_on_seal: bool = False,
         "broker": {"bootstrap_servers": "127.0.0.1:9"},
         "audit": {"enabled": False},
         "sources": [{"type": "file", "topic": "t", "paths": [str(logs / "app.log")],
-                     **({"format": "cri"} if encoding == "cri" else {"encoding": encoding})}],
+                     **({"format": "cri"} if encoding == "cri" else {"encoding": encoding}),
+                     **(source or {})}],
     })
     agent = Agent(cfg, seams=Seams(clock=FakeClock(), producer_factory=kafka.producer,
                                    file_events=False, pool_ops=pool_ops))
@@ -438,6 +440,20 @@ def test_a_restart_keeps_the_anchors_a_second_apart_beside_the_fine_ones(tmp_pat
     assert twice and twice[-1] == 699 and len(twice) <= 40, (len(twice), twice[:3])
 
 
+def _read_then_power_cut(agent: Agent, log_file: Path, data: bytes, saved: Path,
+                         turns: int) -> None:
+    """``data`` written and read (its slots held in the pool by a record Kafka holds); a power
+    cut: the agent gone, the state database as ``saved`` kept it."""
+    with open(log_file, "ab") as f:
+        f.write(data)
+    for _ in range(turns):
+        agent.clock.advance(0.3)
+        agent.turn()
+    assert agent.pool.sealed(), "the held record's slot waits for Kafka"
+    agent.abandon()                                           # the power cut
+    put_back_state_db(log_file.parent.parent / "state", saved)
+
+
 @pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "cri"])
 def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_anchored(
         tmp_path, encoding):
@@ -460,14 +476,7 @@ def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_a
     kafka.script(held if encoding != "cri" else json.dumps(
         {"time": "2026-12-03T21:07:30.000000450Z", "stream": "stdout",
          "message": held.decode()}, separators=(",", ":")).encode(), HOLD)   # stays in the pool
-    with open(log_file, "ab") as f:
-        f.write(_encoded(lines(400, 500), encoding))
-    for _ in range(5):
-        agent.clock.advance(0.3)
-        agent.turn()
-    assert agent.pool.sealed(), "the last batch's slot waits for Kafka"
-    agent.abandon()                                           # the power cut
-    put_back_state_db(tmp_path / "state", saved)
+    _read_then_power_cut(agent, log_file, _encoded(lines(400, 500), encoding), saved, 5)
     with open(log_file, "r+b") as f:
         f.truncate(len(_encoded(lines(0, 430), encoding, True)))      # the lost tail
     with open(log_file, "ab") as f:
@@ -710,6 +719,41 @@ def _numbered(*kafkas: FakeKafka) -> dict[bytes, set[bytes]]:
     return numbers
 
 
+def test_a_file_started_at_its_end_is_never_read_again_from_its_start_after_a_power_cut(
+        tmp_path):
+    """``read_from = "end"`` at the first start: the 100 lines the log held are left out. A
+    power cut then took every commit after the start's (the first seal's anchors with them)
+    while the pool kept the slots of the lines read since (waiting for Kafka), and the log's
+    unsynced tail with it (cut to 150 lines, new ones written from there). With no anchor
+    kept, the file's start stood for one: the pool's first slot begins past it, so reading
+    went again from byte 0 — the lines read_from had left out shipped. The start is an anchor
+    now: the slots are checked from there, and only new lines are read."""
+    kafka = FakeKafka()
+    log_file = tmp_path / "logs" / "app.log"
+    log_file.parent.mkdir()
+    log_file.write_bytes(lines(0, 100))
+    agent = agent_on(tmp_path, kafka, source={"read_from": "end"})
+    [row] = agent.db.all_files()
+    assert row["sealed_offset"] == len(lines(0, 100))
+    saved = tmp_path / "durable"
+    keep_state_db(tmp_path / "state", saved)         # the start's commit, none after it
+    kafka.script(lines(100, 101)[:-1], HOLD)         # the slots stay in the pool
+    _read_then_power_cut(agent, log_file, lines(100, 200), saved, 10)
+    _cut_back_and_written_on(log_file, 150, lines(1000, 1100))
+    again, agent = _started_again(tmp_path, 20)
+    try:
+        numbers = _numbered(kafka, again)
+        left_out = sorted(id_of(v) for v in numbers if id_of(v) < 100)
+        assert left_out == [], f"{len(left_out)} line(s) from before the start shipped"
+        wanted = (lines(100, 150) + lines(1000, 1100)).split(b"\n")[:-1]
+        missing = [v for v in wanted if v not in numbers]
+        assert not missing, f"{len(missing)} line(s) never delivered, first {missing[:2]}"
+        renumbered = sorted(id_of(v) for v, n in numbers.items() if len(n) > 1)
+        assert renumbered == [], f"{len(renumbered)} line(s) sent again under new numbers"
+    finally:
+        agent.abandon()
+
+
 @pytest.mark.parametrize("cut_to", [None, 130, "hole"])
 @pytest.mark.parametrize("row", ["pending", "none"])
 def test_a_new_file_read_before_its_start_was_durable_resumes_from_the_pool(tmp_path, cut_to,
@@ -773,10 +817,10 @@ def test_a_new_file_read_before_its_start_was_durable_resumes_from_the_pool(tmp_
         agent.abandon()
 
 
-@pytest.mark.parametrize("inside", [False, True])
+@pytest.mark.parametrize("cut", ["tail", "inside", "hole"])
 @pytest.mark.parametrize("row", ["kept", "none"])
 def test_a_new_log_whose_first_slot_holds_the_rotated_ones_last_lines_resumes_from_the_pool(
-        tmp_path, row, inside):
+        tmp_path, row, cut):
     """The 200-cut power test's findings: a rotation inside one slot (a slot sent while it
     fills takes every file's lines until it is sealed) — the old log's last lines, then the
     new log's first — and a power cut that took the new log's tail (lines 160-199 gone, new
@@ -789,7 +833,13 @@ def test_a_new_log_whose_first_slot_holds_the_rotated_ones_last_lines_resumes_fr
     lines. ``inside``: the cut left only lines 100-119, inside that slot's part, and the
     agent starts before anything more is written: the part is not taken for held (the file
     holds all it has of it, but not all of it) — resuming past it skipped the lines written
-    after the start silently (a review's finding)."""
+    after the start silently (a review's finding). ``hole``: the cut dropped the page of lines
+    120-124 and kept lines 125-159 after it: reading goes again from line 120, and the kept
+    lines of that slot's part are passed as well (its blocks that read the new log are its
+    last ones: each block is one read of one file). Before, a slot holding two files' lines
+    was left out there, and its lines read again under new numbers (4,254 lines in one
+    200-cut run)."""
+    inside = cut == "inside"
     kafka = FakeKafka()
     agent = agent_on(tmp_path, kafka)
     logs = tmp_path / "logs"
@@ -831,6 +881,10 @@ def test_a_new_log_whose_first_slot_holds_the_rotated_ones_last_lines_resumes_fr
     _cut_back_and_written_on(log_file, 0, b"")
     kept = lines(100, 120 if inside else 160)
     log_file.write_bytes(kept if inside else kept + lines(1000, 1050))
+    if cut == "hole":
+        with open(log_file, "r+b") as f:
+            f.seek(len(lines(100, 120)))
+            f.write(b"\0" * len(lines(120, 125)))      # the dropped page: zeros
     again, agent = _started_again(tmp_path, 20)
     if inside:
         with open(log_file, "ab") as f:
@@ -841,6 +895,8 @@ def test_a_new_log_whose_first_slot_holds_the_rotated_ones_last_lines_resumes_fr
     try:
         numbers = _numbered(kafka, again)
         want = (lines(0, 25) + kept + lines(1000, 1050)).split(b"\n")[:-1]
+        if cut == "hole":
+            assert [v for v in numbers if v.startswith(b"\0")], "the zeros: a record"
         missing = [v for v in want if v not in numbers]
         assert not missing, f"{len(missing)} line(s) never delivered, first {missing[:2]}"
         renumbered = sorted(id_of(v) for v, n in numbers.items() if len(n) > 1)
