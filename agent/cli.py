@@ -277,8 +277,9 @@ def main(argv: list[str] | None = None, seams=None) -> int:
             if not disk_full(exc):
                 raise
             logging.getLogger("docket.agent").error(
-                "cannot start: the state folder's file system is full (%s); free space there",
-                exc)
+                "%s: the state folder's file system is full (%s); free space there",
+                "stopped by an error" if agent is not None and agent.shipping
+                else "cannot start", exc)
             return 1
         except OSError as exc:      # the state folder or the pool file, refused by the system
             logging.getLogger("docket.agent").error(

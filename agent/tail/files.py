@@ -522,7 +522,7 @@ class FileSource:
             if start > at:
                 break
             data = self.fs.pread(fd, end - start, start)
-            own = _own_blocks(slot, end - start)
+            own = _own_blocks(slot, sid, start, end)
             if own is None:
                 # the file's lines among another's (a rotation within the slot), its blocks
                 # not told apart: when the file holds every one of them, on; else from there
@@ -547,9 +547,9 @@ class FileSource:
         back = newest if back is None else back
         if self.reader.grouped:
             return back, []
-        return back, self._held_beyond(fd, back, [s for s in slots if s[0] < offset])
+        return back, self._held_beyond(sid, fd, back, [s for s in slots if s[0] < offset])
 
-    def _held_beyond(self, fd: int, back: int,
+    def _held_beyond(self, sid: int, fd: int, back: int,
                      slots: list[tuple[int, int, object]]) -> list[tuple[int, int]]:
         """The stretches after ``back`` where the file holds, line for line, what the slots
         (``(start, end, slot)`` of this file, ascending; of a slot shared with other files, its
@@ -569,7 +569,7 @@ class FileSource:
         hole, seen = False, back
         ending = 1                      # the newest line end seen: a newline, or a CR and one
         for start, end, slot in slots:
-            own = _own_blocks(slot, end - start) if end > back else None
+            own = _own_blocks(slot, sid, start, end) if end > back else None
             if own is None:
                 continue
             if start > seen:                  # no slot of the source reaches here: zeros?
@@ -942,16 +942,18 @@ class FileSource:
             if slots[0][0] != 0 or slots[0][2].topic != self.cfg.topic:
                 continue
             _start, end, slot = slots[0]
-            own = _own_blocks(slot, end)
-            if own is None:     # the file's first lines among another's, not told apart
-                found = _holds_all(self.fs.pread(p.fd, end, 0), end,
-                                   (v for _t, _k, v in slot.records()))
-            else:
+            own = _own_blocks(slot, sid, 0, end)
+            found = False
+            if own is not None:
                 first = next((bytes(b.value(i)) for b in own for i in range(len(b))), b"")
                 data = self.fs.pread(p.fd, len(first) + 2, 0)
                 found = bool(first) and data.startswith(first) and \
                     bool(_line_end(data, len(first))) or \
-                    data[:1] == b"\0" and bool(self._held_beyond(p.fd, 0, slots))
+                    data[:1] == b"\0" and bool(self._held_beyond(sid, p.fd, 0, slots))
+            if not found and len(slot.meta.positions) != 1:
+                # the file's first lines among another's, whole (its blocks not told apart)
+                found = _holds_all(self.fs.pread(p.fd, end, 0), end,
+                                   (v for _t, _k, v in slot.records()))
             if found:
                 self._unclaimed.discard(sid)    # (its slots are checked by ``_resume``)
                 return sid
@@ -1441,25 +1443,34 @@ def _ctime_ns(st: os.stat_result) -> int:
     return st.st_ctime_ns if st.st_ctime_ns is not None else int(st.st_ctime * 1e9)
 
 
-def _own_blocks(slot, span: int) -> list | None:
-    """The blocks of ``slot`` that read ``span`` bytes of one file (its part of the slot):
-    all of a slot of one source; of a slot holding other files' lines too (a rotation within
-    it), its first blocks or its last whose lines span just those bytes — each block is one
-    read of one file, and a file rotated is read to its end before the next one —; None when
-    neither does (or a long line's parts are among them)."""
+def _own_blocks(slot, sid: int, start: int, end: int) -> list | None:
+    """The blocks of ``slot`` that read bytes ``start`` to ``end`` of source ``sid`` (its
+    part of the slot): all of a slot of one source; of a slot holding other files' lines too
+    (a rotation within it), its first blocks when that source wrote to it first, its last
+    when last (the header keeps the sources in the order they first wrote), whose lines span
+    just those bytes — each block is one read of one file, and a file rotated is read to its
+    end before the next —; None when that cannot be told (a source between others, sums that
+    do not meet the part's length, a long line's parts)."""
     blocks = list(slot.blocks())
-    if len(slot.meta.positions) == 1:
+    positions = slot.meta.positions
+    if len(positions) == 1:
         return blocks
-    for order in (blocks, blocks[::-1]):
-        total = 0
-        for k, block in enumerate(order):
-            if block.part_count:
-                return None
-            total += _block_bytes(block)
-            if total == span:
-                return order[:k + 1] if order is blocks else order[k::-1]
-            if total > span:
-                break
+    at = [i for i, (s, a, b) in enumerate(positions) if (s, a, b) == (sid, start, end)]
+    if at == [0]:
+        order = blocks
+    elif at == [len(positions) - 1]:
+        order = blocks[::-1]
+    else:
+        return None
+    total = 0
+    for k, block in enumerate(order):
+        if block.part_count:
+            return None
+        total += _block_bytes(block)
+        if total == end - start:
+            return order[:k + 1] if at == [0] else order[k::-1]
+        if total > end - start:
+            return None
     return None
 
 

@@ -10,6 +10,7 @@ import struct
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from confluent_kafka import KafkaError
 
@@ -26,6 +27,7 @@ from agent.state.db import (
     AuditWindow,
     StateDB,
 )
+from agent.tail import files
 from docket_common.names import SEQ_HEADER
 from tests.unit.fakeproducer import HOLD, FakeKafka
 from tests.unit.tailkit import FakeClock, id_of, keep_state_db, lines, put_back_state_db
@@ -815,6 +817,46 @@ def test_a_new_file_read_before_its_start_was_durable_resumes_from_the_pool(tmp_
         assert next_id > found["source_id"], "a new file would take the slots' id"
     finally:
         agent.abandon()
+
+
+class _Lines:
+    """A block of ``n`` lines of ``size`` bytes each, newline included (``_own_blocks``)."""
+
+    part_count = 0
+
+    def __init__(self, n: int, size: int = 60):
+        self.offsets = np.arange(n, dtype=np.uint32) * size
+        self.lengths = np.full(n, size - 1, dtype=np.uint32)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+class _Shared:
+    def __init__(self, blocks: list, positions: tuple):
+        self._blocks, self.meta = blocks, type("Meta", (), {"positions": positions})()
+
+    def blocks(self):
+        return iter(self._blocks)
+
+
+def test_a_shared_slot_s_blocks_of_a_file_are_its_first_or_last_as_it_wrote_first_or_last():
+    """Each block is one read of one file: of a slot holding two files' lines, a file's
+    blocks are the first ones when it wrote to the slot first, the last ones when last — also
+    when the other file's first blocks span as many bytes as its part (a review's finding:
+    the first blocks were tried for both files, and the new log was compared with the old
+    one's lines); none for a file between two others, or when no run of blocks spans its
+    part."""
+    old, new = [_Lines(2), _Lines(3)], [_Lines(5)]         # 300 bytes each
+    slot = _Shared(old + new, ((1, 1000, 1300), (2, 0, 300)))
+    assert files._own_blocks(slot, 1, 1000, 1300) == old
+    assert files._own_blocks(slot, 2, 0, 300) == new
+    assert files._own_blocks(_Shared(new, ((2, 0, 300),)), 2, 0, 300) == new
+    three = _Shared(old + new + [_Lines(1)], ((1, 1000, 1300), (2, 0, 300), (3, 0, 60)))
+    assert files._own_blocks(three, 2, 0, 300) is None
+    assert files._own_blocks(three, 3, 0, 60)[0] is three._blocks[-1]
+    assert files._own_blocks(_Shared(old + new, ((1, 1000, 1290), (2, 0, 300))),
+                             1, 1000, 1290) is None
 
 
 @pytest.mark.parametrize("cut", ["tail", "inside", "hole"])
