@@ -261,6 +261,11 @@ def main(argv: list[str] | None = None, seams=None) -> int:
         for where, message in cfg.warnings:
             logging.getLogger("docket.agent").warning("config %s: %s", where, message)
         agent = None
+
+        def failed() -> str:        # an error out of it: at its start, or once it shipped
+            return "stopped by an error" if agent is not None and agent.shipping \
+                else "cannot start"
+
         try:
             agent = Agent(cfg, seams=seams)
             agent.install_signals()
@@ -278,13 +283,11 @@ def main(argv: list[str] | None = None, seams=None) -> int:
                 raise
             logging.getLogger("docket.agent").error(
                 "%s: the state folder's file system is full (%s); free space there",
-                "stopped by an error" if agent is not None and agent.shipping
-                else "cannot start", exc)
+                failed(), exc)
             return 1
         except OSError as exc:      # the state folder or the pool file, refused by the system
             logging.getLogger("docket.agent").error(
-                "%s: %s%s", "stopped by an error" if agent is not None and agent.shipping
-                else "cannot start", exc.strerror or exc,
+                "%s: %s%s", failed(), exc.strerror or exc,
                 f" ({exc.filename})" if getattr(exc, "filename", None) else "",
                 exc_info=getattr(exc, "filename", None) is None)   # no file: where it came from
             return 1

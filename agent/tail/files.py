@@ -532,7 +532,7 @@ class FileSource:
                 back = at
                 break
             pos = 0
-            for value in (bytes(b.value(i)) for b in own for i in range(len(b))):
+            for value in _values(own):
                 n = len(value)
                 ended = _line_end(data, pos + n)
                 step = n + ended if ended else \
@@ -945,7 +945,7 @@ class FileSource:
             own = _own_blocks(slot, sid, 0, end)
             found = False
             if own is not None:
-                first = next((bytes(b.value(i)) for b in own for i in range(len(b))), b"")
+                first = next(_values(own), b"")
                 data = self.fs.pread(p.fd, len(first) + 2, 0)
                 found = bool(first) and data.startswith(first) and \
                     bool(_line_end(data, len(first))) or \
@@ -1472,6 +1472,11 @@ def _own_blocks(slot, sid: int, start: int, end: int) -> list | None:
         if total > end - start:
             return None
     return None
+
+
+def _values(blocks: list):
+    """The records' values of ``blocks``, in order (copies)."""
+    return (bytes(b.value(i)) for b in blocks for i in range(len(b)))
 
 
 def _block_bytes(block) -> int:
