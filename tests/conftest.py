@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import sqlite3
+import threading
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -207,3 +210,60 @@ def kafka_sasl(tmp_path_factory, idp):
 def kafka_mtls(tmp_path_factory):
     """A 1-broker cluster with an SSL listener requiring client certificates, ACLs enforced."""
     yield from _secured(tmp_path_factory, "kafka_mtls", "mtls")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that failed on SQLite's "database is locked" (or "locking protocol") carries who
+    held what at that moment: each database under its temporary folder, the locks
+    ``/proc/locks`` lists on it and their processes, this process's descriptors on it and its
+    threads. ``tests/run_groups.py`` repeats the line at the end of a CI log."""
+    outcome = yield
+    report = outcome.get_result()
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if report.failed and isinstance(exc, sqlite3.OperationalError) and \
+            ("locked" in str(exc) or "locking protocol" in str(exc)):
+        tmp = getattr(item, "funcargs", {}).get("tmp_path")
+        report.sections.append(("sqlite lock diagnosis", _lock_diagnosis(tmp, call.duration)))
+
+
+def _lock_diagnosis(tmp: Path | None, spent_s: float) -> str:
+    """One line: what holds the SQLite files under ``tmp`` (see pytest_runtest_makereport)."""
+    parts = [f"sqlite lock diagnosis: the call took {spent_s:.1f} s"]
+    try:
+        locks = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        locks = []
+    ours: dict[str, list[str]] = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            ours.setdefault(os.readlink(f"/proc/self/fd/{fd}"), []).append(fd)
+        except OSError:
+            pass                                # closed meanwhile
+    files = sorted(p for p in tmp.rglob("*") if p.name.endswith((".db", "-wal", "-shm"))) \
+        if tmp is not None else []
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        held = []
+        for row in locks:
+            cols = row.split()
+            if len(cols) >= 8 and cols[5] == ident:
+                pid = cols[4]
+                who = "this process" if pid == str(os.getpid()) else _process(pid)
+                held.append(f"{cols[1]} {cols[3]} {cols[6]}-{cols[7]} by {who}")
+        parts.append(f"{path.relative_to(tmp)} (inode {st.st_ino}): fds here "
+                     f"{ours.get(str(path), [])}, locks [{'; '.join(held)}]")
+    parts.append("threads: " + ", ".join(sorted(t.name for t in threading.enumerate())))
+    return " | ".join(parts)
+
+
+def _process(pid: str) -> str:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+    except OSError:
+        cmd = "?"
+    return f"pid {pid} ({cmd.strip()})"

@@ -92,9 +92,16 @@ def _summary(log: Path) -> str:
 
 def _failures(log: Path) -> list[str]:
     """pytest's ``FAILED``/``ERROR`` lines of a group (its short test summary): the tests that
-    failed and the first line of each one's error, so the end of a CI log names them."""
+    failed and the first line of each one's error, so the end of a CI log names them; then
+    where they failed (the last frames of the tracebacks: ``file.py:line: Error``) and any
+    SQLite lock diagnosis (``tests/conftest.py``)."""
     lines = log.read_text(errors="replace").splitlines()
-    return [ln.strip()[:400] for ln in lines if re.match(r"^(FAILED|ERROR) tests/", ln)]
+    failed = [ln.strip()[:400] for ln in lines if re.match(r"^(FAILED|ERROR) tests/", ln)]
+    if not failed:
+        return []
+    where = [ln.strip() for ln in lines if re.match(r"^[\w./-]+\.py:\d+: \w+$", ln.strip())]
+    diagnosis = [ln.strip()[:2000] for ln in lines if ln.startswith("sqlite lock diagnosis:")]
+    return failed + [f"at {ln}" for ln in where[-8:]] + diagnosis
 
 
 def _descendants(root: int) -> list[int]:

@@ -95,32 +95,43 @@ def test_a_signal_ends_the_sleep_and_the_handler_runs(tmp_path):
 
 
 def test_after_a_reload_the_sleep_is_on_the_new_write_watch_whoever_has_the_old_number(
-        tmp_path):
+        tmp_path, monkeypatch):
     """A reload closes the write watch and builds another; the old one's number goes to the
     next descriptor opened — a regular file (which epoll refuses with EPERM: an agent died of
     it after a reload in a test run), or the new watch itself. Either way the loop sleeps on
-    the new watch, and a write ends the sleep."""
+    the new watch, and a write ends the sleep.
+
+    The test closes or replaces only numbers it holds: other threads of the process (a Kafka
+    client's, left by an earlier test) open and close sockets meanwhile, and a number taken
+    from under one of them was closed again later — under another test's database (a CI
+    run's "database is locked"). So the watch is closed straight into a file the test opened
+    (``dup2`` closes and reuses the number in one step), never closed and then taken."""
     for case in ("a regular file", "the new watch"):
         work = tmp_path / case.replace(" ", "_")
         work.mkdir()
         (work / "app.log").write_bytes(b"")
         agent = _agent(work)
-        held = -1
+        held, ours = -1, []                         # ours: the old number, once the test's
         try:
             _settled(agent)
-            old = agent.watch.writes.fd
+            watch = agent.watch.writes
+            old = watch.fd
             _wait, fd = agent._idle_wait(False)
+            held = os.open(work / "app.log", os.O_RDONLY)
+
+            def closed_into_the_file(watch=watch, held=held, ours=ours):   # into a file
+                os.dup2(held, watch.fd)
+                ours.append(watch.fd)
+                watch.fd = -1
+            monkeypatch.setattr(watch, "close", closed_into_the_file)
             agent._close_sources()                  # what a reload does, in its order
-            if case == "a regular file":
-                held = os.open(work / "app.log", os.O_RDONLY)
-                if held != old:
-                    os.dup2(held, old)              # the old number: now a regular file
             agent._build_sources(agent.cfg)
             writes = agent.watch.writes
-            if case == "the new watch" and writes.fd != old:
+            if case == "the new watch":
                 os.dup2(writes.fd, old)             # the new watch under the old number
-                os.close(writes.fd)
+                os.close(writes.fd)                 # (both numbers the test's to give)
                 writes.fd = old
+                ours.clear()                        # the watch's now
             assert (writes.fd != old) if case == "a regular file" else (writes.fd == old)
             assert agent._idle_wait(False)[1] == fd
             agent.turn()
@@ -130,9 +141,8 @@ def test_after_a_reload_the_sleep_is_on_the_new_write_watch_whoever_has_the_old_
             assert readable(fd), f"{case}: a write must end the sleep"
         finally:
             agent.abandon()
-            if held >= 0:
-                for n in {held, old}:               # one, when the open took the old number
-                    os.close(n)
+            for n in ([held] if held >= 0 else []) + ours:
+                os.close(n)
 
 
 def test_with_the_write_watch_on_every_folder_the_timed_scan_is_a_safety_net(tmp_path):
