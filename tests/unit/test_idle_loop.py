@@ -102,9 +102,11 @@ def test_after_a_reload_the_sleep_is_on_the_new_write_watch_whoever_has_the_old_
     the new watch, and a write ends the sleep.
 
     The test closes or replaces only numbers it holds: other threads of the process (a Kafka
-    client's, left by an earlier test) open and close sockets meanwhile, and a number taken
-    from under one of them was closed again later — under another test's database (a CI
-    run's "database is locked"). So the watch is closed straight into a file the test opened
+    client's, left by an earlier test) open and close sockets meanwhile. An earlier version
+    closed the watch and then put a file on the freed number, and with a thread making
+    sockets beside it replaced 17 of them in 700 runs, whose clients close them again later
+    under whatever holds the number then: the likeliest cause of a CI run's "database is
+    locked" in the next test. So the watch is closed straight into a file the test opened
     (``dup2`` closes and reuses the number in one step), never closed and then taken."""
     for case in ("a regular file", "the new watch"):
         work = tmp_path / case.replace(" ", "_")
@@ -129,7 +131,7 @@ def test_after_a_reload_the_sleep_is_on_the_new_write_watch_whoever_has_the_old_
             writes = agent.watch.writes
             if case == "the new watch":
                 os.dup2(writes.fd, old)             # the new watch under the old number
-                os.close(writes.fd)                 # (both numbers the test's to give)
+                os.close(writes.fd)                 # the watch lives on under the old one
                 writes.fd = old
                 ours.clear()                        # the watch's now
             assert (writes.fd != old) if case == "a regular file" else (writes.fd == old)
