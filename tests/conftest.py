@@ -228,16 +228,16 @@ def pytest_runtest_makereport(item, call):
             ("locked" in str(exc) or "locking protocol" in str(exc)):
         tmp = getattr(item, "funcargs", {}).get("tmp_path")
         try:
-            text = _lock_diagnosis(tmp, call.duration)
+            rest = _lock_diagnosis(tmp)
         except Exception as diag_exc:               # (a folder gone during the walk, …)
-            text = f"sqlite lock diagnosis: the call took {call.duration:.1f} s; the rest " \
-                   f"could not be made: {diag_exc!r}"
-        report.sections.append(("sqlite lock diagnosis", text))
+            rest = f"the rest could not be made: {diag_exc!r}"
+        report.sections.append(("sqlite lock diagnosis", f"sqlite lock diagnosis: the call "
+                                f"took {call.duration:.1f} s | {rest}"))
 
 
-def _lock_diagnosis(tmp: Path | None, spent_s: float) -> str:
+def _lock_diagnosis(tmp: Path | None) -> str:
     """One line: what holds the SQLite files under ``tmp`` (see pytest_runtest_makereport)."""
-    parts = [f"sqlite lock diagnosis: the call took {spent_s:.1f} s"]
+    parts = []
     try:
         locks = Path("/proc/locks").read_text().splitlines()
     except OSError:
