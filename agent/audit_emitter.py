@@ -316,6 +316,12 @@ class AuditEmitter:
             if due <= self.monotonic():
                 due = self.monotonic() + period
 
+    def abandon(self) -> None:
+        """As a SIGKILL would: no round starts from now on, none is waited for or cut short,
+        nothing is sent or written (``Agent.abandon``)."""
+        self._rounds_stop.set()
+        self._rounds = None
+
     def stop(self, last_round: bool = True) -> None:
         """Stop the rounds and send a last one (after the final counts were persisted),
         within ``STOP_BUDGET_S`` in all: a round under way gets ``ROUND_UNDER_WAY_S`` to end,

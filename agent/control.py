@@ -76,7 +76,14 @@ class AgentControl:
 
     def abandon(self) -> None:
         """For tests that simulate a SIGKILL: let go of every descriptor, lock and mapping as
-        the kernel would, writing nothing (no seal, no checkpoint, no size stored)."""
+        the kernel would, writing nothing (no seal, no checkpoint, no size stored). The
+        threads that would die with the process are told to end (the topic check's, the
+        audit rounds'), none waited for: each holds the agent's Kafka clients, which would
+        otherwise stay alive, connecting, as long as the process."""
+        if getattr(self, "topic_watch", None) is not None:
+            self.topic_watch.stop()
+        if getattr(self, "audit", None) is not None:
+            self.audit.abandon()
         for f in self.file_sources:
             f.abandon()
         for s in getattr(self, "socket_sources", []):
