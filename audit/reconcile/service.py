@@ -55,7 +55,9 @@ from .store import Store
 
 log = logging.getLogger("docket.audit.reconcile")
 
-BATCH_RECORDS = 5000
+# Records per consumer batch, applied in one transaction: a batch of a fleet's records touches
+# pages all over a window's part of ``counts``, each written once per batch (docs/reconcile.md).
+BATCH_RECORDS = 50_000
 METADATA_EVERY_S = 30.0
 # Windows are evaluated once every record on the audit topic has been applied (see
 # ``Reconciler.step``); a topic that never stands still for this long is evaluated anyway.

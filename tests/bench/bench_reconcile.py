@@ -1,7 +1,7 @@
 """Can the reconciler judge a day of a large installation in a minute?
 
 Prints one JSON line. In one run, on a SQLite file in a temporary directory, no Kafka (what the
-consumer reads is handed to ``Store.apply``, in batches of 5,000 records as the consumer applies
+consumer reads is handed to ``Store.apply``, in batches of 50,000 records as the consumer applies
 them; ``"input": "Store.apply, no Kafka"`` in the output):
 - the audit records of N topics (``--topics``, default 10,000) × 144 windows (one day of
   10-minute windows) × 3 tiers (producer, kafka-local, warehouse) × 3 origins: one count record
