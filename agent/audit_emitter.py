@@ -180,6 +180,7 @@ class AuditEmitter:
         self._producer: Producer | None = None
         self._rounds: threading.Thread | None = None
         self._rounds_stop = threading.Event()
+        self._abandoned = False                  # Agent.abandon: a SIGKILL in the tests
         self._load()
 
     def _load(self) -> None:
@@ -315,10 +316,14 @@ class AuditEmitter:
             due += period
             if due <= self.monotonic():
                 due = self.monotonic() + period
+        if self._abandoned:
+            self._producer = None                   # as the process's end would
 
     def abandon(self) -> None:
-        """As a SIGKILL would: no round starts from now on, none is waited for or cut short,
-        nothing is sent or written (``Agent.abandon``)."""
+        """As a SIGKILL would (``Agent.abandon``): no round starts from now on and none is
+        waited for; a round under way settles nothing it sends from now on (what it sent stays
+        marked, as after a kill), and the rounds' thread lets go of its producer as it ends."""
+        self._abandoned = True
         self._rounds_stop.set()
         self._rounds = None
 
@@ -369,6 +374,8 @@ class AuditEmitter:
             db.save_seq(seq)
             self.seq = seq
             delivered = self._send(snapshot, seq, now, timeout_s)
+            if self._abandoned:
+                return 0                            # a kill here would have settled nothing
             with self._lock:
                 done = [k for k in delivered if self._version.get(k, 0) == snapshot[k][1]]
                 self._dirty.difference_update(done)

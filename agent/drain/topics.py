@@ -88,6 +88,7 @@ class TopicWatch:
                     self._admin = None      # a broker would never answer again
             self._wake.wait(self.check_s)
             self._wake.clear()
+        self._admin = None                          # stopped: its client goes with the thread
 
     def check(self) -> list[str]:
         if self._admin is None:

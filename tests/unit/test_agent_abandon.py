@@ -47,11 +47,16 @@ def test_an_abandoned_agent_s_own_threads_end(tmp_path, monkeypatch):
     before = set(threading.enumerate())
     agent.audit.start()                      # as AgentLoop.run starts them
     agent.topic_watch.start()
-    ours = [t for t in threading.enumerate() if t not in before and t.name in THREADS]
-    assert sorted(t.name for t in ours) == sorted(THREADS)
-    deadline = time.monotonic() + 5
-    while not checks and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert checks, "the topic check's thread never ran"
-    agent.abandon()
-    assert _alive(ours, 5.0) == [], "threads that a SIGKILL would have ended still run"
+    try:
+        ours = [t for t in threading.enumerate() if t not in before and t.name in THREADS]
+        assert sorted(t.name for t in ours) == sorted(THREADS)
+        deadline = time.monotonic() + 5
+        while not checks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert checks, "the topic check's thread never ran"
+        agent.abandon()
+        assert _alive(ours, 5.0) == [], "threads that a SIGKILL would have ended still run"
+        assert agent.topic_watch._admin is None and agent.audit._producer is None
+    finally:
+        agent.topic_watch.stop()             # (when the test failed: no thread left behind)
+        agent.audit.abandon()

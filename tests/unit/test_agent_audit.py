@@ -272,3 +272,35 @@ def test_rounds_keep_their_schedule_when_the_wall_clock_steps_and_stop_with_the_
     time.sleep(0.1)                             # five intervals: none may come now
     assert len(rounds) == after and em._rounds is None
     db.close()
+
+
+def test_a_round_under_way_when_the_agent_is_abandoned_settles_nothing(tmp_path, monkeypatch):
+    """``Agent.abandon`` (a SIGKILL in the tests) lands while a round waits for its
+    acknowledgements: as after a kill, the round's windows stay marked in the state database
+    (the next start sends them again); the round settled them before, whoever had the state
+    folder by then."""
+    import sqlite3
+
+    from agent import audit_emitter
+
+    def deliver(producer, topic, records, timeout_s, timestamp_ms=0):
+        em.abandon()                                 # the kill, while Kafka acknowledges
+        return set(range(len(records))), []
+    monkeypatch.setattr(audit_emitter, "deliver", deliver)
+    monkeypatch.setattr(audit_emitter, "Producer", lambda conf, logger=None: object())
+    data, ts = lines(50)
+    db = StateDB(tmp_path / "state.db")
+    em = emitter(db)
+    with BufferPool(tmp_path / "p", 8 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False,
+                    on_seal=em.count_sealed) as pool:
+        pool.append("t", Chunk.from_lines(data, ts))
+        pool.seal_all()
+    db.advance_sealed({}, audit=em.persist)
+    marked = "SELECT count(*) FROM audit_windows WHERE dirty = 1"
+    with sqlite3.connect(tmp_path / "state.db") as conn:
+        before = conn.execute(marked).fetchone()[0]
+    assert before > 0
+    assert em.emit() == 0
+    with sqlite3.connect(tmp_path / "state.db") as conn:
+        assert conn.execute(marked).fetchone()[0] == before
+    db.close()
