@@ -40,6 +40,14 @@ def emitter(db: StateDB) -> AuditEmitter:
                         metrics=Metrics(), clock=lambda: NOW / 1000)
 
 
+def sealed(tmp_path, em: AuditEmitter, data: bytes, ts: np.ndarray) -> None:
+    """The lines appended to a pool of their own and sealed, each slot counted by ``em``."""
+    with BufferPool(tmp_path / "p", 8 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False,
+                    on_seal=em.count_sealed) as pool:
+        pool.append("t", Chunk.from_lines(data, ts))
+        pool.seal_all()
+
+
 def as_tuples(em: AuditEmitter) -> dict[int, tuple[int, int, int]]:
     return {w: (t.count, t.bytes, t.checksum) for (_topic, w), t in em.snapshot().items()
             if t.count}
@@ -105,10 +113,7 @@ def test_dead_letters_leave_count_and_appear_as_dropped(tmp_path):
     data, ts = lines(100)
     db = StateDB(tmp_path / "state.db")
     em = emitter(db)
-    with BufferPool(tmp_path / "p", 8 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False,
-                    on_seal=em.count_sealed) as pool:
-        pool.append("t", Chunk.from_lines(data, ts))
-        pool.seal_all()
+    sealed(tmp_path, em, data, ts)
     first = data.split(b"\n")[0]
     em.uncount("t", int(ts[0]), first)
     em.dropped("t", "dead_letter", 1, int(ts[0]))
@@ -166,10 +171,7 @@ def test_a_round_says_where_the_record_numbers_stand(tmp_path, monkeypatch):
                       window_ms=WINDOW, interval_ms=60_000, producer_conf={},
                       metrics=Metrics(), clock=lambda: NOW / 1000, incarnation="inc-1",
                       numbers=numbers)
-    with BufferPool(tmp_path / "p", 8 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False,
-                    on_seal=em.count_sealed) as pool:
-        pool.append("t", Chunk.from_lines(data, ts))
-        pool.seal_all()
+    sealed(tmp_path, em, data, ts)
     db.advance_sealed({}, audit=em.persist)
     assert em.emit() == len(truth(data, ts))           # every window (one the heartbeat's)
     counts = [r for r in sent if isinstance(r, AuditRecord)]
@@ -291,10 +293,7 @@ def test_a_round_under_way_when_the_agent_is_abandoned_settles_nothing(tmp_path,
     data, ts = lines(50)
     db = StateDB(tmp_path / "state.db")
     em = emitter(db)
-    with BufferPool(tmp_path / "p", 8 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False,
-                    on_seal=em.count_sealed) as pool:
-        pool.append("t", Chunk.from_lines(data, ts))
-        pool.seal_all()
+    sealed(tmp_path, em, data, ts)
     db.advance_sealed({}, audit=em.persist)
     marked = "SELECT count(*) FROM audit_windows WHERE dirty = 1"
     with sqlite3.connect(tmp_path / "state.db") as conn:
