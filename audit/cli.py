@@ -1,6 +1,7 @@
 """``docket-audit``: the audit pipeline's commands.
 
-    docket-audit fetch                      the Spark Kafka connector jars (make setup runs it)
+    docket-audit fetch                      the Spark Kafka connector jars, the audit jobs' Java
+                                            (make setup runs it)
     docket-audit count --cluster NAME --bootstrap-servers HOSTS   the cluster tier (Spark)
     docket-audit land --warehouse DIR --bootstrap-servers HOSTS   the warehouse tier (Spark)
       (either with --config FILE: its [job] table, docs/jobs-config.md)
@@ -51,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {version('docket')}")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     sub = p.add_subparsers(dest="command")
-    sub.add_parser("fetch", help="download the Spark Kafka connector jars from Maven Central")
+    sub.add_parser("fetch", help="download the Spark Kafka connector jars from Maven Central "
+                   "and build the audit jobs' Java")
     c = sub.add_parser("count", help="count every record of one Kafka cluster (Spark)")
     c.add_argument("--cluster", required=True, help="the cluster's name: its tier in the audit")
     add_job_args(c)
@@ -215,10 +217,14 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         if args.command == "fetch":
+            from .jobs.jvm import ensure_jar
             from .jobs.sparklibs import ensure_spark_kafka_libs
 
             jars = ensure_spark_kafka_libs(quiet=False)
             print(f"Spark Kafka connector: {len(jars)} jar(s) in {jars[0].parent}")
+            jar = ensure_jar()
+            print(f"the audit jobs' Java: {jar}" if jar else
+                  "the audit jobs' Java: no javac here, Spark SQL built-ins do its work")
             return 0
         if args.command == "show":
             return _show(args)

@@ -32,6 +32,7 @@ from pathlib import Path
 from ..contract.record import WAREHOUSE_TIER
 from .catchup import CatchUp
 from .dedup import LANDED_COLUMNS, LANDED_SCHEMA
+from .jvm import register
 from .landing import DEDUP_MODE, FILE_SINK_MODE, BatchLanding, claim_mode
 from .spark import (
     AuditWriter,
@@ -82,17 +83,18 @@ def _trigger(opts: JobOptions) -> dict:
     return {"availableNow": True} if opts.once else {"processingTime": f"{opts.trigger_s} seconds"}
 
 
-def _start_counting(rows, name: str, writer: AuditWriter, opts: JobOptions):
+def _start_counting(rows, name: str, writer: AuditWriter, opts: JobOptions, in_jvm: bool):
     """The counting query both jobs run: ``rows`` (topic, timestamp, value, origin,
     incarnation, seq) counted per (topic, window, origin) with their record numbers, the
     changed groups and number spaces written to the audit topic each trigger. With identity
     the tallies are the driver's (``audit.jobs.tally``, beside the checkpoint); without, Spark's
-    own aggregation state."""
+    own aggregation state. ``in_jvm``: the jobs' Java is registered (``audit.jobs.jvm``)."""
     checkpoint = opts.checkpoint_dir / "count"
     if opts.identity:
         store = TallyStore(opts.checkpoint_dir / TALLY_FILE)
         ensure_tallies(rows.sparkSession, checkpoint, store)
-        counted, mode, sink = count_rows(rows, opts.window_ms), "append", count_batch(store, writer)
+        sink = count_batch(store, writer, in_jvm)
+        counted, mode = count_rows(rows, opts.window_ms), "append"
     else:
         counted, mode, sink = count_plain(rows, opts.window_ms), "update", emit_batch(writer)
     return (counted.writeStream.queryName(name).outputMode(mode)
@@ -125,6 +127,7 @@ def _settle(catch_up: CatchUp, query) -> None:
 def run_count(cluster: str, opts: JobOptions) -> None:
     stop = _stop_on_signals()
     spark = spark_session(f"docket-audit-count-{cluster}", opts)
+    in_jvm = register(spark)
     ckpt = opts.checkpoint_dir
     ckpt.mkdir(parents=True, exist_ok=True)
     writer = AuditWriter(opts, tier=cluster, emitter=f"{cluster}/count")
@@ -134,8 +137,8 @@ def run_count(cluster: str, opts: JobOptions) -> None:
                                                      catch_up))
     try:
         catch_up.announce()
-        query = _start_counting(with_origin(data_records(kafka_stream(spark, opts),
-                                                         opts.audit_topic)), name, writer, opts)
+        records = data_records(kafka_stream(spark, opts), opts.audit_topic)
+        query = _start_counting(with_origin(records, in_jvm), name, writer, opts, in_jvm)
         log.info("counting cluster %s (%s) into %s every %s", cluster, opts.bootstrap_servers,
                  opts.audit_topic, "run (once)" if opts.once else f"{opts.trigger_s} s")
         _await(spark, stop, query)
@@ -154,6 +157,7 @@ def run_land(warehouse: Path, opts: JobOptions, dedup: bool = False) -> None:
     claim_mode(warehouse, DEDUP_MODE if dedup else FILE_SINK_MODE)
     stop = _stop_on_signals()
     spark = spark_session("docket-audit-land", opts)
+    in_jvm = register(spark)
     ckpt = opts.checkpoint_dir
     ckpt.mkdir(parents=True, exist_ok=True)
     data = warehouse / "data"
@@ -166,7 +170,7 @@ def run_land(warehouse: Path, opts: JobOptions, dedup: bool = False) -> None:
         count_name: (writer, writer.emitter, ckpt),
         land_name: (writer, f"{WAREHOUSE_TIER}/land-write", ckpt / "write")}, catch_up))
 
-    rows = (with_origin(data_records(kafka_stream(spark, opts), opts.audit_topic))
+    rows = (with_origin(data_records(kafka_stream(spark, opts), opts.audit_topic), in_jvm)
             .select("partition", "offset", "timestamp", "key", "value", "origin", "incarnation",
                     "seq", "topic",
                     F.date_format("timestamp", "yyyy-MM-dd").alias("date"),
@@ -188,7 +192,7 @@ def run_land(warehouse: Path, opts: JobOptions, dedup: bool = False) -> None:
 
     def start_counting():
         landed = spark.readStream.schema(LANDED_SCHEMA).parquet(str(data))
-        return _start_counting(landed, count_name, writer, opts)
+        return _start_counting(landed, count_name, writer, opts, in_jvm)
 
     log.info("landing %s into %s%s; counting what landed into %s", opts.bootstrap_servers,
              data, " (each record once)" if dedup else "", opts.audit_topic)

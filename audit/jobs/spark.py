@@ -98,6 +98,7 @@ def spark_session(app: str, opts: JobOptions):
     """A session for one job, with the connector jars; Python workers run this interpreter."""
     from pyspark.sql import SparkSession
 
+    from .jvm import ensure_jar
     from .sparklibs import ensure_spark_kafka_libs
 
     # Spark starts Python workers with PYSPARK_PYTHON; without it they run whatever "python3"
@@ -105,7 +106,7 @@ def spark_session(app: str, opts: JobOptions):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    jars = ensure_spark_kafka_libs()
+    jars = [*ensure_spark_kafka_libs(), *filter(None, [ensure_jar()])]
     builder = (SparkSession.builder.appName(app).master(opts.master)
                .config("spark.jars", ",".join(str(j) for j in jars))
                .config("spark.ui.enabled", "false")
@@ -177,13 +178,17 @@ def kafka_stream(spark, opts: JobOptions):
     return reader.load()
 
 
-def with_origin(df):
+def with_origin(df, in_jvm: bool = False):
     """Add the record's identity: ``origin`` (the first ``docket-origin`` header as text, ``-``
     without one), ``incarnation`` (``docket-incarnation``, ``-`` without one) and ``seq`` (the
     8-byte big-endian ``docket-seq`` as a long, -1 without one). A record whose first three
     headers are these three, in this order (as docket's agent writes them), has them read by
-    position; any other is searched (the same first header of each name)."""
+    position; any other is searched (the same first header of each name). ``in_jvm``: the
+    number read by ``docket_seq`` (``audit.jobs.jvm``, registered in the session), else through
+    text with Spark SQL built-ins."""
     from pyspark.sql import functions as F
+
+    from .jvm import NUMBER_FUNCTION
 
     names = (ORIGIN_HEADER, INCARNATION_HEADER, SEQ_HEADER)
     # get(): null, not an error (ANSI), where a header is absent
@@ -195,9 +200,12 @@ def with_origin(df):
                 f"ELSE get(filter(headers, h -> h.key = '{name}'), 0).value END")
 
     seq = header(SEQ_HEADER)
-    # try_cast: a number of 2^63 or more (not one docket gives) is "no number", not an error
-    number = F.when(F.length(F.expr(seq)) == 8,
-                    F.expr(f"try_cast(conv(hex({seq}), 16, 10) as bigint)"))
+    if in_jvm:
+        number = F.expr(f"{NUMBER_FUNCTION}({seq})")
+    else:
+        # try_cast: a number of 2^63 or more (not one docket gives) is "no number", not an error
+        number = F.when(F.length(F.expr(seq)) == 8,
+                        F.expr(f"try_cast(conv(hex({seq}), 16, 10) as bigint)"))
     return (df.withColumn("origin", F.coalesce(F.expr(header(ORIGIN_HEADER)).cast("string"),
                                                F.lit(NO_ORIGIN)))
             .withColumn("incarnation", F.coalesce(
@@ -250,28 +258,38 @@ def count_rows(df, window_ms: int):
         F.shiftrightunsigned(h, 32).alias("hi"))
 
 
-def compact(rows):
+def compact(rows, in_jvm: bool = False):
     """One micro-batch of ``count_rows`` compacted in the JVM: a row per (origin, incarnation,
     topic, window_start) with n, bytes, lo, hi, unnumbered and the record numbers as runs
     (``starts``, ``ends``: sorted, disjoint, inclusive; a number given twice is in one run
-    once). Only these rows reach Python (``audit.jobs.tally``)."""
+    once). Only these rows reach Python (``audit.jobs.tally``). ``in_jvm``: the runs made by
+    ``docket_seq_runs`` (``audit.jobs.jvm``, registered in the session), else by Spark SQL
+    built-ins, which hold, sort and shuffle every number of a group."""
     from pyspark.sql import functions as F
 
+    from .jvm import RUNS_FUNCTION
+
     numbered = F.coalesce(F.col("seq") >= 0, F.lit(False))       # a null number is none
-    groups = (rows.groupBy("origin", "incarnation", "topic", "window_start")
-              .agg(F.count(F.lit(1)).alias("n"), F.sum("len").alias("bytes"),
-                   F.sum("lo").alias("lo"), F.sum("hi").alias("hi"),
-                   F.count(F.when(~numbered, 1)).alias("unnumbered"),
-                   F.array_sort(F.collect_list(F.when(numbered, F.col("seq")))).alias("s")))
+    sums = (F.count(F.lit(1)).alias("n"), F.sum("len").alias("bytes"),
+            F.sum("lo").alias("lo"), F.sum("hi").alias("hi"),
+            F.count(F.when(~numbered, 1)).alias("unnumbered"))
+    key = ("origin", "incarnation", "topic", "window_start")
+    columns = (*key, "n", "bytes", "lo", "hi", "unnumbered")
+    if in_jvm:
+        groups = rows.groupBy(*key).agg(*sums, F.expr(f"{RUNS_FUNCTION}(seq)").alias("runs"))
+        return groups.select(*columns, F.col("runs.starts").alias("starts"),
+                             F.col("runs.ends").alias("ends"))
+    groups = rows.groupBy(*key).agg(
+        *sums, F.array_sort(F.collect_list(F.when(numbered, F.col("seq")))).alias("s"))
     # A run starts where a number is more than one past the one before it, and ends where the
     # next is more than one past it (equal neighbours, a copy, neither start nor end one).
     return groups.select(
-        "origin", "incarnation", "topic", "window_start", "n", "bytes", "lo", "hi", "unnumbered",
+        *columns,
         F.expr("filter(s, (x, i) -> i = 0 OR x - get(s, i - 1) > 1)").alias("starts"),
         F.expr("filter(s, (x, i) -> i = size(s) - 1 OR get(s, i + 1) - x > 1)").alias("ends"))
 
 
-def count_batch(store, writer: AuditWriter) -> Callable:
+def count_batch(store, writer: AuditWriter, in_jvm: bool = False) -> Callable:
     """The identity counting's ``foreachBatch`` function: the batch compacted (``compact``),
     added to ``store`` (``audit.jobs.tally.TallyStore``), the changed windows and number spaces
     written to the audit topic, then the store committed; a batch applied before (the job
@@ -281,7 +299,7 @@ def count_batch(store, writer: AuditWriter) -> Callable:
             log.info("batch %d: counted before", batch_id)
             return
         began = time.monotonic()
-        groups = compact(batch_df).collect()
+        groups = compact(batch_df, in_jvm).collect()
         counted = time.monotonic()
         rows = store.apply(batch_id, groups)
         tallied = time.monotonic()

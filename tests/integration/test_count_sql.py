@@ -2,7 +2,8 @@
 the headers (``with_origin``) by position where docket wrote them, searched otherwise, the first
 of each name, a malformed number as none; and each batch's compaction (``compact``) equal, group
 by group and run by run, to what counting record by record in Python makes
-(``test_count_tally.compacted``).
+(``test_count_tally.compacted``), both ways it is made: by Spark SQL's built-ins and by
+``docket_seq_runs`` (``audit/jobs/SeqRuns.java``), whatever order the numbers come in.
 
 Its Spark runs in the test process, without the Kafka connector's jars: like ``test_window_sql.py``
 it belongs to the ``agent`` group (``tests/run_groups.py``), whose session starts no other
@@ -23,13 +24,33 @@ ORG, INC, SEQ = "docket-origin", "docket-incarnation", "docket-seq"
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
+    """A session with ``SeqRuns.java`` built (``audit.jobs.jvm``) and on its classpath: this
+    file's is the first Spark of its group's process (files run in name order), so the jar is
+    there when the JVM starts."""
     pyspark = pytest.importorskip("pyspark.sql")
+    from audit.jobs.jvm import ensure_jar
+
+    jar = ensure_jar()
+    assert jar is not None, "make setup installs a JDK; the Java compaction must be built here"
     session = (pyspark.SparkSession.builder.appName("docket-count-sql-test").master("local[2]")
                .config("spark.ui.enabled", "false")
+               .config("spark.jars", str(jar))
                .config("spark.local.dir", str(tmp_path_factory.mktemp("spark")))
                .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["sql", "jvm"])
+def in_jvm(request, spark) -> bool:
+    """Both ways: Spark SQL's built-ins, and ``docket_seq`` and ``docket_seq_runs`` registered
+    here."""
+    from audit.jobs.jvm import register
+
+    if request.param == "sql":
+        return False
+    assert register(spark), "the jobs' Java could not be registered"
+    return True
 
 
 def n8(n: int) -> bytes:
@@ -44,6 +65,11 @@ HEADERS = [   # headers → (origin, incarnation, seq)
     ([(INC, b"i6"), (INC, b"i7"), (SEQ, n8(4)), (ORG, b"h6")], ("h6", "i6", 4)),
     ([(ORG, b"h7"), (INC, b"i8"), (SEQ, b"\x01\x02")], ("h7", "i8", -1)),         # not 8 bytes
     ([(ORG, b"h8"), (INC, b"i9"), (SEQ, b"\xff" * 8)], ("h8", "i9", -1)),         # over 2^63
+    ([(ORG, b"h11"), (INC, b"i11"), (SEQ, n8(2**63 - 1))], ("h11", "i11", 2**63 - 1)),
+    ([(ORG, b"h12"), (INC, b"i12"), (SEQ, bytes.fromhex("00ff80ff7f0180fe"))],   # bytes >= 0x80
+     ("h12", "i12", 0x00ff80ff7f0180fe)),
+    ([(ORG, b"h13"), (INC, b"i13"), (SEQ, b"\x00" * 9)], ("h13", "i13", -1)),    # 9 bytes
+    ([(ORG, b"h14"), (INC, b"i14"), (SEQ, b"")], ("h14", "i14", -1)),
     ([(ORG, b"h9")], ("h9", "-", -1)),
     ([("traceparent", b"x"), (ORG, b"h10"), (INC, b"i10"), (SEQ, n8(5))], ("h10", "i10", 5)),
     ([], ("-", "-", -1)),
@@ -51,18 +77,32 @@ HEADERS = [   # headers → (origin, incarnation, seq)
 ]
 
 
-def test_the_identity_is_read_by_position_where_docket_wrote_it_and_searched_elsewhere(spark):
+def test_the_identity_is_read_by_position_where_docket_wrote_it_and_searched_elsewhere(spark,
+                                                                                      in_jvm):
     from audit.jobs.spark import with_origin
 
     rows = [(i, h) for i, (h, _want) in enumerate(HEADERS)]
     df = spark.createDataFrame(rows, "i INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
     got = {r["i"]: (r["origin"], r["incarnation"], r["seq"])
-           for r in with_origin(df).collect()}
+           for r in with_origin(df, in_jvm).collect()}
     assert got == {i: want for i, (_h, want) in enumerate(HEADERS)}
 
 
+COLUMNS = ("origin STRING, incarnation STRING, seq LONG, topic STRING, window_start LONG, "
+           "len LONG, lo LONG, hi LONG")
+KEY = ("origin", "incarnation", "topic", "window_start")
+
+
+def by_key(groups):
+    return {tuple(g[k] for k in KEY): {f: (list(g[f]) if f in ("starts", "ends") else g[f])
+                                       for f in ("n", "bytes", "lo", "hi", "unnumbered",
+                                                 "starts", "ends")}
+            for g in groups}
+
+
 @pytest.mark.parametrize("seed", range(3))
-def test_a_batch_compacted_in_spark_is_the_batch_compacted_record_by_record(spark, seed):
+def test_a_batch_compacted_in_spark_is_the_batch_compacted_record_by_record(spark, in_jvm,
+                                                                          seed):
     from audit.jobs.spark import compact
 
     rng = random.Random(seed)
@@ -79,17 +119,32 @@ def test_a_batch_compacted_in_spark_is_the_batch_compacted_record_by_record(spar
         records.append((origin, inc, seq, ["t1", "t2", "t3"][(seq // 200) % 3],
                         0 if seq < 1500 else 600_000, rng.randrange(300), rng.randrange(1 << 32),
                         rng.randrange(1 << 32)))
-    df = spark.createDataFrame(records, "origin STRING, incarnation STRING, seq LONG, "
-                                        "topic STRING, window_start LONG, len LONG, lo LONG, "
-                                        "hi LONG").repartition(4)
-    key = ("origin", "incarnation", "topic", "window_start")
-
-    def by_key(groups):
-        return {tuple(g[k] for k in key): {f: (list(g[f]) if f in ("starts", "ends") else g[f])
-                                           for f in ("n", "bytes", "lo", "hi", "unnumbered",
-                                                     "starts", "ends")}
-                for g in groups}
-
-    got = by_key(r.asDict() for r in compact(df).collect())
+    df = spark.createDataFrame(records, COLUMNS).repartition(4)
+    got = by_key(r.asDict() for r in compact(df, in_jvm).collect())
     assert got == by_key(compacted(records))
     assert sum(len(g["starts"]) for g in got.values()) < len(records) / 2    # runs, not records
+
+
+@pytest.mark.parametrize("order", ["backwards", "shuffled", "interleaved"])
+def test_numbers_out_of_order_make_the_same_runs(spark, in_jvm, order):
+    """The Java buffer's slow path: numbers below its last run wait in a side list, folded in
+    when it grows past the runs (here many times: 30,000 late numbers), on a merge and at the
+    end. Every order gives the runs counting record by record gives."""
+    from audit.jobs.spark import compact
+
+    rng = random.Random(order)
+    numbers = [n for n in range(40_000) if rng.random() > 0.02]       # gaps
+    numbers += rng.sample(numbers, 3_000)                              # copies
+    if order == "backwards":
+        numbers.sort(reverse=True)
+    elif order == "shuffled":
+        rng.shuffle(numbers)
+    else:                            # two senders, one far ahead: the other's are all late
+        numbers.sort()
+        numbers = numbers[20_000:] + numbers[:20_000]
+    records = [("a", "i1", n, "t", 0, 10, n & 0xFFFF, 1) for n in numbers]
+    records += [("a", "i1", -1, "t", 0, 3, 5, 1)] * 7                  # none
+    df = spark.createDataFrame(records, COLUMNS).coalesce(1)           # one buffer sees all
+    got = by_key(r.asDict() for r in compact(df, in_jvm).collect())
+    assert got == by_key(compacted(records))
+    assert len(got[("a", "i1", "t", 0)]["starts"]) > 100

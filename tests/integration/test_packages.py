@@ -173,6 +173,18 @@ def test_the_packages_install_their_files_users_and_a_working_agent(installed):
     assert not (AGENT_VENV / "bin/docket-audit").exists()
     assert list(AUDIT_VENV.glob("lib/python3*/site-packages/pyspark"))
     assert list(AUDIT_VENV.glob("share/docket/spark-kafka-jars/spark-sql-kafka-*.jar"))
+    # the audit jobs' Java, built with the package: the jar the installed jobs look for, in
+    # the folder the units name (no JDK on the audit host)
+    jvm_libs = AUDIT_VENV / "share/docket/audit-jvm-jars"
+    wanted = _run(str(AUDIT_VENV / "bin/python"), "-c",
+                  "from audit.jobs.jvm import jar_path; print(jar_path())",
+                  env={**os.environ, "DOCKET_AUDIT_JVM_LIBS": str(jvm_libs)})
+    assert wanted.returncode == 0, wanted.stderr
+    assert Path(wanted.stdout.strip()).parent == jvm_libs, wanted.stdout
+    assert Path(wanted.stdout.strip()).is_file(), sorted(jvm_libs.iterdir())
+    for unit in ("docket-audit-land.service", "docket-audit-count@.service"):
+        assert f"Environment=DOCKET_AUDIT_JVM_LIBS={jvm_libs}\n" in (
+            Path("/lib/systemd/system") / unit).read_text()
 
 
 def test_every_unit_verifies_cleanly_and_the_agent_unit_is_hardened(installed):

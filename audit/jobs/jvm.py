@@ -1,0 +1,113 @@
+"""The audit jobs' Java, beside this file: ``SeqNumber.java`` (``docket_seq``: a record's
+8-byte number read as a long) and ``SeqRuns.java`` (``docket_seq_runs``: the aggregation that
+turns a group's record numbers into runs), both run in the JVM, per record.
+
+They are compiled once per source and Spark version with the JDK's ``javac`` against the venv's
+PySpark jars (the classes they run with, so no download), into the user cache; ``make setup``
+(through ``docket-audit fetch``) builds them ahead. Where there is no ``javac`` (a host with a
+Java runtime only) the jobs log it once and use Spark SQL built-ins instead: the same numbers,
+groups and runs, slower (``docs/performance.md``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from docket_common.dirs import jar_cache_dir
+
+from ..contract.errors import AuditError
+
+SOURCES = (Path(__file__).with_name("SeqNumber.java"), Path(__file__).with_name("SeqRuns.java"))
+NUMBER_CLASS, RUNS_CLASS = "dev.docket.audit.SeqNumber", "dev.docket.audit.SeqRuns"
+NUMBER_FUNCTION, RUNS_FUNCTION = "docket_seq", "docket_seq_runs"
+
+log = logging.getLogger("docket.audit.jvm")
+
+
+class JvmBuildFailed(AuditError):
+    """``javac`` is there but could not compile the jobs' Java."""
+
+
+def pyspark_jars() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def _javac() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "javac").is_file():
+        return str(Path(home) / "bin" / "javac")
+    return shutil.which("javac")
+
+
+def jar_path() -> Path:
+    """Where the jar of these sources for this PySpark is (or goes): the name carries a digest
+    of them all, so an edited source or another Spark builds anew."""
+    import pyspark
+
+    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES)
+                            + pyspark.__version__.encode()).hexdigest()[:16]
+    return jar_cache_dir("DOCKET_AUDIT_JVM_LIBS", "audit-jvm") / f"docket-audit-{digest}.jar"
+
+
+def ensure_jar() -> Path | None:
+    """The jobs' Java as a jar, compiled first when missing; None without ``javac``."""
+    jar = jar_path()
+    if jar.is_file():
+        return jar
+    javac = _javac()
+    if javac is None:
+        log.warning("no javac (a JDK) on this host: the audit jobs read and compact record "
+                    "numbers with Spark SQL built-ins, which is slower; install a JDK to build "
+                    "%s", " and ".join(s.name for s in SOURCES))
+        return None
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=jar.parent) as tmp:
+        classes = Path(tmp) / "classes"
+        partial = Path(tmp) / jar.name
+        compile_ = [javac, "--release", "17", "-nowarn", "-cp", f"{pyspark_jars()}/*",
+                    "-d", str(classes), *map(str, SOURCES)]
+        jar_tool = Path(javac).with_name("jar")
+        package = [str(jar_tool), "cf", str(partial), "-C", str(classes), "."]
+        for cmd in (compile_, package):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise JvmBuildFailed(
+                    "building the audit jobs' Java failed (exit {proc.returncode}):\n"
+                    + (proc.stdout + proc.stderr).strip()[-2000:],
+                    hint="the command was: " + " ".join(cmd))
+        os.replace(partial, jar)     # whole or not at all: a reader never sees half a jar
+    log.info("built %s", jar)
+    return jar
+
+
+def register(spark) -> bool:
+    """Register ``docket_seq`` and ``docket_seq_runs`` in ``spark`` (its JVM started with the
+    jar in ``spark.jars``, as ``audit.jobs.spark.spark_session`` starts it); False, with a
+    warning, where the classes are not there. Registering again replaces them, harmlessly."""
+    jvm = spark._jvm
+    found = []
+    for name in (NUMBER_CLASS, RUNS_CLASS):
+        cls = jvm
+        for part in name.split("."):
+            cls = getattr(cls, part)
+        try:
+            found.append(cls())
+        except TypeError:       # py4j's JavaPackage: no such class on the driver's classpath
+            log.warning("%s is not on this Spark's classpath: record numbers are read and "
+                        "compacted with Spark SQL built-ins", name)
+            return False
+    spark.udf.registerJavaFunction(NUMBER_FUNCTION, NUMBER_CLASS, "bigint")
+    sql = jvm.org.apache.spark.sql
+    spark._jsparkSession.udf().register(RUNS_FUNCTION,
+                                        sql.functions.udaf(found[1], sql.Encoders.LONG()))
+    log.info("record numbers read (%s) and cut into runs (%s) in the JVM", NUMBER_FUNCTION,
+             RUNS_FUNCTION)
+    return True
