@@ -15,8 +15,9 @@ FORGETFS := build/forgetfs/release/docket-forgetfs
 
 setup: $(STAMP) $(NATIVE_STAMP) $(FORGETFS)
 
-$(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml
+$(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml $(wildcard audit/jobs/*.java)
 	@command -v java >/dev/null || { echo "make setup: java (JDK 17+) is required for the local Kafka and Spark" >&2; exit 1; }
+	@command -v javac >/dev/null || { echo "make setup: javac (JDK 17+) is required to build the audit jobs' Java" >&2; exit 1; }
 	@command -v mvn >/dev/null || { echo "make setup: mvn (Maven) is required to fetch the Kafka and Spark connector jars" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[audit,dashboard,dev]'

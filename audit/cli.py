@@ -222,9 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
             jars = ensure_spark_kafka_libs(quiet=False)
             print(f"Spark Kafka connector: {len(jars)} jar(s) in {jars[0].parent}")
-            jar = ensure_jar()
-            print(f"the audit jobs' Java: {jar}" if jar else
-                  "the audit jobs' Java: no javac here, Spark SQL built-ins do its work")
+            print(f"the audit jobs' Java: {ensure_jar(required=True)}")
             return 0
         if args.command == "show":
             return _show(args)

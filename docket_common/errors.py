@@ -30,6 +30,7 @@ The tree (``tests/unit/test_error_tree.py`` holds it against the classes)::
     ├── AuditError                    audit.contract.errors
     │   ├── BrokerUnreachable         audit.contract.errors
     │   ├── MalformedRecord           audit.contract.errors
+    │   ├── JvmBuildFailed            audit.jobs.jvm
     │   ├── LandingError              audit.jobs.landing
     │   ├── SparkJobError             audit.jobs.spark
     │   ├── SparkLibsMissing          audit.jobs.sparklibs

@@ -24,7 +24,8 @@ import org.apache.spark.sql.expressions.Aggregator;
 public final class SeqRuns extends Aggregator<Long, SeqRuns.Runs, SeqRuns.Result> {
 
     /** The numbers of one group so far. A bean: Spark encodes it between the partial and the
-     *  final aggregation (a Kryo encoder is not serializable in Spark 4.0's aggregators). */
+     *  final aggregation (a Kryo encoder is not serializable in Spark 4.0's aggregators). The
+     *  setters only assign: the order Spark calls them in does not matter. */
     public static final class Runs implements Serializable {
         private long[] starts = new long[4];
         private long[] ends = new long[4];
@@ -32,10 +33,12 @@ public final class SeqRuns extends Aggregator<Long, SeqRuns.Runs, SeqRuns.Result
         private long[] late = new long[0];     // numbers below the last run, not yet folded in
         private int lateSize;
 
+        // Numbers are >= 0, so x - ends[...] cannot overflow where ends[...] + 1 would (at
+        // 2^63 - 1, the largest number docket_seq gives).
         void add(long x) {
-            if (size == 0 || x > ends[size - 1] + 1) {
+            if (size == 0 || x - ends[size - 1] > 1) {
                 append(x, x);
-            } else if (x == ends[size - 1] + 1) {
+            } else if (x - ends[size - 1] == 1) {
                 ends[size - 1] = x;
             } else if (x < starts[size - 1]) {
                 if (lateSize == late.length) {
@@ -49,9 +52,9 @@ public final class SeqRuns extends Aggregator<Long, SeqRuns.Runs, SeqRuns.Result
         }
 
         private void append(long start, long end) {
-            if (size == starts.length) {
-                starts = Arrays.copyOf(starts, size * 2);
-                ends = Arrays.copyOf(ends, size * 2);
+            if (size == starts.length) {       // a decoded buffer's arrays have no spare room
+                starts = Arrays.copyOf(starts, Math.max(4, size * 2));
+                ends = Arrays.copyOf(ends, Math.max(4, size * 2));
             }
             starts[size] = start;
             ends[size] = end;
@@ -61,7 +64,7 @@ public final class SeqRuns extends Aggregator<Long, SeqRuns.Runs, SeqRuns.Result
         /** Add a run that starts at or after the last one's start, joining the two where they
          *  touch or overlap. */
         private void put(long start, long end) {
-            if (size > 0 && start <= ends[size - 1] + 1) {
+            if (size > 0 && start - ends[size - 1] <= 1) {
                 ends[size - 1] = Math.max(ends[size - 1], end);
             } else {
                 append(start, end);
@@ -108,15 +111,17 @@ public final class SeqRuns extends Aggregator<Long, SeqRuns.Runs, SeqRuns.Result
             return out;
         }
 
-        public long[] getStarts() { return starts; }
+        // The bean's properties, read when Spark encodes a partial buffer for the shuffle: the
+        // first one read folds the late numbers in, so only runs cross it, without spare room.
+        public long[] getStarts() { fold(); return Arrays.copyOf(starts, size); }
         public void setStarts(long[] v) { starts = v; }
-        public long[] getEnds() { return ends; }
+        public long[] getEnds() { fold(); return Arrays.copyOf(ends, size); }
         public void setEnds(long[] v) { ends = v; }
-        public int getSize() { return size; }
+        public int getSize() { fold(); return size; }
         public void setSize(int v) { size = v; }
-        public long[] getLate() { return late; }
+        public long[] getLate() { fold(); return new long[0]; }
         public void setLate(long[] v) { late = v; }
-        public int getLateSize() { return lateSize; }
+        public int getLateSize() { fold(); return 0; }
         public void setLateSize(int v) { lateSize = v; }
     }
 

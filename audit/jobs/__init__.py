@@ -7,6 +7,8 @@
 - ``tally``: what a Spark tier has counted (window counts, record numbers seen), kept by the
   counting query's driver in SQLite beside the checkpoint, from batches compacted in the JVM.
 - ``intervals``: the record numbers seen as an interval set, sized in gaps, not records.
+- ``jvm``: the jobs' own Java (``*.java`` here: a record's number, a group's numbers as runs),
+  built with ``javac`` against PySpark's jars and registered in a job's session.
 - ``dedup``: ``land --dedup``'s step that lets each record through once per origin.
 - ``landing``: each micro-batch of ``land --dedup`` landed in the table once, however often
   it runs.

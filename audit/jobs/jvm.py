@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import zipfile
 from pathlib import Path
 
 from docket_common.dirs import jar_cache_dir
@@ -57,33 +58,49 @@ def jar_path() -> Path:
     return jar_cache_dir("DOCKET_AUDIT_JVM_LIBS", "audit-jvm") / f"docket-audit-{digest}.jar"
 
 
-def ensure_jar() -> Path | None:
-    """The jobs' Java as a jar, compiled first when missing; None without ``javac``."""
+def ensure_jar(required: bool = False) -> Path | None:
+    """The jobs' Java as a jar, compiled first when missing. None where it cannot be built (no
+    ``javac``, or a build that fails: logged, and the jobs use Spark SQL built-ins); with
+    ``required`` (``docket-audit fetch``: ``make setup``, the package build) an error instead."""
     jar = jar_path()
     if jar.is_file():
         return jar
+    try:
+        return _build(jar)
+    except JvmBuildFailed as e:
+        if required:
+            raise
+        log.warning("%s; the audit jobs read and compact record numbers with Spark SQL "
+                    "built-ins, which is slower", e)
+        return None
+
+
+def _build(jar: Path) -> Path:
     javac = _javac()
     if javac is None:
-        log.warning("no javac (a JDK) on this host: the audit jobs read and compact record "
-                    "numbers with Spark SQL built-ins, which is slower; install a JDK to build "
-                    "%s", " and ".join(s.name for s in SOURCES))
-        return None
-    jar.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=jar.parent) as tmp:
-        classes = Path(tmp) / "classes"
-        partial = Path(tmp) / jar.name
-        compile_ = [javac, "--release", "17", "-nowarn", "-cp", f"{pyspark_jars()}/*",
-                    "-d", str(classes), *map(str, SOURCES)]
-        jar_tool = Path(javac).with_name("jar")
-        package = [str(jar_tool), "cf", str(partial), "-C", str(classes), "."]
-        for cmd in (compile_, package):
+        raise JvmBuildFailed("no javac (a JDK 17 or later) on this host to build "
+                             + " and ".join(s.name for s in SOURCES),
+                             hint="install a JDK (apt-get install openjdk-17-jdk-headless)")
+    try:
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=jar.parent) as tmp:
+            classes = Path(tmp) / "classes"
+            cmd = [javac, "--release", "17", "-nowarn", "-cp", f"{pyspark_jars()}/*",
+                   "-d", str(classes), *map(str, SOURCES)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise JvmBuildFailed(
-                    "building the audit jobs' Java failed (exit {proc.returncode}):\n"
+                    f"building the audit jobs' Java failed (javac exit {proc.returncode}):\n"
                     + (proc.stdout + proc.stderr).strip()[-2000:],
                     hint="the command was: " + " ".join(cmd))
-        os.replace(partial, jar)     # whole or not at all: a reader never sees half a jar
+            partial = Path(tmp) / jar.name
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:   # a jar is a zip
+                for f in sorted(classes.rglob("*.class")):
+                    z.write(f, f.relative_to(classes).as_posix())
+            os.replace(partial, jar)  # whole or not at all: a reader never sees half a jar
+    except OSError as e:              # a folder not writable, javac not runnable
+        raise JvmBuildFailed(f"building the audit jobs' Java into {jar.parent} failed: {e}",
+                             hint="set DOCKET_AUDIT_JVM_LIBS to a writable folder") from e
     log.info("built %s", jar)
     return jar
 
@@ -100,9 +117,10 @@ def register(spark) -> bool:
             cls = getattr(cls, part)
         try:
             found.append(cls())
-        except TypeError:       # py4j's JavaPackage: no such class on the driver's classpath
-            log.warning("%s is not on this Spark's classpath: record numbers are read and "
-                        "compacted with Spark SQL built-ins", name)
+        except Exception as e:  # TypeError: py4j's JavaPackage, no such class on the driver's
+            log.warning(        # classpath; Py4JJavaError: a class this JVM cannot load
+                "%s cannot be loaded in this Spark (%s): record numbers are read and "
+                "compacted with Spark SQL built-ins", name, type(e).__name__)
             return False
     spark.udf.registerJavaFunction(NUMBER_FUNCTION, NUMBER_CLASS, "bigint")
     sql = jvm.org.apache.spark.sql

@@ -148,3 +148,19 @@ def test_numbers_out_of_order_make_the_same_runs(spark, in_jvm, order):
     got = by_key(r.asDict() for r in compact(df, in_jvm).collect())
     assert got == by_key(compacted(records))
     assert len(got[("a", "i1", "t", 0)]["starts"]) > 100
+
+
+def test_numbers_at_the_top_of_the_range_make_the_same_runs(spark, in_jvm):
+    """2^63 - 1 is the largest number ``docket_seq`` gives: a run ending there is not followed
+    by a run of its own (``end + 1`` would wrap), and a copy of it is a copy."""
+    from audit.jobs.spark import compact
+
+    top = 2**63 - 1
+    numbers = [top, top, 5, top - 1, top - 3, 0, top, 4, top - 2, 9]
+    records = [("a", "i1", n, "t", 0, 1, 1, 1) for n in numbers]
+    records += [("b", "i1", n, "t", 0, 1, 1, 1) for n in (top, 3, top)]
+    df = spark.createDataFrame(records, COLUMNS).repartition(3)
+    got = by_key(r.asDict() for r in compact(df, in_jvm).collect())
+    assert got == by_key(compacted(records))
+    assert got[("a", "i1", "t", 0)]["starts"] == [0, 4, 9, top - 3]
+    assert got[("b", "i1", "t", 0)]["ends"] == [3, top]
