@@ -4,9 +4,9 @@ turns a group's record numbers into runs), both run in the JVM, per record.
 
 They are compiled once per source and Spark version with the JDK's ``javac`` against the venv's
 PySpark jars (the classes they run with, so no download), into the user cache; ``make setup``
-(through ``docket-audit fetch``) builds them ahead. Where there is no ``javac`` (a host with a
-Java runtime only) the jobs log it once and use Spark SQL built-ins instead: the same numbers,
-groups and runs, slower (``docs/performance.md``).
+(through ``docket-audit fetch``) builds them ahead. Where they cannot be built (no ``javac``: a
+host with a Java runtime only; a build that fails) or loaded, a job logs why and uses Spark SQL
+built-ins instead: the same numbers, groups and runs, slower (``docs/performance.md``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ log = logging.getLogger("docket.audit.jvm")
 
 
 class JvmBuildFailed(AuditError):
-    """``javac`` is there but could not compile the jobs' Java."""
+    """The jobs' Java could not be built: no ``javac``, a compile that failed, a cache folder
+    that could not be written."""
 
 
 def pyspark_jars() -> Path:
