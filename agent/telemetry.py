@@ -21,6 +21,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "agent_source_rewound_total": ("counter", "Generations whose sealed checkpoint went back at "
                                    "start: bytes sealed, not acknowledged and not in the pool "
                                    "(read again)."),
+    "agent_source_journal_read_again_total": (
+        "counter", "journald entries that came without a message, read again by their cursor, "
+        "by outcome: `whole` (journalctl had skipped the message of an entry being written), "
+        "`none` (the entry has none: shipped as its fields), `unread` (journalctl did not "
+        "print it again in time: shipped as its fields)."),
     "agent_source_udp_dropped_total": ("counter", "Syslog datagrams the kernel dropped (the "
                                        "socket's receive buffer full), as the kernel counts "
                                        "them; journalled each minute as `udp_dropped`."),

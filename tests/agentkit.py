@@ -195,10 +195,12 @@ def wait_until(what: str, check, timeout_s: float, agent: AgentProcess | None = 
 
 def consume_counts(bootstrap: str, topic: str, expected: int, timeout_s: float,
                    parse=lambda v: v, on_msg=None,
-                   isolation: str = "read_committed") -> Counter:
+                   isolation: str = "read_committed", wanted: set | None = None) -> Counter:
     """Read ``topic`` from the start until ``expected`` distinct values (after ``parse``) came,
     or the time is up; ``on_msg`` sees every record (its timestamp, its headers). Distinct, not
     records: duplicates must not end the reading while some values have yet to arrive.
+    ``wanted``: read until every one of these values came instead (a value that should not
+    have come must not end the reading while one that should is still on its way).
     ``isolation``: ``read_uncommitted`` sees the records of aborted transactions too."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{time.time_ns()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
@@ -208,11 +210,16 @@ def consume_counts(bootstrap: str, topic: str, expected: int, timeout_s: float,
     counts: Counter = Counter()
     deadline = time.monotonic() + timeout_s
     try:
-        while len(counts) < expected and time.monotonic() < deadline:
+        left = set(wanted) if wanted is not None else None
+        while (len(counts) < expected if left is None else left) \
+                and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=10000, timeout=0.5):
                 if msg.error():
                     continue
-                counts[parse(msg.value())] += 1
+                value = parse(msg.value())
+                counts[value] += 1
+                if left is not None:
+                    left.discard(value)
                 if on_msg is not None:
                     on_msg(msg)
         # duplicates of values already seen may still come; read a moment more

@@ -14,9 +14,11 @@ the Python code.
 "json"`` (the default) the entry's fields as one JSON object, names in the entry's order, a
 field given more than once as the list of its values, values not UTF-8 decoded with
 replacement (counted; a name not UTF-8, which journald does not write, is replaced
-uncounted). An entry without a message is shipped as its JSON in either format, counted
-(``journal_no_message``). Event time: ``__REALTIME_TIMESTAMP``. ``key_field`` names a field of
-the entry (``_HOSTNAME``, ``_SYSTEMD_UNIT``) whose value is the record's key.
+uncounted). An entry that comes without a message is read again by its cursor (journalctl
+skips a field whose data the journal's writer is still linking: ``_complete``); one that has
+none is shipped as its JSON in either format, counted (``journal_no_message``). Event time:
+``__REALTIME_TIMESTAMP``. ``key_field`` names a field of the entry (``_HOSTNAME``,
+``_SYSTEMD_UNIT``) whose value is the record's key.
 
 **The checkpoint is the cursor**, advancing only as the pool seals. The pool's positions are
 offsets, so the source numbers the entries it hands over (entry ``n`` covers the offsets
@@ -383,8 +385,10 @@ class JournaldSource:
                 if not data:
                     break
                 buf = held + data if held else data
-                entries, begin = self._cut(buf)
+                entries, lacking, begin = self._cut(buf)
                 held = buf[begin:]
+                if lacking:
+                    self._complete(entries, lacking)
                 for i in range(0, len(entries), BATCH_ENTRIES):
                     self._hand(entries[i:i + BATCH_ENTRIES])
         finally:
@@ -397,29 +401,41 @@ class JournaldSource:
             log.error("journald source %d: journalctl ended (exit %s)%s", self.cfg.index,
                       proc.returncode, f": {said.decode(errors='replace')}" if said else "")
 
-    def _cut(self, buf: bytes) -> tuple[list[tuple[str, tuple]], int]:
+    def _cut(self, buf: bytes) -> tuple[list[tuple[str, tuple]], list[int], int]:
         """The whole entries of ``buf`` as (cursor, (topic, value, key, event time)), made by
-        the native extension where it takes them on, here where not; and where the first
-        entry not yet whole begins. An entry without a cursor is counted and left out."""
+        the native extension where it takes them on, here where not; the places in that list
+        of the entries that came without a message (``_complete``); and where the first entry
+        not yet whole begins. An entry without a cursor is counted and left out."""
+        out: list[tuple[str, tuple]] = []
+        lacking: list[int] = []
         if self._native is None:
             cut, begin = journal_export.cut(buf)
-            return [item for b, e, fields in cut
-                    if (item := self._made(buf, b, e, fields)) is not None], begin
+            for b, e, fields in cut:
+                self._make(out, lacking, journal_export.fields_of(fields), buf, b, e)
+            return out, lacking, begin
         begin, cut = self._native.cut(buf, 0)
-        out = []
         for b, e, item in cut:
-            if item is None:
-                item = self._made(buf, b, e, journal_export.cut(buf[b:e])[0][0][2])
-                if item is None:
-                    continue
-            out.append(item)
-        return out, begin
+            if item is None:          # the native extension leaves every entry without a message
+                entry = journal_export.fields_of(journal_export.cut(buf[b:e])[0][0][2])
+                self._make(out, lacking, entry, buf, b, e)
+            else:
+                out.append(item)
+        return out, lacking, begin
 
-    def _made(self, buf: bytes, begin: int, end: int,
-              fields: journal_export.Entry) -> tuple[str, tuple] | None:
-        """(cursor, record) of the entry ``fields`` (``buf[begin:end]`` as it came), None
-        when it has no cursor (counted)."""
-        entry = journal_export.fields_of(fields)
+    def _make(self, out: list[tuple[str, tuple]], lacking: list[int],
+              entry: dict[str, bytes | list[bytes]], buf: bytes, begin: int, end: int) -> None:
+        """``entry`` made (``_made``) and put at the end of ``out``; its place noted in
+        ``lacking`` when it has no message."""
+        item = self._made(entry, buf, begin, end)
+        if item is not None:
+            if "MESSAGE" not in entry:
+                lacking.append(len(out))
+            out.append(item)
+
+    def _made(self, entry: dict[str, bytes | list[bytes]], buf: bytes = b"", begin: int = 0,
+              end: int = 0) -> tuple[str, tuple] | None:
+        """(cursor, record) of the entry ``entry`` (``journal_export.fields_of``;
+        ``buf[begin:end]``: the entry as it came), None when it has no cursor (counted)."""
         cursor = entry.get("__CURSOR")
         if not isinstance(cursor, bytes):
             self._bad("journal_unparsable")
@@ -432,6 +448,72 @@ class JournaldSource:
             self._bad("journal_unparsable")
             return cursor.decode("utf-8", "replace"), (self.label, buf[begin:end], None,
                                                        self.clock.time_ms())
+
+    def _complete(self, entries: list[tuple[str, tuple]], lacking: list[int]) -> None:
+        """The entries at ``lacking`` came without a message: each is read again by its cursor
+        and made anew where it has one now. journalctl skips a field of an entry whose data
+        the journal's writer is still linking (systemd's reader takes the field's object for
+        damaged for an instant: "data object is bad, skipping over it", said at debug level
+        only), so an entry read as it is being written may come without its message; a
+        moment later it is whole. What still has none has none (counted
+        ``journal_no_message``, shipped as its fields). One journalctl for them all, from the
+        first of them to the last."""
+        wanted = {entries[i][0]: i for i in lacking}
+        again = self._read_again(entries[lacking[0]][0], set(wanted))
+        for cursor, i in wanted.items():
+            entry = again.get(cursor)
+            if entry is not None and "MESSAGE" in entry:
+                made = self._made(entry)
+                if made is not None:
+                    entries[i] = made
+                    self.metrics.inc("agent_source_journal_read_again_total", outcome="whole",
+                                     topic=self.label)
+                    continue
+            self.metrics.inc("agent_source_journal_read_again_total",
+                             outcome="none" if entry is not None else "unread",
+                             topic=self.label)
+            self._bad("journal_no_message")
+
+    def _read_again(self, first: str, cursors: set[str],
+                    timeout_s: float = 10.0) -> dict[str, dict]:
+        """The entries of ``cursors`` (``journal_export.fields_of`` each), read by a
+        journalctl of its own from ``first`` on, ended once it printed them all; those it did
+        not print within ``timeout_s`` are left out."""
+        args = (base_args(self.cfg, "export") + ["--merge", f"--cursor={first}"]
+                + output_fields(self.cfg, self._native is not None) + match_args(self.cfg))
+        found: dict[str, dict] = {}
+        held = b""
+        deadline = self.clock.monotonic_ns() / 1e9 + timeout_s
+        with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
+            try:
+                out = proc.stdout.fileno()
+                while len(found) < len(cursors) and not self._stop.is_set():
+                    left = deadline - self.clock.monotonic_ns() / 1e9
+                    if left <= 0:
+                        log.warning("journald source %d: journalctl did not read the entries "
+                                    "that came without a message again within %.0f s",
+                                    self.cfg.index, timeout_s)
+                        break
+                    if not select.select([out], [], [], min(left, 0.2))[0]:
+                        continue
+                    data = os.read(out, READ_BYTES)
+                    if not data:
+                        break
+                    buf = held + data
+                    cut, begin = journal_export.cut(buf)
+                    held = buf[begin:]
+                    for _b, _e, fields in cut:
+                        entry = journal_export.fields_of(fields)
+                        cursor = entry.get("__CURSOR")
+                        if isinstance(cursor, bytes) and cursor.decode("utf-8", "replace") \
+                                in cursors:
+                            found[cursor.decode("utf-8", "replace")] = entry
+            except (OSError, journal_export.ExportError) as exc:
+                log.warning("journald source %d: reading again the entries that came without "
+                            "a message failed: %s", self.cfg.index, exc)
+            finally:
+                proc.kill()
+        return found
 
     def _hand(self, entries: list[tuple[str, tuple]]) -> None:
         """Append ``entries`` ((cursor, record) each), each to its topic, waiting while the
@@ -504,8 +586,6 @@ class JournaldSource:
             self._bad("timestamp_unparsable")
             ts = self.clock.time_ms()
         message = entry.get("MESSAGE")
-        if message is None:
-            self._bad("journal_no_message")
         if self._shown is not None and not isinstance(message, bytes):
             # The message form ships this entry as fields (no message, or two): the ones
             # journalctl prints with --output-fields, whichever of the two cut it.

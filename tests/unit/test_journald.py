@@ -185,6 +185,33 @@ def test_an_entry_without_a_message_is_shipped_as_its_fields_and_counted(both):
                          topic="j") == 1
 
 
+def test_an_entry_read_as_it_was_written_without_its_message_is_read_again_whole(
+        both, tmp_path, monkeypatch):
+    """journalctl skips a field whose data the journal's writer is still linking, and the
+    entry comes without its message (what systemd's reader does for an instant): read again
+    by its cursor, it ships whole. An entry that has no message still ships as its fields,
+    counted. A journalctl whose follow output loses one entry's message line stands for the
+    race; read again, it prints the journal as it is."""
+    wrapper = tmp_path / "journalctl"
+    wrapper.write_text('#!/bin/sh\ncase " $* " in\n'
+                       '  *" --follow "*) setpriv --pdeathsig KILL journalctl "$@" | '
+                       "sed -u '/^MESSAGE=event 3$/d' ;;\n"
+                       '  *) exec journalctl "$@" ;;\nesac\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(journald, "JOURNALCTL", str(wrapper))
+    no_message = {k: v for k, v in entry(5).items() if k != "MESSAGE"}
+    r = both([*(entry(i) for i in range(5)), no_message, entry(6)], **{"format": "message"})
+    r.read(7)
+    values = r.values()
+    assert values[:5] + values[6:] == [b"event %d" % i for i in (0, 1, 2, 3, 4, 6)], values
+    assert json.loads(values[5])["SYSLOG_IDENTIFIER"] == "app"
+    again = {o: r.metrics.get("agent_source_journal_read_again_total", outcome=o, topic="j")
+             for o in ("whole", "none", "unread")}
+    assert again == {"whole": 1, "none": 1, "unread": 0}, again
+    assert r.metrics.get("agent_source_bad_input_total", kind="journal_no_message",
+                         topic="j") == 1
+
+
 def test_a_message_given_twice_ships_the_message_forms_fields_as_a_list(both):
     run = both
     r = run([entry(0)], **{"format": "message"})
