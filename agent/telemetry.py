@@ -25,7 +25,7 @@ METRICS: dict[str, tuple[str, str]] = {
         "counter", "journald entries that came without a message, read again by their cursor, "
         "by outcome: `whole` (journalctl had skipped the message of an entry being written), "
         "`none` (the entry has none: shipped as its fields), `unread` (journalctl did not "
-        "print it again in time: shipped as its fields)."),
+        "print it again: in 10 s, or it failed; shipped as its fields)."),
     "agent_source_udp_dropped_total": ("counter", "Syslog datagrams the kernel dropped (the "
                                        "socket's receive buffer full), as the kernel counts "
                                        "them; journalled each minute as `udp_dropped`."),

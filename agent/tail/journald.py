@@ -401,13 +401,14 @@ class JournaldSource:
             log.error("journald source %d: journalctl ended (exit %s)%s", self.cfg.index,
                       proc.returncode, f": {said.decode(errors='replace')}" if said else "")
 
-    def _cut(self, buf: bytes) -> tuple[list[tuple[str, tuple]], list[int], int]:
+    def _cut(self, buf: bytes) -> tuple[list[tuple[str, tuple | None]], list[tuple], int]:
         """The whole entries of ``buf`` as (cursor, (topic, value, key, event time)), made by
-        the native extension where it takes them on, here where not; the places in that list
-        of the entries that came without a message (``_complete``); and where the first entry
-        not yet whole begins. An entry without a cursor is counted and left out."""
-        out: list[tuple[str, tuple]] = []
-        lacking: list[int] = []
+        the native extension where it takes them on, here where not; an entry that came
+        without a message is (cursor, None) there, and (its place, its fields, its bytes) in
+        the second list, to be made by ``_complete``; and where the first entry not yet whole
+        begins. An entry without a cursor is counted and left out."""
+        out: list[tuple[str, tuple | None]] = []
+        lacking: list[tuple] = []
         if self._native is None:
             cut, begin = journal_export.cut(buf)
             for b, e, fields in cut:
@@ -422,18 +423,24 @@ class JournaldSource:
                 out.append(item)
         return out, lacking, begin
 
-    def _make(self, out: list[tuple[str, tuple]], lacking: list[int],
+    def _make(self, out: list[tuple[str, tuple | None]], lacking: list[tuple],
               entry: dict[str, bytes | list[bytes]], buf: bytes, begin: int, end: int) -> None:
-        """``entry`` made (``_made``) and put at the end of ``out``; its place noted in
-        ``lacking`` when it has no message."""
+        """``entry`` made (``_made``) and put at the end of ``out``; one without a message
+        only noted (``_cut``)."""
+        if "MESSAGE" not in entry:
+            cursor = entry.get("__CURSOR")
+            if not isinstance(cursor, bytes):
+                self._bad("journal_unparsable")
+                return
+            lacking.append((len(out), entry, buf[begin:end]))
+            out.append((cursor.decode("utf-8", "replace"), None))
+            return
         item = self._made(entry, buf, begin, end)
         if item is not None:
-            if "MESSAGE" not in entry:
-                lacking.append(len(out))
             out.append(item)
 
-    def _made(self, entry: dict[str, bytes | list[bytes]], buf: bytes = b"", begin: int = 0,
-              end: int = 0) -> tuple[str, tuple] | None:
+    def _made(self, entry: dict[str, bytes | list[bytes]], buf: bytes, begin: int,
+              end: int) -> tuple[str, tuple] | None:
         """(cursor, record) of the entry ``entry`` (``journal_export.fields_of``;
         ``buf[begin:end]``: the entry as it came), None when it has no cursor (counted)."""
         cursor = entry.get("__CURSOR")
@@ -449,70 +456,83 @@ class JournaldSource:
             return cursor.decode("utf-8", "replace"), (self.label, buf[begin:end], None,
                                                        self.clock.time_ms())
 
-    def _complete(self, entries: list[tuple[str, tuple]], lacking: list[int]) -> None:
-        """The entries at ``lacking`` came without a message: each is read again by its cursor
-        and made anew where it has one now. journalctl skips a field of an entry whose data
-        the journal's writer is still linking (systemd's reader takes the field's object for
-        damaged for an instant: "data object is bad, skipping over it", said at debug level
-        only), so an entry read as it is being written may come without its message; a
-        moment later it is whole. What still has none has none (counted
-        ``journal_no_message``, shipped as its fields). One journalctl for them all, from the
-        first of them to the last."""
-        wanted = {entries[i][0]: i for i in lacking}
-        again = self._read_again(entries[lacking[0]][0], set(wanted))
-        for cursor, i in wanted.items():
-            entry = again.get(cursor)
-            if entry is not None and "MESSAGE" in entry:
-                made = self._made(entry)
-                if made is not None:
-                    entries[i] = made
-                    self.metrics.inc("agent_source_journal_read_again_total", outcome="whole",
-                                     topic=self.label)
-                    continue
-            self.metrics.inc("agent_source_journal_read_again_total",
-                             outcome="none" if entry is not None else "unread",
+    def _complete(self, entries: list[tuple[str, tuple | None]], lacking: list[tuple]) -> None:
+        """The entries ``lacking`` (``_cut``) came without a message: each is read again by its
+        cursor and made from what it holds now. journalctl skips a field of an entry whose
+        data the journal's writer is still linking (systemd's reader takes the field's object
+        for damaged for an instant: "data object is bad, skipping over it", said at debug
+        level only), so an entry read as it is being written may come without its message; a
+        moment later it is whole. One journalctl for them all, from the first to the last."""
+        cursors = [entries[i][0] for i, _e, _r in lacking]
+        self._finish(entries, lacking, self._read_again(cursors[0], set(cursors)))
+
+    def _finish(self, entries: list[tuple[str, tuple | None]], lacking: list[tuple],
+                again: dict[str, dict]) -> None:
+        """Make the entries ``lacking`` in their places of ``entries``: each as ``again`` holds
+        it where it has a message there (``outcome="whole"``), else as it came, shipped as its
+        fields and counted ``journal_no_message`` (``none``: read again without one;
+        ``unread``: not read again). Nothing is counted once the source stops (nothing more
+        is handed over: the next start reads them again)."""
+        for i, entry, raw in lacking:
+            cursor = entries[i][0]
+            newer = again.get(cursor)
+            whole = newer is not None and "MESSAGE" in newer
+            made = self._made(newer if whole else entry, raw, 0, len(raw))
+            entries[i] = made if made is not None else (cursor, (self.label, raw, None,
+                                                                 self.clock.time_ms()))
+            if self._stop.is_set():
+                continue
+            outcome = "whole" if whole else "none" if newer is not None else "unread"
+            self.metrics.inc("agent_source_journal_read_again_total", outcome=outcome,
                              topic=self.label)
-            self._bad("journal_no_message")
+            if not whole:
+                self._bad("journal_no_message")
 
     def _read_again(self, first: str, cursors: set[str],
                     timeout_s: float = 10.0) -> dict[str, dict]:
         """The entries of ``cursors`` (``journal_export.fields_of`` each), read by a
         journalctl of its own from ``first`` on, ended once it printed them all; those it did
-        not print within ``timeout_s`` are left out."""
+        not print within ``timeout_s`` (or before a stop, or a journalctl that failed) are
+        left out."""
         args = (base_args(self.cfg, "export") + ["--merge", f"--cursor={first}"]
                 + output_fields(self.cfg, self._native is not None) + match_args(self.cfg))
         found: dict[str, dict] = {}
         held = b""
         deadline = self.clock.monotonic_ns() / 1e9 + timeout_s
-        with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
-            try:
-                out = proc.stdout.fileno()
-                while len(found) < len(cursors) and not self._stop.is_set():
-                    left = deadline - self.clock.monotonic_ns() / 1e9
-                    if left <= 0:
-                        log.warning("journald source %d: journalctl did not read the entries "
-                                    "that came without a message again within %.0f s",
-                                    self.cfg.index, timeout_s)
-                        break
-                    if not select.select([out], [], [], min(left, 0.2))[0]:
-                        continue
-                    data = os.read(out, READ_BYTES)
-                    if not data:
-                        break
-                    buf = held + data
-                    cut, begin = journal_export.cut(buf)
-                    held = buf[begin:]
-                    for _b, _e, fields in cut:
-                        entry = journal_export.fields_of(fields)
-                        cursor = entry.get("__CURSOR")
-                        if isinstance(cursor, bytes) and cursor.decode("utf-8", "replace") \
-                                in cursors:
-                            found[cursor.decode("utf-8", "replace")] = entry
-            except (OSError, journal_export.ExportError) as exc:
-                log.warning("journald source %d: reading again the entries that came without "
-                            "a message failed: %s", self.cfg.index, exc)
-            finally:
+        proc = None
+        try:
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            out = proc.stdout.fileno()
+            while len(found) < len(cursors) and not self._stop.is_set():
+                left = deadline - self.clock.monotonic_ns() / 1e9
+                if left <= 0:
+                    log.warning("journald source %d: journalctl did not read the entries that "
+                                "came without a message again within %.0f s", self.cfg.index,
+                                timeout_s)
+                    break
+                if not select.select([out], [], [], min(left, 0.2))[0]:
+                    continue
+                data = os.read(out, READ_BYTES)
+                if not data:
+                    break
+                buf = held + data
+                cut, begin = journal_export.cut(buf)
+                held = buf[begin:]
+                for _b, _e, fields in cut:
+                    entry = journal_export.fields_of(fields)
+                    cursor = entry.get("__CURSOR")
+                    if isinstance(cursor, bytes):
+                        text = cursor.decode("utf-8", "replace")
+                        if text in cursors:
+                            found[text] = entry
+        except (OSError, ValueError) as exc:  # ValueError: ExportError, a descriptor too high
+            log.warning("journald source %d: reading again the entries that came without a "
+                        "message failed: %s", self.cfg.index, exc)
+        finally:
+            if proc is not None:
                 proc.kill()
+                proc.wait()
+                proc.stdout.close()
         return found
 
     def _hand(self, entries: list[tuple[str, tuple]]) -> None:

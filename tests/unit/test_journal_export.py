@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 
 import pytest
 
@@ -34,6 +35,7 @@ def source(fmt: str, key_field: str | None = None, native: bool = False) -> Jour
     src = object.__new__(JournaldSource)
     src.cfg = SourceConfig(index=0, type="journald", topic="j", format=fmt, key_field=key_field)
     src.metrics, src.clock, src.label = Metrics(), Stopped(), "j"
+    src._stop = threading.Event()
     src._topic = src._key = None
     src._routed, src._keyed = False, key_field is not None
     src._native = src._native_maker() if native else None
@@ -76,7 +78,8 @@ def read(src: JournaldSource, data: bytes, rng: random.Random) -> list:
         step = rng.choice([1, 7, 64, 1000, 1 << 20])
         buf = held + data[at:at + step]
         at += step
-        got, _lacking, begin = src._cut(buf)
+        got, lacking, begin = src._cut(buf)
+        src._finish(got, lacking, {})         # as if none of them were read again
         items += got
         held = buf[begin:]
     assert held == b""
@@ -137,3 +140,36 @@ def test_keys_are_cut_to_the_longest_a_record_may_carry():
     for native in [False, True][:1 + native_built()]:
         (_c, (_t, _v, key, _ts)), = source("message", "ROLE", native)._cut(data)[0]
         assert key == b"r" * MAX_KEY_BYTES
+
+
+def test_entries_without_a_message_are_made_from_what_was_read_again_and_counted_once():
+    """``_finish``: an entry read again with its message ships it (the other fields' oddities
+    counted once, not once per reading); one read again without, or not read again, ships as
+    its fields, counted ``journal_no_message``; a stopped source counts nothing."""
+    def fields(c: bytes, message: bool) -> list[tuple[str, bytes]]:
+        return [("__CURSOR", c), ("__REALTIME_TIMESTAMP", b"1790000000001000"),
+                *([("MESSAGE", b"m " + c)] if message else []), ("_HOSTNAME", b"caf\xe9")]
+
+    data = stream([fields(c, False) for c in (b"c1", b"c2", b"c3")])
+    again = {c: journal_export.fields_of(journal_export.cut(stream([fields(c.encode(), m)]))[0]
+                                         [0][2]) for c, m in (("c1", True), ("c2", False))}
+    for native in [False, True][:1 + native_built()]:
+        src = source("message", native=native)
+        got, lacking, _ = src._cut(data)
+        assert [c for c, record in got] == ["c1", "c2", "c3"] and len(lacking) == 3
+        assert all(record is None for _c, record in got)
+        src._finish(got, lacking, again)
+        assert got[0][1][1] == b"m c1"
+        assert [json.loads(r[1])["_HOSTNAME"] for _c, r in got[1:]] == ["caf\ufffd"] * 2
+        bad = {k: src.metrics.get("agent_source_bad_input_total", kind=k, topic="j")
+               for k in ("journal_no_message", "invalid_utf8")}
+        assert bad == {"journal_no_message": 2, "invalid_utf8": 2}, bad   # c1 made once
+        assert [src.metrics.get("agent_source_journal_read_again_total", outcome=o, topic="j")
+                for o in ("whole", "none", "unread")] == [1, 1, 1]
+        stopped = source("message", native=native)
+        stopped._stop.set()
+        got, lacking, _ = stopped._cut(data)
+        stopped._finish(got, lacking, {})
+        assert all(record is not None for _c, record in got)
+        assert stopped.metrics.get("agent_source_bad_input_total", kind="journal_no_message",
+                                   topic="j") == 0
