@@ -258,6 +258,16 @@ def test_skewed_producer_clocks_raise_no_false_alarm_and_a_real_loss_is_exact(ka
                                                                 "reconcile.log")]),
                              default=str))
             print(f"now {int(time.time() * 1000)}; the agents' logs are under {tmp_path}")
+            # Whether the reconciler evaluates at all (it logs an evaluation only when an alert
+            # fires or resolves), and what the hook was sent.
+            try:
+                seen = requests.get(f"http://{listen}/metrics", timeout=10).text
+                print([line for line in seen.splitlines()
+                       if line.startswith("reconcile_last_evaluation_timestamp_seconds")])
+            except requests.RequestException as exc:
+                print(f"the reconciler's /metrics did not answer: {exc}")
+            print("hook:", Counter((b.get("event"), b.get("kind"), b.get("tier"))
+                                   for b in hook.bodies))
         assert tier_totals() == want
         time.sleep(10)                   # a few more evaluations and rounds, with all counted
 
