@@ -16,7 +16,8 @@ import pytest
 from agent.buffer.framing import CONTINUED
 from agent.config import ConfigError, parse
 from agent.patterns import PRESETS, MultilineRule, PatternError
-from agent.tail.multiline import EventCutter, line_bounds
+from agent.tail.multiline import EventCutter, line_bounds, rust_pattern
+from tests.agentkit import native_built
 from tests.unit.tailkit import Harness
 
 JAVA = {"preset": "java", "flush_ms": 500}
@@ -83,14 +84,14 @@ def test_a_pattern_that_backtracks_for_ever_in_python_runs_in_linear_time():
                                      r"\bat\b", r"^(?:\s|Caused by:)", PRESETS["java"],
                                      PRESETS["python"], PRESETS["go"], PRESETS["ruby"]])
 def test_matching_a_whole_read_equals_matching_each_line_alone(pattern):
-    """The search over a whole read (one call per matching line) decides as a match of each
+    """RE2's search over a whole read (one call per matching line) decides as a match of each
     line alone would, also for patterns whose match can run across a newline."""
     rnd = random.Random(7)
     pieces = ["", " ", "\t", "  at x", "at", "x y", "x", "y", "b", "Caused by: e",
               "\tat a.b(C.java:1)", "java.lang.Error: e", "Traceback (most recent call last):",
               "ValueError: v", "goroutine 1 [running]:", "main.main()", "\tfrom /a.rb:1:in `m'",
               "x  \t"]
-    cutter = EventCutter(MultilineRule.from_table({"start": pattern}))
+    cutter = EventCutter(MultilineRule.from_table({"start": pattern}), native=False)
     alone = re.compile(pattern)
     for _ in range(200):
         text = [rnd.choice(pieces) + rnd.choice(pieces) for _ in range(rnd.randint(1, 12))]
@@ -220,12 +221,13 @@ def test_start_rule_joins_lines_until_the_next_start(tmp_path):
 
 
 def test_many_events_per_read_cost_one_search_per_matching_line():
-    """A read of 10,000 one-line events and a 'continue' rule: no line matches, one search;
-    with a 'start' rule every line matches: one search per line, and none more."""
+    """RE2's search (without the native extension, or a pattern it leaves to RE2): a read of
+    10,000 one-line events and a 'continue' rule: no line matches, one search; with a 'start'
+    rule every line matches: one search per line, and none more."""
     data = b"".join(b"2026-12-02 INFO line %d\n" % i for i in range(10_000))
     starts, ends = line_bounds(data, len(data))
     for rule, calls_wanted in (({"preset": "java"}, 1), ({"start": r"^\d{4}-"}, 10_001)):
-        cutter = EventCutter(MultilineRule.from_table(rule))
+        cutter = EventCutter(MultilineRule.from_table(rule), native=False)
         calls = []
         real = cutter._match
 
@@ -236,3 +238,49 @@ def test_many_events_per_read_cost_one_search_per_matching_line():
         cutter._match = counting
         assert np.all(cutter.begins(data, starts, ends))
         assert len(calls) == calls_wanted
+
+
+# Patterns the native matcher takes on: the presets, the benchmark's start rule, and what
+# differs between the engines where nothing is spelled out (Perl classes, word boundaries,
+# case folding, the dot over characters beyond ASCII and bytes that are not UTF-8).
+SAME_BOTH_WAYS = [r"^\d{4}-\d{2}-\d{2} ", r"^\s+at ", r"\s*$", r"^\s", r"x\s+y", r"^$", r"b$",
+                  r"\bat\b", r"\Bt", r"(?i)^caused BY:", r"^[^\t ]", r"é+", r"^.{3}$", r"^.+$",
+                  r"[\w$]+\.", r"\S\s\S", r"(?i)straße", r"^\W", r"[[:digit:]]{2}", r"\x{e9}",
+                  r"(?i:at) x", *PRESETS.values()]
+
+
+@pytest.mark.skipif(not native_built(), reason="the native extension is not built (make native)")
+@pytest.mark.parametrize("pattern", SAME_BOTH_WAYS)
+def test_the_native_matcher_decides_each_line_as_re2_does(pattern):
+    """The regex crate's matching of each line (``docket_native.LineMatcher``, the pattern as
+    ``rust_pattern`` spells it) against RE2's, on random lines of ASCII, UTF-8 beyond it, bytes
+    that are not UTF-8, vertical tabs and carriage returns."""
+    rule = MultilineRule.from_table({"start": pattern})
+    native, re2_only = EventCutter(rule), EventCutter(rule, native=False)
+    assert native.native is not None and re2_only.native is None
+    pieces = [b"", b" ", b"\t", b"\x0b", b"\r", b"\x0c", b"at", b"x y", b"2026-12-02 ", b"b",
+              b"caf\xc3\xa9", b"\xff", b"\xc3", b"\xe2\x80\xa8", b"\xc2\xa0", b"STRASSE",
+              b"stra\xc3\x9fe", b"Caused By:", b"java.lang.Error: e", b"\tat a.b(C.java:1)",
+              b"\xd9\xa3\xd9\xa4", b"_$", b".", b"abc", b"\xe2\x84\xaa", b"Traceback",
+              b"\t... 3 more"]
+    rnd = random.Random(pattern)
+    for _ in range(300):
+        lines = [b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 4)))
+                 for _ in range(rnd.randint(1, 12))]
+        data = b"\n".join(lines) + b"\n"
+        starts, ends = line_bounds(data, len(data))
+        assert native.matching(data, starts, ends).tolist() == \
+            re2_only.matching(data, starts, ends).tolist(), lines
+
+
+@pytest.mark.parametrize("pattern", [r"\pL", r"\p{Greek}", r"[\D]", r"\Aa", r"a\z", r"\C",
+                                     r"\Qa.b\E", r"[a&&b]", r"[a--b]", r"[[a]]", r"(?-m)^a",
+                                     r"(?x) a", r"x{,3}", r"[\w-z]", r"\101", "a\\"])
+def test_what_the_engines_might_read_apart_is_left_to_re2(pattern):
+    assert rust_pattern(pattern) is None
+
+
+def test_the_presets_and_perl_classes_are_spelled_for_the_native_engine():
+    assert rust_pattern(r"^\d{4} \w+\s") == r"^[0-9]{4} [0-9A-Za-z_]+[\t\n\f\r ]"
+    assert rust_pattern(r"[\w$-]\b") == r"[0-9A-Za-z_$-](?-u:\b)"
+    assert all(rust_pattern(p) is not None for p in PRESETS.values())

@@ -11,6 +11,10 @@
 //! in, the slot is done: `poll` returns (token, acknowledged, failed, prefix) once for it. Until then
 //! `acked_prefix` says how many of its records, from the first on, are acknowledged (the drain
 //! keeps that in the slot's header: a start after a crash sends the slot from there).
+//!
+//! Beside it, the sources' per-record work that Python would do a call at a time: the journald
+//! source's export format (`journal.rs`), the syslog source's JSON (`syslog.rs`), a multiline
+//! rule's lines (`lines.rs`), the audit's value hashes (`value_hashes`).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
@@ -30,6 +34,7 @@ use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext,
 use rdkafka::ClientContext;
 
 mod journal;
+mod lines;
 mod syslog;
 
 /// librdkafka's code for an error that is not a broker's or the client's own (none known).
@@ -188,6 +193,16 @@ fn contiguous<T: pyo3::buffer::Element>(obj: &Bound<'_, PyAny>, what: &str)
     let buf = PyBuffer::<T>::get(obj)?;
     if !buf.is_c_contiguous() {
         return Err(PyValueError::new_err(format!("{what}: a contiguous buffer is needed")));
+    }
+    Ok(buf)
+}
+
+/// `contiguous`, and writable: a buffer the call fills.
+fn writable<T: pyo3::buffer::Element>(obj: &Bound<'_, PyAny>, what: &str)
+                                      -> PyResult<PyBuffer<T>> {
+    let buf = contiguous::<T>(obj, what)?;
+    if buf.readonly() {
+        return Err(PyValueError::new_err(format!("{what}: a writable buffer is needed")));
     }
     Ok(buf)
 }
@@ -575,10 +590,7 @@ fn value_hashes(py: Python<'_>, payload: &Bound<'_, PyAny>, offsets: &Bound<'_, 
     let payload = contiguous::<u8>(payload, "payload")?;
     let offsets = contiguous::<i64>(offsets, "offsets")?;
     let lengths = contiguous::<u32>(lengths, "lengths")?;
-    let out = contiguous::<u64>(out, "out")?;
-    if out.readonly() {
-        return Err(PyValueError::new_err("out: a writable buffer is needed"));
-    }
+    let out = writable::<u64>(out, "out")?;
     let n = offsets.item_count();
     if lengths.item_count() != n || out.item_count() != n {
         return Err(PyValueError::new_err(format!(
@@ -612,6 +624,7 @@ fn docket_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(value_hashes, m)?)?;
     m.add_class::<syslog::SyslogJson>()?;
     m.add_class::<journal::JournalExport>()?;
+    m.add_class::<lines::LineMatcher>()?;
     m.add("LIBRDKAFKA_VERSION", rdkafka::util::get_rdkafka_version().1)?;
     Ok(())
 }
