@@ -19,14 +19,17 @@ forty ``a`` and a ``b`` takes minutes). RE2 refuses what it cannot do in linear 
 A pattern is matched against each line alone, without its newline (``^`` and ``$`` are the
 line's start and end). Where the native extension is installed and the pattern means the same
 to its engine (``rust_pattern``: the ``regex`` crate's, linear in the text too), every line of
-a read is matched in one call (``docket_native.LineMatcher``). Otherwise the pattern is
-searched for over a whole read, one RE2 call per match (the matches' positions mapped to their
-lines with numpy), and every match is checked to stay within its line: a match that runs past
-its line's end (``\\s`` matches a newline) is tried again on that line alone and the search
-goes on from the next line, so the result is what a match per line would give.
+a read that is UTF-8 throughout is matched in one call (``docket_native.LineMatcher``; RE2 takes
+a surrogate's or an overlong byte sequence for a character, the crate does not). Otherwise the
+pattern is searched for over a whole read, one RE2 call per match (the matches' positions
+mapped to their lines with numpy), and every match is checked to stay within its line: a match
+that runs past its line's end (``\\s`` matches a newline) is tried again on that line alone and
+the search goes on from the next line, so the result is what a match per line would give.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -36,7 +39,8 @@ from ..patterns import MultilineRule, compile_search
 # (and its ``\\s`` has the vertical tab): spelled out for it.
 _PERL = {"d": "0-9", "w": "0-9A-Za-z_", "s": "\\t\\n\\f\\r "}
 _FLAGS = set("imsU")                 # flags that mean the same to both engines, line by line
-_PLAIN_ESCAPES = set("tnrfvax.^$|?*+()[]{}\\-/ #&~:,<>=!'\"@%;`_")
+_PLAIN_ESCAPES = set("tnrfvax.^$|?*+()[]{}\\-/ #&~:,=!'\"@%;`_")
+_COUNT = re.compile(r"\{\d+(?:,\d*)?\}")     # a counted repetition as RE2 reads one
 
 
 def rust_pattern(pattern: str) -> str | None:
@@ -45,8 +49,11 @@ def rust_pattern(pattern: str) -> str | None:
     (``\\p``: the engines' Unicode tables differ by version), ``\\A``, ``\\z``, ``\\C``,
     ``\\Q…\\E``, octal or backreference digits, a negated Perl class inside brackets,
     brackets that the regex crate reads as nested classes or set operations, a range to or
-    from a Perl class, ``{,n}``, and flags other than ``i``, ``m``, ``s`` and ``U`` (or
-    turned off)."""
+    from a Perl class or from a ``]`` that opens a class, a ``{`` that RE2 reads as a
+    character (``{,3}``, ``{2, 3}``), flags other than ``i``, ``m``, ``s`` and ``U`` (or
+    turned off), and ``i`` with a character beyond ASCII (the case tables differ by Unicode
+    version). ``\\<`` and ``\\>`` are RE2's characters, the crate's word edges: written
+    plain."""
     out: list[str] = []
     i, n = 0, len(pattern)
     in_class = False
@@ -69,6 +76,15 @@ def rust_pattern(pattern: str) -> str | None:
                 out.append(f"[^{_PERL[e.lower()]}]")
             elif e in "bB" and not in_class:
                 out.append(f"(?-u:\\{e})")
+            elif e == "x" and pattern.startswith("{", i + 2):
+                end = pattern.find("}", i + 3)
+                if end < 0:
+                    return None
+                out.append(pattern[i:end + 1])  # \x{263a}: the code point, in both
+                i = end + 1
+                continue
+            elif e in "<>":
+                out.append(e)                 # RE2: the character; the crate: a word's edge
             elif e in _PLAIN_ESCAPES:
                 out.append(c + e)
             else:
@@ -76,6 +92,9 @@ def rust_pattern(pattern: str) -> str | None:
             i += 2
             continue
         if in_class:
+            if c == "]" and i == class_start and pattern.startswith("-", i + 1) \
+                    and not pattern.startswith("-]", i + 1):
+                return None                   # RE2: a range from ]; the crate: literals
             if c == "]" and i != class_start:
                 in_class = False
             elif c == "[":
@@ -98,8 +117,8 @@ def rust_pattern(pattern: str) -> str | None:
             out.append(pattern[i:class_start])
             i = class_start
             continue
-        if c == "{" and pattern.startswith("{,", i):
-            return None                       # RE2: a literal; the regex crate: a repetition
+        if c == "{" and not _COUNT.match(pattern, i):
+            return None            # RE2: a literal ({,3} {2, 3} {x}); the crate: a repetition
         if c == "(" and pattern.startswith("(?", i):
             rest = pattern[i + 2:]
             if not rest.startswith((":", "P<", "<")) or rest.startswith(("<=", "<!")):
@@ -109,7 +128,17 @@ def rust_pattern(pattern: str) -> str | None:
                     return None
         out.append(c)
         i += 1
-    return None if in_class else "".join(out)
+    if in_class:
+        return None
+    text = "".join(out)
+    if "i" in "".join(_flags(pattern)) and (not text.isascii() or "\\x" in text):
+        return None                # case folding beyond ASCII: Unicode tables differ by version
+    return text
+
+
+def _flags(pattern: str) -> list[str]:
+    """The flags of ``pattern``'s flag groups (``(?i)``, ``(?is:``)."""
+    return [m.group(1) for m in re.finditer(r"\(\?([imsU]+)[:)]", pattern)]
 
 
 def native_matcher(pattern: str):
@@ -141,9 +170,11 @@ class EventCutter:
         whether the pattern matches it alone."""
         if self.native is not None and len(line_starts):
             hits = np.zeros(len(line_starts), np.uint8)
-            self.native.matching(data, np.ascontiguousarray(line_starts, np.int64),
-                                 np.ascontiguousarray(line_ends, np.int64), hits)
-            return hits.view(bool)
+            if self.native.matching(data, np.ascontiguousarray(line_starts, np.int64),
+                                    np.ascontiguousarray(line_ends, np.int64), hits):
+                return hits.view(bool)
+            # Not UTF-8 throughout: RE2 takes some byte sequences the crate does not (a
+            # surrogate's, an overlong one) for characters, so RE2 decides this read.
         hits = np.zeros(len(line_starts), bool)
         if not len(line_starts):
             return hits

@@ -245,8 +245,10 @@ def test_many_events_per_read_cost_one_search_per_matching_line():
 # case folding, the dot over characters beyond ASCII and bytes that are not UTF-8).
 SAME_BOTH_WAYS = [r"^\d{4}-\d{2}-\d{2} ", r"^\s+at ", r"\s*$", r"^\s", r"x\s+y", r"^$", r"b$",
                   r"\bat\b", r"\Bt", r"(?i)^caused BY:", r"^[^\t ]", r"é+", r"^.{3}$", r"^.+$",
-                  r"[\w$]+\.", r"\S\s\S", r"(?i)straße", r"^\W", r"[[:digit:]]{2}", r"\x{e9}",
-                  r"(?i:at) x", *PRESETS.values()]
+                  r"[\w$]+\.", r"\S\s\S", r"^\W", r"[[:digit:]]{2}", r"\x{e9}",
+                  r"(?i:at) x", r"\<a", r"a\>", r"x{2}", r"^.$", r"(?s)^.$", r"^[^a]$",
+                  r"^[[:^alpha:]]$", r"^\S+$", r"^\D$", r"^\W$", r"[]a-]", r"(?i)[a-z]+",
+                  *PRESETS.values()]
 
 
 @pytest.mark.skipif(not native_built(), reason="the native extension is not built (make native)")
@@ -262,7 +264,9 @@ def test_the_native_matcher_decides_each_line_as_re2_does(pattern):
               b"caf\xc3\xa9", b"\xff", b"\xc3", b"\xe2\x80\xa8", b"\xc2\xa0", b"STRASSE",
               b"stra\xc3\x9fe", b"Caused By:", b"java.lang.Error: e", b"\tat a.b(C.java:1)",
               b"\xd9\xa3\xd9\xa4", b"_$", b".", b"abc", b"\xe2\x84\xaa", b"Traceback",
-              b"\t... 3 more"]
+              b"\t... 3 more", b"{", b"<a>", b"^", b"-", b"]", b"a{2, 3}", b"aa",
+              b"\xea\x9f\x8b", b"\xc9\xa4", b"\xed\xa0\x80", b"\xe0\x80\x80",
+              b"\xf4\x90\x80\x80", b"main.f(\xed\xa0\xbd\xed\xb8\x80)", b"/a.rb:3:in `x'"]
     rnd = random.Random(pattern)
     for _ in range(300):
         lines = [b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 4)))
@@ -273,14 +277,77 @@ def test_the_native_matcher_decides_each_line_as_re2_does(pattern):
             re2_only.matching(data, starts, ends).tolist(), lines
 
 
+# Pieces of patterns and of lines where the two engines' readings part unless spelled out.
+ATOMS = [r"a", r"b", r"\d", r"\w", r"\s", r"\D", r"\W", r"\S", r".", r"\b", r"\B", r"^", r"$",
+         r"[a-c]", r"[^a]", r"[\w-]", r"[]a]", r"[^]]", r"[[:alpha:]]", r"[[:^digit:]]", r"\.",
+         r"\x41", r"\x{e9}", r"é", r"\t", r"\v", r"\f", r"\r", r" ", r"-", r"<", r"\<", r"\>",
+         r"{", r"}", r"\{", r",", r"[\s\d]", r"[a\-z]", r"[\]x]", r"[\^a]", r"(?i)", r"(?s)",
+         r"(?U)", r"K", r"k", r"\x{212a}", r"ſ", r"(?i:k)", r"#", r"\a", r"[[:word:]]"]
+QUANTIFIERS = ["", "", "", "*", "+", "?", "{2}", "{1,}", "{0,2}", "*?", "+?"]
+LINE_PIECES = [b"", b" ", b"\t", b"\x0b", b"\r", b"\x0c", b"a", b"b", b"ab", b"A", b"1", b"_",
+               b"-", b"]", b"^", b"{", b"}", b"<", b">", b",", b".", b"#", b"caf\xc3\xa9",
+               b"\xe2\x84\xaa", b"k", b"K", b"\xc5\xbf", b"s", b"\xd9\xa3", b"\xc2\xa0",
+               b"\xe2\x80\xa8", b"\x00", b"\x07", b"\xff", b"\xed\xa0\x80"]
+
+
+@pytest.mark.skipif(not native_built(), reason="the native extension is not built (make native)")
+def test_random_patterns_are_decided_alike_by_both_engines_or_left_to_re2():
+    """Random patterns of the pieces where the engines part (``\\<``, ``{``, ``[]``, case
+    folding, Perl classes, the dot), each on random lines: wherever ``rust_pattern`` hands one
+    to the native matcher, it decides every line as RE2 does (77 of 2,354 did not before the
+    review's fixes)."""
+    rnd = random.Random(20261206)
+    native_count = 0
+    for _ in range(600):
+        pattern = "".join(
+            (f"({rnd.choice(ATOMS)}|{rnd.choice(ATOMS)})" if rnd.random() < 0.2 else
+             rnd.choice(ATOMS)) + rnd.choice(QUANTIFIERS) for _ in range(rnd.randint(1, 5)))
+        try:
+            rule = MultilineRule.from_table({"start": pattern})
+        except PatternError:
+            continue
+        native, re2_only = EventCutter(rule), EventCutter(rule, native=False)
+        if native.native is None:
+            continue
+        native_count += 1
+        for _ in range(10):
+            lines = [b"".join(rnd.choice(LINE_PIECES) for _ in range(rnd.randint(0, 5)))
+                     for _ in range(8)]
+            data = b"\n".join(lines) + b"\n"
+            starts, ends = line_bounds(data, len(data))
+            assert native.matching(data, starts, ends).tolist() == \
+                re2_only.matching(data, starts, ends).tolist(), (pattern, lines)
+    assert native_count > 300
+
+
 @pytest.mark.parametrize("pattern", [r"\pL", r"\p{Greek}", r"[\D]", r"\Aa", r"a\z", r"\C",
                                      r"\Qa.b\E", r"[a&&b]", r"[a--b]", r"[[a]]", r"(?-m)^a",
-                                     r"(?x) a", r"x{,3}", r"[\w-z]", r"\101", "a\\"])
+                                     r"(?x) a", r"x{,3}", r"[\w-z]", r"\101", "a\\",
+                                     r"[]-a]", r"[^]-a]", r"a{2, 3}", r"a{ 2}", r"a{x}",
+                                     r"(?i)\x{264}", r"(?i)é", r"(?i:é)", r"(?i)straße"])
 def test_what_the_engines_might_read_apart_is_left_to_re2(pattern):
     assert rust_pattern(pattern) is None
+
+
+@pytest.mark.skipif(not native_built(), reason="the native extension is not built (make native)")
+def test_a_read_not_utf8_throughout_is_left_to_re2():
+    """RE2 takes a surrogate's bytes for a character, the regex crate does not: the native
+    matcher declines such a read, writing nothing, and RE2 decides it."""
+    from docket_native import LineMatcher
+
+    for data, native in ((b"ok\n\xed\xa0\x80\n", False), (b"ok\ncaf\xc3\xa9\n", True)):
+        starts, ends = line_bounds(data, len(data))
+        out = np.full(len(starts), 7, np.uint8)
+        assert LineMatcher(r"^.+$").matching(data, starts, ends, out) is native
+        assert out.tolist() == ([1, 1] if native else [7, 7])
+    with pytest.raises(ValueError, match="overlap"):
+        buf = bytearray(b"a\n")
+        LineMatcher("a").matching(buf, np.array([0]), np.array([1]),
+                                  np.frombuffer(buf, np.uint8)[:1])
 
 
 def test_the_presets_and_perl_classes_are_spelled_for_the_native_engine():
     assert rust_pattern(r"^\d{4} \w+\s") == r"^[0-9]{4} [0-9A-Za-z_]+[\t\n\f\r ]"
     assert rust_pattern(r"[\w$-]\b") == r"[0-9A-Za-z_$-](?-u:\b)"
+    assert rust_pattern(r"\<a\>") == "<a>"                  # RE2's characters, not word edges
     assert all(rust_pattern(p) is not None for p in PRESETS.values())

@@ -208,7 +208,8 @@ fn writable<T: pyo3::buffer::Element>(obj: &Bound<'_, PyAny>, what: &str)
 }
 
 /// The buffer's items as a slice. The caller keeps `buf` (and so the export) alive while the
-/// slice is used, and the memory is a sealed slot's or a fresh array's: nobody writes it.
+/// slice is used, and the memory is a sealed slot's, a fresh array's or immutable bytes':
+/// nobody writes it meanwhile.
 unsafe fn items<T: pyo3::buffer::Element>(buf: &PyBuffer<T>) -> &[T] {
     if buf.item_count() == 0 {
         return &[];

@@ -31,9 +31,11 @@ impl LineMatcher {
 
     /// For each line `data[starts[i]..ends[i]]` (int64 offsets, ends exclusive of the
     /// newline): 1 in `out[i]` (uint8, one per line) where the pattern matches the line alone,
-    /// else 0; with the GIL released.
+    /// else 0; with the GIL released. False, with nothing written, where the lines are not
+    /// UTF-8 throughout: RE2 takes some sequences the crate does not (a surrogate's, an
+    /// overlong one) for characters, so RE2 decides those.
     fn matching(&self, py: Python<'_>, data: &Bound<'_, PyAny>, starts: &Bound<'_, PyAny>,
-                ends: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) -> PyResult<()> {
+                ends: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) -> PyResult<bool> {
         let data = contiguous::<u8>(data, "data")?;
         let starts = contiguous::<i64>(starts, "starts")?;
         let ends = contiguous::<i64>(ends, "ends")?;
@@ -52,16 +54,25 @@ impl LineMatcher {
                     "line {i}: bytes {a}..{e} lie outside the data ({} bytes)", text.len())));
             }
         }
+        let (o, t) = (out.buf_ptr() as usize, data.buf_ptr() as usize);
+        if n > 0 && o < t + text.len() && t < o + n {
+            return Err(PyValueError::new_err("out and data must not overlap"));
+        }
         // SAFETY: `out` is a writable, contiguous buffer of n bytes the caller holds while
-        // this runs, and nothing else writes it meanwhile.
+        // this runs, apart from `data` (checked), and nothing else writes it meanwhile.
         let hits = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut u8, n) };
         let re = &self.re;
-        py.detach(|| {
+        let lo = firsts.iter().min().copied().unwrap_or(0) as usize;
+        let hi = lasts.iter().max().copied().unwrap_or(0) as usize;
+        Ok(py.detach(|| {
+            if std::str::from_utf8(&text[lo..hi.max(lo)]).is_err() {
+                return false;
+            }
             for ((h, &a), &e) in hits.iter_mut().zip(firsts).zip(lasts) {
                 *h = re.is_match(&text[a as usize..e as usize]) as u8;   // checked above
             }
-        });
-        Ok(())
+            true
+        }))
     }
 }
 
