@@ -428,12 +428,10 @@ class JournaldSource:
         """``entry`` made (``_made``) and put at the end of ``out``; one without a message
         only noted (``_cut``)."""
         if "MESSAGE" not in entry:
-            cursor = entry.get("__CURSOR")
-            if not isinstance(cursor, bytes):
-                self._bad("journal_unparsable")
-                return
-            lacking.append((len(out), entry, buf[begin:end]))
-            out.append((cursor.decode("utf-8", "replace"), None))
+            cursor = self._cursor(entry)
+            if cursor is not None:
+                lacking.append((len(out), entry, buf[begin:end]))
+                out.append((cursor, None))
             return
         item = self._made(entry, buf, begin, end)
         if item is not None:
@@ -443,18 +441,25 @@ class JournaldSource:
               end: int) -> tuple[str, tuple] | None:
         """(cursor, record) of the entry ``entry`` (``journal_export.fields_of``;
         ``buf[begin:end]``: the entry as it came), None when it has no cursor (counted)."""
-        cursor = entry.get("__CURSOR")
-        if not isinstance(cursor, bytes):
-            self._bad("journal_unparsable")
+        cursor = self._cursor(entry)
+        if cursor is None:
             return None
         try:
-            return cursor.decode("utf-8", "replace"), self._record(entry)
+            return cursor, self._record(entry)
         except Exception:                   # never wedge on one entry: shipped as it came
             log.exception("journald source %d: an entry could not be made a record; "
                           "shipped in the export format", self.cfg.index)
             self._bad("journal_unparsable")
-            return cursor.decode("utf-8", "replace"), (self.label, buf[begin:end], None,
-                                                       self.clock.time_ms())
+            return cursor, (self.label, buf[begin:end], None, self.clock.time_ms())
+
+    def _cursor(self, entry: dict[str, bytes | list[bytes]]) -> str | None:
+        """The entry's cursor; None, counted ``journal_unparsable``, when it has none (or
+        more than one)."""
+        cursor = entry.get("__CURSOR")
+        if not isinstance(cursor, bytes):
+            self._bad("journal_unparsable")
+            return None
+        return cursor.decode("utf-8", "replace")
 
     def _complete(self, entries: list[tuple[str, tuple | None]], lacking: list[tuple]) -> None:
         """The entries ``lacking`` (``_cut``) came without a message: each is read again by its
@@ -474,12 +479,11 @@ class JournaldSource:
         ``unread``: not read again). Nothing is counted once the source stops (nothing more
         is handed over: the next start reads them again)."""
         for i, entry, raw in lacking:
-            cursor = entries[i][0]
-            newer = again.get(cursor)
+            newer = again.get(entries[i][0])
             whole = newer is not None and "MESSAGE" in newer
-            made = self._made(newer if whole else entry, raw, 0, len(raw))
-            entries[i] = made if made is not None else (cursor, (self.label, raw, None,
-                                                                 self.clock.time_ms()))
+            # Both have their cursor (``_make`` noted only such entries; ``again`` is keyed by
+            # it), so the entry is made.
+            entries[i] = self._made(newer if whole else entry, raw, 0, len(raw))
             if self._stop.is_set():
                 continue
             outcome = "whole" if whole else "none" if newer is not None else "unread"

@@ -58,6 +58,7 @@ def rust_pattern(pattern: str) -> str | None:
     i, n = 0, len(pattern)
     in_class = False
     class_start = -1                 # where the class's first member is (a ``]`` there is one)
+    folds = False                    # a flag group turns case folding on
     while i < n:
         c = pattern[i]
         if c == "\\":
@@ -126,19 +127,15 @@ def rust_pattern(pattern: str) -> str | None:
                 after = rest[len(flags):len(flags) + 1]
                 if not flags or after not in (")", ":") or not set(flags) <= _FLAGS:
                     return None
+                folds = folds or "i" in flags
         out.append(c)
         i += 1
     if in_class:
         return None
     text = "".join(out)
-    if "i" in "".join(_flags(pattern)) and (not text.isascii() or "\\x" in text):
+    if folds and (not text.isascii() or "\\x" in text):
         return None                # case folding beyond ASCII: Unicode tables differ by version
     return text
-
-
-def _flags(pattern: str) -> list[str]:
-    """The flags of ``pattern``'s flag groups (``(?i)``, ``(?is:``)."""
-    return [m.group(1) for m in re.finditer(r"\(\?([imsU]+)[:)]", pattern)]
 
 
 def native_matcher(pattern: str):

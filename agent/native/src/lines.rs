@@ -48,11 +48,14 @@ impl LineMatcher {
         }
         // SAFETY: the buffers stay exported (held above) while the slices live.
         let (text, firsts, lasts) = unsafe { (items(&data), items(&starts), items(&ends)) };
+        let (mut lo, mut hi) = (text.len(), 0);     // the bytes the lines span
         for (i, (&a, &e)) in firsts.iter().zip(lasts).enumerate() {
             if a < 0 || e < a || e as usize > text.len() {
                 return Err(PyValueError::new_err(format!(
                     "line {i}: bytes {a}..{e} lie outside the data ({} bytes)", text.len())));
             }
+            lo = lo.min(a as usize);
+            hi = hi.max(e as usize);
         }
         let (o, t) = (out.buf_ptr() as usize, data.buf_ptr() as usize);
         if n > 0 && o < t + text.len() && t < o + n {
@@ -62,8 +65,6 @@ impl LineMatcher {
         // this runs, apart from `data` (checked), and nothing else writes it meanwhile.
         let hits = unsafe { std::slice::from_raw_parts_mut(out.buf_ptr() as *mut u8, n) };
         let re = &self.re;
-        let lo = firsts.iter().min().copied().unwrap_or(0) as usize;
-        let hi = lasts.iter().max().copied().unwrap_or(0) as usize;
         Ok(py.detach(|| {
             if std::str::from_utf8(&text[lo..hi.max(lo)]).is_err() {
                 return false;
