@@ -15,12 +15,19 @@ with its CPU time (``bench_peers.Watched``):
 - rsyslog: Debian's ``rsyslogd`` with ``imfile`` (inotify, ``startmsg.regex`` = the same start
   pattern in POSIX ERE, ``escapeLF="off"`` so a record holds the event's newlines as docket's
   does, ``readTimeout`` 1 s for the last event) → ``omkafka`` (acks=all, snappy), as
-  ``bench_peers.py`` runs it.
+  ``bench_peers.py`` runs it;
+- kcat_headers: Debian's ``kcat`` sending the same events, each already whole (a file of them
+  ended by 0x1E instead of read as lines), with docket's three identity headers on every record
+  and the producer settings above: what librdkafka itself spends on these records, with no
+  reading, joining, buffering or counting — the floor under any shipper that sends them with an
+  identity (``bench_peers.py``'s ``kcat_headers``, for events).
 
-Every record that arrived is counted per run; for docket the records' values are compared with
-the events written (every event exactly once, whole). Ratios: docket's events/s over rsyslog's
-and CPU per event over rsyslog's (the issue's goal: >= 2x the events/s at <= 0.5x the CPU).
+Every record that arrived is counted per run; for docket and kcat the records' values are
+compared with the events written (every event exactly once, whole). Ratios: docket's events/s
+over rsyslog's and CPU per event over rsyslog's (the issue's goal: >= 2x the events/s at <= 0.5x
+the CPU), and kcat_headers' CPU per event over rsyslog's and over docket's.
 Prints one JSON line. Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster.
+``BENCH_MULTILINE_SHIPPERS`` (comma-separated names from the list above) runs only those.
 """
 
 from __future__ import annotations
@@ -38,10 +45,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
 from tests.agentkit import AgentProcess, compile_sources, native_built, write_config  # noqa: E402
 from tests.bench.bench_peers import (  # noqa: E402
+    KCAT,
     RSYSLOGD,
     Watched,
+    kcat_command,
     start_rsyslog,
     stop,
+    time_kcat,
     wait_for,
 )
 from tests.kafkautil import bench_kafka, read_all  # noqa: E402
@@ -122,6 +132,17 @@ def run_rsyslog(bootstrap: str, topic: str, work: Path, data: Path, lines: int,
     return result(elapsed, held, w, lines, events)
 
 
+def run_kcat_events(bootstrap: str, topic: str, work: Path, events: list[bytes],
+                    lines: int) -> dict:
+    """kcat sending ``events`` whole (each ended by 0x1E, its last newline left out as docket
+    leaves it out of a record) with docket's identity headers, until Kafka holds them all."""
+    work.mkdir()
+    data = work / "events.rs"
+    data.write_bytes(b"".join(e[:-1] + b"\x1e" for e in events))
+    cmd = kcat_command(bootstrap, topic, data, headers=True, delimiter="\\x1e")
+    return result(*time_kcat(bootstrap, topic, cmd, len(events)), lines, len(events))
+
+
 def rsyslog_usable() -> bool:
     return os.path.exists(RSYSLOGD) and bool(list(Path("/usr/lib").glob("*/rsyslog/omkafka.so")))
 
@@ -136,7 +157,10 @@ def main() -> None:
         lines = sum(e.count(b"\n") for e in events)
         runs = ["docket_start", "docket_java", "docket_lines"] + \
             (["docket_native_start"] if native else []) + \
-            (["rsyslog"] if rsyslog_usable() else [])
+            (["rsyslog"] if rsyslog_usable() else []) + (["kcat_headers"] if KCAT else [])
+        chosen = os.environ.get("BENCH_MULTILINE_SHIPPERS")
+        if chosen:
+            runs = [r for r in runs if r in chosen.split(",")]
         with bench_kafka(work) as bootstrap:
             topics = {r: f"bench.multiline.{r}.{RUN}" for r in runs}
             ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in topics.values()])
@@ -144,6 +168,11 @@ def main() -> None:
             for r in runs:
                 if r == "rsyslog":
                     out[r] = run_rsyslog(bootstrap, topics[r], work / r, data, lines)
+                    continue
+                if r == "kcat_headers":
+                    out[r] = run_kcat_events(bootstrap, topics[r], work / r, events, lines)
+                    got = sorted(m.value() for m in read_all(bootstrap, topics[r]))
+                    out[r]["every_event_once_whole"] = got == sorted(e[:-1] for e in events)
                     continue
                 rule = None if r == "docket_lines" else \
                     {"preset": "java"} if r == "docket_java" else {"start": START}
@@ -157,21 +186,28 @@ def main() -> None:
     figures = {"bench": "multiline", "events": EVENTS, "lines": lines,
                "bytes": data_size(events), **out}
     figures.update(vs_rsyslog(out))
-    figures["multiline_cpu_per_line_vs_off"] = round(
-        out["docket_start"]["cpu_us_per_line"] / out["docket_lines"]["cpu_us_per_line"], 2)
+    if "docket_start" in out and "docket_lines" in out:
+        figures["multiline_cpu_per_line_vs_off"] = round(
+            out["docket_start"]["cpu_us_per_line"] / out["docket_lines"]["cpu_us_per_line"], 2)
     print(json.dumps(figures))
 
 
 def vs_rsyslog(out: dict) -> dict:
     """Each docket run's events/s and CPU per event over rsyslog's (none without rsyslog; the
     plain-lines baseline left out)."""
-    rs = out.get("rsyslog")
+    rs, floor = out.get("rsyslog"), out.get("kcat_headers")
     figures = {}
     for r, got in out.items():
         if rs and r.startswith("docket") and r != "docket_lines":
             figures[f"{r}_vs_rsyslog_events_s"] = round(got["events_s"] / rs["events_s"], 2)
             figures[f"{r}_vs_rsyslog_cpu"] = round(got["cpu_us_per_event"]
                                                    / rs["cpu_us_per_event"], 2)
+        if floor and r.startswith("docket") and r != "docket_lines":
+            figures[f"{r}_vs_kcat_headers_cpu"] = round(got["cpu_us_per_event"]
+                                                        / floor["cpu_us_per_event"], 2)
+    if rs and floor:
+        figures["kcat_headers_vs_rsyslog_cpu"] = round(floor["cpu_us_per_event"]
+                                                       / rs["cpu_us_per_event"], 2)
     return figures
 
 

@@ -119,24 +119,39 @@ IDENTITY_HEADERS = [f"{ORIGIN_HEADER}=bench", f"{INCARNATION_HEADER}=17637660000
                     f"{SEQ_HEADER}=00000001"]
 
 
-def run_kcat(bootstrap: str, topic: str, data: Path, headers: bool = False) -> dict:
+def kcat_command(bootstrap: str, topic: str, data: Path, headers: bool = False,
+                 delimiter: str | None = None) -> list[str]:
+    """kcat sending ``data``'s messages (lines, or pieces ended by ``delimiter``: kcat's
+    ``-D`` notation, ``\\xNN``) with the producer settings every shipper here gets."""
     cmd = [KCAT, "-P", "-b", bootstrap, "-t", topic, "-l", "-z", "snappy",
            "-X", "acks=all", "-X", "enable.idempotence=true", "-X", "linger.ms=5",
            "-X", "queue.buffering.max.kbytes=65536"]
+    if delimiter is not None:
+        cmd += ["-D", delimiter]
     for header in IDENTITY_HEADERS if headers else []:
         cmd += ["-H", header]
-    cmd.append(str(data))
+    return cmd + [str(data)]
+
+
+def time_kcat(bootstrap: str, topic: str, cmd: list[str], want: int = LINES
+              ) -> tuple[float, int, Watched]:
+    """``cmd`` (``kcat_command``) run until Kafka holds ``want`` records of ``topic``:
+    (seconds, records, its CPU)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     w = Watched(proc)
     try:
-        elapsed, held = wait_for(bootstrap, topic, w, t0)
+        elapsed, held = wait_for(bootstrap, topic, w, t0, want)
         w.sample()
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    return _result(elapsed, held, w)
+    return elapsed, held, w
+
+
+def run_kcat(bootstrap: str, topic: str, data: Path, headers: bool = False) -> dict:
+    return _result(*time_kcat(bootstrap, topic, kcat_command(bootstrap, topic, data, headers)))
 
 
 RSYSLOG_CONF = """\
