@@ -78,10 +78,12 @@ SETTINGS: tuple[Setting, ...] = (
             "4096.", minimum=4096),
     Setting("buffer.linger_ms", float, 5.0, "Seal a slot this long after its first record.",
             minimum=0),
-    Setting("buffer.gather_ms", float, 0.0, "When a write wakes an agent with nothing "
-            "filling, wait this long before reading, deaf to more writes: what arrives "
-            "meanwhile is read, sealed, synced and checkpointed with it (one slot, one sync, "
-            "one transaction), for up to this much more latency. Cuts CPU at 100–1,000 "
+    Setting("buffer.gather_ms", float, 1.0, "When a write wakes an agent with nothing "
+            "filling and the last second brought records at least one per two of these "
+            "(500 a second at 1 ms), wait this long before reading, deaf to more writes: what "
+            "arrives meanwhile is read, shown or sealed, synced and checkpointed with it (one "
+            "read, one pair of syncs, one send), for up to this much more latency. Slower, a "
+            "write is read at once (the wait would save nothing). Cuts CPU at 1,000–10,000 "
             "lines/s (`docs/performance.md`). 0: read at once.", minimum=0, maximum=1000),
     Setting("buffer.seal_when_idle", bool, True, "Seal a slot before its linger has passed "
             "when nothing of the agent's waits for Kafka (the drain is idle): at low rates "

@@ -24,6 +24,9 @@ IDLE_WAIT_S = 0.002              # nothing read or sent: wait this long for deli
 IDLE_WAIT_WATCHED_S = 0.05      # ... or this long when a write wakes the wait (watch.py)
 IDLE_WAIT_BLOCKED_S = 0.05       # ... and this long when the pool is full
 IDLE_WAIT_QUIET_S = 1.0          # ... and up to this long with nothing to send (wake.py)
+RATE_WINDOW_NS = 1_000_000_000   # the arrival rate that decides a gather: over a second
+GATHER_LIKELY = 0.5              # records expected within a gather's wait for it to wait
+GATHER_WAITS = 16                # a gather's waits, each ended by the time or a report
 CLOCK_STEP_S = 2.0               # the wall clock moving this much more or less than the
 #                                  monotonic one between two looks (a second apart) is a step
 
@@ -169,13 +172,31 @@ class AgentLoop:
         """``buffer.gather_ms``: a turn that a write woke (every source read to its end the
         turn before, nothing filling) first waits that long, deaf to more writes and serving
         delivery reports, so the lines written meanwhile share its read, its slot, its syncs
-        and its transaction."""
+        and its transaction — when the last second's records say another is likely within
+        the wait (``GATHER_LIKELY``: at least one per two ``gather_ms``, ``_arrival_rate``).
+        Slower, the wait would add its latency and save nothing. A report ends a wait early;
+        the gather waits on, at most ``GATHER_WAITS`` times."""
         if not self._gather_s or self._behind or self.watch.wake_fd < 0 \
                 or self.pool.filling() or not self.watch.writes_waiting():
             return
+        if self._arrival_rate() * self._gather_s < GATHER_LIKELY:
+            return
         until = self.clock.monotonic_ns() + int(self._gather_s * 1e9)
-        while (left := until - self.clock.monotonic_ns()) > 0:
+        for _ in range(GATHER_WAITS):
+            left = until - self.clock.monotonic_ns()
+            if left <= 0:
+                break
             self.drain.wait(left / 1e9)
+
+    def _arrival_rate(self) -> float:
+        """Records appended to the pool per second, over the last whole second or more
+        (measured again at most once a second; 0 until a second has passed)."""
+        now, appended = self.clock.monotonic_ns(), self.pool.counters["records_appended"]
+        since, before = self._rate_mark
+        if now - since >= RATE_WINDOW_NS:
+            self._rate = (appended - before) * 1e9 / (now - since)
+            self._rate_mark = (now, appended)
+        return self._rate
 
     def _feed_watchdog(self) -> None:
         """WATCHDOG=1, from the loop alone (a loop that stops turning stops it), and only

@@ -243,6 +243,7 @@ class Agent(AgentLoop, AgentControl):
         self._writes_for_nothing = False       # the last turn: woken by writes, read nothing
         self._behind = False                   # the last turn left bytes unread
         self._gather_s = cfg["buffer.gather_ms"] / 1000
+        self._rate, self._rate_mark = 0.0, (self.clock.monotonic_ns(), 0)   # loop._arrival_rate
 
     def _open_pool(self, cfg: AgentConfig, next_record: int) -> BufferPool:
         spill = cfg["buffer.spill_max_bytes"]

@@ -17,8 +17,9 @@ Shippers: ``docket_native`` (the default send path, when built: a slot sent whil
 ``buffer.send_filling``), ``docket_native_sealed`` (the same with ``send_filling`` off: a slot
 sealed before it is sent, a seal per line at low rates — the default before), ``docket_native_
 nosync`` (``send_filling`` with ``sync_on_seal`` off: no power-loss safety, as rsyslog runs),
-``docket_native_gatherN`` (the same with ``buffer.gather_ms = N``, for each N of
-``BENCH_RATES_GATHER_MS``, default none),
+``docket_native_gatherN`` (``docket_native`` with ``buffer.gather_ms = N``, for each N of
+``BENCH_RATES_GATHER_MS``, default none; before 2026-12-06 these ran with ``send_filling``
+off),
 ``docket`` (the Python path),
 ``docket_exactly_once`` (the Python path, ``delivery = "exactly_once"``) and ``rsyslog``
 (Debian's ``imfile`` in inotify mode → ``omkafka``, acks=all, as ``bench_peers.py`` runs it;
@@ -134,7 +135,6 @@ def _docket(bootstrap: str, topic: str, work: Path, logs: Path, shipper: str):
     buffer = {"size_bytes": 256 << 20}
     if "_gather" in shipper:
         buffer["gather_ms"] = float(shipper.rsplit("_gather", 1)[1])
-        buffer["send_filling"] = False
     if shipper.endswith("_sealed"):
         buffer["send_filling"] = False
     if shipper.endswith("_nosync"):

@@ -10,7 +10,13 @@ import select
 import signal
 import threading
 
-from agent.loop import IDLE_WAIT_QUIET_S, IDLE_WAIT_S, IDLE_WAIT_WATCHED_S, WATCHED_SCAN_S
+from agent.loop import (
+    GATHER_LIKELY,
+    IDLE_WAIT_QUIET_S,
+    IDLE_WAIT_S,
+    IDLE_WAIT_WATCHED_S,
+    WATCHED_SCAN_S,
+)
 from agent.service import Agent, Seams
 from tests.unit.fakenative import FakeSlotProducer
 from tests.unit.fakeproducer import FakeKafka
@@ -207,39 +213,63 @@ def test_a_socket_source_s_records_end_the_sleep(tmp_path):
             s.close()
 
 
-def _gathering(tmp_path, gather_ms: float) -> list[int]:
-    """A quiet agent woken by one line, a second line written while its turn gathers: the
-    record count of each slot the two lines were sealed in."""
+def _gathering(tmp_path, gather_ms: float, recent_lines: int = 100,
+               send_filling: bool = False) -> list[int]:
+    """An agent that read ``recent_lines`` lines in the last second, woken by one line, a
+    second line written while its turn gathers: the record count of each slot the two lines
+    were sealed in (with ``send_filling``, of each show of the slot sent while it fills)."""
     (tmp_path / "app.log").write_bytes(b"")
     cfg = config(tmp_path, "native")
     cfg.values["buffer.gather_ms"] = gather_ms
-    cfg.values["buffer.send_filling"] = False       # a slot sealed before it is sent
+    cfg.values["buffer.send_filling"] = send_filling
     kafka = FakeKafka()
     agent = Agent(cfg, seams=Seams(clock=FakeClock(), producer_factory=kafka.producer,
                                    probe_factory=kafka.admin,
                                    native_factory=lambda conf: FakeSlotProducer(conf, kafka)))
     try:
         _settled(agent)
-        sealed = []
-        agent.pool._on_seal = lambda slot, seal=agent.pool._on_seal: (
-            sealed.append(slot.record_count), seal(slot))
         waits = []
         wait = agent.drain.wait
 
         def gathering(timeout_s, wake_fd=-1):
-            """The gather's wait: a second line arrives meanwhile, the clock moves on."""
-            waits.append((timeout_s, wake_fd))
-            if len(waits) == 1:
-                with open(tmp_path / "app.log", "ab") as f:
-                    f.write(b"the second line\n")
+            """The gather's wait (a wait deaf to writes): the clock moves on; the first one
+            after the earlier lines sees a second line arrive meanwhile."""
+            if wake_fd == -1 and timeout_s == gather_ms / 1000:
+                waits.append((timeout_s, wake_fd))
+                if len(waits) == 1 and agent.pool.counters["records_appended"] >= recent_lines:
+                    with open(tmp_path / "app.log", "ab") as f:
+                        f.write(b"the second line\n")
             agent.clock.advance(timeout_s)
             wait(0, wake_fd)
         agent.drain.wait = gathering
         with open(tmp_path / "app.log", "ab") as f:
+            f.write(b"".join(b"earlier line %d\n" % i for i in range(recent_lines)))
+        for _ in range(3):
+            agent.turn()
+        for _ in range(12):                      # their second passes, all of them sealed
+            agent.clock.advance(0.1)
+            agent.turn()
+        assert agent.pool.counters["records_appended"] == recent_lines
+        assert not waits, "no gather before a second of lines came"
+        sealed = []
+        if send_filling:
+            show = agent.pool._show
+
+            def showing(fill, show=show):
+                before = fill.shown_records
+                view = show(fill)
+                if fill.records > before:
+                    sealed.append(fill.records - before)
+                return view
+            agent.pool._show = showing
+        else:
+            agent.pool._on_seal = lambda slot, seal=agent.pool._on_seal: (
+                sealed.append(slot.record_count), seal(slot))
+        with open(tmp_path / "app.log", "ab") as f:
             f.write(b"the first line\n")
         assert readable(agent.watch.wake_fd)
         agent.turn()
-        if gather_ms:
+        if gather_ms and recent_lines * gather_ms / 1000 >= GATHER_LIKELY:
             assert waits and waits[0] == (gather_ms / 1000, -1), "deaf to writes, that long"
         else:
             assert not waits
@@ -261,3 +291,16 @@ def test_a_write_that_wakes_a_quiet_agent_gathers_what_follows_into_its_slot(tmp
     (tmp_path / "off").mkdir()
     assert _gathering(tmp_path / "on", 20) == [2]
     assert _gathering(tmp_path / "off", 0) == [1, 1]
+
+
+def test_a_write_is_gathered_with_others_only_when_lines_come_that_often(tmp_path):
+    """The gather waits only when the last second brought at least one record per two
+    ``gather_ms`` (20 ms: 25 a second): at 10 lines a second a second line would seldom come
+    within the wait, which would add latency and save nothing, so each line goes alone; at 100
+    a second they share a slot. The same for the slot sent while it fills (one show for
+    both)."""
+    for name, lines, filling, want in (("slow", 10, False, [1, 1]), ("fast", 100, False, [2]),
+                                       ("slow-filling", 10, True, [1, 1]),
+                                       ("fast-filling", 100, True, [2])):
+        (tmp_path / name).mkdir()
+        assert _gathering(tmp_path / name, 20, lines, filling) == want, name
