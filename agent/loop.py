@@ -174,12 +174,15 @@ class AgentLoop:
         delivery reports, so the lines written meanwhile share its read, its slot, its syncs
         and its transaction — when the last second's records say another is likely within
         the wait (``GATHER_LIKELY``: at least one per two ``gather_ms``, ``_arrival_rate``).
-        Slower, the wait would add its latency and save nothing. A report ends a wait early;
-        the gather waits on, at most ``GATHER_WAITS`` times."""
-        if not self._gather_s or self._behind or self.watch.wake_fd < 0 \
-                or self.pool.filling() or not self.watch.writes_waiting():
+        Slower, the wait would add its latency and save nothing. (Records, not writes: a
+        writer of many lines at once, seldom, has its writes waited for, a latency that costs
+        nothing.) A report ends a wait early; the gather waits on, at most ``GATHER_WAITS``
+        times."""
+        if not self._gather_s:
             return
-        if self._arrival_rate() * self._gather_s < GATHER_LIKELY:
+        rate = self._arrival_rate()
+        if self._behind or self.watch.wake_fd < 0 or self.pool.filling() \
+                or not self.watch.writes_waiting() or rate * self._gather_s < GATHER_LIKELY:
             return
         until = self.clock.monotonic_ns() + int(self._gather_s * 1e9)
         for _ in range(GATHER_WAITS):
@@ -189,8 +192,10 @@ class AgentLoop:
             self.drain.wait(left / 1e9)
 
     def _arrival_rate(self) -> float:
-        """Records appended to the pool per second, over the last whole second or more
-        (measured again at most once a second; 0 until a second has passed)."""
+        """Records appended to the pool per second, measured at most once a second, at a turn
+        (so over the second before, or over a longer wait with nothing to do: a first write
+        after a quiet spell finds a low rate and is read at once); 0 until a second has
+        passed."""
         now, appended = self.clock.monotonic_ns(), self.pool.counters["records_appended"]
         since, before = self._rate_mark
         if now - since >= RATE_WINDOW_NS:

@@ -12,6 +12,7 @@ import threading
 
 from agent.loop import (
     GATHER_LIKELY,
+    GATHER_WAITS,
     IDLE_WAIT_QUIET_S,
     IDLE_WAIT_S,
     IDLE_WAIT_WATCHED_S,
@@ -214,10 +215,12 @@ def test_a_socket_source_s_records_end_the_sleep(tmp_path):
 
 
 def _gathering(tmp_path, gather_ms: float, recent_lines: int = 100,
-               send_filling: bool = False) -> list[int]:
+               send_filling: bool = False, clock_moves: bool = True) -> list[int]:
     """An agent that read ``recent_lines`` lines in the last second, woken by one line, a
     second line written while its turn gathers: the record count of each slot the two lines
-    were sealed in (with ``send_filling``, of each show of the slot sent while it fills)."""
+    were sealed in (with ``send_filling``, of each show of the slot sent while it fills).
+    ``clock_moves`` False: the gather's waits end without the clock moving (each ended early
+    by a report), and the turn still ends, after ``GATHER_WAITS`` of them."""
     (tmp_path / "app.log").write_bytes(b"")
     cfg = config(tmp_path, "native")
     cfg.values["buffer.gather_ms"] = gather_ms
@@ -239,7 +242,8 @@ def _gathering(tmp_path, gather_ms: float, recent_lines: int = 100,
                 if len(waits) == 1 and agent.pool.counters["records_appended"] >= recent_lines:
                     with open(tmp_path / "app.log", "ab") as f:
                         f.write(b"the second line\n")
-            agent.clock.advance(timeout_s)
+            if clock_moves or not waits:
+                agent.clock.advance(timeout_s)
             wait(0, wake_fd)
         agent.drain.wait = gathering
         with open(tmp_path / "app.log", "ab") as f:
@@ -251,6 +255,8 @@ def _gathering(tmp_path, gather_ms: float, recent_lines: int = 100,
             agent.turn()
         assert agent.pool.counters["records_appended"] == recent_lines
         assert not waits, "no gather before a second of lines came"
+        if gather_ms:                            # (measured only where a gather may come)
+            assert 0.9 * recent_lines <= agent._arrival_rate() <= recent_lines
         sealed = []
         if send_filling:
             show = agent.pool._show
@@ -271,6 +277,7 @@ def _gathering(tmp_path, gather_ms: float, recent_lines: int = 100,
         agent.turn()
         if gather_ms and recent_lines * gather_ms / 1000 >= GATHER_LIKELY:
             assert waits and waits[0] == (gather_ms / 1000, -1), "deaf to writes, that long"
+            assert len(waits) == (1 if clock_moves else GATHER_WAITS)
         else:
             assert not waits
             with open(tmp_path / "app.log", "ab") as f:
@@ -304,3 +311,5 @@ def test_a_write_is_gathered_with_others_only_when_lines_come_that_often(tmp_pat
                                        ("fast-filling", 100, True, [2])):
         (tmp_path / name).mkdir()
         assert _gathering(tmp_path / name, 20, lines, filling) == want, name
+    (tmp_path / "stuck").mkdir()
+    assert _gathering(tmp_path / "stuck", 20, 100, clock_moves=False) == [2]
