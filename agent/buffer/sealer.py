@@ -73,11 +73,13 @@ class PoolSealer:
                 fill = self._current[due[0]]
                 if self._send_early(due[0]):
                     due = []
-                elif self.send_filling and self._closing and not self._due(fill, now):
-                    # A slot is being sealed (the sealing thread syncs it): this one is sent
-                    # while it fills at a turn after that, not sealed at once now — else each
-                    # turn's slot, sealed while the one before it is, keeps the next from going
-                    # early (over 100 files, a seal every 2.5 lines). Its linger bounds the wait.
+                elif self.send_filling and self._closing and not self._due(fill, now) \
+                        and len(self._current) == 1 and not fill.once and not self._pending:
+                    # Refused only because a slot is being sealed (the sealing thread syncs
+                    # it): this one is sent while it fills at a turn after that, not sealed at
+                    # once now — else each turn's slot, sealed while the one before it is,
+                    # keeps the next from going early (over 100 files, a seal every 2.5
+                    # lines). Its linger bounds the wait while the drain keeps up.
                     due = []
             for topic in due:
                 self._seal(topic, at_once=early)

@@ -156,6 +156,24 @@ def test_a_slot_due_early_while_another_is_being_sealed_waits_to_be_sent_filling
     pool.close()
 
 
+def test_a_slot_that_cannot_be_sent_filling_is_sealed_at_once_while_another_is_sealed(tmp_path):
+    """The wait above is only for a slot that will go early once the others are sealed: one
+    holding a listener's records (kept by a crash, never sent while it fills) is sealed at
+    once, as before, not held back for nothing."""
+    (tmp_path / "probe").mkdir()
+    pool, ops = threaded_pool(tmp_path, send_filling=True, seal_every_ms=1000)
+    pool.append("t", chunk_of(range(300)), source=1)
+    assert ops.waiting.wait(10)
+    closing = len(pool._closing)
+    assert 1 <= closing < CAUGHT_UP_IN_FLIGHT
+    pool.append("t", chunk_of(range(1000, 1002)), once=True)
+    pool.seal_due(caught_up=True)
+    assert len(pool._closing) == closing + 1 and "t" not in pool._current
+    ops.go.set()
+    until(lambda: not pool._unsynced)
+    pool.close()
+
+
 # -- the agent ---------------------------------------------------------------------------------
 def _agent(tmp_path, kafka: FakeKafka) -> Agent:
     (tmp_path / "app.log").write_bytes(b"")
