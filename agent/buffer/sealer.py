@@ -73,8 +73,7 @@ class PoolSealer:
                 fill = self._current[due[0]]
                 if self._send_early(due[0]):
                     due = []
-                elif self.send_filling and self._closing and not self._due(fill, now) \
-                        and len(self._current) == 1 and not fill.once and not self._pending:
+                elif self._may_go_early(fill) and not self._due(fill, now):
                     # Refused only because a slot is being sealed (the sealing thread syncs
                     # it): this one is sent while it fills at a turn after that, not sealed at
                     # once now — else each turn's slot, sealed while the one before it is,

@@ -30,13 +30,17 @@ class PoolSending:
         several topics: it takes the next sequence and record numbers now (no other slot
         closes before it does: ``_close_early_first``)."""
         fill = self._current[topic]
-        if not (self.send_filling and len(self._current) == 1 and not fill.once
-                and not self._closing and not self._pending
-                and len(self._sealed) == len(self._leased)):
+        if self._closing or not self._may_go_early(fill):
             return False
         fill.early, fill.seq, fill.first_record = True, self._next_seq, self._next_record
         self._early = (topic, fill)
         return True
+
+    def _may_go_early(self, fill: Filling) -> bool:
+        """Whether ``fill`` may be sent while it fills once no slot is being sealed: every
+        condition of ``_send_early`` but that one."""
+        return (self.send_filling and len(self._current) == 1 and not fill.once
+                and not self._pending and len(self._sealed) == len(self._leased))
 
     def _close_early_first(self, topic: str | None = None) -> None:
         """Seal the slot sent while it fills before another slot of ``topic`` (None: of any
