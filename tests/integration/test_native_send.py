@@ -137,6 +137,28 @@ def test_a_slot_with_mixed_outcomes_is_reported_once_with_each_failure_by_index(
     pool.close()
 
 
+def test_flush_sends_what_lingers_at_once(kafka, tmp_path, topic_name):
+    """flush waits for every report with librdkafka's linger set aside: records that would
+    linger a minute are sent and acknowledged within its 20 s (it once looked for an
+    instant at a time, and what lingered stayed for the whole linger)."""
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(topic_name, partitions=1)])
+    lines = [b"lingering %d" % i for i in range(50)]
+    pool, slot = sealed_slot(tmp_path, topic_name, lines)
+    (block,) = list(blocks(slot))
+    producer = native.SlotProducer({"bootstrap.servers": kafka.bootstrap_servers,
+                                    "acks": "all", "linger.ms": "60000"})
+    failures: list = []
+    send_all(producer, 5, topic_name, block, failures)
+    producer.seal(5, len(lines))
+    time.sleep(1)                       # the topic is known, the records wait for the linger
+    assert producer.flush(20)
+    assert len(producer) == 0
+    assert producer.poll(0)[:2] == ([], [(5, len(lines), 0, len(lines))])
+    arrived = sorted(m.value() for m in read_all(kafka.bootstrap_servers, topic_name))
+    assert arrived == sorted(lines)
+    pool.close()
+
+
 def test_bad_buffers_are_refused_with_a_clear_error(kafka):
     producer = native.SlotProducer({"bootstrap.servers": kafka.bootstrap_servers})
     one = np.zeros(1, np.int64)

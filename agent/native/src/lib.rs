@@ -46,6 +46,8 @@ const POLL_MAX_EVENTS: usize = 100_000;
 /// At most this many of librdkafka's log lines wait for a `poll` to hand them to Python; more
 /// are counted, not kept (a `debug` setting under an outage writes thousands a second).
 const LOGS_KEPT: usize = 10_000;
+/// How long `flush` waits for one report before it looks whether librdkafka's flush is over.
+const FLUSH_SERVE_WAIT: Duration = Duration::from_millis(10);
 
 #[derive(Default)]
 struct SlotReports {
@@ -571,11 +573,30 @@ impl SlotProducer {
         self.producer.client().fatal_error().map(|(code, text)| (code as i32, text))
     }
 
-    /// Wait up to `timeout_s` for every record to be reported (GIL released); whether all
-    /// were (a timeout is an answer, not an error: the caller decides).
+    /// Send what is queued at once, lingering or not, and wait up to `timeout_s` for every
+    /// record to be reported (GIL released); whether all were (a timeout is an answer, not an
+    /// error: the caller decides).
+    ///
+    /// librdkafka ignores `linger.ms` only while a `rd_kafka_flush` call is waiting, and
+    /// delivers reports as events that the caller serves: so one thread waits in that call
+    /// for the whole timeout while this one serves the reports. (The crate's own flush calls
+    /// it with no wait, over and over: a broker thread rarely looks in that instant, and the
+    /// records lingered for all of `linger.ms`.)
     fn flush(&self, py: Python<'_>, timeout_s: f64) -> bool {
         let producer = &self.producer;
-        py.detach(|| producer.flush(Duration::from_secs_f64(timeout_s.max(0.0)))).is_ok()
+        let timeout_ms = (timeout_s.max(0.0) * 1000.0).min(i32::MAX as f64) as i32;
+        let rk = producer.client().native_ptr() as usize;      // the handle is thread-safe
+        py.detach(|| std::thread::scope(|scope| {
+            let waiter = scope.spawn(move || unsafe {
+                rdsys::rd_kafka_flush(rk as *mut rdsys::rd_kafka_t, timeout_ms)
+            });
+            while !waiter.is_finished() {
+                producer.poll(FLUSH_SERVE_WAIT);
+            }
+            producer.poll(Duration::ZERO);
+            waiter.join().expect("the flush's waiting thread")
+                == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+        }))
     }
 }
 
