@@ -9,7 +9,7 @@ import os
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from crc32c import crc32c
@@ -33,6 +33,7 @@ from .slots import (
     DropEvent,
     Filling,
     SealedSlot,
+    SealedSlots,
     slot_meta,
 )
 from .spill import SlotMeta
@@ -109,7 +110,7 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
         # Per source, the highest end a slot closed while another slot of it still filled
         # had (its recorded end kept below that one's start): ``_below_filling``.
         self._clamped: dict[int, int] = {}
-        self._sealed: dict[int, SealedSlot] = {}       # seq → slot, in-pool and spilled
+        self._sealed = SealedSlots()                     # seq → slot, in-pool and spilled
         self._leased: set[int] = set()
         self._free: list[int] = []                      # a stack: last freed is handed out first
         # Acknowledged slots wait here until ``free_barrier`` made what was written of their
@@ -155,12 +156,13 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
             self._sealer.start()
 
     # -- inspection ----------------------------------------------------------------------------
-    def unacknowledged_starts(self, except_seq: int | None = None) -> dict[int, int]:
-        """Per source, where the oldest bytes the pool holds begin — in its sealed slots
-        (``except_seq`` left out: the one just acknowledged), its slots being sealed and its
-        filling ones: an acknowledged offset must not pass them. After a start that read
-        bytes again below a slot that survived, that later slot can be acknowledged before
-        the earlier bytes are even sealed."""
+    def unacknowledged_starts(self, except_seq: int | None = None,
+                              sources: Iterable[int] | None = None) -> dict[int, int]:
+        """Per source (of ``sources``; None: every one), where the oldest bytes the pool
+        holds begin — in its sealed slots (``except_seq`` left out: the one just
+        acknowledged), its slots being sealed and its filling ones: an acknowledged offset
+        must not pass them. After a start that read bytes again below a slot that survived,
+        that later slot can be acknowledged before the earlier bytes are even sealed."""
         out: dict[int, int] = {}
 
         def note(source: int, start: int) -> None:
@@ -168,14 +170,17 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
                 out[source] = start
 
         with self._lock:
-            for seq, slot in self._sealed.items():
-                if seq != except_seq:
-                    for source, start, _end in slot.meta.positions:
+            starts = self._sealed.starts
+            for source in (starts if sources is None else sources):
+                for seq, start in starts.get(source, {}).items():
+                    if seq != except_seq:
                         note(source, start)
+            wanted = None if sources is None else set(sources)
             fills = [c.fill for c in self._closing] + list(self._current.values())
             for fill in fills:
                 for source, (start, _end) in fill.positions.items():
-                    note(source, start)
+                    if wanted is None or source in wanted:
+                        note(source, start)
         return out
 
     def recovered_positions(self) -> dict[int, int]:

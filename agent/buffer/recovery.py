@@ -33,6 +33,7 @@ from .slots import (
     DropEvent,
     Filling,
     SealedSlot,
+    SealedSlots,
     slot_meta,
 )
 from .spill import SlotMeta, SpillStore
@@ -428,7 +429,7 @@ class PoolRecovery:
 
     def _reorder(self) -> None:
         key = L.seq_order_key(list(self._sealed))
-        self._sealed = dict(sorted(self._sealed.items(), key=lambda kv: key(kv[0])))
+        self._sealed = SealedSlots(sorted(self._sealed.items(), key=lambda kv: key(kv[0])))
 
     def _meta_if_valid(self, index: int) -> SlotMeta | None:
         return slot_meta(self._hdr[index:index + 1], self.geometry)

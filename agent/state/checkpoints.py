@@ -144,6 +144,11 @@ class Checkpoints:
             self.guard.written()
         return True
 
+    def settling(self, slot: SealedSlot) -> set[int]:
+        """The sources ``acknowledged(slot, …)`` moves (the slot's, and those whose
+        acknowledged offset waits for an older slot): the ``held`` it needs, of those alone."""
+        return set(self._acked_ahead) | {src for src, _s, _e in slot.meta.positions}
+
     def acknowledged(self, slot: SealedSlot, in_flight: Iterable[SealedSlot],
                      held: dict[int, int] | None = None) -> None:
         """Kafka acknowledged every record of ``slot``; ``in_flight``: the slots still on

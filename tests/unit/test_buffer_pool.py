@@ -233,6 +233,50 @@ def test_more_than_eight_sources_in_one_slot_seal_it_first(tmp_path):
     assert second.meta.positions == ((8, 800, 800 + len(line(8)) + 1),)
 
 
+def _starts_by_scan(pool, except_seq=None) -> dict[int, int]:
+    """Where each source's oldest bytes begin, from every sealed slot's and fill's
+    positions (what ``unacknowledged_starts`` answers from its index)."""
+    out: dict[int, int] = {}
+    for slot in pool.sealed():
+        if slot.seq != except_seq:
+            for src, start, _end in slot.meta.positions:
+                out[src] = min(start, out.get(src, start))
+    for fill in [c.fill for c in pool._closing] + list(pool._current.values()):
+        for src, (start, _end) in fill.positions.items():
+            out[src] = min(start, out.get(src, start))
+    return out
+
+
+def test_the_oldest_bytes_per_source_follow_seals_frees_spills_and_a_reopen(tmp_path):
+    pool = open_pool(tmp_path, spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    offsets = dict.fromkeys(range(12), 0)
+    for k in range(30):                         # slots of 1-9 sources each, some sources
+        for src in range(k % 12, k % 12 + 1 + k % 9):   # in many slots
+            src %= 12
+            n = len(line(k)) + 1
+            pool.append("t", chunk_of([k]), source=src, source_start=offsets[src])
+            offsets[src] += n
+        if k % 3:
+            pool.seal_all()
+    sealed = pool.sealed()
+    assert len(sealed) > 20
+    for slot in sealed[:6:2]:                   # freed out of order
+        pool.free(slot)
+    with pool._lock:
+        pool._spill_oldest()                    # an in-pool slot replaced by its spilled form
+    for seq in [None] + [s.seq for s in pool.sealed()]:
+        want = _starts_by_scan(pool, seq)
+        assert pool.unacknowledged_starts(seq) == want
+        for few in ({0}, {3, 7, 11}, {99}):
+            assert pool.unacknowledged_starts(seq, few) == \
+                {s: v for s, v in want.items() if s in few}
+    pool.seal_all()
+    pool.close()
+    again = open_pool(tmp_path, spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    assert again.unacknowledged_starts() == _starts_by_scan(again) != {}
+    again.close()
+
+
 # -- recovery ------------------------------------------------------------------------------------
 
 def test_sealed_slots_survive_a_reopen_in_sequence_order(tmp_path):
