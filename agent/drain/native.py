@@ -4,7 +4,9 @@ installed, or ``native``; ``choose_send_path`` below): a slot's blocks are hande
 every delivery report run in native code. The drain hears of each failure by its index
 in the slot (no search for its record among twins), and once per slot that every record of it
 was reported: the slot is complete when that report is in and nothing of it waits to go again
-(no zero points for it).
+(no zero points for it). So more slots may be on their way than on the Python path: up to
+``NATIVE_MAX_INFLIGHT_SLOTS``, holding together no more than ``MAX_INFLIGHT_SLOTS`` full slots'
+bytes (``drain.room_in_flight``) — small slots, a few files' lines each, no longer wait in line.
 
 Everything else is the drain's (``Drain``), unchanged: a failure is classified as in the Python
 path (RETRY, ALONE, DENIED, DEAD) and handled by the same code — records to send again go back
@@ -34,7 +36,7 @@ from docket_common.names import SEQ_HEADER
 
 from ..buffer import SealedSlot
 from ..buffer.framing import iter_blocks
-from .drain import MAX_INFLIGHT_SLOTS, PUMP_BUDGET, Drain
+from .drain import PUMP_BUDGET, Drain, room_in_flight
 from .headers import Record
 from .slotsend import SendState
 
@@ -336,7 +338,7 @@ class NativeDrain(Drain):
             if send.closed:
                 self._handed_all(send)      # when every block of it went before it was sealed
             return
-        if self.outage or self._fatal is not None or len(self.inflight) >= MAX_INFLIGHT_SLOTS:
+        if self.outage or self._fatal is not None or not self._room_in_flight():
             return
         early = self.pool.filling_send()
         if early is None or early[0] in self._denied:
@@ -349,6 +351,13 @@ class NativeDrain(Drain):
         send.fill, send.closed = fill, False
         self._filling = self._register(send)
         self.inflight.append(send)
+
+    def _room_in_flight(self) -> bool:
+        """Reports come per slot here (no zero point needed): slots go on their way while
+        those out hold less than ``MAX_INFLIGHT_SLOTS`` full slots' bytes, up to
+        ``NATIVE_MAX_INFLIGHT_SLOTS`` of them (``drain.room_in_flight``)."""
+        return room_in_flight([s.slot.meta.used_bytes for s in self.inflight],
+                              self.pool.geometry.slot_bytes, native=True)
 
     def waits_for_seal(self) -> bool:
         send = self._filling

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agent.buffer.inspect import inspect_pool
-from agent.drain.drain import MAX_INFLIGHT_SLOTS, PROBE_INTERVAL_S, RESUME_STALL_S
+from agent.drain.drain import PROBE_INTERVAL_S, RESUME_STALL_S, in_flight_at_most
 from agent.drain.probe import PROBE_TIMEOUT_S
 from agent.state.selfcheck import acknowledged_whole
 from audit.contract.collect import read_audit_topic
@@ -35,10 +35,12 @@ from tests.integration.test_agent_end_to_end import (
 )
 
 
-def in_flight_ids(pool_path: Path) -> list[int]:
+def in_flight_ids(pool_path: Path, send_path: str = "auto") -> list[int]:
     """The ids a killed agent may have handed to Kafka without seeing them acknowledged: the
-    drain takes sealed slots in sequence order, at most MAX_INFLIGHT_SLOTS at a time, so those
-    are in the oldest that many sealed slots of its pool, past each one's acknowledged prefix.
+    drain takes sealed slots in sequence order while there is room (``in_flight_at_most``: 8
+    slots on the Python path; on the native one up to 64 holding at most 8 full slots' bytes),
+    so those are in the oldest that many sealed slots of its pool, past each one's
+    acknowledged prefix. (``auto``: the native path's bound, which holds the Python one's.)
     Read without opening the pool (no recovery, no lock, nothing written): only these ids may
     arrive once more per kill."""
     view = inspect_pool(pool_path)
@@ -51,7 +53,9 @@ def in_flight_ids(pool_path: Path) -> list[int]:
     waiting = [s for s in view.sealed if not acknowledged_whole(s.meta.positions, acked)]
     # A slot's records Kafka acknowledged from its first on (its header's prefix) are not sent
     # again: only the rest of each may arrive twice.
-    return [parse_id(v) for s in waiting[:MAX_INFLIGHT_SLOTS]
+    n = in_flight_at_most([s.meta.used_bytes for s in waiting], view.geometry.slot_bytes,
+                          native=send_path != "python")
+    return [parse_id(v) for s in waiting[:n]
             for _, _, v in itertools.islice(s.records(), s.acked_before, None)]
 
 
@@ -253,11 +257,11 @@ def sigkill_run(kafka, tmp_path, topic_name, kills: int, total: int, rate: int,
                 backlog_in_pause = agent.status()["backlog"]["events"]
             agent.kill()
             done += 1
-            ids = in_flight_ids(pool_path)
+            ids = in_flight_ids(pool_path, send_path)
             allowance.update(ids)
             print(f"kill {done}: {len(ids)} records in slots that may have been in flight")
             if between is not None and between(done, agent):
-                allowance.update(in_flight_ids(pool_path))
+                allowance.update(in_flight_ids(pool_path, send_path))
             agent.start()
         if resume is not None:
             resume.join(pause_s + 5)

@@ -16,8 +16,9 @@ The writer knows, for every id, which content stream (generation) holds it and a
 offset, and on which inodes that content has lived. At the end every id must have reached
 Kafka, or lie in a loss-journal entry that covers its generation's bytes; and an id may arrive
 more than once only as often as it was in a slot that could have been in flight at a kill (one
-of the oldest ``MAX_INFLIGHT_SLOTS`` sealed slots in the pool file, read without recovery: a
-slot sent while it fills, ``buffer.send_filling``, is sealed there as far as it was sent).
+of the oldest sealed slots the drain can have on their way, ``in_flight_at_most``, in the pool
+file, read without recovery: a slot sent while it fills, ``buffer.send_filling``, is sealed
+there as far as it was sent).
 
 Record numbers (``docket-seq``): every record reaches Kafka numbered; a number always stands for
 the same id (never given to two events, across every kill); an id arrives under one number
@@ -37,7 +38,7 @@ from pathlib import Path
 from agent.buffer.inspect import inspect_pool
 from agent.buffer.seams import FileOps, SimulatedCrash
 from agent.config import parse
-from agent.drain.drain import MAX_INFLIGHT_SLOTS
+from agent.drain.drain import in_flight_at_most
 from agent.service import Agent, Seams
 from tests.unit.fakeproducer import FakeKafka, FakeProducer
 from tests.unit.tailkit import FakeClock, ScriptedFs
@@ -403,7 +404,10 @@ class Simulation:
         self.kills += 1
         self.crash_sites.append(self.crasher.where)
         view = inspect_pool(self.cfg.buffer_path) if self.cfg.buffer_path.exists() else None
-        for slot in (view.sealed[:MAX_INFLIGHT_SLOTS] if view else []):
+        n = 0 if view is None else in_flight_at_most(
+            [s.meta.used_bytes for s in view.sealed], view.geometry.slot_bytes,
+            native=self.send_path == "native")
+        for slot in (view.sealed[:n] if view else []):
             for _ts, _key, value in slot.records():
                 i = id_of(value)
                 if i is not None:

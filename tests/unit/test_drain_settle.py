@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 from confluent_kafka import KafkaError
 
-from agent.drain.drain import MAX_INFLIGHT_SLOTS
+from agent.buffer import Chunk
+from agent.drain.drain import (
+    MAX_INFLIGHT_SLOTS,
+    NATIVE_MAX_INFLIGHT_SLOTS,
+    in_flight_at_most,
+    room_in_flight,
+)
 from tests.unit.fakeproducer import HOLD, NEVER, OK
 from tests.unit.poolkit import fake_drain, unreachable_drain
 
@@ -62,14 +68,53 @@ def test_no_slot_is_freed_while_librdkafka_holds_its_records(tmp_path, send_path
     pool.close()
 
 
-def test_the_window_of_slots_in_flight_is_bounded(tmp_path):
+def test_the_window_of_slots_in_flight_is_bounded(tmp_path, send_path):
+    """Full slots: eight on the Python path (no zero point: no more are taken); on the native
+    path as many as hold less than eight full slots' bytes when the next is taken."""
     drain, pool = _drain(tmp_path, 20_000)
-    assert len(pool.sealed()) > MAX_INFLIGHT_SLOTS
+    sealed = pool.sealed()
+    assert len(sealed) > MAX_INFLIGHT_SLOTS + 1
     for _ in range(5):
         drain.pump()
-    assert len(drain.inflight) == MAX_INFLIGHT_SLOTS     # no zero point: no more are taken
+    used = [s.meta.used_bytes for s in sealed]
+    assert len(drain.inflight) == in_flight_at_most(used, pool.geometry.slot_bytes,
+                                                    native=send_path == "native")
+    assert len(drain.inflight) == (MAX_INFLIGHT_SLOTS if send_path == "python" else
+                                   MAX_INFLIGHT_SLOTS + 1)      # 8 slots' bytes less framing
+    assert [s.slot for s in drain.inflight] == sealed[:len(drain.inflight)]
     drain.close()
     pool.close()
+
+
+def test_small_slots_go_many_at_a_time_on_the_native_path(tmp_path, send_path):
+    """Slots of a few records each (a file's lines a slot, as over many files): the native
+    path has all 50 on their way, the Python path still eight."""
+    drain, pool = _drain(tmp_path, 10)
+    for i in range(49):
+        data = b"".join(b"small %d.%d\n" % (i, k) for k in range(5))
+        pool.append("t", Chunk.from_lines(data, np.full(5, 1_795_000_000_000)))
+        pool.seal_all()
+    assert len(pool.sealed()) == 50
+    for _ in range(5):
+        drain.pump()
+    assert len(drain.inflight) == (50 if send_path == "native" else MAX_INFLIGHT_SLOTS)
+    assert not any(s.finished(drain.settled) for s in drain.inflight)   # nothing answers
+    drain.close()
+    pool.close()
+
+
+def test_the_native_window_is_bounded_by_count_and_by_bytes():
+    slot = 16 << 10
+    assert room_in_flight([100] * 63, slot, native=True)
+    assert not room_in_flight([100] * 64, slot, native=True)          # 64 slots at most
+    assert NATIVE_MAX_INFLIGHT_SLOTS == 64
+    assert room_in_flight([slot - 1] * 8, slot, native=True)          # under 8 slots' bytes
+    assert not room_in_flight([slot] * 8, slot, native=True)
+    assert not room_in_flight([100] * 8, slot, native=False)          # the Python path: 8
+    assert in_flight_at_most([slot] * 20, slot, native=True) == 8
+    assert in_flight_at_most([100] * 100, slot, native=True) == 64
+    assert in_flight_at_most([100] * 100, slot, native=False) == 8
+    assert in_flight_at_most([100] * 5, slot, native=True) == 5
 
 
 # -- a fatal error replaces the producer: what it never reported must not count as settled -------
