@@ -75,6 +75,10 @@ TAIL_CHECK_BYTES = 4096        # bytes before a recovered end checked against it
 
 ROTATED_DELETED = "rotated_deleted"   # an orphan's reason: see _orphan_row
 ROTATED_IDLE_S = 5.0          # a rotated file at its end this long is closed
+# Files are looked at for closing (rotated and read, idle ``close_idle_ms``) at most this often,
+# not every read: the look goes over every open file (100 files at 1,000 lines/s: a tenth of
+# the main thread, every turn). Beyond ``max_open_files`` they are looked at every read.
+CLOSE_CHECK_S = 0.25
 SIZE_PERSIST_S = 1.0          # sizes seen are stored at least this often
 FOLDER_AWAY_MAX_S = 600.0     # known files wait this long for their folder (a late mount)
 # A glob's folder changed more recently than this is listed at every scan (see _folder_marks).
@@ -130,6 +134,7 @@ class FileSource:
         self._resumed_quietly = 0                      # ... of them not logged one by one
         self._quiet: set[Ident] = set()                # read to their end: wait for a write
         self._quiet_paths: dict[str, Ident] = {}       # their paths, as the watch names them
+        self._next_close_check = 0.0                   # monotonic s: ``_close_finished``
         self.pending: dict[Ident, Pending] = {}
         self.unreadable: dict[str, str] = {}           # path → why, while it stays so
         self._warned: set[tuple[str, str]] = set()
@@ -1298,6 +1303,9 @@ class FileSource:
 
     def _close_finished(self) -> None:
         now = self._now()
+        if now < self._next_close_check and self._over_cap() <= 0:
+            return
+        self._next_close_check = now + CLOSE_CHECK_S
         self._close_idle(now)
         for ident, t in list(self.tracked.items()):
             if t.rotated and t.idle_since is not None and now - t.idle_since >= ROTATED_IDLE_S:
