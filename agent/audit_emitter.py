@@ -101,13 +101,22 @@ class Tally:
 
 # (payload, offsets, lengths, seed, out): the native extension's value_hashes
 NativeHashes = Callable[[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray], None]
+# (payload, window_ms, now_ms, seed) -> [(window start, count, bytes, checksum, late)]: the
+# native extension's slot_tally
+NativeTally = Callable[[np.ndarray, int, int, int], list[tuple[int, int, int, int, int]]]
 
 
 def tally_slot(slot: SealedSlot, window_ms: int, now_ms: int,
-               native_hashes: NativeHashes | None = None) -> dict[int, Tally]:
+               native_hashes: NativeHashes | None = None,
+               native_tally: NativeTally | None = None) -> dict[int, Tally]:
     """Per window start, the counts of a sealed slot's records (each split part is a record,
-    as it is in Kafka). ``native_hashes``: the native extension's pass over a block's values
-    (``docket_native.value_hashes``, the same XXH64), used with the native send path."""
+    as it is in Kafka). ``native_tally``: the native extension's walk of the whole slot
+    (``docket_native.slot_tally``: one call, whatever its blocks; a slot sent while it fills
+    has one a turn); else per block, with ``native_hashes`` its pass over a block's values
+    (``docket_native.value_hashes``, the same XXH64) where the extension is installed."""
+    if native_tally is not None:
+        return {w: Tally(count, nbytes, checksum, late) for w, count, nbytes, checksum, late
+                in native_tally(slot.payload, window_ms, now_ms, HASH_SEED)}
     out: dict[int, Tally] = {}
     payload = memoryview(slot.payload)
     for block in slot.blocks():
@@ -149,9 +158,11 @@ class AuditEmitter:
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic, incarnation: str | None = None,
                  numbers: Callable[[], RecordNumbers] | None = None,
-                 native_hashes: NativeHashes | None = None):
+                 native_hashes: NativeHashes | None = None,
+                 native_tally: NativeTally | None = None):
         self.db = db                             # the agent's state database
         self.native_hashes = native_hashes
+        self.native_tally = native_tally
         self.agent_id = agent_id
         self.topics = list(topics)
         self.audit_topic = audit_topic
@@ -201,7 +212,7 @@ class AuditEmitter:
         if not self.enabled:
             return
         tallies = tally_slot(slot, self.window_ms, int(self.clock() * 1000),
-                             self.native_hashes)
+                             self.native_hashes, self.native_tally)
         with self._lock:
             self._pending.append((slot.seq, {(slot.topic, w): t for w, t in tallies.items()}))
 
@@ -237,7 +248,7 @@ class AuditEmitter:
         if not self.enabled:
             return
         tallies = tally_slot(slot, self.window_ms, int(self.clock() * 1000),
-                             self.native_hashes)
+                             self.native_hashes, self.native_tally)
         with self._lock:
             self._pending.append((None, {(slot.topic, w): _negated(t)
                                          for w, t in tallies.items()}))

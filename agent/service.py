@@ -163,7 +163,8 @@ class Agent(AgentLoop, AgentControl):
             incarnation=self.incarnation,
             numbers=self._numbers if cfg["agent.record_numbers"] and cfg["agent.origin_header"]
             else None,
-            native_hashes=extension.value_hashes if extension else None)
+            native_hashes=extension.value_hashes if extension else None,
+            native_tally=getattr(extension, "slot_tally", None))
         self.journal = LossJournal(cfg.journal_path, self.metrics,
                                    on_record=self.audit.dropped, clock=self.clock,
                                    incarnation=self.incarnation)

@@ -59,16 +59,23 @@ def native_hashes():
                                "(make setup builds it with cargo)").value_hashes
 
 
-@pytest.mark.parametrize("hashes", ["python", "native"])
+def native_tally():
+    """The native extension's slot_tally, or a skip where it is not built."""
+    return pytest.importorskip("docket_native", reason="the native extension is not built "
+                               "(make setup builds it with cargo)").slot_tally
+
+
+@pytest.mark.parametrize("hashes", ["python", "native", "native_tally"])
 def test_tally_of_a_slot_matches_counting_each_record(tmp_path, hashes):
     native = native_hashes() if hashes == "native" else None
+    whole = native_tally() if hashes == "native_tally" else None
     data, ts = lines(3000)
     with BufferPool(tmp_path / "p", 8 << 20, 1 << 20, linger_ms=1e9, sync_on_seal=False) as pool:
         pool.append("t", Chunk.from_lines(data, ts))
         pool.seal_all()
         got: dict[int, tuple] = {}
         for slot in pool.sealed():
-            for w, t in tally_slot(slot, WINDOW, NOW, native).items():
+            for w, t in tally_slot(slot, WINDOW, NOW, native, whole).items():
                 c = got.get(w, (0, 0, 0))
                 got[w] = (c[0] + t.count, c[1] + t.bytes, (c[2] + t.checksum) % 2**64)
     assert got == truth(data, ts)
@@ -213,6 +220,36 @@ def test_a_round_with_nothing_acknowledged_gets_a_new_producer_for_the_next(tmp_
     assert em.emit() == 1 and len(made) == 2          # a new producer, answered
     assert em.emit() == 1 and len(made) == 2          # kept
     db.close()
+
+
+def test_the_native_tally_of_a_slot_of_many_blocks_keys_and_parts_is_the_python_one(tmp_path):
+    """A slot of a block a record (as a slot sent while it fills holds one a turn), some with
+    keys, a line split in parts, records late and not: the native walk's tally equals the
+    per-block one in every field; a payload that breaks the framing is refused."""
+    whole = native_tally()
+    rng = np.random.default_rng(3)
+    with BufferPool(tmp_path / "p", 8 << 20, 64 << 10, linger_ms=1e9, sync_on_seal=False) as pool:
+        for i in range(400):
+            data = b"event %d %s\n" % (i, b"y" * int(rng.integers(0, 300)))
+            ts = np.array([NOW - int(rng.integers(0, 4 * WINDOW))])
+            keys = [b"k%d" % i] if i % 3 == 0 else None
+            pool.append("t", Chunk.from_lines(data, ts, keys=keys))
+        big = b"z" * (150 << 10) + b"\n"                 # longer than a slot: split in parts
+        pool.append("t", Chunk.from_lines(big, np.array([NOW - 5])))
+        pool.seal_all()
+        slots = pool.sealed()
+        assert sum(1 for s in slots for _ in s.blocks()) > 400
+        for slot in slots:
+            want = tally_slot(slot, WINDOW, NOW - WINDOW)
+            assert tally_slot(slot, WINDOW, NOW - WINDOW, native_tally=whole) == want
+        payload = np.array(slots[0].payload)
+        with pytest.raises(ValueError, match="runs past the payload end"):
+            whole(payload[:-8], WINDOW, NOW, HASH_SEED)
+        payload[0] ^= 0xFF
+        with pytest.raises(ValueError, match="no block magic at payload offset 0"):
+            whole(payload, WINDOW, NOW, HASH_SEED)
+        with pytest.raises(ValueError, match="window_ms must be positive"):
+            whole(np.array(slots[1].payload), 0, NOW, HASH_SEED)
 
 
 def test_the_native_hash_is_the_audits_and_refuses_what_lies_outside_the_payload():

@@ -36,6 +36,7 @@ use rdkafka::ClientContext;
 mod journal;
 mod lines;
 mod syslog;
+mod tally;
 
 /// librdkafka's code for an error that is not a broker's or the client's own (none known).
 const UNKNOWN_ERROR: i32 = -1;
@@ -644,6 +645,7 @@ fn value_hashes(py: Python<'_>, payload: &Bound<'_, PyAny>, offsets: &Bound<'_, 
 fn docket_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SlotProducer>()?;
     m.add_function(wrap_pyfunction!(value_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(tally::slot_tally, m)?)?;
     m.add_class::<syslog::SyslogJson>()?;
     m.add_class::<journal::JournalExport>()?;
     m.add_class::<lines::LineMatcher>()?;
