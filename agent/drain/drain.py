@@ -75,6 +75,7 @@ from docket_common.names import (
 )
 
 from ..buffer import BufferPool, SealedSlot
+from ..buffer.layout import Geometry
 from ..buffer.seams import Clock
 from ..state.diskguard import disk_full
 from ..state.journal import LossJournal
@@ -103,8 +104,10 @@ PURGE_WAIT_S = 2.0
 MAX_INFLIGHT_SLOTS = 8
 # The native path hears of each slot when it is done (no zero point to reach): it takes slots
 # while those on their way hold less than ``MAX_INFLIGHT_SLOTS`` full ones' bytes, up to this
-# many. Eight slots at a time kept about 200 small slots waiting (a second of latency) at
-# 10,000 lines/s over 100 files, each slot holding a few files' lines; 64 kept none waiting.
+# many — and up to a quarter of the pool's slots (at least ``MAX_INFLIGHT_SLOTS``): a slot on
+# its way cannot be spilled or dropped to make room, however little it holds. Eight slots at a
+# time kept about 200 small slots waiting (a second of latency) at 10,000 lines/s over 100
+# files, each slot holding a few files' lines; 64 kept none waiting.
 NATIVE_MAX_INFLIGHT_SLOTS = 64
 PUMP_BUDGET = 20000               # records one pump produces at most
 # A topic the cluster refuses this client (an ACL missing): its records wait in their slots
@@ -139,19 +142,20 @@ def _certificate_refused(err: KafkaError) -> bool:
 
 
 
-def room_in_flight(held: list[int], slot_bytes: int, native: bool) -> bool:
+def room_in_flight(held: list[int], geometry: Geometry, native: bool) -> bool:
     """Whether the drain takes another slot while slots holding ``held`` bytes (each one's,
-    as taken) are on their way."""
+    as taken) are on their way, in a pool of ``geometry``."""
     if not native:
         return len(held) < MAX_INFLIGHT_SLOTS
-    return len(held) < NATIVE_MAX_INFLIGHT_SLOTS and sum(held) < MAX_INFLIGHT_SLOTS * slot_bytes
+    most = max(MAX_INFLIGHT_SLOTS, min(NATIVE_MAX_INFLIGHT_SLOTS, geometry.slot_count // 4))
+    return len(held) < most and sum(held) < MAX_INFLIGHT_SLOTS * geometry.slot_bytes
 
 
-def in_flight_at_most(used: list[int], slot_bytes: int, native: bool) -> int:
+def in_flight_at_most(used: list[int], geometry: Geometry, native: bool) -> int:
     """How many of the oldest sealed slots (``used``: their bytes, oldest first) the drain
     can have on their way at once: it takes them in sequence order while there is room."""
     n = 0
-    while n < len(used) and room_in_flight(used[:n], slot_bytes, native):
+    while n < len(used) and room_in_flight(used[:n], geometry, native):
         n += 1
     return n
 
@@ -840,7 +844,7 @@ class Drain:
         """Another slot may go on its way: the Python path takes at most
         ``MAX_INFLIGHT_SLOTS``, so that zero points come under a steady load."""
         return room_in_flight([s.slot.meta.used_bytes for s in self.inflight],
-                              self.pool.geometry.slot_bytes, native=False)
+                              self.pool.geometry, native=False)
 
     def in_flight_slots(self) -> list[SealedSlot]:
         """The slots on their way to Kafka, oldest first."""

@@ -5,8 +5,9 @@ every delivery report run in native code. The drain hears of each failure by its
 in the slot (no search for its record among twins), and once per slot that every record of it
 was reported: the slot is complete when that report is in and nothing of it waits to go again
 (no zero points for it). So more slots may be on their way than on the Python path: up to
-``NATIVE_MAX_INFLIGHT_SLOTS``, holding together no more than ``MAX_INFLIGHT_SLOTS`` full slots'
-bytes (``drain.room_in_flight``) — small slots, a few files' lines each, no longer wait in line.
+``NATIVE_MAX_INFLIGHT_SLOTS`` (and a quarter of the pool's slots), holding together no more
+than ``MAX_INFLIGHT_SLOTS`` full slots' bytes (``drain.room_in_flight``) — small slots, a few
+files' lines each, no longer wait in line.
 
 Everything else is the drain's (``Drain``), unchanged: a failure is classified as in the Python
 path (RETRY, ALONE, DENIED, DEAD) and handled by the same code — records to send again go back
@@ -355,9 +356,10 @@ class NativeDrain(Drain):
     def _room_in_flight(self) -> bool:
         """Reports come per slot here (no zero point needed): slots go on their way while
         those out hold less than ``MAX_INFLIGHT_SLOTS`` full slots' bytes, up to
-        ``NATIVE_MAX_INFLIGHT_SLOTS`` of them (``drain.room_in_flight``)."""
+        ``NATIVE_MAX_INFLIGHT_SLOTS`` of them and a quarter of the pool's slots
+        (``drain.room_in_flight``)."""
         return room_in_flight([s.slot.meta.used_bytes for s in self.inflight],
-                              self.pool.geometry.slot_bytes, native=True)
+                              self.pool.geometry, native=True)
 
     def waits_for_seal(self) -> bool:
         send = self._filling

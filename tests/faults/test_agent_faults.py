@@ -53,7 +53,7 @@ def in_flight_ids(pool_path: Path, send_path: str = "auto") -> list[int]:
     waiting = [s for s in view.sealed if not acknowledged_whole(s.meta.positions, acked)]
     # A slot's records Kafka acknowledged from its first on (its header's prefix) are not sent
     # again: only the rest of each may arrive twice.
-    n = in_flight_at_most([s.meta.used_bytes for s in waiting], view.geometry.slot_bytes,
+    n = in_flight_at_most([s.meta.used_bytes for s in waiting], view.geometry,
                           native=send_path != "python")
     return [parse_id(v) for s in waiting[:n]
             for _, _, v in itertools.islice(s.records(), s.acked_before, None)]

@@ -405,7 +405,7 @@ class Simulation:
         self.crash_sites.append(self.crasher.where)
         view = inspect_pool(self.cfg.buffer_path) if self.cfg.buffer_path.exists() else None
         n = 0 if view is None else in_flight_at_most(
-            [s.meta.used_bytes for s in view.sealed], view.geometry.slot_bytes,
+            [s.meta.used_bytes for s in view.sealed], view.geometry,
             native=self.send_path == "native")
         for slot in (view.sealed[:n] if view else []):
             for _ts, _key, value in slot.records():

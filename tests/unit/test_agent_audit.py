@@ -237,6 +237,9 @@ def test_the_native_tally_of_a_slot_of_many_blocks_keys_and_parts_is_the_python_
         big = b"z" * (150 << 10) + b"\n"                 # longer than a slot: split in parts
         pool.append("t", Chunk.from_lines(big, np.array([NOW - 5])))
         pool.seal_all()
+        edges = np.array([2**63 - 5, -2**63 + 5, 0, -1])     # wrapping as numpy does
+        pool.append("t", Chunk.from_lines(b"a\nb\nc\nd\n", edges))
+        pool.seal_all()
         slots = pool.sealed()
         assert sum(1 for s in slots for _ in s.blocks()) > 400
         for slot in slots:

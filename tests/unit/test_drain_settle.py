@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from agent.buffer import Chunk
+from agent.buffer.layout import Geometry
 from agent.drain.drain import (
     MAX_INFLIGHT_SLOTS,
     NATIVE_MAX_INFLIGHT_SLOTS,
@@ -77,7 +78,7 @@ def test_the_window_of_slots_in_flight_is_bounded(tmp_path, send_path):
     for _ in range(5):
         drain.pump()
     used = [s.meta.used_bytes for s in sealed]
-    assert len(drain.inflight) == in_flight_at_most(used, pool.geometry.slot_bytes,
+    assert len(drain.inflight) == in_flight_at_most(used, pool.geometry,
                                                     native=send_path == "native")
     assert len(drain.inflight) == (MAX_INFLIGHT_SLOTS if send_path == "python" else
                                    MAX_INFLIGHT_SLOTS + 1)      # 8 slots' bytes less framing
@@ -88,7 +89,8 @@ def test_the_window_of_slots_in_flight_is_bounded(tmp_path, send_path):
 
 def test_small_slots_go_many_at_a_time_on_the_native_path(tmp_path, send_path):
     """Slots of a few records each (a file's lines a slot, as over many files): the native
-    path has all 50 on their way, the Python path still eight."""
+    path has a quarter of this small pool's slots on their way (15 of its 61), the Python
+    path still eight."""
     drain, pool = _drain(tmp_path, 10)
     for i in range(49):
         data = b"".join(b"small %d.%d\n" % (i, k) for k in range(5))
@@ -97,24 +99,29 @@ def test_small_slots_go_many_at_a_time_on_the_native_path(tmp_path, send_path):
     assert len(pool.sealed()) == 50
     for _ in range(5):
         drain.pump()
-    assert len(drain.inflight) == (50 if send_path == "native" else MAX_INFLIGHT_SLOTS)
+    assert pool.geometry.slot_count == 61
+    assert len(drain.inflight) == (15 if send_path == "native" else MAX_INFLIGHT_SLOTS)
     assert not any(s.finished(drain.settled) for s in drain.inflight)   # nothing answers
     drain.close()
     pool.close()
 
 
-def test_the_native_window_is_bounded_by_count_and_by_bytes():
+def test_the_native_window_is_bounded_by_count_bytes_and_the_pool():
     slot = 16 << 10
-    assert room_in_flight([100] * 63, slot, native=True)
-    assert not room_in_flight([100] * 64, slot, native=True)          # 64 slots at most
+    big = Geometry(slot, 1024)
+    assert room_in_flight([100] * 63, big, native=True)
+    assert not room_in_flight([100] * 64, big, native=True)           # 64 slots at most
     assert NATIVE_MAX_INFLIGHT_SLOTS == 64
-    assert room_in_flight([slot - 1] * 8, slot, native=True)          # under 8 slots' bytes
-    assert not room_in_flight([slot] * 8, slot, native=True)
-    assert not room_in_flight([100] * 8, slot, native=False)          # the Python path: 8
-    assert in_flight_at_most([slot] * 20, slot, native=True) == 8
-    assert in_flight_at_most([100] * 100, slot, native=True) == 64
-    assert in_flight_at_most([100] * 100, slot, native=False) == 8
-    assert in_flight_at_most([100] * 5, slot, native=True) == 5
+    assert room_in_flight([slot - 1] * 8, big, native=True)           # under 8 slots' bytes
+    assert not room_in_flight([slot] * 8, big, native=True)
+    assert not room_in_flight([100] * 8, big, native=False)           # the Python path: 8
+    assert in_flight_at_most([slot] * 20, big, native=True) == 8
+    assert in_flight_at_most([100] * 100, big, native=True) == 64
+    assert in_flight_at_most([100] * 100, big, native=False) == 8
+    assert in_flight_at_most([100] * 5, big, native=True) == 5
+    # A quarter of a small pool's slots: the rest stay free to spill or drop from.
+    assert in_flight_at_most([100] * 100, Geometry(slot, 63), native=True) == 15
+    assert in_flight_at_most([100] * 100, Geometry(slot, 12), native=True) == 8    # as before
 
 
 # -- a fatal error replaces the producer: what it never reported must not count as settled -------

@@ -582,7 +582,9 @@ impl SlotProducer {
     /// delivers reports as events that the caller serves: so one thread waits in that call
     /// for the whole timeout while this one serves the reports. (The crate's own flush calls
     /// it with no wait, over and over: a broker thread rarely looks in that instant, and the
-    /// records lingered for all of `linger.ms`.)
+    /// records lingered for all of `linger.ms`.) A report that panics here (the ledger's lock
+    /// poisoned by an earlier panic) leaves that thread to wait out the timeout before the
+    /// panic is raised: the agent calls it with none.
     fn flush(&self, py: Python<'_>, timeout_s: f64) -> bool {
         let producer = &self.producer;
         let timeout_ms = (timeout_s.max(0.0) * 1000.0).min(i32::MAX as f64) as i32;

@@ -23,6 +23,17 @@ fn pad8(n: usize) -> usize {
     (n + 7) & !7
 }
 
+/// A block's bytes (`framing.block_bytes`), or None where they overflow.
+fn block_size(n: usize, data_len: usize, keyed: bool, keys_len: usize) -> Option<usize> {
+    let mut size = PER_RECORD_BYTES.checked_mul(n)?.checked_add(BLOCK_HEADER_BYTES)?
+        .checked_add(data_len.checked_add(7)? & !7)?;
+    if keyed {
+        size = size.checked_add(n.checked_mul(2)?.checked_add(7)? & !7)?
+            .checked_add(keys_len.checked_add(7)? & !7)?;
+    }
+    Some(size)
+}
+
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
@@ -56,11 +67,11 @@ pub(crate) fn tally(payload: &[u8], window_ms: i64, now_ms: i64, seed: u64)
         let keyed = u16_at(payload, at + 8) & HAS_KEYS != 0;
         let data_len = u32_at(payload, at + 16) as usize;
         let keys_len = u32_at(payload, at + 20) as usize;
+        // Checked: on a 32-bit build a corrupt header's sizes could wrap past the checks.
+        let size = block_size(n, data_len, keyed, keys_len)
+            .filter(|size| at.checked_add(*size).is_some_and(|e| e <= end))
+            .ok_or_else(|| format!("block at {at} runs past the payload end {end}"))?;
         let keys_bytes = if keyed { pad8(2 * n) + pad8(keys_len) } else { 0 };
-        let size = BLOCK_HEADER_BYTES + PER_RECORD_BYTES * n + pad8(data_len) + keys_bytes;
-        if at + size > end {
-            return Err(format!("block at {at} of {size} bytes runs past the payload end {end}"));
-        }
         let ts_at = at + BLOCK_HEADER_BYTES;
         let len_at = ts_at + 8 * n;
         let off_at = len_at + 4 * n;
@@ -68,16 +79,18 @@ pub(crate) fn tally(payload: &[u8], window_ms: i64, now_ms: i64, seed: u64)
         for i in 0..n {
             let length = u32_at(payload, len_at + 4 * i) as usize;
             let offset = u32_at(payload, off_at + 4 * i) as usize;
-            if offset + length > data_len {
+            if offset.checked_add(length).is_none_or(|e| e > data_len) {
                 return Err(format!("a record of the block at {at} points past its data"));
             }
             let value = &payload[data_at + offset..data_at + offset + length];
-            let window = i64_at(payload, ts_at + 8 * i).div_euclid(window_ms) * window_ms;
+            // As numpy computes it (`ts // window_ms * window_ms`, `+ window_ms`): wrapping.
+            let window = i64_at(payload, ts_at + 8 * i).div_euclid(window_ms)
+                .wrapping_mul(window_ms);
             let f = out.entry(window).or_insert((0, 0, 0, 0));
             f.0 += 1;
             f.1 += length as u64;
             f.2 = f.2.wrapping_add(xxhash_rust::xxh64::xxh64(value, seed));
-            if window.saturating_add(window_ms) <= now_ms {
+            if window.wrapping_add(window_ms) <= now_ms {
                 f.3 += 1;
             }
         }
@@ -147,6 +160,9 @@ mod tests {
     fn a_payload_that_breaks_the_framing_is_an_error() {
         let p = block(&[1], &[b"x"]);
         assert!(tally(&p[..p.len() - 8], 60_000, 0, 0).unwrap_err().contains("runs past"));
+        let mut huge = p.clone();
+        huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());      // n
+        assert!(tally(&huge, 60_000, 0, 0).unwrap_err().contains("runs past"));
         let mut bad = p.clone();
         bad[0] = 0;
         assert!(tally(&bad, 60_000, 0, 0).unwrap_err().contains("no block magic"));
