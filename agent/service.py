@@ -385,9 +385,7 @@ class Agent(AgentLoop, AgentControl):
         offset is written before the drain frees the slot only when none waits."""
         if self.checkpoints.sealed_waiting():
             self._flush_checkpoints()
-        # Every slot in flight is still sealed in the pool (freed only once done) or filling:
-        # the pool's starts cover them, asked for the sources this acknowledgement moves.
-        self.checkpoints.acknowledged(slot, (), self.pool.unacknowledged_starts(
+        self.checkpoints.acknowledged(slot, self.pool.unacknowledged_starts(
             slot.seq, self.checkpoints.settling(slot)))
 
 

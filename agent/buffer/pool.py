@@ -169,13 +169,13 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
             if start < out.get(source, start + 1):
                 out[source] = start
 
+        wanted = None if sources is None else set(sources)
         with self._lock:
             starts = self._sealed.starts
-            for source in (starts if sources is None else sources):
+            for source in (starts if wanted is None else wanted):
                 for seq, start in starts.get(source, {}).items():
                     if seq != except_seq:
                         note(source, start)
-            wanted = None if sources is None else set(sources)
             fills = [c.fill for c in self._closing] + list(self._current.values())
             for fill in fills:
                 for source, (start, _end) in fill.positions.items():

@@ -141,7 +141,6 @@ def _certificate_refused(err: KafkaError) -> bool:
     return err.code() == KafkaError._TRANSPORT and "certificate" in err.str().lower()
 
 
-
 def room_in_flight(held: list[int], geometry: Geometry, native: bool) -> bool:
     """Whether the drain takes another slot while slots holding ``held`` bytes (each one's,
     as taken) are on their way, in a pool of ``geometry``."""
@@ -159,8 +158,10 @@ def in_flight_at_most(used: list[int], geometry: Geometry, native: bool) -> int:
         n += 1
     return n
 
+
 class Drain:
     WAKES_ON_FD = False        # ``wait`` cannot end early on a descriptor (confluent-kafka's poll)
+    REPORTS_PER_SLOT = False   # success is known at zero points only (module docstring)
 
     def __init__(self, pool: BufferPool, producer_conf: dict, journal: LossJournal,
                  metrics: Metrics, dead_letter_dir: Path, origin: bytes | None,
@@ -841,14 +842,11 @@ class Drain:
         return f"python (confluent-kafka, librdkafka {confluent_kafka.libversion()[0]})"
 
     def _room_in_flight(self) -> bool:
-        """Another slot may go on its way: the Python path takes at most
-        ``MAX_INFLIGHT_SLOTS``, so that zero points come under a steady load."""
+        """Another slot may go on its way (``room_in_flight``): at most
+        ``MAX_INFLIGHT_SLOTS`` where success is known at zero points only, so that they come
+        under a steady load; more small ones where each slot's report comes."""
         return room_in_flight([s.slot.meta.used_bytes for s in self.inflight],
-                              self.pool.geometry, native=False)
-
-    def in_flight_slots(self) -> list[SealedSlot]:
-        """The slots on their way to Kafka, oldest first."""
-        return [send.slot for send in self.inflight]
+                              self.pool.geometry, native=self.REPORTS_PER_SLOT)
 
     # -- stopping -----------------------------------------------------------------------------
     def idle(self) -> bool:

@@ -37,7 +37,7 @@ from docket_common.names import SEQ_HEADER
 
 from ..buffer import SealedSlot
 from ..buffer.framing import iter_blocks
-from .drain import PUMP_BUDGET, Drain, room_in_flight
+from .drain import PUMP_BUDGET, Drain
 from .headers import Record
 from .slotsend import SendState
 
@@ -248,6 +248,7 @@ class NativeDrain(Drain):
     """``Drain`` with the records of each slot sent by ``docket_native.SlotProducer``."""
 
     WAKES_ON_FD = True         # the extension's poll sleeps on a descriptor of the caller's too
+    REPORTS_PER_SLOT = True    # no zero point needed: more small slots may be on their way
 
     def __init__(self, *args, native_factory=None, **kwargs):
         self.native_factory = native_factory or (lambda conf: native_module().SlotProducer(conf))
@@ -352,14 +353,6 @@ class NativeDrain(Drain):
         send.fill, send.closed = fill, False
         self._filling = self._register(send)
         self.inflight.append(send)
-
-    def _room_in_flight(self) -> bool:
-        """Reports come per slot here (no zero point needed): slots go on their way while
-        those out hold less than ``MAX_INFLIGHT_SLOTS`` full slots' bytes, up to
-        ``NATIVE_MAX_INFLIGHT_SLOTS`` of them and a quarter of the pool's slots
-        (``drain.room_in_flight``)."""
-        return room_in_flight([s.slot.meta.used_bytes for s in self.inflight],
-                              self.pool.geometry, native=True)
 
     def waits_for_seal(self) -> bool:
         send = self._filling

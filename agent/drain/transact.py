@@ -182,7 +182,6 @@ class TransactionalDrain(Drain):
         self.aside: list[SlotSend] = []  # taken, out of the transaction: a refused topic's,
         #                                  or waiting behind a slot sent one record per batch;
         #                                  in the pool's order, taken again before new slots
-        self._finishing: SealedSlot | None = None
         self._consumer: Consumer | None = None
         self._closing = False
         self._job_began = 0.0
@@ -556,27 +555,14 @@ class TransactionalDrain(Drain):
         slot = next((s for s in self.pool.sealed() if s.seq == slot.seq), None)
         if slot is None:
             return                            # dropped meanwhile (journaled by the pool)
-        self._finishing = slot
-        try:
-            if self.on_slot_done is not None:
-                self.on_slot_done(slot)
-            self.pool.free(slot)
-        finally:
-            self._finishing = None
+        if self.on_slot_done is not None:
+            self.on_slot_done(slot)
+        self.pool.free(slot)
 
     def _finish(self, send: SlotSend) -> None:
         if send.slot.topic in self._denied:  # a refused topic took a transaction: accepted
             self._accepted(send.slot.topic)
-        self._finishing = send.slot
-        try:
-            super()._finish(send)
-        finally:
-            self._finishing = None
-
-    def in_flight_slots(self) -> list[SealedSlot]:
-        """Every sealed slot but the one being freed: a slot waiting in the pool may be older
-        than one committed (a refused topic's), and the acknowledged offsets must not pass it."""
-        return [s for s in self.pool.sealed() if s is not self._finishing]
+        super()._finish(send)
 
     def _abort_and_send_again(self, why: str) -> None:
         """Abort the open transaction; its slots go again in the next one, from their first

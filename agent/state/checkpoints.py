@@ -9,7 +9,8 @@ turn (``flush``), with the producer tier's counts, the next record number and th
 anchors (``agent/tail/anchors.py``); the drain reports
 each slot Kafka acknowledged whole (``acknowledged``). A source's acknowledged offset moves only
 over contiguous acknowledged bytes: never past the start of an older slot of that source still
-in flight. What is in flight is the drain's to say (``Drain.in_flight_slots``).
+in flight, or in the pool at all (``BufferPool.unacknowledged_starts``: every slot on its
+way is still sealed there, or being sealed, or filling).
 
 A write the file system refuses for lack of space (``agent/state/diskguard.py``) is rolled back by
 SQLite whole; what it carried stays noted here and goes with the next flush that may write, and
@@ -149,25 +150,20 @@ class Checkpoints:
         acknowledged offset waits for an older slot): the ``held`` it needs, of those alone."""
         return set(self._acked_ahead) | {src for src, _s, _e in slot.meta.positions}
 
-    def acknowledged(self, slot: SealedSlot, in_flight: Iterable[SealedSlot],
-                     held: dict[int, int] | None = None) -> None:
-        """Kafka acknowledged every record of ``slot``; ``in_flight``: the slots still on
-        their way; ``held``: per source, where the oldest bytes the pool still holds begin
-        (``BufferPool.unacknowledged_starts``) — not only older slots in flight: after a
-        start that read bytes again below a slot that survived, those bytes are in younger
-        slots, or not sealed yet, when the survivor is acknowledged. The acknowledged offset
-        passes none of them (were it written past them, a power cut losing their slots would
-        leave them taken for delivered)."""
+    def acknowledged(self, slot: SealedSlot, held: dict[int, int]) -> None:
+        """Kafka acknowledged every record of ``slot``; ``held``: per source (at least those
+        of ``settling``), where the oldest bytes the pool still holds begin
+        (``BufferPool.unacknowledged_starts``, ``slot`` left out) — older slots in flight, and
+        more: after a start that read bytes again below a slot that survived, those bytes are
+        in younger slots, or not sealed yet, when the survivor is acknowledged. The
+        acknowledged offset passes none of them (were it written past them, a power cut
+        losing their slots would leave them taken for delivered)."""
         self._seal_times.pop(slot.seq, None)
         ahead = self._acked_ahead
         for src, _s, end in slot.meta.positions:
             ahead[src] = max(end, ahead.get(src, 0))
         ends = dict(ahead)
-        firsts = dict(held or {})                 # per source, the first byte still owed
-        for other in in_flight:
-            for src, start, _e in other.meta.positions:
-                firsts[src] = min(start, firsts.get(src, start))
-        for src, start in firsts.items():
+        for src, start in held.items():           # per source, the first byte still owed
             if src in ends and start < ends[src]:
                 ends[src] = start
         for src, end in ends.items():

@@ -307,7 +307,7 @@ def test_the_agent_says_stalled_and_starves_the_watchdog_only_while_wedged(tmp_p
 
     try:
         agent.begin()
-        turns(lambda: agent.drain.in_flight_slots(), "a slot in flight")
+        turns(lambda: agent.drain.inflight, "a slot in flight")
         for n in range(1, RESTART_AFTER_STALLS + 2):
             clock.advance(OUTAGE_AFTER_S)
             turns(lambda: agent.drain._next_probe > 0, "asked")

@@ -82,7 +82,7 @@ class Run:
         self.checkpoint()
         for s in self.pool.sealed():
             self.delivered += [v for _, _, v in s.records()]
-            self.checkpoints.acknowledged(s, [], {})
+            self.checkpoints.acknowledged(s, {})
             self.checkpoints.flush(lambda: self.pool.next_record, lambda: None, False)
             self.pool.free(s)
 
@@ -338,7 +338,7 @@ def test_slots_filled_within_a_batch_cover_their_own_entries(run, tmp_path):
     assert len(full) >= 2, "no slot filled within a batch"
     for s in full:
         r.delivered += [v for _, _, v in s.records()]
-        r.checkpoints.acknowledged(s, [], {})
+        r.checkpoints.acknowledged(s, {})
         r.checkpoints.flush(lambda: r.pool.next_record, lambda: None, False)
         r.pool.free(s)
     delivered = len(r.delivered)

@@ -217,7 +217,7 @@ class Run:
             self._deliver(slot, slot.record_count)
             if self.checkpoints.sealed_waiting():
                 self._checkpoint()
-            self.checkpoints.acknowledged(slot, [], self.pool.unacknowledged_starts(slot.seq))
+            self.checkpoints.acknowledged(slot, self.pool.unacknowledged_starts(slot.seq))
             self.pool.free(slot)
             self.sealed_returned.pop(slot.seq, None)
             self.prefix.pop(slot.seq, None)
@@ -343,7 +343,7 @@ def test_an_acknowledgement_never_passes_bytes_read_again_below_a_surviving_slot
     pool.append(TOPIC, Chunk.from_lines(again, 0), source=sid, source_start=60 * LINE)
     [survivor] = pool.sealed()                        # lines 60-99 read again, filling
     for held in ({}, pool.unacknowledged_starts(survivor.seq)):
-        checkpoints.acknowledged(survivor, [], held)
+        checkpoints.acknowledged(survivor, held)
         if not held:                                  # as before: past the filling bytes
             assert db.get(sid)["acked_offset"] == 150 * LINE
             db.conn.execute("UPDATE files SET acked_offset = 0")
