@@ -26,6 +26,13 @@ Every record that arrived is counted per run; for docket and kcat the records' v
 compared with the events written (every event exactly once, whole). Ratios: docket's events/s
 over rsyslog's and CPU per event over rsyslog's (the issue's goal: >= 2x the events/s at <= 0.5x
 the CPU), and kcat_headers' CPU per event over rsyslog's and over docket's.
+
+The parts of each run's time (``result``): when Kafka held the first record
+(``first_record_s``) and all but the last (``all_but_last_s``), and the events/s until then
+(``events_s_before_last``) and between the two (``events_s_sending``), with their ratios to
+rsyslog's. The last event ends a run for the shippers that read lines (docket, rsyslog): none
+can tell it is whole until ``flush_ms`` / ``readTimeout`` passes with nothing after it, and
+that wait, not the shipper's speed, sets the whole run's end.
 Prints one JSON line. Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster.
 ``BENCH_MULTILINE_SHIPPERS`` (comma-separated names from the list above) runs only those.
 """
@@ -83,11 +90,25 @@ def write_events(path: Path) -> list[bytes]:
     return events
 
 
-def result(elapsed: float, held: int, w: Watched, lines: int, events: int = EVENTS) -> dict:
-    return {"events_s": round(events / elapsed), "records": held,
-            "cpu_us_per_event": round(w.cpu_s / events * 1e6, 2),
-            "cpu_us_per_line": round(w.cpu_s / lines * 1e6, 3),
-            "peak_rss_mb": round(w.hwm_mb, 1)}
+def result(elapsed: float, held: int, w: Watched, lines: int, events: int = EVENTS,
+           timeline: dict | None = None) -> dict:
+    """A run's figures. With ``timeline`` (``wait_for``'s) also the parts of its time: when
+    Kafka held the first record and all but the last, the events/s until then
+    (``events_s_before_last``: the whole run but the wait for the last event, which no
+    shipper can tell is whole until ``flush_ms`` / ``readTimeout``, 1 s for both, passes
+    with nothing after it) and while sending (``events_s_sending``: from the first record
+    held to all but the last, so neither the start nor the last event's wait)."""
+    out = {"events_s": round(events / elapsed), "records": held,
+           "cpu_us_per_event": round(w.cpu_s / events * 1e6, 2),
+           "cpu_us_per_line": round(w.cpu_s / lines * 1e6, 3),
+           "peak_rss_mb": round(w.hwm_mb, 1), "seconds": round(elapsed, 3)}
+    if timeline and "first_s" in timeline and "all_but_last_s" in timeline:
+        first, most = timeline["first_s"], timeline["all_but_last_s"]
+        out.update(first_record_s=round(first, 3), all_but_last_s=round(most, 3),
+                   events_s_before_last=round((events - 1) / most))
+        if most > first:
+            out["events_s_sending"] = round((events - 1) / (most - first))
+    return out
 
 
 def run_docket(bootstrap: str, topic: str, work: Path, data: Path, want: int, lines: int,
@@ -104,12 +125,13 @@ def run_docket(bootstrap: str, topic: str, work: Path, data: Path, want: int, li
     t0 = time.perf_counter()
     agent.start()
     w = Watched(agent.proc)
+    timeline: dict = {}
     try:
-        elapsed, held = wait_for(bootstrap, topic, w, t0, want)
+        elapsed, held = wait_for(bootstrap, topic, w, t0, want, timeline)
         w.sample()
     finally:
         agent.stop()
-    return result(elapsed, held, w, lines, events)
+    return result(elapsed, held, w, lines, events, timeline if want == events else None)
 
 
 # imfile: a message begins at a line matching the start pattern (the last one ends after
@@ -124,12 +146,13 @@ def run_rsyslog(bootstrap: str, topic: str, work: Path, data: Path, lines: int,
     t0 = time.perf_counter()
     proc = start_rsyslog(bootstrap, topic, work, data, framing)
     w = Watched(proc)
+    timeline: dict = {}
     try:
-        elapsed, held = wait_for(bootstrap, topic, w, t0, events)
+        elapsed, held = wait_for(bootstrap, topic, w, t0, events, timeline)
         w.sample()
     finally:
         stop(proc)
-    return result(elapsed, held, w, lines, events)
+    return result(elapsed, held, w, lines, events, timeline)
 
 
 def run_kcat_events(bootstrap: str, topic: str, work: Path, events: list[bytes],
@@ -140,7 +163,9 @@ def run_kcat_events(bootstrap: str, topic: str, work: Path, events: list[bytes],
     data = work / "events.rs"
     data.write_bytes(b"".join(e[:-1] + b"\x1e" for e in events))
     cmd = kcat_command(bootstrap, topic, data, headers=True, delimiter="\\x1e")
-    return result(*time_kcat(bootstrap, topic, cmd, len(events)), lines, len(events))
+    timeline: dict = {}
+    elapsed, held, w = time_kcat(bootstrap, topic, cmd, len(events), timeline)
+    return result(elapsed, held, w, lines, len(events), timeline)
 
 
 def rsyslog_usable() -> bool:
@@ -202,6 +227,9 @@ def vs_rsyslog(out: dict) -> dict:
             figures[f"{r}_vs_rsyslog_events_s"] = round(got["events_s"] / rs["events_s"], 2)
             figures[f"{r}_vs_rsyslog_cpu"] = round(got["cpu_us_per_event"]
                                                    / rs["cpu_us_per_event"], 2)
+            for part in ("events_s_before_last", "events_s_sending"):
+                if part in got and part in rs:
+                    figures[f"{r}_vs_rsyslog_{part}"] = round(got[part] / rs[part], 2)
         if floor and r.startswith("docket") and r != "docket_lines":
             figures[f"{r}_vs_kcat_headers_cpu"] = round(got["cpu_us_per_event"]
                                                         / floor["cpu_us_per_event"], 2)

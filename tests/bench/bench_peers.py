@@ -43,17 +43,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
 from docket_common.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER  # noqa: E402
 from tests.agentkit import AgentProcess, compile_sources, native_built  # noqa: E402
 from tests.bench.bench_agent import throughput_config, write_file  # noqa: E402
 from tests.bench.bench_latency import RATE, RUN, WARMUP_S, run_agent, tail_latency  # noqa: E402
-from tests.kafkautil import bench_kafka, high_watermarks  # noqa: E402
+from tests.kafkautil import bench_kafka  # noqa: E402
 
 LINES = 1_000_000
 LINE = 100
 ROUNDS = 2
 TIMEOUT_S = 600
+LOOK_S = 0.02                   # between two looks at what Kafka holds (wait_for)
 RSYSLOGD = shutil.which("rsyslogd") or "/usr/sbin/rsyslogd"
 KCAT = shutil.which("kcat")
 
@@ -77,17 +80,49 @@ class Watched:
             pass
 
 
+class Held:
+    """How many records Kafka holds of ``topic`` (the sum of its partitions' high watermarks),
+    asked through one consumer kept open: a consumer made for each look (``high_watermarks``)
+    took about 60 ms, a look of this kind a millisecond or two a partition."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.consumer = Consumer({"bootstrap.servers": bootstrap,
+                                  "group.id": f"docket-bench-held-{RUN}",
+                                  "enable.auto.commit": False})
+        md = self.consumer.list_topics(topic, timeout=30).topics[topic]
+        self.partitions = [TopicPartition(topic, p) for p in md.partitions]
+
+    def __call__(self) -> int:
+        return sum(self.consumer.get_watermark_offsets(tp, timeout=30, cached=False)[1]
+                   for tp in self.partitions)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
 def wait_for(bootstrap: str, topic: str, watched: Watched, t0: float,
-             want: int = LINES) -> tuple[float, int]:
-    """Until Kafka holds ``want`` records of ``topic``: (seconds since t0, records)."""
+             want: int = LINES, timeline: dict | None = None) -> tuple[float, int]:
+    """Until Kafka holds ``want`` records of ``topic``: (seconds since t0, records), looked at
+    every ``LOOK_S``. ``timeline``: filled with the seconds since t0 at which Kafka held the
+    first record (``first_s``) and all but the last (``all_but_last_s``)."""
     deadline = t0 + TIMEOUT_S
     held = 0
-    while time.perf_counter() < deadline:
-        watched.sample()
-        held = sum(high_watermarks(bootstrap, topic).values())
-        if held >= want:
-            return time.perf_counter() - t0, held
-        time.sleep(0.05)
+    count = Held(bootstrap, topic)
+    try:
+        while time.perf_counter() < deadline:
+            watched.sample()
+            held = count()
+            now = time.perf_counter() - t0
+            if timeline is not None:
+                if held and "first_s" not in timeline:
+                    timeline["first_s"] = now
+                if held >= want - 1 and "all_but_last_s" not in timeline:
+                    timeline["all_but_last_s"] = now
+            if held >= want:
+                return now, held
+            time.sleep(LOOK_S)
+    finally:
+        count.close()
     raise AssertionError(f"{topic}: {held} of {want} records after {TIMEOUT_S} s")
 
 
@@ -133,15 +168,15 @@ def kcat_command(bootstrap: str, topic: str, data: Path, headers: bool = False,
     return cmd + [str(data)]
 
 
-def time_kcat(bootstrap: str, topic: str, cmd: list[str], want: int = LINES
-              ) -> tuple[float, int, Watched]:
+def time_kcat(bootstrap: str, topic: str, cmd: list[str], want: int = LINES,
+              timeline: dict | None = None) -> tuple[float, int, Watched]:
     """``cmd`` (``kcat_command``) run until Kafka holds ``want`` records of ``topic``:
-    (seconds, records, its CPU)."""
+    (seconds, records, its CPU); ``timeline`` as ``wait_for`` fills it."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     w = Watched(proc)
     try:
-        elapsed, held = wait_for(bootstrap, topic, w, t0, want)
+        elapsed, held = wait_for(bootstrap, topic, w, t0, want, timeline)
         w.sample()
         proc.wait(timeout=60)
     finally:
