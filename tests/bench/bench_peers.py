@@ -89,10 +89,14 @@ class Held:
         self.consumer = Consumer({"bootstrap.servers": bootstrap,
                                   "group.id": f"docket-bench-held-{RUN}",
                                   "enable.auto.commit": False})
-        md = self.consumer.list_topics(topic, timeout=30).topics[topic]
-        self.partitions = [TopicPartition(topic, p) for p in md.partitions]
+        self.topic = topic
+        self.partitions: list[TopicPartition] = []
 
     def __call__(self) -> int:
+        if not self.partitions:             # (a topic not made yet holds nothing)
+            md = self.consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
+            self.partitions = [TopicPartition(self.topic, p)
+                               for p in (md.partitions if md is not None else ())]
         return sum(self.consumer.get_watermark_offsets(tp, timeout=30, cached=False)[1]
                    for tp in self.partitions)
 
