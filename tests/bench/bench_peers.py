@@ -43,14 +43,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
-
 from broker.admin import TopicSpec, ensure_topics  # noqa: E402
 from docket_common.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER  # noqa: E402
 from tests.agentkit import AgentProcess, compile_sources, native_built  # noqa: E402
 from tests.bench.bench_agent import throughput_config, write_file  # noqa: E402
 from tests.bench.bench_latency import RATE, RUN, WARMUP_S, run_agent, tail_latency  # noqa: E402
-from tests.kafkautil import bench_kafka  # noqa: E402
+from tests.kafkautil import Held, bench_kafka  # noqa: E402
 
 LINES = 1_000_000
 LINE = 100
@@ -78,30 +76,6 @@ class Watched:
                     self.hwm_mb = int(line.split()[1]) / 1024
         except (FileNotFoundError, ProcessLookupError, IndexError):
             pass
-
-
-class Held:
-    """How many records Kafka holds of ``topic`` (the sum of its partitions' high watermarks),
-    asked through one consumer kept open: a consumer made for each look (``high_watermarks``)
-    took about 60 ms, a look of this kind a millisecond or two a partition."""
-
-    def __init__(self, bootstrap: str, topic: str):
-        self.consumer = Consumer({"bootstrap.servers": bootstrap,
-                                  "group.id": f"docket-bench-held-{RUN}",
-                                  "enable.auto.commit": False})
-        self.topic = topic
-        self.partitions: list[TopicPartition] = []
-
-    def __call__(self) -> int:
-        if not self.partitions:             # (a topic not made yet holds nothing)
-            md = self.consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
-            self.partitions = [TopicPartition(self.topic, p)
-                               for p in (md.partitions if md is not None else ())]
-        return sum(self.consumer.get_watermark_offsets(tp, timeout=30, cached=False)[1]
-                   for tp in self.partitions)
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 def wait_for(bootstrap: str, topic: str, watched: Watched, t0: float,
