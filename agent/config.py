@@ -133,6 +133,13 @@ SETTINGS: tuple[Setting, ...] = (
             "so read_committed consumers see every event once (docs/exactly-once.md); sends "
             "through the Python path (`send_path` `auto` or `python`).",
             choices=("at_least_once", "exactly_once")),
+    Setting("broker.delivered_check_s", float, 30.0, "Native send path, at start: the slots "
+            "found in the pool with records past their acknowledged prefix (in flight when the "
+            "agent stopped) wait while the agent reads back what Kafka took of their topics "
+            "since, for at most this long (a cluster that does not answer yet counts); records "
+            "found there under this agent's origin, incarnation and record number, with the "
+            "same value, are not sent again (fewer duplicates after a crash; what is not found "
+            "is sent again, as without the check). 0: no check.", minimum=0),
     Setting("broker.transaction_ms", float, 100.0, "`exactly_once`: slots join a transaction "
             "for at most this long; it commits sooner when the agent has caught up. Records "
             "are visible to read_committed consumers at the commit.", minimum=1),

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import Consumer
+
 from .audit_emitter import AuditEmitter, RecordNumbers
 from .buffer import BufferPool, DropEvent, PoolDamaged, SealedSlot
 from .buffer.durable import make_folder
@@ -93,6 +95,9 @@ class Seams:
     producer_factory: Callable[[dict], object] | None = None
     native_factory: Callable[[dict], object] | None = None    # the native send path's
     probe_factory: Callable[[dict], object] | None = None     # the drain's "does it answer?"
+    # The native drain's start check of what Kafka took (``drain/delivered.py``): a consumer;
+    # None with a stand-in extension: no check (a stand-in has no cluster to read back)
+    consumer_factory: Callable[[dict], object] | None = None
     txn_crash_point: Callable[[str], None] | None = None      # broker.delivery = "exactly_once"
     db_crash_point: Callable[[str], None] | None = None
     file_events: bool = True
@@ -206,7 +211,12 @@ class Agent(AgentLoop, AgentControl):
         numbered = cfg["agent.record_numbers"] and origin is not None
         drain_class, native = Drain, {}
         if self.send_path == "native":
-            drain_class, native = NativeDrain, {"native_factory": self.seams.native_factory}
+            consumer = self.seams.consumer_factory
+            if consumer is None and self.seams.native_factory is None:
+                consumer = Consumer
+            drain_class, native = NativeDrain, {
+                "native_factory": self.seams.native_factory, "delivered_consumer": consumer,
+                "delivered_check_s": cfg["broker.delivered_check_s"]}
         elif cfg["broker.delivery"] == "exactly_once":
             drain_class, native = TransactionalDrain, {
                 "agent_id": cfg.agent_id, "incarnation_id": self.incarnation,
@@ -227,6 +237,8 @@ class Agent(AgentLoop, AgentControl):
                                       on_answer=self.drain.cluster_answered)
         self.drain.on_unknown_topic = self.topic_watch.unknown
         self.wake = LoopWake()                  # ends the idle loop's sleep (wake.py)
+        if isinstance(self.drain, NativeDrain):
+            self.drain.on_checked = self.wake.notify            # the start's check is over
         self._signals_wake = False
         # The sources with threads of their own (unix socket, syslog, journald), each with a
         # close() and a describe() (status lists them as listeners).

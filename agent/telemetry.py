@@ -59,6 +59,10 @@ METRICS: dict[str, tuple[str, str]] = {
                                                "start not sent again: Kafka acknowledged them "
                                                "before the stop (the slot's acknowledged "
                                                "prefix)."),
+    "agent_drain_found_delivered_total": ("counter", "Events of slots found in the pool at start, "
+                                          "past their acknowledged prefix, not sent again: the "
+                                          "start's check found them in Kafka (same origin, "
+                                          "incarnation, record number and value)."),
     "agent_drain_slots_freed_total": ("counter", "Slots freed after full acknowledgement."),
     "agent_drain_broker_up": ("gauge", "1 while the cluster answers, 0 during an outage."),
     "agent_drain_transactions_committed_total": ("counter", "exactly_once: transactions "

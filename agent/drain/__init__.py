@@ -7,6 +7,8 @@ acknowledged.
 - ``native``: the native send path (``broker.send_path``: ``auto`` where the extension is
   installed, or ``native``), and the choice of path: slots handed to the extension built from
   agent/native, outcomes reported once per slot.
+- ``delivered``: the native path's start check: which records in flight when the agent died
+  Kafka took all the same (read back, left out of the send).
 - ``transact``: exactly once (``broker.delivery = "exactly_once"``): slots in Kafka
   transactions with the agent's progress marker; a restart frees what the marker names.
 - ``slotsend``: one slot on its way: the cursor over its records and what became of each.

@@ -16,7 +16,8 @@ too large with their batch go alone through the lone producer (a Python one, bui
 needed), dead ones to the dead-letter folder and the journal; the liveness watch sees the
 native reports move and purges the native queue too; a fatal error, new settings or a stall
 replace the producers, and a slot whose report is not in is sent again from its acknowledged
-prefix on (``_again``), but for its dead records. There is no other
+prefix on (``_again``), but for its dead records. At start, a check reads back what Kafka
+took of the slots past their prefixes before anything goes (``delivered.py``). There is no other
 producer: one client that can stop answering, not two (the Python producer that carried the
 resends here before, and that the outage probe asked, was the one found stuck after a 30 s
 broker pause, holding its slots and making the probe say the cluster was gone).
@@ -29,15 +30,17 @@ from __future__ import annotations
 
 import bisect
 import logging
+from collections.abc import Callable
 
 import numpy as np
 from confluent_kafka import KafkaError
 
-from docket_common.names import SEQ_HEADER
+from docket_common.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER
 
 from ..buffer import SealedSlot
 from ..buffer.framing import iter_blocks
-from .drain import PUMP_BUDGET, Drain
+from .delivered import DeliveredCheck
+from .drain import PUMP_BUDGET, Drain, in_flight_at_most
 from .headers import Record
 from .slotsend import SendState
 
@@ -140,11 +143,14 @@ class NativeSend(SendState):
     what became of its records. The drain's handlers use it as they use a ``SlotSend``."""
 
     def __init__(self, slot: SealedSlot, token: int, blocks: list[tuple],
-                 previous: NativeSend | None = None, skipped: int = 0):
+                 previous: NativeSend | None = None, skipped: int = 0,
+                 found: frozenset[int] = frozenset()):
         self.slot = slot
         self.token = token
         self.skipped = skipped          # records before the first block: acknowledged before
-        self.total = slot.record_count - skipped
+        # Records past that prefix found in Kafka at start (``delivered.py``): left out
+        self.found = found if previous is None else previous.found
+        self.total = slot.record_count - skipped - len(self.found)
         self.noted = skipped            # the acknowledged prefix last kept in the slot's header
         self.carried = 0                # of ``skipped``: acknowledged in this process, to the
         #                                 sends this one replaced (counted as sent with it)
@@ -202,7 +208,7 @@ class NativeSend(SendState):
         self.slot = slot
         self.blocks.extend(blocks)
         self.firsts.extend(b[0] for b in blocks)
-        self.total = slot.record_count - self.skipped
+        self.total = slot.record_count - self.skipped - len(self.found)
         self.parsed = slot.meta.used_bytes
 
     def _locate(self, index: int) -> tuple[tuple, int]:
@@ -250,9 +256,27 @@ class NativeDrain(Drain):
     WAKES_ON_FD = True         # the extension's poll sleeps on a descriptor of the caller's too
     REPORTS_PER_SLOT = True    # no zero point needed: more small slots may be on their way
 
-    def __init__(self, *args, native_factory=None, **kwargs):
+    def __init__(self, *args, native_factory=None, delivered_consumer=None,
+                 delivered_check_s: float = 0.0, **kwargs):
         self.native_factory = native_factory or (lambda conf: native_module().SlotProducer(conf))
         super().__init__(*args, **kwargs)
+        # At start: which records past the slots' acknowledged prefixes are in Kafka already
+        # (``delivered.py``); nothing is sent until it is done.
+        self._found: dict[int, set[int]] = {}
+        self.on_checked: Callable[[], None] | None = None      # the loop's wake-up
+        self._check: DeliveredCheck | None = None
+        if delivered_consumer is not None and delivered_check_s > 0 and self.numbered:
+            # The drain takes slots in sequence order while there is room: only the oldest
+            # that many can have been on their way when the agent stopped.
+            sealed = sorted(self.pool.sealed(), key=lambda s: s.meta.seq)
+            window = sealed[:in_flight_at_most([s.meta.used_bytes for s in sealed],
+                                               self.pool.geometry, native=True)]
+            slots = [s for s in window if s.acked_before < s.record_count]
+            if slots:
+                self._check = DeliveredCheck(
+                    slots, self.conf, delivered_consumer, dict(self.origin_headers)[
+                        ORIGIN_HEADER], dict(self.origin_headers)[INCARNATION_HEADER],
+                    delivered_check_s, on_done=lambda: self.on_checked and self.on_checked())
         self.native = self.native_factory(_native_conf(self.conf))
         self.native_name = _client_name(self.native)
         self._sends: dict[int, NativeSend] = {}        # token → the send its reports are for
@@ -273,14 +297,16 @@ class NativeDrain(Drain):
         return f"native (docket_native, librdkafka {version})"
 
     # -- blocks as arrays --------------------------------------------------------------------
-    def block_arrays(self, slot: SealedSlot, leave_out: set[int] = frozenset(),
+    def block_arrays(self, slot: SealedSlot, leave_out: set[int] | frozenset[int] = frozenset(),
                      skip: int = 0, at: tuple[int, int] = (0, 0)) -> list[tuple]:
         """Per block: (first index, offsets, lengths, times, numbers or None, keys or None,
         headers), the arrays as the native producer takes them; records in ``leave_out``
-        (dead-lettered before this send) and the first ``skip`` (acknowledged before it) left
-        out. ``at``: (byte, index) of the block to begin with — a slot sent while it fills
-        goes on from the blocks its send has."""
+        (dead-lettered before this send, or found in Kafka at start) and the first ``skip``
+        (acknowledged before it) left out — a block with some left out goes as its runs of
+        kept records. ``at``: (byte, index) of the block to begin with — a slot sent while it
+        fills goes on from the blocks its send has."""
         out = []
+        left = np.array(sorted(leave_out), dtype=np.int64) if leave_out else None
         index, number = at[1], slot.meta.first_record + at[1]
         for block in iter_blocks(slot.payload, at[0]):
             n = len(block.offsets)
@@ -295,11 +321,14 @@ class NativeDrain(Drain):
                 cut = skip - index
                 arrays = tuple(a[cut:] if a is not None else None for a in arrays)
                 index, number, n = skip, number + cut, n - cut
-            if leave_out and any(index <= d < index + n for d in leave_out):
-                # a rebuilt send: one block per kept record (rare: after a fatal error)
-                for i in range(n):
-                    if index + i not in leave_out:
-                        out.append((index + i, *(_one(a, i) for a in arrays), headers))
+            lo, hi = np.searchsorted(left, (index, index + n)) if left is not None else (0, 0)
+            if hi > lo:
+                kept = np.ones(n, dtype=np.int8)
+                kept[left[lo:hi] - index] = 0
+                edges = np.flatnonzero(np.diff(np.concatenate(([0], kept, [0]))))
+                for a, b in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+                    out.append((index + a, *(x[a:b] if x is not None else None
+                                             for x in arrays), headers))
             else:
                 out.append((index, *arrays, headers))
             index, number = index + n, number + n
@@ -307,14 +336,18 @@ class NativeDrain(Drain):
 
     # -- sending ------------------------------------------------------------------------------
     def _start(self, slot: SealedSlot) -> NativeSend:
-        """A slot found in the pool at start goes from its acknowledged prefix on."""
+        """A slot found in the pool at start goes from its acknowledged prefix on, less the
+        records past it that the start's check found in Kafka (``delivered.py``)."""
         skip = slot.acked_before
-        send = NativeSend(slot, self._next_token(), self.block_arrays(slot, skip=skip),
-                          skipped=skip)
+        found = frozenset(self._found.pop(slot.meta.seq, ()))
+        send = NativeSend(slot, self._next_token(), self.block_arrays(slot, found, skip=skip),
+                          skipped=skip, found=found)
         if skip:
             self.native.begin(send.token, skip)
             self.metrics.inc("agent_drain_skipped_acknowledged_total", skip,
                              topic=slot.topic)
+        if found:
+            self.metrics.inc("agent_drain_found_delivered_total", len(found), topic=slot.topic)
         return self._register(send)
 
     def _send_filling(self) -> None:
@@ -484,11 +517,33 @@ class NativeDrain(Drain):
                 + self._reports_before + self.native.reports())
 
     def pump(self, budget: int = PUMP_BUDGET, reports: bool = True) -> int:
+        if self._check is not None and not self._checked():
+            return 0
         fatal = self.native.fatal_error()
         if fatal is not None and self._fatal is None:
             self._fatal = KafkaError(fatal[0], fatal[1], fatal=True)
         self._send_filling()
         return super().pump(budget, reports)
+
+    def _checked(self) -> bool:
+        """Whether the start's check is over (its findings taken, and said, once)."""
+        check = self._check
+        if not check.done.is_set():
+            return False
+        self._check, self._found = None, check.found
+        log.info("start: %s", check.describe())
+        return True
+
+    def checking(self) -> bool:
+        """The start's check is under way: nothing goes until it is over."""
+        return self._check is not None and not self._check.done.is_set()
+
+    def drain_until(self, deadline: float) -> bool:
+        """A stop while the start's check is under way sends nothing: every slot stays in the
+        pool for the next start (which checks again)."""
+        if self.checking():
+            return self.idle()
+        return super().drain_until(deadline)
 
     def _purge(self, in_flight: bool = False) -> None:
         self.native.purge(in_flight=in_flight)
@@ -511,7 +566,8 @@ class NativeDrain(Drain):
             return super()._again(send)
         skip = max(send.skipped, send.noted)         # acknowledged from the first on
         again = NativeSend(send.slot, self._next_token(),
-                           self.block_arrays(send.slot, send.dead_index, skip=skip),
+                           self.block_arrays(send.slot, send.dead_index | send.found,
+                                             skip=skip),
                            previous=send, skipped=skip)
         again.begin_at = skip           # told to the producer that replaces this one
         if self._filling is send:
@@ -551,10 +607,3 @@ def _client_name(producer) -> str:
     counts clients per librdkafka copy (the Python path's client in the same process can have
     the same), marked as the native one's."""
     return f"native {producer.name()}"
-
-
-def _one(array, i: int):
-    """Item ``i`` of a block's array (or list, or None) as a one-item array (or list)."""
-    if array is None:
-        return None
-    return array[i:i + 1]

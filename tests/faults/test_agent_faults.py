@@ -33,6 +33,7 @@ from tests.integration.test_agent_end_to_end import (
     setup_agent,
     start_writer,
 )
+from tests.kafkautil import high_watermarks
 
 
 def in_flight_ids(pool_path: Path, send_path: str = "auto") -> list[int]:
@@ -624,3 +625,51 @@ def broker_fault_run(kafka, tmp_path, topic_name, broker: dict, fault: str = "pa
                        f"[{began_ms}, {ended_ms}]: {wrong[:5]}", printed)
     assert list(origins) == [b"test-agent"], origins
     return figures
+
+
+@pytest.mark.slow
+def test_records_a_paused_broker_wrote_after_the_agent_died_are_not_sent_again(
+        kafka, tmp_path, topic_name):
+    """200,000 lines at 50,000 lines/s on the default send path; the broker SIGSTOPped, the
+    agent SIGKILLed 2 s later with records in flight, the broker resumed: it writes the
+    requests it read from its socket after their sender died. Once the partitions' ends stop
+    moving the agent starts again, and its start check (``agent/drain/delivered.py``) finds
+    those records in Kafka and leaves them out: every line arrives exactly once. The check
+    must have found some (the fault happened: records past the slots' acknowledged prefixes
+    written after the kill); without it each would arrive twice."""
+    agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
+                              broker={"send_path": "auto"})
+    total = 200_000
+    cluster = kafka.controlled()
+    agent.start()
+    writer = start_writer(logs, total, 100_000, 50_000)
+    try:
+        time.sleep(1.5)
+        cluster.pause_node(1)
+        try:
+            time.sleep(2)
+            agent.kill()
+        finally:
+            cluster.resume_node(1)
+        ends, deadline = None, time.monotonic() + 60
+        while time.monotonic() < deadline:        # the broker done writing what it had
+            now = high_watermarks(kafka.bootstrap_servers, topic_name)
+            if now == ends:
+                break
+            ends = now
+            time.sleep(1)
+        agent.start()
+        assert writer.wait(timeout=600) == 0
+        counts = consume_counts(kafka.bootstrap_servers, topic_name, total, 600, parse_id)
+    finally:
+        rc = agent.stop()
+        writer.kill()
+    assert rc == 0
+    checks = re.findall(r"start: (\d+) of (\d+) record\(s\) past their slots' acknowledged "
+                        r"prefixes found in Kafka already", agent.whole_log())
+    missing = [i for i in range(total) if counts.get(i, 0) == 0]
+    duplicates = sum(c - 1 for c in counts.values() if c > 1)
+    print(json.dumps({"checks": checks, "missing": len(missing), "duplicates": duplicates}))
+    assert not missing, f"{len(missing)} missing, first {missing[:10]}"
+    assert checks and sum(int(found) for found, _past in checks) > 0, checks
+    assert duplicates == 0, (duplicates, checks)

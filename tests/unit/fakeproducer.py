@@ -36,6 +36,7 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
+    TopicPartition,
 )
 
 OK = "ok"
@@ -67,6 +68,17 @@ class FakeKafka:
         (``reachable``), as a new admin client does."""
         self.probes += 1
         return FakeAdmin(self)
+
+    def consumer(self, conf: dict) -> FakeConsumer:
+        """A consumer of what the cluster holds (``log``): one partition a topic, offsets in
+        the order acknowledged (the native drain's start check, ``delivered.py``)."""
+        self.probes += 1
+        return FakeConsumer(self)
+
+    def land(self, msgs: list[_Msg]) -> None:
+        """``msgs`` (in flight, unanswered) written all the same: a broker that read them
+        from its socket after their sender died."""
+        self.log.extend((m.topic, m.value, m.key, m.timestamp, m.headers) for m in msgs)
 
     def producer(self, conf: dict, role: str = "main") -> FakeProducer:
         """The ``producer_factory``: a new producer over this cluster. ``role``: "main" (the
@@ -195,6 +207,61 @@ class FakeAdmin:
         if not self.kafka.reachable:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT))
         return object()
+
+
+class FakeConsumer:
+    """What a consumer assigned to partitions reads of ``FakeKafka.log``: metadata, offsets by
+    time, watermarks and records with their offsets, while the cluster is ``reachable``."""
+
+    def __init__(self, kafka: FakeKafka):
+        self.kafka = kafka
+        self.at: dict[str, int] = {}           # topic → next offset, once assigned
+        self.closed = False
+
+    def _held(self, topic: str) -> list[tuple]:
+        if not self.kafka.reachable:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        return [r for r in self.kafka.log if r[0] == topic]
+
+    def list_topics(self, topic: str, timeout: float = -1):
+        held = self._held(topic)
+        error = None if held else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+        t = type("TopicMetadata", (), {"error": error, "partitions": {0: None} if held else {}})
+        return type("ClusterMetadata", (), {"topics": {topic: t}})
+
+    def offsets_for_times(self, tps: list, timeout: float = -1) -> list:
+        out = []
+        for tp in tps:
+            held = self._held(tp.topic)
+            offset = next((i for i, r in enumerate(held) if r[3] >= tp.offset), -1)
+            out.append(TopicPartition(tp.topic, tp.partition, offset))
+        return out
+
+    def get_watermark_offsets(self, tp, timeout: float = -1) -> tuple[int, int]:
+        return 0, len(self._held(tp.topic))
+
+    def assign(self, tps: list) -> None:
+        self.at = {tp.topic: tp.offset for tp in tps}
+
+    def pause(self, tps: list) -> None:
+        for tp in tps:
+            self.at.pop(tp.topic, None)
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        out = []
+        for topic, at in list(self.at.items()):
+            held = self._held(topic)
+            end = min(len(held), at + num_messages - len(out))
+            for offset in range(at, end):
+                _t, value, key, ts, headers = held[offset]
+                out.append(Message(topic=topic, value=value, key=key, headers=headers,
+                                   partition=0, offset=offset,
+                                   timestamp=(TIMESTAMP_CREATE_TIME, ts)))
+            self.at[topic] = max(at, end)
+        return out
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def _report(msg: _Msg, err: KafkaError | None) -> Message:

@@ -4,9 +4,12 @@ the native path's."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import select
 import sys
+import threading
+import time
 
 import pytest
 
@@ -22,12 +25,12 @@ from tests.unit.fakeproducer import FakeKafka
 from tests.unit.tailkit import FakeClock
 
 
-def config(tmp_path, send_path="native"):
+def config(tmp_path, send_path="native", **broker):
     return parse({
         "agent": {"id": "t", "state_dir": str(tmp_path / "state")},
         "buffer": {"size_bytes": 4096 + 4096 + 16 * 4096, "slot_size_bytes": 4096,
                    "sync_on_seal": False},
-        "broker": {"bootstrap_servers": "127.0.0.1:9", "send_path": send_path},
+        "broker": {"bootstrap_servers": "127.0.0.1:9", "send_path": send_path, **broker},
         "audit": {"enabled": False},
         "sources": [{"type": "file", "topic": "t", "paths": [str(tmp_path / "app.log")]}],
     })
@@ -230,6 +233,123 @@ def test_a_slot_in_flight_at_a_crash_goes_again_from_its_acknowledged_prefix_onl
         assert again.metrics.get("agent_drain_skipped_acknowledged_total", topic="t") == 10
     finally:
         again.abandon()
+
+
+def _landed_after_a_crash(tmp_path, check_s: float, land=None):
+    """30 lines in one slot; Kafka acknowledges lines 0–9, lines 10–29 are in flight with no
+    answer when the agent dies, and the broker writes lines 10–19 all the same (requests it
+    read from its socket after their sender died). The next agent (``delivered_check_s`` =
+    ``check_s``) starts on the same cluster: what it sends, and its metrics. ``land(kafka,
+    held)``: what the broker writes instead."""
+    from tests.unit.fakeproducer import HOLD
+
+    lines = [b"line %02d" % i for i in range(30)]
+    (tmp_path / "app.log").write_bytes(b"".join(v + b"\n" for v in lines))
+    agent, kafka = _with_stand_ins(config(tmp_path))
+    for line in lines[10:]:
+        kafka.script(line, HOLD)
+    try:
+        _started(agent, 6)
+        assert kafka.values() == lines[:10]
+    finally:
+        agent.abandon()                                  # killed: lines 10–29 unanswered
+    held = kafka.senders[0].held
+    assert [m.value for m in held] == lines[10:]
+    (land or (lambda k, h: k.land(h[:10])))(kafka, held)
+    again = Agent(config(tmp_path, delivered_check_s=check_s), seams=Seams(
+        clock=FakeClock(), file_events=False, producer_factory=kafka.producer,
+        probe_factory=kafka.admin, consumer_factory=kafka.consumer,
+        native_factory=lambda conf: FakeSlotProducer(conf, kafka)))
+    try:
+        again.begin()
+        deadline = time.monotonic() + 10
+        while again.drain.checking() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(6):
+            again.clock.advance(0.3)
+            again.turn()
+        # the slot done whole: nothing left in flight or sealed
+        assert again.drain.idle(), (again.drain.inflight, again.pool.sealed())
+        return kafka.values()[20:], lines, again.metrics
+    finally:
+        again.abandon()
+
+
+def test_records_past_the_prefix_that_landed_all_the_same_are_not_sent_again(tmp_path):
+    """The start's check reads lines 10–19 back (this agent's origin, incarnation, numbers and
+    values): the next agent sends lines 20–29 only, none twice."""
+    sent, lines, metrics = _landed_after_a_crash(tmp_path, 30)
+    assert sent == lines[20:]
+    assert metrics.get("agent_drain_found_delivered_total", topic="t") == 10
+    assert metrics.get("agent_drain_skipped_acknowledged_total", topic="t") == 10
+
+
+def test_without_the_check_the_records_that_landed_are_sent_twice(tmp_path):
+    """``delivered_check_s = 0``: lines 10–29 go again, lines 10–19 a second time."""
+    sent, lines, metrics = _landed_after_a_crash(tmp_path, 0)
+    assert sent == lines[10:]
+    assert metrics.get("agent_drain_found_delivered_total", topic="t") == 0
+
+
+def test_records_that_landed_out_of_order_are_left_out_one_by_one(tmp_path):
+    """Every other one of lines 10–29 landed (another partition's batches answered, say): the
+    slot's block goes as its runs of the records not found — the other ten, in order."""
+    sent, lines, metrics = _landed_after_a_crash(
+        tmp_path, 30, land=lambda kafka, held: kafka.land(held[::2]))
+    assert sent == lines[11::2]
+    assert metrics.get("agent_drain_found_delivered_total", topic="t") == 10
+
+
+def _changed(msgs, **what):
+    """Copies of ``msgs`` with their value or one header replaced."""
+    out = []
+    for m in msgs:
+        m = dataclasses.replace(m)
+        if "value" in what:
+            m.value = what["value"]
+        for name in ("docket-origin", "docket-incarnation"):
+            if name in what:
+                m.headers = [(k, what[name] if k == name else v) for k, v in m.headers]
+        out.append(m)
+    return out
+
+
+@pytest.mark.parametrize("what", [{"docket-origin": b"another-host"},
+                                  {"docket-incarnation": b"another-incarnation"},
+                                  {"value": b"not this line"}])
+def test_a_record_is_taken_for_delivered_only_with_this_agent_s_identity_and_its_value(
+        tmp_path, what):
+    """Records in Kafka under the same numbers but another origin, another incarnation or
+    another value are not this agent's records: lines 10–29 all go again."""
+    sent, lines, metrics = _landed_after_a_crash(
+        tmp_path, 30, land=lambda kafka, held: kafka.land(_changed(held[:10], **what)))
+    assert sent == lines[10:]
+    assert metrics.get("agent_drain_found_delivered_total", topic="t") == 0
+
+
+def test_a_cluster_that_does_not_answer_the_check_costs_its_wait_and_duplicates_only(tmp_path):
+    """The check's cluster does not answer: after ``delivered_check_s`` the slot goes from
+    its prefix as before (lines 10–29), nothing lost, the wait bounded."""
+    def land(kafka, held):
+        kafka.land(held[:10])
+        kafka.reachable = False
+        threading.Timer(1.5, setattr, (kafka, "reachable", True)).start()
+
+    began = time.monotonic()
+    sent, lines, metrics = _landed_after_a_crash(tmp_path, 0.5, land=land)
+    assert sent == lines[10:] and time.monotonic() - began < 5
+    assert metrics.get("agent_drain_found_delivered_total", topic="t") == 0
+
+
+def test_the_check_reads_back_at_most_its_bound_and_takes_what_it_saw(tmp_path, monkeypatch):
+    """``MAX_RECORDS`` read: what was seen by then counts, the rest goes again. (The read
+    begins at the slot's earliest record past its prefix, less a margin: with the fake's
+    clock, at lines 0–9 too, so 14 records read are lines 0–13.)"""
+    monkeypatch.setattr("agent.drain.delivered.MAX_RECORDS", 14)
+    monkeypatch.setattr("agent.drain.delivered.BATCH", 7)
+    sent, lines, metrics = _landed_after_a_crash(tmp_path, 30)
+    assert metrics.get("agent_drain_found_delivered_total", topic="t") == 4
+    assert sent == lines[14:]
 
 
 def test_a_new_producer_counts_on_from_the_prefix_the_old_one_acknowledged(tmp_path):
