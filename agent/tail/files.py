@@ -440,7 +440,8 @@ class FileSource:
         skip: list[tuple[int, int]] = []
         if back is not None:
             # the newest anchor the file still holds: the pool's slots may tell where after it
-            back, skip = self._still_held(row["source_id"], fd, back, offset)
+            back, skip = self._still_held(row["source_id"], fd, back, offset,
+                                          row["acked_offset"] or 0)
         elif floor is not None and self.reader.routes.by_line and \
                 self.recovered.get(row["source_id"], 0) > floor:
             # the pool read past the newest anchor, in slots each holding one topic's lines
@@ -450,7 +451,8 @@ class FileSource:
         elif floor is not None and floor < offset and \
                 self._pool_read_differs(row["source_id"], fd, offset):
             # the pool read past the newest anchor what the file no longer holds all of
-            back, skip = self._still_held(row["source_id"], fd, floor, offset)
+            back, skip = self._still_held(row["source_id"], fd, floor, offset,
+                                          row["acked_offset"] or 0)
         if back is not None:
             offset = self._cut_back(row, path, offset, back, size, skip)
             coarse, fine = anchors.below(coarse, offset), anchors.below(fine, offset)
@@ -501,8 +503,8 @@ class FileSource:
                 return False
         return True
 
-    def _still_held(self, sid: int, fd: int, newest: int,
-                    offset: int) -> tuple[int, list[tuple[int, int]]]:
+    def _still_held(self, sid: int, fd: int, newest: int, offset: int,
+                    acked: int = 0) -> tuple[int, list[tuple[int, int]]]:
         """Where reading resumes in a file cut back past ``newest`` (the newest anchor it
         holds), and what it need not read again from there. The first: the first record, from
         ``newest`` on, of the pool's slots of this source that the file no longer holds as it
@@ -517,15 +519,27 @@ class FileSource:
         second: the stretches after it, line starts to line ends, that the file still holds
         as those slots read them (``_held_beyond``): a cut that kept a later page of the log
         and dropped an earlier one leaves a hole, and the lines after it are the pool's
-        already. Ascending; none with a multiline rule."""
+        already. Ascending; none with a multiline rule.
+
+        Between ``newest`` and the first slot the pool still holds lie the lines of slots
+        acknowledged and freed since (the state database keeps an anchor per few hand-overs,
+        not every line): when the database's acknowledged offset (``acked``) reaches that slot
+        and the file holds the stretch as lines (no zeros a dropped page left, a line's end
+        just before the slot), the slot is checked from its start — its first record held as
+        read says the cut came after it — and that stretch is not read again under new
+        numbers. A first record the file does not hold there sends reading back to
+        ``newest``."""
         if self.reader.lines.rewrites or self.reader.routes.by_line:
             return newest, []            # (a line's slot holds other topics' lines between)
         back: int | None = None
         at = newest
+        bridged: int | None = None          # the slot start reached over freed slots' lines
         slots = self._read_by_pool(sid, newest, offset)
         for start, end, slot in slots:
             if start > at:
-                break
+                if at != newest or start > acked or not self._lines_held(fd, at, start):
+                    break
+                at = bridged = start
             data = self.fs.pread(fd, end - start, start)
             own = _own_blocks(slot, sid, start, end)
             if own is None:
@@ -534,7 +548,7 @@ class FileSource:
                 if _holds_all(data, end - start, (v for _t, _k, v in slot.records())):
                     at = max(at, end)
                     continue
-                back = at
+                back = newest if start == bridged else at
                 break
             pos = 0
             for value in _values(own):
@@ -544,6 +558,8 @@ class FileSource:
                     n if pos + n == end - start else None      # a partial line at the end
                 if data[pos:pos + n] != value or step is None:
                     back = max(at, start + pos) if start + pos < offset else newest
+                    if start + pos == bridged:
+                        back = newest               # the stretch before it is not proven
                     break
                 pos += step
             if back is not None or pos < end - start:
@@ -553,6 +569,12 @@ class FileSource:
         if self.reader.grouped:
             return back, []
         return back, self._held_beyond(sid, fd, back, [s for s in slots if s[0] < offset])
+
+    def _lines_held(self, fd: int, start: int, end: int) -> bool:
+        """Whether the file holds ``[start, end)`` as lines: every byte there, none a zero a
+        dropped page left, a line's end at ``end``."""
+        data = self.fs.pread(fd, end - start, start)
+        return len(data) == end - start and b"\0" not in data and data.endswith(b"\n")
 
     def _held_beyond(self, sid: int, fd: int, back: int,
                      slots: list[tuple[int, int, object]]) -> list[tuple[int, int]]:

@@ -502,6 +502,75 @@ def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_a
         agent.abandon()
 
 
+def test_a_cut_back_past_a_read_that_filled_slots_reads_nothing_acknowledged_again(tmp_path):
+    """The power-cut file system's finding (after slots sent while they fill grew larger than
+    a turn's read): one read of 100 lines fills more than one slot, so the slots' ends fall
+    inside it and the state database's anchors stop at the read before (line 400's end) and
+    the read's own end (line 500's). The first slots are acknowledged and freed, the last
+    waits for Kafka (line 499 held); the power cut takes the log back to line 480 and new
+    lines follow. The file no longer holds the newest anchor; the one below it, 400, lies
+    before the first slot the pool still holds. Before, reading went again from there: every
+    line of the freed slots arrived a second time under a new record number. Now, with the
+    acknowledged offset past those slots and the file holding their stretch as lines, the
+    held slot is checked from its start: reading resumes at line 480, each old line once."""
+    kafka, agent, log_file = _four_batches_read(tmp_path)
+    kafka.script(lines(499, 500)[:-1], HOLD)
+    with open(log_file, "ab") as f:
+        f.write(lines(400, 500))                               # one read, several slots
+    for _ in range(8):
+        agent.clock.advance(0.3)
+        agent.turn()
+    [held] = agent.pool.sealed()
+    [(_sid, first, _end)] = held.meta.positions
+    [row] = agent.db.all_files()
+    assert len(lines(0, 400)) < first <= row["acked_offset"] < len(lines(0, 480)), \
+        (first, row["acked_offset"])             # freed slots' lines between anchor and pool
+    agent.abandon()                                                # the power cut
+    _cut_back_and_written_on(log_file, 480, lines(1000, 1100))
+    again, agent = _started_again(tmp_path, 20)
+    try:
+        second = again.values()
+        delivered = kafka.values() + second
+        new = lines(1000, 1100).split(b"\n")[:-1]
+        missing = [v for v in new if v not in delivered]
+        assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
+        numbers: dict[bytes, set] = {}
+        for _topic, value, _key, _ts, headers in kafka.log + again.log:
+            numbers.setdefault(value, set()).add(dict(headers)[SEQ_HEADER])
+        renumbered = sorted(id_of(v) for v, n in numbers.items() if len(n) > 1)
+        assert renumbered == [], \
+            f"{len(renumbered)} line(s) read again under new numbers: {renumbered[:5]}"
+        assert agent.metrics.get("agent_source_rotations_total", kind="cut_back", topic="t") == 1
+    finally:
+        agent.abandon()
+
+
+def test_a_cut_back_inside_the_freed_slots_lines_reads_them_again_and_loses_no_new_line(
+        tmp_path):
+    """The same, the cut inside the freed slots' stretch (line 430), new lines written on from
+    there past where the held slot begins: its first record is not where the file holds
+    what it read, so nothing before it is taken for held — reading goes again from the anchor
+    (line 400) and every new line arrives (taking the stretch for held would skip the new
+    lines written over it)."""
+    kafka, agent, log_file = _four_batches_read(tmp_path)
+    kafka.script(lines(499, 500)[:-1], HOLD)
+    with open(log_file, "ab") as f:
+        f.write(lines(400, 500))
+    for _ in range(8):
+        agent.clock.advance(0.3)
+        agent.turn()
+    agent.abandon()
+    _cut_back_and_written_on(log_file, 430, lines(1000, 1100))
+    again, agent = _started_again(tmp_path, 20)
+    try:
+        delivered = kafka.values() + again.values()
+        new = lines(1000, 1100).split(b"\n")[:-1]
+        missing = [v for v in new if v not in delivered]
+        assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
+    finally:
+        agent.abandon()
+
+
 def test_bytes_seen_and_never_read_before_a_cut_back_are_journaled_with_their_range(tmp_path):
     delivered, entries, _ = _cut_back_run(tmp_path, seen_beyond=6000)
     end = len(lines(0, 400))
