@@ -237,8 +237,6 @@ class Agent(AgentLoop, AgentControl):
                                       on_answer=self.drain.cluster_answered)
         self.drain.on_unknown_topic = self.topic_watch.unknown
         self.wake = LoopWake()                  # ends the idle loop's sleep (wake.py)
-        if isinstance(self.drain, NativeDrain):
-            self.drain.on_checked = self.wake.notify            # the start's check is over
         self._signals_wake = False
         # The sources with threads of their own (unix socket, syslog, journald), each with a
         # close() and a describe() (status lists them as listeners).

@@ -17,9 +17,12 @@ and incarnation and the number of one of those records, *and* the same value: th
 record, delivered. The drain leaves those out of the send (``NativeDrain._start``). A record
 not seen is sent again, as before: the check can only take duplicates away, never a record.
 
-Bounded: at most ``broker.delivered_check_s`` from the start (waiting for a cluster that does
-not answer yet counts), at most ``MAX_RECORDS`` records read; what it has seen by then counts,
-and the rest is sent again. Meanwhile the drain sends nothing (the events wait in the pool, as
+It reads as the agent's probe asks (``probe.probe_conf``: the producer's connection and
+credentials, OIDC's token shared); a cluster that refuses it (no ``Read`` on the topics, which
+least privilege does not grant the agent) ends it at once, with a warning. Bounded: at most
+``broker.delivered_check_s`` from the start (waiting for a cluster that does not answer yet
+counts), at most ``MAX_RECORDS`` records read; what it has seen by then counts, and the rest is
+sent again. Meanwhile the drain sends nothing (the events wait in the pool, as
 they would for the cluster anyway). The Python path and exactly-once do not check: the first
 sends every slot whole (no prefix), the second replaces what a crash left open by its
 transactions.
@@ -41,14 +44,24 @@ from docket_common.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER
 
 from ..buffer.framing import iter_blocks
 from ..buffer.slots import SealedSlot
-from .topics import connection_conf
+from .probe import probe_conf
 
 log = logging.getLogger("docket.agent")
 
 TIME_MARGIN_MS = 250           # read from this long before the earliest record's time
 MAX_RECORDS = 1_000_000        # records read back at most, over every partition
 CALL_TIMEOUT_S = 2.0           # one metadata or offsets request; asked again until the budget
+OVERDUE_GRACE_S = 10.0         # past the budget, the drain stops waiting for the check
 BATCH = 5_000                  # records a consume() call takes at most
+# Answers no wait changes: the agent's principal may not read its topics (least privilege
+# grants it Write only, docs/security.md) or the cluster refuses its credentials.
+REFUSALS = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+            KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError._AUTHENTICATION,
+            KafkaError.SASL_AUTHENTICATION_FAILED}
+
+
+class Refused(Exception):
+    """The cluster will not let this agent read back: the check ends at once."""
 
 
 class Candidates:
@@ -107,19 +120,19 @@ class Candidates:
 
 class DeliveredCheck:
     """The check, in a thread of its own from construction. ``found`` (slot seq → record
-    indices delivered) is complete once ``done`` is set; ``on_done`` is called then (the
-    agent's loop wakes for it)."""
+    indices delivered) is complete once ``done`` is set. (The agent's loop looks at every
+    turn — 50 ms apart at most while slots wait — rather than being woken: a thread that
+    outlives the agent must not write to its descriptors.)"""
 
     def __init__(self, slots: list[SealedSlot], conf: dict, consumer_factory: Callable,
                  origin: bytes, incarnation: bytes, budget_s: float,
-                 on_done: Callable[[], None] | None = None, max_records: int | None = None):
-        self.conf = {**connection_conf(conf), "group.id": "docket-delivered-check",
+                 max_records: int | None = None):
+        self.conf = {**probe_conf(conf), "group.id": "docket-delivered-check",
                      "enable.auto.commit": False, "enable.partition.eof": True,
                      "isolation.level": "read_uncommitted"}
         self.consumer_factory = consumer_factory
         self.origin, self.incarnation = origin, incarnation
         self.budget_s = budget_s
-        self.on_done = on_done
         self.max_records = MAX_RECORDS if max_records is None else max_records
         by_topic: dict[str, list[SealedSlot]] = {}
         for slot in slots:
@@ -129,6 +142,8 @@ class DeliveredCheck:
         self.candidates = sum(s.record_count - s.acked_before
                               for ss in by_topic.values() for s in ss)
         self.found: dict[int, set[int]] = {}
+        self._found_count = 0
+        self.began = time.monotonic()
         self.read = 0                   # records read back
         self.outcome = "running"
         self.seconds = 0.0
@@ -139,18 +154,24 @@ class DeliveredCheck:
 
     @property
     def records_found(self) -> int:
-        return sum(len(v) for v in self.found.values())
+        return self._found_count
+
+    def overdue(self) -> bool:
+        """Past its budget and a grace for the calls under way: the drain stops waiting for
+        it (a check that does not end costs its findings, never the sends)."""
+        return time.monotonic() > self.began + self.budget_s + OVERDUE_GRACE_S
 
     def _run(self) -> None:
-        began = time.monotonic()
+        began = self.began
         try:
             self.outcome = self._check(began + self.budget_s)
+        except Refused as exc:
+            self.outcome = (f"refused: {exc} (the agent's principal needs Read on its topics "
+                            "for this check; or set [broker] delivered_check_s = 0)")
         except Exception as exc:            # a check that fails costs duplicates, nothing else
             self.outcome = f"failed: {exc}"
         self.seconds = time.monotonic() - began
         self.done.set()
-        if self.on_done is not None:
-            self.on_done()
 
     def _check(self, deadline: float) -> str:
         consumer = self.consumer_factory(self.conf)
@@ -189,6 +210,7 @@ class DeliveredCheck:
         if t is not None and t.error is not None:
             if t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return {}                       # no such topic: nothing of it landed
+            _refused(t.error)
             raise KafkaException(t.error)
         if t is None or not t.partitions:
             raise KafkaException(KafkaError(KafkaError._UNKNOWN_TOPIC, f"no partitions of {topic}"))
@@ -197,6 +219,7 @@ class DeliveredCheck:
         out = {}
         for tp in consumer.offsets_for_times(at, timeout=CALL_TIMEOUT_S):
             if tp.error is not None:
+                _refused(tp.error)
                 raise KafkaException(tp.error)
             if tp.offset < 0 or tp.offset == OFFSET_END:
                 continue                        # nothing at or after that time
@@ -214,7 +237,11 @@ class DeliveredCheck:
                 return "out of time"
             if self.read >= self.max_records:
                 return "read its most"
+            if self.records_found == self.candidates:
+                return "done (every record found)"
             for msg in consumer.consume(BATCH, timeout=0.5):
+                if msg.error() is not None:
+                    _refused(msg.error())           # a client's error too (no partition)
                 tp = (msg.topic(), msg.partition())
                 end = left.get(tp)
                 if end is None:
@@ -247,7 +274,10 @@ class DeliveredCheck:
         hit = self.by_topic[msg.topic()].find(int.from_bytes(number, "big"), msg.value())
         if hit is not None:
             slot, index = hit
-            self.found.setdefault(slot.meta.seq, set()).add(index)
+            got = self.found.setdefault(slot.meta.seq, set())
+            if index not in got:
+                got.add(index)
+                self._found_count += 1
 
     def describe(self) -> str:
         return (f"{self.records_found} of {self.candidates} record(s) past their slots' "
@@ -255,12 +285,19 @@ class DeliveredCheck:
                 f"read back in {self.seconds:.1f} s: {self.outcome})")
 
 
+def _refused(err: KafkaError) -> None:
+    if err.code() in REFUSALS:
+        raise Refused(err.str())
+
+
 def _retry(call: Callable, deadline: float):
-    """``call()`` until it answers or the deadline passes (None then)."""
+    """``call()`` until it answers or the deadline passes (None then); a refusal ends it."""
     while True:
         try:
             return call()
-        except KafkaException:
+        except KafkaException as exc:
+            if exc.args and isinstance(exc.args[0], KafkaError):
+                _refused(exc.args[0])
             if time.monotonic() + CALL_TIMEOUT_S >= deadline:
                 return None
             time.sleep(0.2)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Callable
 
 import numpy as np
 from confluent_kafka import KafkaError
@@ -39,7 +38,7 @@ from docket_common.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER
 
 from ..buffer import SealedSlot
 from ..buffer.framing import iter_blocks
-from .delivered import DeliveredCheck
+from .delivered import OVERDUE_GRACE_S, DeliveredCheck
 from .drain import PUMP_BUDGET, Drain, in_flight_at_most
 from .headers import Record
 from .slotsend import SendState
@@ -263,7 +262,6 @@ class NativeDrain(Drain):
         # At start: which records past the slots' acknowledged prefixes are in Kafka already
         # (``delivered.py``); nothing is sent until it is done.
         self._found: dict[int, set[int]] = {}
-        self.on_checked: Callable[[], None] | None = None      # the loop's wake-up
         self._check: DeliveredCheck | None = None
         if delivered_consumer is not None and delivered_check_s > 0 and self.numbered:
             # The drain takes slots in sequence order while there is room: only the oldest
@@ -276,7 +274,7 @@ class NativeDrain(Drain):
                 self._check = DeliveredCheck(
                     slots, self.conf, delivered_consumer, dict(self.origin_headers)[
                         ORIGIN_HEADER], dict(self.origin_headers)[INCARNATION_HEADER],
-                    delivered_check_s, on_done=lambda: self.on_checked and self.on_checked())
+                    delivered_check_s)
         self.native = self.native_factory(_native_conf(self.conf))
         self.native_name = _client_name(self.native)
         self._sends: dict[int, NativeSend] = {}        # token → the send its reports are for
@@ -529,14 +527,22 @@ class NativeDrain(Drain):
         """Whether the start's check is over (its findings taken, and said, once)."""
         check = self._check
         if not check.done.is_set():
-            return False
+            if not check.overdue():
+                return False
+            self._check, self._found = None, {}
+            log.warning("start: the check of what Kafka took did not end within its %.0f s "
+                        "(and %.0f s more): the slots go again from their prefixes",
+                        check.budget_s, OVERDUE_GRACE_S)
+            return True
         self._check, self._found = None, check.found
-        log.info("start: %s", check.describe())
+        refused = check.outcome.startswith(("refused", "failed"))
+        log.log(logging.WARNING if refused else logging.INFO, "start: %s", check.describe())
         return True
 
     def checking(self) -> bool:
-        """The start's check is under way: nothing goes until it is over."""
-        return self._check is not None and not self._check.done.is_set()
+        """The start's check is under way: nothing goes until it is over (or overdue)."""
+        return self._check is not None and not self._check.done.is_set() \
+            and not self._check.overdue()
 
     def drain_until(self, deadline: float) -> bool:
         """A stop while the start's check is under way sends nothing: every slot stays in the

@@ -441,7 +441,7 @@ class FileSource:
         if back is not None:
             # the newest anchor the file still holds: the pool's slots may tell where after it
             back, skip = self._still_held(row["source_id"], fd, back, offset,
-                                          row["acked_offset"] or 0)
+                                          row["acked_offset"] or 0, [a for a, _c in kept])
         elif floor is not None and self.reader.routes.by_line and \
                 self.recovered.get(row["source_id"], 0) > floor:
             # the pool read past the newest anchor, in slots each holding one topic's lines
@@ -452,7 +452,7 @@ class FileSource:
                 self._pool_read_differs(row["source_id"], fd, offset):
             # the pool read past the newest anchor what the file no longer holds all of
             back, skip = self._still_held(row["source_id"], fd, floor, offset,
-                                          row["acked_offset"] or 0)
+                                          row["acked_offset"] or 0, [a for a, _c in kept])
         if back is not None:
             offset = self._cut_back(row, path, offset, back, size, skip)
             coarse, fine = anchors.below(coarse, offset), anchors.below(fine, offset)
@@ -503,8 +503,8 @@ class FileSource:
                 return False
         return True
 
-    def _still_held(self, sid: int, fd: int, newest: int, offset: int,
-                    acked: int = 0) -> tuple[int, list[tuple[int, int]]]:
+    def _still_held(self, sid: int, fd: int, newest: int, offset: int, acked: int = 0,
+                    anchored: list[int] = ()) -> tuple[int, list[tuple[int, int]]]:
         """Where reading resumes in a file cut back past ``newest`` (the newest anchor it
         holds), and what it need not read again from there. The first: the first record, from
         ``newest`` on, of the pool's slots of this source that the file no longer holds as it
@@ -525,10 +525,11 @@ class FileSource:
         acknowledged and freed since (the state database keeps an anchor per few hand-overs,
         not every line): when the database's acknowledged offset (``acked``) reaches that slot
         and the file holds the stretch as lines (no zeros a dropped page left, a line's end
-        just before the slot), the slot is checked from its start — its first record held as
-        read says the cut came after it — and that stretch is not read again under new
-        numbers. A first record the file does not hold there sends reading back to
-        ``newest``."""
+        just before the slot) and no anchor (``anchored``) lies in it — the file holds none
+        above ``newest``: one there would say the cut came below the slot —, the slot is
+        checked from its start — its first record held as read says the cut came after it —
+        and that stretch is not read again under new numbers. A first record the file does
+        not hold there sends reading back to ``newest``."""
         if self.reader.lines.rewrites or self.reader.routes.by_line:
             return newest, []            # (a line's slot holds other topics' lines between)
         back: int | None = None
@@ -537,7 +538,9 @@ class FileSource:
         slots = self._read_by_pool(sid, newest, offset)
         for start, end, slot in slots:
             if start > at:
-                if at != newest or start > acked or not self._lines_held(fd, at, start):
+                if at != newest or start > acked or \
+                        any(newest < a <= start for a in anchored) or \
+                        not self._lines_held(fd, at, start):
                     break
                 at = bridged = start
             data = self.fs.pread(fd, end - start, start)
@@ -551,12 +554,19 @@ class FileSource:
                 back = newest if start == bridged else at
                 break
             pos = 0
-            for value in _values(own):
+            for value, place in _values_placed(own):
                 n = len(value)
                 ended = _line_end(data, pos + n)
                 step = n + ended if ended else \
                     n if pos + n == end - start else None      # a partial line at the end
                 if data[pos:pos + n] != value or step is None:
+                    if place is not None and start + pos + place <= at and \
+                            b"\0" in data[pos:pos + place] and \
+                            data[pos + place - 1:pos + place] in (b"\n", b"\0"):
+                        # wholly below the newest anchor the file holds, a page a cut
+                        # dropped there (zeros): what follows the anchor is what counts
+                        pos += place
+                        continue
                     back = max(at, start + pos) if start + pos < offset else newest
                     if start + pos == bridged:
                         back = newest               # the stretch before it is not proven
@@ -1502,6 +1512,24 @@ def _own_blocks(slot, sid: int, start: int, end: int) -> list | None:
         if total > end - start:
             return None
     return None
+
+
+def _values_placed(blocks: list):
+    """(value, bytes to the next record's start) of each record of ``blocks``, in order: the
+    step its block's layout gives (its line end included), the block's last one's line end as
+    the lines' before it; None for a part of a long line or a lone record, whose line end the
+    block does not tell."""
+    for block in blocks:
+        offsets, lengths = block.offsets.tolist(), block.lengths.tolist()
+        last = offsets[-1] - offsets[-2] - lengths[-2] if len(lengths) > 1 else None
+        for i, n in enumerate(lengths):
+            if block.part_count:
+                place = None
+            elif i + 1 < len(lengths):
+                place = offsets[i + 1] - offsets[i]
+            else:
+                place = None if last is None else n + last
+            yield bytes(block.value(i)), place
 
 
 def _values(blocks: list):

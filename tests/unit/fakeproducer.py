@@ -60,6 +60,7 @@ class FakeKafka:
     log: list[tuple] = field(default_factory=list)        # acknowledged, in order
     producers: list[FakeProducer] = field(default_factory=list)
     reachable: bool = True                                 # does list_topics answer?
+    read_refused: bool = False                             # may a consumer read? (ACLs)
     probes: int = 0                                        # clients the probe made
     _script: dict = field(default_factory=lambda: collections.defaultdict(collections.deque))
 
@@ -221,6 +222,8 @@ class FakeConsumer:
     def _held(self, topic: str) -> list[tuple]:
         if not self.kafka.reachable:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        if self.kafka.read_refused:
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
         return [r for r in self.kafka.log if r[0] == topic]
 
     def list_topics(self, topic: str, timeout: float = -1):

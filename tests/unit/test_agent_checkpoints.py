@@ -502,6 +502,21 @@ def test_a_cut_back_is_found_where_the_pool_holds_more_than_the_state_database_a
         agent.abandon()
 
 
+def _every_new_line_once_and_no_old_one_renumbered(delivered: list[bytes], *kafkas) -> None:
+    """Lines 1000–1099 (written after the cut) all delivered, and no line delivered under two
+    record numbers (sent again from the pool keeps its number; read again takes a new one)."""
+    new = lines(1000, 1100).split(b"\n")[:-1]
+    missing = [v for v in new if v not in delivered]
+    assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
+    numbers: dict[bytes, set] = {}
+    for kafka in kafkas:
+        for _topic, value, _key, _ts, headers in kafka.log:
+            numbers.setdefault(value, set()).add(dict(headers)[SEQ_HEADER])
+    renumbered = sorted(id_of(v) for v, n in numbers.items() if len(n) > 1)
+    assert renumbered == [], \
+        f"{len(renumbered)} line(s) read again under new numbers: {renumbered[:5]}"
+
+
 def test_a_cut_back_past_a_read_that_filled_slots_reads_nothing_acknowledged_again(tmp_path):
     """The power-cut file system's finding (after slots sent while they fill grew larger than
     a turn's read): one read of 100 lines fills more than one slot, so the slots' ends fall
@@ -531,15 +546,7 @@ def test_a_cut_back_past_a_read_that_filled_slots_reads_nothing_acknowledged_aga
     try:
         second = again.values()
         delivered = kafka.values() + second
-        new = lines(1000, 1100).split(b"\n")[:-1]
-        missing = [v for v in new if v not in delivered]
-        assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
-        numbers: dict[bytes, set] = {}
-        for _topic, value, _key, _ts, headers in kafka.log + again.log:
-            numbers.setdefault(value, set()).add(dict(headers)[SEQ_HEADER])
-        renumbered = sorted(id_of(v) for v, n in numbers.items() if len(n) > 1)
-        assert renumbered == [], \
-            f"{len(renumbered)} line(s) read again under new numbers: {renumbered[:5]}"
+        _every_new_line_once_and_no_old_one_renumbered(delivered, kafka, again)
         assert agent.metrics.get("agent_source_rotations_total", kind="cut_back", topic="t") == 1
     finally:
         agent.abandon()
@@ -567,6 +574,42 @@ def test_a_cut_back_inside_the_freed_slots_lines_reads_them_again_and_loses_no_n
         new = lines(1000, 1100).split(b"\n")[:-1]
         missing = [v for v in new if v not in delivered]
         assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
+    finally:
+        agent.abandon()
+
+
+def test_a_hole_below_the_newest_anchor_held_does_not_send_reading_back_to_it(tmp_path):
+    """The power-cut file system's finding: lines 400–439 read in five reads within the
+    linger, the last four into one slot (a block a read), each read's end an anchor (408,
+    416, 424, 432, 440); the slots stay in the pool behind line 405, which Kafka holds. The
+    cut drops the page of lines 410–413 (zeros) and keeps the rest to line 436, and new lines
+    follow. The newest anchor the file holds is line 432's, inside the slot; checked from the
+    slot's start, its records meet the zeros below the anchor. Before, that stopped the check
+    at the anchor: lines 432–435 were read again under new numbers. Records wholly below the
+    anchor are passed by their places in the slot: reading resumes at line 436, each old line
+    under one number."""
+    kafka, agent, log_file = _four_batches_read(tmp_path)
+    kafka.script(lines(405, 406)[:-1], HOLD)
+    for part in range(5):
+        with open(log_file, "ab") as f:
+            f.write(lines(400 + 8 * part, 408 + 8 * part))
+        agent.clock.advance(0.001)
+        agent.turn()
+    for _ in range(8):
+        agent.clock.advance(0.3)
+        agent.turn()
+    slots = [s.meta.positions for s in agent.pool.sealed()]
+    assert ((1, len(lines(0, 408)), len(lines(0, 440))),) in slots, slots    # one slot, 4 reads
+    agent.abandon()                                                # the power cut
+    _cut_back_and_written_on(log_file, 436, lines(1000, 1100))
+    with open(log_file, "r+b") as f:
+        f.seek(len(lines(0, 410)))
+        f.write(b"\0" * len(lines(410, 414)))                      # a page dropped below
+    again, agent = _started_again(tmp_path, 20)
+    try:
+        delivered = kafka.values() + again.values()
+        _every_new_line_once_and_no_old_one_renumbered(delivered, kafka, again)
+        assert agent.metrics.get("agent_source_rotations_total", kind="cut_back", topic="t") == 1
     finally:
         agent.abandon()
 

@@ -341,6 +341,44 @@ def test_a_cluster_that_does_not_answer_the_check_costs_its_wait_and_duplicates_
     assert metrics.get("agent_drain_found_delivered_total", topic="t") == 0
 
 
+def test_a_cluster_that_refuses_the_read_back_ends_the_check_at_once_and_says_why(tmp_path,
+                                                                                  caplog):
+    """The agent's principal may not read its topics (least privilege: Write only): the check
+    ends at its first answer, not after ``delivered_check_s``, says what to grant or set, and
+    lines 10–29 go again."""
+    def land(kafka, held):
+        kafka.land(held[:10])
+        kafka.read_refused = True
+
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="docket.agent.drain"):
+        sent, lines, metrics = _landed_after_a_crash(tmp_path, 30, land=land)
+    assert sent == lines[10:] and time.monotonic() - began < 10
+    said = [r.getMessage() for r in caplog.records if "start: " in r.getMessage()]
+    assert len(said) == 1 and "refused" in said[0] and "Read" in said[0] \
+        and "delivered_check_s" in said[0], said
+
+
+def test_a_check_that_never_ends_holds_the_sends_no_longer_than_its_bound(tmp_path,
+                                                                          monkeypatch, caplog):
+    """The check's first request never comes back (a client stuck in a call): the drain
+    stops waiting for it once its budget and the grace have passed, says so, and lines 10–29
+    go again — the sends are never held for good (the watchdog would not see it)."""
+    from tests.unit.fakeproducer import FakeConsumer
+
+    stuck = threading.Event()
+    monkeypatch.setattr(FakeConsumer, "list_topics", lambda self, *a, **k: stuck.wait(30))
+    monkeypatch.setattr("agent.drain.delivered.OVERDUE_GRACE_S", 0.5)
+    began = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING, logger="docket.agent.drain"):
+            sent, lines, _metrics = _landed_after_a_crash(tmp_path, 0.3)
+    finally:
+        stuck.set()
+    assert sent == lines[10:] and time.monotonic() - began < 10
+    assert any("did not end within" in r.getMessage() for r in caplog.records)
+
+
 def test_the_check_reads_back_at_most_its_bound_and_takes_what_it_saw(tmp_path, monkeypatch):
     """``MAX_RECORDS`` read: what was seen by then counts, the rest goes again. (The read
     begins at the slot's earliest record past its prefix, less a margin: with the fake's
