@@ -31,7 +31,6 @@ transactions.
 from __future__ import annotations
 
 import bisect
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -45,8 +44,6 @@ from docket_common.names import INCARNATION_HEADER, ORIGIN_HEADER, SEQ_HEADER
 from ..buffer.framing import iter_blocks
 from ..buffer.slots import SealedSlot
 from .probe import probe_conf
-
-log = logging.getLogger("docket.agent")
 
 TIME_MARGIN_MS = 250           # read from this long before the earliest record's time
 MAX_RECORDS = 1_000_000        # records read back at most, over every partition
@@ -135,12 +132,10 @@ class DeliveredCheck:
         self.budget_s = budget_s
         self.max_records = MAX_RECORDS if max_records is None else max_records
         by_topic: dict[str, list[SealedSlot]] = {}
-        for slot in slots:
-            if slot.acked_before < slot.record_count:
-                by_topic.setdefault(slot.topic, []).append(slot)
+        for slot in slots:                  # each with records past its prefix (the drain's)
+            by_topic.setdefault(slot.topic, []).append(slot)
         self.by_topic = {t: Candidates(s) for t, s in by_topic.items()}
-        self.candidates = sum(s.record_count - s.acked_before
-                              for ss in by_topic.values() for s in ss)
+        self.candidates = sum(s.record_count - s.acked_before for s in slots)
         self.found: dict[int, set[int]] = {}
         self._found_count = 0
         self.began = time.monotonic()
@@ -193,16 +188,13 @@ class DeliveredCheck:
             earliest = cands.earliest_ms()
             if earliest is None:
                 continue
-            got = self._topic_starts(consumer, topic, earliest, deadline)
+            # asked again while the cluster does not answer or answers with an error (a
+            # leader moving, a request timed out), until the deadline
+            got = _retry(partial(self._ask_starts, consumer, topic, earliest), deadline)
             if got is None:
                 return None
             out.update(got)
         return out
-
-    def _topic_starts(self, consumer, topic: str, earliest_ms: int, deadline: float):
-        """``_starts`` for one topic, asked again while the cluster does not answer or answers
-        with an error (a leader moving, a request timed out) until the deadline."""
-        return _retry(partial(self._ask_starts, consumer, topic, earliest_ms), deadline)
 
     def _ask_starts(self, consumer, topic: str, earliest_ms: int):
         meta = consumer.list_topics(topic, timeout=CALL_TIMEOUT_S)
@@ -240,16 +232,15 @@ class DeliveredCheck:
             if self.records_found == self.candidates:
                 return "done (every record found)"
             for msg in consumer.consume(BATCH, timeout=0.5):
-                if msg.error() is not None:
-                    _refused(msg.error())           # a client's error too (no partition)
-                tp = (msg.topic(), msg.partition())
-                end = left.get(tp)
-                if end is None:
-                    continue
-                if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                tp, err = (msg.topic(), msg.partition()), msg.error()
+                if err is not None:
+                    _refused(err)                   # a client's error too (no partition)
+                    if err.code() == KafkaError._PARTITION_EOF and tp in left:
                         del left[tp]            # its end (what follows the last record read
                         #                         may be a transaction's marker, never given)
+                    continue
+                end = left.get(tp)
+                if end is None:
                     continue
                 self.read += 1
                 if msg.offset() + 1 >= end:

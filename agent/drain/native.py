@@ -271,10 +271,10 @@ class NativeDrain(Drain):
                                                self.pool.geometry, native=True)]
             slots = [s for s in window if s.acked_before < s.record_count]
             if slots:
+                ids = dict(self.origin_headers)
                 self._check = DeliveredCheck(
-                    slots, self.conf, delivered_consumer, dict(self.origin_headers)[
-                        ORIGIN_HEADER], dict(self.origin_headers)[INCARNATION_HEADER],
-                    delivered_check_s)
+                    slots, self.conf, delivered_consumer, ids[ORIGIN_HEADER],
+                    ids[INCARNATION_HEADER], delivered_check_s)
         self.native = self.native_factory(_native_conf(self.conf))
         self.native_name = _client_name(self.native)
         self._sends: dict[int, NativeSend] = {}        # token → the send its reports are for

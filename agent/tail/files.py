@@ -1521,7 +1521,7 @@ def _values_placed(blocks: list):
     block does not tell."""
     for block in blocks:
         offsets, lengths = block.offsets.tolist(), block.lengths.tolist()
-        last = offsets[-1] - offsets[-2] - lengths[-2] if len(lengths) > 1 else None
+        last = _last_line_end(block)
         for i, n in enumerate(lengths):
             if block.part_count:
                 place = None
@@ -1540,12 +1540,20 @@ def _values(blocks: list):
 def _block_bytes(block) -> int:
     """The bytes of its file a block of lines read: from its first line's start to its last
     one's end, that line's end as long as the one before it (a newline, alone)."""
-    n = len(block)
-    if not n:
+    if not len(block):
         return 0
     offsets, lengths = block.offsets, block.lengths
-    last = int(offsets[-1]) - int(offsets[-2]) - int(lengths[-2]) if n > 1 else 1
-    return int(offsets[-1]) - int(offsets[0]) + int(lengths[-1]) + last
+    last = _last_line_end(block)
+    return int(offsets[-1]) - int(offsets[0]) + int(lengths[-1]) + (1 if last is None else last)
+
+
+def _last_line_end(block) -> int | None:
+    """The line end of a block's last line, which the block does not keep: as long as the one
+    before it (None with one record: nothing tells)."""
+    offsets, lengths = block.offsets, block.lengths
+    if len(offsets) < 2:
+        return None
+    return int(offsets[-1]) - int(offsets[-2]) - int(lengths[-2])
 
 
 def _holds_all(data: bytes, span: int, values) -> bool:
