@@ -42,6 +42,7 @@ import fnmatch
 import glob
 import logging
 import os
+import re
 import time
 from collections import defaultdict
 
@@ -441,7 +442,7 @@ class FileSource:
         if back is not None:
             # the newest anchor the file still holds: the pool's slots may tell where after it
             back, skip = self._still_held(row["source_id"], fd, back, offset,
-                                          row["acked_offset"] or 0, [a for a, _c in kept])
+                                          row["acked_offset"] or 0, kept)
         elif floor is not None and self.reader.routes.by_line and \
                 self.recovered.get(row["source_id"], 0) > floor:
             # the pool read past the newest anchor, in slots each holding one topic's lines
@@ -452,7 +453,7 @@ class FileSource:
                 self._pool_read_differs(row["source_id"], fd, offset):
             # the pool read past the newest anchor what the file no longer holds all of
             back, skip = self._still_held(row["source_id"], fd, floor, offset,
-                                          row["acked_offset"] or 0, [a for a, _c in kept])
+                                          row["acked_offset"] or 0, kept)
         if back is not None:
             offset = self._cut_back(row, path, offset, back, size, skip)
             coarse, fine = anchors.below(coarse, offset), anchors.below(fine, offset)
@@ -504,7 +505,7 @@ class FileSource:
         return True
 
     def _still_held(self, sid: int, fd: int, newest: int, offset: int, acked: int = 0,
-                    anchored: list[int] = ()) -> tuple[int, list[tuple[int, int]]]:
+                    anchored: list[tuple[int, int]] = ()) -> tuple[int, list[tuple[int, int]]]:
         """Where reading resumes in a file cut back past ``newest`` (the newest anchor it
         holds), and what it need not read again from there. The first: the first record, from
         ``newest`` on, of the pool's slots of this source that the file no longer holds as it
@@ -529,17 +530,27 @@ class FileSource:
         above ``newest``: one there would say the cut came below the slot —, the slot is
         checked from its start — its first record held as read says the cut came after it —
         and that stretch is not read again under new numbers. A first record the file does
-        not hold there sends reading back to ``newest``."""
+        not hold there sends reading back to ``newest``. Where a page the cut dropped left
+        zeros in that stretch, what the file holds before the last zero was on the disk before
+        the cut, as read (``_before_zeros``): reading resumes at the end of the last whole
+        line before the first zero, and the whole lines between zeros are passed."""
         if self.reader.lines.rewrites or self.reader.routes.by_line:
             return newest, []            # (a line's slot holds other topics' lines between)
         back: int | None = None
+        gap: list[tuple[int, int]] = []     # old lines between a dropped page's zeros
         at = newest
         bridged: int | None = None          # the slot start reached over freed slots' lines
         slots = self._read_by_pool(sid, newest, offset)
         for start, end, slot in slots:
             if start > at:
-                if at != newest or start > acked or \
-                        any(newest < a <= start for a in anchored) or \
+                if at != newest or start > acked:
+                    break
+                if not self.reader.grouped:
+                    found = self._before_zeros(fd, at, start, offset, anchored)
+                    if found is not None:
+                        back, gap = found       # a page the cut dropped there: see above
+                        break
+                if any(newest < a <= start for a, _c in anchored) or \
                         not self._lines_held(fd, at, start):
                     break
                 at = bridged = start
@@ -568,8 +579,9 @@ class FileSource:
                         pos += place
                         continue
                     back = max(at, start + pos) if start + pos < offset else newest
-                    if start + pos == bridged:
-                        back = newest               # the stretch before it is not proven
+                    if start + pos == bridged and b"\0" not in data[pos:pos + n + 1]:
+                        back = newest   # the stretch before it is not proven (zeros would:
+                        #                 what is before a dropped page is as it was read)
                     break
                 pos += step
             if back is not None or pos < end - start:
@@ -578,13 +590,46 @@ class FileSource:
         back = newest if back is None else back
         if self.reader.grouped:
             return back, []
-        return back, self._held_beyond(sid, fd, back, [s for s in slots if s[0] < offset])
+        return back, gap + self._held_beyond(sid, fd, back, [s for s in slots if s[0] < offset])
 
     def _lines_held(self, fd: int, start: int, end: int) -> bool:
         """Whether the file holds ``[start, end)`` as lines: every byte there, none a zero a
         dropped page left, a line's end at ``end``."""
         data = self.fs.pread(fd, end - start, start)
         return len(data) == end - start and b"\0" not in data and data.endswith(b"\n")
+
+    def _before_zeros(self, fd: int, start: int, end: int, offset: int,
+                      anchored: list[tuple[int, int]]) -> tuple[int, list] | None:
+        """Where a page a cut dropped left zeros in ``[start, end)`` (the freed slots' lines,
+        acknowledged), the file's bytes before the last zero were on the disk before the cut,
+        as they were read: what the application writes after a cut goes on at the file's end,
+        beyond every zero. Returns where reading resumes — the end of the last whole line
+        before the first zero — and the stretches of whole lines after it, between zeros (up
+        to ``end`` when the file has zeros past it too, before ``offset``), that are not read
+        again; None when there are no zeros there, or an anchor in the stretch whose bytes the
+        file holds without zeros is not held (other content than was read: no telling)."""
+        data = self.fs.pread(fd, end - start, start)
+        first = data.find(b"\0")
+        if first < 0:
+            return None
+        for at, crc in anchored:
+            if start < at <= end:
+                window = data[max(0, at - start - anchors.SPAN):at - start]
+                if b"\0" not in window and anchors.checksum(
+                        lambda off, n: self.fs.pread(fd, n, off), at) != crc:
+                    return None
+        last = data.rfind(b"\0")
+        if len(data) == end - start and data.endswith(b"\n") and \
+                b"\0" in self.fs.pread(fd, offset - end, end):
+            last = len(data)                # zeros past the stretch: every line in it is old
+        gap = []
+        for run in re.finditer(rb"[^\0]+", data[first:last]):
+            a, b = first + run.start(), first + run.end()
+            head = data.find(b"\n", a, b) + 1          # a hole's rest is read with it
+            tail = data.rfind(b"\n", a, b) + 1
+            if 0 < head < tail:
+                gap.append((start + head, start + tail))
+        return start + data.rfind(b"\n", 0, first) + 1, gap
 
     def _held_beyond(self, sid: int, fd: int, back: int,
                      slots: list[tuple[int, int, object]]) -> list[tuple[int, int]]:

@@ -517,6 +517,19 @@ def _every_new_line_once_and_no_old_one_renumbered(delivered: list[bytes], *kafk
         f"{len(renumbered)} line(s) read again under new numbers: {renumbered[:5]}"
 
 
+def _one_read_over_slots(tmp_path) -> tuple[FakeKafka, Agent, Path]:
+    """``_four_batches_read``, then lines 400-499 in one read that fills several slots: the
+    first acknowledged and freed, the last waiting for Kafka (line 499 held)."""
+    kafka, agent, log_file = _four_batches_read(tmp_path)
+    kafka.script(lines(499, 500)[:-1], HOLD)
+    with open(log_file, "ab") as f:
+        f.write(lines(400, 500))
+    for _ in range(8):
+        agent.clock.advance(0.3)
+        agent.turn()
+    return kafka, agent, log_file
+
+
 def test_a_cut_back_past_a_read_that_filled_slots_reads_nothing_acknowledged_again(tmp_path):
     """The power-cut file system's finding (after slots sent while they fill grew larger than
     a turn's read): one read of 100 lines fills more than one slot, so the slots' ends fall
@@ -528,13 +541,7 @@ def test_a_cut_back_past_a_read_that_filled_slots_reads_nothing_acknowledged_aga
     line of the freed slots arrived a second time under a new record number. Now, with the
     acknowledged offset past those slots and the file holding their stretch as lines, the
     held slot is checked from its start: reading resumes at line 480, each old line once."""
-    kafka, agent, log_file = _four_batches_read(tmp_path)
-    kafka.script(lines(499, 500)[:-1], HOLD)
-    with open(log_file, "ab") as f:
-        f.write(lines(400, 500))                               # one read, several slots
-    for _ in range(8):
-        agent.clock.advance(0.3)
-        agent.turn()
+    kafka, agent, log_file = _one_read_over_slots(tmp_path)
     [held] = agent.pool.sealed()
     [(_sid, first, _end)] = held.meta.positions
     [row] = agent.db.all_files()
@@ -544,9 +551,8 @@ def test_a_cut_back_past_a_read_that_filled_slots_reads_nothing_acknowledged_aga
     _cut_back_and_written_on(log_file, 480, lines(1000, 1100))
     again, agent = _started_again(tmp_path, 20)
     try:
-        second = again.values()
-        delivered = kafka.values() + second
-        _every_new_line_once_and_no_old_one_renumbered(delivered, kafka, again)
+        _every_new_line_once_and_no_old_one_renumbered(kafka.values() + again.values(), kafka,
+                                                        again)
         assert agent.metrics.get("agent_source_rotations_total", kind="cut_back", topic="t") == 1
     finally:
         agent.abandon()
@@ -559,13 +565,7 @@ def test_a_cut_back_inside_the_freed_slots_lines_reads_them_again_and_loses_no_n
     what it read, so nothing before it is taken for held — reading goes again from the anchor
     (line 400) and every new line arrives (taking the stretch for held would skip the new
     lines written over it)."""
-    kafka, agent, log_file = _four_batches_read(tmp_path)
-    kafka.script(lines(499, 500)[:-1], HOLD)
-    with open(log_file, "ab") as f:
-        f.write(lines(400, 500))
-    for _ in range(8):
-        agent.clock.advance(0.3)
-        agent.turn()
+    kafka, agent, log_file = _one_read_over_slots(tmp_path)
     agent.abandon()
     _cut_back_and_written_on(log_file, 430, lines(1000, 1100))
     again, agent = _started_again(tmp_path, 20)
@@ -609,6 +609,51 @@ def test_a_hole_below_the_newest_anchor_held_does_not_send_reading_back_to_it(tm
     try:
         delivered = kafka.values() + again.values()
         _every_new_line_once_and_no_old_one_renumbered(delivered, kafka, again)
+        assert agent.metrics.get("agent_source_rotations_total", kind="cut_back", topic="t") == 1
+    finally:
+        agent.abandon()
+
+
+@pytest.mark.parametrize("pages", ["among_the_freed_lines", "from_the_held_slots_start"])
+def test_pages_dropped_inside_the_freed_slots_lines_read_no_line_of_them_again(tmp_path, pages):
+    """The power-cut file system's finding after the change above (167 and 75 lines under new
+    numbers in 10-cut runs): the same read of several slots, the first freed, the last held;
+    the cut takes the log's tail from line 480 (new lines written on from there) and, of the
+    pages before, drops two (a disk writes back any subset of a file's pages): one among the
+    freed slots' lines, one from three lines before the held slot to two lines into it —
+    zeros. The stretch between the anchor and the held slot is no longer lines throughout, so
+    reading went again from the anchor: every line of it the file still holds a second time,
+    under a new number. What the file holds before its last zero was on the disk before the
+    cut (the application writes on past the file's end), as read, and acknowledged: reading
+    resumes at the end of the last line before the zeros, the lines between them are passed,
+    and so are the held slot's lines after them (the pool holds them); the two lines the
+    zeros cut into are two records with a hole. The same with one page dropped from the held
+    slot's first line: the stretch before it is lines throughout, and the slot's first record
+    not held there sent reading back to the anchor — zeros there say the cut came after the
+    stretch."""
+    kafka, agent, log_file = _one_read_over_slots(tmp_path)
+    [held] = agent.pool.sealed()
+    [(_sid, first, _end)] = held.meta.positions
+    agent.abandon()                                                # the power cut
+    width = len(lines(0, 1))
+    holes = [(len(lines(0, 410)) + 7, len(lines(0, 413)) + 20),
+             (first - 3 * width + 7, first + 2 * width + 5)] if pages == "among_the_freed_lines" \
+        else [(first, first + 2 * width + 5)]
+    assert holes[0][0] > len(lines(0, 400)) + width and holes[-1][1] < len(lines(0, 480))
+    _cut_back_and_written_on(log_file, 480, lines(1000, 1100))
+    with open(log_file, "r+b") as f:
+        for a, b in holes:
+            f.seek(a)
+            f.write(b"\0" * (b - a))
+    again, agent = _started_again(tmp_path, 20)
+    try:
+        _every_new_line_once_and_no_old_one_renumbered(kafka.values() + again.values(), kafka,
+                                                        again)
+        old = lines(0, 500)
+        rests = [old[b:].split(b"\n")[0] for _a, b in holes]
+        holed = [v for v in again.values() if b"\0" in v]
+        assert len(holed) == len(holes), holed
+        assert all(v.endswith(r) for v, r in zip(holed, rests, strict=True)), holed
         assert agent.metrics.get("agent_source_rotations_total", kind="cut_back", topic="t") == 1
     finally:
         agent.abandon()
