@@ -71,6 +71,7 @@ log = logging.getLogger("docket.agent.files")
 
 LAST_LINE_LOOK_BYTES = 1 << 20    # read_from = "end" looks this far back for a line's end
 TAIL_CHECK_BYTES = 4096        # bytes before a recovered end checked against its slot's records
+PROOF_BYTES = 1 << 16          # bytes of stretches held as read looked at for two lines
 #                                (whole units of any wide encoding; more than the last line's
 #                                end alone, which many lines of one log share)
 
@@ -531,13 +532,18 @@ class FileSource:
         checked from its start — its first record held as read says the cut came after it —
         and that stretch is not read again under new numbers. A first record the file does
         not hold there sends reading back to ``newest``. Where a page the cut dropped left
-        zeros in that stretch, what the file holds before the last zero was on the disk before
-        the cut, as read (``_before_zeros``): reading resumes at the end of the last whole
-        line before the first zero, and the whole lines between zeros are passed."""
+        zeros in that stretch (or at that first record), and records after them, two different
+        lines among them (``_two_lines_in``), are where the file holds them as read, what the
+        file holds before them, zeros aside, was on the disk before the cut, as read
+        (``_before_zeros``): reading resumes at the end of the last whole line before the first
+        zero, and the whole lines after it are passed; with no such records (new lines after
+        an earlier cut, a line holding a zero of its own, one line repeated in its place),
+        from ``newest``."""
         if self.reader.lines.rewrites or self.reader.routes.by_line:
             return newest, []            # (a line's slot holds other topics' lines between)
         back: int | None = None
         gap: list[tuple[int, int]] = []     # old lines between a dropped page's zeros
+        zeros = False       # reading resumes past freed slots' lines on the word of zeros
         at = newest
         bridged: int | None = None          # the slot start reached over freed slots' lines
         slots = self._read_by_pool(sid, newest, offset)
@@ -546,9 +552,9 @@ class FileSource:
                 if at != newest or start > acked:
                     break
                 if not self.reader.grouped:
-                    found = self._before_zeros(fd, at, start, offset, anchored)
+                    found = self._before_zeros(fd, at, start, anchored)
                     if found is not None:
-                        back, gap = found       # a page the cut dropped there: see above
+                        (back, gap), zeros = found, True    # a page the cut dropped there
                         break
                 if any(newest < a <= start for a, _c in anchored) or \
                         not self._lines_held(fd, at, start):
@@ -579,9 +585,11 @@ class FileSource:
                         pos += place
                         continue
                     back = max(at, start + pos) if start + pos < offset else newest
-                    if start + pos == bridged and b"\0" not in data[pos:pos + n + 1]:
-                        back = newest   # the stretch before it is not proven (zeros would:
-                        #                 what is before a dropped page is as it was read)
+                    if start + pos == bridged:
+                        # the stretch before it is not proven, but by zeros here and a
+                        # record held as read after them (below)
+                        zeros = b"\0" in data[pos:pos + n + 1]
+                        back = back if zeros else newest
                     break
                 pos += step
             if back is not None or pos < end - start:
@@ -589,8 +597,31 @@ class FileSource:
             at = max(at, end)
         back = newest if back is None else back
         if self.reader.grouped:
-            return back, []
-        return back, gap + self._held_beyond(sid, fd, back, [s for s in slots if s[0] < offset])
+            return newest if zeros else back, []
+        ahead = [s for s in slots if s[0] < offset]
+        beyond = self._held_beyond(sid, fd, back, ahead)
+        if zeros and not self._two_lines_in(fd, beyond):
+            # no record after the zeros is where the file holds it as read (or only one line,
+            # which new content may repeat in its place): the lines before them may be new
+            # ones, written after an earlier cut (no telling)
+            back, gap = newest, []
+            beyond = self._held_beyond(sid, fd, back, ahead)
+        return back, gap + beyond
+
+    def _two_lines_in(self, fd: int, stretches: list[tuple[int, int]]) -> bool:
+        """Whether the file's ``stretches`` (held as the pool read them: ``_held_beyond``)
+        hold two different lines, in their first ``PROOF_BYTES``. One line, or the same line
+        again and again (a health check's), may be content written after a cut that repeats
+        the old in its place; two different lines in their places are what was read."""
+        seen: set[bytes] = set()
+        budget = PROOF_BYTES
+        for start, end in stretches:
+            n = min(end - start, budget)
+            seen.update(self.fs.pread(fd, n, start).split(b"\n")[:-1])  # (no part of a line)
+            budget -= n
+            if len(seen) > 1 or budget <= 0:
+                break
+        return len(seen) > 1
 
     def _lines_held(self, fd: int, start: int, end: int) -> bool:
         """Whether the file holds ``[start, end)`` as lines: every byte there, none a zero a
@@ -598,16 +629,18 @@ class FileSource:
         data = self.fs.pread(fd, end - start, start)
         return len(data) == end - start and b"\0" not in data and data.endswith(b"\n")
 
-    def _before_zeros(self, fd: int, start: int, end: int, offset: int,
+    def _before_zeros(self, fd: int, start: int, end: int,
                       anchored: list[tuple[int, int]]) -> tuple[int, list] | None:
-        """Where a page a cut dropped left zeros in ``[start, end)`` (the freed slots' lines,
-        acknowledged), the file's bytes before the last zero were on the disk before the cut,
-        as they were read: what the application writes after a cut goes on at the file's end,
-        beyond every zero. Returns where reading resumes — the end of the last whole line
-        before the first zero — and the stretches of whole lines after it, between zeros (up
-        to ``end`` when the file has zeros past it too, before ``offset``), that are not read
-        again; None when there are no zeros there, or an anchor in the stretch whose bytes the
-        file holds without zeros is not held (other content than was read: no telling)."""
+        """Where zeros lie in ``[start, end)`` (the freed slots' lines, acknowledged): where
+        reading would resume — the end of the last whole line before the first zero — and the
+        stretches of whole lines after it, between zeros and up to ``end``, not to be read
+        again. That holds only when records after them, two different lines among them, are
+        where the file holds them as the pool read them (the caller's look, ``_held_beyond``
+        and ``_two_lines_in``): a cut that took the file back below them would have left
+        other content or zeros there, so what the file holds before them, zeros aside, was on
+        the disk before the cut, as read. None when there are no zeros, or an anchor in the
+        stretch whose bytes the file holds without zeros is not held (other content than was
+        read)."""
         data = self.fs.pread(fd, end - start, start)
         first = data.find(b"\0")
         if first < 0:
@@ -618,12 +651,8 @@ class FileSource:
                 if b"\0" not in window and anchors.checksum(
                         lambda off, n: self.fs.pread(fd, n, off), at) != crc:
                     return None
-        last = data.rfind(b"\0")
-        if len(data) == end - start and data.endswith(b"\n") and \
-                b"\0" in self.fs.pread(fd, offset - end, end):
-            last = len(data)                # zeros past the stretch: every line in it is old
         gap = []
-        for run in re.finditer(rb"[^\0]+", data[first:last]):
+        for run in re.finditer(rb"[^\0]+", data[first:]):
             a, b = first + run.start(), first + run.end()
             head = data.find(b"\n", a, b) + 1          # a hole's rest is read with it
             tail = data.rfind(b"\n", a, b) + 1

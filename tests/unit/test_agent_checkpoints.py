@@ -659,6 +659,89 @@ def test_pages_dropped_inside_the_freed_slots_lines_read_no_line_of_them_again(t
         agent.abandon()
 
 
+@pytest.mark.parametrize("zeros", ["a_page_below_and_a_new_line_holding_one",
+                                   "a_later_cut_among_the_new_lines",
+                                   "at_the_held_slots_start_over_new_lines"])
+def test_zeros_with_no_record_held_after_them_prove_no_line_old(tmp_path, zeros):
+    """The other side of the test above (a review's finding): the cut inside the freed slots'
+    stretch (line 430), new lines written on from there past the held slot's start, and
+    zeros — a dropped page below the cut with a zero in one new line, a page of new lines
+    dropped by a second cut before the agent started, or the held slot's first line's place
+    zeroed over new lines. Zeros alone would say the lines before them were read: with no
+    record after them where the file holds it as read, they prove nothing, and reading goes
+    again from the anchor — every new line the zeros left arrives (taken for read on the
+    word of the zeros alone, 23, 10 and 23 new lines were skipped silently)."""
+    kafka, agent, log_file = _one_read_over_slots(tmp_path)
+    [held] = agent.pool.sealed()
+    [(_sid, first, _end)] = held.meta.positions
+    agent.abandon()
+    width, cut = len(lines(0, 1)), len(lines(0, 430))
+    new = lines(1000, 1100).split(b"\n")[:-1]
+    holes = []
+    if zeros == "a_page_below_and_a_new_line_holding_one":
+        new[25] = new[25][:10] + b"\0" + new[25][11:]
+        holes = [(len(lines(0, 410)) + 7, len(lines(0, 413)) + 20)]
+    elif zeros == "a_later_cut_among_the_new_lines":
+        holes = [(cut + 10 * width + 7, cut + 13 * width + 20)]
+    else:
+        holes = [(first, first + 2 * width + 5)]
+    assert cut < first < cut + len(new) * width
+    _cut_back_and_written_on(log_file, 430, b"".join(v + b"\n" for v in new))
+    with open(log_file, "r+b") as f:
+        for a, b in holes:
+            f.seek(a)
+            f.write(b"\0" * (b - a))
+    left = [v for k, v in enumerate(new)
+            if not any(a < cut + (k + 1) * width and cut + k * width < b for a, b in holes)]
+    again, agent = _started_again(tmp_path, 20)
+    try:
+        delivered = set(kafka.values() + again.values())
+        missing = [v for v in left if v not in delivered]
+        assert not missing, f"{len(missing)} new line(s) never delivered, first {missing[:2]}"
+    finally:
+        agent.abandon()
+
+
+def test_a_line_repeated_in_its_place_after_two_cuts_proves_nothing(tmp_path):
+    """A review's case for the rule above: a log of one line written again and again
+    (``GET /health``, all of one width) with now and then another. One read of 100 lines
+    fills several slots, the last held; a first cut takes the log back inside the freed
+    slots' stretch, and new lines follow — the same line, and one other among them —; a second
+    cut, before the agent starts, drops a page of them below the held slot. The line at the
+    held slot's start is then the same as the one the pool read there, in its place, though
+    written after the first cut: one line repeated proves nothing (taken for proof, the
+    other new line before the zeros was skipped silently). A stretch held as read proves the
+    file was not cut back below it only when it holds two different lines."""
+    kafka, agent, log_file = _four_batches_read(tmp_path)
+    width = len(lines(0, 1))
+    same = b"GET /health 200".ljust(width - 1, b".")
+    last = b"id-000000499".ljust(width - 1, b"!")
+    kafka.script(last, HOLD)
+    with open(log_file, "ab") as f:
+        f.write((same + b"\n") * 99 + last + b"\n")
+    for _ in range(8):
+        agent.clock.advance(0.3)
+        agent.turn()
+    [held] = agent.pool.sealed()
+    [(_sid, first, _end)] = held.meta.positions
+    agent.abandon()
+    cut = len(lines(0, 410))
+    other = b"id-000001000 another line".ljust(width - 1, b"~")
+    assert first - cut > 10 * width and (first - cut) % width == 0
+    with open(log_file, "r+b") as f:
+        f.truncate(cut)                                            # the first cut
+    with open(log_file, "ab") as f:
+        f.write((same + b"\n") * 2 + other + b"\n" + (same + b"\n") * 60)
+    with open(log_file, "r+b") as f:                               # the second
+        f.seek(cut + 5 * width + 3)
+        f.write(b"\0" * (4 * width))
+    again, agent = _started_again(tmp_path, 20)
+    try:
+        assert other in again.values(), "a line written after the first cut never delivered"
+    finally:
+        agent.abandon()
+
+
 def test_bytes_seen_and_never_read_before_a_cut_back_are_journaled_with_their_range(tmp_path):
     delivered, entries, _ = _cut_back_run(tmp_path, seen_beyond=6000)
     end = len(lines(0, 400))
