@@ -71,9 +71,9 @@ log = logging.getLogger("docket.agent.files")
 
 LAST_LINE_LOOK_BYTES = 1 << 20    # read_from = "end" looks this far back for a line's end
 TAIL_CHECK_BYTES = 4096        # bytes before a recovered end checked against its slot's records
-PROOF_BYTES = 1 << 16          # bytes of stretches held as read looked at for two lines
 #                                (whole units of any wide encoding; more than the last line's
 #                                end alone, which many lines of one log share)
+PROOF_BYTES = 1 << 16          # bytes of stretches held as read looked at for two lines
 
 ROTATED_DELETED = "rotated_deleted"   # an orphan's reason: see _orphan_row
 ROTATED_IDLE_S = 5.0          # a rotated file at its end this long is closed
