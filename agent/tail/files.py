@@ -551,13 +551,14 @@ class FileSource:
             if start > at:
                 if at != newest or start > acked:
                     break
+                freed = self.fs.pread(fd, start - at, at)
                 if not self.reader.grouped:
-                    found = self._before_zeros(fd, at, start, anchored)
+                    found = self._before_zeros(fd, freed, at, start, anchored)
                     if found is not None:
                         (back, gap), zeros = found, True    # a page the cut dropped there
                         break
                 if any(newest < a <= start for a, _c in anchored) or \
-                        not self._lines_held(fd, at, start):
+                        not _lines_held(freed, start - at):
                     break
                 at = bridged = start
             data = self.fs.pread(fd, end - start, start)
@@ -623,25 +624,18 @@ class FileSource:
                 break
         return len(seen) > 1
 
-    def _lines_held(self, fd: int, start: int, end: int) -> bool:
-        """Whether the file holds ``[start, end)`` as lines: every byte there, none a zero a
-        dropped page left, a line's end at ``end``."""
-        data = self.fs.pread(fd, end - start, start)
-        return len(data) == end - start and b"\0" not in data and data.endswith(b"\n")
-
-    def _before_zeros(self, fd: int, start: int, end: int,
+    def _before_zeros(self, fd: int, data: bytes, start: int, end: int,
                       anchored: list[tuple[int, int]]) -> tuple[int, list] | None:
-        """Where zeros lie in ``[start, end)`` (the freed slots' lines, acknowledged): where
-        reading would resume — the end of the last whole line before the first zero — and the
-        stretches of whole lines after it, between zeros and up to ``end``, not to be read
-        again. That holds only when records after them, two different lines among them, are
-        where the file holds them as the pool read them (the caller's look, ``_held_beyond``
-        and ``_two_lines_in``): a cut that took the file back below them would have left
-        other content or zeros there, so what the file holds before them, zeros aside, was on
-        the disk before the cut, as read. None when there are no zeros, or an anchor in the
-        stretch whose bytes the file holds without zeros is not held (other content than was
-        read)."""
-        data = self.fs.pread(fd, end - start, start)
+        """Where zeros lie in ``data``, what the file holds of ``[start, end)`` (the freed
+        slots' lines, acknowledged): where reading would resume — the end of the last whole
+        line before the first zero — and the stretches of whole lines after it, between zeros
+        and up to ``end``, not to be read again. That holds only when records after them, two
+        different lines among them, are where the file holds them as the pool read them (the
+        caller's look, ``_held_beyond`` and ``_two_lines_in``): a cut that took the file back
+        below them would have left other content or zeros there, so what the file holds
+        before them, zeros aside, was on the disk before the cut, as read. None when there
+        are no zeros, or an anchor in the stretch whose bytes the file holds without zeros is
+        not held (other content than was read)."""
         first = data.find(b"\0")
         if first < 0:
             return None
@@ -1604,6 +1598,12 @@ def _values_placed(blocks: list):
             else:
                 place = None if last is None else n + last
             yield bytes(block.value(i)), place
+
+
+def _lines_held(data: bytes, span: int) -> bool:
+    """Whether ``data``, a file's bytes of a stretch of ``span`` bytes, holds it as lines:
+    every byte there, none a zero a dropped page left, a line's end at its end."""
+    return len(data) == span and b"\0" not in data and data.endswith(b"\n")
 
 
 def _values(blocks: list):
