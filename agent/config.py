@@ -75,7 +75,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("buffer.size_bytes", int, 1 << 30, "Size of the preallocated pool file.",
             minimum=2 * 4096),
     Setting("buffer.slot_size_bytes", int, MiB, "Slot size: the batch-size limit; a multiple of "
-            "4096.", minimum=4096),
+            "4096. A slot of 64 KiB or more holds the lines of up to 128 files and keeps its "
+            "last 8 KiB for their positions; a smaller one, of up to 8 files.", minimum=4096),
     Setting("buffer.linger_ms", float, 5.0, "Seal a slot this long after its first record.",
             minimum=0),
     Setting("buffer.gather_ms", float, 1.0, "When a write wakes an agent with nothing "

@@ -8,7 +8,8 @@ On-disk layout (little-endian; every offset a multiple of 8)::
 
     FileHeader (4096 bytes, at 0)                       layout.FILE_HEADER
         magic        char[8]  "DOCKETBP"
-        version      u32      2 (1: before record numbers; rewritten when it has no sealed slot)
+        version      u32      5 (1: before record numbers, rewritten when it has no sealed slot;
+                              2, 3 and 4 upgraded in place: layout.py)
         header_bytes u32      4096
         slot_bytes   u64      slot_size_bytes (a multiple of 4096: the batch-size limit)
         slot_count   u64
@@ -31,7 +32,10 @@ On-disk layout (little-endian; every offset a multiple of 8)::
         block_count  u32
         first_record u64      the record number of the slot's first record (docket-seq)
                               (while filling: the fill's mark)
-        positions    (u64 source, u64 start, u64 end)[8]   source bytes the slot covers
+        positions    (u64 source, u64 start, u64 end)[8]   source bytes the slot covers;
+                              with n_positions > 8 (slots of 64 KiB or more, up to 128), the
+                              first 7 and (EXT_TAG, page, CRC32C of the page's positions
+                              continued from seq): the rest are in that page
         topic        char[256]
         header_crc   u32      CRC32C of every byte above (state is not covered)
         state        u8       0 free, 1 filling, 2 sealed
@@ -41,13 +45,17 @@ On-disk layout (little-endian; every offset a multiple of 8)::
         Block*       see framing.py: one block per append, columnar:
                      header, ts i64[n], value length u32[n], value offset u32[n],
                      [key length u16[n], keys], then the appended bytes as read
+        Positions[2] (slots of 64 KiB or more: their last two pages, no block in them)
+                     (u64 source, u64 start, u64 end)[n_positions - 7], the header's 8th
+                     entry naming which; written in turn, each synced before its header
 
 Deviation from the design's record framing: instead of a (length, time, key) prefix before each
 record, each block keeps those fields as columns followed by the lines exactly as read (their
 terminators stay, unreferenced). The fields per record are the same; the bytes are copied with
 one memcpy per block, and reading a block back takes no per-record parsing.
 
-Sealing: a slot is sealed when the next record does not fit, when 8 sources share it, or when
+Sealing: a slot is sealed when the next record does not fit, when a source past the slot's
+bound (128 sources; 8 in slots under 64 KiB) has records for it, or when
 ``linger_ms`` has passed since its first record *and* no sealed slot is waiting to be taken by
 the drain (while slots wait, sealing early sends nothing sooner and wastes slots). It is first
 *closed* (numbered, in memory; no more records), then sealed, in closing order: at once by the

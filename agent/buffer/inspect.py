@@ -51,7 +51,8 @@ def inspect_pool(path: str | Path) -> PoolView:
             view.states[name] = view.states.get(name, 0) + 1
             if state != L.SEALED:
                 continue
-            meta = slot_meta(hdr[index:index + 1], geometry)
+            meta = slot_meta(hdr[index:index + 1], geometry, lambda area, i=index: np.array(
+                mm[geometry.ext_offset(i, area):][:L.PAGE]))
             o = geometry.slot_offset(index)
             payload = np.array(mm[o:o + meta.used_bytes]) if meta is not None else None
             if meta is None or crc32c(payload) != meta.payload_crc:

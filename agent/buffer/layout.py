@@ -13,19 +13,34 @@ from crc32c import crc32c
 from .errors import PoolGeometryMismatch
 
 MAGIC = b"DOCKETBP"
-VERSION = 4
+VERSION = 5
 # Version 1 had no record numbers (no first_record / next_record); an empty one is upgraded.
 # Version 2 had no acknowledged prefix (``acked`` was padding, zero): upgraded in place, its
 # sealed slots kept. Version 3 is refused by agents that read version 2, so an older agent
 # never seals a slot beside an ``acked`` it would not clear. Version 3 handed a slot out
 # without the fill's mark (``KEPT_OFFSET``): upgraded in place, its filling slots discarded as
-# before at that open; version 4 is refused by agents that read version 3.
+# before at that open; version 4 is refused by agents that read version 3. Version 5 lets a
+# slot of 64 KiB or more hold the positions of up to ``MAX_SOURCES`` sources (the header's
+# last entry then points at a page of the slot's own, ``ext_positions``); a version 4 pool is
+# one of version 5 whose slots hold at most 8, upgraded in place (the number only), and
+# version 5 is refused by agents that read version 4 (they would take such a header for a
+# damaged one).
 V1_STATE_OFFSET = 500
 PAGE = 4096
 FILE_HEADER_BYTES = PAGE
 SLOT_HEADER_BYTES = 512
 SLOT_MAGIC = 0x544F4C53            # b"SLOT" little-endian
-MAX_POSITIONS = 8
+MAX_POSITIONS = 8                  # the header's entries
+# A slot of ``EXT_MIN_SLOT_BYTES`` or more keeps its last ``EXT_BYTES`` for the positions of
+# sources beyond the header's: two pages, used in turn, so that a header on the disk never
+# names the page being written (a slot sent while it fills shows its header again and again).
+# The header's last entry then says (``EXT_TAG``, which page, its CRC) and ``n_positions``
+# counts every source; the page holds the positions from the header's seventh on.
+EXT_AREAS = 2
+EXT_BYTES = EXT_AREAS * PAGE
+EXT_MIN_SLOT_BYTES = 16 * PAGE
+EXT_TAG = (1 << 64) - 1
+MAX_SOURCES = 128                  # 121 on the page: 2,904 of its bytes
 MAX_TOPIC_BYTES = 256
 SEQ_MOD = 1 << 64
 
@@ -75,6 +90,45 @@ ACKED_MAX = (1 << 24) - 1
 # the kept prefix: its bytes (low 32 bits) and a check (high 32 bits) = CRC32C of the mark,
 # continued from the prefix's CRC32C — one 8-byte store after each such block.
 KEPT_OFFSET = SLOT_HEADER.fields["max_ts"][1]
+
+
+def ext_crc(seq: int, positions: bytes) -> int:
+    """The check of a slot's positions page: CRC32C of its positions, continued from the
+    slot's sequence number (a page a former use of the slot left never matches)."""
+    return crc32c(positions, crc32c(seq.to_bytes(8, "little")))
+
+
+def split_positions(positions, seq: int, area: int) -> tuple[np.ndarray, bytes | None]:
+    """The header's ``positions`` entries for ``positions`` ((source, start, end) each), and
+    the bytes of the positions page (``area``) when they do not fit in the header."""
+    entries = np.zeros((MAX_POSITIONS, 3), np.uint64)
+    if len(positions) <= MAX_POSITIONS:
+        if positions:
+            entries[:len(positions)] = positions
+        return entries, None
+    keep = MAX_POSITIONS - 1
+    entries[:keep] = positions[:keep]
+    page = np.asarray(positions[keep:], "<u8").tobytes()
+    entries[keep] = (EXT_TAG, area, ext_crc(seq, page))
+    return entries, page
+
+
+def joined_positions(entries: np.ndarray, n: int, seq: int, page_of) -> tuple | None:
+    """A header's positions: its ``n`` entries, or (``n`` > 8) its first seven and the rest
+    from the page its last entry names (``page_of(area)``: that page's bytes); None when the
+    entry or the page fails its check."""
+    if n <= MAX_POSITIONS:
+        return tuple(tuple(int(x) for x in p) for p in entries[:n])
+    keep = MAX_POSITIONS - 1
+    tag, area, check = (int(x) for x in entries[keep])
+    if page_of is None or n > MAX_SOURCES or tag != EXT_TAG or area >= EXT_AREAS:
+        return None
+    page = bytes(page_of(area)[:(n - keep) * 24])
+    if ext_crc(seq, page) != check:
+        return None
+    rest = np.frombuffer(page, "<u8").reshape(-1, 3)
+    return tuple(tuple(int(x) for x in p) for p in entries[:keep]) + \
+        tuple(tuple(int(x) for x in p) for p in rest)
 
 
 def store_acked(header_bytes: np.ndarray, n: int) -> None:
@@ -130,6 +184,26 @@ class Geometry:
 
     def slot_offset(self, index: int) -> int:
         return self.payload_offset + index * self.slot_bytes
+
+    @property
+    def extended(self) -> bool:
+        """Whether a slot keeps pages for the positions of more sources than its header's."""
+        return self.slot_bytes >= EXT_MIN_SLOT_BYTES
+
+    @property
+    def payload_bytes(self) -> int:
+        """The bytes of a slot that blocks may fill (a version 4 pool's slots sealed before
+        its upgrade may fill every byte: ``slot_bytes`` bounds what a header may say)."""
+        return self.slot_bytes - EXT_BYTES if self.extended else self.slot_bytes
+
+    @property
+    def max_sources(self) -> int:
+        """Sources whose records one slot may hold."""
+        return MAX_SOURCES if self.extended else MAX_POSITIONS
+
+    def ext_offset(self, index: int, area: int) -> int:
+        """Where the positions page ``area`` of slot ``index`` begins in the file."""
+        return self.slot_offset(index) + self.slot_bytes - EXT_BYTES + area * PAGE
 
     @classmethod
     def fit(cls, size_bytes: int, slot_bytes: int) -> Geometry:

@@ -147,7 +147,8 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
             self._release_file_lock()        # a refused open leaves the file to the next opener
             raise
         # Record capacity: the largest value one record may have in an empty slot, or less.
-        self.max_value_bytes = self.geometry.slot_bytes - BLOCK_HEADER_BYTES - PER_RECORD_BYTES - 8
+        self.max_value_bytes = self.geometry.payload_bytes - BLOCK_HEADER_BYTES \
+            - PER_RECORD_BYTES - 8
         if max_record_bytes is not None:
             self.max_value_bytes = min(self.max_value_bytes, max_record_bytes)
         if seal_thread and sync_on_seal:

@@ -49,6 +49,7 @@ class PoolRecovery:
         # Whether the slots were handed out by an agent that writes the fill's mark first
         # (format version 4 on): only then is a filling slot's whole header its own seal's.
         self._fill_marks = True
+        self._older: int | None = None      # the format version found, when upgraded here
         created = self._open_file(first_seq)
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r+",
                               shape=(self.geometry.file_bytes,))
@@ -66,12 +67,18 @@ class PoolRecovery:
         self._next_seq = int(self._fh[0]["next_seq"])
         # Record numbers: never below the caller's (the state database's) nor the header's.
         self._next_record = max(first_record, int(self._fh[0]["next_record"]))
+        # The positions page each slot's header named last (``sealer._header``): the next
+        # one written is the other, so that a header on the disk never names a page being
+        # written (1 where none was: the first is page 0).
+        entry = self._hdr["positions"][:, L.MAX_POSITIONS - 1]
+        self._ext_last = np.where(entry[:, 0] == np.uint64(L.EXT_TAG),
+                                  np.minimum(entry[:, 1], 1), 1).astype(np.int8)
         if created:
             self._free = list(range(g.slot_count - 1, -1, -1))
         else:
             self._recover()
-            if not self._fill_marks:
-                self._upgrade_v3()
+            if self._older is not None:
+                self._upgrade_in_place(self._older)
 
     def _open_file(self, first_seq: int) -> bool:
         """Lock the file, then check it, or create and preallocate it. True when created."""
@@ -156,9 +163,12 @@ class PoolRecovery:
             return self._check_existing()
         if int(h["version"]) == 3 and int(h["geometry_crc"]) == L.geometry_crc(header):
             # Version 3 agents handed a slot out without the fill's mark: this open takes no
-            # filling slot for sealed or kept, and writes version 4 once it has recovered
-            # (``_upgrade_v3``), so an open refused before then finds version 3 again.
+            # filling slot for sealed or kept, and writes version 5 once it has recovered
+            # (``_upgrade_in_place``), so an open refused before then finds version 3 again.
             self._fill_marks = False
+            self._older = 3
+        elif int(h["version"]) == 4:
+            self._older = 4                  # every slot of it holds at most 8 sources
         elif int(h["version"]) != L.VERSION:
             raise PoolFormatError(
                 f"{self.path} has pool format version {int(h['version'])}; this agent reads "
@@ -179,15 +189,16 @@ class PoolRecovery:
             raise PoolDamaged(f"{self.path} is shorter than its header says",
                               hint="the file was truncated; move it away")
 
-    def _upgrade_v3(self) -> None:
-        """A version 3 pool, recovered, becomes version 4 in place: only the number changes
-        (synced). An agent that reads version 3 refuses version 4 (its filling slots would
-        leave a former seal's header looking whole)."""
+    def _upgrade_in_place(self, found: int) -> None:
+        """A version 3 or 4 pool, recovered, becomes version 5 in place: only the number
+        changes (synced). An agent that reads version 3 refuses version 4 (its filling slots
+        would leave a former seal's header looking whole), one that reads version 4 refuses
+        version 5 (a header naming a positions page would look damaged to it)."""
         self._fh[0]["version"] = L.VERSION
         self._fh[0]["geometry_crc"] = L.geometry_crc(self._fh)
         self.ops.msync(self._map._mmap, 0, L.FILE_HEADER_BYTES)
-        log.info("%s: pool format version 3 upgraded to %d in place (its slots kept)",
-                 self.path, L.VERSION)
+        log.info("%s: pool format version %d upgraded to %d in place (its slots kept)",
+                 self.path, found, L.VERSION)
 
     def _upgrade_v2(self, header: np.ndarray) -> None:
         """A version 2 pool becomes version 3 in place, its slots kept: every slot's ``acked``
@@ -432,7 +443,9 @@ class PoolRecovery:
         self._sealed = SealedSlots(sorted(self._sealed.items(), key=lambda kv: key(kv[0])))
 
     def _meta_if_valid(self, index: int) -> SlotMeta | None:
-        return slot_meta(self._hdr[index:index + 1], self.geometry)
+        g = self.geometry
+        return slot_meta(self._hdr[index:index + 1], g,
+                         lambda area: self._mm[g.ext_offset(index, area):][:L.PAGE])
 
     def _payload_view(self, index: int, used: int) -> np.ndarray:
         o = self.geometry.slot_offset(index)

@@ -148,23 +148,27 @@ class PoolSealer:
             self._early = None
         positions = tuple(_below_filling(fill.positions, self._current.values(),
                                          self._pending, self._clamped))
-        header = self._header(topic, fill, seq, first_record, positions)
+        header, ext = self._header(topic, fill, seq, first_record, positions)
         self._next_seq = (seq + 1) % L.SEQ_MOD
         self._next_record = first_record + fill.records
-        return Closing(topic, fill, seq, first_record, positions, header)
+        return Closing(topic, fill, seq, first_record, positions, header, ext=ext)
 
     def _header(self, topic: str, fill: Filling, seq: int, first_record: int,
-                positions) -> np.ndarray:
-        """A header's bytes up to its state, for ``fill`` as it is now."""
+                positions) -> tuple[np.ndarray, tuple[int, bytes] | None]:
+        """A header's bytes up to its state, for ``fill`` as it is now, and (more sources
+        than the header holds) its positions page: (which, its bytes), the page after the
+        one the slot's last header named (``_ext_last``), written before this header is."""
         tb = topic.encode()
-        pos = np.zeros((L.MAX_POSITIONS, 3), np.uint64)
-        if positions:
-            pos[:len(positions)] = positions
+        area = 1 - int(self._ext_last[fill.index]) if len(positions) > L.MAX_POSITIONS else 0
+        pos, page = L.split_positions(positions, seq, area)
         self._scratch[0] = (L.SLOT_MAGIC, len(tb), len(positions), seq, fill.records, fill.used,
                             fill.min_ts, fill.max_ts, fill.crc, fill.blocks, first_record, pos, tb,
                             0, L.FILLING, 0)
         self._scratch[0]["header_crc"] = crc32c(self._scratch_bytes[:L.HEADER_CRC_SPAN])
-        return self._scratch_bytes[:L.STATE_OFFSET].copy()
+        if page is not None:
+            self._ext_last[fill.index] = area
+        return self._scratch_bytes[:L.STATE_OFFSET].copy(), \
+            None if page is None else (area, page)
 
     def _seal_closed(self, c: Closing) -> None:
         """Seal the oldest closed slot ``c`` at once, under the lock (without ``seal_thread``,
@@ -178,11 +182,27 @@ class PoolSealer:
         """``c``'s data synced, then its header written, then the headers synced (with
         ``sync_on_seal``; else only written): a seal at once, a kept slot's at open, a show
         of a slot sent while it fills (``sending.py``)."""
+        self._write_ext(c)
         if self.sync_on_seal:
-            self.ops.msync(self._map._mmap, self.geometry.slot_offset(c.fill.index), c.fill.used)
+            self._sync_data(self._map._mmap, c)
         self._write_header(c)
         if self.sync_on_seal:
             self._sync_headers(self._map._mmap, c.fill.index)
+
+    def _write_ext(self, c: Closing) -> None:
+        """``c``'s positions page, when its header names one, into its place."""
+        if c.ext is not None:
+            area, page = c.ext
+            at = self.geometry.ext_offset(c.fill.index, area)
+            self._mm[at:at + len(page)] = np.frombuffer(page, np.uint8)
+
+    def _sync_data(self, mm: mmap.mmap, c: Closing) -> None:
+        """Sync ``c``'s data, and its positions page with it (one ``msync``: the pages
+        between are clean)."""
+        o = self.geometry.slot_offset(c.fill.index)
+        end = c.fill.used if c.ext is None else \
+            self.geometry.ext_offset(c.fill.index, c.ext[0]) + len(c.ext[1]) - o
+        self.ops.msync(mm, o, end)
 
     def _write_header(self, c: Closing) -> None:
         """Store every byte of the header but the state in one copy, then the state."""
@@ -243,7 +263,8 @@ class PoolSealer:
                         return
                     batch, mm = list(self._unsynced), self._map._mmap
                 for c in batch:
-                    self.ops.msync(mm, self.geometry.slot_offset(c.fill.index), c.fill.used)
+                    self._write_ext(c)
+                    self._sync_data(mm, c)
                 with self._lock:
                     if self._abandoned(batch[0]):
                         return

@@ -91,10 +91,10 @@ class PoolSending:
         topic = self._early[0]
         positions = tuple((src, start, end) for src, (start, end) in fill.positions.items())
         if fill.used > fill.shown:
-            header = self._header(topic, fill, fill.seq, fill.first_record, positions)
+            header, ext = self._header(topic, fill, fill.seq, fill.first_record, positions)
             # as a seal writes it (the first show zeroes ``acked``, later ones keep it)
             self._write_synced(Closing(topic, fill, fill.seq, fill.first_record, positions,
-                                       header))
+                                       header, ext=ext))
             self.ops.crash_point("show:after_header")
             fill.shown, fill.shown_records = fill.used, fill.records
         return SealedSlot(fill.meta(fill.seq, topic, positions, fill.first_record), fill.index,

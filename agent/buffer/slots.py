@@ -201,22 +201,29 @@ class Closing:
     positions: tuple            # (source, start, end) of each source in it
     header: np.ndarray          # the header's bytes up to its state, built when it closed
     synced: bool = False        # sealed on disk; handed to the drain once collected
+    ext: tuple[int, bytes] | None = None    # its positions page (which, bytes), if any
 
 
-def slot_meta(h: np.ndarray, geometry: L.Geometry) -> SlotMeta | None:
-    """The header of one slot (a 1-row view of SLOT_HEADER), or None when it fails its checks."""
+def slot_meta(h: np.ndarray, geometry: L.Geometry, page_of=None) -> SlotMeta | None:
+    """The header of one slot (a 1-row view of SLOT_HEADER), or None when it fails its checks;
+    ``page_of(area)``: the bytes of the slot's positions page ``area`` (``L.ext_offset``),
+    read when the header names one."""
     r = h[0]
     if int(r["magic"]) != L.SLOT_MAGIC or int(r["header_crc"]) != L.header_crc(h):
         return None
     n_pos, topic_len = int(r["n_positions"]), int(r["topic_len"])
-    if n_pos > L.MAX_POSITIONS or topic_len > L.MAX_TOPIC_BYTES or \
+    if n_pos > geometry.max_sources or topic_len > L.MAX_TOPIC_BYTES or \
             int(r["used_bytes"]) > geometry.slot_bytes:
+        return None
+    positions = L.joined_positions(r["positions"], n_pos, int(r["seq"]), page_of)
+    if positions is None:
+        return None
+    if n_pos > L.MAX_POSITIONS and int(r["used_bytes"]) > geometry.payload_bytes:
         return None
     return SlotMeta(
         seq=int(r["seq"]), topic=bytes(r["topic"])[:topic_len].decode("utf-8", "replace"),
         record_count=int(r["record_count"]), used_bytes=int(r["used_bytes"]),
         min_ts=int(r["min_ts"]), max_ts=int(r["max_ts"]), payload_crc=int(r["payload_crc"]),
         block_count=int(r["block_count"]),
-        positions=tuple(tuple(int(x) for x in p) for p in r["positions"][:n_pos]),
-        first_record=int(r["first_record"]),
+        positions=positions, first_record=int(r["first_record"]),
     )

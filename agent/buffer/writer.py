@@ -90,7 +90,7 @@ class PoolWriter:
                 fill = self._filling_for(topic, tb, source, timeout_s, bool(kept))
                 if fill is None:
                     break
-                space = self.geometry.slot_bytes - fill.used
+                space = self.geometry.payload_bytes - fill.used
                 b = planner.fit(a, limit, space)
                 if b == a:
                     self._seal(topic)
@@ -100,7 +100,8 @@ class PoolWriter:
                             flags=kept | (CONTINUED if continued and a == 0 else 0))
                 a = b
                 handed(a)
-                if self.geometry.slot_bytes - fill.used < BLOCK_HEADER_BYTES + PER_RECORD_BYTES + 8:
+                if self.geometry.payload_bytes - fill.used < \
+                        BLOCK_HEADER_BYTES + PER_RECORD_BYTES + 8:
                     self._seal(topic)
             result.records = a
             result.end = chunk.source_end if a == n else chunk.source_pos(a)
@@ -129,7 +130,7 @@ class PoolWriter:
         if fill is not None:
             expired = self._due(fill, self.clock.monotonic_ns()) or (once and fill.early)
             full_sources = source is not None and source not in fill.positions and \
-                len(fill.positions) >= L.MAX_POSITIONS
+                len(fill.positions) >= self.geometry.max_sources
             if expired or full_sources:
                 self._seal(topic)
                 fill = None

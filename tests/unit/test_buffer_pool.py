@@ -1152,7 +1152,7 @@ def test_a_version_2_pool_is_upgraded_in_place_its_slots_kept_and_their_acked_by
     assert (kept.record_count, kept.acked_before) == (20, 0)
     again.close()
     raw = np.fromfile(path, np.uint8, L.FILE_HEADER.itemsize).view(L.FILE_HEADER)
-    assert int(raw[0]["version"]) == L.VERSION == 4
+    assert int(raw[0]["version"]) == L.VERSION == 5
 
 
 def test_a_version_3_pool_is_upgraded_and_its_filling_slots_are_not_taken_for_sealed(tmp_path):
@@ -1175,7 +1175,7 @@ def test_a_version_3_pool_is_upgraded_and_its_filling_slots_are_not_taken_for_se
     assert again.counters["filling_discarded"] == 1 and again.counters["seal_finished"] == 0
     again.close()
     raw = np.fromfile(path, np.uint8, L.FILE_HEADER.itemsize).view(L.FILE_HEADER)
-    assert int(raw[0]["version"]) == 4
+    assert int(raw[0]["version"]) == L.VERSION == 5
 
 
 def test_the_first_parts_of_a_split_line_are_not_taken_for_acknowledged_at_the_next_open(
