@@ -106,6 +106,33 @@ LINE_AT_END = re.compile(rb"id-(\d{9}) [0-9a-f]{40}\Z")
 LINE_START = re.compile(rb"i|id|id-\d{0,9}|id-\d{9} [0-9a-f]{0,39}")   # a line's first bytes
 
 
+def _keep_evidence(tmp_path: Path, figures: dict, lost: list, foreign: list, again: list,
+                   numbers: Counter) -> None:
+    """What a run with a line lost, a foreign record or a line under two numbers leaves for
+    reading afterwards, in ``DOCKET_EVIDENCE_DIR`` (pytest keeps only its last three runs'
+    folders): the figures, the agent's log, the loss journal, and every record of a line
+    delivered more than once beside its first (number, offset, its first 200 bytes)."""
+    out = Path(os.environ.get("DOCKET_EVIDENCE_DIR", "/tmp/docket-evidence")) / \
+        f"power-cut-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("agent.log", "app.side", "forgetfs.log"):
+        if (tmp_path / name).exists():
+            shutil.copy(tmp_path / name, out / name)
+    journal = tmp_path / "backing" / "state" / "loss-journal.jsonl"
+    if journal.exists():
+        shutil.copy(journal, out / journal.name)
+
+    def shown(rec: tuple) -> list:
+        return [(x.decode("latin-1") if isinstance(x, bytes) else x) for x in rec]
+
+    renumbered = [(i, shown(a), shown(b)) for i, a, b in again
+                  if a[0] != b[0] and numbers[b[0]] == 1]
+    (out / "figures.json").write_text(json.dumps({
+        **figures, "lost_ids": lost[:1000], "foreign": [v.decode("latin-1") for v in foreign[:100]],
+        "again_under_a_new_number": renumbered[:1000]}, indent=1, default=str))
+    print(f"evidence kept in {out}")
+
+
 def _id(value: bytes):
     """A record's id: a line of the application's, whole, or at the end of a record that holds
     what a cut left of the log before it. A cut that keeps a later page of the log and drops an
@@ -204,11 +231,20 @@ def _power_cuts(kafka, tmp_path, topic_name, cuts: int) -> dict:
         foreign: list[bytes] = []
         after_a_hole: list[bytes] = []
         glued: list[bytes] = []
+        first_seen: dict[int, tuple] = {}   # id → (number, offset, value) of its first record
+        again_seen: list[tuple] = []        # ... and each later one: (id, first, this)
 
         def see(msg) -> None:
             seq = dict(msg.headers() or []).get("docket-seq")
             numbers[seq] += 1
             value = msg.value()
+            got = _id(value)
+            if isinstance(got, int):
+                this = (seq, msg.offset(), value[:200])
+                if got in first_seen:
+                    again_seen.append((got, first_seen[got], this))
+                else:
+                    first_seen[got] = this if len(value) != LINE_BYTES else (seq,)
             if len(value) == LINE_BYTES and isinstance(_id(value), int):
                 return
             not_lines.add(seq)
@@ -254,6 +290,8 @@ def _power_cuts(kafka, tmp_path, topic_name, cuts: int) -> dict:
         "backlog_at_end": (status or {}).get("backlog"),
     }
     print(json.dumps(figures))
+    if lost or foreign or figures["renumbered"]:
+        _keep_evidence(tmp_path, figures, lost, foreign, again_seen, numbers)
     assert not lost, f"{len(lost)} synced line(s) never delivered, first {lost[:5]}: {figures}"
     # Every record that is not one line whole holds what a cut left of the log: zeros of a hole,
     # or the first bytes of a line with the next line written after the cut.
