@@ -91,6 +91,13 @@ Invariants
   slot of records that were at most sent, never a number sent and given again. Its seal, at
   ``seal_every_ms``, writes the header a last time and runs what a seal runs (``on_seal``).
 
+- A slot's positions page (more than 8 sources) is written, and synced with the payload,
+  before the header that names it; a slot's next header names the other page (``_ext_last``:
+  the page of the last header written, read from every header at open), so a header on the
+  disk never names a page being written. An open makes the headers it read durable (after
+  the free barrier) before any slot is used again: a kill between a header's write and its
+  sync left the disk one header behind the page cache.
+
 - A slot handed out gets, before its state byte says filling, a mark of its own in
   ``first_record`` (so the header a former seal left fails its CRC), its topic, and an empty
   kept prefix in ``max_ts``. Each block of records a source cannot give again (``append(...,
@@ -106,7 +113,8 @@ Recovery (``BufferPool.open`` on an existing file)
   files' records, read again.
 - any other filling slot → discarded (made free); the sources re-read from
   ``recovered_positions()``, the highest end offset per source among the sealed slots.
-- sealed with a bad magic or ``header_crc`` (torn header) or a bad ``payload_crc`` (torn payload)
+- sealed with a bad magic or ``header_crc``, or a positions page that fails its check (torn
+  header), or a bad ``payload_crc`` (torn payload)
   → header and payload copied to ``quarantine/``, reported as dropped with reason ``corrupt``,
   made free. Every other sealed slot is replayed, in sequence order, from its ``acked`` prefix
   on.

@@ -79,6 +79,21 @@ class PoolRecovery:
             self._recover()
             if self._older is not None:
                 self._upgrade_in_place(self._older)
+            self._headers_durable()
+
+    def _headers_durable(self) -> None:
+        """Make the headers read at open the ones on the disk (``sync_on_seal``): a process
+        killed between a seal's header write and its sync left a header the disk does not
+        have yet, and ``_ext_last`` follows the one read; a slot used again would write the
+        page the header on the disk names, and a power cut before its next header sync left
+        that header naming new bytes (quarantined, a false loss). What recovery freed
+        (acknowledged slots) becomes durable with them: the acknowledgement is first, as at
+        every free (``free_barrier``)."""
+        if not self.sync_on_seal:
+            return
+        if self._free_barrier is not None:
+            self._free_barrier()
+        self.ops.msync(self._map._mmap, 0, self.geometry.payload_offset)
 
     def _open_file(self, first_seq: int) -> bool:
         """Lock the file, then check it, or create and preallocate it. True when created."""

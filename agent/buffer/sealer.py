@@ -157,7 +157,8 @@ class PoolSealer:
                 positions) -> tuple[np.ndarray, tuple[int, bytes] | None]:
         """A header's bytes up to its state, for ``fill`` as it is now, and (more sources
         than the header holds) its positions page: (which, its bytes), the page after the
-        one the slot's last header named (``_ext_last``), written before this header is."""
+        one the slot's last header written named (``_ext_last``, set as a header is written:
+        a show whose sync failed leaves it), written before this header is."""
         tb = topic.encode()
         area = 1 - int(self._ext_last[fill.index]) if len(positions) > L.MAX_POSITIONS else 0
         pos, page = L.split_positions(positions, seq, area)
@@ -165,8 +166,6 @@ class PoolSealer:
                             fill.min_ts, fill.max_ts, fill.crc, fill.blocks, first_record, pos, tb,
                             0, L.FILLING, 0)
         self._scratch[0]["header_crc"] = crc32c(self._scratch_bytes[:L.HEADER_CRC_SPAN])
-        if page is not None:
-            self._ext_last[fill.index] = area
         return self._scratch_bytes[:L.STATE_OFFSET].copy(), \
             None if page is None else (area, page)
 
@@ -210,6 +209,8 @@ class PoolSealer:
         if not c.fill.shown:            # a slot sent while it filled keeps its acknowledgements
             self._hdr_bytes[c.fill.index, L.ACKED_OFFSET:] = 0
         self._hdr_bytes[c.fill.index, :L.STATE_OFFSET] = c.header
+        if c.ext is not None:           # the page this header names: the next one is the other
+            self._ext_last[c.fill.index] = c.ext[0]
         self.ops.crash_point("seal:before_state")
         self._hdr_bytes[c.fill.index, L.STATE_OFFSET] = L.SEALED
         self._fh[0]["next_seq"] = (c.seq + 1) % L.SEQ_MOD

@@ -4,6 +4,7 @@ pages at the slot's end, written in turn; smaller slots keep eight, in the heade
 
 from __future__ import annotations
 
+import mmap
 import random
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from agent.buffer import BufferPool, Chunk
 from agent.buffer import layout as L
 from agent.buffer.inspect import inspect_pool
+from agent.buffer.seams import FileOps, SimulatedCrash
 from tests.unit.powercut import CutNow, PowerCutOps
 from tests.unit.tailkit import FakeClock
 
@@ -203,3 +205,94 @@ def test_a_power_cut_while_a_slot_of_many_files_is_shown_keeps_a_whole_header(tm
     if showing is not None:                      # cut: while the pages were in play
         assert len(shown[-1]) > L.MAX_POSITIONS
     again.close()
+
+
+class Durable(FileOps):
+    """Keeps what the syncs made durable (``durable``: the file after a power cut that wrote
+    nothing back); the ``stop_at``-th sync from now is a kill or a cut before it, the
+    ``fail_at``-th fails (EIO)."""
+
+    def __init__(self, durable: bytes):
+        self.durable = bytearray(durable)
+        self.stop_at = self.fail_at = 0
+
+    def msync(self, mm, offset: int, length: int) -> None:
+        for name in ("stop_at", "fail_at"):
+            if getattr(self, name):
+                setattr(self, name, getattr(self, name) - 1)
+                if not getattr(self, name):
+                    raise SimulatedCrash("cut") if name == "stop_at" else OSError(5, "EIO")
+        super().msync(mm, offset, length)
+        a = offset - offset % mmap.PAGESIZE
+        self.durable[a:offset + length] = mm[a:offset + length]
+
+
+def fill_all(pool: BufferPool, sources, i: int) -> None:
+    for src in sources:
+        append(pool, src, i)
+
+
+def test_a_kill_before_a_header_sync_then_a_cut_in_the_next_use_keeps_the_header(tmp_path):
+    """Killed after a seal wrote its header and before it synced it, the agent's next open
+    reads that header (the page cache's), the disk holding the one before, naming the other
+    page. Its open makes the headers it read durable: used again, the slot writes the page
+    neither names, and a power cut before that seal's header sync finds a whole header
+    (without it, the header on the disk named the page just written over: quarantined, a
+    false loss)."""
+    path, small = tmp_path / "pool", dict(size=4096 + 4096 + 2 * SLOT, sync_on_seal=True)
+    open_pool(path, **small).close()
+    ops = Durable(path.read_bytes())
+    pool = open_pool(path, ops=ops, **small)
+    fill_all(pool, range(1, 21), 0)
+    pool.seal("t")                               # its header names page 0, synced
+    [slot] = pool.take()
+    pool.free(slot)
+    fill_all(pool, range(1, 21), 1)
+    ops.stop_at = 2                              # the data synced, the headers' sync: killed
+    with pytest.raises(SimulatedCrash):
+        pool.seal("t")
+    pool.abandon()
+    ops = Durable(bytes(ops.durable))            # the page cache as it was, the disk apart
+    again = open_pool(path, ops=ops, **small)
+    [slot] = again.take()
+    again.free(slot)
+    fill_all(again, range(1, 21), 2)
+    ops.stop_at = 2                              # a power cut before the header's sync
+    with pytest.raises(SimulatedCrash):
+        again.seal("t")
+    again.abandon()
+    (tmp_path / "after").write_bytes(bytes(ops.durable))
+    found = open_pool(tmp_path / "after", quarantine_dir=tmp_path / "q", **small,
+                      delivered=lambda meta: True)
+    assert found.counters["slots_quarantined"] == 0 and found.drop_events == []
+    found.close()
+
+
+def test_a_show_whose_sync_failed_does_not_turn_the_next_to_the_page_on_the_disk(tmp_path):
+    """A show whose data sync fails (EIO) wrote no header: the slot's header on the disk still
+    names the page before. The next show writes the other page again, not that one, so a cut
+    before its header's sync finds the header before whole (turned at the failed show, the
+    next one wrote over the page the disk's header names: quarantined)."""
+    path = tmp_path / "pool"
+    opts = dict(sync_on_seal=True, send_filling=True, seal_every_ms=1e9, clock=FakeClock())
+    open_pool(path).close()
+    ops = Durable(path.read_bytes())
+    pool = open_pool(path, ops=ops, **opts)
+    fill_all(pool, range(1, 21), 0)
+    pool.seal_due(caught_up=True)
+    fill, first = pool.take_filling()
+    assert len(first.meta.positions) == 20       # shown: its header names a page, synced
+    append(pool, 15, 1)                          # a file the page holds grows
+    ops.fail_at = 1
+    with pytest.raises(OSError):
+        pool.show_filling(fill)
+    append(pool, 16, 1)
+    ops.stop_at = 2                              # the page and data synced, the header not
+    with pytest.raises(SimulatedCrash):
+        pool.show_filling(fill)
+    pool.abandon()
+    (tmp_path / "after").write_bytes(bytes(ops.durable))
+    found = open_pool(tmp_path / "after", quarantine_dir=tmp_path / "q", sync_on_seal=True)
+    assert found.counters["slots_quarantined"] == 0
+    assert [s.meta.positions for s in found.sealed()] == [first.meta.positions]
+    found.close()
