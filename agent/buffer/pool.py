@@ -98,7 +98,8 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
             "records_appended": 0, "slots_sealed": 0, "slots_freed": 0, "slots_spilled": 0,
             "slots_quarantined": 0, "filling_discarded": 0, "oversize_split": 0,
             "oversize_truncated": 0, "oversize_dropped": 0, "buffer_full_dropped": 0,
-            "stale_freed": 0, "acknowledged_freed": 0, "filling_kept": 0, "seal_finished": 0,
+            "stale_freed": 0, "spill_freed": 0, "acknowledged_freed": 0, "filling_kept": 0,
+            "seal_finished": 0,
         }
         self.drop_events: list[DropEvent] = []
         self._lock = threading.RLock()

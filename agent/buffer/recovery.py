@@ -278,6 +278,13 @@ class PoolRecovery:
         hdr = self._hdr
         states = hdr["state"]
         sealed_seqs = []
+        # The slots spilled (each file synced before its slot was marked free): a slot header
+        # still sealed under one of their numbers is the spilled slot's, its free lost.
+        spilled: set[int] = set()
+        if self.spill is not None:
+            for path, why in self.spill.recover():
+                self._quarantine_file(path, why)
+            spilled = {meta.seq for meta in self.spill.metas()}
         kept: list[tuple[int, list]] = []           # filling slots holding a listener's records
         for index in range(self.geometry.slot_count):
             state = int(states[index])
@@ -304,6 +311,15 @@ class PoolRecovery:
                 why = f"torn header (state {state})" if state == L.SEALED else \
                     f"unknown state {state}"
                 self._quarantine(index, why)
+                continue
+            if meta.seq in spilled:
+                # Spilled, and its free did not reach the disk (a power loss): the spill file
+                # holds its records (sent from there), whatever its payload holds now (new
+                # bytes, when the slot was filling again).
+                log.info("slot %d (seq %d): spilled before the stop; its free did not reach "
+                         "the disk: freed, its records sent from the spill file", index, meta.seq)
+                states[index] = L.FREE
+                self.counters["spill_freed"] += 1
                 continue
             payload = self._payload_view(index, meta.used_bytes)
             if crc32c(payload) != meta.payload_crc:
@@ -333,8 +349,6 @@ class PoolRecovery:
             log.info("%d slot(s) whose records were all acknowledged before the stop: freed, "
                      "not sent again", self.counters["acknowledged_freed"])
         if self.spill is not None:
-            for path, why in self.spill.recover():
-                self._quarantine_file(path, why)
             for meta in self.spill.metas():
                 self._sealed[meta.seq] = self._spilled_slot(meta)
                 sealed_seqs.append(meta.seq)

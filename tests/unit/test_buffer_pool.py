@@ -890,6 +890,38 @@ def test_a_corrupt_spill_file_is_quarantined_and_the_rest_replays(tmp_path):
     assert got == sorted(got) and len(got) < n
 
 
+
+def test_a_spilled_slot_whose_free_a_power_cut_undid_is_not_taken_for_a_loss(tmp_path):
+    """A slot is spilled (its file synced), marked free and filled again; a power cut keeps
+    its sealed header from before the spill beside the new bytes. The spill file holds its
+    records: they are sent from there, once, and the slot is free — not quarantined as a torn
+    payload (a false loss: what the code did before)."""
+    spill = dict(spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    pool = open_pool(tmp_path, **spill)
+    n = pool.append("t", chunk_of(range(40))).records
+    pool.seal("t")
+    [first] = pool.sealed()
+    header = pool._hdr_bytes[first.index].copy()          # as the seal wrote it
+    while first.index not in {s.index for s in pool.sealed() if s.seq != first.seq}:
+        n += pool.append("t", chunk_of(range(n, n + 40))).records
+        pool.seal("t")                                    # spilled, its slot used again
+    assert first.seq in {m.seq for m in pool.spill.metas()}
+    [reused] = [s for s in pool.sealed() if s.index == first.index]
+    # that slot's new seal never reached the disk: its records are read again from the file
+    gone = set(ids_of([v for _, _, v in reused.records()]))
+    want = [i for i in range(n) if i not in gone]
+    pool.abandon()
+    raw = np.memmap(tmp_path / "buffer.pool", np.uint8, "r+")
+    at = slot_header_offset(pool, first.index)
+    raw[at:at + L.SLOT_HEADER_BYTES] = header             # what the disk kept of the header
+    raw.flush()
+    del raw
+    again = open_pool(tmp_path, **spill, quarantine_dir=tmp_path / "q")
+    assert again.counters["slots_quarantined"] == 0 and again.counters["spill_freed"] == 1
+    assert ids_of(values(again)) == want                  # the spilled slot's records once
+    again.close()
+
+
 # -- the sealing thread (``seal_thread``) ------------------------------------------------------
 
 class HeldSyncs(CrashingOps):
