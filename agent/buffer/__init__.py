@@ -119,8 +119,11 @@ Recovery (``BufferPool.open`` on an existing file)
   made free. Every other sealed slot is replayed, in sequence order, from its ``acked`` prefix
   on.
 - any other state value → treated as a torn header.
-- sealed under a sequence number a spill file holds → free (``spill_freed``): the slot was
-  spilled and its free did not reach the disk; its records go from the spill file.
+- sealed, and the slot a spill file holds (its number, topic, record count, first record and
+  payload CRC) → free (``spill_freed``): the slot was spilled and its free did not reach the
+  disk; its records go from the spill file.
+- spill files beside a pool file made new → moved to ``quarantine/``, reported: an earlier
+  pool's, whose numbers the new pool gives again.
 
 Locking
 - A pool holds ``flock(LOCK_EX | LOCK_NB)`` on its file from before the first read of it until

@@ -75,11 +75,23 @@ class PoolRecovery:
                                   np.minimum(entry[:, 1], 1), 1).astype(np.int8)
         if created:
             self._free = list(range(g.slot_count - 1, -1, -1))
+            self._foreign_spill()
         else:
             self._recover()
             if self._older is not None:
                 self._upgrade_in_place(self._older)
             self._headers_durable()
+
+    def _foreign_spill(self) -> None:
+        """Spill files beside a pool file just made are an earlier pool's (moved aside as
+        damaged, or lost with the state): their numbers are not this pool's, which gives the
+        same numbers again. Each is moved to ``quarantine/`` and reported (its records may
+        or may not have been sent), never read as this pool's."""
+        if self.spill is None:
+            return
+        for path in sorted(self.spill.dir.glob("*.spill")):
+            self._quarantine_file(path, f"{path.name}: a spill file of an earlier pool file "
+                                  f"(this one was made new)")
 
     def _headers_durable(self) -> None:
         """Make the headers read at open the ones on the disk (``sync_on_seal``): a process
@@ -280,11 +292,11 @@ class PoolRecovery:
         sealed_seqs = []
         # The slots spilled (each file synced before its slot was marked free): a slot header
         # still sealed under one of their numbers is the spilled slot's, its free lost.
-        spilled: set[int] = set()
+        spilled: dict[int, SlotMeta] = {}
         if self.spill is not None:
             for path, why in self.spill.recover():
                 self._quarantine_file(path, why)
-            spilled = {meta.seq for meta in self.spill.metas()}
+            spilled = {meta.seq: meta for meta in self.spill.metas()}
         kept: list[tuple[int, list]] = []           # filling slots holding a listener's records
         for index in range(self.geometry.slot_count):
             state = int(states[index])
@@ -312,7 +324,7 @@ class PoolRecovery:
                     f"unknown state {state}"
                 self._quarantine(index, why)
                 continue
-            if meta.seq in spilled:
+            if _same_slot(meta, spilled.get(meta.seq)):
                 # Spilled, and its free did not reach the disk (a power loss): the spill file
                 # holds its records (sent from there), whatever its payload holds now (new
                 # bytes, when the slot was filling again).
@@ -509,3 +521,13 @@ class PoolRecovery:
         self.drop_events.append(event)
         if self._on_drop is not None:
             self._on_drop(event)
+
+
+def _same_slot(meta: SlotMeta, spilled: SlotMeta | None) -> bool:
+    """Whether a slot header found sealed is the slot a spill file holds: the same number,
+    topic, records and payload checksum (a spill file keeps the header's fields as they
+    were); a spill file that only shares the number is another slot's."""
+    return spilled is not None and (meta.seq, meta.topic, meta.record_count,
+                                    meta.payload_crc, meta.first_record) == \
+        (spilled.seq, spilled.topic, spilled.record_count, spilled.payload_crc,
+         spilled.first_record)

@@ -922,6 +922,34 @@ def test_a_spilled_slot_whose_free_a_power_cut_undid_is_not_taken_for_a_loss(tmp
     again.close()
 
 
+def test_spill_files_beside_a_pool_made_new_are_set_aside_not_taken_for_its_slots(tmp_path):
+    """The pool file moved aside (damaged, or its state lost): a new one numbers its slots
+    from 0 again, beside the old pool's spill files. Those are moved to quarantine and
+    reported when the new pool is made; the new pool's slots, under the same numbers, are
+    its own at every later open (they were freed as the spill files' slots: lost silently)."""
+    spill = dict(spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    old = open_pool(tmp_path, **spill)
+    n = 0
+    while old.stats()["spilled_slots"] < 2:
+        n += old.append("t", chunk_of(range(n, n + 40))).records
+    old.seal_all()
+    old.close()
+    (tmp_path / "buffer.pool").unlink()             # moved aside
+    new = open_pool(tmp_path, **spill, quarantine_dir=tmp_path / "q")
+    assert new.counters["slots_quarantined"] >= 2 and not list((tmp_path / "spill").iterdir())
+    assert all(e.reason == "corrupt" for e in new.drop_events)
+    assert len(list((tmp_path / "q").iterdir())) == new.counters["slots_quarantined"]
+    for k in range(3):
+        new.append("t", chunk_of(range(10_000 + 40 * k, 10_040 + 40 * k)))
+        new.seal("t")
+    assert [s.seq for s in new.sealed()] == [0, 1, 2]
+    new.abandon()
+    again = open_pool(tmp_path, **spill, quarantine_dir=tmp_path / "q")
+    assert ids_of(values(again)) == list(range(10_000, 10_120))
+    assert again.counters["spill_freed"] == 0
+    again.close()
+
+
 # -- the sealing thread (``seal_thread``) ------------------------------------------------------
 
 class HeldSyncs(CrashingOps):
