@@ -21,7 +21,7 @@ VERSION = 5
 # without the fill's mark (``KEPT_OFFSET``): upgraded in place, its filling slots discarded as
 # before at that open; version 4 is refused by agents that read version 3. Version 5 lets a
 # slot of 64 KiB or more hold the positions of up to ``MAX_SOURCES`` sources (the header's
-# last entry then points at a page of the slot's own, ``ext_positions``); a version 4 pool is
+# last entry then points at a page at the slot's end, ``ext_offset``); a version 4 pool is
 # one of version 5 whose slots hold at most 8, upgraded in place (the number only), and
 # version 5 is refused by agents that read version 4 (they would take such a header for a
 # damaged one).
@@ -118,7 +118,7 @@ def joined_positions(entries: np.ndarray, n: int, seq: int, page_of) -> tuple | 
     from the page its last entry names (``page_of(area)``: that page's bytes); None when the
     entry or the page fails its check."""
     if n <= MAX_POSITIONS:
-        return tuple(tuple(int(x) for x in p) for p in entries[:n])
+        return tuple(map(tuple, entries[:n].tolist()))
     keep = MAX_POSITIONS - 1
     tag, area, check = (int(x) for x in entries[keep])
     if page_of is None or n > MAX_SOURCES or tag != EXT_TAG or area >= EXT_AREAS:
@@ -127,8 +127,7 @@ def joined_positions(entries: np.ndarray, n: int, seq: int, page_of) -> tuple | 
     if ext_crc(seq, page) != check:
         return None
     rest = np.frombuffer(page, "<u8").reshape(-1, 3)
-    return tuple(tuple(int(x) for x in p) for p in entries[:keep]) + \
-        tuple(tuple(int(x) for x in p) for p in rest)
+    return tuple(map(tuple, entries[:keep].tolist() + rest.tolist()))
 
 
 def store_acked(header_bytes: np.ndarray, n: int) -> None:

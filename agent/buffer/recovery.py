@@ -89,7 +89,7 @@ class PoolRecovery:
         or may not have been sent), never read as this pool's."""
         if self.spill is None:
             return
-        for path in sorted(self.spill.dir.glob("*.spill")):
+        for path in self.spill.paths():
             self._quarantine_file(path, f"{path.name}: a spill file of an earlier pool file "
                                   f"(this one was made new)")
 

@@ -119,10 +119,14 @@ class SpillStore:
             raise PoolCorrupt(f"{path} fails its CRC32C")
         return meta, payload
 
+    def paths(self) -> list[Path]:
+        """The spill files in the folder, in sequence order."""
+        return sorted(self.dir.glob("*.spill"))
+
     def recover(self) -> list[tuple[Path, str]]:
         """Index the spill files left by a previous run; return the corrupt ones (path, why)."""
         bad = []
-        for path in sorted(self.dir.glob("*.spill")):
+        for path in self.paths():
             try:
                 meta, _ = self._read(path)
             except PoolCorrupt as exc:

@@ -4,7 +4,6 @@ pages at the slot's end, written in turn; smaller slots keep eight, in the heade
 
 from __future__ import annotations
 
-import mmap
 import random
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 from agent.buffer import BufferPool, Chunk
 from agent.buffer import layout as L
 from agent.buffer.inspect import inspect_pool
-from agent.buffer.seams import FileOps, SimulatedCrash
+from agent.buffer.seams import SimulatedCrash
 from tests.unit.powercut import CutNow, PowerCutOps
 from tests.unit.tailkit import FakeClock
 
@@ -207,24 +206,21 @@ def test_a_power_cut_while_a_slot_of_many_files_is_shown_keeps_a_whole_header(tm
     again.close()
 
 
-class Durable(FileOps):
-    """Keeps what the syncs made durable (``durable``: the file after a power cut that wrote
-    nothing back); the ``stop_at``-th sync from now is a kill or a cut before it, the
-    ``fail_at``-th fails (EIO)."""
+class Durable(PowerCutOps):
+    """The model's file ops (``durable``: what the syncs made durable, the file after a power
+    cut that wrote nothing back; ``cut_in_msync``: syncs let through before a kill or a cut),
+    whose ``fail_at``-th sync from now fails (EIO)."""
 
     def __init__(self, durable: bytes):
-        self.durable = bytearray(durable)
-        self.stop_at = self.fail_at = 0
+        super().__init__(random.Random(0), durable)
+        self.fail_at = 0
 
     def msync(self, mm, offset: int, length: int) -> None:
-        for name in ("stop_at", "fail_at"):
-            if getattr(self, name):
-                setattr(self, name, getattr(self, name) - 1)
-                if not getattr(self, name):
-                    raise SimulatedCrash("cut") if name == "stop_at" else OSError(5, "EIO")
+        if self.fail_at:
+            self.fail_at -= 1
+            if not self.fail_at:
+                raise OSError(5, "EIO")
         super().msync(mm, offset, length)
-        a = offset - offset % mmap.PAGESIZE
-        self.durable[a:offset + length] = mm[a:offset + length]
 
 
 def fill_all(pool: BufferPool, sources, i: int) -> None:
@@ -248,7 +244,7 @@ def test_a_kill_before_a_header_sync_then_a_cut_in_the_next_use_keeps_the_header
     [slot] = pool.take()
     pool.free(slot)
     fill_all(pool, range(1, 21), 1)
-    ops.stop_at = 2                              # the data synced, the headers' sync: killed
+    ops.cut_in_msync = 1                         # the data synced, the headers' sync: killed
     with pytest.raises(SimulatedCrash):
         pool.seal("t")
     pool.abandon()
@@ -257,7 +253,7 @@ def test_a_kill_before_a_header_sync_then_a_cut_in_the_next_use_keeps_the_header
     [slot] = again.take()
     again.free(slot)
     fill_all(again, range(1, 21), 2)
-    ops.stop_at = 2                              # a power cut before the header's sync
+    ops.cut_in_msync = 1                         # a power cut before the header's sync
     with pytest.raises(SimulatedCrash):
         again.seal("t")
     again.abandon()
@@ -287,7 +283,7 @@ def test_a_show_whose_sync_failed_does_not_turn_the_next_to_the_page_on_the_disk
     with pytest.raises(OSError):
         pool.show_filling(fill)
     append(pool, 16, 1)
-    ops.stop_at = 2                              # the page and data synced, the header not
+    ops.cut_in_msync = 1                         # the page and data synced, the header not
     with pytest.raises(SimulatedCrash):
         pool.show_filling(fill)
     pool.abandon()
