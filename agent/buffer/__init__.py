@@ -124,6 +124,10 @@ Recovery (``BufferPool.open`` on an existing file)
   disk; its records go from the spill file.
 - spill files beside a pool file made new → moved to ``quarantine/``, reported: an earlier
   pool's, whose numbers the new pool gives again.
+- a spill file that cannot be read → moved to ``quarantine/``; reported as dropped unless the
+  pool holds its slot sealed and intact (sent from there).
+- a spill file acknowledged whole (``delivered``) → removed, not sent again
+  (``acknowledged_freed``): its unlink was lost with the power.
 
 Locking
 - A pool holds ``flock(LOCK_EX | LOCK_NB)`` on its file from before the first read of it until

@@ -293,9 +293,9 @@ class PoolRecovery:
         # The slots spilled (each file synced before its slot was marked free): a slot header
         # still sealed under one of their numbers is the spilled slot's, its free lost.
         spilled: dict[int, SlotMeta] = {}
+        torn_spills: list[tuple[Path, str]] = []
         if self.spill is not None:
-            for path, why in self.spill.recover():
-                self._quarantine_file(path, why)
+            torn_spills = self.spill.recover()
             spilled = {meta.seq: meta for meta in self.spill.metas()}
         kept: list[tuple[int, list]] = []           # filling slots holding a listener's records
         for index in range(self.geometry.slot_count):
@@ -360,12 +360,23 @@ class PoolRecovery:
         if self.counters["acknowledged_freed"]:
             log.info("%d slot(s) whose records were all acknowledged before the stop: freed, "
                      "not sent again", self.counters["acknowledged_freed"])
+        numbered = []
         if self.spill is not None:
+            for path, why in torn_spills:
+                self._torn_spill(path, why)
             for meta in self.spill.metas():
+                if meta.first_record is not None:
+                    numbered.append(meta.first_record + meta.record_count)
+                if self._delivered is not None and self._delivered(meta):
+                    # Acknowledged whole; its removal did not reach the disk (a power loss
+                    # after the free's barrier): not sent again.
+                    self.spill.remove(meta.seq)
+                    self.counters["acknowledged_freed"] += 1
+                    continue
                 self._sealed[meta.seq] = self._spilled_slot(meta)
                 sealed_seqs.append(meta.seq)
-        numbered = [s.meta.first_record + s.record_count for s in self._sealed.values()
-                    if s.meta.first_record is not None]
+        numbered += [s.meta.first_record + s.record_count for s in self._sealed.values()
+                     if s.meta.first_record is not None]
         self._next_record = max([self._next_record, *numbered])
         self._free = [i for i in range(self.geometry.slot_count - 1, -1, -1)
                       if int(states[i]) == L.FREE]
@@ -511,6 +522,19 @@ class PoolRecovery:
                                f"slot {index} seq {seq}: {why}; copied to {self.quarantine_dir}",
                                first_record=meta.first_record if meta else None))
 
+    def _torn_spill(self, path: Path, why: str) -> None:
+        """A spill file that cannot be read. When the pool still holds its slot sealed and
+        intact (spilled, and the slot's free did not reach the disk), nothing is lost: the
+        slot is sent from the pool and the file moved to ``quarantine/`` without a drop."""
+        held = self._sealed.get(_seq_of(path))
+        if held is None or held.index is None:
+            self._quarantine_file(path, why)
+            return
+        make_folder(self.quarantine_dir)
+        moved(path, self.quarantine_dir / path.name)
+        log.warning("%s; the pool still holds its slot (seq %d), sent from there: moved to %s, "
+                    "nothing lost", why, held.seq, self.quarantine_dir)
+
     def _quarantine_file(self, path: Path, why: str) -> None:
         make_folder(self.quarantine_dir)
         moved(path, self.quarantine_dir / path.name)
@@ -521,6 +545,14 @@ class PoolRecovery:
         self.drop_events.append(event)
         if self._on_drop is not None:
             self._on_drop(event)
+
+
+def _seq_of(path: Path) -> int | None:
+    """The slot number a spill file's name gives (``SpillStore._path``)."""
+    try:
+        return int(path.stem)
+    except ValueError:
+        return None
 
 
 def _same_slot(meta: SlotMeta, spilled: SlotMeta | None) -> bool:

@@ -922,6 +922,79 @@ def test_a_spilled_slot_whose_free_a_power_cut_undid_is_not_taken_for_a_loss(tmp
     again.close()
 
 
+def test_a_spilled_slot_acknowledged_whole_is_not_sent_again_when_its_removal_was_lost(
+        tmp_path):
+    """A spilled slot is acknowledged and freed: the state database has its file's offset past
+    it (the free's barrier) and its spill file is unlinked — a name gone, not yet durable when
+    the power goes. The file found again at the next open holds records Kafka has: not sent
+    again (they were, every one a duplicate), and the file removed."""
+    from agent.state.selfcheck import acknowledged_whole
+
+    spill = dict(spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    pool = open_pool(tmp_path, **spill)
+    n = at = 0
+    while pool.stats()["spilled_slots"] < 1:
+        chunk = chunk_of(range(n, n + 40))
+        n += pool.append("t", chunk, source=1, source_start=at).records
+        at += chunk.end
+        pool.seal("t")
+    [path] = (tmp_path / "spill").iterdir()
+    kept = path.read_bytes()
+    [first] = pool.take(1)
+    assert first.index is None                            # the spilled slot, sent first
+    [(_, _, end)] = first.meta.positions
+    gone = ids_of([v for _, _, v in first.records()])
+    pool.free(first)
+    assert not path.exists()
+    pool.abandon()
+    path.write_bytes(kept)                                # its unlink lost with the power
+    again = open_pool(tmp_path, **spill, quarantine_dir=tmp_path / "q",
+                      delivered=lambda meta: acknowledged_whole(meta.positions, {1: end}))
+    got = ids_of(values(again))
+    assert gone and not set(gone) & set(got) and got == list(range(gone[-1] + 1, n))
+    assert again.counters["acknowledged_freed"] == 1 and not path.exists()
+    assert again.drop_events == []
+    again.close()
+
+
+def test_a_torn_spill_file_whose_slot_the_pool_still_holds_is_not_reported_lost(tmp_path):
+    """A slot is spilled and marked free; the power goes before the free reaches the disk and
+    before the slot is used again, so the pool keeps it sealed and whole. Its spill file is
+    found torn: nothing is lost (the slot is sent from the pool), and no drop is reported —
+    before, the file was reported as a loss of unknown size."""
+    spill = dict(spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    pool = open_pool(tmp_path, **spill)
+    n = pool.append("t", chunk_of(range(40))).records
+    pool.seal("t")
+    [first] = pool.sealed()
+    g = pool.geometry
+    head_at, body_at = slot_header_offset(pool, first.index), g.slot_offset(first.index)
+    raw = np.memmap(tmp_path / "buffer.pool", np.uint8, "r")
+    header = raw[head_at:head_at + L.SLOT_HEADER_BYTES].copy()
+    body = raw[body_at:body_at + g.slot_bytes].copy()     # the slot as the seal left it
+    del raw
+    while first.seq not in {m.seq for m in pool.spill.metas()}:
+        n += pool.append("t", chunk_of(range(n, n + 40))).records
+        pool.seal("t")
+    [reused] = [s for s in pool.sealed() if s.index == first.index]
+    # that slot's seal never reached the disk: its records are read again from the file
+    gone = set(ids_of([v for _, _, v in reused.records()]))
+    pool.abandon()
+    raw = np.memmap(tmp_path / "buffer.pool", np.uint8, "r+")
+    raw[head_at:head_at + L.SLOT_HEADER_BYTES] = header   # what the disk kept of the slot
+    raw[body_at:body_at + g.slot_bytes] = body
+    raw.flush()
+    del raw
+    path = tmp_path / "spill" / f"{first.seq:020d}.spill"
+    path.write_bytes(path.read_bytes()[:-10])
+    again = open_pool(tmp_path, **spill, quarantine_dir=tmp_path / "q")
+    got = ids_of(values(again))
+    assert got == [i for i in range(n) if i not in gone]   # the first slot's records once
+    assert again.drop_events == [] and again.counters["slots_quarantined"] == 0
+    assert (tmp_path / "q" / path.name).exists() and not path.exists()
+    again.close()
+
+
 def test_spill_files_beside_a_pool_made_new_are_set_aside_not_taken_for_its_slots(tmp_path):
     """The pool file moved aside (damaged, or its state lost): a new one numbers its slots
     from 0 again, beside the old pool's spill files. Those are moved to quarantine and
