@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -39,13 +38,13 @@ import pytest
 
 from broker.admin import TopicSpec, ensure_topics
 from tests.agentkit import AgentProcess, consume_counts, write_config
+from tests.faults.powercut_tally import Tally, line_id
 
 FORGETFS = Path(__file__).resolve().parents[2] / "build" / "forgetfs" / "release" / \
     "docket-forgetfs"
 APP = Path(__file__).with_name("powercut_app.py")
 RATE = 20_000
 ROTATE_EVERY = 30_000
-LINE_BYTES = 53                 # an application line without its newline
 SYNC_MS = 200                   # the application syncs its log this often: a tail to lose
 CUTS = int(os.environ.get("DOCKET_POWER_CUTS", "10"))
 SOAK_CUTS = 200                 # make soak
@@ -102,12 +101,7 @@ def names_undone(figures: str) -> int:
     return int(figures.split(" name operations undone")[0].rsplit(" ", 1)[1])
 
 
-LINE_AT_END = re.compile(rb"id-(\d{9}) [0-9a-f]{40}\Z")
-LINE_START = re.compile(rb"i|id|id-\d{0,9}|id-\d{9} [0-9a-f]{0,39}")   # a line's first bytes
-
-
-def _keep_evidence(tmp_path: Path, figures: dict, lost: list, foreign: list, again: list,
-                   numbers: Counter) -> None:
+def _keep_evidence(tmp_path: Path, figures: dict, lost: list, tally: Tally) -> None:
     """What a run with a line lost, a foreign record or a line under two numbers leaves for
     reading afterwards, in ``DOCKET_EVIDENCE_DIR`` (pytest keeps only its last three runs'
     folders): the figures, the agent's log, the loss journal, and every record of a line
@@ -125,22 +119,13 @@ def _keep_evidence(tmp_path: Path, figures: dict, lost: list, foreign: list, aga
     def shown(rec: tuple) -> list:
         return [(x.decode("latin-1") if isinstance(x, bytes) else x) for x in rec]
 
-    renumbered = [(i, shown(a), shown(b)) for i, a, b in again
-                  if a[0] != b[0] and numbers[b[0]] == 1]
+    renumbered = [(i, shown(a), shown(b)) for i, a, b in tally.renumbered_records()]
     (out / "figures.json").write_text(json.dumps({
-        **figures, "lost_ids": lost[:1000], "foreign": [v.decode("latin-1") for v in foreign[:100]],
+        **figures, "lost_ids": lost[:1000],
+        "foreign": [v.decode("latin-1") for v in tally.foreign[:100]],
+        "glued": [v.decode("latin-1") for v in tally.glued[:100]],
         "again_under_a_new_number": renumbered[:1000]}, indent=1, default=str))
     print(f"evidence kept in {out}")
-
-
-def _id(value: bytes):
-    """A record's id: a line of the application's, whole, or at the end of a record that holds
-    what a cut left of the log before it. A cut that keeps a later page of the log and drops an
-    earlier one leaves zeros there; one that keeps a page ending inside a line leaves that part;
-    neither ends in a newline, so the next line written (after the cut, or in a kept page) is
-    one record with them. A record with no whole line at its end is returned as it is."""
-    found = LINE_AT_END.search(value)
-    return int(found.group(1)) if found else value
 
 
 def side_notes(side: Path) -> tuple[set[int], int]:
@@ -226,37 +211,13 @@ def _power_cuts(kafka, tmp_path, topic_name, cuts: int) -> dict:
             f.write("cut\n")                              # the last batch: maybe, as at a cut
         maybe, written = side_notes(side)
         required = [i for i in range(written) if i not in maybe]
-        numbers: Counter = Counter()
-        not_lines: set[bytes] = set()       # the numbers of records that are no line whole
-        foreign: list[bytes] = []
-        after_a_hole: list[bytes] = []
-        glued: list[bytes] = []
-        first_seen: dict[int, tuple] = {}   # id → (number, offset, value) of its first record
-        again_seen: list[tuple] = []        # ... and each later one: (id, first, this)
+        tally = Tally()
 
         def see(msg) -> None:
-            seq = dict(msg.headers() or []).get("docket-seq")
-            numbers[seq] += 1
-            value = msg.value()
-            got = _id(value)
-            if isinstance(got, int):
-                this = (seq, msg.offset(), value[:200])
-                if got in first_seen:
-                    again_seen.append((got, first_seen[got], this))
-                else:
-                    first_seen[got] = this if len(value) != LINE_BYTES else (seq,)
-            if len(value) == LINE_BYTES and isinstance(_id(value), int):
-                return
-            not_lines.add(seq)
-            if b"\0" in value:
-                after_a_hole.append(value)
-            elif isinstance(_id(value), int) and LINE_START.fullmatch(value[:-LINE_BYTES]):
-                glued.append(value)
-            else:
-                foreign.append(value)
+            tally.see(dict(msg.headers() or []).get("docket-seq"), msg.offset(), msg.value())
 
-        counts = consume_counts(bootstrap, topic_name, len(required), max(300, 3 * cuts), _id,
-                                on_msg=see)
+        counts = consume_counts(bootstrap, topic_name, len(required), max(300, 3 * cuts),
+                                line_id, on_msg=see)
         status = agent.status()
     finally:
         if agent.alive():
@@ -271,31 +232,25 @@ def _power_cuts(kafka, tmp_path, topic_name, cuts: int) -> dict:
     lost = [i for i in required if counts.get(i, 0) == 0]
     ids = {k: c for k, c in counts.items() if isinstance(k, int)}
     duplicates = sum(c - 1 for c in ids.values() if c > 1)
-    # a line delivered again under the number it had is a repeat of that number; the rest of
-    # the duplicates by id were read again, under new numbers
-    again = sum(c - 1 for n, c in numbers.items() if c > 1 and n not in not_lines)
     figures = {
         "cuts": cuts, "written": written, "required": len(required),
         "written_unsynced_at_cuts": len(maybe),
         "unsynced_delivered": sum(1 for i in maybe if ids.get(i)),
         "delivered_distinct": len(ids), "lost_silently": len(lost),
-        "duplicates": duplicates,
-        "duplicates_same_number": sum(c - 1 for c in numbers.values() if c > 1),
-        "renumbered": max(0, duplicates - again),
-        "foreign_records": len(foreign), "records_with_a_hole": len(after_a_hole),
-        "lines_after_a_partial_line": len(glued),
+        "duplicates": duplicates, **tally.figures(),
         "journaled": Counter(e["reason"] for e in entries),
         "pages_dropped_per_cut": cut_figures, "names_undone_per_cut": undone,
         "restart_s": restarts,
         "backlog_at_end": (status or {}).get("backlog"),
     }
     print(json.dumps(figures))
-    if lost or foreign or figures["renumbered"]:
-        _keep_evidence(tmp_path, figures, lost, foreign, again_seen, numbers)
+    if lost or tally.foreign or figures["renumbered"]:
+        _keep_evidence(tmp_path, figures, lost, tally)
     assert not lost, f"{len(lost)} synced line(s) never delivered, first {lost[:5]}: {figures}"
     # Every record that is not one line whole holds what a cut left of the log: zeros of a hole,
     # or the first bytes of a line with the next line written after the cut.
-    assert not foreign, f"records that are no line the application wrote: {foreign[:3]}"
+    assert not tally.foreign, \
+        f"records that are no line the application wrote: {tally.foreign[:3]}"
     assert not set(ids) - set(range(written)), "ids never written arrived"
     # The cuts were real: the file system dropped unsynced pages at each one, and the
     # application's log lost a tail that was written and not synced at some.
