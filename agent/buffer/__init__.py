@@ -125,7 +125,8 @@ Recovery (``BufferPool.open`` on an existing file)
 - spill files beside a pool file made new → moved to ``quarantine/``, reported: an earlier
   pool's, whose numbers the new pool gives again.
 - a spill file that cannot be read → moved to ``quarantine/``; reported as dropped unless the
-  pool holds its slot sealed and intact (sent from there).
+  pool accounts for its slot (sealed and intact: sent from there; freed as acknowledged; or
+  quarantined and reported with its record count).
 - a spill file acknowledged whole (``delivered``) → removed, not sent again
   (``acknowledged_freed``): its unlink was lost with the power.
 

@@ -289,7 +289,6 @@ class PoolRecovery:
     def _recover(self) -> None:
         hdr = self._hdr
         states = hdr["state"]
-        sealed_seqs = []
         # The slots spilled (each file synced before its slot was marked free): a slot header
         # still sealed under one of their numbers is the spilled slot's, its free lost.
         spilled: dict[int, SlotMeta] = {}
@@ -298,6 +297,13 @@ class PoolRecovery:
             torn_spills = self.spill.recover()
             spilled = {meta.seq: meta for meta in self.spill.metas()}
         kept: list[tuple[int, list]] = []           # filling slots holding a listener's records
+        freed_seqs: list[int] = []                  # sealed slots freed here, spilled or not
+        accounted: dict[int, str] = {}              # for a torn spill file: ``_torn_spill``
+        if self._delivered is not None and self._free_barrier is not None:
+            # What ``delivered`` reads (the acknowledged offsets) durable before any free or
+            # spill removal below: after a SIGKILL they may be commits in the page cache only,
+            # and a free on the disk without them is bytes read again under new numbers.
+            self._free_barrier()
         for index in range(self.geometry.slot_count):
             state = int(states[index])
             if state == L.FREE:
@@ -344,26 +350,27 @@ class PoolRecovery:
                              index, meta.seq)
                     states[index] = L.FREE
                     self.counters["stale_freed"] += 1
+                    freed_seqs.append(meta.seq)
                     continue
                 self._quarantine(index, "torn payload (payload CRC mismatch)", meta)
+                accounted[meta.seq] = "the pool's copy of its slot is reported as dropped"
                 continue
             if self._delivered is not None and self._delivered(meta):
                 # Acknowledged whole before the stop, its free not yet written (frees wait
                 # for their barrier: ``free``): not sent again.
                 states[index] = L.FREE
                 self.counters["acknowledged_freed"] += 1
+                freed_seqs.append(meta.seq)
                 continue
             self._sealed[meta.seq] = SealedSlot(
                 meta, index, payload,
                 acked_before=L.acked_of(self._hdr_bytes[index], meta.record_count))
-            sealed_seqs.append(meta.seq)
-        if self.counters["acknowledged_freed"]:
-            log.info("%d slot(s) whose records were all acknowledged before the stop: freed, "
-                     "not sent again", self.counters["acknowledged_freed"])
         numbered = []
         if self.spill is not None:
+            accounted.update((seq, "its records were acknowledged before the stop")
+                             for seq in freed_seqs)
             for path, why in torn_spills:
-                self._torn_spill(path, why)
+                self._torn_spill(path, why, accounted)
             for meta in self.spill.metas():
                 if meta.first_record is not None:
                     numbered.append(meta.first_record + meta.record_count)
@@ -372,9 +379,12 @@ class PoolRecovery:
                     # after the free's barrier): not sent again.
                     self.spill.remove(meta.seq)
                     self.counters["acknowledged_freed"] += 1
+                    freed_seqs.append(meta.seq)
                     continue
                 self._sealed[meta.seq] = self._spilled_slot(meta)
-                sealed_seqs.append(meta.seq)
+        if self.counters["acknowledged_freed"]:
+            log.info("%d slot(s) whose records were all acknowledged before the stop: freed, "
+                     "not sent again", self.counters["acknowledged_freed"])
         numbered += [s.meta.first_record + s.record_count for s in self._sealed.values()
                      if s.meta.first_record is not None]
         self._next_record = max([self._next_record, *numbered])
@@ -387,10 +397,12 @@ class PoolRecovery:
                     slot.record_count))
                 self.spill.renumber(meta)         # the same numbers at every later start
                 self._sealed[seq] = self._spilled_slot(meta)
-        if sealed_seqs:
-            last = next(reversed(self._sealed))
-            nxt = (last + 1) % L.SEQ_MOD
-            key = L.seq_order_key([last])
+        # A slot freed here as acknowledged counts too: its number was given (and the audit's
+        # counted_seq may be past it), whatever the header kept.
+        seen = [*self._sealed, *freed_seqs]
+        if seen:
+            key = L.seq_order_key(seen)
+            nxt = (max(seen, key=key) + 1) % L.SEQ_MOD
             if key(nxt) > key(self._next_seq):   # the header's next_seq may lag one seal
                 self._next_seq = nxt
             # Written back at once: were the slot freed and the agent stopped before its next
@@ -522,18 +534,24 @@ class PoolRecovery:
                                f"slot {index} seq {seq}: {why}; copied to {self.quarantine_dir}",
                                first_record=meta.first_record if meta else None))
 
-    def _torn_spill(self, path: Path, why: str) -> None:
-        """A spill file that cannot be read. When the pool still holds its slot sealed and
-        intact (spilled, and the slot's free did not reach the disk), nothing is lost: the
-        slot is sent from the pool and the file moved to ``quarantine/`` without a drop."""
-        held = self._sealed.get(_seq_of(path))
-        if held is None or held.index is None:
+    def _torn_spill(self, path: Path, why: str, accounted: dict[int, str]) -> None:
+        """A spill file that cannot be read. Its slot may still be in the pool (spilled, and
+        the slot's free did not reach the disk): sealed and intact, it is sent from there;
+        freed here as acknowledged, or quarantined and reported with its record count, it is
+        accounted for (``accounted``: number → how). Then the file goes to ``quarantine/``
+        without a drop of its own; otherwise it is reported as one."""
+        seq = _seq_of(path)
+        held = self._sealed.get(seq)
+        if held is not None and held.index is not None:
+            how = "the pool still holds its slot, sent from there"
+        elif seq in accounted:
+            how = accounted[seq]
+        else:
             self._quarantine_file(path, why)
             return
         make_folder(self.quarantine_dir)
         moved(path, self.quarantine_dir / path.name)
-        log.warning("%s; the pool still holds its slot (seq %d), sent from there: moved to %s, "
-                    "nothing lost", why, held.seq, self.quarantine_dir)
+        log.warning("%s; slot seq %d: %s; moved to %s", why, seq, how, self.quarantine_dir)
 
     def _quarantine_file(self, path: Path, why: str) -> None:
         make_folder(self.quarantine_dir)

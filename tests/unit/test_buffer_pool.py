@@ -957,16 +957,83 @@ def test_a_spilled_slot_acknowledged_whole_is_not_sent_again_when_its_removal_wa
     again.close()
 
 
-def test_a_torn_spill_file_whose_slot_the_pool_still_holds_is_not_reported_lost(tmp_path):
+def test_what_delivered_reads_is_made_durable_before_a_free_at_open(tmp_path, monkeypatch):
+    """``delivered`` reads acknowledged offsets that, after a SIGKILL, may be commits in the
+    page cache only. A spill file removed (or a slot freed) at open on that word must wait for
+    the free's barrier, or a power cut during the open keeps the removal without the offsets:
+    the bytes are read again, under new numbers. The barrier came after the removal before."""
+    from agent.buffer.spill import SpillStore
+
+    spill = dict(spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    pool = open_pool(tmp_path, sync_on_seal=True, **spill)
+    n = at = 0
+    while pool.stats()["spilled_slots"] < 1:
+        chunk = chunk_of(range(n, n + 40))
+        n += pool.append("t", chunk, source=1, source_start=at).records
+        at += chunk.end
+        pool.seal("t")
+    pool.abandon()          # killed after the acknowledgement's commit, before its barrier
+    events = []
+    real = SpillStore.remove
+    monkeypatch.setattr(SpillStore, "remove",
+                        lambda self, seq: (events.append("unlink"), real(self, seq)))
+    again = open_pool(tmp_path, sync_on_seal=True, **spill, quarantine_dir=tmp_path / "q",
+                      free_barrier=lambda: events.append("barrier"),
+                      delivered=lambda meta: meta.seq == 0)
+    assert again.counters["acknowledged_freed"] == 1 and "unlink" in events
+    assert events.index("barrier") < events.index("unlink"), events
+    again.close()
+
+
+def test_a_spilled_slot_removed_at_open_keeps_its_number_from_being_given_again(tmp_path):
+    """The header's ``next_seq`` is not synced without ``sync_on_seal``; a power cut can take
+    it back below a spilled slot's number while the spill file (synced) stays. A spill file
+    removed at open as acknowledged must still move the numbering past it: its number was
+    given, and the audit's ``counted_seq`` may be past it (a slot under it again would be taken
+    for one counted already)."""
+    from agent.state.selfcheck import acknowledged_whole
+
+    spill = dict(spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
+    pool = open_pool(tmp_path, **spill)
+    n = at = 0
+    while pool.stats()["spilled_slots"] < 1:
+        chunk = chunk_of(range(n, n + 40))
+        n += pool.append("t", chunk, source=1, source_start=at).records
+        at += chunk.end
+        pool.seal("t")
+    [spilled] = [m.seq for m in pool.spill.metas()]
+    highest = max(s.seq for s in pool.sealed())
+    pool.abandon()
+    raw = np.memmap(tmp_path / "buffer.pool", np.uint8, "r+")
+    fh = raw[:L.FILE_HEADER.itemsize].view(L.FILE_HEADER)
+    fh[0]["next_seq"] = spilled                          # the header's number as a cut left it
+    raw.flush()
+    del raw
+    # every slot acknowledged: the pool frees them and removes the spill file
+    again = open_pool(tmp_path, **spill, quarantine_dir=tmp_path / "q",
+                      delivered=lambda meta: acknowledged_whole(meta.positions, {1: at}))
+    assert again.sealed() == [] and not list((tmp_path / "spill").iterdir())
+    again.append("t", chunk_of(range(n, n + 10)))
+    again.seal("t")
+    [new] = again.sealed()
+    assert new.seq > highest >= spilled, (new.seq, highest, spilled)
+    again.close()
+
+
+@pytest.mark.parametrize("acknowledged", [False, True])
+def test_a_torn_spill_file_whose_slot_the_pool_still_holds_is_not_reported_lost(tmp_path,
+                                                                                acknowledged):
     """A slot is spilled and marked free; the power goes before the free reaches the disk and
     before the slot is used again, so the pool keeps it sealed and whole. Its spill file is
-    found torn: nothing is lost (the slot is sent from the pool), and no drop is reported —
-    before, the file was reported as a loss of unknown size."""
+    found torn: nothing is lost (the slot is sent from the pool, or, acknowledged whole before
+    the stop, freed), and no drop is reported — before, the file was reported as a loss of
+    unknown size."""
     spill = dict(spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
     pool = open_pool(tmp_path, **spill)
     n = pool.append("t", chunk_of(range(40))).records
     pool.seal("t")
     [first] = pool.sealed()
+    ids = ids_of([v for _, _, v in first.records()])
     g = pool.geometry
     head_at, body_at = slot_header_offset(pool, first.index), g.slot_offset(first.index)
     raw = np.memmap(tmp_path / "buffer.pool", np.uint8, "r")
@@ -987,9 +1054,12 @@ def test_a_torn_spill_file_whose_slot_the_pool_still_holds_is_not_reported_lost(
     del raw
     path = tmp_path / "spill" / f"{first.seq:020d}.spill"
     path.write_bytes(path.read_bytes()[:-10])
-    again = open_pool(tmp_path, **spill, quarantine_dir=tmp_path / "q")
+    again = open_pool(tmp_path, **spill, quarantine_dir=tmp_path / "q",
+                      delivered=lambda meta: acknowledged and meta.seq == first.seq)
     got = ids_of(values(again))
-    assert got == [i for i in range(n) if i not in gone]   # the first slot's records once
+    want = [i for i in range(n) if i not in gone and not (acknowledged and i in ids)]
+    assert got == want                                    # the first slot's records once
+    assert again.counters["acknowledged_freed"] == acknowledged
     assert again.drop_events == [] and again.counters["slots_quarantined"] == 0
     assert (tmp_path / "q" / path.name).exists() and not path.exists()
     again.close()
