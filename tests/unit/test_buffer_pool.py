@@ -922,6 +922,18 @@ def test_a_spilled_slot_whose_free_a_power_cut_undid_is_not_taken_for_a_loss(tmp
     again.close()
 
 
+def fill_until_spilled(pool: BufferPool) -> tuple[int, int]:
+    """Lines of one file (source 1) sealed 40 to a slot until one slot is spilled: (the lines
+    written, the file's bytes read)."""
+    n = at = 0
+    while pool.stats()["spilled_slots"] < 1:
+        chunk = chunk_of(range(n, n + 40))
+        n += pool.append("t", chunk, source=1, source_start=at).records
+        at += chunk.end
+        pool.seal("t")
+    return n, at
+
+
 def test_a_spilled_slot_acknowledged_whole_is_not_sent_again_when_its_removal_was_lost(
         tmp_path):
     """A spilled slot is acknowledged and freed: the state database has its file's offset past
@@ -932,12 +944,7 @@ def test_a_spilled_slot_acknowledged_whole_is_not_sent_again_when_its_removal_wa
 
     spill = dict(spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
     pool = open_pool(tmp_path, **spill)
-    n = at = 0
-    while pool.stats()["spilled_slots"] < 1:
-        chunk = chunk_of(range(n, n + 40))
-        n += pool.append("t", chunk, source=1, source_start=at).records
-        at += chunk.end
-        pool.seal("t")
+    n, at = fill_until_spilled(pool)
     [path] = (tmp_path / "spill").iterdir()
     kept = path.read_bytes()
     [first] = pool.take(1)
@@ -966,12 +973,7 @@ def test_what_delivered_reads_is_made_durable_before_a_free_at_open(tmp_path, mo
 
     spill = dict(spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
     pool = open_pool(tmp_path, sync_on_seal=True, **spill)
-    n = at = 0
-    while pool.stats()["spilled_slots"] < 1:
-        chunk = chunk_of(range(n, n + 40))
-        n += pool.append("t", chunk, source=1, source_start=at).records
-        at += chunk.end
-        pool.seal("t")
+    n, at = fill_until_spilled(pool)
     pool.abandon()          # killed after the acknowledgement's commit, before its barrier
     events = []
     real = SpillStore.remove
@@ -995,12 +997,7 @@ def test_a_spilled_slot_removed_at_open_keeps_its_number_from_being_given_again(
 
     spill = dict(spill_dir=tmp_path / "spill", spill_max_bytes=1 << 20)
     pool = open_pool(tmp_path, **spill)
-    n = at = 0
-    while pool.stats()["spilled_slots"] < 1:
-        chunk = chunk_of(range(n, n + 40))
-        n += pool.append("t", chunk, source=1, source_start=at).records
-        at += chunk.end
-        pool.seal("t")
+    n, at = fill_until_spilled(pool)
     [spilled] = [m.seq for m in pool.spill.metas()]
     highest = max(s.seq for s in pool.sealed())
     pool.abandon()
