@@ -259,26 +259,29 @@ def count_rows(df, window_ms: int):
 
 
 def compact(rows, in_jvm: bool = False):
-    """One micro-batch of ``count_rows`` compacted in the JVM: a row per (origin, incarnation,
+    """One micro-batch of ``count_rows`` compacted in the JVM: rows of (origin, incarnation,
     topic, window_start) with n, bytes, lo, hi, unnumbered and the record numbers as runs
-    (``starts``, ``ends``: sorted, disjoint, inclusive; a number given twice is in one run
-    once). Only these rows reach Python (``audit.jobs.tally``). ``in_jvm``: the runs made by
-    ``docket_seq_runs`` (``audit.jobs.jvm``, registered in the session), else by Spark SQL
-    built-ins, which hold, sort and shuffle every number of a group."""
+    (``starts``, ``ends``: sorted, disjoint, inclusive; a number given twice in a row's runs
+    once). Only these rows reach Python (``audit.jobs.tally``), which adds up the rows of one
+    group (a number in two of them is held for the second: a copy). ``in_jvm``: compacted
+    within each partition by ``PartitionRuns`` (``audit.jobs.jvm``; its classes loaded in the
+    session), a row per group and partition, in one stage; else grouped by Spark SQL
+    built-ins, a row per group, which hold, sort and shuffle every number of a group."""
     from pyspark.sql import functions as F
 
-    from .jvm import RUNS_FUNCTION
+    if in_jvm:
+        from pyspark.sql import DataFrame
 
+        from .jvm import COMPACT_CLASS, java_class
+
+        spark = rows.sparkSession
+        return DataFrame(java_class(spark, COMPACT_CLASS).compact(rows._jdf), spark)
     numbered = F.coalesce(F.col("seq") >= 0, F.lit(False))       # a null number is none
     sums = (F.count(F.lit(1)).alias("n"), F.sum("len").alias("bytes"),
             F.sum("lo").alias("lo"), F.sum("hi").alias("hi"),
             F.count(F.when(~numbered, 1)).alias("unnumbered"))
     key = ("origin", "incarnation", "topic", "window_start")
     columns = (*key, "n", "bytes", "lo", "hi", "unnumbered")
-    if in_jvm:
-        groups = rows.groupBy(*key).agg(*sums, F.expr(f"{RUNS_FUNCTION}(seq)").alias("runs"))
-        return groups.select(*columns, F.col("runs.starts").alias("starts"),
-                             F.col("runs.ends").alias("ends"))
     groups = rows.groupBy(*key).agg(
         *sums, F.array_sort(F.collect_list(F.when(numbered, F.col("seq")))).alias("s"))
     # A run starts where a number is more than one past the one before it, and ends where the

@@ -2,8 +2,10 @@
 the headers (``with_origin``) by position where docket wrote them, searched otherwise, the first
 of each name, a malformed number as none; and each batch's compaction (``compact``) equal, group
 by group and run by run, to what counting record by record in Python makes
-(``test_count_tally.compacted``), both ways it is made: by Spark SQL's built-ins and by
-``docket_seq_runs`` (``audit/jobs/SeqRuns.java``), whatever order the numbers come in.
+(``test_count_tally.compacted``), both ways it is made: by Spark SQL's built-ins, and within
+each partition by the jobs' Java (``audit/jobs/PartitionRuns.java`` with
+``audit/jobs/SeqRuns.java``; a group's rows added up as the driver does), whatever order the
+numbers come in.
 
 Its Spark runs in the test process, without the Kafka connector's jars: like ``test_window_sql.py``
 it belongs to the ``agent`` group (``tests/run_groups.py``), whose session starts no other
@@ -24,7 +26,7 @@ ORG, INC, SEQ = "docket-origin", "docket-incarnation", "docket-seq"
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
-    """A session with ``SeqRuns.java`` built (``audit.jobs.jvm``) and on its classpath: this
+    """A session with the jobs' Java built (``audit.jobs.jvm``) and on its classpath: this
     file's is the first Spark of its group's process (files run in name order), so the jar is
     there when the JVM starts."""
     pyspark = pytest.importorskip("pyspark.sql")
@@ -43,8 +45,9 @@ def spark(tmp_path_factory):
 
 @pytest.fixture(params=["sql", "jvm"])
 def in_jvm(request, spark) -> bool:
-    """Both ways: Spark SQL's built-ins, and ``docket_seq`` and ``docket_seq_runs`` registered
-    here."""
+    """Both ways: Spark SQL's built-ins, and the jobs' Java (``docket_seq`` registered here, the
+    compaction within each partition, ``PartitionRuns.java``: a group read from several
+    partitions is several rows, added up as the driver adds them, ``merged``)."""
     from audit.jobs.jvm import register
 
     if request.param == "sql":
@@ -97,7 +100,45 @@ def by_key(groups):
     return {tuple(g[k] for k in KEY): {f: (list(g[f]) if f in ("starts", "ends") else g[f])
                                        for f in ("n", "bytes", "lo", "hi", "unnumbered",
                                                  "starts", "ends")}
-            for g in groups}
+            for g in merged(groups)}
+
+
+def merged(groups) -> list[dict]:
+    """Rows of one key added up: sums summed, runs joined (sorted, disjoint, a number in two
+    rows once). One row per key stays as it was."""
+    out: dict[tuple, dict] = {}
+    for g in groups:
+        key = tuple(g[k] for k in KEY)
+        if key not in out:
+            out[key] = dict(g)
+            continue
+        have = out[key]
+        for f in ("n", "bytes", "lo", "hi", "unnumbered"):
+            have[f] += g[f]
+        runs = sorted([*zip(have["starts"], have["ends"], strict=True),
+                       *zip(g["starts"], g["ends"], strict=True)])
+        joined: list[list[int]] = []
+        for a, b in runs:
+            if joined and a - joined[-1][1] <= 1:
+                joined[-1][1] = max(joined[-1][1], b)
+            else:
+                joined.append([a, b])
+        have["starts"], have["ends"] = [a for a, _ in joined], [b for _, b in joined]
+    return list(out.values())
+
+
+def test_the_compaction_within_partitions_splits_a_group_read_from_several(spark):
+    """Within partitions, a group read from four partitions is four rows (which ``merged``
+    and the driver add up), and each row's runs are its partition's numbers alone."""
+    from audit.jobs.jvm import register
+    from audit.jobs.spark import compact
+
+    assert register(spark)
+    records = [("a", "i1", n, "t", 0, 1, 1, 1) for n in range(1000)]
+    df = spark.createDataFrame(records, COLUMNS).repartition(4)
+    rows = [r.asDict() for r in compact(df, True).collect()]
+    assert len(rows) == 4 and sum(r["n"] for r in rows) == 1000
+    assert by_key(rows) == by_key(compacted(records))
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -85,8 +85,20 @@ def batch(rng: random.Random, next_seq: dict, size: int) -> list[tuple]:
     return records
 
 
+def in_partitions(records: list[tuple], rng: random.Random, parts: int) -> list[dict]:
+    """What the jobs' Java makes of records read from ``parts`` partitions
+    (``PartitionRuns.java``): each partition compacted alone, a group in several of them as
+    several rows, a number copied across two of them in both."""
+    split: list[list[tuple]] = [[] for _ in range(parts)]
+    for r in records:
+        split[rng.randrange(parts)].append(r)
+    return [g for part in split for g in compacted(part)]
+
+
+@pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("seed", range(20))
-def test_compacted_batches_count_exactly_what_counting_each_record_counts(tmp_path, seed):
+def test_compacted_batches_count_exactly_what_counting_each_record_counts(tmp_path, seed,
+                                                                          parts):
     rng = random.Random(seed)
     store, model, next_seq = TallyStore(tmp_path / "t.sqlite"), Model(), {}
     emitted: dict[tuple, dict] = {}
@@ -96,7 +108,7 @@ def test_compacted_batches_count_exactly_what_counting_each_record_counts(tmp_pa
         if batch_id % 4 == 3 and records:
             records += records[: len(records) // 3]     # a batch with copies inside it
         model.add(records)
-        rows = store.apply(batch_id, compacted(records))
+        rows = store.apply(batch_id, in_partitions(records, rng, parts))
         store.commit()
         for r in rows:
             if r["kind"] == "count":

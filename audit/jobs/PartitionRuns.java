@@ -1,0 +1,151 @@
+/*
+ * The count job's compaction of a micro-batch done within each partition, without a shuffle
+ * (audit/jobs/jvm.py compiles this file with the others; audit/jobs/spark.py's compact calls
+ * PartitionRuns.compact through py4j).
+ *
+ * compact(rows) takes count_rows's columns (origin, incarnation, seq, topic, window_start, len,
+ * lo, hi) and gives, for each partition of the batch (a Kafka partition's records), a row per
+ * (origin, incarnation, topic, window_start) it holds: n, bytes, lo, hi, unnumbered and the
+ * record numbers as runs (starts, ends: sorted, disjoint, inclusive, a number given twice in
+ * its run once), as SeqRuns makes them. A group read from several partitions is several rows;
+ * the driver adds them up (audit/jobs/tally.py: a number in two of them is held for the
+ * second, a copy), so the batch needs one stage where the SQL aggregation needed two and the
+ * shuffle between them: on a standalone cluster that shuffle and its second stage cost a
+ * batch of 500,000 records more than the rest of the counting (docs/performance.md).
+ */
+package dev.docket.audit;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+
+import org.apache.spark.api.java.function.MapPartitionsFunction;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+
+public final class PartitionRuns {
+
+    /** The rows compact gives: what audit/jobs/spark.py's SQL compaction gives, per partition. */
+    public static final StructType SCHEMA = new StructType()
+            .add("origin", DataTypes.StringType, true)
+            .add("incarnation", DataTypes.StringType, true)
+            .add("topic", DataTypes.StringType, true)
+            .add("window_start", DataTypes.LongType, true)
+            .add("n", DataTypes.LongType, false)
+            .add("bytes", DataTypes.LongType, false)
+            .add("lo", DataTypes.LongType, false)
+            .add("hi", DataTypes.LongType, false)
+            .add("unnumbered", DataTypes.LongType, false)
+            .add("starts", DataTypes.createArrayType(DataTypes.LongType, false), false)
+            .add("ends", DataTypes.createArrayType(DataTypes.LongType, false), false);
+
+    private static final String[] COLUMNS =
+            {"origin", "incarnation", "seq", "topic", "window_start", "len", "lo", "hi"};
+
+    public static Dataset<Row> compact(Dataset<Row> rows) {
+        StructType in = rows.schema();
+        int[] at = new int[COLUMNS.length];
+        for (int i = 0; i < COLUMNS.length; i++) {
+            at[i] = in.fieldIndex(COLUMNS[i]);
+        }
+        return rows.mapPartitions(new Fold(at), Encoders.row(SCHEMA));
+    }
+
+    /** One group's key. */
+    private static final class Key {
+        final String origin;
+        final String incarnation;
+        final String topic;
+        final Long window;
+        final int hash;
+
+        Key(String origin, String incarnation, String topic, Long window) {
+            this.origin = origin;
+            this.incarnation = incarnation;
+            this.topic = topic;
+            this.window = window;
+            this.hash = Objects.hash(origin, incarnation, topic, window);
+        }
+
+        @Override
+        public int hashCode() {
+            return hash;
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            if (!(o instanceof Key)) {
+                return false;
+            }
+            Key k = (Key) o;
+            return hash == k.hash && Objects.equals(window, k.window)
+                    && Objects.equals(origin, k.origin) && Objects.equals(topic, k.topic)
+                    && Objects.equals(incarnation, k.incarnation);
+        }
+    }
+
+    /** One group's figures so far. A null sum term (none in count_rows's rows) adds nothing,
+     *  as SQL's sum leaves it out. */
+    private static final class Group {
+        long n;
+        long bytes;
+        long lo;
+        long hi;
+        long unnumbered;
+        final SeqRuns.Runs runs = new SeqRuns.Runs();
+    }
+
+    private static final class Fold implements MapPartitionsFunction<Row, Row> {
+        private final int[] at;
+
+        Fold(int[] at) {
+            this.at = at;
+        }
+
+        private static long orZero(Row r, int i) {
+            return r.isNullAt(i) ? 0L : r.getLong(i);
+        }
+
+        @Override
+        public Iterator<Row> call(Iterator<Row> input) {
+            Map<Key, Group> groups = new HashMap<>();
+            Key last = null;
+            Group group = null;
+            while (input.hasNext()) {
+                Row r = input.next();
+                Key key = new Key(r.getString(at[0]), r.getString(at[1]), r.getString(at[3]),
+                        r.isNullAt(at[4]) ? null : r.getLong(at[4]));
+                if (!key.equals(last)) {        // a partition's records come in runs of a key
+                    group = groups.computeIfAbsent(key, k -> new Group());
+                    last = key;
+                }
+                group.n++;
+                group.bytes += orZero(r, at[5]);
+                group.lo += orZero(r, at[6]);
+                group.hi += orZero(r, at[7]);
+                long seq = r.isNullAt(at[2]) ? -1L : r.getLong(at[2]);
+                if (seq >= 0) {
+                    group.runs.add(seq);
+                } else {
+                    group.unnumbered++;
+                }
+            }
+            List<Row> out = new ArrayList<>(groups.size());
+            for (Map.Entry<Key, Group> e : groups.entrySet()) {
+                Key k = e.getKey();
+                Group g = e.getValue();
+                out.add(RowFactory.create(k.origin, k.incarnation, k.topic, k.window, g.n,
+                        g.bytes, g.lo, g.hi, g.unnumbered, g.runs.getStarts(),
+                        g.runs.getEnds()));
+            }
+            return out.iterator();
+        }
+    }
+}
