@@ -1,6 +1,6 @@
 /*
  * The count job's compaction of a micro-batch done within each partition, without a shuffle
- * (audit/jobs/jvm.py compiles this file with the others; audit/jobs/spark.py's compact calls
+ * (audit/jobs/jvm.py compiles this file with the others; audit/jobs/spark.py's compacted calls
  * PartitionRuns.compact through py4j).
  *
  * compact(rows) takes count_rows's columns (origin, incarnation, seq, topic, window_start, len,
@@ -12,10 +12,18 @@
  * second, a copy), so the batch needs one stage where the SQL aggregation needed two and the
  * shuffle between them: on a standalone cluster that shuffle and its second stage cost a
  * batch of 500,000 records more than the rest of the counting (docs/performance.md).
+ *
+ * That holds where a partition's numbers come in runs: an agent sends a slot's records to one
+ * partition at a time. Records with a key of their own are spread over the partitions one by
+ * one, and each partition's numbers are then nearly as many runs as records, which only the
+ * shuffle would join again before they reach the driver. So a partition whose groups and runs
+ * pass maxRuns stops and gives one row alone, n = -1: the batch is then compacted by the
+ * aggregation (docket_seq_runs) instead, and the driver's rows stay few either way.
  */
 package dev.docket.audit;
 
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
@@ -49,13 +57,20 @@ public final class PartitionRuns {
     private static final String[] COLUMNS =
             {"origin", "incarnation", "seq", "topic", "window_start", "len", "lo", "hi"};
 
+    /** Groups and runs a partition may give (about 1 MiB of them) before it gives up. */
+    public static final int MAX_RUNS = 1 << 16;
+
     public static Dataset<Row> compact(Dataset<Row> rows) {
+        return compact(rows, MAX_RUNS);
+    }
+
+    public static Dataset<Row> compact(Dataset<Row> rows, int maxRuns) {
         StructType in = rows.schema();
         int[] at = new int[COLUMNS.length];
         for (int i = 0; i < COLUMNS.length; i++) {
             at[i] = in.fieldIndex(COLUMNS[i]);
         }
-        return rows.mapPartitions(new Fold(at), Encoders.row(SCHEMA));
+        return rows.mapPartitions(new Fold(at, maxRuns), Encoders.row(SCHEMA));
     }
 
     /** One group's key. */
@@ -104,9 +119,11 @@ public final class PartitionRuns {
 
     private static final class Fold implements MapPartitionsFunction<Row, Row> {
         private final int[] at;
+        private final int maxRuns;
 
-        Fold(int[] at) {
+        Fold(int[] at, int maxRuns) {
             this.at = at;
+            this.maxRuns = maxRuns;
         }
 
         private static long orZero(Row r, int i) {
@@ -118,12 +135,18 @@ public final class PartitionRuns {
             Map<Key, Group> groups = new HashMap<>();
             Key last = null;
             Group group = null;
+            long held = 0;                      // groups and runs (an upper bound: see add)
             while (input.hasNext()) {
                 Row r = input.next();
                 Key key = new Key(r.getString(at[0]), r.getString(at[1]), r.getString(at[3]),
                         r.isNullAt(at[4]) ? null : r.getLong(at[4]));
                 if (!key.equals(last)) {        // a partition's records come in runs of a key
-                    group = groups.computeIfAbsent(key, k -> new Group());
+                    group = groups.get(key);
+                    if (group == null) {
+                        group = new Group();
+                        groups.put(key, group);
+                        held++;
+                    }
                     last = key;
                 }
                 group.n++;
@@ -132,9 +155,15 @@ public final class PartitionRuns {
                 group.hi += orZero(r, at[7]);
                 long seq = r.isNullAt(at[2]) ? -1L : r.getLong(at[2]);
                 if (seq >= 0) {
-                    group.runs.add(seq);
+                    if (group.runs.add(seq)) {
+                        held++;
+                    }
                 } else {
                     group.unnumbered++;
+                }
+                if (held > maxRuns) {           // no runs here: the aggregation's turn
+                    return Collections.singletonList(RowFactory.create(null, null, null, null,
+                            -1L, 0L, 0L, 0L, 0L, new long[0], new long[0])).iterator();
                 }
             }
             List<Row> out = new ArrayList<>(groups.size());

@@ -1,6 +1,6 @@
 /*
  * A record's docket-seq header as a number, in the JVM (audit/jobs/jvm.py compiles this file
- * with SeqRuns.java and registers it as the SQL function docket_seq).
+ * with the jobs' other Java and registers it as the SQL function docket_seq).
  *
  * docket_seq(value) is the 8 bytes read as a big-endian number; null (no number) where the
  * value is null, not 8 bytes long, or 2^63 or more (not a number docket gives). Spark SQL

@@ -1,7 +1,8 @@
 """The audit jobs' Java, beside this file: ``SeqNumber.java`` (``docket_seq``: a record's
-8-byte number read as a long), ``SeqRuns.java`` (a group's record numbers made runs as they
-come) and ``PartitionRuns.java`` (a micro-batch compacted within each partition, a group's
-figures and runs per partition, no shuffle), run in the JVM, per record.
+8-byte number read as a long), ``SeqRuns.java`` (``docket_seq_runs``: the aggregation that
+turns a group's record numbers into runs) and ``PartitionRuns.java`` (a micro-batch compacted
+within each partition, no shuffle, where each partition's numbers are runs), run in the JVM,
+per record.
 
 They are compiled once per source and Spark version with the JDK's ``javac`` against the venv's
 PySpark jars (the classes they run with, so no download), into the user cache; ``make setup``
@@ -29,7 +30,7 @@ SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
                 for name in ("SeqNumber", "SeqRuns", "PartitionRuns"))
 NUMBER_CLASS, RUNS_CLASS = "dev.docket.audit.SeqNumber", "dev.docket.audit.SeqRuns"
 COMPACT_CLASS = "dev.docket.audit.PartitionRuns"
-NUMBER_FUNCTION = "docket_seq"
+NUMBER_FUNCTION, RUNS_FUNCTION = "docket_seq", "docket_seq_runs"
 
 log = logging.getLogger("docket.audit.jvm")
 
@@ -119,19 +120,24 @@ def java_class(spark, name: str):
 
 
 def register(spark) -> bool:
-    """Register ``docket_seq`` in ``spark`` (its JVM started with the jar in ``spark.jars``, as
-    ``audit.jobs.spark.spark_session`` starts it) and check that the compaction's classes load;
-    False, with a warning, where they are not there. Registering again replaces the function,
-    harmlessly."""
+    """Register ``docket_seq`` and ``docket_seq_runs`` in ``spark`` (its JVM started with the
+    jar in ``spark.jars``, as ``audit.jobs.spark.spark_session`` starts it) and check that
+    ``PartitionRuns`` loads; False, with a warning, where the classes are not there.
+    Registering again replaces them, harmlessly."""
+    found = []
     for name in (NUMBER_CLASS, RUNS_CLASS, COMPACT_CLASS):
         try:
-            java_class(spark, name)()
+            found.append(java_class(spark, name)())
         except Exception as e:  # TypeError: py4j's JavaPackage, no such class on the driver's
             log.warning(        # classpath; Py4JJavaError: a class this JVM cannot load
                 "%s cannot be loaded in this Spark (%s): record numbers are read and "
                 "compacted with Spark SQL built-ins", name, type(e).__name__)
             return False
     spark.udf.registerJavaFunction(NUMBER_FUNCTION, NUMBER_CLASS, "bigint")
-    log.info("record numbers read (%s) and each batch compacted within its partitions "
-             "(PartitionRuns) in the JVM", NUMBER_FUNCTION)
+    sql = spark._jvm.org.apache.spark.sql
+    spark._jsparkSession.udf().register(RUNS_FUNCTION,
+                                        sql.functions.udaf(found[1], sql.Encoders.LONG()))
+    log.info("record numbers read (%s), each batch compacted within its partitions "
+             "(PartitionRuns) or, where a partition's numbers are no runs, cut into runs (%s) "
+             "in the JVM", NUMBER_FUNCTION, RUNS_FUNCTION)
     return True

@@ -4,10 +4,11 @@ Counting: Spark SQL computes per record its window, value length and the checksu
 low and the high 32 bits of ``xxhash64(value)``, summed apart so no long overflows; the driver
 joins the halves, ``audit.contract.record.combine_halves``), and reads its identity from the headers
 (``docket-origin``, ``docket-incarnation``, ``docket-seq``). Each micro-batch is then compacted
-in the JVM (``compact``): a row per (origin, origin incarnation, topic, window) with its count,
-bytes, checksum halves, records without a number and its record numbers as runs. Only those rows
-reach Python, on the driver, where ``audit.jobs.tally`` adds them to the tallies it keeps in
-SQLite beside the checkpoint (no watermark, so however late a record comes it is counted):
+in the JVM (``compacted``): within each partition where its numbers are runs, else over the
+whole batch, a row per (origin, origin incarnation, topic, window) — and partition — with its
+count, bytes, checksum halves, records without a number and its record numbers as runs. Only
+those rows reach Python, on the driver, where ``audit.jobs.tally`` adds them to the tallies it
+keeps in SQLite beside the checkpoint (no watermark, so however late a record comes it is counted):
 
 - per (origin, topic, window): count, bytes, the checksum halves, duplicates, and records
   without a number (their window's ``distinct`` is then unknown);
@@ -259,29 +260,26 @@ def count_rows(df, window_ms: int):
 
 
 def compact(rows, in_jvm: bool = False):
-    """One micro-batch of ``count_rows`` compacted in the JVM: rows of (origin, incarnation,
+    """One micro-batch of ``count_rows`` compacted in the JVM: a row per (origin, incarnation,
     topic, window_start) with n, bytes, lo, hi, unnumbered and the record numbers as runs
-    (``starts``, ``ends``: sorted, disjoint, inclusive; a number given twice in a row's runs
-    once). Only these rows reach Python (``audit.jobs.tally``), which adds up the rows of one
-    group (a number in two of them is held for the second: a copy). ``in_jvm``: compacted
-    within each partition by ``PartitionRuns`` (``audit.jobs.jvm``; its classes loaded in the
-    session), a row per group and partition, in one stage; else grouped by Spark SQL
-    built-ins, a row per group, which hold, sort and shuffle every number of a group."""
+    (``starts``, ``ends``: sorted, disjoint, inclusive; a number given twice is in one run
+    once). ``in_jvm``: the runs made by ``docket_seq_runs`` (``audit.jobs.jvm``, registered in
+    the session), else by Spark SQL built-ins, which hold, sort and shuffle every number of a
+    group. Two stages, a shuffle between them (``compacted`` tries one first)."""
     from pyspark.sql import functions as F
 
-    if in_jvm:
-        from pyspark.sql import DataFrame
+    from .jvm import RUNS_FUNCTION
 
-        from .jvm import COMPACT_CLASS, java_class
-
-        spark = rows.sparkSession
-        return DataFrame(java_class(spark, COMPACT_CLASS).compact(rows._jdf), spark)
     numbered = F.coalesce(F.col("seq") >= 0, F.lit(False))       # a null number is none
     sums = (F.count(F.lit(1)).alias("n"), F.sum("len").alias("bytes"),
             F.sum("lo").alias("lo"), F.sum("hi").alias("hi"),
             F.count(F.when(~numbered, 1)).alias("unnumbered"))
     key = ("origin", "incarnation", "topic", "window_start")
     columns = (*key, "n", "bytes", "lo", "hi", "unnumbered")
+    if in_jvm:
+        groups = rows.groupBy(*key).agg(*sums, F.expr(f"{RUNS_FUNCTION}(seq)").alias("runs"))
+        return groups.select(*columns, F.col("runs.starts").alias("starts"),
+                             F.col("runs.ends").alias("ends"))
     groups = rows.groupBy(*key).agg(
         *sums, F.array_sort(F.collect_list(F.when(numbered, F.col("seq")))).alias("s"))
     # A run starts where a number is more than one past the one before it, and ends where the
@@ -290,6 +288,35 @@ def compact(rows, in_jvm: bool = False):
         *columns,
         F.expr("filter(s, (x, i) -> i = 0 OR x - get(s, i - 1) > 1)").alias("starts"),
         F.expr("filter(s, (x, i) -> i = size(s) - 1 OR get(s, i + 1) - x > 1)").alias("ends"))
+
+
+def in_partitions(rows, max_runs: int | None = None):
+    """``compact``'s rows made within each partition by ``PartitionRuns`` (``audit.jobs.jvm``;
+    its classes loaded in the session): one stage, no shuffle, a row per group and partition
+    (the driver adds up a group's rows: a number in two of them is held for the second, a
+    copy). A partition whose groups and runs pass ``max_runs`` (``PartitionRuns.MAX_RUNS``
+    when None) gives one row alone with ``n`` -1 instead: its numbers are no runs (records
+    with keys of their own, spread over the partitions one by one)."""
+    from pyspark.sql import DataFrame
+
+    from .jvm import COMPACT_CLASS, java_class
+
+    spark = rows.sparkSession
+    cls = java_class(spark, COMPACT_CLASS)
+    jdf = cls.compact(rows._jdf) if max_runs is None else cls.compact(rows._jdf, max_runs)
+    return DataFrame(jdf, spark)
+
+
+def compacted(rows, in_jvm: bool = False, max_runs: int | None = None) -> list:
+    """A micro-batch's compacted rows, collected: within partitions (``in_partitions``) where
+    the Java is there and every partition's numbers are runs, else by ``compact``."""
+    if in_jvm:
+        got = in_partitions(rows, max_runs).collect()
+        if all(r["n"] >= 0 for r in got):
+            return got
+        log.info("a partition's record numbers are no runs (records with keys of their own?): "
+                 "the batch is compacted with a shuffle")
+    return compact(rows, in_jvm).collect()
 
 
 def count_batch(store, writer: AuditWriter, in_jvm: bool = False) -> Callable:
@@ -302,7 +329,7 @@ def count_batch(store, writer: AuditWriter, in_jvm: bool = False) -> Callable:
             log.info("batch %d: counted before", batch_id)
             return
         began = time.monotonic()
-        groups = compact(batch_df, in_jvm).collect()
+        groups = compacted(batch_df, in_jvm)
         counted = time.monotonic()
         rows = store.apply(batch_id, groups)
         tallied = time.monotonic()

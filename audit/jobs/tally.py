@@ -1,17 +1,19 @@
 """What a Spark tier has counted, kept by the counting query's driver in SQLite.
 
-Each micro-batch reaches the driver compacted by Spark SQL (``audit.jobs.spark.compact``): one
-row per (origin, origin incarnation, topic, window) with its count, bytes, checksum halves,
-records without a number, and its record numbers as runs (sorted, disjoint ``starts``/``ends``,
-a number given twice inside the batch counted once). ``TallyStore.apply`` adds them to:
+Each micro-batch reaches the driver compacted in Spark (``audit.jobs.spark.compacted``): rows
+of (origin, origin incarnation, topic, window) — one per group, or one per group and partition
+where each partition was compacted alone — with its count, bytes, checksum halves, records
+without a number, and its record numbers as runs (sorted, disjoint ``starts``/``ends``, a
+number given twice inside a row counted once). ``TallyStore.apply`` adds them to:
 
 - ``windows``: per (origin, topic, window) the cumulative count, bytes, checksum halves,
   duplicates and records without a number;
 - ``spaces``: per origin incarnation, the record numbers seen, an ``IntervalSet``.
 
-A number seen before — in the set, earlier in the batch, or twice in its own group — is a
-duplicate of the window its group falls in (groups are taken in (origin, incarnation, topic,
-window) order, so which of two windows a number given in both is a copy of is fixed).
+A number seen before — in the set, earlier in the batch (another row of its group
+included), or twice in its own row — is a duplicate of the window its group falls in (groups
+are taken in (origin, incarnation, topic, window) order, so which of two windows a number given
+in both is a copy of is fixed).
 
 ``apply`` runs in a transaction that also records the batch id; the caller writes the batch's
 audit records, then ``commit``s (or ``rollback``s when they could not be written). A batch run

@@ -43,17 +43,28 @@ def spark(tmp_path_factory):
     session.stop()
 
 
-@pytest.fixture(params=["sql", "jvm"])
-def in_jvm(request, spark) -> bool:
-    """Both ways: Spark SQL's built-ins, and the jobs' Java (``docket_seq`` registered here, the
-    compaction within each partition, ``PartitionRuns.java``: a group read from several
-    partitions is several rows, added up as the driver adds them, ``merged``)."""
+@pytest.fixture(params=["sql", "jvm", "partitions"])
+def in_jvm(request, spark) -> bool | str:
+    """Every way: Spark SQL's built-ins; the jobs' Java aggregation (``docket_seq`` and
+    ``docket_seq_runs`` registered here); and the compaction within each partition
+    (``PartitionRuns.java``: a group read from several partitions is several rows, added up
+    as the driver adds them, ``merged``)."""
     from audit.jobs.jvm import register
 
     if request.param == "sql":
         return False
     assert register(spark), "the jobs' Java could not be registered"
-    return True
+    return True if request.param == "jvm" else "partitions"
+
+
+def compacted_by(df, way: bool | str) -> list[dict]:
+    from audit.jobs.spark import compact, in_partitions
+
+    if way == "partitions":
+        rows = [r.asDict() for r in in_partitions(df).collect()]
+        assert all(r["n"] >= 0 for r in rows), "every partition's numbers were to be runs"
+        return rows
+    return [r.asDict() for r in compact(df, way).collect()]
 
 
 def n8(n: int) -> bytes:
@@ -131,20 +142,40 @@ def test_the_compaction_within_partitions_splits_a_group_read_from_several(spark
     """Within partitions, a group read from four partitions is four rows (which ``merged``
     and the driver add up), and each row's runs are its partition's numbers alone."""
     from audit.jobs.jvm import register
-    from audit.jobs.spark import compact
+    from audit.jobs.spark import compacted as in_spark
 
     assert register(spark)
     records = [("a", "i1", n, "t", 0, 1, 1, 1) for n in range(1000)]
     df = spark.createDataFrame(records, COLUMNS).repartition(4)
-    rows = [r.asDict() for r in compact(df, True).collect()]
+    rows = [r.asDict() for r in in_spark(df, True)]
     assert len(rows) == 4 and sum(r["n"] for r in rows) == 1000
+    assert by_key(rows) == by_key(compacted(records))
+
+
+def test_numbers_spread_over_the_partitions_one_by_one_are_joined_by_the_shuffle(spark):
+    """Records with keys of their own go to the partitions one by one: each partition's
+    numbers are as many runs as records, which within partitions would all reach the driver.
+    A partition past ``max_runs`` gives up (one row, n -1) and the batch is compacted by the
+    aggregation: one row, one run, the same figures."""
+    from audit.jobs.jvm import register
+    from audit.jobs.spark import compacted as in_spark
+    from audit.jobs.spark import in_partitions
+
+    assert register(spark)
+    records = [("a", "i1", n, "t", 0, 1, 1, 1) for n in range(20_000)]
+    df = spark.createDataFrame(records, COLUMNS).repartition(4)      # round robin
+    spread = [r.asDict() for r in in_partitions(df).collect()]
+    assert sum(len(r["starts"]) for r in spread) > 10_000           # runs of a record or two
+    gave_up = [r.asDict() for r in in_partitions(df, 1000).collect()]
+    assert [r["n"] for r in gave_up] == [-1] * 4
+    rows = [r.asDict() for r in in_spark(df, True, max_runs=1000)]
+    assert len(rows) == 1 and rows[0]["starts"] == [0] and rows[0]["ends"] == [19_999]
     assert by_key(rows) == by_key(compacted(records))
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_a_batch_compacted_in_spark_is_the_batch_compacted_record_by_record(spark, in_jvm,
                                                                           seed):
-    from audit.jobs.spark import compact
 
     rng = random.Random(seed)
     records, counters = [], {}
@@ -161,7 +192,7 @@ def test_a_batch_compacted_in_spark_is_the_batch_compacted_record_by_record(spar
                         0 if seq < 1500 else 600_000, rng.randrange(300), rng.randrange(1 << 32),
                         rng.randrange(1 << 32)))
     df = spark.createDataFrame(records, COLUMNS).repartition(4)
-    got = by_key(r.asDict() for r in compact(df, in_jvm).collect())
+    got = by_key(compacted_by(df, in_jvm))
     assert got == by_key(compacted(records))
     assert sum(len(g["starts"]) for g in got.values()) < len(records) / 2    # runs, not records
 
@@ -171,7 +202,6 @@ def test_numbers_out_of_order_make_the_same_runs(spark, in_jvm, order):
     """The Java buffer's slow path: numbers below its last run wait in a side list, folded in
     when it grows past the runs (here many times: 30,000 late numbers), on a merge and at the
     end. Every order gives the runs counting record by record gives."""
-    from audit.jobs.spark import compact
 
     rng = random.Random(order)
     numbers = [n for n in range(40_000) if rng.random() > 0.02]       # gaps
@@ -186,7 +216,7 @@ def test_numbers_out_of_order_make_the_same_runs(spark, in_jvm, order):
     records = [("a", "i1", n, "t", 0, 10, n & 0xFFFF, 1) for n in numbers]
     records += [("a", "i1", -1, "t", 0, 3, 5, 1)] * 7                  # none
     df = spark.createDataFrame(records, COLUMNS).coalesce(1)           # one buffer sees all
-    got = by_key(r.asDict() for r in compact(df, in_jvm).collect())
+    got = by_key(compacted_by(df, in_jvm))
     assert got == by_key(compacted(records))
     assert len(got[("a", "i1", "t", 0)]["starts"]) > 100
 
@@ -194,14 +224,13 @@ def test_numbers_out_of_order_make_the_same_runs(spark, in_jvm, order):
 def test_numbers_at_the_top_of_the_range_make_the_same_runs(spark, in_jvm):
     """2^63 - 1 is the largest number ``docket_seq`` gives: a run ending there is not followed
     by a run of its own (``end + 1`` would wrap), and a copy of it is a copy."""
-    from audit.jobs.spark import compact
 
     top = 2**63 - 1
     numbers = [top, top, 5, top - 1, top - 3, 0, top, 4, top - 2, 9]
     records = [("a", "i1", n, "t", 0, 1, 1, 1) for n in numbers]
     records += [("b", "i1", n, "t", 0, 1, 1, 1) for n in (top, 3, top)]
     df = spark.createDataFrame(records, COLUMNS).repartition(3)
-    got = by_key(r.asDict() for r in compact(df, in_jvm).collect())
+    got = by_key(compacted_by(df, in_jvm))
     assert got == by_key(compacted(records))
     assert got[("a", "i1", "t", 0)]["starts"] == [0, 4, 9, top - 3]
     assert got[("b", "i1", "t", 0)]["ends"] == [3, top]
