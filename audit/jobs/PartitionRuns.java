@@ -16,9 +16,12 @@
  * That holds where a partition's numbers come in runs: an agent sends a slot's records to one
  * partition at a time. Records with a key of their own are spread over the partitions one by
  * one, and each partition's numbers are then nearly as many runs as records, which only the
- * shuffle would join again before they reach the driver. So a partition whose groups and runs
- * pass maxRuns stops and gives one row alone, n = -1: the batch is then compacted by the
- * aggregation (docket_seq_runs) instead, and the driver's rows stay few either way.
+ * shuffle would join again before they reach the driver; and a partition holding a little of
+ * many groups (a fleet's hosts, each a few records) gives a row for each, in every partition,
+ * where the shuffle gives one a group. So a partition whose groups and runs pass maxRuns, or
+ * pass MIN_HELD and one for every ratio (RATIO) records read, stops and gives one row alone, n = -1:
+ * the batch is then compacted by the aggregation (docket_seq_runs) instead, and the driver's
+ * rows stay at most one for every RATIO records either way.
  */
 package dev.docket.audit;
 
@@ -59,18 +62,23 @@ public final class PartitionRuns {
 
     /** Groups and runs a partition may give (about 1 MiB of them) before it gives up. */
     public static final int MAX_RUNS = 1 << 16;
+    /** A partition's groups and runs are checked against its records past this many. */
+    public static final int MIN_HELD = 4096;
+    /** Records a partition must have read for each of its groups and runs. */
+    public static final int RATIO = 64;
 
     public static Dataset<Row> compact(Dataset<Row> rows) {
-        return compact(rows, MAX_RUNS);
+        return compact(rows, MAX_RUNS, RATIO);
     }
 
-    public static Dataset<Row> compact(Dataset<Row> rows, int maxRuns) {
+    /** ratio 0: no check against the records read (tests of the rows themselves). */
+    public static Dataset<Row> compact(Dataset<Row> rows, int maxRuns, int ratio) {
         StructType in = rows.schema();
         int[] at = new int[COLUMNS.length];
         for (int i = 0; i < COLUMNS.length; i++) {
             at[i] = in.fieldIndex(COLUMNS[i]);
         }
-        return rows.mapPartitions(new Fold(at, maxRuns), Encoders.row(SCHEMA));
+        return rows.mapPartitions(new Fold(at, maxRuns, ratio), Encoders.row(SCHEMA));
     }
 
     /** One group's key. */
@@ -120,10 +128,12 @@ public final class PartitionRuns {
     private static final class Fold implements MapPartitionsFunction<Row, Row> {
         private final int[] at;
         private final int maxRuns;
+        private final int ratio;
 
-        Fold(int[] at, int maxRuns) {
+        Fold(int[] at, int maxRuns, int ratio) {
             this.at = at;
             this.maxRuns = maxRuns;
+            this.ratio = ratio;
         }
 
         private static long orZero(Row r, int i) {
@@ -136,6 +146,7 @@ public final class PartitionRuns {
             Key last = null;
             Group group = null;
             long held = 0;                      // groups and runs (an upper bound: see add)
+            long records = 0;
             while (input.hasNext()) {
                 Row r = input.next();
                 Key key = new Key(r.getString(at[0]), r.getString(at[1]), r.getString(at[3]),
@@ -161,7 +172,9 @@ public final class PartitionRuns {
                 } else {
                     group.unnumbered++;
                 }
-                if (held > maxRuns) {           // no runs here: the aggregation's turn
+                records++;
+                if (held > maxRuns || (held > MIN_HELD && held * ratio > records)) {
+                    // no runs here, or too little of each group: the aggregation's turn
                     return Collections.singletonList(RowFactory.create(null, null, null, null,
                             -1L, 0L, 0L, 0L, 0L, new long[0], new long[0])).iterator();
                 }

@@ -290,32 +290,44 @@ def compact(rows, in_jvm: bool = False):
         F.expr("filter(s, (x, i) -> i = size(s) - 1 OR get(s, i + 1) - x > 1)").alias("ends"))
 
 
-def in_partitions(rows, max_runs: int | None = None):
+def in_partitions(rows, max_runs: int | None = None, ratio: int | None = None):
     """``compact``'s rows made within each partition by ``PartitionRuns`` (``audit.jobs.jvm``;
     its classes loaded in the session): one stage, no shuffle, a row per group and partition
     (the driver adds up a group's rows: a number in two of them is held for the second, a
-    copy). A partition whose groups and runs pass ``max_runs`` (``PartitionRuns.MAX_RUNS``
-    when None) gives one row alone with ``n`` -1 instead: its numbers are no runs (records
-    with keys of their own, spread over the partitions one by one)."""
+    copy). A partition whose groups and runs pass ``max_runs``, or pass 4,096 and one for
+    every ``ratio`` records it read (``PartitionRuns.MAX_RUNS`` and ``RATIO`` when None; a
+    ratio of 0 checks no ratio), gives one row alone with ``n`` -1 instead: its numbers are no
+    runs (records with keys of their own, spread over the partitions one by one), or it holds
+    a little of many groups."""
     from pyspark.sql import DataFrame
 
     from .jvm import COMPACT_CLASS, java_class
 
     spark = rows.sparkSession
     cls = java_class(spark, COMPACT_CLASS)
-    jdf = cls.compact(rows._jdf) if max_runs is None else cls.compact(rows._jdf, max_runs)
-    return DataFrame(jdf, spark)
+    if max_runs is None and ratio is None:
+        return DataFrame(cls.compact(rows._jdf), spark)
+    return DataFrame(cls.compact(rows._jdf, cls.MAX_RUNS if max_runs is None else max_runs,
+                                 cls.RATIO if ratio is None else ratio), spark)
 
 
 def compacted(rows, in_jvm: bool = False, max_runs: int | None = None) -> list:
     """A micro-batch's compacted rows, collected: within partitions (``in_partitions``) where
-    the Java is there and every partition's numbers are runs, else by ``compact``."""
+    the Java is there and every partition's numbers are runs, else by ``compact``. A
+    partition path that fails (the rows past ``spark.driver.maxResultSize``, say) is logged and
+    the batch compacted by ``compact``, which fails in its turn where the cause is not the
+    path's own."""
     if in_jvm:
-        got = in_partitions(rows, max_runs).collect()
-        if all(r["n"] >= 0 for r in got):
-            return got
-        log.info("a partition's record numbers are no runs (records with keys of their own?): "
-                 "the batch is compacted with a shuffle")
+        try:
+            got = in_partitions(rows, max_runs).collect()
+        except Exception as e:      # py4j's Py4JJavaError: a failed Spark job
+            log.warning("compacting the batch within its partitions failed (%s): the batch is "
+                        "compacted with a shuffle", str(e).splitlines()[0][:500])
+        else:
+            if all(r["n"] >= 0 for r in got):
+                return got
+            log.info("a partition's record numbers are no runs, or it holds little of many "
+                     "groups: the batch is compacted with a shuffle")
     return compact(rows, in_jvm).collect()
 
 

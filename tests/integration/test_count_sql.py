@@ -60,8 +60,8 @@ def in_jvm(request, spark) -> bool | str:
 def compacted_by(df, way: bool | str) -> list[dict]:
     from audit.jobs.spark import compact, in_partitions
 
-    if way == "partitions":
-        rows = [r.asDict() for r in in_partitions(df).collect()]
+    if way == "partitions":      # the rows themselves: no check against the records read
+        rows = [r.asDict() for r in in_partitions(df, ratio=0).collect()]
         assert all(r["n"] >= 0 for r in rows), "every partition's numbers were to be runs"
         return rows
     return [r.asDict() for r in compact(df, way).collect()]
@@ -164,13 +164,52 @@ def test_numbers_spread_over_the_partitions_one_by_one_are_joined_by_the_shuffle
     assert register(spark)
     records = [("a", "i1", n, "t", 0, 1, 1, 1) for n in range(20_000)]
     df = spark.createDataFrame(records, COLUMNS).repartition(4)      # round robin
-    spread = [r.asDict() for r in in_partitions(df).collect()]
+    spread = [r.asDict() for r in in_partitions(df, ratio=0).collect()]
     assert sum(len(r["starts"]) for r in spread) > 10_000           # runs of a record or two
     gave_up = [r.asDict() for r in in_partitions(df, 1000).collect()]
     assert [r["n"] for r in gave_up] == [-1] * 4
     rows = [r.asDict() for r in in_spark(df, True, max_runs=1000)]
     assert len(rows) == 1 and rows[0]["starts"] == [0] and rows[0]["ends"] == [19_999]
     assert by_key(rows) == by_key(compacted(records))
+
+
+def test_a_partition_holding_little_of_many_groups_leaves_the_batch_to_the_shuffle(spark):
+    """A fleet's hosts, a few records each, in every partition: within partitions a row for
+    each group in each partition, where the shuffle gives one a group. A partition past 4,096
+    groups and runs and one for every 64 records it read gives up; the batch goes by the
+    aggregation, a row a group, the same figures."""
+    from audit.jobs.jvm import register
+    from audit.jobs.spark import compacted as in_spark
+    from audit.jobs.spark import in_partitions
+
+    assert register(spark)
+    records = [(f"host-{h}", "i1", n, "t", 0, 1, 1, 1) for h in range(5000) for n in range(4)]
+    df = spark.createDataFrame(records, COLUMNS).repartition(2)
+    assert [r["n"] for r in in_partitions(df).collect()] == [-1, -1]
+    assert len(in_partitions(df, ratio=0).collect()) > 5000          # a row a group and part
+    rows = [r.asDict() for r in in_spark(df, True)]
+    assert len(rows) == 5000
+    assert by_key(rows) == by_key(compacted(records))
+
+
+def test_a_partition_path_that_fails_leaves_the_batch_to_the_shuffle(spark, monkeypatch,
+                                                                      caplog):
+    """The partition path failing (its rows past ``spark.driver.maxResultSize``, say): a
+    WARNING, and the batch compacted by the aggregation, the same figures."""
+    import audit.jobs.spark as jobs
+    from audit.jobs.jvm import register
+
+    assert register(spark)
+
+    def fails(*_a, **_k):
+        raise RuntimeError("Total size of serialized results is bigger than maxResultSize")
+
+    monkeypatch.setattr(jobs, "in_partitions", fails)
+    records = [("a", "i1", n, "t", 0, 1, 1, 1) for n in range(100)]
+    df = spark.createDataFrame(records, COLUMNS).repartition(2)
+    rows = [r.asDict() for r in jobs.compacted(df, True)]
+    assert by_key(rows) == by_key(compacted(records)) and len(rows) == 1
+    assert "maxResultSize" in caplog.text
 
 
 @pytest.mark.parametrize("seed", range(3))
