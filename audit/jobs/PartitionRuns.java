@@ -19,9 +19,9 @@
  * shuffle would join again before they reach the driver; and a partition holding a little of
  * many groups (a fleet's hosts, each a few records) gives a row for each, in every partition,
  * where the shuffle gives one a group. So a partition whose groups and runs pass maxRuns, or
- * pass MIN_HELD and one for every ratio (RATIO) records read, stops and gives one row alone, n = -1:
- * the batch is then compacted by the aggregation (docket_seq_runs) instead, and the driver's
- * rows stay at most one for every RATIO records either way.
+ * pass MIN_HELD and one for every ratio (RATIO) records read, stops and gives one row alone,
+ * n = -1: the batch is then compacted by the aggregation (docket_seq_runs) instead, and the
+ * driver's rows stay at most one for every RATIO records either way.
  */
 package dev.docket.audit;
 

@@ -321,8 +321,9 @@ def compacted(rows, in_jvm: bool = False, max_runs: int | None = None) -> list:
         try:
             got = in_partitions(rows, max_runs).collect()
         except Exception as e:      # py4j's Py4JJavaError: a failed Spark job
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0][:500]
             log.warning("compacting the batch within its partitions failed (%s): the batch is "
-                        "compacted with a shuffle", str(e).splitlines()[0][:500])
+                        "compacted with a shuffle", why)
         else:
             if all(r["n"] >= 0 for r in got):
                 return got
