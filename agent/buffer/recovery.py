@@ -549,13 +549,17 @@ class PoolRecovery:
         else:
             self._quarantine_file(path, why)
             return
-        make_folder(self.quarantine_dir)
-        moved(path, self.quarantine_dir / path.name)
+        self._set_aside(path)
         log.warning("%s; slot seq %d: %s; moved to %s", why, seq, how, self.quarantine_dir)
 
-    def _quarantine_file(self, path: Path, why: str) -> None:
+    def _set_aside(self, path: Path) -> None:
+        """Move a file the pool cannot use into ``quarantine/``."""
         make_folder(self.quarantine_dir)
         moved(path, self.quarantine_dir / path.name)
+
+    def _quarantine_file(self, path: Path, why: str) -> None:
+        """Set a file aside and report it as a drop of unknown size."""
+        self._set_aside(path)
         self.counters["slots_quarantined"] += 1
         self._report(DropEvent("corrupt", "", -1, f"{why}; moved to {self.quarantine_dir}"))
 

@@ -67,10 +67,6 @@ public final class PartitionRuns {
     /** Records a partition must have read for each of its groups and runs. */
     public static final int RATIO = 64;
 
-    public static Dataset<Row> compact(Dataset<Row> rows) {
-        return compact(rows, MAX_RUNS, RATIO);
-    }
-
     /** ratio 0: no check against the records read (tests of the rows themselves). */
     public static Dataset<Row> compact(Dataset<Row> rows, int maxRuns, int ratio) {
         StructType in = rows.schema();
@@ -82,35 +78,13 @@ public final class PartitionRuns {
     }
 
     /** One group's key. */
-    private static final class Key {
-        final String origin;
-        final String incarnation;
-        final String topic;
-        final Long window;
-        final int hash;
+    private record Key(String origin, String incarnation, String topic, Long window) {
 
-        Key(String origin, String incarnation, String topic, Long window) {
-            this.origin = origin;
-            this.incarnation = incarnation;
-            this.topic = topic;
-            this.window = window;
-            this.hash = Objects.hash(origin, incarnation, topic, window);
-        }
-
-        @Override
-        public int hashCode() {
-            return hash;
-        }
-
-        @Override
-        public boolean equals(Object o) {
-            if (!(o instanceof Key)) {
-                return false;
-            }
-            Key k = (Key) o;
-            return hash == k.hash && Objects.equals(window, k.window)
-                    && Objects.equals(origin, k.origin) && Objects.equals(topic, k.topic)
-                    && Objects.equals(incarnation, k.incarnation);
+        /** Whether a record of these fields belongs to this key's group. */
+        boolean holds(String origin, String incarnation, String topic, Long window) {
+            return Objects.equals(this.window, window) && Objects.equals(this.origin, origin)
+                    && Objects.equals(this.topic, topic)
+                    && Objects.equals(this.incarnation, incarnation);
         }
     }
 
@@ -149,16 +123,19 @@ public final class PartitionRuns {
             long records = 0;
             while (input.hasNext()) {
                 Row r = input.next();
-                Key key = new Key(r.getString(at[0]), r.getString(at[1]), r.getString(at[3]),
-                        r.isNullAt(at[4]) ? null : r.getLong(at[4]));
-                if (!key.equals(last)) {        // a partition's records come in runs of a key
-                    group = groups.get(key);
+                String origin = r.getString(at[0]);
+                String incarnation = r.getString(at[1]);
+                String topic = r.getString(at[3]);
+                Long window = r.isNullAt(at[4]) ? null : r.getLong(at[4]);
+                // a partition's records come in runs of a key: a key is made only where one ends
+                if (last == null || !last.holds(origin, incarnation, topic, window)) {
+                    last = new Key(origin, incarnation, topic, window);
+                    group = groups.get(last);
                     if (group == null) {
                         group = new Group();
-                        groups.put(key, group);
+                        groups.put(last, group);
                         held++;
                     }
-                    last = key;
                 }
                 group.n++;
                 group.bytes += orZero(r, at[5]);
@@ -183,7 +160,7 @@ public final class PartitionRuns {
             for (Map.Entry<Key, Group> e : groups.entrySet()) {
                 Key k = e.getKey();
                 Group g = e.getValue();
-                out.add(RowFactory.create(k.origin, k.incarnation, k.topic, k.window, g.n,
+                out.add(RowFactory.create(k.origin(), k.incarnation(), k.topic(), k.window(), g.n,
                         g.bytes, g.lo, g.hi, g.unnumbered, g.runs.getStarts(),
                         g.runs.getEnds()));
             }

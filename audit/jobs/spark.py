@@ -305,8 +305,6 @@ def in_partitions(rows, max_runs: int | None = None, ratio: int | None = None):
 
     spark = rows.sparkSession
     cls = java_class(spark, COMPACT_CLASS)
-    if max_runs is None and ratio is None:
-        return DataFrame(cls.compact(rows._jdf), spark)
     return DataFrame(cls.compact(rows._jdf, cls.MAX_RUNS if max_runs is None else max_runs,
                                  cls.RATIO if ratio is None else ratio), spark)
 
