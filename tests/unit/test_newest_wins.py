@@ -4,13 +4,14 @@ reconciler's database: fed the same records in every order, both keep the same o
 from __future__ import annotations
 
 import itertools
+from operator import attrgetter
 
 import pytest
 
 from audit.contract.collect import AuditState
 from audit.contract.record import AuditRecord, Ranges
 from audit.reconcile.store import Store
-from tests.unit.reconcilekit import END, MIN, count, progress
+from tests.unit.reconcilekit import END, MIN, T0, W, count, progress
 
 
 def ranges(seq, at, through):
@@ -63,3 +64,45 @@ def test_the_reader_and_the_database_keep_the_same_record_in_any_order(kind, tmp
             store.apply([rec], {}, {}, "t")
         assert stored(store, kind) == expected
         store.close()
+
+
+# A plain count record (no drops, late records or skipped copies) and others of its identity:
+# ``Store.apply`` writes the two kinds with two statements, and must still keep the newest, and
+# of a tie the first to arrive, as the reader does.
+MIXED = [count("kafka-local", 10, seq=6, at=END + MIN),
+         count("kafka-local", 20, seq=6, at=END + MIN, late=3),
+         count("kafka-local", 30, seq=5, at=END + 3 * MIN, dropped=2,
+               dropped_reasons={"too_large": 2}),
+         count("kafka-local", 40, seq=6, at=END + MIN, dropped_unknown={"deleted_unread": 1})]
+
+
+@pytest.mark.parametrize("k", range(24))
+def test_plain_and_other_records_of_one_identity_in_one_batch_keep_the_first_of_a_tie(k,
+                                                                                      tmp_path):
+    order = list(itertools.permutations(MIXED))[k]
+    state = AuditState()
+    for rec in order:
+        state.add(rec.encode()[1])
+    [held] = state.counts.values()
+    assert held.count == next(r.count for r in order if r.seq == 6)   # the first of the tie
+    store = Store(tmp_path / "mixed.db")
+    store.apply(list(order), {}, {}, "t")
+    [got] = store.window_records([("app", held.window_start)])[("app", held.window_start)]
+    assert got == held
+    store.close()
+
+
+def test_a_batch_of_plain_and_other_records_stores_every_field_of_each(tmp_path):
+    records = [count("producer", 100, "web-1", sealed_through=99),
+               count("kafka-local", 90, "web-1", distinct=88, late=2),
+               count("kafka-local", 50, "web-2", dropped=1, dropped_reasons={"huge": 1},
+                     dropped_unknown={"cut_back_unread": 2}),
+               count("warehouse", 0, "web-2", distinct=0, skipped=4),
+               count("producer", 60, "web-2", checksum=(1 << 64) - 1),
+               count("aggregate", 70, "web-3", window=T0 + W, arrived_at=END + 5 * MIN)]
+    store = Store(tmp_path / "fields.db")
+    store.apply(iter(records), {}, {}, "t")       # any iterable, as the consumer's batch
+    got = store.window_records([("app", T0), ("app", T0 + W)])
+    key = attrgetter("tier", "origin")
+    assert sorted(got[("app", T0)] + got[("app", T0 + W)], key=key) == sorted(records, key=key)
+    store.close()
