@@ -3,7 +3,7 @@
  * (audit/jobs/jvm.py compiles this file with the others; audit/jobs/spark.py's compacted calls
  * PartitionRuns.compact through py4j).
  *
- * compact(rows) takes count_rows's columns (origin, incarnation, seq, topic, window_start, len,
+ * compact(rows, maxRuns, ratio) takes count_rows's columns (origin, incarnation, seq, topic, window_start, len,
  * lo, hi) and gives, for each partition of the batch (a Kafka partition's records), a row per
  * (origin, incarnation, topic, window_start) it holds: n, bytes, lo, hi, unnumbered and the
  * record numbers as runs (starts, ends: sorted, disjoint, inclusive, a number given twice in
