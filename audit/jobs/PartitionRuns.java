@@ -3,8 +3,8 @@
  * (audit/jobs/jvm.py compiles this file with the others; audit/jobs/spark.py's compacted calls
  * PartitionRuns.compact through py4j).
  *
- * compact(rows, maxRuns, ratio) takes count_rows's columns (origin, incarnation, seq, topic, window_start, len,
- * lo, hi) and gives, for each partition of the batch (a Kafka partition's records), a row per
+ * compact(rows, maxRuns, ratio) takes count_rows's columns (origin, incarnation, seq, topic,
+ * window_start, len, lo, hi) and gives, for each partition of the batch (a Kafka partition's records), a row per
  * (origin, incarnation, topic, window_start) it holds: n, bytes, lo, hi, unnumbered and the
  * record numbers as runs (starts, ends: sorted, disjoint, inclusive, a number given twice in
  * its run once), as SeqRuns makes them. A group read from several partitions is several rows;

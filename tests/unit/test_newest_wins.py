@@ -66,7 +66,7 @@ def test_the_reader_and_the_database_keep_the_same_record_in_any_order(kind, tmp
         store.close()
 
 
-# A plain count record (no drops, late records or skipped copies) and others of its identity:
+# A bare count record (no drops, late records or skipped copies) and others of its identity:
 # ``Store.apply`` writes the two kinds with two statements, and must still keep the newest, and
 # of a tie the first to arrive, as the reader does.
 MIXED = [count("kafka-local", 10, seq=6, at=END + MIN),
@@ -77,7 +77,7 @@ MIXED = [count("kafka-local", 10, seq=6, at=END + MIN),
 
 
 @pytest.mark.parametrize("k", range(24))
-def test_plain_and_other_records_of_one_identity_in_one_batch_keep_the_first_of_a_tie(k,
+def test_bare_and_other_records_of_one_identity_in_one_batch_keep_the_first_of_a_tie(k,
                                                                                       tmp_path):
     order = list(itertools.permutations(MIXED))[k]
     state = AuditState()
@@ -92,7 +92,7 @@ def test_plain_and_other_records_of_one_identity_in_one_batch_keep_the_first_of_
     store.close()
 
 
-def test_a_batch_of_plain_and_other_records_stores_every_field_of_each(tmp_path):
+def test_a_batch_of_bare_and_other_records_stores_every_field_of_each(tmp_path):
     records = [count("producer", 100, "web-1", sealed_through=99),
                count("kafka-local", 90, "web-1", distinct=88, late=2),
                count("kafka-local", 50, "web-2", dropped=1, dropped_reasons={"huge": 1},

@@ -234,12 +234,13 @@ _ROW_COLUMNS = ("window_start", "topic", "tier", "origin", "emitter", "incarnati
                 "window_ms", "count", "bytes", "checksum", "distinct_count", "duplicates",
                 "dropped", "dropped_reasons", "dropped_unknown", "late", "seq", "emitted_at",
                 "skipped", "sealed_through", "arrived_at")
-# The columns a plain count record (no drops, no late records, no skipped copies: nearly every
-# one) holds at their defaults, written as constants: a value bound from Python costs about
-# 0.1 us, a fleet's day is 57.6 M rows (docs/reconcile.md, "A fleet's day").
-_PLAIN_DEFAULTS = {"dropped": "0", "dropped_reasons": "'{}'", "dropped_unknown": "'{}'",
+# The columns a bare count record (no drops, no late records, no skipped copies: nearly every
+# one; not a plain window's, ``PlainWindow``) holds at their defaults, written as constants: a
+# value bound from Python costs about 0.1 us, a fleet's day is 57.6 M rows (docs/reconcile.md,
+# "A fleet's day").
+_BARE_DEFAULTS = {"dropped": "0", "dropped_reasons": "'{}'", "dropped_unknown": "'{}'",
                    "late": "0", "skipped": "NULL"}
-_PLAIN_COLUMNS = tuple(c for c in _ROW_COLUMNS if c not in _PLAIN_DEFAULTS)
+_BARE_COLUMNS = tuple(c for c in _ROW_COLUMNS if c not in _BARE_DEFAULTS)
 _UPSERT_COUNT_ON = """
 ON CONFLICT (window_start, topic, tier, origin, emitter, incarnation) DO UPDATE SET
     window_ms = excluded.window_ms, count = excluded.count, bytes = excluded.bytes,
@@ -252,9 +253,9 @@ ON CONFLICT (window_start, topic, tier, origin, emitter, incarnation) DO UPDATE 
 WHERE """ + newer_sql(AuditRecord, "counts")
 _UPSERT_COUNT = (f"INSERT INTO counts ({', '.join(_ROW_COLUMNS)}) "
                  f"VALUES ({', '.join('?' * len(_ROW_COLUMNS))})" + _UPSERT_COUNT_ON)
-_UPSERT_PLAIN_COUNT = (
-    f"INSERT INTO counts ({', '.join(_PLAIN_COLUMNS)}, {', '.join(_PLAIN_DEFAULTS)}) "
-    f"VALUES ({', '.join('?' * len(_PLAIN_COLUMNS))}, {', '.join(_PLAIN_DEFAULTS.values())})"
+_UPSERT_BARE_COUNT = (
+    f"INSERT INTO counts ({', '.join(_BARE_COLUMNS)}, {', '.join(_BARE_DEFAULTS)}) "
+    f"VALUES ({', '.join('?' * len(_BARE_COLUMNS))}, {', '.join(_BARE_DEFAULTS.values())})"
     + _UPSERT_COUNT_ON)
 
 _UPSERT_RANGES = """
@@ -492,7 +493,7 @@ class Store(StoreReads, AlertTables):
         than the one stored or not (judged again, a window that did not change gives the
         same verdict)."""
         records = records if isinstance(records, list) else list(records)
-        counts, plain, ranges, progress, marks = [], [], [], [], []
+        counts, bare, ranges, progress, marks = [], [], [], [], []
         producers: dict[str, dict] = {}          # origin → its newest arrival
         for rec in records:
             if isinstance(rec, AuditRecord):
@@ -500,7 +501,7 @@ class Store(StoreReads, AlertTables):
                         or rec.dropped_unknown:
                     counts.append(_count_row(rec))
                 else:
-                    plain.append(_plain_row(rec))
+                    bare.append(_bare_row(rec))
                 if rec.tier == PRODUCER_TIER:
                     arrived = rec.arrived_at if rec.arrived_at is not None else rec.emitted_at
                     seen = producers.get(rec.origin)
@@ -521,25 +522,24 @@ class Store(StoreReads, AlertTables):
             row = producers.setdefault(origin, {"origin": origin, "arrived_at": at,
                                                 "emitted_at": at + offset})
             row["offset"], row["offset_at"] = offset, at
-        if counts and plain and _shared_identity(counts, plain):
+        if counts and bare and _shared_identity(counts, bare):
             # Records of one identity in both lists: one list, so that they are applied in the
             # order they came (of two with the same seq and emitted_at the first is kept).
-            counts, plain = [_count_row(r) for r in records if isinstance(r, AuditRecord)], []
+            counts, bare = [_count_row(r) for r in records if isinstance(r, AuditRecord)], []
         # In the order of the table's key's first two columns (window, topic), so that a batch
         # writes each page of ``counts`` it touches once, not once per row; within them as they
         # came (stable sorts: records of one identity keep their order). Two sorts by one
         # column each cost 0.2 us a row, one by the whole key 0.8 (a fleet's records).
-        for rows in (counts, plain):
+        for rows in (counts, bare):
             rows.sort(key=_TOPIC)
             rows.sort(key=_WINDOW)
         with self.conn:
-            self.conn.executemany(_UPSERT_PLAIN_COUNT, plain)
+            self.conn.executemany(_UPSERT_BARE_COUNT, bare)
             self.conn.executemany(_UPSERT_COUNT, counts)
-            for rows in (plain, counts):
-                self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?, ?)",
-                                      {(row[1], row[0]) for row in rows})
-                self.conn.executemany("INSERT OR IGNORE INTO topic_tiers VALUES (?, ?)",
-                                      {(row[1], row[2]) for row in rows})
+            self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?, ?)",
+                                  {(row[1], row[0]) for rows in (bare, counts) for row in rows})
+            self.conn.executemany("INSERT OR IGNORE INTO topic_tiers VALUES (?, ?)",
+                                  {(row[1], row[2]) for rows in (bare, counts) for row in rows})
             self.conn.executemany(_UPSERT_PRODUCER, list(producers.values()))
             self.conn.executemany(_UPSERT_RANGES, ranges)
             self.conn.executemany(_UPSERT_PROGRESS, progress)
@@ -941,7 +941,7 @@ class PlainWindow(NamedTuple):
 
 
 # ``counts``' primary key (window_start, topic, tier, origin, emitter, incarnation) is the first
-# six columns of a row of ``_count_row`` or ``_plain_row``.
+# six columns of a row of ``_count_row`` or ``_bare_row``.
 _WINDOW = itemgetter(0)
 _TOPIC = itemgetter(1)
 
@@ -955,8 +955,8 @@ def _count_row(rec: AuditRecord) -> tuple:
             rec.emitted_at, rec.skipped, rec.sealed_through, rec.arrived_at)
 
 
-def _plain_row(rec: AuditRecord) -> tuple:
-    """A plain count record's row (``_PLAIN_COLUMNS``: the rest are at their defaults)."""
+def _bare_row(rec: AuditRecord) -> tuple:
+    """A bare count record's row (``_BARE_COLUMNS``: the rest are at their defaults)."""
     return (rec.window_start, rec.topic, rec.tier, rec.origin, rec.emitter,
             rec.incarnation or "", rec.window_ms, rec.count, rec.bytes,
             checksum_hex(rec.checksum), rec.distinct, rec.duplicates, rec.seq, rec.emitted_at,
