@@ -117,7 +117,9 @@ SETTINGS: tuple[Setting, ...] = (
             "`<state_dir>/spill/` up to this many bytes before blocking or dropping (0: off).",
             minimum=0),
     Setting("buffer.sync_on_seal", bool, True, "msync each slot when it is sealed, so sealed data "
-            "survives a power loss, not only a crash."),
+            "survives a power loss, not only a crash. Off, a power loss may lose slots not "
+            "sent (their lines still in the files are read again, under new record numbers); "
+            "no record number is given to two lines either way (`record-numbers`)."),
     Setting("broker.bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers."),
     Setting("broker.compression", str, "snappy", "Kafka compression codec.",
             choices=("none", "gzip", "snappy", "lz4", "zstd")),
@@ -391,6 +393,11 @@ class AgentConfig:
     def journal_path(self) -> Path:
         """The loss journal (``agent.state.journal``)."""
         return self.state_dir / "loss-journal.jsonl"
+
+    @property
+    def numbers_path(self) -> Path:
+        """Record numbers reserved ahead, with ``sync_on_seal`` off (``agent.state.numbers``)."""
+        return self.state_dir / "record-numbers"
 
     @property
     def spill_dir(self) -> Path:

@@ -185,7 +185,10 @@ class AgentControl:
         self.watch.stop()
         self._close_wake()
         self.board.close()
-        self.pool.close()
+        given = self.pool.next_record
+        self.pool.close()                       # synced: the file header counts every number
+        if self.numbers is not None:
+            self.numbers.stopped(given)
         self.pool_watch.close()
         self.journal.close()
         self.db.close()

@@ -50,6 +50,7 @@ from .state.folder import (
     pool_of_lost_state,
 )
 from .state.journal import LossJournal
+from .state.numbers import NumberReserve, host_boot_id
 from .state.selfcheck import acknowledged_whole, rewind_uncovered
 from .status import StatusBoard
 from .tail.files import FileSource
@@ -101,6 +102,7 @@ class Seams:
     txn_crash_point: Callable[[str], None] | None = None      # broker.delivery = "exactly_once"
     db_crash_point: Callable[[str], None] | None = None
     file_events: bool = True
+    boot_id: Callable[[], str | None] = host_boot_id     # new at every boot of the host
 
 
 class Agent(AgentLoop, AgentControl):
@@ -176,6 +178,11 @@ class Agent(AgentLoop, AgentControl):
         # A number a drop took and journalled is never given again, even if the pool's header
         # that counted it was lost with the power (only the journal was synced).
         next_record = max(next_record, self.journal.next_number())
+        # Off, nothing counting the numbers given is synced before they go: a bound past them
+        # is kept on disk, and a start after the host started again gives none below it.
+        self.numbers = NumberReserve(cfg.numbers_path, self.incarnation, self.seams.boot_id()) \
+            if not cfg["buffer.sync_on_seal"] and cfg["agent.record_numbers"] \
+            and cfg["agent.origin_header"] else None
         if lost is not None:
             self._journal_finding(lost)          # now: a start failing below must not lose it
         self.disk = DiskGuard(cfg.state_dir, cfg["agent.disk_reserve_bytes"], self.monotonic,
@@ -191,6 +198,12 @@ class Agent(AgentLoop, AgentControl):
             self._journal_finding(pool_damaged(cfg.buffer_path, exc, self.clock.time_ms()))
             self.pool = self._open_pool(cfg, next_record)
         self.pool_watch = PoolWatch(cfg.buffer_path, self.pool.geometry.file_bytes)
+        if self.numbers is not None:
+            nxt, skipped = self.numbers.start(self.pool.next_record)
+            if skipped and self.pool.skip_records(nxt):
+                self.journal.unused(skipped, "reserved before the host started again, with "
+                                    "sync_on_seal = false: given to events before a power "
+                                    "loss undid their count, or to none; never given again")
         self.recovered = self.pool.recovered_positions()
         self.db.keep_source_ids_above(self.recovered)
         self.audit.count_recovered(self.pool.sealed())
@@ -274,7 +287,8 @@ class Agent(AgentLoop, AgentControl):
             # A thread seals (the disk's syncs) while the loop reads and sends; a test's
             # stand-in file operations seal at once, in the loop, in the order it chose.
             seal_thread=self.seams.pool_ops is None, free_barrier=self.db.sync_log,
-            delivered=self._delivered_before())
+            delivered=self._delivered_before(),
+            reserve_records=self.numbers.cover if self.numbers is not None else None)
 
     def _delivered_before(self) -> Callable:
         """For the pool's recovery: whether every record of a slot found at open was

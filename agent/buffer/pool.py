@@ -70,6 +70,7 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
         seal_thread: bool = False,
         free_barrier: Callable[[], None] | None = None,
         delivered: Callable[[SlotMeta], bool] | None = None,
+        reserve_records: Callable[[int], None] | None = None,
     ):
         if on_full not in ON_FULL:
             raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
@@ -117,6 +118,10 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
         # Acknowledged slots wait here until ``free_barrier`` made what was written of their
         # acknowledgement durable (``free``); only with ``sync_on_seal``.
         self._free_barrier = free_barrier if sync_on_seal else None
+        # Without ``sync_on_seal``: called with one past the last number of a header before it
+        # is written, so a durable bound covers every number that may reach Kafka
+        # (``agent/state/numbers.py``).
+        self._reserve_records = None if sync_on_seal else reserve_records
         # Whether every record of a slot found at open was acknowledged before (the agent:
         # its positions are all at or below their files' acknowledged offsets).
         self._delivered = delivered

@@ -184,6 +184,8 @@ class PoolSealer:
         self._write_ext(c)
         if self.sync_on_seal:
             self._sync_data(self._map._mmap, c)
+        elif self._reserve_records is not None:
+            self._reserve_records(c.first_record + c.fill.records)
         self._write_header(c)
         if self.sync_on_seal:
             self._sync_headers(self._map._mmap, c.fill.index)
@@ -314,6 +316,15 @@ class PoolSealer:
         self._next_record += n
         self._fh[0]["next_record"] = self._next_record
         return first
+
+    def skip_records(self, to: int) -> tuple[int, int] | None:
+        """Give no number below ``to`` from now on: the numbers a start found reserved and
+        not given (``agent/state/numbers.py``), as (first, last) skipped, or None."""
+        with self._lock:
+            if to <= self._next_record:
+                return None
+            first = self._take_records(to - self._next_record)
+            return first, to - 1
 
     @property
     def next_record(self) -> int:

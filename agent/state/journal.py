@@ -4,8 +4,9 @@
 
     {"ts_ms": ..., "reason": "oversize_dropped" | "oversize_truncated" | "buffer_full" |
      "corrupt" | "kafka_<error>" | "deleted_unread" | "unaccounted_bytes" |
-     "cut_back_unread" | "udp_dropped" | "listener_stopped",
-     "topic": ..., "events": N (or -1 if unknown), "bytes": N, "source": path or slot,
+     "cut_back_unread" | "udp_dropped" | "listener_stopped" | "numbers_unused",
+     "topic": ... (null for "numbers_unused"), "events": N (or -1 if unknown), "bytes": N,
+     "source": path or slot,
      "range": [start, end] (bytes of the source) or null,
      "source_id": the file generation's id in the state database, or null,
      "open_ended": true when bytes after ``range`` may have existed too and are unknown,
@@ -17,8 +18,10 @@
 ``records`` is set for every drop of events that had, or took, record numbers: a record
 dead-lettered, a slot dropped under ``drop_oldest`` or quarantined with a readable header, an
 oversized line dropped (it takes a number so the numbers stay dense). So every hole in an
-origin's numbers downstream is either in the journal or a loss. Bytes never read (a file
-deleted or truncated before reading) never had numbers: they are journalled by byte range.
+origin's numbers downstream is either in the journal or a loss. ``numbers_unused`` (zero
+events) holds numbers a start skipped and gives to no event (``agent/state/numbers.py``).
+Bytes never read (a file deleted or truncated before reading) never had numbers: they are
+journalled by byte range.
 
 An entry with ``events`` = -1 is a loss of unknown size: the bytes are gone before the agent
 could count their lines (a file deleted or truncated before it was read). Such entries reach the
@@ -107,6 +110,24 @@ class LossJournal:
                     f" from {source}" if source else "", self.path)
         if self._on_record is not None:
             self._on_record(topic, reason, events, event_ts_ms)
+
+    def unused(self, records: tuple[int, int], detail: str) -> None:
+        """Record numbers no event is given from now on (``numbers_unused``, zero events): a
+        start skipped them (``agent/state/numbers.py``). Some may have gone to events Kafka
+        took before a power loss undid their count, the rest to none; no event is lost for
+        them, but the numbers would be holes downstream, so the entry holds them as a drop's
+        does (the audit's ``missing``, ``next_number``) and no tier takes them for a loss."""
+        entry = {"ts_ms": self.clock.time_ms(), "reason": "numbers_unused", "topic": None,
+                 "events": 0, "bytes": 0, "source": "", "range": None, "source_id": None,
+                 "open_ended": False, "records": list(records), "detail": detail}
+        if self.incarnation is not None:
+            entry["incarnation"] = self.incarnation
+        with self._lock:
+            self._unwritten.append((json.dumps(entry, sort_keys=True) + "\n").encode())
+            self._write_unwritten()
+            self._numbers.append(tuple(records))
+        log.info("loss journal: record numbers %d-%d given to nothing (%s); entry in %s",
+                 records[0], records[1], detail, self.path)
 
     def retry(self) -> bool:
         """Write the lines a full disk refused; True when there were some and all are

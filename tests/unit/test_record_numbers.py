@@ -143,7 +143,7 @@ def test_a_version_1_pool_is_upgraded_when_empty_and_refused_when_it_holds_seale
 
 
 # -- through the agent ---------------------------------------------------------------------------
-def _agent(tmp_path, kafka: FakeKafka, **buffer):
+def _agent(tmp_path, kafka: FakeKafka, boot: str = "boot-1", **buffer):
     from agent.config import parse
     from agent.service import Agent, Seams
 
@@ -159,7 +159,7 @@ def _agent(tmp_path, kafka: FakeKafka, **buffer):
     }
     (tmp_path / "agent.toml").write_text(_toml(conf))
     agent = Agent(parse(conf), seams=Seams(clock=FakeClock(), producer_factory=kafka.producer,
-                                           file_events=False))
+                                           file_events=False, boot_id=lambda: boot))
     agent.begin()
     return agent
 
@@ -422,3 +422,114 @@ def test_journalled_numbers_count_only_in_their_own_number_space(tmp_path):
     assert new.dropped_numbers() == [[7, 7]] and new.next_number() == 8
     again = LossJournal(path, Metrics(), incarnation="1-old")
     assert again.dropped_numbers() == [[7, 7], [500, 500]] and again.next_number() == 501
+
+
+def _reserved(agent) -> int | None:
+    """The bound ``record-numbers`` holds for the agent's incarnation."""
+    from agent.state.numbers import NumberReserve
+
+    return NumberReserve(agent.cfg.numbers_path, agent.incarnation, None).reserved
+
+
+def _numbers_unused(agent) -> list[list[int]]:
+    return [e["records"] for e in agent.journal.entries() if e["reason"] == "numbers_unused"]
+
+
+def test_a_power_loss_with_sync_on_seal_off_gives_no_number_kafka_took_to_another_line(
+        tmp_path):
+    """``sync_on_seal = false``: nothing counting the numbers given is synced before a slot
+    goes. A power loss that takes the pool file and the state database back to the agent's
+    start (nothing of them synced since) would let the next start give numbers Kafka took for
+    one line to another — here to a file that came meanwhile. The reservation on disk
+    (``agent/state/numbers.py``) makes a start under another boot id give numbers past every
+    one reserved, and journals those it skips, so the audit counts none of them as lost."""
+    kafka = FakeKafka()
+    agent = _agent(tmp_path, kafka)
+    state, logs = tmp_path / "state", tmp_path / "logs"
+    image = {name: (state / name).read_bytes() for name in ("buffer.pool", "state.db",
+                                                            "state.db-wal")
+             if (state / name).exists()}
+    (logs / "b.log").write_bytes(lines(0, 150))
+    _run(agent)
+    assert sorted(_arrived(kafka).values()) == list(range(150))
+    reserved = _reserved(agent)
+    assert reserved >= 150
+    agent.abandon()                                   # the power cut, and what it undid:
+    for name in ("buffer.pool", "state.db", "state.db-wal"):
+        (state / name).unlink(missing_ok=True)
+    for name, data in image.items():
+        (state / name).write_bytes(data)
+    (logs / "a.log").write_bytes(lines(1000, 1100))   # sorts first: read first after the cut
+    agent = _agent(tmp_path, kafka, boot="boot-2")
+    _run(agent)
+    arrived = _arrived(kafka)                         # asserts one line per number
+    assert set(arrived.values()) == {*range(150), *range(1000, 1100)}
+    assert min(n for n, i in arrived.items() if i >= 1000) >= reserved
+    assert _numbers_unused(agent) == [[0, reserved - 1]]
+    assert agent._numbers().dropped == [[0, reserved - 1]]     # the audit's missing
+    agent.shutdown()
+
+
+def test_a_process_crash_or_a_clean_stop_skips_no_number(tmp_path):
+    """The page cache outlives a killed process (same boot id): the numbers go on densely from
+    what the start found. A clean stop gives the rest of the reservation back: a start after
+    the host started again skips nothing either."""
+    kafka = FakeKafka()
+    agent = _agent(tmp_path, kafka)
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(lines(0, 50))
+    _run(agent)
+    agent.abandon()                                   # SIGKILL
+    with open(logs / "a.log", "ab") as f:
+        f.write(lines(50, 80))
+    agent = _agent(tmp_path, kafka)
+    _run(agent)
+    agent.shutdown()
+    assert _reserved(agent) == 80
+    with open(logs / "a.log", "ab") as f:
+        f.write(lines(80, 100))
+    agent = _agent(tmp_path, kafka, boot="boot-2")
+    _run(agent)
+    assert _numbers_unused(agent) == []
+    agent.shutdown()
+    assert _arrived(kafka) == {i: i for i in range(100)}
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"DKRN\x01" + bytes(range(200)),
+                                     b"DKRN\x02" + bytes(100)])
+def test_a_reservation_file_not_valid_is_not_taken(tmp_path, caplog, content):
+    from agent.state.numbers import STEP, NumberReserve
+
+    path = tmp_path / "record-numbers"
+    path.write_bytes(content)
+    reserve = NumberReserve(path, "inc", "boot-2")
+    assert reserve.reserved is None and "is not valid" in caplog.text
+    assert reserve.start(7) == (7, None)
+    reserve.cover(8)                                   # the file is whole again
+    assert NumberReserve(path, "inc", "boot-4").start(9) == (8 + STEP, (9, 8 + STEP - 1))
+    assert path.stat().st_size == 1024
+
+
+def test_a_reservation_write_cut_short_leaves_the_bound_before_it(tmp_path, caplog):
+    """Two sectors written in turn: a write the power cut short fails its checksum, and the
+    other sector's bound — the one every header written so far was covered by — is taken."""
+    from agent.state.numbers import SECTOR, STEP, NumberReserve
+
+    path = tmp_path / "record-numbers"
+    reserve = NumberReserve(path, "inc", "boot-1")
+    assert reserve.start(0) == (0, None)               # write 1
+    reserve.cover(5)                                   # write 2: 5 + STEP
+    reserve.cover(STEP + 10)                           # write 3: 2 * STEP + 10, in sector 1
+    data = bytearray(path.read_bytes())
+    data[SECTOR + 40] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert NumberReserve(path, "inc", "boot-2").start(3) == (5 + STEP, (3, 4 + STEP))
+    assert "the other record is taken" in caplog.text
+
+
+def test_a_reservation_of_another_incarnation_is_not_taken(tmp_path):
+    from agent.state.numbers import NumberReserve
+
+    path = tmp_path / "record-numbers"
+    NumberReserve(path, "1-old", "boot-1").cover(10)
+    assert NumberReserve(path, "2-new", "boot-2").start(0) == (0, None)
