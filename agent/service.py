@@ -179,10 +179,11 @@ class Agent(AgentLoop, AgentControl):
         # that counted it was lost with the power (only the journal was synced).
         next_record = max(next_record, self.journal.next_number())
         # Off, nothing counting the numbers given is synced before they go: a bound past them
-        # is kept on disk, and a start after the host started again gives none below it.
+        # is kept on disk, and a start after the host started again gives none below it (read
+        # with the setting on too, when a run with it off left one).
         self.numbers = NumberReserve(cfg.numbers_path, self.incarnation, self.seams.boot_id()) \
-            if not cfg["buffer.sync_on_seal"] and cfg["agent.record_numbers"] \
-            and cfg["agent.origin_header"] else None
+            if cfg["agent.record_numbers"] and cfg["agent.origin_header"] and (
+                not cfg["buffer.sync_on_seal"] or cfg.numbers_path.exists()) else None
         if lost is not None:
             self._journal_finding(lost)          # now: a start failing below must not lose it
         self.disk = DiskGuard(cfg.state_dir, cfg["agent.disk_reserve_bytes"], self.monotonic,
@@ -198,12 +199,6 @@ class Agent(AgentLoop, AgentControl):
             self._journal_finding(pool_damaged(cfg.buffer_path, exc, self.clock.time_ms()))
             self.pool = self._open_pool(cfg, next_record)
         self.pool_watch = PoolWatch(cfg.buffer_path, self.pool.geometry.file_bytes)
-        if self.numbers is not None:
-            nxt, skipped = self.numbers.start(self.pool.next_record)
-            if skipped and self.pool.skip_records(nxt):
-                self.journal.unused(skipped, "reserved before the host started again, with "
-                                    "sync_on_seal = false: given to events before a power "
-                                    "loss undid their count, or to none; never given again")
         self.recovered = self.pool.recovered_positions()
         self.db.keep_source_ids_above(self.recovered)
         self.audit.count_recovered(self.pool.sealed())
@@ -288,7 +283,16 @@ class Agent(AgentLoop, AgentControl):
             # stand-in file operations seal at once, in the loop, in the order it chose.
             seal_thread=self.seams.pool_ops is None, free_barrier=self.db.sync_log,
             delivered=self._delivered_before(),
-            reserve_records=self.numbers.cover if self.numbers is not None else None)
+            reserve_records=self.numbers.cover if self.numbers is not None else None,
+            numbers_found=self._numbers_found if self.numbers is not None else None)
+
+    def _numbers_found(self, found: int) -> int:
+        """At the pool's open, every number it holds counted: the next one to give
+        (``NumberReserve.start``), the numbers skipped journalled first."""
+        return self.numbers.start(found, lambda skipped: self.journal.unused(
+            skipped, "reserved before the host started again, with sync_on_seal = false: "
+            "given to events before a power loss undid their count, or to none; never given "
+            "again"))
 
     def _delivered_before(self) -> Callable:
         """For the pool's recovery: whether every record of a slot found at open was

@@ -71,6 +71,7 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
         free_barrier: Callable[[], None] | None = None,
         delivered: Callable[[SlotMeta], bool] | None = None,
         reserve_records: Callable[[int], None] | None = None,
+        numbers_found: Callable[[int], int] | None = None,
     ):
         if on_full not in ON_FULL:
             raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
@@ -118,10 +119,15 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
         # Acknowledged slots wait here until ``free_barrier`` made what was written of their
         # acknowledgement durable (``free``); only with ``sync_on_seal``.
         self._free_barrier = free_barrier if sync_on_seal else None
-        # Without ``sync_on_seal``: called with one past the last number of a header before it
-        # is written, so a durable bound covers every number that may reach Kafka
-        # (``agent/state/numbers.py``).
+        # Without ``sync_on_seal``: called with one past the last number a header (or a
+        # dropped line) takes before it is written, so a durable bound covers every number
+        # that may reach Kafka (``agent/state/numbers.py``); one that raises ``OSError``
+        # (a full disk) has that seal synced as ``sync_on_seal`` would.
         self._reserve_records = None if sync_on_seal else reserve_records
+        self._cover_failed = False
+        # At open, before any number is taken: given the highest next number found (the
+        # caller's, the header's, the slots'), the next one to give (``NumberReserve.start``).
+        self._numbers_found = numbers_found
         # Whether every record of a slot found at open was acknowledged before (the agent:
         # its positions are all at or below their files' acknowledged offsets).
         self._delivered = delivered

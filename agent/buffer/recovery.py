@@ -76,11 +76,18 @@ class PoolRecovery:
         if created:
             self._free = list(range(g.slot_count - 1, -1, -1))
             self._foreign_spill()
+            self._found_numbers()
         else:
             self._recover()
             if self._older is not None:
                 self._upgrade_in_place(self._older)
             self._headers_durable()
+
+    def _found_numbers(self) -> None:
+        """Every number given that the open can find is counted: the caller may move the next
+        one on (``numbers_found``: past a bound reserved before the host started again)."""
+        if self._numbers_found is not None:
+            self._next_record = max(self._next_record, self._numbers_found(self._next_record))
 
     def _foreign_spill(self) -> None:
         """Spill files beside a pool file just made are an earlier pool's (moved aside as
@@ -388,6 +395,7 @@ class PoolRecovery:
         numbered += [s.meta.first_record + s.record_count for s in self._sealed.values()
                      if s.meta.first_record is not None]
         self._next_record = max([self._next_record, *numbered])
+        self._found_numbers()                 # before the kept and spilled slots take theirs
         self._free = [i for i in range(self.geometry.slot_count - 1, -1, -1)
                       if int(states[i]) == L.FREE]
         self._reorder()

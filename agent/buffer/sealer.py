@@ -7,6 +7,7 @@ set up in ``BufferPool.__init__``.
 
 from __future__ import annotations
 
+import logging
 import mmap
 
 import numpy as np
@@ -20,6 +21,8 @@ from .slots import (
     Filling,
     SealedSlot,
 )
+
+log = logging.getLogger("docket.agent.buffer")
 
 
 class PoolSealer:
@@ -182,13 +185,31 @@ class PoolSealer:
         ``sync_on_seal``; else only written): a seal at once, a kept slot's at open, a show
         of a slot sent while it fills (``sending.py``)."""
         self._write_ext(c)
-        if self.sync_on_seal:
+        synced = self.sync_on_seal or not self._covered(c.first_record + c.fill.records)
+        if synced:
             self._sync_data(self._map._mmap, c)
-        elif self._reserve_records is not None:
-            self._reserve_records(c.first_record + c.fill.records)
         self._write_header(c)
-        if self.sync_on_seal:
+        if synced:
             self._sync_headers(self._map._mmap, c.fill.index)
+
+    def _covered(self, needed: int) -> bool:
+        """Without ``sync_on_seal``: whether the durable bound now covers every number below
+        ``needed`` (``reserve_records``); False when it could not be written (a full disk):
+        the caller then syncs the header that counts them, as ``sync_on_seal`` does."""
+        if self._reserve_records is None:
+            return True
+        try:
+            self._reserve_records(needed)
+        except OSError as exc:
+            if not self._cover_failed:
+                log.error("the record-number bound cannot be written (%s): every seal is "
+                          "synced until it can be", exc)
+                self._cover_failed = True
+            return False
+        if self._cover_failed:
+            log.info("the record-number bound is written again: seals are no longer synced")
+            self._cover_failed = False
+        return True
 
     def _write_ext(self, c: Closing) -> None:
         """``c``'s positions page, when its header names one, into its place."""
@@ -315,16 +336,9 @@ class PoolSealer:
         first = self._next_record
         self._next_record += n
         self._fh[0]["next_record"] = self._next_record
+        if not self.sync_on_seal and not self._covered(self._next_record):
+            self.ops.msync(self._map._mmap, 0, L.FILE_HEADER.itemsize)
         return first
-
-    def skip_records(self, to: int) -> tuple[int, int] | None:
-        """Give no number below ``to`` from now on: the numbers a start found reserved and
-        not given (``agent/state/numbers.py``), as (first, last) skipped, or None."""
-        with self._lock:
-            if to <= self._next_record:
-                return None
-            first = self._take_records(to - self._next_record)
-            return first, to - 1
 
     @property
     def next_record(self) -> int:

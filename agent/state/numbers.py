@@ -29,17 +29,22 @@ Rules:
   can reach Kafka). The pool asks for more before (``cover``): the bound moves ``STEP``
   numbers past the need, one durable write per ``STEP`` numbers.
 - **A start under another boot id** (``/proc/sys/kernel/random/boot_id``: the host started
-  again, so the page cache may be gone) gives numbers from ``reserved`` on. The numbers
-  between the highest one the start found (pool header, slots, database, journal) and
-  ``reserved`` were never given, or were lost with the power and are given to nothing now:
-  ``start`` returns them and the agent writes them in the loss journal as
-  ``numbers_unused`` (zero events), so the audit's ``missing`` holds them and no tier takes
-  them for a loss. A start under the same boot id (a process crash: the page cache kept
-  every write) continues from what it found.
+  again, so the page cache may be gone; where the kernel gives none, every start counts as
+  one) gives numbers from ``reserved`` on. The pool asks at its open, once it has counted
+  every number it finds (header, slots, the database's and the journal's) and before a slot
+  it keeps takes any (``BufferPool(numbers_found=…)``). The numbers between are written in
+  the loss journal as ``numbers_unused`` (zero events) before the new boot id is, so the
+  audit's ``missing`` holds them and no tier takes them for a loss. A start under the same
+  boot id (a process crash: the page cache kept every write) goes on from what it found.
+- **A bound that cannot be written** (a full disk, an unreadable file) is not waited for: the
+  pool syncs each seal's header (and a dropped line's count) as ``sync_on_seal`` does until
+  a write succeeds, so the header on the disk counts every number sent.
 - **A clean stop gives the rest back** (``stopped``): the pool closed and synced, the bound is
   the next number exactly, so a host restarted after it skips none.
 - The file of another incarnation (a state database lost and made anew) or one not readable is
   not taken: numbering goes on from what the start found (with a WARNING for the latter).
+- With ``sync_on_seal`` on the file is only read, where one exists (a power loss with the
+  setting off, the agent started again with it on), and written for this boot at start.
 
 What this does not give back with ``sync_on_seal = false``: a line Kafka took whose number and
 file offset were lost with the power is read again and sent under a new number (the audit sees
@@ -52,6 +57,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from crc32c import crc32c
@@ -122,17 +128,25 @@ class NumberReserve:
                         "numbering goes on from what the pool and the state database hold")
         return max(records, key=lambda r: r["n"], default=None)
 
-    def start(self, found: int) -> tuple[int, tuple[int, int] | None]:
-        """(the next number to give, the numbers skipped as (first, last) or None), given the
-        highest next number the start ``found``; the bound is written for this boot."""
+    def start(self, found: int,
+              on_skipped: Callable[[tuple[int, int]], None] | None = None) -> int:
+        """The next number to give, given the highest next number the start ``found`` (before
+        it gives any). Numbers it skips go to ``on_skipped`` as (first, last) — the journal's
+        entry, durable before this boot's id is — then the bound is written for this boot."""
         with self._lock:
-            skipped = None
             nxt = found
             if self.rebooted and self.reserved is not None and self.reserved > found:
-                skipped, nxt = (found, self.reserved - 1), self.reserved
-            self._write(max(nxt, self.reserved or 0))
-            self.rebooted = False
-            return nxt, skipped
+                nxt = self.reserved
+                if on_skipped is not None:
+                    on_skipped((found, nxt - 1))
+            try:
+                self._write(max(nxt, self.reserved or 0))
+            except OSError as exc:      # the pool syncs its seals until a write succeeds
+                log.error("the record-number reservation %s cannot be written (%s)",
+                          self.path, exc)
+            else:
+                self.rebooted = False
+            return nxt
 
     def cover(self, needed: int) -> None:
         """Every number below ``needed`` may now be written into a header: the bound first
@@ -146,7 +160,12 @@ class NumberReserve:
     def stopped(self, next_record: int) -> None:
         """A clean stop, the pool closed (synced): the numbers reserved and not given go back."""
         with self._lock:
-            self._write(next_record)
+            try:
+                self._write(next_record)
+            except OSError as exc:
+                log.warning("the record-number reservation %s cannot be written at the stop "
+                            "(%s): a start after the host started again skips up to %s",
+                            self.path, exc, self.reserved)
 
     def _write(self, reserved: int) -> None:
         """The bound, durable, in the sector the older record holds (the newer one is kept
@@ -174,7 +193,7 @@ def _pack(doc: dict) -> bytes:
 
 
 def _unpack(sector: bytes) -> dict:
-    if sector[:4] != MAGIC or sector[4] != VERSION:
+    if len(sector) < _HEAD or sector[:4] != MAGIC or sector[4] != VERSION:
         raise ValueError(f"not a version-{VERSION} reservation record")
     length = int.from_bytes(sector[9:11], "little")
     body = sector[_HEAD:_HEAD + length]

@@ -126,15 +126,11 @@ class Run:
                                delivered=lambda meta: acknowledged_whole(meta.positions, acked),
                                quarantine_dir=live / "quarantine",
                                on_seal=self.checkpoints.sealed,
-                               reserve_records=self.reserve and self.reserve.cover)
+                               reserve_records=self.reserve and self.reserve.cover,
+                               numbers_found=self.reserve and self._numbers_found)
         self.ops.header_zone = self.pool.geometry.slot_offset(0)
         self.ops.mm = self.pool._map._mmap        # its unsynced pages too (no msync off)
         recovered = self.pool.recovered_positions()
-        if self.reserve is not None:             # as ``Agent._open`` does
-            nxt, skipped = self.reserve.start(self.pool.next_record)
-            if skipped:
-                assert self.pool.skip_records(nxt) == skipped
-                self.unused += skipped[1] - skipped[0] + 1
         self.db.advance_sealed(recovered, next_record=self.pool.next_record)
         recovered.update(rewind_uncovered(self.db, self.pool.sealed()))
         self.checkpoints.recovered(self.pool.sealed())
@@ -143,6 +139,12 @@ class Run:
         row = self.db.get(self.sid)
         self.offset = max(row["sealed_offset"], recovered.get(self.sid, 0))
         self._check_after_cut(row)
+
+    def _numbers_found(self, found: int) -> int:
+        """As ``Agent._numbers_found``: past the reservation, the numbers skipped counted."""
+        def skipped(numbers: tuple[int, int]) -> None:
+            self.unused += numbers[1] - numbers[0] + 1
+        return self.reserve.start(found, skipped)
 
     def _barrier(self) -> None:
         self.db.sync_log()

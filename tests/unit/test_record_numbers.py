@@ -435,14 +435,16 @@ def _numbers_unused(agent) -> list[list[int]]:
     return [e["records"] for e in agent.journal.entries() if e["reason"] == "numbers_unused"]
 
 
+@pytest.mark.parametrize("sync_after", [False, True])
 def test_a_power_loss_with_sync_on_seal_off_gives_no_number_kafka_took_to_another_line(
-        tmp_path):
+        tmp_path, sync_after):
     """``sync_on_seal = false``: nothing counting the numbers given is synced before a slot
     goes. A power loss that takes the pool file and the state database back to the agent's
     start (nothing of them synced since) would let the next start give numbers Kafka took for
     one line to another — here to a file that came meanwhile. The reservation on disk
     (``agent/state/numbers.py``) makes a start under another boot id give numbers past every
-    one reserved, and journals those it skips, so the audit counts none of them as lost."""
+    one reserved, and journals those it skips, so the audit counts none of them as lost —
+    also when the agent is started again with ``sync_on_seal`` on."""
     kafka = FakeKafka()
     agent = _agent(tmp_path, kafka)
     state, logs = tmp_path / "state", tmp_path / "logs"
@@ -460,7 +462,7 @@ def test_a_power_loss_with_sync_on_seal_off_gives_no_number_kafka_took_to_anothe
     for name, data in image.items():
         (state / name).write_bytes(data)
     (logs / "a.log").write_bytes(lines(1000, 1100))   # sorts first: read first after the cut
-    agent = _agent(tmp_path, kafka, boot="boot-2")
+    agent = _agent(tmp_path, kafka, boot="boot-2", sync_on_seal=sync_after)
     _run(agent)
     arrived = _arrived(kafka)                         # asserts one line per number
     assert set(arrived.values()) == {*range(150), *range(1000, 1100)}
@@ -495,8 +497,15 @@ def test_a_process_crash_or_a_clean_stop_skips_no_number(tmp_path):
     assert _arrived(kafka) == {i: i for i in range(100)}
 
 
+def _start(reserve, found: int) -> tuple[int, tuple[int, int] | None]:
+    """``NumberReserve.start`` with what it skipped: (next, (first, last) or None)."""
+    skipped = []
+    nxt = reserve.start(found, skipped.append)
+    return nxt, (skipped or [None])[0]
+
+
 @pytest.mark.parametrize("content", [b"{not json", b"DKRN\x01" + bytes(range(200)),
-                                     b"DKRN\x02" + bytes(100)])
+                                     b"DKRN\x02" + bytes(100), bytes(512) + b"DKRN"])
 def test_a_reservation_file_not_valid_is_not_taken(tmp_path, caplog, content):
     from agent.state.numbers import STEP, NumberReserve
 
@@ -504,9 +513,9 @@ def test_a_reservation_file_not_valid_is_not_taken(tmp_path, caplog, content):
     path.write_bytes(content)
     reserve = NumberReserve(path, "inc", "boot-2")
     assert reserve.reserved is None and "is not valid" in caplog.text
-    assert reserve.start(7) == (7, None)
+    assert _start(reserve, 7) == (7, None)
     reserve.cover(8)                                   # the file is whole again
-    assert NumberReserve(path, "inc", "boot-4").start(9) == (8 + STEP, (9, 8 + STEP - 1))
+    assert _start(NumberReserve(path, "inc", "boot-4"), 9) == (8 + STEP, (9, 8 + STEP - 1))
     assert path.stat().st_size == 1024
 
 
@@ -517,13 +526,13 @@ def test_a_reservation_write_cut_short_leaves_the_bound_before_it(tmp_path, capl
 
     path = tmp_path / "record-numbers"
     reserve = NumberReserve(path, "inc", "boot-1")
-    assert reserve.start(0) == (0, None)               # write 1
+    assert _start(reserve, 0) == (0, None)             # write 1
     reserve.cover(5)                                   # write 2: 5 + STEP
     reserve.cover(STEP + 10)                           # write 3: 2 * STEP + 10, in sector 1
     data = bytearray(path.read_bytes())
     data[SECTOR + 40] ^= 0xFF
     path.write_bytes(bytes(data))
-    assert NumberReserve(path, "inc", "boot-2").start(3) == (5 + STEP, (3, 4 + STEP))
+    assert _start(NumberReserve(path, "inc", "boot-2"), 3) == (5 + STEP, (3, 4 + STEP))
     assert "the other record is taken" in caplog.text
 
 
@@ -532,4 +541,73 @@ def test_a_reservation_of_another_incarnation_is_not_taken(tmp_path):
 
     path = tmp_path / "record-numbers"
     NumberReserve(path, "1-old", "boot-1").cover(10)
-    assert NumberReserve(path, "2-new", "boot-2").start(0) == (0, None)
+    assert _start(NumberReserve(path, "2-new", "boot-2"), 0) == (0, None)
+
+
+def test_a_listeners_kept_slot_takes_its_numbers_past_the_reservation(tmp_path):
+    """A slot a listener was filling survives a power loss unsealed and is sealed at open,
+    taking numbers then. It must take them past the bound: the header's count found on the
+    disk may be below numbers Kafka already holds (here 0-99, sealed and sent after the
+    image the power loss left)."""
+    from agent.buffer import Chunk
+    from agent.state.numbers import NumberReserve
+
+    def chunk(n: int, base: int) -> Chunk:
+        return Chunk.of_values([b"line-%d" % (base + i) for i in range(n)], 1000)
+
+    reserve = NumberReserve(tmp_path / "record-numbers", "inc", "boot-1")
+    reserve.start(0)
+    pool = BufferPool(tmp_path / "pool", SIZE, SLOT, linger_ms=1e9, sync_on_seal=False,
+                      reserve_records=reserve.cover, numbers_found=reserve.start)
+    pool.append("t", chunk(5, 0), once=True)           # a listener's records, filling
+    pool._map.flush()
+    image = (tmp_path / "pool").read_bytes()           # what the power loss leaves
+    pool.append("u", chunk(100, 1000))
+    pool.seal("u")
+    assert [(s.first_record, s.record_count) for s in pool.sealed()] == [(0, 100)]
+    pool.abandon()
+    (tmp_path / "pool").write_bytes(image)
+    skipped = []
+    again = NumberReserve(tmp_path / "record-numbers", "inc", "boot-2")
+    pool = BufferPool(tmp_path / "pool", SIZE, SLOT, linger_ms=1e9, sync_on_seal=False,
+                      reserve_records=again.cover,
+                      numbers_found=lambda found: again.start(found, skipped.append))
+    [kept] = pool.sealed()
+    assert kept.topic == "t" and kept.first_record >= 100, \
+        f"the kept slot took numbers {kept.first_record}-{kept.first_record + 4}"
+    assert skipped == [(0, kept.first_record - 1)]
+    pool.close()
+
+
+def test_a_bound_that_cannot_be_written_has_each_seal_synced(tmp_path, caplog):
+    """A full disk refusing the bound's write does not stop the seal: its data and header
+    are synced as with ``sync_on_seal``, so the header on the disk counts its numbers; once
+    a write succeeds, seals are no longer synced."""
+    from agent.buffer.seams import FileOps
+    from agent.state.numbers import NumberReserve
+
+    class Counting(FileOps):
+        syncs = 0
+
+        def msync(self, mm, offset, length):
+            Counting.syncs += 1
+            super().msync(mm, offset, length)
+
+    reserve = NumberReserve(tmp_path / "record-numbers", "inc", "boot-1")
+    full = [True]
+
+    def cover(needed: int) -> None:
+        if full[0]:
+            raise OSError(28, "No space left on device")
+        reserve.cover(needed)
+
+    pool = BufferPool(tmp_path / "pool", SIZE, SLOT, linger_ms=1e9, sync_on_seal=False,
+                      ops=Counting(), reserve_records=cover)
+    pool.append("t", chunk_of(range(0, 10)))
+    pool.seal("t")
+    assert Counting.syncs == 2 and "every seal is synced until it can be" in caplog.text
+    full[0] = False
+    pool.append("t", chunk_of(range(10, 20)))
+    pool.seal("t")
+    assert Counting.syncs == 2 and reserve.reserved >= 20
+    pool.close()
