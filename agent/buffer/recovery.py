@@ -88,6 +88,10 @@ class PoolRecovery:
         one on (``numbers_found``: past a bound reserved before the host started again)."""
         if self._numbers_found is not None:
             self._next_record = max(self._next_record, self._numbers_found(self._next_record))
+            # In the file header at once: a process killed before the next seal leaves the
+            # next start (under the same boot id) going on from here.
+            self._fh[0]["next_record"] = max(int(self._fh[0]["next_record"]),
+                                             self._next_record)
 
     def _foreign_spill(self) -> None:
         """Spill files beside a pool file just made are an earlier pool's (moved aside as
@@ -305,6 +309,7 @@ class PoolRecovery:
             spilled = {meta.seq: meta for meta in self.spill.metas()}
         kept: list[tuple[int, list]] = []           # filling slots holding a listener's records
         freed_seqs: list[int] = []                  # sealed slots freed here, spilled or not
+        numbered: list[int] = []                    # one past each slot's numbers, freed too
         accounted: dict[int, str] = {}              # for a torn spill file: ``_torn_spill``
         if self._delivered is not None and self._free_barrier is not None:
             # What ``delivered`` reads (the acknowledged offsets) durable before any free or
@@ -358,6 +363,7 @@ class PoolRecovery:
                     states[index] = L.FREE
                     self.counters["stale_freed"] += 1
                     freed_seqs.append(meta.seq)
+                    _note_numbers(numbered, meta)
                     continue
                 self._quarantine(index, "torn payload (payload CRC mismatch)", meta)
                 accounted[meta.seq] = "the pool's copy of its slot is reported as dropped"
@@ -368,19 +374,18 @@ class PoolRecovery:
                 states[index] = L.FREE
                 self.counters["acknowledged_freed"] += 1
                 freed_seqs.append(meta.seq)
+                _note_numbers(numbered, meta)
                 continue
             self._sealed[meta.seq] = SealedSlot(
                 meta, index, payload,
                 acked_before=L.acked_of(self._hdr_bytes[index], meta.record_count))
-        numbered = []
         if self.spill is not None:
             accounted.update((seq, "its records were acknowledged before the stop")
                              for seq in freed_seqs)
             for path, why in torn_spills:
                 self._torn_spill(path, why, accounted)
             for meta in self.spill.metas():
-                if meta.first_record is not None:
-                    numbered.append(meta.first_record + meta.record_count)
+                _note_numbers(numbered, meta)
                 if self._delivered is not None and self._delivered(meta):
                     # Acknowledged whole; its removal did not reach the disk (a power loss
                     # after the free's barrier): not sent again.
@@ -583,6 +588,12 @@ def _seq_of(path: Path) -> int | None:
         return int(path.stem)
     except ValueError:
         return None
+
+
+def _note_numbers(numbered: list[int], meta: SlotMeta) -> None:
+    """One past ``meta``'s record numbers, when it has them."""
+    if meta.first_record is not None:
+        numbered.append(meta.first_record + meta.record_count)
 
 
 def _same_slot(meta: SlotMeta, spilled: SlotMeta | None) -> bool:

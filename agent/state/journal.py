@@ -111,12 +111,13 @@ class LossJournal:
         if self._on_record is not None:
             self._on_record(topic, reason, events, event_ts_ms)
 
-    def unused(self, records: tuple[int, int], detail: str) -> None:
+    def unused(self, records: tuple[int, int], detail: str) -> bool:
         """Record numbers no event is given from now on (``numbers_unused``, zero events): a
         start skipped them (``agent/state/numbers.py``). Some may have gone to events Kafka
         took before a power loss undid their count, the rest to none; no event is lost for
         them, but the numbers would be holes downstream, so the entry holds them as a drop's
-        does (the audit's ``missing``, ``next_number``) and no tier takes them for a loss."""
+        does (the audit's ``missing``, ``next_number``) and no tier takes them for a loss.
+        Whether the entry is on the disk now (not waiting for room)."""
         entry = {"ts_ms": self.clock.time_ms(), "reason": "numbers_unused", "topic": None,
                  "events": 0, "bytes": 0, "source": "", "range": None, "source_id": None,
                  "open_ended": False, "records": list(records), "detail": detail}
@@ -126,8 +127,10 @@ class LossJournal:
             self._unwritten.append((json.dumps(entry, sort_keys=True) + "\n").encode())
             self._write_unwritten()
             self._numbers.append(tuple(records))
+            written = not self._unwritten
         log.info("loss journal: record numbers %d-%d given to nothing (%s); entry in %s",
                  records[0], records[1], detail, self.path)
+        return written
 
     def retry(self) -> bool:
         """Write the lines a full disk refused; True when there were some and all are

@@ -43,8 +43,9 @@ Rules:
   the next number exactly, so a host restarted after it skips none.
 - The file of another incarnation (a state database lost and made anew) or one not readable is
   not taken: numbering goes on from what the start found (with a WARNING for the latter).
-- With ``sync_on_seal`` on the file is only read, where one exists (a power loss with the
-  setting off, the agent started again with it on), and written for this boot at start.
+- With ``sync_on_seal`` on it is used only where one exists (a power loss with the setting
+  off, the agent started again with it on): read, written for this boot at start and given
+  back at a clean stop, never moved on by seals.
 
 What this does not give back with ``sync_on_seal = false``: a line Kafka took whose number and
 file offset were lost with the power is read again and sent under a new number (the audit sees
@@ -91,6 +92,7 @@ class NumberReserve:
         self.reserved: int | None = None       # the bound: no number at or above it given
         self.rebooted = False                  # the file was written under another boot id
         self._n = 0                            # writes so far
+        self._started: int | None = None       # ``start``'s answer
         found = self._read()
         if found is not None:
             self._n = found["n"]
@@ -129,16 +131,22 @@ class NumberReserve:
         return max(records, key=lambda r: r["n"], default=None)
 
     def start(self, found: int,
-              on_skipped: Callable[[tuple[int, int]], None] | None = None) -> int:
+              on_skipped: Callable[[tuple[int, int]], bool] | None = None) -> int:
         """The next number to give, given the highest next number the start ``found`` (before
         it gives any). Numbers it skips go to ``on_skipped`` as (first, last) — the journal's
-        entry, durable before this boot's id is — then the bound is written for this boot."""
+        entry, which says whether it is durable — and only once it is, the bound is written
+        for this boot (else the next start skips them again). Asked again (a pool opened a
+        second time), the larger of ``found`` and the first answer."""
         with self._lock:
-            nxt = found
-            if self.rebooted and self.reserved is not None and self.reserved > found:
-                nxt = self.reserved
-                if on_skipped is not None:
-                    on_skipped((found, nxt - 1))
+            nxt = max(found, self._started or 0)
+            if self.rebooted and self.reserved is not None and self.reserved > nxt:
+                skipped, nxt = (nxt, self.reserved - 1), self.reserved
+                if on_skipped is not None and not on_skipped(skipped):
+                    log.error("the record numbers %d-%d skipped are not journalled yet: the "
+                              "next start skips them again", *skipped)
+                    self._started = nxt
+                    return nxt
+            self._started = nxt
             try:
                 self._write(max(nxt, self.reserved or 0))
             except OSError as exc:      # the pool syncs its seals until a write succeeds

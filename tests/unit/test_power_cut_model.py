@@ -142,8 +142,9 @@ class Run:
 
     def _numbers_found(self, found: int) -> int:
         """As ``Agent._numbers_found``: past the reservation, the numbers skipped counted."""
-        def skipped(numbers: tuple[int, int]) -> None:
+        def skipped(numbers: tuple[int, int]) -> bool:
             self.unused += numbers[1] - numbers[0] + 1
+            return True                          # journalled (fsync'ed)
         return self.reserve.start(found, skipped)
 
     def _barrier(self) -> None:

@@ -500,7 +500,7 @@ def test_a_process_crash_or_a_clean_stop_skips_no_number(tmp_path):
 def _start(reserve, found: int) -> tuple[int, tuple[int, int] | None]:
     """``NumberReserve.start`` with what it skipped: (next, (first, last) or None)."""
     skipped = []
-    nxt = reserve.start(found, skipped.append)
+    nxt = reserve.start(found, lambda numbers: skipped.append(numbers) or True)
     return nxt, (skipped or [None])[0]
 
 
@@ -571,7 +571,8 @@ def test_a_listeners_kept_slot_takes_its_numbers_past_the_reservation(tmp_path):
     again = NumberReserve(tmp_path / "record-numbers", "inc", "boot-2")
     pool = BufferPool(tmp_path / "pool", SIZE, SLOT, linger_ms=1e9, sync_on_seal=False,
                       reserve_records=again.cover,
-                      numbers_found=lambda found: again.start(found, skipped.append))
+                      numbers_found=lambda found: again.start(
+                          found, lambda numbers: skipped.append(numbers) or True))
     [kept] = pool.sealed()
     assert kept.topic == "t" and kept.first_record >= 100, \
         f"the kept slot took numbers {kept.first_record}-{kept.first_record + 4}"
@@ -611,3 +612,48 @@ def test_a_bound_that_cannot_be_written_has_each_seal_synced(tmp_path, caplog):
     pool.seal("t")
     assert Counting.syncs == 2 and reserve.reserved >= 20
     pool.close()
+
+
+def test_a_start_counts_the_numbers_of_slots_it_frees_and_keeps_its_answer(tmp_path):
+    """Slots freed at open as acknowledged still count their numbers (the header's count
+    lost), what the start decides is written into the file header at once (a kill before the
+    next seal goes on from there), and a start asked twice never answers lower."""
+    from agent.state.numbers import NumberReserve
+
+    pool = _pool(tmp_path)
+    pool.append("t", chunk_of(range(0, 30)))
+    pool.seal("t")
+    pool.abandon()
+    pool_file = tmp_path / "pool"
+    header = np.frombuffer(pool_file.read_bytes()[:L.FILE_HEADER.itemsize], L.FILE_HEADER).copy()
+    header[0]["next_record"] = 0
+    with open(pool_file, "r+b") as f:
+        f.write(header.tobytes())
+    found = []
+
+    def numbers_found(n: int) -> int:
+        found.append(n)
+        return 500
+
+    pool = _pool(tmp_path, delivered=lambda meta: True, numbers_found=numbers_found)
+    assert found == [30] and not pool.sealed() and pool.counters["acknowledged_freed"] == 1
+    pool.abandon()
+    assert _pool(tmp_path).next_record == 500
+    reserve = NumberReserve(tmp_path / "record-numbers", "inc", "boot-1")
+    assert reserve.start(40) == 40 and reserve.start(10) == 40
+
+
+def test_skipped_numbers_not_journalled_yet_are_skipped_again(tmp_path):
+    """The entry of the numbers skipped waits in memory (a full disk): this boot's id is not
+    written, so the next start, even under the same boot id, skips and journals them again."""
+    from agent.state.numbers import STEP, NumberReserve
+
+    path = tmp_path / "record-numbers"
+    NumberReserve(path, "inc", "boot-1").cover(10)
+    assert NumberReserve(path, "inc", "boot-2").start(3, lambda skipped: False) == 10 + STEP
+    again = []
+    assert NumberReserve(path, "inc", "boot-2").start(
+        3, lambda numbers: again.append(numbers) or True) == 10 + STEP
+    assert again == [(3, 9 + STEP)]
+    assert NumberReserve(path, "inc", "boot-2").start(3) == 3     # journalled: this boot's
+    assert NumberReserve(path, "inc", "boot-2").reserved == 10 + STEP
