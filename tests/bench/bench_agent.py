@@ -73,6 +73,9 @@ LINES = 2_000_000
 LINE = 100
 TS = 1_763_766_000_000
 ROUNDS = 2
+# ``BENCH_AGENT_SYNC_ON_SEAL=0``: every agent of the run with ``buffer.sync_on_seal`` off (what
+# the record-number reservation costs there: ``--before`` a commit without it).
+SYNC_ON_SEAL = os.environ.get("BENCH_AGENT_SYNC_ON_SEAL", "1") != "0"
 RUN_TIMEOUT_S = 600          # one agent run; a run that sends fewer lines fails, never hangs
 
 
@@ -162,14 +165,14 @@ def throughput_config(bootstrap: str, topic: str, work: Path, path: Path | str,
                       numbered: bool = True, send_path: str = "python",
                       broker: dict | None = None) -> Path:
     """``work`` (made here) with the agent's configuration of the throughput benchmarks: a 1 GiB
-    pool of 1 MiB slots, ``sync_on_seal``, one file source on ``path``; ``broker``: further
-    ``[broker]`` settings."""
+    pool of 1 MiB slots, ``sync_on_seal`` (unless ``BENCH_AGENT_SYNC_ON_SEAL=0``), one file
+    source on ``path``; ``broker``: further ``[broker]`` settings."""
     work.mkdir()
     broker = {"send_path": send_path, **(broker or {})}
     return write_config(work / "agent.toml", bootstrap, work / "state",
                         [{"type": "file", "paths": [str(path)], "topic": topic}],
                         buffer={"size_bytes": 1 << 30, "slot_size_bytes": 1 << 20,
-                                "sync_on_seal": True},
+                                "sync_on_seal": SYNC_ON_SEAL},
                         agent={"id": "bench", "record_numbers": numbered},
                         # (written, not left to `auto`: an agent before 5f98e57, given to
                         # --before, knows no such key and refuses it)
@@ -293,7 +296,7 @@ def main() -> None:
                    "cpu_vs_before": round(agent_cpu / was_cpu, 3)}
     print(json.dumps({
         "bench": "agent_tail_to_kafka",
-        "lines": LINES, "line_bytes": LINE,
+        "lines": LINES, "line_bytes": LINE, "sync_on_seal": SYNC_ON_SEAL,
         "agent_events_s": round(agent_s), "agent_events_s_from_exec": round(agent_exec_s),
         "agent_cpu_s_per_million": round(agent_cpu, 2),
         "agent_peak_rss_mb": round(rss["VmHWM"], 1),
