@@ -118,8 +118,10 @@ SETTINGS: tuple[Setting, ...] = (
             minimum=0),
     Setting("buffer.sync_on_seal", bool, True, "msync each slot when it is sealed, so sealed data "
             "survives a power loss, not only a crash. Off, a power loss may lose slots not "
-            "sent (their lines still in the files are read again, under new record numbers); "
-            "no record number is given to two lines either way (`record-numbers`)."),
+            "yet acknowledged: lines their files still hold are read again under new record "
+            "numbers (one Kafka took arrives twice), lines the files no longer hold are lost "
+            "without a loss-journal entry; no record number is given to two lines either way "
+            "(`record-numbers`)."),
     Setting("broker.bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers."),
     Setting("broker.compression", str, "snappy", "Kafka compression codec.",
             choices=("none", "gzip", "snappy", "lz4", "zstd")),
