@@ -188,7 +188,7 @@ class AgentControl:
         given = self.pool.next_record
         self.pool.close()                       # synced: the file header counts every number
         if self.numbers is not None:
-            self.numbers.stopped(given)
+            self.numbers.stopped(given, journalled=not self.journal.waiting())
         self.pool_watch.close()
         self.journal.close()
         self.db.close()

@@ -194,7 +194,7 @@ class PoolSealer:
 
     def _covered(self, needed: int) -> bool:
         """Without ``sync_on_seal``: whether the durable bound now covers every number below
-        ``needed`` (``reserve_records``); False when it could not be written (a full disk):
+        ``needed`` (``reserve_records``); False when it could not be written (an I/O error):
         the caller then syncs the header that counts them, as ``sync_on_seal`` does."""
         if self._reserve_records is None:
             return True

@@ -87,19 +87,9 @@ class LossJournal:
                source: str = "", byte_range: tuple[int, int] | None = None,
                detail: str = "", event_ts_ms: int | None = None, source_id: int | None = None,
                open_ended: bool = False, records: tuple[int, int] | None = None) -> None:
-        entry = {"ts_ms": self.clock.time_ms(), "reason": reason, "topic": topic,
-                 "events": events, "bytes": nbytes, "source": source,
-                 "range": list(byte_range) if byte_range else None, "source_id": source_id,
-                 "open_ended": open_ended, "records": list(records) if records else None,
-                 "detail": detail}
-        if self.incarnation is not None:
-            entry["incarnation"] = self.incarnation
-        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
-        with self._lock:
-            self._unwritten.append(line)
-            self._write_unwritten()
-            if records:
-                self._numbers.append(tuple(records))
+        self._append(reason, topic, events, nbytes=nbytes, source=source, byte_range=byte_range,
+                     detail=detail, source_id=source_id, open_ended=open_ended,
+                     records=records)
         self.metrics.dropped(reason, topic, max(events, 0), intentional=reason in INTENTIONAL,
                              nbytes=nbytes)
         self.metrics.inc("agent_loss_journal_entries_total", reason=reason, topic=topic,
@@ -118,19 +108,31 @@ class LossJournal:
         them, but the numbers would be holes downstream, so the entry holds them as a drop's
         does (the audit's ``missing``, ``next_number``) and no tier takes them for a loss.
         Whether the entry is on the disk now (not waiting for room)."""
-        entry = {"ts_ms": self.clock.time_ms(), "reason": "numbers_unused", "topic": None,
-                 "events": 0, "bytes": 0, "source": "", "range": None, "source_id": None,
-                 "open_ended": False, "records": list(records), "detail": detail}
-        if self.incarnation is not None:
-            entry["incarnation"] = self.incarnation
-        with self._lock:
-            self._unwritten.append((json.dumps(entry, sort_keys=True) + "\n").encode())
-            self._write_unwritten()
-            self._numbers.append(tuple(records))
-            written = not self._unwritten
+        written = self._append("numbers_unused", None, 0, detail=detail, records=records)
         log.info("loss journal: record numbers %d-%d given to nothing (%s); entry in %s",
                  records[0], records[1], detail, self.path)
         return written
+
+    def _append(self, reason: str, topic: str | None, events: int, *, nbytes: int = 0,
+                source: str = "", byte_range: tuple[int, int] | None = None, detail: str = "",
+                source_id: int | None = None, open_ended: bool = False,
+                records: tuple[int, int] | None = None) -> bool:
+        """Write one entry (after any waiting for room) and note its numbers; whether every
+        entry is on the disk now."""
+        entry = {"ts_ms": self.clock.time_ms(), "reason": reason, "topic": topic,
+                 "events": events, "bytes": nbytes, "source": source,
+                 "range": list(byte_range) if byte_range else None, "source_id": source_id,
+                 "open_ended": open_ended, "records": list(records) if records else None,
+                 "detail": detail}
+        if self.incarnation is not None:
+            entry["incarnation"] = self.incarnation
+        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
+        with self._lock:
+            self._unwritten.append(line)
+            self._write_unwritten()
+            if records:
+                self._numbers.append(tuple(records))
+            return not self._unwritten
 
     def retry(self) -> bool:
         """Write the lines a full disk refused; True when there were some and all are

@@ -8,8 +8,9 @@ Kafka would be given again to other lines (a consumer deduplicating by (origin, 
 number) would then drop a real event). This file keeps a bound past every number given:
 
 ``state_dir/record-numbers``, 1,024 bytes allocated when it is made, so no later write needs
-room on the disk: two records of one 512-byte sector each, written in turn (the write count's
-parity picks the sector) and ``fdatasync``'ed::
+new room on the disk (a copy-on-write file system may still refuse one): two records of one
+512-byte sector each, written in turn (the write count's parity picks the sector) and
+``fdatasync``'ed::
 
     magic    4 bytes   "DKRN"
     version  1 byte    1
@@ -36,7 +37,8 @@ Rules:
   the loss journal as ``numbers_unused`` (zero events) before the new boot id is, so the
   audit's ``missing`` holds them and no tier takes them for a loss. A start under the same
   boot id (a process crash: the page cache kept every write) goes on from what it found.
-- **A bound that cannot be written** (a full disk, an unreadable file) is not waited for: the
+- **A bound that cannot be written** (an I/O error, a full copy-on-write file system, a file
+  that cannot be read or made) is not waited for: the
   pool syncs each seal's header (and a dropped line's count) as ``sync_on_seal`` does until
   a write succeeds, so the header on the disk counts every number sent.
 - **A clean stop gives the rest back** (``stopped``): the pool closed and synced, the bound is
@@ -93,15 +95,20 @@ class NumberReserve:
         self.rebooted = False                  # the file was written under another boot id
         self._n = 0                            # writes so far
         self._started: int | None = None       # ``start``'s answer
-        found = self._read()
+        # The boot id each write stores: this boot's once ``start`` journalled what it
+        # skipped; until then the file's own, so a start after a crash skips them again.
+        self._boot_on_disk = boot
+        found = self._read_or_make()
         if found is not None:
             self._n = found["n"]
             if found["incarnation"] == incarnation:
                 self.reserved = found["reserved"]
                 self.rebooted = boot is None or found["boot_id"] != boot
+                self._boot_on_disk = found["boot_id"]
 
-    def _read(self) -> dict | None:
-        """The newest valid record; None for a file just made (zeros), or made now."""
+    def _read_or_make(self) -> dict | None:
+        """The newest valid record; None for a file just made (zeros), made now (its 1,024
+        bytes allocated), or not readable."""
         try:
             data = self.path.read_bytes() if self.path.exists() else b""
             if len(data) < 2 * SECTOR:           # made now, or its making was cut short
@@ -112,8 +119,12 @@ class NumberReserve:
                 finally:
                     os.close(fd)
         except OSError as exc:
-            log.warning("the record-number reservation %s cannot be read (%s): numbering "
-                        "goes on from what the pool and the state database hold", self.path, exc)
+            log.warning("the record-number reservation %s cannot be read or made (%s): "
+                        "numbering goes on from what the pool and the state database hold",
+                        self.path, exc)
+            # A record it holds may count more writes than this agent knows: its own must
+            # count past any, or the older record would be taken for the newer one.
+            self._n = 1 << 40
             return None
         records, why = [], []
         for at in (0, SECTOR):
@@ -134,26 +145,29 @@ class NumberReserve:
               on_skipped: Callable[[tuple[int, int]], bool] | None = None) -> int:
         """The next number to give, given the highest next number the start ``found`` (before
         it gives any). Numbers it skips go to ``on_skipped`` as (first, last) — the journal's
-        entry, which says whether it is durable — and only once it is, the bound is written
-        for this boot (else the next start skips them again). Asked again (a pool opened a
-        second time), the larger of ``found`` and the first answer."""
+        entry, which says whether it is on the disk — and only once it is does the file take
+        this boot's id (``stopped`` may give it later); until then a start after a crash
+        skips them (and journals them) again. Asked again (a pool opened a second time), the
+        larger of ``found`` and the first answer."""
         with self._lock:
             nxt = max(found, self._started or 0)
+            journalled = True
             if self.rebooted and self.reserved is not None and self.reserved > nxt:
                 skipped, nxt = (nxt, self.reserved - 1), self.reserved
                 if on_skipped is not None and not on_skipped(skipped):
-                    log.error("the record numbers %d-%d skipped are not journalled yet: the "
-                              "next start skips them again", *skipped)
-                    self._started = nxt
-                    return nxt
+                    journalled = False
+                    log.error("the record numbers %d-%d skipped are not journalled yet (the "
+                              "entry waits for room): a start after a crash skips them again",
+                              *skipped)
             self._started = nxt
+            if journalled:
+                self._boot_on_disk = self.boot
+            self.rebooted = False
             try:
                 self._write(max(nxt, self.reserved or 0))
             except OSError as exc:      # the pool syncs its seals until a write succeeds
                 log.error("the record-number reservation %s cannot be written (%s)",
                           self.path, exc)
-            else:
-                self.rebooted = False
             return nxt
 
     def cover(self, needed: int) -> None:
@@ -165,9 +179,12 @@ class NumberReserve:
             if self.reserved is None or needed > self.reserved:
                 self._write(needed + STEP)
 
-    def stopped(self, next_record: int) -> None:
-        """A clean stop, the pool closed (synced): the numbers reserved and not given go back."""
+    def stopped(self, next_record: int, journalled: bool = True) -> None:
+        """A clean stop, the pool closed (synced): the numbers reserved and not given go back;
+        this boot's id is written when nothing waits to be journalled."""
         with self._lock:
+            if journalled:
+                self._boot_on_disk = self.boot
             try:
                 self._write(next_record)
             except OSError as exc:
@@ -179,8 +196,8 @@ class NumberReserve:
         """The bound, durable, in the sector the older record holds (the newer one is kept
         until this write's sync returned)."""
         n = self._n + 1
-        record = _pack({"n": n, "incarnation": self.incarnation, "boot_id": self.boot,
-                        "reserved": reserved})
+        record = _pack({"n": n, "incarnation": self.incarnation,
+                        "boot_id": self._boot_on_disk, "reserved": reserved})
         fd = os.open(self.path, os.O_WRONLY)
         try:
             if os.pwrite(fd, record, (n % 2) * SECTOR) != SECTOR:

@@ -21,13 +21,15 @@ path (``agent/drain/native.py``) also keeps a growing acknowledged prefix in a s
 recovered slot from that prefix on; and it sends the lone filling slot while it fills
 (``send_filling``): each time the pool *shows* it (its records so far sealed in its header)
 and some of them are acknowledged — a shown slot must survive as a sealed one does. 500
-cuts for each of ``sync_on_seal`` on and off and each send path. Off, only the first rule and
-the last hold: a slot not synced may be lost and its lines read again under new numbers,
-and the numbers it had — the pool's header that counted them not synced either — may be
-given again to other lines (the run prints how many: what ``sync_on_seal = false`` gives
-up, docs/buffer.md). The model covers the pool
-file and the database; the producer client, the sources and the application's own file are
-the simulation's and the integration tests' (``test_agent_cut_back.py`` for a log cut back).
+cuts for each of ``sync_on_seal`` on and off and each send path. Off, the first rule, the
+last and one number per line hold: a slot not synced may be lost and its lines read again
+under new numbers (the run prints how many: what ``sync_on_seal = false`` gives up,
+docs/buffer.md), but the numbers it had — the pool's header that counted them not synced
+either — are never given to other lines: every start is taken for a host started again and
+goes on past the durable reservation (``agent/state/numbers.py``), kept through the cuts.
+The model covers the pool file and the database; the producer client, the sources and the
+application's own file are the simulation's and the integration tests'
+(``test_agent_cut_back.py`` for a log cut back).
 """
 
 from __future__ import annotations
@@ -286,10 +288,9 @@ class Run:
                 f"cut {self.cuts}: number {number} is line {self.owner[number]} and line {i}"
         if not self.sync:
             return
-        if self.sync:
-            survived = {s.seq for s in self.pool.sealed()}
-            gone = [seq for seq in self.sealed_returned if seq not in survived]
-            assert not gone, f"cut {self.cuts}: slots {gone} sealed (seal returned) are lost"
+        survived = {s.seq for s in self.pool.sealed()}
+        gone = [seq for seq in self.sealed_returned if seq not in survived]
+        assert not gone, f"cut {self.cuts}: slots {gone} sealed (seal returned) are lost"
         # What a slot that did not survive held is read again, under new numbers; what was
         # sealed and survived keeps its own.
         self.sealed_returned = {s.seq: [id_of(v) for _, _, v in s.records()]

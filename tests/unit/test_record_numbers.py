@@ -645,15 +645,19 @@ def test_a_start_counts_the_numbers_of_slots_it_frees_and_keeps_its_answer(tmp_p
 
 def test_skipped_numbers_not_journalled_yet_are_skipped_again(tmp_path):
     """The entry of the numbers skipped waits in memory (a full disk): this boot's id is not
-    written, so the next start, even under the same boot id, skips and journals them again."""
+    written — nor by the seals after, which move the bound on — so the next start after a
+    crash, under the same boot id, skips and journals them again."""
     from agent.state.numbers import STEP, NumberReserve
 
     path = tmp_path / "record-numbers"
     NumberReserve(path, "inc", "boot-1").cover(10)
-    assert NumberReserve(path, "inc", "boot-2").start(3, lambda skipped: False) == 10 + STEP
+    waiting = NumberReserve(path, "inc", "boot-2")
+    assert waiting.start(3, lambda skipped: False) == 10 + STEP
+    waiting.cover(20 + STEP)                            # a seal, then a crash
+    assert waiting.reserved == 20 + 2 * STEP
     again = []
     assert NumberReserve(path, "inc", "boot-2").start(
-        3, lambda numbers: again.append(numbers) or True) == 10 + STEP
-    assert again == [(3, 9 + STEP)]
+        3, lambda numbers: again.append(numbers) or True) == 20 + 2 * STEP
+    assert again == [(3, 19 + 2 * STEP)]
     assert NumberReserve(path, "inc", "boot-2").start(3) == 3     # journalled: this boot's
-    assert NumberReserve(path, "inc", "boot-2").reserved == 10 + STEP
+    assert NumberReserve(path, "inc", "boot-2").reserved == 20 + 2 * STEP
