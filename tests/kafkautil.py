@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from broker.cluster import LocalCluster
 
@@ -32,6 +32,30 @@ def watermarks(bootstrap: str, topic: str, timeout_s: float = 30) -> dict[int, t
                 for p in md.partitions}
     finally:
         consumer.close()
+
+
+# What a partition of a topic just made answers while it elects its leader: asked again.
+ELECTING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+            KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+
+def records_held(consumer, topic: str, tries: int = 50, pause_s: float = 0.2) -> int:
+    """How many records ``topic`` holds (its partitions' high watermarks summed) through
+    ``consumer``: 0 before it exists; asked again while its new partitions elect their
+    leaders (a topic a mirror just made answers NOT_LEADER_FOR_PARTITION for a moment, which
+    a wait polling this must take for "not yet", not for a failure)."""
+    for _ in range(tries):
+        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None:
+            return 0
+        try:
+            return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                       for p in md.partitions)
+        except KafkaException as exc:
+            if exc.args[0].code() not in ELECTING:
+                raise
+            time.sleep(pause_s)
+    raise AssertionError(f"{topic}: its partitions had no leader after {tries} tries")
 
 
 def high_watermarks(bootstrap: str, topic: str, timeout_s: float = 30) -> dict[int, int]:

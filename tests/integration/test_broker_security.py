@@ -29,6 +29,7 @@ from broker.cluster import LocalCluster
 from broker.mirror import Mirror, MirrorSpec
 from broker.security import BROKER, USERS, Scope, grant, list_acls, revoke, role_acls
 from tests.conftest import SecuredKafka
+from tests.kafkautil import records_held
 
 BIN = Path(sys.executable).parent
 SEED = 10                       # records the admin writes into each topic first
@@ -447,11 +448,7 @@ def _denied(cluster: LocalCluster, principal: str, since: int) -> list[str]:
 def _count(kafka, topic: str) -> int:
     consumer = Consumer({**kafka.settings("admin"), "group.id": "docket-tests-count"})
     try:
-        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if md is None or md.error is not None:
-            return 0
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                   for p in md.partitions)
+        return records_held(consumer, topic)     # a topic the mirror just made: its leaders
     finally:
         consumer.close()
 

@@ -11,11 +11,12 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import ConfigResource
 
 from broker.admin import TopicSpec, admin_client, ensure_audit_topic, ensure_topics
 from broker.mirror import Mirror, MirrorSpec
+from tests.kafkautil import records_held
 
 N = 6_000
 # Event times an hour back: within the topics' retention (older ones would be deleted).
@@ -74,16 +75,7 @@ def _end_offsets(bootstrap: str, topic: str) -> int:
     its new partitions elect their leader)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "offsets"})
     try:
-        for _ in range(50):
-            md = c.list_topics(timeout=10).topics.get(topic)
-            if md is None or md.error is not None:
-                return 0
-            try:
-                return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                           for p in md.partitions)
-            except KafkaException:
-                time.sleep(0.2)
-        raise AssertionError(f"no end offsets of {topic} in 10 s")
+        return records_held(c, topic)
     finally:
         c.close()
 
