@@ -122,7 +122,7 @@ class BufferPool(PoolRecovery, PoolWriter, PoolSealer, PoolSending, PoolReader):
         # Without ``sync_on_seal``: called with one past the last number a header (or a
         # dropped line) takes before it is written, so a durable bound covers every number
         # that may reach Kafka (``agent/state/numbers.py``); one that raises ``OSError``
-        # (a full disk) has that seal synced as ``sync_on_seal`` would.
+        # (an I/O error) has that seal synced as ``sync_on_seal`` would.
         self._reserve_records = None if sync_on_seal else reserve_records
         self._cover_failed = False
         # At open, before any number is taken: given the highest next number found (the

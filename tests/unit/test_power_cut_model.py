@@ -188,7 +188,7 @@ class Run:
                 self.clashes += 1
             assert not self.sync or not self.renumbered, \
                 f"line {i} delivered as {self.acked[i]} and {number}"
-            assert not self.reserving and not self.sync or not self.clashes, \
+            assert not (self.sync or self.reserving) or not self.clashes, \
                 f"number {number} stood for line {self.owner[number]} and line {i}"
         self.prefix[slot.seq] = max(upto, self.prefix.get(slot.seq, 0))
 

@@ -549,20 +549,16 @@ def test_a_listeners_kept_slot_takes_its_numbers_past_the_reservation(tmp_path):
     taking numbers then. It must take them past the bound: the header's count found on the
     disk may be below numbers Kafka already holds (here 0-99, sealed and sent after the
     image the power loss left)."""
-    from agent.buffer import Chunk
     from agent.state.numbers import NumberReserve
-
-    def chunk(n: int, base: int) -> Chunk:
-        return Chunk.of_values([b"line-%d" % (base + i) for i in range(n)], 1000)
 
     reserve = NumberReserve(tmp_path / "record-numbers", "inc", "boot-1")
     reserve.start(0)
     pool = BufferPool(tmp_path / "pool", SIZE, SLOT, linger_ms=1e9, sync_on_seal=False,
                       reserve_records=reserve.cover, numbers_found=reserve.start)
-    pool.append("t", chunk(5, 0), once=True)           # a listener's records, filling
+    pool.append("t", chunk_of(range(0, 5), width=12), once=True)   # a listener's, filling
     pool._map.flush()
     image = (tmp_path / "pool").read_bytes()           # what the power loss leaves
-    pool.append("u", chunk(100, 1000))
+    pool.append("u", chunk_of(range(1000, 1100), width=12))
     pool.seal("u")
     assert [(s.first_record, s.record_count) for s in pool.sealed()] == [(0, 100)]
     pool.abandon()
@@ -591,7 +587,7 @@ def test_a_bound_that_cannot_be_written_has_each_seal_synced(tmp_path, caplog):
         syncs = 0
 
         def msync(self, mm, offset, length):
-            Counting.syncs += 1
+            self.syncs += 1
             super().msync(mm, offset, length)
 
     reserve = NumberReserve(tmp_path / "record-numbers", "inc", "boot-1")
@@ -603,14 +599,14 @@ def test_a_bound_that_cannot_be_written_has_each_seal_synced(tmp_path, caplog):
         reserve.cover(needed)
 
     pool = BufferPool(tmp_path / "pool", SIZE, SLOT, linger_ms=1e9, sync_on_seal=False,
-                      ops=Counting(), reserve_records=cover)
+                      ops=(ops := Counting()), reserve_records=cover)
     pool.append("t", chunk_of(range(0, 10)))
     pool.seal("t")
-    assert Counting.syncs == 2 and "every seal is synced until it can be" in caplog.text
+    assert ops.syncs == 2 and "every seal is synced until it can be" in caplog.text
     full[0] = False
     pool.append("t", chunk_of(range(10, 20)))
     pool.seal("t")
-    assert Counting.syncs == 2 and reserve.reserved >= 20
+    assert ops.syncs == 2 and reserve.reserved >= 20
     pool.close()
 
 
