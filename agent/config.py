@@ -130,13 +130,14 @@ SETTINGS: tuple[Setting, ...] = (
             "extension `make setup` builds and the .deb ships: the record loop and the delivery "
             "reports in native code, agent/native), `python` (confluent-kafka, one call per "
             "record), or `auto`: `native` where the extension is installed, `python` where it "
-            "is not and with `delivery = \"exactly_once\"`; the ready line says which runs and "
-            "why. docs/performance.md compares them.", choices=("auto", "native", "python")),
+            "is not; the ready line says which runs and why. Both do `delivery = "
+            "\"exactly_once\"`. docs/performance.md compares them.",
+            choices=("auto", "native", "python")),
     Setting("broker.delivery", str, "at_least_once", "`at_least_once`: after a crash the "
             "slots that were in flight are sent again (duplicates, never loss). "
             "`exactly_once`: slots go in Kafka transactions with the agent's progress marker, "
-            "so read_committed consumers see every event once (docs/exactly-once.md); sends "
-            "through the Python path (`send_path` `auto` or `python`).",
+            "so read_committed consumers see every event once (docs/exactly-once.md), on "
+            "either send path.",
             choices=("at_least_once", "exactly_once")),
     Setting("broker.delivered_check_s", float, 30.0, "Native send path, at start: the slots "
             "found in the pool with records past their acknowledged prefix (in flight when the "
@@ -144,7 +145,8 @@ SETTINGS: tuple[Setting, ...] = (
             "since, for at most this long (a cluster that does not answer yet counts); records "
             "found there under this agent's origin, incarnation and record number, with the "
             "same value, are not sent again (fewer duplicates after a crash; what is not found "
-            "is sent again, as without the check). 0: no check.", minimum=0),
+            "is sent again, as without the check). 0: no check. Not with `delivery = "
+            "\"exactly_once\"`: the progress marker says what Kafka committed.", minimum=0),
     Setting("broker.transaction_ms", float, 100.0, "`exactly_once`: slots join a transaction "
             "for at most this long; it commits sooner when the agent has caught up. Records "
             "are visible to read_committed consumers at the commit.", minimum=1),
@@ -853,11 +855,6 @@ def _check_combinations(values: dict, sources: list[SourceConfig]) -> None:
             raise ConfigError(f"sources[{i}].topic", f"{src.topic!r} is the audit topic",
                               hint="events and audit counts need topics of their own; change "
                               "the source's topic or [audit] topic")
-    if values["broker.delivery"] == "exactly_once" and values["broker.send_path"] == "native":
-        raise ConfigError("broker.delivery", "exactly_once needs the Python send path: the "
-                          "native send path does not do transactions",
-                          hint="set [broker] send_path = \"auto\" or \"python\", or delivery = "
-                          "\"at_least_once\"")
     if not values["broker.bootstrap_servers"].strip():
         raise ConfigError("broker.bootstrap_servers", "must not be empty")
     if not sources:

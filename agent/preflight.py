@@ -54,7 +54,7 @@ def send_path(cfg: AgentConfig) -> tuple[str, str]:
     """The send path the agent would run, and why (``drain.native.choose_send_path``)."""
     from .drain.native import choose_send_path
 
-    return choose_send_path(cfg["broker.send_path"], cfg["broker.delivery"])
+    return choose_send_path(cfg["broker.send_path"])
 
 
 def check_send_path(cfg: AgentConfig) -> None:

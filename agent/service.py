@@ -33,6 +33,7 @@ from .config import AgentConfig, source_topics
 from .control import AgentControl
 from .drain.drain import Drain
 from .drain.native import NativeDrain, NativeUnavailable, choose_send_path, native_module
+from .drain.native_txn import NativeTransactionalDrain
 from .drain.producer import MAX_RECORD_BYTES, producer_config
 from .drain.topics import TopicWatch
 from .drain.transact import TransactionalDrain
@@ -128,7 +129,7 @@ class Agent(AgentLoop, AgentControl):
         producer without a stand-in extension is the Python path's)."""
         seams = self.seams
         stand_in = seams.native_factory or seams.producer_factory
-        return choose_send_path(cfg["broker.send_path"], cfg["broker.delivery"],
+        return choose_send_path(cfg["broker.send_path"],
                                 installed=seams.native_factory is not None if stand_in else None)
 
     def _native(self, cfg: AgentConfig):
@@ -218,6 +219,7 @@ class Agent(AgentLoop, AgentControl):
         origin = cfg.agent_id.encode() if cfg["agent.origin_header"] else None
         numbered = cfg["agent.record_numbers"] and origin is not None
         drain_class, native = Drain, {}
+        exactly_once = cfg["broker.delivery"] == "exactly_once"
         if self.send_path == "native":
             consumer = self.seams.consumer_factory
             if consumer is None and self.seams.native_factory is None:
@@ -225,14 +227,19 @@ class Agent(AgentLoop, AgentControl):
             drain_class, native = NativeDrain, {
                 "native_factory": self.seams.native_factory, "delivered_consumer": consumer,
                 "delivered_check_s": cfg["broker.delivered_check_s"]}
-        elif cfg["broker.delivery"] == "exactly_once":
-            drain_class, native = TransactionalDrain, {
+            if exactly_once:              # the marker says what Kafka holds: no read-back
+                drain_class, native = NativeTransactionalDrain, {
+                    "native_factory": self.seams.native_factory}
+        elif exactly_once:
+            drain_class = TransactionalDrain
+        if exactly_once:
+            native.update({
                 "agent_id": cfg.agent_id, "incarnation_id": self.incarnation,
                 "progress_topic": cfg["broker.progress_topic"],
                 "transaction_ms": cfg["broker.transaction_ms"],
                 "max_slots": cfg["broker.transaction_max_slots"],
                 "transaction_timeout_ms": cfg["broker.transaction_timeout_ms"],
-                "crash_point": self.seams.txn_crash_point}
+                "crash_point": self.seams.txn_crash_point})
         self.drain = drain_class(self.pool, producer_config(cfg, self.send_path), self.journal,
                                  self.metrics, cfg.dead_letter_dir, origin,
                                  on_slot_done=self._slot_done, on_dead=self.audit.uncount,
@@ -271,7 +278,9 @@ class Agent(AgentLoop, AgentControl):
             linger_ms=cfg["buffer.linger_ms"], seal_when_idle=cfg["buffer.seal_when_idle"],
             seal_when_caught_up=cfg["buffer.seal_when_caught_up"]
             and self.send_path == "native",
-            send_filling=cfg["buffer.send_filling"] and self.send_path == "native",
+            # a transaction holds sealed slots only (agent/drain/native_txn.py)
+            send_filling=cfg["buffer.send_filling"] and self.send_path == "native"
+            and cfg["broker.delivery"] != "exactly_once",
             seal_every_ms=cfg["buffer.seal_every_ms"],
             on_full=cfg["buffer.on_full"],
             oversize=cfg["buffer.oversize"], spill_dir=cfg.spill_dir if spill else None,

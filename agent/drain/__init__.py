@@ -11,6 +11,8 @@ acknowledged.
   Kafka took all the same (read back, left out of the send).
 - ``transact``: exactly once (``broker.delivery = "exactly_once"``): slots in Kafka
   transactions with the agent's progress marker; a restart frees what the marker names.
+- ``native_txn``: the same transactions on the native send path: the extension's hand-over
+  and its transaction calls under ``transact``'s rules.
 - ``slotsend``: one slot on its way: the cursor over its records and what became of each.
 - ``headers``: the records' identity headers, built per block.
 - ``deadletter``: records refused for good, written durably to ``dead-letter/``.

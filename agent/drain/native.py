@@ -85,18 +85,14 @@ def extension_installed() -> bool:
     return True
 
 
-def choose_send_path(setting: str, delivery: str,
-                     installed: bool | None = None) -> tuple[str, str]:
+def choose_send_path(setting: str, installed: bool | None = None) -> tuple[str, str]:
     """The send path an agent runs for ``broker.send_path`` = ``setting``, and why (for its
     ready line). ``auto`` is the native path wherever the extension imports, the Python path
-    where it does not (said, with how to build it) and with exactly once (transactions are the
-    Python path's); an explicit ``native`` or ``python`` is taken as it is (``config.check``
-    refuses ``native`` with exactly once). ``installed``: whether the extension is there
-    (None: try to import it)."""
+    where it does not (said, with how to build it), with either delivery (exactly once:
+    ``native_txn.py``); an explicit ``native`` or ``python`` is taken as it is.
+    ``installed``: whether the extension is there (None: try to import it)."""
     if setting != "auto":
         return setting, "set by broker.send_path"
-    if delivery == "exactly_once":
-        return "python", "auto: exactly_once sends through the Python path"
     if extension_installed() if installed is None else installed:
         return "native", "auto: the native extension is installed"
     broken = None if installed is not None else _load_failure()
@@ -254,6 +250,8 @@ class NativeDrain(Drain):
 
     WAKES_ON_FD = True         # the extension's poll sleeps on a descriptor of the caller's too
     REPORTS_PER_SLOT = True    # no zero point needed: more small slots may be on their way
+    NOTES_ACKED = True         # a slot's header keeps its acknowledged prefix (not with
+    #                            transactions: an acknowledged record is not yet committed)
 
     def __init__(self, *args, native_factory=None, delivered_consumer=None,
                  delivered_check_s: float = 0.0, **kwargs):
@@ -275,12 +273,19 @@ class NativeDrain(Drain):
                 self._check = DeliveredCheck(
                     slots, self.conf, delivered_consumer, ids[ORIGIN_HEADER],
                     ids[INCARNATION_HEADER], delivered_check_s)
-        self.native = self.native_factory(_native_conf(self.conf))
+        self.native = self.native_factory(self._native_producer_conf())
         self.native_name = _client_name(self.native)
         self._sends: dict[int, NativeSend] = {}        # token → the send its reports are for
         self._filling: NativeSend | None = None         # the send of the slot filling
         self._tokens = 0
         self._reports_before = 0        # reports served by native producers since replaced
+
+    def _producer_overrides(self) -> dict:
+        """Settings a mode adds to the agent's producer settings (exactly once's)."""
+        return {}
+
+    def _native_producer_conf(self) -> dict[str, str]:
+        return _native_conf({**self.conf, **self._producer_overrides()})
 
     def _new_producer(self) -> None:
         """No Python producer: every record of a slot goes through the native one, resends
@@ -479,7 +484,8 @@ class NativeDrain(Drain):
             send = self._sends.pop(token, None)
             if send is not None:
                 send.tokens.pop(token, None)
-                if token == send.token and not send.retired and prefix > send.noted:
+                if token == send.token and not send.retired and prefix > send.noted \
+                        and self.NOTES_ACKED:
                     self.pool.note_acked(send.slot, prefix)
                     send.noted = prefix
         self._note_acked()
@@ -488,6 +494,8 @@ class NativeDrain(Drain):
     def _note_acked(self) -> None:
         """Each slot in flight keeps in its header how many of its records, from the first
         on, Kafka acknowledged: a start after a crash sends it from there."""
+        if not self.NOTES_ACKED:
+            return
         for token, send in self._sends.items():
             if token != send.token or send.retired:
                 continue                        # a resend's token, or a send replaced
@@ -590,7 +598,7 @@ class NativeDrain(Drain):
         begins = {t: max(self.native.acked_prefix(t), s.begin_at)
                   for t, s in self._sends.items() if t == s.token}
         self._reports_before += self.native.reports()
-        self.native = self.native_factory(_native_conf(self.conf))
+        self.native = self.native_factory(self._native_producer_conf())
         self.native_name = _client_name(self.native)
         for token, first in begins.items():
             if first:

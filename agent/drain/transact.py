@@ -68,6 +68,7 @@ PROGRESS_TOPIC = "docket.progress"
 MARKER_PARTITION = 0
 MARKER_VERSION = 1
 CALL_TIMEOUT_S = 10.0           # one wait of a transaction call for the cluster
+PURGE_AGAIN_S = 0.5             # a failed transaction's queue purged again this often
 RETRY_PAUSE_S = 0.5             # between a call's retriable failures
 
 
@@ -93,7 +94,7 @@ def transactional_id(agent_id: str) -> str:
     return f"{AGENT_TXN_PREFIX}{agent_id}"
 
 
-def _let_go(producer) -> None:
+def let_go(producer) -> None:
     """Drop a replaced producer in a thread of its own: destroying a client whose connection
     does not answer can wait for it, and the agent's loop must not."""
     holder = [producer]
@@ -177,7 +178,7 @@ class TransactionalDrain(Drain):
         self.ready = False               # transactions initialised and the marker read
         self.began: float | None = None  # the open transaction's first hand-over
         self.broken = False              # a record of it failed: abort, then send again
-        self._purged = False             # ... and its queue was purged
+        self._purge_again_at = 0.0       # ... its queue purged again at this time
         self.lone_mode = False           # this attempt sends one record per batch
         self.aside: list[SlotSend] = []  # taken, out of the transaction: a refused topic's,
         #                                  or waiting behind a slot sent one record per batch;
@@ -194,18 +195,58 @@ class TransactionalDrain(Drain):
 
     # -- the client ---------------------------------------------------------------------------
     def _new_producer(self):
-        conf = {**self.conf, "error_cb": self._on_error, "delivery.report.only.error": True,
-                "transactional.id": self.txn_id,
-                "transaction.timeout.ms": self.transaction_timeout_ms,
-                # a record waits at most the transaction's life: then the transaction aborts
-                # and its slot goes again (the pool keeps the data meanwhile)
-                "message.timeout.ms": self.transaction_timeout_ms}
-        if self.lone_mode:
-            conf.update({"batch.num.messages": 1, "linger.ms": 0})
-        return self.producer_factory(conf)
+        return self.producer_factory({**self.conf, "error_cb": self._on_error,
+                                      "delivery.report.only.error": True,
+                                      **self._producer_overrides()})
 
     def _lone_producer(self):
         raise AssertionError("the transactional drain sends records alone by lone_mode")
+
+    def _producer_overrides(self) -> dict:
+        """The settings a transactional producer adds to the agent's (both send paths)."""
+        extra = {"transactional.id": self.txn_id,
+                 "transaction.timeout.ms": self.transaction_timeout_ms,
+                 # a record waits at most the transaction's life: then the transaction aborts
+                 # and its slot goes again (the pool keeps the data meanwhile)
+                 "message.timeout.ms": self.transaction_timeout_ms}
+        if self.lone_mode:
+            extra.update({"batch.num.messages": 1, "linger.ms": 0})
+        return extra
+
+    # The client of the transaction calls, and what the drain does to its producer: the
+    # Python path's here; the native path's in ``native_txn.py``.
+    def _txn(self):
+        """The client the transaction calls go to: confluent-kafka's calls and errors."""
+        return self.producer
+
+    def _group_metadata(self):
+        """The progress marker's group, as ``send_offsets_to_transaction`` takes it."""
+        return self._marker_consumer().consumer_group_metadata()
+
+    def _purge_queued(self) -> None:
+        """Take back what waits in the client's queue (a failed transaction sends no more)."""
+        self.producer.purge(in_queue=True, in_flight=False)
+
+    def _swap_producer(self) -> None:
+        """A new producer in place of the old one, let go of without waiting for it."""
+        old = self.producer
+        try:
+            old.purge(in_queue=True, in_flight=True)
+            old.poll(0)
+        except KafkaException:             # a producer in a fatal state: let it go as it is
+            pass
+        self.producer = self._new_producer()
+        let_go(old)
+        del old
+
+    def _abort_open(self) -> None:
+        """At stop: the open transaction's records purged, the transaction aborted."""
+        self.producer.purge(in_queue=True, in_flight=True)
+        self.producer.poll(0)
+        self.producer.abort_transaction(CALL_TIMEOUT_S)
+
+    def _flush_at_stop(self) -> None:
+        self.producer.flush(0)
 
     def _marker_consumer(self) -> Consumer:
         if self._consumer is None:
@@ -283,7 +324,7 @@ class TransactionalDrain(Drain):
         """Fence the previous producer of this ``transactional.id`` (its open transaction is
         aborted, or completed if its commit was decided), make sure the progress topic
         exists, then read the committed marker."""
-        producer = self.producer
+        producer = self._txn()
         self._retrying(lambda: producer.init_transactions(CALL_TIMEOUT_S),
                        "initialising transactions")
         self._ensure_progress_topic()
@@ -312,8 +353,8 @@ class TransactionalDrain(Drain):
         self.crash_point("txn:produced")
         marker = TopicPartition(self.progress_topic, MARKER_PARTITION, through,
                                 metadata=marker_value(self.incarnation_id, slots))
-        group = self._marker_consumer().consumer_group_metadata()
-        producer = self.producer
+        group = self._group_metadata()
+        producer = self._txn()
         self._retrying(lambda: producer.send_offsets_to_transaction(
             [marker], group, CALL_TIMEOUT_S), "sending the progress marker")
         self.crash_point("txn:before_commit")
@@ -440,9 +481,12 @@ class TransactionalDrain(Drain):
         if self.inflight and self.broken:
             # A failed transaction sends nothing more (librdkafka holds its queue until the
             # records time out): purged, the requests in flight answer, then it goes again.
-            if self._outstanding() and not self._purged:
-                self.producer.purge(in_queue=True, in_flight=False)
-                self._purged = True
+            # Records the client queues again after a purge (those of a request in flight
+            # answered with an error it retries) would wait out their timeout too: the queue
+            # is purged again while records are out, every PURGE_AGAIN_S.
+            if self._outstanding() and self._now() >= self._purge_again_at:
+                self._purge_queued()
+                self._purge_again_at = self._now() + PURGE_AGAIN_S
                 self._poll()
             if self._outstanding() == 0:
                 self._abort_and_send_again("a record failed")
@@ -475,7 +519,7 @@ class TransactionalDrain(Drain):
                     break
             if self.began is None:
                 try:
-                    self.producer.begin_transaction()
+                    self._txn().begin_transaction()
                 except KafkaException as exc:     # a fatal error not yet served
                     self._fatal = exc.args[0]
                     break
@@ -572,7 +616,7 @@ class TransactionalDrain(Drain):
         log.warning("transaction aborted (%s): its %d slot(s) go again%s", why, len(old),
                     ", one record per batch" if lone else "")
         again = [self._again(s) for s in old]
-        self.began, self.broken, self._purged = None, False, False
+        self.began, self.broken, self._purge_again_at = None, False, 0.0
         self.lone_mode = self.lone_mode or lone
         # The next transaction: in one record per batch, only the oldest slot (each such
         # transaction commits one slot at least, and none outlives its timeout); the rest,
@@ -626,16 +670,8 @@ class TransactionalDrain(Drain):
         self.metrics.inc("agent_drain_producer_replacements_total", reason=why)
         self._fatal, self._reconfigured, self._replace_why = None, False, None
         self.inflight = collections.deque(self._again(s) for s in self.inflight)
-        self.began, self.broken, self.ready, self._purged = None, False, False, False
-        old = self.producer
-        try:
-            old.purge(in_queue=True, in_flight=True)
-            old.poll(0)
-        except KafkaException:             # a producer in a fatal state: let it go as it is
-            pass
-        self.producer = self._new_producer()
-        _let_go(old)
-        del old
+        self.began, self.broken, self.ready, self._purge_again_at = None, False, False, 0.0
+        self._swap_producer()
         if self._consumer is not None:        # new settings (a reload) reach it too
             self._consumer.close()
             self._consumer = None
@@ -656,14 +692,12 @@ class TransactionalDrain(Drain):
             return
         if self.began is not None and self.ready:
             try:
-                self.producer.purge(in_queue=True, in_flight=True)
-                self.producer.poll(0)
-                self.producer.abort_transaction(CALL_TIMEOUT_S)
+                self._abort_open()
             except KafkaException as exc:
                 log.warning("open transaction not aborted at stop (%s): read_committed "
                             "readers wait for its timeout (%d ms) or the next start",
                             exc.args[0].str(), self.transaction_timeout_ms)
-        self.producer.flush(0)
+        self._flush_at_stop()
         if self._consumer is not None:
             self._consumer.close()
 

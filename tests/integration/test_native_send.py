@@ -270,3 +270,38 @@ def test_its_librdkafka_lines_are_handed_over_by_poll(tmp_path):
     assert any(level == 7 and fac in ("BROKER", "CONNECT", "STATE", "BRKMAIN")
                for level, fac, _text in seen["chatty"]), seen["chatty"][:5]
     assert all(level < 7 for level, _fac, _text in seen["quiet"]), seen["quiet"][:5]
+
+
+def test_transaction_calls_commit_the_marker_whole_and_fencing_comes_back_as_fatal(
+        kafka, tmp_path, topic_name):
+    """Exactly once on this path (agent/drain/native_txn.py): the progress marker committed
+    by the extension is read back whole by the Python client (which takes a committed
+    offset's metadata as a C string), and a producer fenced by a newer one of the same
+    ``transactional.id`` answers with the error confluent-kafka would raise: fatal."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    progress, txn_id = f"{topic_name}.progress", f"docket-agent-{topic_name}"
+    ensure_topics(kafka.bootstrap_servers, [TopicSpec(progress, partitions=1)])
+    conf = {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": txn_id}
+    first = native.SlotProducer(conf)
+    assert first.init_transactions(30) is None and first.begin_transaction() is None
+    marker = '{"v":1,"slots":[' + ",".join(f"[{i * 1000},1000,{i}]" for i in range(40)) + "]}"
+    assert first.send_offsets_to_transaction(progress, 0, 40_000, marker, txn_id, 30) is None
+    assert first.commit_transaction(30) is None
+    reader = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": txn_id,
+                       "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        [tp] = reader.committed([TopicPartition(progress, 0)], 30)
+    finally:
+        reader.close()
+    assert (tp.offset, tp.metadata) == (40_000, marker)
+
+    second = native.SlotProducer(conf)
+    assert second.init_transactions(30) is None             # fences the first
+    assert first.begin_transaction() is None                # local: no request yet
+    outcome = first.send_offsets_to_transaction(progress, 0, 1, "{}", txn_id, 30)
+    assert outcome is not None, "the fenced producer's call succeeded"
+    code, text, fatal, _retriable, _abortable = outcome
+    assert fatal and code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                              KafkaError.INVALID_PRODUCER_EPOCH), outcome
+    assert text

@@ -8,14 +8,16 @@ counts per slot, a failure is handed back by the next ``poll`` as (token, index,
 refused by produce); once ``seal`` said how many records a slot holds and that many reports are
 in, ``poll`` returns (token, acknowledged, failed, prefix) once for it; until then ``acked_prefix``
 says how many of its records from the first on (or from where ``begin`` said the send began)
-are acknowledged.
+are acknowledged. The transaction calls go to the inner producer where it has them (a
+``TxProducer``, tests/unit/test_drain_transact_fake.py), answered as the extension answers:
+None, or (code, text, fatal, retriable, requires abort).
 The records go through a ``FakeProducer`` (every report served), so a test's script — values
 that fail, are held, or never answered — applies to both paths alike.
 """
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicPartition
 
 from docket_common.names import SEQ_HEADER
 from tests.unit.fakeproducer import FakeKafka, FakeProducer
@@ -128,3 +130,32 @@ class FakeSlotProducer:
 
     def flush(self, timeout_s: float = 0) -> bool:
         return self.inner.flush(timeout_s) == 0
+
+    # -- transactions (the inner producer's, where it has them) -------------------------------
+    @staticmethod
+    def _txn(call) -> tuple | None:
+        try:
+            call()
+        except KafkaException as exc:
+            e = exc.args[0]
+            return e.code(), e.str(), e.fatal(), e.retriable(), e.txn_requires_abort()
+        return None
+
+    def init_transactions(self, timeout_s: float) -> tuple | None:
+        return self._txn(lambda: self.inner.init_transactions(timeout_s))
+
+    def begin_transaction(self) -> tuple | None:
+        return self._txn(self.inner.begin_transaction)
+
+    def send_offsets_to_transaction(self, topic: str, partition: int, offset: int,
+                                    metadata: str, group: str, timeout_s: float
+                                    ) -> tuple | None:
+        marker = [TopicPartition(topic, partition, offset, metadata=metadata)]
+        return self._txn(lambda: self.inner.send_offsets_to_transaction(marker, group,
+                                                                         timeout_s))
+
+    def commit_transaction(self, timeout_s: float) -> tuple | None:
+        return self._txn(lambda: self.inner.commit_transaction(timeout_s))
+
+    def abort_transaction(self, timeout_s: float) -> tuple | None:
+        return self._txn(lambda: self.inner.abort_transaction(timeout_s))

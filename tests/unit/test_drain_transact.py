@@ -60,7 +60,6 @@ def test_the_transactional_id_is_the_agents():
 
 
 @pytest.mark.parametrize("values, where", [
-    ({"broker.delivery": "exactly_once", "broker.send_path": "native"}, "broker.delivery"),
     ({"broker.delivery": "exactly-once"}, "broker.delivery"),
     ({"broker.transaction_max_slots": 65}, "broker.transaction_max_slots"),
     ({"broker.transaction_timeout_ms": 500}, "broker.transaction_timeout_ms"),

@@ -15,9 +15,11 @@ from confluent_kafka import KafkaError, TopicPartition
 import agent.drain.transact as transact
 from agent.buffer import BufferPool, Chunk
 from agent.drain.drain import DENIED_RETRY_S, OUTAGE_AFTER_S
+from agent.drain.native_txn import NativeTransactionalDrain
 from agent.drain.transact import TransactionalDrain
 from agent.state.journal import LossJournal
 from agent.telemetry import Metrics
+from tests.unit.fakenative import FakeSlotProducer
 from tests.unit.fakeproducer import FakeKafka, FakeProducer
 from tests.unit.test_drain_denied import DENIED, StoppedClock
 
@@ -60,7 +62,9 @@ class TxProducer(FakeProducer):
         records = self.kafka.log[self.txn_start:]
         self.kafka.committed.extend(records)
         self.kafka.marker = self.marker
-        self.kafka.transactions.append((len(records), self.conf.get("batch.num.messages", 0)))
+        # (the native producer's settings are text)
+        self.kafka.transactions.append((len(records),
+                                        int(self.conf.get("batch.num.messages", 0))))
         self.txn_start = None
 
 
@@ -86,9 +90,16 @@ def no_topic_creation(monkeypatch):
     monkeypatch.setattr(transact, "ensure_topics", lambda *a, **k: [])
 
 
-def _drain(tmp_path, kafka: TxKafka, topics: dict[str, int], clock):
+@pytest.fixture(params=["python", "native"])
+def send_path(request):
+    """Every test on both send paths: the native one's drain over a stand-in extension whose
+    records and transaction calls go to the same fake cluster."""
+    return request.param
+
+
+def _drain(tmp_path, kafka: TxKafka, topics: dict[str, int], clock, send_path: str):
     """A pool with ``topics`` (name → records, 16 KiB slots) sealed, under the exactly-once
-    drain; the order the slots are freed in is kept in ``freed``."""
+    drain of the test's send path; the order the slots are freed in is kept in ``freed``."""
     metrics = Metrics()
     pool = BufferPool(tmp_path / "p", 4 << 20, 16 << 10, linger_ms=1e9, sync_on_seal=False)
     for topic, n in topics.items():
@@ -96,12 +107,15 @@ def _drain(tmp_path, kafka: TxKafka, topics: dict[str, int], clock):
         pool.append(topic, Chunk.from_lines(data, np.full(n, 1_795_000_000_000)))
         pool.seal_all()
     freed: list = []
-    drain = TransactionalDrain(pool, {"bootstrap.servers": "127.0.0.1:1"},
+    native = {"native_factory": lambda conf: FakeSlotProducer(conf, kafka)}
+    drain_class = {"python": TransactionalDrain, "native": NativeTransactionalDrain}[send_path]
+    drain = drain_class(pool, {"bootstrap.servers": "127.0.0.1:1"},
                                LossJournal(tmp_path / "j", metrics), metrics, tmp_path / "dead",
                                b"a", on_slot_done=freed.append,
                                producer_factory=kafka.producer, incarnation=b"1-test",
                                clock=clock, agent_id="a", incarnation_id="1-test",
-                               consumer_factory=kafka.consumer)
+                               consumer_factory=kafka.consumer,
+                               **(native if drain_class is NativeTransactionalDrain else {}))
     return drain, pool, freed
 
 
@@ -124,9 +138,10 @@ def _values(records) -> list[bytes]:
     return [value for _t, value, _k, _ts, _h in records]
 
 
-def test_a_refused_topic_waits_aside_the_others_commit_and_it_follows_in_order(tmp_path):
+def test_a_refused_topic_waits_aside_the_others_commit_and_it_follows_in_order(
+        tmp_path, send_path):
     kafka, clock = TxKafka(), StoppedClock()
-    drain, pool, freed = _drain(tmp_path, kafka, {"refused": 1500, "open": 1500}, clock)
+    drain, pool, freed = _drain(tmp_path, kafka, {"refused": 1500, "open": 1500}, clock, send_path)
     refused = [s.seq for s in pool.sealed() if s.topic == "refused"]
     assert len(refused) >= 4
     first = b"refused event 000000 " + b"x" * 60
@@ -143,9 +158,9 @@ def test_a_refused_topic_waits_aside_the_others_commit_and_it_follows_in_order(t
     assert _aborts(drain) == 3 and kafka.answer(first) == "ok"
 
 
-def test_a_refused_topic_is_tried_once_per_retry_interval_not_in_a_loop(tmp_path):
+def test_a_refused_topic_is_tried_once_per_retry_interval_not_in_a_loop(tmp_path, send_path):
     kafka, clock = TxKafka(), StoppedClock()
-    drain, pool, freed = _drain(tmp_path, kafka, {"refused": 1500}, clock)
+    drain, pool, freed = _drain(tmp_path, kafka, {"refused": 1500}, clock, send_path)
     first = b"refused event 000000 " + b"x" * 60
     kafka.script(first, *[DENIED] * 100)
     _pump_until(drain, lambda: _aborts(drain) >= 1, clock)
@@ -159,9 +174,9 @@ def test_a_refused_topic_is_tried_once_per_retry_interval_not_in_a_loop(tmp_path
     assert drain.broker_state.startswith("not authorised")
 
 
-def test_a_record_too_large_alone_is_dead_lettered_and_the_rest_commit_once(tmp_path):
+def test_a_record_too_large_alone_is_dead_lettered_and_the_rest_commit_once(tmp_path, send_path):
     kafka, clock = TxKafka(), StoppedClock()
-    drain, pool, freed = _drain(tmp_path, kafka, {"t": 3000}, clock)
+    drain, pool, freed = _drain(tmp_path, kafka, {"t": 3000}, clock, send_path)
     largest = max(s.record_count for s in pool.sealed())
     big = b"t event 001234 " + b"x" * 60
     kafka.script(big, *[TOO_LARGE] * 50)               # in a batch, alone: always
@@ -177,9 +192,9 @@ def test_a_record_too_large_alone_is_dead_lettered_and_the_rest_commit_once(tmp_
     assert not drain.lone_mode
 
 
-def test_a_restart_frees_the_slots_the_marker_names_without_sending_them(tmp_path):
+def test_a_restart_frees_the_slots_the_marker_names_without_sending_them(tmp_path, send_path):
     kafka, clock = TxKafka(), StoppedClock()
-    drain, pool, freed = _drain(tmp_path, kafka, {"t": 1500}, clock)
+    drain, pool, freed = _drain(tmp_path, kafka, {"t": 1500}, clock, send_path)
     # A transaction of the first two slots committed by a previous producer, then a crash
     # before they were freed: the marker names them.
     first_two = pool.sealed()[:2]
@@ -199,13 +214,14 @@ def _slot_values(slot) -> list[bytes]:
             for o, n in zip(block.offsets.tolist(), block.lengths.tolist(), strict=True)]
 
 
-def test_a_commit_waiting_for_a_cluster_that_does_not_answer_is_said_unreachable(tmp_path):
+def test_a_commit_waiting_for_a_cluster_that_does_not_answer_is_said_unreachable(
+        tmp_path, send_path):
     """One transaction call can wait 30 s and more (librdkafka's request timeout) for a paused
     broker: status must say the cluster is unreachable meanwhile, not "up" (seen in CI: a
     broker paused 30 s during a commit), and "up" again once the commit returns."""
     kafka, clock = TxKafka(), StoppedClock()
     kafka.commit_gate = threading.Event()
-    drain, pool, _freed = _drain(tmp_path, kafka, {"t": 300}, clock)
+    drain, pool, _freed = _drain(tmp_path, kafka, {"t": 300}, clock, send_path)
     for _ in range(1000):
         drain.pump()
         if drain.job is not None and drain.job.name == "commit":
@@ -224,5 +240,27 @@ def test_a_commit_waiting_for_a_cluster_that_does_not_answer_is_said_unreachable
     kafka.commit_gate.set()
     _pump_until(drain, lambda: not pool.sealed(), clock)
     assert drain.broker_state == "up" and drain.metrics.get("agent_drain_broker_up") == 1
+    got = _values(kafka.committed)
+    assert len(got) == len(set(got)) == 300
+
+
+def test_a_native_producer_refused_its_transactional_id_is_replaced_after_the_retry_interval(
+        tmp_path):
+    """librdkafka keeps a producer's fatal error for its life: taken once, an ACL missing waits
+    ``DENIED_RETRY_S`` and a new producer tries again (read at every pump, it put the agent
+    back to waiting for good)."""
+    kafka, clock = TxKafka(), StoppedClock()
+    drain, pool, _freed = _drain(tmp_path, kafka, {"t": 300}, clock, "native")
+    refused = drain.native
+    refused.fatal = (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                     "Broker: Transactional Id authorization failed")
+    for _ in range(50):
+        drain.pump()
+        if drain.job is not None:
+            drain.job.done.wait(5)
+    assert drain.native is refused and drain.broker_state.startswith("transactions refused")
+    clock.now += DENIED_RETRY_S
+    _pump_until(drain, lambda: not pool.sealed(), clock)
+    assert drain.native is not refused
     got = _values(kafka.committed)
     assert len(got) == len(set(got)) == 300

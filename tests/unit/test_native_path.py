@@ -16,6 +16,7 @@ import pytest
 from agent.config import load, parse, to_toml
 from agent.drain.drain import Drain
 from agent.drain.native import NativeDrain, NativeUnavailable, extension_installed, native_module
+from agent.drain.native_txn import NativeTransactionalDrain
 from agent.drain.producer import NATIVE_LINGER_MS
 from agent.drain.transact import TransactionalDrain
 from agent.errors import StartupError
@@ -81,16 +82,32 @@ def test_auto_with_the_extension_runs_the_native_path_and_says_why(tmp_path, cap
         agent.abandon()
 
 
-def test_auto_with_exactly_once_runs_the_transactional_python_path(tmp_path):
+def test_exactly_once_runs_transactions_on_the_path_auto_chooses(tmp_path):
+    """Without the extension (a stand-in producer alone) the Python path's transactions; with
+    it the native path's, whose pool sends no slot while it fills (a transaction holds sealed
+    slots only)."""
     cfg = config(tmp_path, "auto")
     cfg.values = {**cfg.values, "broker.delivery": "exactly_once"}
     agent = Agent(cfg, seams=Seams(clock=FakeClock(), file_events=False,
                                    producer_factory=FakeKafka().producer))
     try:
-        assert agent.send_path == "python" and isinstance(agent.drain, TransactionalDrain)
-        assert "exactly_once" in agent.send_path_why
+        assert agent.send_path == "python" and type(agent.drain) is TransactionalDrain
     finally:
         agent.abandon()
+    cfg = config(tmp_path / "native", "auto")
+    cfg.values = {**cfg.values, "broker.delivery": "exactly_once"}
+    agent, _kafka = _with_stand_ins(cfg)
+    try:
+        assert agent.send_path == "native" and type(agent.drain) is NativeTransactionalDrain
+        assert agent.drain.native.conf["transactional.id"] == agent.drain.txn_id
+        assert not agent.pool.send_filling and agent.drain._check is None
+    finally:
+        agent.abandon()
+    plain, _kafka = _with_stand_ins(config(tmp_path / "plain", "auto"))
+    try:                                 # at least once: the slot filling is sent
+        assert type(plain.drain) is NativeDrain and plain.pool.send_filling
+    finally:
+        plain.abandon()
 
 
 def _with_stand_ins(cfg, file_events=False):

@@ -27,28 +27,23 @@ def test_the_default_is_auto():
     assert _config()["broker.send_path"] == "auto"
 
 
-@pytest.mark.parametrize("setting, delivery, installed, path", [
-    ("auto", "at_least_once", True, "native"),
-    ("auto", "at_least_once", False, "python"),
-    ("auto", "exactly_once", True, "python"),
-    ("auto", "exactly_once", False, "python"),
-    ("python", "at_least_once", True, "python"),
-    ("python", "exactly_once", True, "python"),
-    ("native", "at_least_once", False, "native"),     # the agent then refuses to start, saying so
+@pytest.mark.parametrize("setting, installed, path", [
+    ("auto", True, "native"),           # either delivery: transactions on both paths
+    ("auto", False, "python"),
+    ("python", True, "python"),
+    ("native", False, "native"),        # the agent then refuses to start, saying so
 ])
-def test_the_path_chosen_and_why(setting, delivery, installed, path):
-    chosen, why = choose_send_path(setting, delivery, installed=installed)
+def test_the_path_chosen_and_why(setting, installed, path):
+    chosen, why = choose_send_path(setting, installed=installed)
     assert chosen == path
     if setting != "auto":
         assert why == "set by broker.send_path"
-    elif delivery == "exactly_once":
-        assert "exactly_once" in why
     elif not installed:
         assert "not installed" in why and "make native" in why
 
 
 def test_auto_looks_for_the_extension_itself():
-    assert choose_send_path("auto", "at_least_once")[0] == (
+    assert choose_send_path("auto")[0] == (
         "native" if extension_installed() else "python")
 
 
@@ -82,11 +77,10 @@ def test_both_send_paths_run_one_librdkafka():
         check_producer(_config(send_path=path, **options))
 
 
-def test_native_with_exactly_once_is_refused_and_auto_is_not():
-    with pytest.raises(ConfigError) as e:
-        _config(send_path="native", delivery="exactly_once")
-    assert e.value.path == "broker.delivery" and "auto" in e.value.hint
-    assert _config(delivery="exactly_once")["broker.delivery"] == "exactly_once"
+@pytest.mark.parametrize("send_path", ["auto", "native", "python"])
+def test_exactly_once_is_taken_on_every_send_path(send_path):
+    cfg = _config(send_path=send_path, delivery="exactly_once")
+    assert (cfg["broker.send_path"], cfg["broker.delivery"]) == (send_path, "exactly_once")
 
 
 @pytest.mark.parametrize("send_path, linger", [("python", PRODUCER_LINGER_MS),
@@ -116,6 +110,6 @@ def test_an_installed_extension_that_does_not_load_says_why_auto_runs_python(tmp
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "docket_native", raising=False)
     importlib.invalidate_caches()
-    path, why = choose_send_path("auto", "at_least_once")
+    path, why = choose_send_path("auto")
     assert path == "python"
     assert "installed but does not load" in why and "librdkafka-0123abcd.so.1" in why, why

@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
+use std::mem::ManuallyDrop;
 use std::ptr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -220,12 +221,65 @@ unsafe fn items<T: pyo3::buffer::Element>(buf: &PyBuffer<T>) -> &[T] {
     std::slice::from_raw_parts(buf.buf_ptr() as *const T, buf.item_count())
 }
 
+/// A transaction call's error: (code, text, fatal, retriable, requires abort).
+type TxnError = (i32, String, bool, bool, bool);
+
+/// The client handle, to be used from a thread without the GIL (librdkafka's calls on it
+/// are thread-safe; the producer outlives the call: the Python object holds it).
+#[derive(Clone, Copy)]
+struct Handle(usize);
+
+impl Handle {
+    fn get(self) -> *mut rdsys::rd_kafka_t {
+        self.0 as *mut rdsys::rd_kafka_t
+    }
+}
+
+/// Seconds as librdkafka's milliseconds (a negative wait is none).
+fn millis(timeout_s: f64) -> i32 {
+    (timeout_s.max(0.0) * 1000.0).min(i32::MAX as f64) as i32
+}
+
+/// A transaction call's `rd_kafka_error_t` read and freed: None where it is no error.
+fn txn_outcome(err: *mut rdsys::rd_kafka_error_t) -> Option<TxnError> {
+    if err.is_null() {
+        return None;
+    }
+    // SAFETY: a valid error object that this function owns and destroys once.
+    unsafe {
+        let code = rdsys::rd_kafka_error_code(err) as i32;
+        let text = std::ffi::CStr::from_ptr(rdsys::rd_kafka_error_string(err))
+            .to_string_lossy().into_owned();
+        let outcome = (code, text, rdsys::rd_kafka_error_is_fatal(err) != 0,
+                       rdsys::rd_kafka_error_is_retriable(err) != 0,
+                       rdsys::rd_kafka_error_txn_requires_abort(err) != 0);
+        rdsys::rd_kafka_error_destroy(err);
+        Some(outcome)
+    }
+}
+
 /// A Kafka producer whose delivery reports are counted per slot.
 #[pyclass(module = "docket_native")]
 struct SlotProducer {
-    /// Declared before the producer: dropped first, while the client still lives.
-    wake: Wake,
-    producer: BaseProducer<Reports>,
+    /// Dropped before the producer (`Drop` below), while the client still lives.
+    wake: ManuallyDrop<Wake>,
+    producer: ManuallyDrop<BaseProducer<Reports>>,
+}
+
+impl Drop for SlotProducer {
+    /// Without the GIL: the crate's drop of a producer flushes for up to 500 ms and
+    /// librdkafka's destroy waits for its threads, and a replaced producer is let go of from
+    /// a thread of the agent's (`drain/transact.py`, `_let_go`) while its loop goes on.
+    fn drop(&mut self) {
+        // SAFETY: each field is taken once, here, and nothing uses it afterwards.
+        let (wake, producer) = unsafe {
+            (ManuallyDrop::take(&mut self.wake), ManuallyDrop::take(&mut self.producer))
+        };
+        Python::attach(|py| py.detach(move || {
+            drop(wake);
+            drop(producer);
+        }));
+    }
 }
 
 /// The pipe a waiting `poll` sleeps on: librdkafka writes a byte to it when its main queue
@@ -303,6 +357,12 @@ impl Drop for Wake {
     }
 }
 
+impl SlotProducer {
+    fn rk(&self) -> Handle {
+        Handle(self.producer.client().native_ptr() as usize)
+    }
+}
+
 #[pymethods]
 impl SlotProducer {
     /// `config`: librdkafka properties (the agent's producer settings). Delivery reports are
@@ -323,7 +383,7 @@ impl SlotProducer {
             .create_with_context(reports)
             .map_err(|e| PyValueError::new_err(format!("cannot create the producer: {e}")))?;
         let wake = Wake::new(&producer)?;
-        Ok(SlotProducer { wake, producer })
+        Ok(SlotProducer { wake: ManuallyDrop::new(wake), producer: ManuallyDrop::new(producer) })
     }
 
     /// Produce records [start, n) of one block of slot `token`, with the GIL released; returns
@@ -567,6 +627,74 @@ impl SlotProducer {
     fn purge(&self, in_flight: bool) {
         let how = PurgeConfig::default().queue();
         self.producer.purge(if in_flight { how.inflight() } else { how });
+    }
+
+    /// Transactions (`broker.delivery = "exactly_once"`, `agent/drain/native_txn.py`): each
+    /// call waits for the cluster up to `timeout_s` with the GIL released (the drain makes
+    /// these calls from a thread of its own) and returns None, or librdkafka's error as
+    /// (code, text, fatal, retriable, requires abort): the Python path's KafkaError, for the
+    /// same rules. `init_transactions` fences an earlier producer of the `transactional.id`.
+    fn init_transactions(&self, py: Python<'_>, timeout_s: f64) -> Option<TxnError> {
+        let (rk, ms) = (self.rk(), millis(timeout_s));
+        py.detach(|| txn_outcome(unsafe { rdsys::rd_kafka_init_transactions(rk.get(), ms) }))
+    }
+
+    /// Open a transaction (no wait for the cluster).
+    fn begin_transaction(&self) -> Option<TxnError> {
+        txn_outcome(unsafe { rdsys::rd_kafka_begin_transaction(self.rk().get()) })
+    }
+
+    /// Put the offset `offset` with `metadata` on `topic`'s `partition` for consumer group
+    /// `group` into the open transaction (Kafka's TxnOffsetCommit): the agent's progress
+    /// marker. The group's metadata is its id alone (no member: nothing consumes in it).
+    fn send_offsets_to_transaction(&self, py: Python<'_>, topic: &str, partition: i32,
+                                   offset: i64, metadata: &str, group: &str, timeout_s: f64)
+                                   -> PyResult<Option<TxnError>> {
+        let topic_c = CString::new(topic)
+            .map_err(|_| PyValueError::new_err("the topic holds a NUL byte"))?;
+        let group_c = CString::new(group)
+            .map_err(|_| PyValueError::new_err("the group holds a NUL byte"))?;
+        let (rk, ms) = (self.rk(), millis(timeout_s));
+        let meta = metadata.as_bytes().to_vec();
+        Ok(py.detach(move || unsafe {
+            // The list owns the metadata and frees it with librdkafka's allocator, which
+            // made it. It ends with a NUL, counted in its size, as the Python client writes
+            // it: that client reads a committed offset's metadata as a C string (the marker's
+            // reader, and the Python path's marker, are confluent-kafka's).
+            let copy = rdsys::rd_kafka_mem_malloc(rk.get(), meta.len() + 1) as *mut u8;
+            if copy.is_null() {              // a marker without its slots is never committed
+                return Some((RespErr::RD_KAFKA_RESP_ERR__FAIL as i32,
+                             "no memory for the progress marker".to_string(), false, true,
+                             false));
+            }
+            ptr::copy_nonoverlapping(meta.as_ptr(), copy, meta.len());
+            *copy.add(meta.len()) = 0;
+            let list = rdsys::rd_kafka_topic_partition_list_new(1);
+            let elem = rdsys::rd_kafka_topic_partition_list_add(list, topic_c.as_ptr(),
+                                                                partition);
+            (*elem).offset = offset;
+            (*elem).metadata = copy as *mut c_void;
+            (*elem).metadata_size = meta.len() + 1;
+            let cgm = rdsys::rd_kafka_consumer_group_metadata_new(group_c.as_ptr());
+            let outcome = txn_outcome(rdsys::rd_kafka_send_offsets_to_transaction(
+                rk.get(), list, cgm, ms));
+            rdsys::rd_kafka_consumer_group_metadata_destroy(cgm);
+            rdsys::rd_kafka_topic_partition_list_destroy(list);
+            outcome
+        }))
+    }
+
+    /// Commit the open transaction: librdkafka first sends what is queued and waits for its
+    /// reports (which `poll` serves, on the agent's loop, as at any time).
+    fn commit_transaction(&self, py: Python<'_>, timeout_s: f64) -> Option<TxnError> {
+        let (rk, ms) = (self.rk(), millis(timeout_s));
+        py.detach(|| txn_outcome(unsafe { rdsys::rd_kafka_commit_transaction(rk.get(), ms) }))
+    }
+
+    /// Abort the open transaction (its records are purged first: see `purge`).
+    fn abort_transaction(&self, py: Python<'_>, timeout_s: f64) -> Option<TxnError> {
+        let (rk, ms) = (self.rk(), millis(timeout_s));
+        py.detach(|| txn_outcome(unsafe { rdsys::rd_kafka_abort_transaction(rk.get(), ms) }))
     }
 
     /// librdkafka's fatal error, if one happened: (code, text).
