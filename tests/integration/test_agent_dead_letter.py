@@ -57,17 +57,18 @@ def wait_for(what, predicate, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("batch_size, delivery",
-                         [(None, "at_least_once"), (LIMIT, "at_least_once"),
-                          (None, "exactly_once")],
+@pytest.mark.parametrize("batch_size, delivery, send_path",
+                         [(None, "at_least_once", "auto"), (LIMIT, "at_least_once", "auto"),
+                          (None, "exactly_once", "auto"), (None, "exactly_once", "python")],
                          ids=["default_batch_size", "batch_size_at_the_topic_limit",
-                              "exactly_once"])
+                              "exactly_once", "exactly_once_python_path"])
 def test_only_records_too_large_on_their_own_are_dead_lettered(kafka, tmp_path, topic_name,
-                                                                 batch_size, delivery):
+                                                                 batch_size, delivery,
+                                                                 send_path):
     ensure_topics(kafka.bootstrap_servers,
                   [TopicSpec(topic_name, partitions=3, config={"max.message.bytes": str(LIMIT)})])
     agent, logs = setup_agent(tmp_path, kafka.bootstrap_servers, topic_name,
-                              broker={"delivery": delivery})
+                              broker={"delivery": delivery, "send_path": send_path})
     if batch_size is not None:
         with open(agent.config, "a") as f:
             f.write(f'[broker.librdkafka_options]\n"batch.size" = {batch_size}\n')
@@ -97,6 +98,9 @@ def test_only_records_too_large_on_their_own_are_dead_lettered(kafka, tmp_path, 
     said = (tmp_path / "agent.log").read_text()
     if delivery == "exactly_once":     # the transaction went again, one record per batch
         assert "one record per batch" in said
+        # ... and each failed one went again at once: none waited for records the client
+        # queued again after its purge (seen: 45 s, until the stall watch replaced it)
+        assert "send path stalled" not in said
     elif batch_size is None:           # the operator is told why the topic goes slowly
         assert "refused a batch as too large" in said
 
