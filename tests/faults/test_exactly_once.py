@@ -1,6 +1,7 @@
 """``broker.delivery = "exactly_once"`` against the real local Kafka: the agent SIGKILLed five
-times while a writer rotates its file at 100 k lines/s, and killed at each step of a
-transaction (deterministically, by ``txn_crashing_agent.py``). A read_committed consumer must
+times while a writer rotates its file at 100 k lines/s (on each send path), and killed at
+each step of a transaction (deterministically, by ``txn_crashing_agent.py``; on the path
+``auto`` runs, the native one where it is built). A read_committed consumer must
 see every id exactly once; a read_uncommitted one shows that the faults really happened (the
 aborted copies of the transactions the kills cut short)."""
 
@@ -24,8 +25,9 @@ EXACTLY_ONCE = {"delivery": "exactly_once"}
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("agent_send_path", ["python", "native"], indirect=True)
 def test_sigkill_five_times_with_rotation_a_read_committed_reader_sees_each_id_once(
-        kafka, tmp_path, topic_name):
+        kafka, tmp_path, topic_name, agent_send_path):
     total = 1_000_000
     audit_topic = f"{topic_name}.audit"
     ensure_audit_topic(kafka.bootstrap_servers, audit_topic)
@@ -47,7 +49,7 @@ def test_sigkill_five_times_with_rotation_a_read_committed_reader_sees_each_id_o
 
     figures = sigkill_run(kafka, tmp_path, topic_name, kills=5, total=total, rate=100_000,
                           broker=EXACTLY_ONCE, sections={"audit": {"topic": audit_topic}},
-                          check=False, between=cut_a_transaction)
+                          check=False, between=cut_a_transaction, send_path=agent_send_path)
     uncommitted = consume_counts(kafka.bootstrap_servers, topic_name, total, 300, parse_id,
                                  isolation="read_uncommitted")
     figures["aborted_copies"] = sum(uncommitted.values()) - total
