@@ -93,16 +93,17 @@ SETTINGS: tuple[Setting, ...] = (
             "before its linger has passed when every file source was read to its end, while "
             "the drain keeps up and fewer than 8 slots are on their way: a record does not "
             "wait for the slot before it to be acknowledged. Off, and always with the Python "
-            "path: while slots are in flight, records gather until linger (fewer, larger "
-            "slots at a steady moderate rate)."),
-    Setting("buffer.send_filling", bool, True, "Native send path: a slot that would be "
-            "sealed early (`seal_when_idle`, `seal_when_caught_up`: the agent read everything) "
-            "is sent while it fills instead: what it holds is written in its header as a "
-            "sealed slot and synced before it is sent, as a seal does, and the slot is sealed "
-            "whole (its checkpoints, its audit counts) `seal_every_ms` after its first record, "
-            "or when full. At 10–1,000 lines/s one seal's work serves every line of that time "
-            "instead of each line (`docs/performance.md`). Off: each such slot is sealed "
-            "before it is sent."),
+            "path and with `delivery = \"exactly_once\"`: while slots are in flight, records "
+            "gather until linger (fewer, larger slots at a steady moderate rate; with exactly "
+            "once, a transaction that commits as soon as its records are acknowledged)."),
+    Setting("buffer.send_filling", bool, True, "Native send path, at least once: a slot "
+            "that would be sealed early (`seal_when_idle`, `seal_when_caught_up`: the agent "
+            "read everything) is sent while it fills instead: what it holds is written in its "
+            "header as a sealed slot and synced before it is sent, as a seal does, and the "
+            "slot is sealed whole (its checkpoints, its audit counts) `seal_every_ms` after its "
+            "first record, or when full. At 10–1,000 lines/s one seal's work serves every "
+            "line of that time instead of each line (`docs/performance.md`). Off: each such "
+            "slot is sealed before it is sent."),
     Setting("buffer.seal_every_ms", float, 1000.0, "How long after its first record a slot "
             "sent while it fills (`send_filling`) is sealed whole: how far the sealed "
             "checkpoints and the audit's counts may lag what Kafka has.",

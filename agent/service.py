@@ -276,9 +276,11 @@ class Agent(AgentLoop, AgentControl):
         return BufferPool(
             cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
             linger_ms=cfg["buffer.linger_ms"], seal_when_idle=cfg["buffer.seal_when_idle"],
+            # Neither with exactly once (agent/drain/native_txn.py): a transaction holds
+            # sealed slots only, and a slot sealed at each caught-up turn joins the open
+            # transaction, whose commit then waits for its records too (docs/performance.md).
             seal_when_caught_up=cfg["buffer.seal_when_caught_up"]
-            and self.send_path == "native",
-            # a transaction holds sealed slots only (agent/drain/native_txn.py)
+            and self.send_path == "native" and cfg["broker.delivery"] != "exactly_once",
             send_filling=cfg["buffer.send_filling"] and self.send_path == "native"
             and cfg["broker.delivery"] != "exactly_once",
             seal_every_ms=cfg["buffer.seal_every_ms"],

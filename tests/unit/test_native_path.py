@@ -101,11 +101,13 @@ def test_exactly_once_runs_transactions_on_the_path_auto_chooses(tmp_path):
         assert agent.send_path == "native" and type(agent.drain) is NativeTransactionalDrain
         assert agent.drain.native.conf["transactional.id"] == agent.drain.txn_id
         assert not agent.pool.send_filling and agent.drain._check is None
+        assert not agent.pool.seal_when_caught_up      # its slots would keep the commit back
     finally:
         agent.abandon()
     plain, _kafka = _with_stand_ins(config(tmp_path / "plain", "auto"))
     try:                                 # at least once: the slot filling is sent
         assert type(plain.drain) is NativeDrain and plain.pool.send_filling
+        assert plain.pool.seal_when_caught_up
     finally:
         plain.abandon()
 
