@@ -83,6 +83,12 @@ class NativeTransactionalDrain(TransactionalDrain, NativeDrain):
     def _poll(self, timeout_s: float = 0, wake_fd: int = -1) -> None:
         NativeDrain._poll(self, timeout_s, wake_fd)
 
+    def _init_failed(self, err: KafkaError) -> None:
+        """librdkafka keeps an init's fatal error (an ACL refused) as the producer's: taken
+        here, not again at the next pump (which would refuse it a second time)."""
+        self._fatal_taken_from = self.native
+        super()._init_failed(err)
+
     def _purge_queued(self) -> None:
         self.native.purge(in_flight=False)
 
@@ -93,6 +99,7 @@ class NativeTransactionalDrain(TransactionalDrain, NativeDrain):
         old.purge(in_flight=True)
         self._poll(0)
         self._new_producers()
+        self._fatal_taken_from = None    # held, it would keep the old producer alive
         let_go(old)
         del old
 

@@ -262,5 +262,6 @@ def test_a_native_producer_refused_its_transactional_id_is_replaced_after_the_re
     clock.now += DENIED_RETRY_S
     _pump_until(drain, lambda: not pool.sealed(), clock)
     assert drain.native is not refused
+    assert drain._fatal_taken_from is not refused      # let go of, not held
     got = _values(kafka.committed)
     assert len(got) == len(set(got)) == 300

@@ -269,7 +269,7 @@ struct SlotProducer {
 impl Drop for SlotProducer {
     /// Without the GIL: the crate's drop of a producer flushes for up to 500 ms and
     /// librdkafka's destroy waits for its threads, and a replaced producer is let go of from
-    /// a thread of the agent's (`drain/transact.py`, `_let_go`) while its loop goes on.
+    /// a thread of the agent's (`drain/transact.py`, `let_go`) while its loop goes on.
     fn drop(&mut self) {
         // SAFETY: each field is taken once, here, and nothing uses it afterwards.
         let (wake, producer) = unsafe {
