@@ -273,16 +273,16 @@ class Agent(AgentLoop, AgentControl):
 
     def _open_pool(self, cfg: AgentConfig, next_record: int) -> BufferPool:
         spill = cfg["buffer.spill_max_bytes"]
+        # The native path's early sends and seals, not with exactly once
+        # (agent/drain/native_txn.py): a transaction holds sealed slots only, and a slot
+        # sealed at each caught-up turn joins the open transaction, whose commit then waits
+        # for its records too (docs/performance.md).
+        early = self.send_path == "native" and cfg["broker.delivery"] != "exactly_once"
         return BufferPool(
             cfg.buffer_path, cfg["buffer.size_bytes"], cfg["buffer.slot_size_bytes"],
             linger_ms=cfg["buffer.linger_ms"], seal_when_idle=cfg["buffer.seal_when_idle"],
-            # Neither with exactly once (agent/drain/native_txn.py): a transaction holds
-            # sealed slots only, and a slot sealed at each caught-up turn joins the open
-            # transaction, whose commit then waits for its records too (docs/performance.md).
-            seal_when_caught_up=cfg["buffer.seal_when_caught_up"]
-            and self.send_path == "native" and cfg["broker.delivery"] != "exactly_once",
-            send_filling=cfg["buffer.send_filling"] and self.send_path == "native"
-            and cfg["broker.delivery"] != "exactly_once",
+            seal_when_caught_up=cfg["buffer.seal_when_caught_up"] and early,
+            send_filling=cfg["buffer.send_filling"] and early,
             seal_every_ms=cfg["buffer.seal_every_ms"],
             on_full=cfg["buffer.on_full"],
             oversize=cfg["buffer.oversize"], spill_dir=cfg.spill_dir if spill else None,

@@ -715,11 +715,10 @@ impl SlotProducer {
     /// panic is raised: the agent calls it with none.
     fn flush(&self, py: Python<'_>, timeout_s: f64) -> bool {
         let producer = &self.producer;
-        let timeout_ms = (timeout_s.max(0.0) * 1000.0).min(i32::MAX as f64) as i32;
-        let rk = producer.client().native_ptr() as usize;      // the handle is thread-safe
+        let (rk, timeout_ms) = (self.rk(), millis(timeout_s));
         py.detach(|| std::thread::scope(|scope| {
             let waiter = scope.spawn(move || unsafe {
-                rdsys::rd_kafka_flush(rk as *mut rdsys::rd_kafka_t, timeout_ms)
+                rdsys::rd_kafka_flush(rk.get(), timeout_ms)
             });
             while !waiter.is_finished() {
                 producer.poll(FLUSH_SERVE_WAIT);
