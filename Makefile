@@ -5,26 +5,48 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.docket-setup
 PYTEST_ARGS ?=
 
-.PHONY: setup debian-tools bench-tools native native-build test test-unit lint bench soak demo demo-down demo-fault screenshots deb dist test-packages clean
+.PHONY: setup kafka-client-deps debian-tools bench-tools native native-build test test-unit lint bench soak demo demo-down demo-fault screenshots deb dist test-packages clean
 
 NATIVE_STAMP := $(VENV)/.docket-native
 NATIVE_WHEELS := build/native-wheel
 CARGO_ENV := PATH="$$HOME/.cargo/bin:$$PATH"
 
 FORGETFS := build/forgetfs/release/docket-forgetfs
+KAFKA_CLIENT := build/kafka-client
 
 setup: $(STAMP) $(NATIVE_STAMP) $(FORGETFS)
 
-$(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml $(wildcard audit/jobs/*.java)
+$(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml $(wildcard audit/jobs/*.java) \
+		packaging/build_kafka_client.py
 	@command -v java >/dev/null || { echo "make setup: java (JDK 17+) is required for the local Kafka and Spark" >&2; exit 1; }
 	@command -v javac >/dev/null || { echo "make setup: javac (JDK 17+) is required to build the audit jobs' Java" >&2; exit 1; }
 	@command -v mvn >/dev/null || { echo "make setup: mvn (Maven) is required to fetch the Kafka and Spark connector jars" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(MAKE) --no-print-directory kafka-client-deps
+	$(BIN)/python packaging/build_kafka_client.py $(KAFKA_CLIENT)
+	$(BIN)/pip install --quiet --no-deps --force-reinstall $(KAFKA_CLIENT)/confluent_kafka-*.whl
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[audit,dashboard,dev]'
 	$(BIN)/docket-broker fetch
 	$(BIN)/docket-audit fetch
 	@$(MAKE) --no-print-directory debian-tools
 	touch $@
+
+# The Kafka client both send paths run is built here (packaging/build_kafka_client.py:
+# librdkafka with Kerberos, OIDC, TLS and zstd, and confluent-kafka on it): a compiler and the
+# development files it links, and what a Kerberos sign-in needs at run time (Cyrus SASL's
+# GSSAPI module, MIT's kinit, which librdkafka runs to renew its ticket).
+KAFKA_CLIENT_DEBS := gcc make pkgconf libsasl2-dev libssl-dev libcurl4-openssl-dev libzstd-dev \
+	liblz4-dev zlib1g-dev libsasl2-modules-gssapi-mit krb5-user
+kafka-client-deps:
+	@need=$$(for p in $(KAFKA_CLIENT_DEBS); do \
+		dpkg-query -W -f='$${db:Status-Status}' $$p 2>/dev/null | grep -qx installed || echo $$p; \
+	done | tr '\n' ' '); \
+	if [ -z "$$need" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $$need >/dev/null; \
+	else echo "make setup: install Debian's $$need (as root): the Kafka client is built" \
+		"from source with them" >&2; exit 1; fi
 
 # Debian's Alertmanager (the alert delivery test against a real one), Prometheus' promtool
 # (the alerting rules' and the Grafana dashboard's checks), chromium (the dashboard's browser
@@ -33,7 +55,8 @@ $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml $(wil
 # network faults, tests/fleetkit.py: loss and partitions, and the delay tool netdelay.c in
 # place of netem), rsyslog (a relay forwarding to the agent's syslog source with omfwd; its
 # package must not start the system's syslog: service starts are refused for the install),
-# systemd-journal-remote (writes the journal files the journald source's tests read);
+# systemd-journal-remote (writes the journal files the journald source's tests read), MIT's KDC
+# with its kadmin.local (krb5-kdc, krb5-admin-server: the Kerberos tests' own realm on loopback);
 # their tests are skipped without them.
 debian-tools:
 	@need=""; \
@@ -48,6 +71,8 @@ debian-tools:
 	command -v zstd >/dev/null || need="$$need zstd"; \
 	command -v fusermount3 >/dev/null || need="$$need fuse3"; \
 	[ -x /lib/systemd/systemd-journal-remote ] || need="$$need systemd-journal-remote"; \
+	[ -x /usr/sbin/krb5kdc ] || need="$$need krb5-kdc"; \
+	[ -x /usr/sbin/kadmin.local ] || need="$$need krb5-admin-server"; \
 	[ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] \
 		|| need="$$need libnetfilter-queue-dev"; \
 	if [ -z "$$need" ]; then :; \
@@ -55,7 +80,8 @@ debian-tools:
 		added=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
 			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; \
 			chmod 755 /usr/sbin/policy-rc.d; added=1; fi; \
-		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $$need) >/dev/null \
 		|| echo "make setup: could not install$$need; their tests will be skipped" >&2; \
 		if [ -n "$$added" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
 	else echo "make setup: install Debian's$$need (as root) for their tests" >&2; fi
@@ -128,7 +154,8 @@ bench-tools:
 		added=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
 			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; \
 			chmod 755 /usr/sbin/policy-rc.d; added=1; fi; \
-		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $$need) >/dev/null \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $$need) >/dev/null \
 		|| echo "make bench-tools: could not install$$need; bench_peers leaves them out" >&2; \
 		if [ -n "$$added" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
 	else echo "make bench-tools: install Debian's$$need (as root) for bench_peers" >&2; fi
@@ -185,6 +212,7 @@ deb: setup
 	git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - | tar -xf - -C build/deb/src
 	cp -r packaging/debian build/deb/src/debian
 	cp -r $(NATIVE_WHEELS) build/deb/src/native-wheel
+	mkdir -p build/deb/src/kafka-client && cp $(KAFKA_CLIENT)/confluent_kafka-*.whl build/deb/src/kafka-client/
 	cd build/deb/src && dpkg-buildpackage -us -uc -b
 	mv build/deb/*.deb dist/
 	@ls -l dist/*.deb

@@ -106,7 +106,10 @@ def _no_token_request(conf: dict) -> dict:
     OAUTHBEARER's OIDC method asks for its token at once, and one whose endpoint does not
     answer takes librdkafka 20 s to destroy — twice at every start and reload. Its OAUTHBEARER
     keys are checked by their settings (``KafkaSecurity.check_form``); here a SASL login that
-    asks nobody stands in for them."""
+    asks nobody stands in for them. With GSSAPI, a client runs ``kinit`` when it is made,
+    asking the KDC (seconds when it does not answer): the check's client runs none."""
+    if conf.get("sasl.mechanism") == "GSSAPI":
+        return {**conf, "sasl.kerberos.min.time.before.relogin": 0}
     if conf.get("sasl.mechanism") != "OAUTHBEARER":
         return conf
     out = {k: v for k, v in conf.items() if not k.startswith("sasl.")}

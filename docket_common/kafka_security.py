@@ -4,7 +4,7 @@ The agent (``[broker]``), the reconciler (``[reconcile]``) and the Spark jobs an
 watcher (a ``--kafka-config FILE`` with a ``[kafka]`` table) all take the same keys:
 
     security_protocol     plaintext | ssl | sasl_ssl
-    sasl_mechanism        SCRAM-SHA-512 (default) | SCRAM-SHA-256 | PLAIN | OAUTHBEARER
+    sasl_mechanism        SCRAM-SHA-512 (default) | SCRAM-SHA-256 | PLAIN | OAUTHBEARER | GSSAPI
     sasl_username         (SCRAM, PLAIN)
     sasl_password_file    the password, in a file only its owner can read (SCRAM, PLAIN)
     sasl_oauthbearer_token_endpoint_url   OAUTHBEARER: the identity provider's token endpoint
@@ -13,6 +13,9 @@ watcher (a ``--kafka-config FILE`` with a ``[kafka]`` table) all take the same k
     sasl_oauthbearer_scope                OAUTHBEARER: the scope asked for (optional)
     sasl_oauthbearer_ca_file              OAUTHBEARER: PEM: the CA of the token endpoint's
                                           certificate (default: the system's CAs)
+    sasl_kerberos_principal     GSSAPI (Kerberos): this client's principal ...
+    sasl_kerberos_keytab_file   ... and its keytab, a file only its owner can read
+    sasl_kerberos_service_name  GSSAPI: the brokers' service principal's first part (kafka)
     ssl_ca_file           PEM: the CA that signed the brokers' certificates
     ssl_certificate_file  PEM: the client's certificate (mutual TLS)
     ssl_key_file          PEM: the client's private key
@@ -24,6 +27,10 @@ with ``${CREDENTIALS_DIRECTORY}/``, where systemd's ``LoadCredential=`` puts a s
 credentials. OAUTHBEARER is OpenID Connect's client-credentials grant: every client asks the
 token endpoint for a token with its id and secret and logs in with it, again before it expires
 (librdkafka's ``sasl.oauthbearer.method = oidc``; the Java client's login callback handler).
+GSSAPI is Kerberos with a keytab: librdkafka runs MIT's ``kinit`` with it for the process's
+ticket cache and again before the ticket ends, the Java client logs in with it through JAAS'
+``Krb5LoginModule``; the realm comes from the host's ``krb5.conf`` (or ``KRB5_CONFIG``, and
+``-Djava.security.krb5.conf`` for a JVM).
 ``check`` says, before anything connects, what is wrong with the files: missing,
 unreadable, a password file others can read, a key without a certificate.
 
@@ -35,9 +42,11 @@ built from the password file: never on a command line, where ``ps`` would show i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +54,15 @@ from pathlib import Path
 from .settings import ConfigError, Setting, is_loopback, load_toml, parse_sections
 
 PROTOCOLS = ("plaintext", "ssl", "sasl_ssl")
-MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER")
+MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER", "GSSAPI")
 OAUTHBEARER = "OAUTHBEARER"
+GSSAPI = "GSSAPI"
+_JAVA_KRB5_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
+# librdkafka puts the principal and the keytab's path into the kinit command it runs through
+# the shell: each is refused unless it is made of these characters.
+_PRINCIPAL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                             "._-/@")
+_PATH_UNSAFE = frozenset('"$`\\\n')
 # The Java client's OIDC login: the token fetched from the endpoint with the client credentials.
 _JAVA_OIDC_LOGIN = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
 _JAVA_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -64,7 +80,8 @@ def settings(section: str) -> tuple[Setting, ...]:
     return (
         Setting(f"{section}.security_protocol", str, "plaintext", "How to reach the brokers: "
                 "`plaintext`, `ssl` (TLS; with a client certificate for mutual TLS) or "
-                "`sasl_ssl` (TLS and a SASL login: a user and password, or OAUTHBEARER tokens).",
+                "`sasl_ssl` (TLS and a SASL login: a user and password, OAUTHBEARER tokens or "
+                "Kerberos).",
                 choices=PROTOCOLS),
         Setting(f"{section}.sasl_mechanism", str, "SCRAM-SHA-512", "The SASL mechanism "
                 "(`sasl_ssl`).", choices=MECHANISMS),
@@ -87,6 +104,13 @@ def settings(section: str) -> tuple[Setting, ...]:
         Setting(f"{section}.sasl_oauthbearer_ca_file", str, None, "OAUTHBEARER: PEM file of "
                 "the CA that signed the token endpoint's certificate (an `https` endpoint). "
                 "Default: the system's CAs."),
+        Setting(f"{section}.sasl_kerberos_principal", str, None, "GSSAPI (Kerberos): this "
+                "client's principal, e.g. `docket-agent/host.example.com@EXAMPLE.COM`."),
+        Setting(f"{section}.sasl_kerberos_keytab_file", str, None, "GSSAPI: the keytab "
+                "holding that principal's key, readable by its owner only; may start with "
+                "`${CREDENTIALS_DIRECTORY}/`."),
+        Setting(f"{section}.sasl_kerberos_service_name", str, "kafka", "GSSAPI: the first "
+                "part of the brokers' service principal (`kafka/BROKER-HOST@REALM`)."),
         Setting(f"{section}.ssl_ca_file", str, None, "PEM file of the CA that signed the "
                 "brokers' certificates (`ssl`, `sasl_ssl`). Default: the system's CAs."),
         Setting(f"{section}.ssl_certificate_file", str, None, "PEM file of this client's "
@@ -116,6 +140,9 @@ class KafkaSecurity:
     client_secret_file: str | None = None
     scope: str | None = None
     oauth_ca_file: str | None = None
+    kerberos_principal: str | None = None
+    keytab_file: str | None = None
+    service_name: str = "kafka"
 
     @classmethod
     def from_values(cls, values: dict, section: str) -> KafkaSecurity:
@@ -127,11 +154,16 @@ class KafkaSecurity:
                    v("ssl_key_file"), v("ssl_key_password_file"),
                    v("sasl_oauthbearer_token_endpoint_url"), v("sasl_oauthbearer_client_id"),
                    v("sasl_oauthbearer_client_secret_file"), v("sasl_oauthbearer_scope"),
-                   v("sasl_oauthbearer_ca_file"))
+                   v("sasl_oauthbearer_ca_file"), v("sasl_kerberos_principal"),
+                   v("sasl_kerberos_keytab_file"), v("sasl_kerberos_service_name") or "kafka")
 
     @property
     def oauth(self) -> bool:
         return self.protocol == "sasl_ssl" and self.mechanism == OAUTHBEARER
+
+    @property
+    def kerberos(self) -> bool:
+        return self.protocol == "sasl_ssl" and self.mechanism == GSSAPI
 
     @property
     def secured(self) -> bool:
@@ -178,7 +210,8 @@ class KafkaSecurity:
                                       "\"OAUTHBEARER\"", hint="use security_protocol = "
                                       "\"sasl_ssl\" with sasl_mechanism = \"OAUTHBEARER\", "
                                       "or remove it")
-        if self.protocol == "sasl_ssl" and not self.oauth:
+        self._check_kerberos_form()
+        if self.protocol == "sasl_ssl" and not self.oauth and not self.kerberos:
             if not self.username:
                 raise ConfigError(f"{s}.sasl_username", "missing (security_protocol = "
                                   "\"sasl_ssl\")", hint="the SASL user this client logs in as")
@@ -205,6 +238,39 @@ class KafkaSecurity:
             raise ConfigError(f"{s}.{missing}", "missing: a client certificate needs its key "
                               "and the key its certificate")
 
+    def _check_kerberos_form(self) -> None:
+        s = self.section
+        keys = (("sasl_kerberos_principal", self.kerberos_principal,
+                 "this client's principal, e.g. docket-agent/host.example.com@EXAMPLE.COM"),
+                ("sasl_kerberos_keytab_file", self.keytab_file,
+                 "the keytab holding its key, mode 0600"))
+        if not self.kerberos:
+            for key, value, _hint in keys:
+                if value:
+                    raise ConfigError(f"{s}.{key}", "set, but security_protocol and "
+                                      "sasl_mechanism are not \"sasl_ssl\" and \"GSSAPI\"",
+                                      hint="use them for Kerberos, or remove it")
+            return
+        for key, value, hint in keys:
+            if not value:
+                raise ConfigError(f"{s}.{key}", "missing (sasl_mechanism = \"GSSAPI\")",
+                                  hint=hint)
+        for key, value in (("sasl_username", self.username),
+                           ("sasl_password_file", self.password_file)):
+            if value:
+                raise ConfigError(f"{s}.{key}", "set, but sasl_mechanism is \"GSSAPI\"",
+                                  hint="a Kerberos client logs in with "
+                                  "sasl_kerberos_principal and its keytab")
+        for key, value in (("sasl_kerberos_principal", self.kerberos_principal),
+                           ("sasl_kerberos_service_name", self.service_name)):
+            if not set(value) <= _PRINCIPAL_CHARS:
+                raise ConfigError(f"{s}.{key}", f"{value!r} holds a character a principal "
+                                  "does not", hint="letters, digits and . _ - / @ only")
+        if set(self.keytab_file) & _PATH_UNSAFE:
+            raise ConfigError(f"{s}.sasl_kerberos_keytab_file", "holds a quote, $, ` or \\",
+                              hint="librdkafka passes the path to kinit through the shell: "
+                              "name a path without them")
+
     def check_files(self) -> None:
         """Each file named exists and is readable by this process; a secret (password, key) is
         not readable by every user."""
@@ -216,7 +282,8 @@ class KafkaSecurity:
                                    ("ssl_ca_file", self.ca_file, False),
                                    ("ssl_certificate_file", self.certificate_file, False),
                                    ("ssl_key_file", self.key_file, True),
-                                   ("ssl_key_password_file", self.key_password_file, True)):
+                                   ("ssl_key_password_file", self.key_password_file, True),
+                                   ("sasl_kerberos_keytab_file", self.keytab_file, True)):
             if value:
                 _check_file(f"{s}.{key}", value, secret)
 
@@ -235,6 +302,13 @@ class KafkaSecurity:
             ca = self._endpoint_ca()
             if ca:
                 conf["https.ca.location"] = ca
+        elif self.kerberos:
+            self._check_kerberos_client()
+            own_ticket_cache(self.kerberos_principal)
+            conf.update({"sasl.mechanism": GSSAPI,
+                         "sasl.kerberos.service.name": self.service_name,
+                         "sasl.kerberos.principal": self.kerberos_principal,
+                         "sasl.kerberos.keytab": resolve(self.keytab_file)})
         elif self.protocol == "sasl_ssl":
             conf.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username,
                          "sasl.password": read_secret(f"{self.section}.sasl_password_file",
@@ -274,6 +348,14 @@ class KafkaSecurity:
                                     f'"{_jaas(self.client_id)}" clientSecret='
                                     f'"{put("password", _jaas(self._client_secret()))}"'
                                     f'{scope};'})
+        elif self.kerberos:
+            props.update({
+                "sasl.mechanism": GSSAPI,
+                "sasl.kerberos.service.name": self.service_name,
+                "sasl.jaas.config": f'{_JAVA_KRB5_MODULE} required useKeyTab=true '
+                                    f'storeKey=true doNotPrompt=true keyTab='
+                                    f'"{_jaas(resolve(self.keytab_file))}" principal='
+                                    f'"{_jaas(self.kerberos_principal)}";'})
         elif self.protocol == "sasl_ssl":
             password = read_secret(f"{self.section}.sasl_password_file", self.password_file)
             module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -295,6 +377,22 @@ class KafkaSecurity:
                 props["ssl.key.password"] = put("key-password", read_secret(
                     f"{self.section}.ssl_key_password_file", self.key_password_file))
         return props
+
+    def _check_kerberos_client(self) -> None:
+        """ConfigError unless this process's librdkafka can log in with Kerberos: built with
+        Cyrus SASL's GSSAPI, and MIT's ``kinit`` (which it runs for the ticket) on the PATH."""
+        import shutil
+
+        refused = gssapi_refused()
+        if refused:
+            raise ConfigError(f"{self.section}.sasl_mechanism", f"\"GSSAPI\", but this "
+                              f"process's librdkafka cannot: {refused}",
+                              hint="install docket's own build (make setup builds "
+                              "librdkafka with Kerberos: packaging/build_kafka_client.py)")
+        if shutil.which("kinit") is None:
+            raise ConfigError(f"{self.section}.sasl_mechanism", "\"GSSAPI\", but MIT's kinit "
+                              "is not on the PATH: librdkafka runs it for the ticket",
+                              hint="install Debian's krb5-user")
 
     def _endpoint_ca(self) -> str | None:
         """librdkafka's CA file for the token endpoint: the one set, else for an ``https``
@@ -321,11 +419,14 @@ class KafkaSecurity:
                 "ssl_ca_file", "ssl_certificate_file", "ssl_key_file", "ssl_key_password_file",
                 "sasl_oauthbearer_token_endpoint_url", "sasl_oauthbearer_client_id",
                 "sasl_oauthbearer_client_secret_file", "sasl_oauthbearer_scope",
-                "sasl_oauthbearer_ca_file")
+                "sasl_oauthbearer_ca_file", "sasl_kerberos_principal", "sasl_kerberos_keytab_file",
+                "sasl_kerberos_service_name")
         values = (self.protocol, self.mechanism if self.protocol == "sasl_ssl" else None,
                   self.username, self.password_file, self.ca_file, self.certificate_file,
                   self.key_file, self.key_password_file, self.token_endpoint_url,
-                  self.client_id, self.client_secret_file, self.scope, self.oauth_ca_file)
+                  self.client_id, self.client_secret_file, self.scope, self.oauth_ca_file,
+                  self.kerberos_principal, self.keytab_file,
+                  self.service_name if self.kerberos and self.service_name != "kafka" else None)
         return {k: v for k, v in zip(keys, values, strict=True) if v}
 
     @classmethod
@@ -346,11 +447,59 @@ class KafkaSecurity:
         parts = [self.protocol]
         if self.oauth:
             parts.append(f"OAUTHBEARER client {self.client_id} from {self.token_endpoint_url}")
+        elif self.kerberos:
+            parts.append(f"GSSAPI principal {self.kerberos_principal}")
         elif self.protocol == "sasl_ssl":
             parts.append(f"{self.mechanism} user {self.username}")
         if self.certificate_file:
             parts.append(f"client certificate {self.certificate_file}")
         return ", ".join(parts)
+
+
+_CACHE_FOLDER = "docket-krb5-"
+
+
+def own_ticket_cache(principal: str) -> str:
+    """Point this process's Kerberos ticket cache (``KRB5CCNAME``) at one of ``principal``'s
+    own, unless its user named one; returns the cache in use.
+
+    librdkafka's GSSAPI login uses the process's default cache, which its ``kinit`` fills:
+    two docket processes of one system user with different principals (the mirror's watcher
+    and the reconciler on an audit host) would each overwrite the other's ticket in
+    ``/tmp/krb5cc_UID``. Each principal gets ``FILE:$TMPDIR/docket-krb5-UID/PRINCIPAL``
+    instead, in a folder only this user may enter. A process holds one principal (one role),
+    and a child inherits the value: a cache docket chose is replaced, one a user set is kept."""
+    current = os.environ.get("KRB5CCNAME")
+    if current and _CACHE_FOLDER not in current:
+        return current
+    folder = Path(tempfile.gettempdir()) / f"{_CACHE_FOLDER}{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = folder.lstat()
+    except OSError as exc:
+        raise ConfigError("KRB5CCNAME", f"cannot make the Kerberos ticket cache's folder "
+                          f"{folder}: {exc.strerror}", hint="name a cache of this user's in "
+                          "KRB5CCNAME") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ConfigError("KRB5CCNAME", f"{folder} is not a folder of this user's alone",
+                          hint="remove it, or name a cache of this user's in KRB5CCNAME")
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in principal)
+    os.environ["KRB5CCNAME"] = value = f"FILE:{folder / name}"
+    return value
+
+
+@functools.cache
+def gssapi_refused() -> str | None:
+    """None if this process's librdkafka takes GSSAPI, else its own words why not (a client
+    asking for it is refused when it is made; this one never connects, nor runs kinit)."""
+    from confluent_kafka import KafkaException, Producer
+
+    try:
+        Producer({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": GSSAPI,
+                  "sasl.kerberos.min.time.before.relogin": 0, "log_level": 0})
+    except KafkaException as exc:
+        return str(exc.args[0].str() if exc.args else exc)
+    return None
 
 
 # librdkafka properties that say how to authenticate, and those that hold a secret.

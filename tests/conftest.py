@@ -198,12 +198,41 @@ def idp(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def kafka_sasl(tmp_path_factory, idp):
-    """A 1-broker cluster with a SASL_SSL listener taking SCRAM-SHA-512 and OAUTHBEARER (tokens
-    of ``idp``), ACLs enforced."""
-    yield from _secured(tmp_path_factory, "kafka_sasl", "sasl_ssl",
-                        broker_props=idp.broker_props(),
-                        java_options=idp.java_options())
+def kdc(tmp_path_factory):
+    """A Kerberos realm on 127.0.0.1 (tests/krbkit.py) with one principal per docket role,
+    each its principal's name, or None where Debian's MIT KDC is not installed."""
+    from tests.krbkit import Realm, available
+
+    if available() is not None:
+        yield None
+        return
+    realm = Realm(tmp_path_factory.mktemp("kdc"), ("agent", "count", "land", "reconcile",
+                                                    "mirror")).start()
+    yield realm
+    realm.stop()
+
+
+@pytest.fixture
+def krb(kdc):
+    """``kdc``, or the test skipped saying what is missing."""
+    if kdc is None:
+        from tests.krbkit import available
+        pytest.skip(available())
+    return kdc
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl(tmp_path_factory, idp, kdc):
+    """A 1-broker cluster with a SASL_SSL listener taking SCRAM-SHA-512, OAUTHBEARER (tokens
+    of ``idp``) and, where ``kdc`` is, GSSAPI (Kerberos tickets of its realm), ACLs
+    enforced."""
+    props, options = idp.broker_props(), idp.java_options()
+    if kdc is not None:
+        props = {**props, **kdc.broker_props(),
+                 "sasl.enabled.mechanisms": props["sasl.enabled.mechanisms"] + ",GSSAPI"}
+        options = [*options, *kdc.java_options()]
+    yield from _secured(tmp_path_factory, "kafka_sasl", "sasl_ssl", broker_props=props,
+                        java_options=options)
 
 
 @pytest.fixture(scope="session")

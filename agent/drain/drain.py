@@ -132,6 +132,12 @@ def _credentials_keys(conf: dict) -> str:
         return ("[broker] sasl_oauthbearer_client_id and sasl_oauthbearer_client_secret_file, "
                 f"and that {conf.get('sasl.oauthbearer.token.endpoint.url')} grants them an "
                 "unexpired token (a valid token, once granted, needs no reload)")
+    if conf.get("sasl.mechanism") == "GSSAPI":
+        return ("[broker] sasl_kerberos_principal and sasl_kerberos_keytab_file (the key of "
+                f"{conf.get('sasl.kerberos.principal')} in that keytab, as the KDC of "
+                "krb5.conf holds it), that the KDC answers (once it does, its ticket needs no "
+                "reload), and the brokers' service principal (sasl_kerberos_service_name "
+                f"{conf.get('sasl.kerberos.service.name')!r})")
     return "[broker] sasl_username and sasl_password_file"
 
 

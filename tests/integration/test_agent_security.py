@@ -40,11 +40,13 @@ def _admin_conf(cluster: LocalCluster) -> dict:
 
 
 def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str = "python",
-           broker: dict | None = None, oauth=None):
+           broker: dict | None = None, oauth=None, kerberos: tuple | None = None):
     """A topic and an audit topic, the agent's ACLs, and an agent config whose password file
     holds ``password`` (``broker``: further ``[broker]`` settings; ``oauth``: an identity
     provider, ``tests/oidckit.py``, the agent logging in with OAUTHBEARER as its client
-    ``agent``, ``password`` its secret).
+    ``agent``, ``password`` its secret; ``kerberos``: a realm, ``tests/krbkit.py``, and a
+    principal of it, the agent logging in with GSSAPI as that principal, its keytab the
+    realm's, ``password`` unused).
     Returns (topic, audit topic, config, password file)."""
     conf = _admin_conf(cluster)
     bootstrap = conf["bootstrap.servers"]
@@ -54,7 +56,8 @@ def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str 
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=2)], client=options)
     ensure_audit_topic(bootstrap, audit_topic, client=options)
     security = cluster.security()
-    grant(AdminClient(conf), role_acls("agent", "User:agent",
+    user = "User:agent" if kerberos is None else f"User:{kerberos[1]}"
+    grant(AdminClient(conf), role_acls("agent", user,
                                        Scope(topics=(topic,), audit_topic=audit_topic)))
     secret = tmp_path / "kafka.password"
     secret.write_text(password + "\n")
@@ -64,6 +67,10 @@ def _setup(cluster: LocalCluster, tmp_path: Path, password: str, send_path: str 
         {"sasl_mechanism": "OAUTHBEARER", "sasl_oauthbearer_token_endpoint_url": oauth.token_url,
          "sasl_oauthbearer_client_id": "agent", "sasl_oauthbearer_client_secret_file": str(secret),
          "sasl_oauthbearer_ca_file": str(oauth.ca_file)}
+    if kerberos is not None:
+        realm, name = kerberos
+        login = {"sasl_mechanism": "GSSAPI", "sasl_kerberos_principal": realm.principal(name),
+                 "sasl_kerberos_keytab_file": str(realm.keytab(name))}
     config = write_config(
         tmp_path / "agent.toml", bootstrap, tmp_path / "state",
         [{"type": "file", "paths": [str(tmp_path / "logs" / "app.log")], "topic": topic}],
@@ -342,3 +349,102 @@ def test_the_outage_probes_share_one_token_and_are_answered_with_it(kafka_sasl, 
     assert idp.issued["agent"] - issued0 == 1, idp.issued
     assert "oauth_cb" in probe_conf(conf) and not any(
         k.startswith("sasl.oauthbearer.") for k in probe_conf(conf))
+
+
+# -- GSSAPI (Kerberos) --------------------------------------------------------------------------
+# MIT's KDC on 127.0.0.1 (tests/krbkit.py); each test its own principal (its key changed at
+# will), mapped by the brokers' default rule to User:<name>, with the agent's ACLs.
+def _kerberos_agent(realm, config: Path, tmp_path: Path) -> AgentProcess:
+    """The agent reaching ``realm`` through its configuration, its ticket cache its own."""
+    return AgentProcess(config, tmp_path / "agent.log",
+                        env={**realm.env(), "KRB5CCNAME": f"FILE:{tmp_path / 'krb5cc'}"})
+
+
+def test_kerberos_delivers_every_event_once_on_a_ticket_from_the_kdc(
+        kafka_sasl, krb, tmp_path, agent_send_path):
+    cluster = kafka_sasl.cluster
+    name = f"agent-{uuid.uuid4().hex[:6]}"
+    krb.add(name)
+    topic, _audit, config, _secret = _setup(cluster, tmp_path, "", agent_send_path,
+                                            kerberos=(krb, name))
+    agent = _kerberos_agent(krb, config, tmp_path).start()
+    try:
+        _write(tmp_path / "logs" / "app.log", LINES)
+        ids = _ids(_admin_conf(cluster), topic, LINES, 120)
+        assert set(ids) == set(range(LINES)) and max(ids.values()) == 1
+        st = _wait_state(agent, "up", 60)
+        assert st["broker"]["security"] == f"sasl_ssl, GSSAPI principal {krb.principal(name)}"
+        assert krb.requests(name) >= 1                     # a ticket the KDC really issued
+        assert (tmp_path / "krb5cc").exists()
+        print(f"kerberos ({agent_send_path}): all {LINES} ids once, "
+              f"{krb.requests(name)} ticket(s) issued")
+    finally:
+        if agent.alive():
+            assert agent.stop() == 0, agent.log_text()
+
+
+def test_a_stale_keytab_waits_in_the_pool_and_a_reload_with_the_current_key_delivers_all(
+        kafka_sasl, krb, tmp_path, agent_send_path):
+    """The principal's key was changed at the KDC, the agent's keytab not: every kinit is
+    refused (counted in the KDC's log), no ticket, no login; the events wait, status and one
+    line say why, no spin. The current key exported to the keytab and the agent reloaded,
+    every id arrives once."""
+    cluster = kafka_sasl.cluster
+    name = f"agent-{uuid.uuid4().hex[:6]}"
+    keytab = krb.add(name)
+    krb.change_key(name)                                   # the keytab is now stale
+    topic, _audit, config, _secret = _setup(cluster, tmp_path, "", agent_send_path,
+                                            kerberos=(krb, name))
+    agent = _kerberos_agent(krb, config, tmp_path).start()
+    try:
+        _write(tmp_path / "logs" / "app.log", LINES)
+        st, cpu, said = _refused_for_a_while(agent, cluster, topic)
+        assert st["broker"]["security"] == f"sasl_ssl, GSSAPI principal {krb.principal(name)}"
+        assert "sasl_kerberos_keytab_file" in said, said
+        refused = krb.refusals(name)
+        assert refused >= 1 and krb.requests(name) == 0   # the KDC refused it, issued nothing
+
+        krb.kadmin(f"ktadd -norandkey -k {keytab} {name}")   # fixed, then reloaded
+        agent.proc.send_signal(signal.SIGHUP)
+        ids = _ids(_admin_conf(cluster), topic, LINES, 120)
+        assert set(ids) == set(range(LINES))               # 0 lost
+        assert max(ids.values()) == 1                      # nothing had reached Kafka
+        _wait_state(agent, "up", 60)
+        assert krb.requests(name) >= 1
+        print(f"stale keytab ({agent_send_path}): {refused} refusals, {cpu:.2f} CPU s in "
+              f"{FAILURE_S} s; then all {LINES} ids once; said: {said[-200:]}")
+    finally:
+        if agent.alive():
+            assert agent.stop() == 0, agent.log_text()
+
+
+def test_no_ticket_while_the_kdc_is_down_waits_in_the_pool_and_delivers_all_once_it_answers(
+        kafka_sasl, krb, tmp_path, agent_send_path):
+    """The KDC does not answer when the agent starts: no ticket, no login; the events wait,
+    status and one line say why, no spin. Once the KDC answers again the agent's next kinit
+    gets a ticket — no reload — and every id arrives once."""
+    cluster = kafka_sasl.cluster
+    name = f"agent-{uuid.uuid4().hex[:6]}"
+    krb.add(name)
+    topic, _audit, config, _secret = _setup(cluster, tmp_path, "", agent_send_path,
+                                            kerberos=(krb, name))
+    agent = _kerberos_agent(krb, config, tmp_path)
+    krb.stop()
+    try:
+        agent.start()
+        _write(tmp_path / "logs" / "app.log", LINES)
+        _st, cpu, said = _refused_for_a_while(agent, cluster, topic)
+        assert krb.requests(name) == 0                     # the KDC really was away
+
+        krb.serve()                                        # no reload
+        ids = _ids(_admin_conf(cluster), topic, LINES, 120)
+        assert set(ids) == set(range(LINES)) and max(ids.values()) == 1
+        _wait_state(agent, "up", 60)
+        assert krb.requests(name) >= 1
+        print(f"KDC down ({agent_send_path}): {cpu:.2f} CPU s in {FAILURE_S} s; then all "
+              f"{LINES} ids once, unasked; said: {said[-160:]}")
+    finally:
+        if not krb.serving():
+            krb.serve()
+        if agent.alive():
+            assert agent.stop() == 0, agent.log_text()

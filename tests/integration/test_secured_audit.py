@@ -1,16 +1,17 @@
-"""The whole audit across a mirror between two secured clusters, each part as its own
-least-privilege user: the local cluster takes mutual TLS (``kafka_mtls``), the aggregate
-SASL_SSL with OAUTHBEARER tokens (``kafka_sasl``). Agents write to the local cluster
+"""The whole audit across a mirror between two secured clusters, each part as its own least-
+privilege user: the local cluster takes mutual TLS (``kafka_mtls``), the aggregate SASL_SSL
+with OAUTHBEARER tokens or Kerberos tickets (``kafka_sasl``). Agents write to the local cluster
 (`agent`); a count job counts each cluster (`count`, with ``--kafka-config``); MirrorMaker 2
-and its watcher copy the data and the audit topic as `mirror` (a client certificate on one
-end, a token on the other); the land job reads the aggregate (`land`); the reconciler reads
-the aggregate (`reconcile`). On the aggregate every client — MirrorMaker 2 and the count and
-land jobs (Java), the watcher, the reconciler and `docket-audit show` (librdkafka) — logs in
-with OpenID Connect tokens its client credentials get from a token endpoint on 127.0.0.1
-(``tests/oidckit.py``), which the test checks issued each of them its tokens. Every window is
-``complete`` at every tier with the agents' true counts, nothing alerted, and no password,
-client secret or private key is in any log, status, process argument list or file other users
-can read."""
+and its watcher copy the data and the audit topic as `mirror` (a client certificate on one end,
+a token on the other); the land job reads the aggregate (`land`); the reconciler reads the
+aggregate (`reconcile`). On the aggregate every client — MirrorMaker 2 and the count and land
+jobs (Java), the watcher, the reconciler and `docket-audit show` (librdkafka) — logs in with
+OpenID Connect tokens its client credentials get from a token endpoint on 127.0.0.1
+(``tests/oidckit.py``), which the test checks issued each of them its tokens; then, in a second
+run, with Kerberos as its own principal (``tests/krbkit.py``: MIT's KDC on 127.0.0.1), the
+KDC's log showing each principal's tickets. Every window is ``complete`` at every tier with the
+agents' true counts, nothing alerted, and no password, client secret or private key is in any
+log, status, process argument list or file other users can read."""
 
 from __future__ import annotations
 
@@ -68,6 +69,40 @@ def oauth_settings(cluster: LocalCluster, idp, user: str, folder: Path) -> dict:
             "ssl_ca_file": str(cluster.security().ca_file)}
 
 
+def kerberos_settings(cluster: LocalCluster, realm, user: str) -> dict:
+    """The security keys of ``user`` logging in with GSSAPI as ``user@REALM`` of ``realm``
+    (tests/krbkit.py), with the keytab the realm exported for it."""
+    return {"security_protocol": "sasl_ssl", "sasl_mechanism": "GSSAPI",
+            "sasl_kerberos_principal": realm.principal(user),
+            "sasl_kerberos_keytab_file": str(realm.keytab(user)),
+            "ssl_ca_file": str(cluster.security().ca_file)}
+
+
+class Logins:
+    """The aggregate's sign-in for the test's roles: OAUTHBEARER tokens of ``idp``, or
+    Kerberos tickets of ``realm``; ``granted(user)`` counts what the provider or the KDC issued
+    ``user``, ``refused(user)`` what it refused."""
+
+    def __init__(self, kind: str, cluster: LocalCluster, folder: Path, idp=None, realm=None):
+        self.kind, self.idp, self.realm = kind, idp, realm
+        users = ("mirror", "count", "land", "reconcile")
+        self.settings = {u: oauth_settings(cluster, idp, u, folder) if kind == "oauthbearer"
+                         else kerberos_settings(cluster, realm, u) for u in users}
+
+    def granted(self, user: str) -> int:
+        return self.idp.issued[user] if self.kind == "oauthbearer" else \
+            self.realm.requests(user)
+
+    def refused(self, user: str) -> int:
+        return self.idp.refused[user] if self.kind == "oauthbearer" else \
+            self.realm.refusals(user)
+
+    def secrets(self) -> list[str]:
+        """The client secrets (a keytab holds keys, not text: its file is checked instead)."""
+        return [self.idp.clients[u] for u in self.settings] if self.kind == "oauthbearer" \
+            else []
+
+
 def kafka_config(path: Path, keys: dict) -> Path:
     """A Spark job's ``--kafka-config`` file holding the security ``keys``."""
     path.write_text(kafka_config_text(KafkaSecurity.from_table(keys)))
@@ -93,12 +128,21 @@ def admin_of(cluster: LocalCluster) -> tuple[str, dict]:
 
 
 @pytest.mark.timeout(1200)      # three Spark jobs and MirrorMaker 2 on a two-core host
+@pytest.mark.parametrize("login", ["oauthbearer", "kerberos"])
 def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_user(
-        kafka_mtls, kafka_sasl, idp, tmp_path):
+        kafka_mtls, kafka_sasl, idp, tmp_path, login, request, monkeypatch):
     local, aggregate = kafka_mtls.cluster, kafka_sasl.cluster
-    oauth = {user: oauth_settings(aggregate, idp, user, tmp_path)
-             for user in ("mirror", "count", "land", "reconcile")}
-    issued0 = dict(idp.issued)
+    realm = request.getfixturevalue("krb") if login == "kerberos" else None
+    if realm is not None:
+        # The realm's krb5.conf for every client: librdkafka's through KRB5_CONFIG (the
+        # reconciler here, the watcher and `show` as children), the JVMs' (the Spark jobs,
+        # MirrorMaker 2) through a system property.
+        monkeypatch.setenv("KRB5_CONFIG", str(realm.krb5_conf))
+        monkeypatch.setenv("JAVA_TOOL_OPTIONS", " ".join(realm.java_options()))
+        monkeypatch.delenv("KRB5CCNAME", raising=False)
+    logins = Logins(login, aggregate, tmp_path, idp=idp, realm=realm)
+    signin = logins.settings
+    issued0 = {user: logins.granted(user) for user in signin}
     prefix = f"secaudit{uuid.uuid4().hex[:6]}"
     topic, audit_topic = f"{prefix}.app", f"{prefix}.audit"
     local_bootstrap, local_admin = admin_of(local)
@@ -125,7 +169,7 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
         mirror.up(MirrorSpec("local", "aggregate", local_bootstrap, aggregate_bootstrap,
                              re.escape(topic), audit_topic=audit_topic,
                              source_security=settings(local, "mirror"),
-                             target_security=oauth["mirror"]),
+                             target_security=signin["mirror"]),
                   admin=aggregate.client_settings("admin"))
         assert mirror.status()["watch_state"] == "running"
         for origin in ORIGINS:
@@ -153,18 +197,18 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
         jobs.append(AuditJob(["count", "--cluster", "kafka-aggregate", "--bootstrap-servers",
                               aggregate_bootstrap, *common, "--mirror-target", "aggregate",
                               "--kafka-config", str(kafka_config(
-                                  tmp_path / "aggregate-count.toml", oauth["count"])),
+                                  tmp_path / "aggregate-count.toml", signin["count"])),
                               "--checkpoint-dir", str(tmp_path / "ckpt-aggregate")],
                              tmp_path / "count-aggregate.log").start())
         jobs.append(AuditJob(["land", "--warehouse", str(tmp_path / "warehouse"),
                               "--bootstrap-servers", aggregate_bootstrap, *common,
                               "--mirror-target", "aggregate", "--kafka-config",
-                              str(kafka_config(tmp_path / "land.toml", oauth["land"])),
+                              str(kafka_config(tmp_path / "land.toml", signin["land"])),
                               "--checkpoint-dir", str(tmp_path / "ckpt-land")],
                              tmp_path / "land.log").start())
         cfg = parse({"reconcile": {"bootstrap_servers": aggregate_bootstrap,
                                    "audit_topic": audit_topic,
-                                   **oauth["reconcile"]},
+                                   **signin["reconcile"]},
                      "windows": {"tiers": list(TIERS), "settle_ms": 1000},
                      "tiers": {tier: {"fed_by": fed_by} for tier, fed_by in GRAPH.items()},
                      "alerts": {"silent_ms": 8 * 3_600_000, "lag_ms": 3_600_000}})
@@ -197,12 +241,12 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
         alerts = conn.execute("SELECT kind FROM alerts").fetchall()
         conn.close()
         assert alerts == []
-        before_show = idp.issued["reconcile"]
+        before_show = logins.granted("reconcile")
         # `docket-audit show` reads the aggregate's audit topic as the reconciler's user.
         shown = subprocess.run(
             [str(BIN / "docket-audit"), "show", "--bootstrap-servers", aggregate_bootstrap,
              "--audit-topic", audit_topic, "--topic", topic, "--json", "--kafka-config",
-             str(kafka_config(tmp_path / "reconcile.toml", oauth["reconcile"]))],
+             str(kafka_config(tmp_path / "reconcile.toml", signin["reconcile"]))],
             capture_output=True, text=True, timeout=120)
         assert shown.returncode == 0, shown.stderr
         counted = {}
@@ -213,11 +257,12 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
             counted[key] = counted.get(key, 0) + row["count"]
         assert counted == {(t, w): LINES // 2 * len(ORIGINS)
                            for t in TIERS for w in (w0, w0 + W)}, counted
-        # Each OAUTHBEARER client had its tokens from the endpoint (`show` its own), and none
-        # was refused.
-        assert all(idp.issued[user] > issued0.get(user, 0) for user in oauth), idp.issued
-        assert idp.issued["reconcile"] > before_show
-        assert not any(idp.refused[user] for user in oauth), idp.refused
+        # Each client had its tokens from the endpoint, or its tickets from the KDC (`show`
+        # its own), and none was refused.
+        granted = {user: logins.granted(user) - issued0[user] for user in signin}
+        assert all(n > 0 for n in granted.values()), granted
+        assert logins.granted("reconcile") > before_show
+        assert not any(logins.refused(user) for user in signin)
 
         # No secret anywhere a person or another user could see it: logs, status, process
         # arguments; the mirror's files holding one are its owner's alone.
@@ -232,8 +277,7 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
                     seen.append((proc / "cmdline").read_bytes().decode(errors="replace"))
                 except OSError:
                     pass
-        hidden = secrets(local, ("agent", "count", "mirror")) + \
-            [idp.clients[user] for user in oauth]
+        hidden = secrets(local, ("agent", "count", "mirror")) + logins.secrets()
         for secret in hidden:
             assert not any(secret in text for text in seen)
         copies = sorted((mirror.folder / "secrets").iterdir())    # what the references name
@@ -243,6 +287,7 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
             assert stat.S_IMODE(private.stat().st_mode) == 0o600, private
         assert all_stopped_cleanly(*jobs)
         jobs.clear()
+        print(f"every tier complete, the aggregate by {login}: {granted} granted")
     finally:
         for a in agents:
             if a.alive():

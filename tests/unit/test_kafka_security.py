@@ -308,7 +308,12 @@ def test_oauthbearer_for_java_clients_logs_in_through_the_oidc_handler(files):
      "sasl_oauthbearer_token_endpoint_url", "unencrypted to another host"),
 ])
 def test_oauthbearer_settings_that_do_not_fit_are_refused_by_key(files, more, key, problem):
-    raw = _oauth(files)
+    _refused_by_key(_oauth(files), more, key, problem)
+
+
+def _refused_by_key(raw: dict, more: dict, key: str, problem: str) -> None:
+    """``raw`` with ``more`` over its ``[broker]`` (None: the key removed) is refused at
+    ``broker.KEY``, saying ``problem``."""
     raw["broker"].update(more)
     raw["broker"] = {k: v for k, v in raw["broker"].items() if v is not None}
     with pytest.raises(ConfigError) as e:
@@ -397,3 +402,132 @@ def test_an_https_token_endpoint_is_trusted_by_its_ca_file_or_the_systems(files,
                              token_endpoint_url="http://127.0.0.1:8080/token", client_id="x",
                              client_secret_file=str(files["password"]))
     assert "https.ca.location" not in insecure.librdkafka_properties()
+
+
+# -- GSSAPI (Kerberos) ------------------------------------------------------------------------
+def _kerberos(files, **more) -> dict:
+    keytab = files["password"].parent / "agent.keytab"
+    keytab.write_bytes(b"\x05\x02keys")
+    keytab.chmod(0o600)
+    return {"broker": {"security_protocol": "sasl_ssl", "sasl_mechanism": "GSSAPI",
+                       "sasl_kerberos_principal": "docket-agent/host1.example.com@EXAMPLE.COM",
+                       "sasl_kerberos_keytab_file": str(keytab),
+                       "ssl_ca_file": str(files["ca"]), **more}}
+
+
+@pytest.mark.parametrize("path", ["python", "native"])
+def test_kerberos_hands_librdkafka_the_principal_and_keytab_and_a_ticket_cache_of_its_own(
+        files, path, monkeypatch, tmp_path):
+    monkeypatch.setenv("KRB5CCNAME", "")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    cfg = parse_agent(_kerberos(files))
+    cfg.security.check()
+    conf = producer_config(cfg, path)
+    assert conf["sasl.mechanism"] == "GSSAPI"
+    assert conf["sasl.kerberos.principal"] == "docket-agent/host1.example.com@EXAMPLE.COM"
+    assert conf["sasl.kerberos.keytab"] == str(files["password"].parent / "agent.keytab")
+    assert conf["sasl.kerberos.service.name"] == "kafka"
+    assert "sasl.username" not in conf and "sasl.password" not in conf
+    import os
+    cache = os.environ["KRB5CCNAME"]
+    folder = tmp_path / f"docket-krb5-{os.getuid()}"
+    assert cache == f"FILE:{folder}/docket-agent_host1.example.com_EXAMPLE.COM"
+    assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
+    assert cfg.security.describe() == \
+        "sasl_ssl, GSSAPI principal docket-agent/host1.example.com@EXAMPLE.COM"
+
+
+def test_a_ticket_cache_its_user_named_is_kept_and_one_docket_chose_is_replaced(
+        files, monkeypatch, tmp_path):
+    from docket_common.kafka_security import own_ticket_cache
+    monkeypatch.setenv("KRB5CCNAME", "FILE:/run/user/1000/krb5cc")
+    assert own_ticket_cache("agent@EXAMPLE.COM") == "FILE:/run/user/1000/krb5cc"
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setenv("KRB5CCNAME", "")
+    first = own_ticket_cache("mirror@EXAMPLE.COM")                  # inherited by a child …
+    assert own_ticket_cache("reconcile@EXAMPLE.COM") != first       # … which holds its own
+    assert own_ticket_cache("reconcile@EXAMPLE.COM").endswith("/reconcile_EXAMPLE.COM")
+
+
+def test_a_ticket_cache_folder_others_may_enter_is_refused(files, monkeypatch, tmp_path):
+    import os
+    import tempfile
+
+    from docket_common.kafka_security import own_ticket_cache
+    monkeypatch.setenv("KRB5CCNAME", "")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder = tmp_path / f"docket-krb5-{os.getuid()}"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    with pytest.raises(ConfigError) as e:
+        own_ticket_cache("agent@EXAMPLE.COM")
+    assert e.value.path == "KRB5CCNAME" and "alone" in e.value.problem
+
+
+def test_kerberos_for_java_clients_logs_in_from_the_keytab(files):
+    security = KafkaSecurity("kafka", "sasl_ssl", "GSSAPI", ca_file=str(files["ca"]),
+                             kerberos_principal="count@EXAMPLE.COM",
+                             keytab_file="/etc/docket/count.keytab", service_name="kafka-prod")
+    opts = security.spark_options()
+    assert opts["kafka.sasl.mechanism"] == "GSSAPI"
+    assert opts["kafka.sasl.kerberos.service.name"] == "kafka-prod"
+    assert opts["kafka.sasl.jaas.config"] == (
+        'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true '
+        'doNotPrompt=true keyTab="/etc/docket/count.keytab" principal="count@EXAMPLE.COM";')
+    assert security.table()["sasl_kerberos_service_name"] == "kafka-prod"
+
+
+@pytest.mark.parametrize("more, key, problem", [
+    ({"sasl_kerberos_principal": None}, "sasl_kerberos_principal", "missing"),
+    ({"sasl_kerberos_keytab_file": None}, "sasl_kerberos_keytab_file", "missing"),
+    ({"sasl_username": "agent"}, "sasl_username", "\"GSSAPI\""),
+    ({"sasl_kerberos_principal": "agent; rm -rf /"}, "sasl_kerberos_principal",
+     "a character"),
+    ({"sasl_kerberos_principal": "agent$(id)@X"}, "sasl_kerberos_principal", "a character"),
+    ({"sasl_kerberos_service_name": "kafka x"}, "sasl_kerberos_service_name", "a character"),
+    ({"sasl_kerberos_keytab_file": '/etc/"x".keytab'}, "sasl_kerberos_keytab_file",
+     "a quote"),
+    ({"sasl_kerberos_keytab_file": "/etc/$HOME.keytab"}, "sasl_kerberos_keytab_file",
+     "a quote"),
+    ({"sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "agent",
+      "sasl_password_file": "/nonexistent"}, "sasl_kerberos_principal", "not \"sasl_ssl\""),
+])
+def test_kerberos_settings_that_do_not_fit_are_refused_by_key(files, more, key, problem):
+    _refused_by_key(_kerberos(files), more, key, problem)
+
+
+def test_a_keytab_every_user_can_read_is_refused(files):
+    raw = _kerberos(files)
+    keytab = files["password"].parent / "agent.keytab"
+    keytab.chmod(0o644)
+    with pytest.raises(ConfigError) as e:
+        parse_agent(raw).security.check()
+    assert e.value.path == "broker.sasl_kerberos_keytab_file"
+
+
+def test_kerberos_without_gssapi_in_librdkafka_or_kinit_is_refused_saying_which(
+        files, monkeypatch):
+    from docket_common import kafka_security
+    cfg = parse_agent(_kerberos(files))
+    monkeypatch.setattr(kafka_security, "gssapi_refused",
+                        lambda: "No provider for SASL mechanism GSSAPI")
+    with pytest.raises(ConfigError) as e:
+        producer_config(cfg, "python")
+    assert e.value.path == "broker.sasl_mechanism" and "No provider" in e.value.problem
+    monkeypatch.setattr(kafka_security, "gssapi_refused", lambda: None)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConfigError) as e:
+        producer_config(cfg, "python")
+    assert "kinit" in e.value.problem and "krb5-user" in e.value.hint
+
+
+def test_the_librdkafka_make_setup_builds_takes_gssapi():
+    """make setup's build (packaging/build_kafka_client.py): Kerberos, in both send paths'
+    one librdkafka."""
+    from docket_common.kafka_security import gssapi_refused
+    assert gssapi_refused() is None
