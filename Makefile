@@ -35,8 +35,8 @@ $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml $(wil
 # librdkafka with Kerberos, OIDC, TLS and zstd, and confluent-kafka on it): a compiler and the
 # development files it links, and what a Kerberos sign-in needs at run time (Cyrus SASL's
 # GSSAPI module, MIT's kinit, which librdkafka runs to renew its ticket).
-KAFKA_CLIENT_DEBS := gcc make pkgconf libsasl2-dev libssl-dev libcurl4-openssl-dev libzstd-dev \
-	liblz4-dev zlib1g-dev libsasl2-modules-gssapi-mit krb5-user
+KAFKA_CLIENT_DEBS := gcc make pkgconf libc6-dev python3-dev libsasl2-dev libssl-dev \
+	libcurl4-openssl-dev libzstd-dev liblz4-dev zlib1g-dev libsasl2-modules-gssapi-mit krb5-user
 kafka-client-deps:
 	@need=$$(for p in $(KAFKA_CLIENT_DEBS); do \
 		dpkg-query -W -f='$${db:Status-Status}' $$p 2>/dev/null | grep -qx installed || echo $$p; \
@@ -110,8 +110,7 @@ native-build:
 
 $(NATIVE_STAMP): $(wildcard agent/native/src/*.rs) agent/native/Cargo.toml agent/native/build.rs \
 		agent/native/Cargo.lock agent/native/pyproject.toml packaging/link_librdkafka.py \
-		constraints.txt $(wildcard $(VENV)/lib/python3*/site-packages/confluent_kafka.libs/*) \
-		| $(STAMP)
+		constraints.txt $(STAMP)
 	@if $(CARGO_ENV) command -v cargo >/dev/null; then \
 		$(MAKE) --no-print-directory native-build; \
 	else echo "make setup: no cargo (Rust, https://rustup.rs) here: the native send path is" \

@@ -52,7 +52,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from docket_common.dirs import docket_state_dir
-from docket_common.kafka_security import ALLOWED_URLS, KafkaSecurity, kafka_config_text
+from docket_common.kafka_security import (
+    ALLOWED_URLS,
+    KafkaSecurity,
+    check_one_principal,
+    kafka_config_text,
+)
 from docket_common.procs import alive, process_state, reap
 
 from .admin import AUDIT_TOPIC_CONFIG, TopicSpec, admin_client, describe, ensure_topics
@@ -94,8 +99,9 @@ class MirrorSpec:
     target_security: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.security("source")
-        self.security("target")
+        # (its watcher, one process, reaches both sides: one Kerberos principal for both)
+        check_one_principal((self.security("source"), self.security("target")),
+                            "the mirror's watcher")
         check_name(self.source)
         check_name(self.target)
         if self.source == self.target:

@@ -43,6 +43,7 @@ built from the password file: never on a command line, where ``ps`` would show i
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import stat
@@ -59,9 +60,10 @@ OAUTHBEARER = "OAUTHBEARER"
 GSSAPI = "GSSAPI"
 _JAVA_KRB5_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
 # librdkafka puts the principal and the keytab's path into the kinit command it runs through
-# the shell: each is refused unless it is made of these characters.
-_PRINCIPAL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-                             "._-/@")
+# the shell (the path between double quotes): a principal of other characters, or starting
+# with "-" (an option of kinit's), and a path holding one of _PATH_UNSAFE are refused.
+_SERVICE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_PRINCIPAL_CHARS = _SERVICE_CHARS | frozenset("/@")
 _PATH_UNSAFE = frozenset('"$`\\\n')
 # The Java client's OIDC login: the token fetched from the endpoint with the client credentials.
 _JAVA_OIDC_LOGIN = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
@@ -245,7 +247,8 @@ class KafkaSecurity:
                 ("sasl_kerberos_keytab_file", self.keytab_file,
                  "the keytab holding its key, mode 0600"))
         if not self.kerberos:
-            for key, value, _hint in keys:
+            for key, value, _hint in (*keys, ("sasl_kerberos_service_name",
+                                              self.service_name != "kafka", "")):
                 if value:
                     raise ConfigError(f"{s}.{key}", "set, but security_protocol and "
                                       "sasl_mechanism are not \"sasl_ssl\" and \"GSSAPI\"",
@@ -261,15 +264,17 @@ class KafkaSecurity:
                 raise ConfigError(f"{s}.{key}", "set, but sasl_mechanism is \"GSSAPI\"",
                                   hint="a Kerberos client logs in with "
                                   "sasl_kerberos_principal and its keytab")
-        for key, value in (("sasl_kerberos_principal", self.kerberos_principal),
-                           ("sasl_kerberos_service_name", self.service_name)):
-            if not set(value) <= _PRINCIPAL_CHARS:
-                raise ConfigError(f"{s}.{key}", f"{value!r} holds a character a principal "
-                                  "does not", hint="letters, digits and . _ - / @ only")
-        if set(self.keytab_file) & _PATH_UNSAFE:
-            raise ConfigError(f"{s}.sasl_kerberos_keytab_file", "holds a quote, $, ` or \\",
-                              hint="librdkafka passes the path to kinit through the shell: "
-                              "name a path without them")
+        if not set(self.kerberos_principal) <= _PRINCIPAL_CHARS or \
+                self.kerberos_principal.startswith("-"):
+            raise ConfigError(f"{s}.sasl_kerberos_principal", f"{self.kerberos_principal!r} "
+                              "holds a character a principal does not, or starts with -",
+                              hint="letters, digits and . _ - / @ only")
+        if not self.service_name or not set(self.service_name) <= _SERVICE_CHARS:
+            raise ConfigError(f"{s}.sasl_kerberos_service_name", f"{self.service_name!r} is "
+                              "not a service name (the first part of the brokers' principal)",
+                              hint="letters, digits and . _ - only, e.g. kafka")
+        _check_keytab_path(f"{s}.sasl_kerberos_keytab_file",
+                           self.keytab_file.removeprefix(CREDENTIALS))
 
     def check_files(self) -> None:
         """Each file named exists and is readable by this process; a secret (password, key) is
@@ -304,11 +309,13 @@ class KafkaSecurity:
                 conf["https.ca.location"] = ca
         elif self.kerberos:
             self._check_kerberos_client()
+            keytab = resolve(self.keytab_file)
+            _check_keytab_path(f"{self.section}.sasl_kerberos_keytab_file", keytab)
             own_ticket_cache(self.kerberos_principal)
             conf.update({"sasl.mechanism": GSSAPI,
                          "sasl.kerberos.service.name": self.service_name,
                          "sasl.kerberos.principal": self.kerberos_principal,
-                         "sasl.kerberos.keytab": resolve(self.keytab_file)})
+                         "sasl.kerberos.keytab": keytab})
         elif self.protocol == "sasl_ssl":
             conf.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username,
                          "sasl.password": read_secret(f"{self.section}.sasl_password_file",
@@ -393,6 +400,11 @@ class KafkaSecurity:
             raise ConfigError(f"{self.section}.sasl_mechanism", "\"GSSAPI\", but MIT's kinit "
                               "is not on the PATH: librdkafka runs it for the ticket",
                               hint="install Debian's krb5-user")
+        if not any(any(Path(d).glob("libgssapiv2.so*")) for d in SASL_PLUGIN_DIRS):
+            raise ConfigError(f"{self.section}.sasl_mechanism", "\"GSSAPI\", but Cyrus SASL's "
+                              f"GSSAPI module is in none of {', '.join(SASL_PLUGIN_DIRS)}: "
+                              "every login would fail (\"No worthy mechs found\")",
+                              hint="install Debian's libsasl2-modules-gssapi-mit")
 
     def _endpoint_ca(self) -> str | None:
         """librdkafka's CA file for the token endpoint: the one set, else for an ``https``
@@ -457,6 +469,30 @@ class KafkaSecurity:
 
 
 _CACHE_FOLDER = "docket-krb5-"
+# Where Cyrus SASL looks for its modules (Debian's multiarch folders; others').
+SASL_PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/sasl2", "/usr/lib/aarch64-linux-gnu/sasl2",
+                    "/usr/lib64/sasl2", "/usr/lib/sasl2")
+
+
+def _check_keytab_path(key: str, path: str) -> None:
+    if set(path) & _PATH_UNSAFE:
+        raise ConfigError(key, "holds a quote, $, ` or \\ (beside ${CREDENTIALS_DIRECTORY}/ "
+                          "at its start)", hint="librdkafka passes the path to kinit through "
+                          "the shell: name a path without them")
+
+
+def check_one_principal(securities, what: str) -> None:
+    """ConfigError if ``securities`` (the clients of one process: the mirror's two sides) log
+    in with two Kerberos principals: librdkafka's login uses the process's one ticket cache,
+    each kinit replacing the other's ticket."""
+    principals = {s.kerberos_principal: s for s in securities if s is not None and s.kerberos}
+    if len(principals) > 1:
+        first, second = list(principals.values())[:2]
+        raise ConfigError(f"{second.section}.sasl_kerberos_principal", f"{what} logs in as "
+                          f"{first.kerberos_principal} and {second.kerberos_principal}: one "
+                          "process holds one Kerberos principal (one ticket cache)",
+                          hint="give both the same principal (a realm trusted by both "
+                          "clusters), or another sign-in for one of them")
 
 
 def own_ticket_cache(principal: str) -> str:
@@ -483,8 +519,12 @@ def own_ticket_cache(principal: str) -> str:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise ConfigError("KRB5CCNAME", f"{folder} is not a folder of this user's alone",
                           hint="remove it, or name a cache of this user's in KRB5CCNAME")
+    # Readable, and one file per principal: "a/b@R" and "a_b@R" apart, ".." a name like others.
+    digest = hashlib.sha256(principal.encode()).hexdigest()[:12]
     name = "".join(c if c.isalnum() or c in "._-" else "_" for c in principal)
-    os.environ["KRB5CCNAME"] = value = f"FILE:{folder / name}"
+    value = f"FILE:{folder / f'{name}-{digest}'}"
+    if current != value:                 # (librdkafka's threads read it: set only a change)
+        os.environ["KRB5CCNAME"] = value
     return value
 
 

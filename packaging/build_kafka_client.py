@@ -85,7 +85,14 @@ def extract(archive: Path, into: Path) -> Path:
                 continue
             member.name = "librdkafka/" + member.name[len(SOURCE_DIR):]
             members.append(member)
-        tar.extractall(into, members=members, filter="data")
+        for member in members:            # (Python before 3.11.4 has no extraction filter)
+            parts = Path(member.name).parts
+            if member.name.startswith("/") or ".." in parts:
+                raise SystemExit(f"build_kafka_client: {member.name!r} in the archive leaves "
+                                 "its folder: nothing built")
+            member.mode &= 0o755
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(into, members=members, **safe)
     return into / "librdkafka"
 
 
@@ -169,10 +176,22 @@ def bundle(wheel: Path, library: Path, out: Path) -> Path:
     return target
 
 
+def recipe() -> str:
+    """What the wheel is built from: this file (its pins and steps) and the interpreter."""
+    text = Path(__file__).read_bytes() + sys.version.encode()
+    return hashlib.sha256(text).hexdigest()
+
+
 def main(out: Path) -> Path:
+    """The wheel in ``out``, built unless one of the same recipe is there already."""
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("confluent_kafka-*.whl"):
+    stamp = out / "recipe"
+    wheels = sorted(out.glob("confluent_kafka-*.whl"))
+    if len(wheels) == 1 and stamp.is_file() and stamp.read_text() == recipe():
+        return wheels[0]
+    stamp.unlink(missing_ok=True)
+    for old in wheels:
         old.unlink()
     tree = extract(source_archive(), out / "src")
     library = build_library(tree, out / "prefix")
@@ -180,6 +199,7 @@ def main(out: Path) -> Path:
     wheel = bundle(build_client(out / "prefix", out), library, out)
     shutil.rmtree(out / "sdist-build", ignore_errors=True)
     shutil.rmtree(out / "src", ignore_errors=True)
+    stamp.write_text(recipe())
     return wheel
 
 

@@ -20,6 +20,12 @@ through confluent-kafka's ``oauth_cb``), asked for again when four fifths of its
 (its life: the shorter of the endpoint's ``expires_in`` and the token's own ``exp``), or at once
 when the cluster refused it. The request is the standard library's (``urllib``): a producer
 host's agent carries no HTTP client of its own.
+
+With Kerberos (GSSAPI) every new client runs ``kinit`` when it is made, asking the KDC for a
+ticket: during an outage whose cause is the login (a stale keytab, the KDC away), each agent
+would ask about once a second (measured: two refused requests a second at the KDC). The probes
+share the ticket cache of the agent's principal (``own_ticket_cache``): one probe in
+``KINIT_EVERY_S`` runs ``kinit``, the others use the cache as it is.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from .topics import connection_conf
 
 PROBE_TIMEOUT_S = 1.0
 REFUSED_RETRY_S = 5.0          # a token endpoint that refused is asked again after this
+KINIT_EVERY_S = 10.0           # a probe's kinit at most this often per principal (GSSAPI)
 
 
 def admin_client(conf: dict) -> AdminClient:
@@ -155,10 +162,28 @@ _tokens: dict[tuple, TokenCache] = {}
 _tokens_lock = threading.Lock()
 
 
-def probe_conf(conf: dict) -> dict:
+_kinit_at: dict[str, float] = {}     # principal → when a probe's client last ran kinit
+
+
+def _kerberos_conf(out: dict, now: float) -> dict:
+    """GSSAPI: ``out`` as it is for one probe in ``KINIT_EVERY_S`` (its client runs kinit),
+    else with librdkafka's refresh off (the client logs in with the cached ticket)."""
+    principal = out.get("sasl.kerberos.principal", "")
+    with _tokens_lock:
+        last = _kinit_at.get(principal)
+        if last is None or now - last >= KINIT_EVERY_S:
+            _kinit_at[principal] = now
+            return out
+    return {**out, "sasl.kerberos.min.time.before.relogin": 0}
+
+
+def probe_conf(conf: dict, now: float | None = None) -> dict:
     """The probe's settings of the producer settings ``conf``: how to reach and authenticate to
-    the cluster; with OAUTHBEARER's OIDC method, the token the probes share in its place."""
+    the cluster; with OAUTHBEARER's OIDC method, the token the probes share in its place; with
+    GSSAPI, a kinit in one probe of ``KINIT_EVERY_S`` only."""
     out = connection_conf(conf)
+    if out.get("sasl.mechanism") == "GSSAPI":
+        return _kerberos_conf(out, time.monotonic() if now is None else now)
     needed = ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id",
               "sasl.oauthbearer.client.secret")
     if out.get("sasl.oauthbearer.method") != "oidc" or not all(out.get(k) for k in needed):

@@ -44,7 +44,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from docket_common.errors import print_error
-from docket_common.kafka_security import read_kafka_config
+from docket_common.kafka_security import check_one_principal, read_kafka_config
 from docket_common.names import AUDIT_TOPIC
 from docket_common.read_to_end import read_to_ends
 from docket_common.settings import ConfigError
@@ -283,9 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        options = {side: read_kafka_config(path).librdkafka_properties() if path else {}
-                   for side, path in (("source", args.source_kafka_config),
-                                      ("target", args.target_kafka_config))}
+        sides = {side: read_kafka_config(path) if path else None
+                 for side, path in (("source", args.source_kafka_config),
+                                    ("target", args.target_kafka_config))}
+        check_one_principal(sides.values(), "the mirror's watcher")
+        options = {side: security.librdkafka_properties() if security else {}
+                   for side, security in sides.items()}
     except ConfigError as exc:
         print_error(exc, "docket mirror watcher: error")
         return 2

@@ -139,7 +139,7 @@ def test_every_tier_is_complete_through_a_secured_mirror_each_part_as_its_own_us
         # MirrorMaker 2) through a system property.
         monkeypatch.setenv("KRB5_CONFIG", str(realm.krb5_conf))
         monkeypatch.setenv("JAVA_TOOL_OPTIONS", " ".join(realm.java_options()))
-        monkeypatch.delenv("KRB5CCNAME", raising=False)
+        monkeypatch.setenv("KRB5CCNAME", "")          # docket's own, per principal; undone after
     logins = Logins(login, aggregate, tmp_path, idp=idp, realm=realm)
     signin = logins.settings
     issued0 = {user: logins.granted(user) for user in signin}

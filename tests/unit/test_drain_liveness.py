@@ -519,3 +519,23 @@ def test_the_probes_token_request_is_the_standard_librarys_against_a_real_endpoi
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_with_kerberos_one_probe_in_ten_seconds_runs_kinit_the_others_use_the_ticket_cached(
+        monkeypatch):
+    """Each new librdkafka client with GSSAPI runs kinit, asking the KDC: the probes of an
+    outage (one a second) would ask once a second each. Per principal, one probe in
+    ``KINIT_EVERY_S`` does; the others have librdkafka's refresh off."""
+    from agent.drain import probe
+    monkeypatch.setattr(probe, "_kinit_at", {})
+    conf = {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "GSSAPI", "sasl.kerberos.principal": "agent@EXAMPLE.COM",
+            "sasl.kerberos.keytab": "/etc/docket/agent.keytab", "linger.ms": 5}
+    other = {**conf, "sasl.kerberos.principal": "count@EXAMPLE.COM"}
+    relogin = "sasl.kerberos.min.time.before.relogin"
+    runs = [relogin not in probe.probe_conf(conf, now=t) for t in range(0, 25)]
+    assert [t for t, ran in enumerate(runs) if ran] == [0, 10, 20]
+    assert probe.probe_conf(conf, now=25)[relogin] == 0
+    assert relogin not in probe.probe_conf(other, now=25)      # its own principal, its own
+    assert "linger.ms" not in probe.probe_conf(conf, now=26)
+    assert probe.probe_conf(conf, now=26)["sasl.kerberos.keytab"] == "/etc/docket/agent.keytab"

@@ -433,7 +433,7 @@ def test_kerberos_hands_librdkafka_the_principal_and_keytab_and_a_ticket_cache_o
     import os
     cache = os.environ["KRB5CCNAME"]
     folder = tmp_path / f"docket-krb5-{os.getuid()}"
-    assert cache == f"FILE:{folder}/docket-agent_host1.example.com_EXAMPLE.COM"
+    assert cache.startswith(f"FILE:{folder}/docket-agent_host1.example.com_EXAMPLE.COM-")
     assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
     assert cfg.security.describe() == \
         "sasl_ssl, GSSAPI principal docket-agent/host1.example.com@EXAMPLE.COM"
@@ -450,7 +450,11 @@ def test_a_ticket_cache_its_user_named_is_kept_and_one_docket_chose_is_replaced(
     monkeypatch.setenv("KRB5CCNAME", "")
     first = own_ticket_cache("mirror@EXAMPLE.COM")                  # inherited by a child …
     assert own_ticket_cache("reconcile@EXAMPLE.COM") != first       # … which holds its own
-    assert own_ticket_cache("reconcile@EXAMPLE.COM").endswith("/reconcile_EXAMPLE.COM")
+    assert "/reconcile_EXAMPLE.COM-" in own_ticket_cache("reconcile@EXAMPLE.COM")
+    # one file per principal, within the folder, whatever the principal's characters
+    caches = {own_ticket_cache(p) for p in ("a/b@R", "a_b@R", "..", ".")}
+    assert len(caches) == 4
+    assert all(c.rsplit("/", 1)[0] == first.rsplit("/", 1)[0] for c in caches)
 
 
 def test_a_ticket_cache_folder_others_may_enter_is_refused(files, monkeypatch, tmp_path):
@@ -489,16 +493,55 @@ def test_kerberos_for_java_clients_logs_in_from_the_keytab(files):
     ({"sasl_kerberos_principal": "agent; rm -rf /"}, "sasl_kerberos_principal",
      "a character"),
     ({"sasl_kerberos_principal": "agent$(id)@X"}, "sasl_kerberos_principal", "a character"),
-    ({"sasl_kerberos_service_name": "kafka x"}, "sasl_kerberos_service_name", "a character"),
+    ({"sasl_kerberos_principal": "-t/etc/krb5.keytab"}, "sasl_kerberos_principal",
+     "starts with -"),
+    ({"sasl_kerberos_service_name": "kafka x"}, "sasl_kerberos_service_name", "not a service"),
+    ({"sasl_kerberos_service_name": "kafka/b@R"}, "sasl_kerberos_service_name",
+     "not a service"),
+    ({"sasl_kerberos_keytab_file": "${CREDENTIALS_DIRECTORY}/$x.keytab"},
+     "sasl_kerberos_keytab_file", "a quote"),
     ({"sasl_kerberos_keytab_file": '/etc/"x".keytab'}, "sasl_kerberos_keytab_file",
      "a quote"),
     ({"sasl_kerberos_keytab_file": "/etc/$HOME.keytab"}, "sasl_kerberos_keytab_file",
      "a quote"),
     ({"sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "agent",
       "sasl_password_file": "/nonexistent"}, "sasl_kerberos_principal", "not \"sasl_ssl\""),
+    ({"sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "agent",
+      "sasl_password_file": "/nonexistent", "sasl_kerberos_principal": None,
+      "sasl_kerberos_keytab_file": None, "sasl_kerberos_service_name": "kafka-prod"},
+     "sasl_kerberos_service_name", "not \"sasl_ssl\""),
 ])
 def test_kerberos_settings_that_do_not_fit_are_refused_by_key(files, more, key, problem):
     _refused_by_key(_kerberos(files), more, key, problem)
+
+
+def test_a_keytab_from_systemd_credentials_is_taken(files, monkeypatch):
+    keytab = files["password"].parent / "agent.keytab"
+    raw = _kerberos(files, sasl_kerberos_keytab_file="${CREDENTIALS_DIRECTORY}/agent.keytab")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(keytab.parent))
+    monkeypatch.setenv("KRB5CCNAME", "FILE:/tmp/unused")
+    cfg = parse_agent(raw)
+    cfg.security.check()
+    assert producer_config(cfg, "python")["sasl.kerberos.keytab"] == str(keytab)
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", '/run/"x"')     # what it resolves to, checked
+    with pytest.raises(ConfigError) as e:
+        producer_config(cfg, "python")
+    assert e.value.path == "broker.sasl_kerberos_keytab_file"
+
+
+def test_one_process_with_two_kerberos_principals_is_refused(files):
+    from docket_common.kafka_security import check_one_principal
+
+    def side(section, principal):
+        return KafkaSecurity(section, "sasl_ssl", "GSSAPI", kerberos_principal=principal,
+                             keytab_file="/k")
+    check_one_principal((side("mirror.source", "m@A"), side("mirror.target", "m@A"), None),
+                        "the watcher")
+    with pytest.raises(ConfigError) as e:
+        check_one_principal((side("mirror.source", "m@A"), side("mirror.target", "m@B")),
+                            "the mirror's watcher")
+    assert e.value.path == "mirror.target.sasl_kerberos_principal"
+    assert "m@A and m@B" in e.value.problem
 
 
 def test_a_keytab_every_user_can_read_is_refused(files):
@@ -524,6 +567,11 @@ def test_kerberos_without_gssapi_in_librdkafka_or_kinit_is_refused_saying_which(
     with pytest.raises(ConfigError) as e:
         producer_config(cfg, "python")
     assert "kinit" in e.value.problem and "krb5-user" in e.value.hint
+    monkeypatch.undo()
+    monkeypatch.setattr(kafka_security, "SASL_PLUGIN_DIRS", ("/nonexistent",))
+    with pytest.raises(ConfigError) as e:
+        producer_config(cfg, "python")
+    assert "GSSAPI module" in e.value.problem and "gssapi-mit" in e.value.hint
 
 
 def test_the_librdkafka_make_setup_builds_takes_gssapi():
