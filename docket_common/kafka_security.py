@@ -408,8 +408,8 @@ class KafkaSecurity:
 
     def _endpoint_ca(self) -> str | None:
         """librdkafka's CA file for the token endpoint: the one set, else for an ``https``
-        endpoint the system's bundle (the librdkafka confluent-kafka ships looks for Red Hat's
-        file, which Debian has not: every https endpoint would fail there)."""
+        endpoint the system's bundle (a librdkafka built for another distribution looks for
+        its file: PyPI's confluent-kafka build looked for Red Hat's, which Debian has not)."""
         if self.oauth_ca_file:
             return resolve(self.oauth_ca_file)
         if not self.token_endpoint_url.startswith("https://"):
