@@ -18,6 +18,8 @@ import logging
 import os
 from pathlib import Path
 
+from docket_common.kafka_security import without_kinit
+
 from .buffer import layout as L
 from .buffer.seams import FileOps
 from .config import AgentConfig, ConfigError
@@ -109,7 +111,7 @@ def _no_token_request(conf: dict) -> dict:
     asks nobody stands in for them. With GSSAPI, a client runs ``kinit`` when it is made,
     asking the KDC (seconds when it does not answer): the check's client runs none."""
     if conf.get("sasl.mechanism") == "GSSAPI":
-        return {**conf, "sasl.kerberos.min.time.before.relogin": 0}
+        return without_kinit(conf)
     if conf.get("sasl.mechanism") != "OAUTHBEARER":
         return conf
     out = {k: v for k, v in conf.items() if not k.startswith("sasl.")}

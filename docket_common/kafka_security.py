@@ -502,7 +502,7 @@ def own_ticket_cache(principal: str) -> str:
     librdkafka's GSSAPI login uses the process's default cache, which its ``kinit`` fills:
     two docket processes of one system user with different principals (the mirror's watcher
     and the reconciler on an audit host) would each overwrite the other's ticket in
-    ``/tmp/krb5cc_UID``. Each principal gets ``FILE:$TMPDIR/docket-krb5-UID/PRINCIPAL``
+    ``/tmp/krb5cc_UID``. Each principal gets ``FILE:$TMPDIR/docket-krb5-UID/PRINCIPAL-HASH``
     instead, in a folder only this user may enter. A process holds one principal (one role),
     and a child inherits the value: a cache docket chose is replaced, one a user set is kept."""
     current = os.environ.get("KRB5CCNAME")
@@ -528,6 +528,12 @@ def own_ticket_cache(principal: str) -> str:
     return value
 
 
+def without_kinit(conf: dict) -> dict:
+    """librdkafka settings ``conf`` for a client that runs no ``kinit`` (GSSAPI): with its
+    ticket refresh off, it logs in with what the ticket cache holds, asking no KDC."""
+    return {**conf, "sasl.kerberos.min.time.before.relogin": 0}
+
+
 @functools.cache
 def gssapi_refused() -> str | None:
     """None if this process's librdkafka takes GSSAPI, else its own words why not (a client
@@ -535,8 +541,8 @@ def gssapi_refused() -> str | None:
     from confluent_kafka import KafkaException, Producer
 
     try:
-        Producer({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": GSSAPI,
-                  "sasl.kerberos.min.time.before.relogin": 0, "log_level": 0})
+        Producer(without_kinit({"security.protocol": "SASL_PLAINTEXT",
+                                "sasl.mechanism": GSSAPI, "log_level": 0}))
     except KafkaException as exc:
         return str(exc.args[0].str() if exc.args else exc)
     return None

@@ -44,6 +44,8 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from docket_common.kafka_security import without_kinit
+
 from .topics import connection_conf
 
 PROBE_TIMEOUT_S = 1.0
@@ -174,7 +176,7 @@ def _kerberos_conf(out: dict, now: float) -> dict:
         if last is None or now - last >= KINIT_EVERY_S:
             _kinit_at[principal] = now
             return out
-    return {**out, "sasl.kerberos.min.time.before.relogin": 0}
+    return without_kinit(out)
 
 
 def probe_conf(conf: dict, now: float | None = None) -> dict:
