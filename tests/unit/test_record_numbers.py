@@ -5,6 +5,8 @@ and the map from numbers to files and byte ranges (``docket-agent locate``)."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -178,9 +180,24 @@ def _toml(conf: dict) -> str:
 
 
 def _run(agent, turns: int = 40) -> None:
+    """``turns`` turns of the fake clock. With ``sync_on_seal`` the pool seals on a thread
+    of its own, on real time: each turn waits for the seals it began, so what the turns
+    send does not depend on how fast that thread gets the CPU."""
     for _ in range(turns):
         agent.clock.advance(0.3)
         agent.turn()
+        _sealing_done(agent)
+
+
+def _sealing_done(agent, timeout_s: float = 60.0) -> None:
+    """Until the pool's sealing thread (if it runs) has sealed every slot closed so far."""
+    pool = agent.pool
+    deadline = time.monotonic() + timeout_s
+    with pool._lock:
+        while pool._unsynced and pool._seal_error is None:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{len(pool._unsynced)} slots still being sealed after {timeout_s} s"
+            pool._closed.wait(left)
 
 
 def _arrived(kafka: FakeKafka) -> dict[int, int]:
@@ -469,6 +486,52 @@ def test_a_power_loss_with_sync_on_seal_off_gives_no_number_kafka_took_to_anothe
     assert min(n for n, i in arrived.items() if i >= 1000) >= reserved
     assert _numbers_unused(agent) == [[0, reserved - 1]]
     assert agent._numbers().dropped == [[0, reserved - 1]]     # the audit's missing
+    agent.shutdown()
+
+
+def test_turns_that_outrun_the_sealing_thread_lose_and_duplicate_nothing(tmp_path,
+                                                                         monkeypatch):
+    """What a loaded host does to the start after a power cut (``sync_on_seal`` on, numbers
+    past the reservation): the sealing thread gets no CPU while the agent turns. Held here at
+    its first sync: every turn goes on without it, nothing sealed is sent, and once it runs
+    again every line arrives once, under numbers past the reservation."""
+    kafka = FakeKafka()
+    agent = _agent(tmp_path, kafka)
+    logs = tmp_path / "logs"
+    (logs / "b.log").write_bytes(lines(0, 150))
+    _run(agent)
+    reserved = _reserved(agent)
+    agent.abandon()
+    agent = _agent(tmp_path, kafka, boot="boot-2", sync_on_seal=True)
+    pool, gate, held = agent.pool, threading.Event(), threading.Event()
+    sync_data = pool._sync_data
+
+    def held_sync(mm, c):
+        held.set()
+        assert gate.wait(60), "the test never let the sealing thread go on"
+        sync_data(mm, c)
+
+    monkeypatch.setattr(pool, "_sync_data", held_sync)
+    (logs / "a.log").write_bytes(lines(1000, 1100))  # only after: its every seal is held
+    before = len(kafka.log)
+    for _ in range(40):
+        agent.clock.advance(0.3)
+        agent.turn()
+        if held.is_set():
+            break
+    assert held.wait(60) and pool._unsynced, "the sealing thread was never held"
+    for _ in range(40):                               # turns go on while it is held
+        agent.clock.advance(0.3)
+        agent.turn()
+    assert pool._unsynced, "a seal went past the held sync"
+    assert not {id_of(v) for _t, v, *_ in kafka.log[before:]} & set(range(1000, 1100))
+    gate.set()
+    _run(agent)
+    arrived = _arrived(kafka)                         # asserts one line per number
+    assert set(arrived.values()) == {*range(150), *range(1000, 1100)}
+    assert min(n for n, i in arrived.items() if i >= 1000) >= reserved
+    counts = [id_of(v) for _t, v, *_ in kafka.log]
+    assert all(counts.count(i) == 1 for i in range(1000, 1100))
     agent.shutdown()
 
 
