@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml constraints.txt broker/pom.xml audit/jobs/pom.xml $(wil
 # librdkafka with Kerberos, OIDC, TLS and zstd, and confluent-kafka on it): a compiler and the
 # development files it links, and what a Kerberos sign-in needs at run time (Cyrus SASL's
 # GSSAPI module, MIT's kinit, which librdkafka runs to renew its ticket).
-KAFKA_CLIENT_DEBS := gcc make pkgconf libc6-dev python3-dev libsasl2-dev libssl-dev \
+KAFKA_CLIENT_DEBS := gcc binutils make pkgconf libc6-dev python3-dev libsasl2-dev libssl-dev \
 	libcurl4-openssl-dev libzstd-dev liblz4-dev zlib1g-dev libsasl2-modules-gssapi-mit krb5-user
 kafka-client-deps:
 	@need=$$(for p in $(KAFKA_CLIENT_DEBS); do \

@@ -9,13 +9,17 @@ build of our own. Both come from pinned sources:
   (``deps/librdkafka``; the newest librdkafka source any registry this build may use carries),
   checked against its SHA-256;
 - confluent-kafka's sdist from PyPI, of the same minor version (its C code refuses an older
-  librdkafka).
+  librdkafka), checked by pip against its SHA-256 (``--require-hashes``). The tools pip fetches
+  to build it (setuptools, wheel) are not pinned by hash: they make the wheel, none of them is
+  in it.
 
 The wheel written to ``OUT`` holds ``confluent_kafka.libs/librdkafka.so.1`` beside the package,
-and the extension finds it through its run path (``$ORIGIN/../confluent_kafka.libs``): the same
-place auditwheel puts the library of a PyPI wheel, so ``link_librdkafka.py`` links the native
-send path to it unchanged. Needs a C compiler, make, pkg-config and the development files of
-Cyrus SASL, OpenSSL, libcurl, zstd, lz4 and zlib (``make setup`` installs them as root).
+and the extension finds it through its run path, ``$ORIGIN/../confluent_kafka.libs`` and
+nothing else (the interpreter's own link flags, which may name the build machine's library
+folder, are left out): the same place auditwheel puts the library of a PyPI wheel, so
+``link_librdkafka.py`` links the native send path to it unchanged. Needs a C compiler, make,
+pkg-config, readelf and the development files of Cyrus SASL, OpenSSL, libcurl, zstd, lz4 and
+zlib (``make setup`` installs them as root).
 
 Usage: ``python packaging/build_kafka_client.py OUT`` (run by the venv's interpreter; ``make
 setup`` then installs the wheel before everything else).
@@ -33,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -43,12 +48,14 @@ SOURCE_URL = ("https://registry.npmjs.org/@confluentinc/kafka-javascript/-/"
 SOURCE_SHA256 = "ada7d703bb1d3237e2292bfabf438d663b6160c9f1ac2a2406b5dc4257c81b66"
 SOURCE_DIR = "package/deps/librdkafka/"
 CLIENT = "confluent-kafka==2.15.1"
+CLIENT_SHA256 = "99d1223020e27854e75981333983c5120d64762268f8afcc805fbd62e7de49aa"   # the sdist
 CONFIGURE = ("--enable-gssapi", "--enable-ssl", "--enable-curl", "--enable-zstd",
              "--enable-lz4-ext")
 # What a build must report in its builtin.features, or it is refused here, not at a sign-in.
 FEATURES = ("ssl", "sasl_gssapi", "sasl_scram", "sasl_oauthbearer", "oidc", "zstd")
 LIBRARY = "librdkafka.so.1"
 LIBS_DIR = "confluent_kafka.libs"
+RUN_PATH = f"$ORIGIN/../{LIBS_DIR}"
 
 
 def cache_dir() -> Path:
@@ -112,16 +119,43 @@ def build_library(tree: Path, prefix: Path) -> Path:
 
 def build_client(prefix: Path, out: Path) -> Path:
     """confluent-kafka's wheel from its sdist, compiled and linked against ``prefix``."""
+    # LDSHARED in place of the interpreter's: a pyenv or self-built Python's adds its own
+    # library folder to every extension's run path, where another librdkafka could be found.
     env = dict(os.environ,
                CFLAGS=f"-I{prefix / 'include'}",
-               LDFLAGS=f"-L{prefix / 'lib'} -Wl,-rpath,$ORIGIN/../{LIBS_DIR}")
+               LDSHARED=f"{os.environ.get('CC', 'gcc')} -shared",
+               LDFLAGS=f"-L{prefix / 'lib'} -Wl,-rpath,{RUN_PATH}")
     work = out / "sdist-build"
     shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    pins = work / "requirements.txt"
+    pins.write_text(f"{CLIENT} --hash=sha256:{CLIENT_SHA256}\n")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-binary", "confluent-kafka", "--no-cache-dir", "--wheel-dir",
-                    str(work), CLIENT], env=env, check=True)
+                    "--require-hashes", "--no-binary", "confluent-kafka", "--no-cache-dir",
+                    "--wheel-dir", str(work), "-r", str(pins)], env=env, check=True)
     (wheel,) = work.glob("confluent_kafka-*.whl")
     return wheel
+
+
+def run_path(extension: Path) -> str:
+    """The RUNPATH (or RPATH) ``readelf`` reads in ``extension``'s dynamic section."""
+    text = subprocess.run(["readelf", "-d", str(extension)], check=True, capture_output=True,
+                          text=True).stdout
+    for line in text.splitlines():
+        if "(RUNPATH)" in line or "(RPATH)" in line:
+            return line.split("[", 1)[1].rsplit("]", 1)[0]
+    return ""
+
+
+def check_run_path(wheel: Path) -> None:
+    """SystemExit unless the wheel's extension finds librdkafka beside it, and only there."""
+    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
+        (name,) = [n for n in zf.namelist()
+                   if n.startswith("confluent_kafka/cimpl.") and n.endswith(".so")]
+        found = run_path(Path(zf.extract(name, tmp)))
+    if found != RUN_PATH:
+        raise SystemExit(f"build_kafka_client: {name} has the run path {found!r}, expected "
+                         f"{RUN_PATH!r}: nothing installed")
 
 
 def check_features(library: Path) -> None:
@@ -196,7 +230,9 @@ def main(out: Path) -> Path:
     tree = extract(source_archive(), out / "src")
     library = build_library(tree, out / "prefix")
     check_features(library)
-    wheel = bundle(build_client(out / "prefix", out), library, out)
+    built = build_client(out / "prefix", out)
+    check_run_path(built)
+    wheel = bundle(built, library, out)
     shutil.rmtree(out / "sdist-build", ignore_errors=True)
     shutil.rmtree(out / "src", ignore_errors=True)
     stamp.write_text(recipe())

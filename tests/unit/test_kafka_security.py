@@ -4,6 +4,8 @@ properties librdkafka and Spark's Kafka source take."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agent.config import parse as _parse
@@ -579,3 +581,18 @@ def test_the_librdkafka_make_setup_builds_takes_gssapi():
     one librdkafka."""
     from docket_common.kafka_security import gssapi_refused
     assert gssapi_refused() is None
+
+
+def test_the_installed_client_finds_librdkafka_beside_it_and_nowhere_else():
+    """The run path of the installed confluent-kafka's extension is its own library folder
+    alone: the build machine's interpreter folder in it would let another librdkafka win."""
+    import importlib.util
+
+    import confluent_kafka.cimpl
+
+    script = Path(__file__).parents[2] / "packaging" / "build_kafka_client.py"
+    spec = importlib.util.spec_from_file_location("build_kafka_client", script)
+    build = importlib.util.module_from_spec(spec)    # (``packaging`` is also PyPI's package)
+    spec.loader.exec_module(build)
+    assert build.RUN_PATH == "$ORIGIN/../confluent_kafka.libs"
+    assert build.run_path(Path(confluent_kafka.cimpl.__file__)) == build.RUN_PATH
