@@ -11,6 +11,9 @@ clock. Prints one JSON line:
   writer's process producing each line itself with confluent-kafka (``linger.ms = 5``,
   acks=all, idempotence) — Kafka's own share of the latency, with no file in between;
 - agent_lost, direct_lost: lines sent and never received (must be 0);
+- agent_tail_…: the lines at or above the p99.9, how many, where their time went (median of
+  write → the record's timestamp, which the agent sets when it reads the line, and of the
+  timestamp → receipt) and the seconds of the run they were written in;
 - targets: agent p50 <= 10 ms, p99 <= 50 ms (issue 16).
 
 Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
@@ -63,6 +66,8 @@ class Receiver(threading.Thread):
                                   "isolation.level": "read_committed"})
         self.consumer.assign([TopicPartition(topic, 0, 0)])
         self.latency_ms: dict[int, float] = {}
+        # Per id: write → the record's timestamp (the shipper's: docket stamps the read), ms.
+        self.before_stamp_ms: dict[int, float] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -75,6 +80,7 @@ class Receiver(threading.Thread):
             value = msg.value()
             i, stamp = int(value[3:12]), int(value[15:34])
             self.latency_ms.setdefault(i, (now - stamp) / 1e6)
+            self.before_stamp_ms.setdefault(i, msg.timestamp()[1] - stamp / 1e6)
         self.consumer.close()
 
 
@@ -91,7 +97,7 @@ def _paced(send) -> int:
     return total
 
 
-def _figures(prefix: str, recv: Receiver, total: int) -> dict:
+def _figures(prefix: str, recv: Receiver, total: int, stamped_at_read: bool = True) -> dict:
     steady = sorted(v for i, v in recv.latency_ms.items() if i >= WARMUP_S * RATE)
 
     def q(p: float) -> float:
@@ -99,7 +105,27 @@ def _figures(prefix: str, recv: Receiver, total: int) -> dict:
 
     return {f"{prefix}_p50_ms": q(0.5), f"{prefix}_p99_ms": q(0.99),
             f"{prefix}_p999_ms": q(0.999), f"{prefix}_max_ms": round(steady[-1], 2),
-            f"{prefix}_lost": total - len(recv.latency_ms)}
+            f"{prefix}_lost": total - len(recv.latency_ms),
+            **_tail(prefix, recv, q(0.999), stamped_at_read)}
+
+
+def _tail(prefix: str, recv: Receiver, bound_ms: float, split: bool) -> dict:
+    """Where the slowest lines (at or above ``bound_ms``, the p99.9) spent their time: the
+    median of write → the record's timestamp (the shipper reading and stamping it) and of the
+    timestamp → receipt (sealing, the client, the broker, the consumer); and the seconds of
+    the run they were written in, to tell one stall from a steady share."""
+    slow = [i for i, v in recv.latency_ms.items()
+            if i >= WARMUP_S * RATE and v >= bound_ms and i in recv.before_stamp_ms]
+    if not slow:
+        return {}
+    out = {f"{prefix}_tail_lines": len(slow),
+           f"{prefix}_tail_seconds": sorted({(i - WARMUP_S * RATE) // RATE for i in slow})}
+    if split:
+        before = sorted(recv.before_stamp_ms[i] for i in slow)
+        after = sorted(recv.latency_ms[i] - recv.before_stamp_ms[i] for i in slow)
+        out[f"{prefix}_tail_write_to_stamp_ms"] = round(before[len(before) // 2], 2)
+        out[f"{prefix}_tail_stamp_to_receipt_ms"] = round(after[len(after) // 2], 2)
+    return out
 
 
 def _drain(recv: Receiver, total: int) -> None:
@@ -132,9 +158,13 @@ def run_agent(bootstrap: str, work: Path, send_path: str = "python",
         agent.stop()
 
 
-def tail_latency(bootstrap: str, topic: str, app: Path, prefix: str, settle_s: float) -> dict:
+def tail_latency(bootstrap: str, topic: str, app: Path, prefix: str, settle_s: float,
+                 stamped_at_read: bool = True) -> dict:
     """With a shipper tailing ``app`` to ``topic``: the paced writer and the receiver, after
-    ``settle_s`` for the shipper to start watching; the figures named ``prefix``_…."""
+    ``settle_s`` for the shipper to start watching; the figures named ``prefix``_….
+    ``stamped_at_read``: the shipper sets each record's timestamp when it reads the line
+    (docket), so the slowest lines' time can be split there; rsyslog's omkafka stamps its
+    message's time, whole seconds, which splits nothing."""
     recv = Receiver(bootstrap, topic)
     recv.start()
     fd = os.open(app, os.O_WRONLY | os.O_APPEND)
@@ -144,7 +174,7 @@ def tail_latency(bootstrap: str, topic: str, app: Path, prefix: str, settle_s: f
         _drain(recv, total)
     finally:
         os.close(fd)
-    return _figures(prefix, recv, total)
+    return _figures(prefix, recv, total, stamped_at_read)
 
 
 def run_direct(bootstrap: str) -> dict:

@@ -22,7 +22,10 @@ run / each peer, in events/s (``ratios``) and in CPU per event (``cpu_ratios``).
 The records that arrived are counted per run (a shipper that loses lines shows it).
 
 Latency: a writer appends 1,000 lines a second for 20 s to a file docket and rsyslog tail; a
-consumer stamps each receipt (see ``bench_latency.py``); p50/p99/p99.9 per shipper.
+consumer stamps each receipt (see ``bench_latency.py``); p50/p99/p99.9 per shipper, and where
+the slowest lines' time went. The Python path once, then docket_native and rsyslog in two
+rounds (``agent_native_1``, ``rsyslog_1``; then ``rsyslog_2``, ``agent_native_2``: the order
+swapped), each after ``os.sync()``.
 
 Prints one JSON line. Shippers not installed are named in ``missing`` (``make bench-tools``
 installs them as root) and left out; docket still runs. Uses ``KAFKA_BOOTSTRAP`` when set,
@@ -221,15 +224,43 @@ def run_rsyslog(bootstrap: str, topic: str, work: Path, data: Path) -> dict:
     return _result(elapsed, held, w)
 
 
-def latency_rsyslog(bootstrap: str, work: Path) -> dict:
-    topic = f"lat.rsyslog.{RUN}"
+def latency_rounds(bootstrap: str, work: Path, shippers: list[str]) -> dict:
+    """The latency part: the Python path once, then docket_native and rsyslog twice each in
+    turn, the order swapped in the second round; each run's figures suffixed with its round.
+    Before every run the page cache's dirty data is written out (``os.sync``): the throughput
+    part leaves a gigabyte or more of it, whose writeback would otherwise fall on whichever
+    shipper is measured while it runs (docket syncs its buffer; a shipper that does not is
+    not slowed by it). ``BENCH_LATENCY_SYNC=0`` leaves it out, to compare."""
+    work.mkdir()
+    synced = os.environ.get("BENCH_LATENCY_SYNC", "1") == "1"
+    out = {"latency_rate_lines_s": RATE, "latency_warmup_s": WARMUP_S,
+           "latency_synced_before_each": synced}
+    runs = [("docket", 0)]
+    peers = [s for s in ("docket_native", "rsyslog") if s in shippers]
+    runs += [(s, 1) for s in peers] + [(s, 2) for s in reversed(peers)]
+    for shipper, k in runs:
+        if synced:
+            os.sync()
+        where = work / f"{shipper}{k}"
+        if shipper == "docket":
+            figures = run_agent(bootstrap, where)
+        elif shipper == "docket_native":
+            figures = run_agent(bootstrap, where, "native", prefix=f"agent_native_{k}")
+        else:
+            figures = latency_rsyslog(bootstrap, where, f"rsyslog_{k}")
+        out.update(figures)
+    return out
+
+
+def latency_rsyslog(bootstrap: str, work: Path, prefix: str = "rsyslog") -> dict:
+    topic = f"lat.{prefix}.{RUN}"
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     work.mkdir()
     app = work / "app.log"
     app.touch()
     proc = start_rsyslog(bootstrap, topic, work / "rsyslog", app)
     try:
-        return tail_latency(bootstrap, topic, app, "rsyslog", settle_s=2)
+        return tail_latency(bootstrap, topic, app, prefix, settle_s=2, stamped_at_read=False)
     finally:
         stop(proc)
 
@@ -277,14 +308,7 @@ def main() -> None:
                                                        / best[s]["cpu_us_per_event"], 2)
                                   for d in shippers if d.startswith("docket")
                                   for s in shippers if not s.startswith("docket")}}
-            lat = work / "lat"
-            lat.mkdir()
-            out.update(run_agent(bootstrap, lat / "docket"))
-            if "docket_native" in shippers:
-                out.update(run_agent(bootstrap, lat / "docket_native", "native"))
-            if "rsyslog" in shippers:
-                out.update(latency_rsyslog(bootstrap, lat / "rsyslog"))
-            out["latency_rate_lines_s"], out["latency_warmup_s"] = RATE, WARMUP_S
+            out.update(latency_rounds(bootstrap, work / "lat", shippers))
     print(json.dumps(out))
 
 
