@@ -33,9 +33,11 @@ import ctypes
 import hashlib
 import io
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import urllib.request
@@ -119,11 +121,9 @@ def build_library(tree: Path, prefix: Path) -> Path:
 
 def build_client(prefix: Path, out: Path) -> Path:
     """confluent-kafka's wheel from its sdist, compiled and linked against ``prefix``."""
-    # LDSHARED in place of the interpreter's: a pyenv or self-built Python's adds its own
-    # library folder to every extension's run path, where another librdkafka could be found.
     env = dict(os.environ,
                CFLAGS=f"-I{prefix / 'include'}",
-               LDSHARED=f"{os.environ.get('CC', 'gcc')} -shared",
+               LDSHARED=link_command(),
                LDFLAGS=f"-L{prefix / 'lib'} -Wl,-rpath,{RUN_PATH}")
     work = out / "sdist-build"
     shutil.rmtree(work, ignore_errors=True)
@@ -137,14 +137,27 @@ def build_client(prefix: Path, out: Path) -> Path:
     return wheel
 
 
+def link_command() -> str:
+    """The interpreter's command for linking an extension, without the library folders it
+    names: a pyenv or self-built Python adds its own (``-L``, ``-Wl,-rpath``) to every
+    extension's run path, where another librdkafka could be found first."""
+    words = shlex.split(os.environ.get("LDSHARED") or sysconfig.get_config_var("LDSHARED")
+                        or "gcc -shared")
+    return shlex.join(w for w in words
+                      if not w.startswith(("-L", "-Wl,-rpath", "-Wl,-R", "-R")))
+
+
 def run_path(extension: Path) -> str:
-    """The RUNPATH (or RPATH) ``readelf`` reads in ``extension``'s dynamic section."""
+    """The run paths ``readelf`` reads in ``extension``'s dynamic section, RPATH and RUNPATH
+    both (joined by ``;`` when there are two)."""
+    if shutil.which("readelf") is None:
+        raise SystemExit("build_kafka_client: readelf (binutils) is needed to check the "
+                         "extension's run path: install binutils")
     text = subprocess.run(["readelf", "-d", str(extension)], check=True, capture_output=True,
-                          text=True).stdout
-    for line in text.splitlines():
-        if "(RUNPATH)" in line or "(RPATH)" in line:
-            return line.split("[", 1)[1].rsplit("]", 1)[0]
-    return ""
+                          text=True, env=dict(os.environ, LC_ALL="C")).stdout
+    found = [line.split("[", 1)[1].rsplit("]", 1)[0] for line in text.splitlines()
+             if "(RUNPATH)" in line or "(RPATH)" in line]
+    return ";".join(found)
 
 
 def check_run_path(wheel: Path) -> None:
