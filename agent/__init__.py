@@ -27,3 +27,12 @@ import what.
 - ``preflight``: what ``validate`` checks beyond the file's form.
 - ``cli``: the ``docket-agent`` command.
 """
+
+import os
+
+# numpy's OpenBLAS starts a thread for each further core when numpy is imported, and each spins
+# some 50 ms of CPU looking for work before it sleeps: on every start of every docket-agent
+# command. The agent calls no BLAS routine (no dot, matmul or linalg), so one thread, the
+# caller's, is all it needs. A value set in the environment is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+

@@ -313,3 +313,23 @@ def test_a_write_is_gathered_with_others_only_when_lines_come_that_often(tmp_pat
         assert _gathering(tmp_path / name, 20, lines, filling) == want, name
     (tmp_path / "stuck").mkdir()
     assert _gathering(tmp_path / "stuck", 20, 100, clock_moves=False) == [2]
+
+
+def test_importing_the_agent_starts_no_blas_threads():
+    """numpy's OpenBLAS would start a thread per further core at import, each spinning some
+    50 ms of CPU at every start (``agent/__init__.py``): the agent's process has one thread
+    after importing everything it runs, and a value the user set is kept."""
+    import subprocess
+    import sys
+
+    code = ("import agent.service, os, time; time.sleep(0.2); "
+            "print(len(os.listdir('/proc/self/task')), os.environ['OPENBLAS_NUM_THREADS'])")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=here, check=True,
+                         capture_output=True, text=True, timeout=60).stdout.split()
+    assert out == ["1", "1"]
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=here, check=True,
+                         capture_output=True, text=True, timeout=60).stdout.split()
+    assert out[1] == "2"
