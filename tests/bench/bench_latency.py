@@ -12,8 +12,9 @@ clock. Prints one JSON line:
   acks=all, idempotence) — Kafka's own share of the latency, with no file in between;
 - agent_lost, direct_lost: lines sent and never received (must be 0);
 - agent_tail_…: the lines at or above the p99.9, how many, where their time went (median of
-  write → the record's timestamp, which the agent sets when it reads the line, and of the
-  timestamp → receipt) and the seconds of the run they were written in;
+  write → the record's timestamp, which the agent sets when it hands the line to its pool —
+  whole milliseconds, so up to 1 ms low — and of the timestamp → receipt) and the seconds
+  after the warm-up they were written in; for ``direct`` the timestamp is the produce call's;
 - targets: agent p50 <= 10 ms, p99 <= 50 ms (issue 16).
 
 Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster for the run.
@@ -112,8 +113,8 @@ def _figures(prefix: str, recv: Receiver, total: int, stamped_at_read: bool = Tr
 def _tail(prefix: str, recv: Receiver, bound_ms: float, split: bool) -> dict:
     """Where the slowest lines (at or above ``bound_ms``, the p99.9) spent their time: the
     median of write → the record's timestamp (the shipper reading and stamping it) and of the
-    timestamp → receipt (sealing, the client, the broker, the consumer); and the seconds of
-    the run they were written in, to tell one stall from a steady share."""
+    timestamp → receipt (sealing, the client, the broker, the consumer); and the seconds
+    after the warm-up they were written in, to tell one stall from a steady share."""
     slow = [i for i, v in recv.latency_ms.items()
             if i >= WARMUP_S * RATE and v >= bound_ms and i in recv.before_stamp_ms]
     if not slow:

@@ -12,7 +12,9 @@ line (the topics' high watermarks), with its CPU time and peak RSS (VmHWM, sampl
   linger.ms 5), a client that sends a file and exits, with no tailing, no buffer and no audit;
   and as ``kcat_headers``, the same with docket's three identity headers on every record
   (``-H``; values of the sizes the agent's carry): librdkafka's own cost for records that carry
-  an identity;
+  an identity; and as ``kcat_headers_own``, that again on the librdkafka docket runs (the
+  venv's, loaded through ``LD_LIBRARY_PATH`` in place of Debian's 2.0.2): the same library's
+  cost, since the two versions differ by up to 1.7x in kcat's own events/s;
 - rsyslog: Debian's ``rsyslogd -n -f CONF -i PIDFILE`` with ``imfile`` (inotify) →
   ``omkafka`` (acks=all, snappy) through a disk-assisted queue, its own work folder, never the
   system's syslog.
@@ -149,12 +151,26 @@ def kcat_command(bootstrap: str, topic: str, data: Path, headers: bool = False,
     return cmd + [str(data)]
 
 
+def own_librdkafka() -> Path | None:
+    """The folder of the librdkafka docket runs (the venv's confluent-kafka, which ``make
+    setup`` builds), for kcat to load in place of Debian's; None without one."""
+    try:
+        import confluent_kafka
+    except ImportError:
+        return None
+    libs = Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs"
+    return libs if (libs / "librdkafka.so.1").exists() else None
+
+
 def time_kcat(bootstrap: str, topic: str, cmd: list[str], want: int = LINES,
-              timeline: dict | None = None) -> tuple[float, int, Watched]:
+              timeline: dict | None = None,
+              library: Path | None = None) -> tuple[float, int, Watched]:
     """``cmd`` (``kcat_command``) run until Kafka holds ``want`` records of ``topic``:
-    (seconds, records, its CPU); ``timeline`` as ``wait_for`` fills it."""
+    (seconds, records, its CPU); ``timeline`` as ``wait_for`` fills it; ``library``: a folder
+    whose librdkafka.so.1 kcat loads instead of the system's."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = None if library is None else dict(os.environ, LD_LIBRARY_PATH=str(library))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     w = Watched(proc)
     try:
         elapsed, held = wait_for(bootstrap, topic, w, t0, want, timeline)
@@ -166,8 +182,10 @@ def time_kcat(bootstrap: str, topic: str, cmd: list[str], want: int = LINES,
     return elapsed, held, w
 
 
-def run_kcat(bootstrap: str, topic: str, data: Path, headers: bool = False) -> dict:
-    return _result(*time_kcat(bootstrap, topic, kcat_command(bootstrap, topic, data, headers)))
+def run_kcat(bootstrap: str, topic: str, data: Path, headers: bool = False,
+             library: Path | None = None) -> dict:
+    return _result(*time_kcat(bootstrap, topic, kcat_command(bootstrap, topic, data, headers),
+                              library=library))
 
 
 RSYSLOG_CONF = """\
@@ -277,10 +295,12 @@ def main() -> None:
         with bench_kafka(work) as bootstrap:
             data = work / "events.log"
             write_file(data, lines=LINES, size=LINE)
+            own = own_librdkafka()
             shippers = ["docket"] + (["docket_native"] if native_built() else []) \
-                + [s for s in ("kcat", "kcat_headers", "rsyslog")
-                                     if s.removesuffix("_headers") not in missing and not
-                                     (s == "rsyslog" and "rsyslog-kafka" in missing)]
+                + [s for s in ("kcat", "kcat_headers", "kcat_headers_own", "rsyslog")
+                   if s.split("_")[0] not in missing
+                   and not (s == "rsyslog" and "rsyslog-kafka" in missing)
+                   and not (s == "kcat_headers_own" and own is None)]
             # With $KAFKA_BOOTSTRAP a topic of an earlier run may hold LINES records already.
             topics = {(s, k): f"peers.{RUN}.{s}.{k}" for s in shippers for k in range(ROUNDS)}
             ensure_topics(bootstrap, [TopicSpec(t, partitions=3) for t in topics.values()])
@@ -293,7 +313,8 @@ def main() -> None:
                                                   "native" if s == "docket_native"
                                                   else "python"))
                     elif s.startswith("kcat"):
-                        runs[s].append(run_kcat(bootstrap, topic, data, s == "kcat_headers"))
+                        runs[s].append(run_kcat(bootstrap, topic, data, s != "kcat",
+                                                own if s == "kcat_headers_own" else None))
                     else:
                         runs[s].append(run_rsyslog(bootstrap, topic, work / f"rsyslog{k}",
                                                    data))
