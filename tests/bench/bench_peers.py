@@ -270,7 +270,7 @@ def latency_rounds(bootstrap: str, work: Path, shippers: list[str]) -> dict:
     return out
 
 
-def latency_rsyslog(bootstrap: str, work: Path, prefix: str = "rsyslog") -> dict:
+def latency_rsyslog(bootstrap: str, work: Path, prefix: str) -> dict:
     topic = f"lat.{prefix}.{RUN}"
     ensure_topics(bootstrap, [TopicSpec(topic, partitions=1)])
     work.mkdir()

@@ -324,12 +324,13 @@ def test_importing_the_agent_starts_no_blas_threads():
 
     code = ("import agent.service, os, time; time.sleep(0.2); "
             "print(len(os.listdir('/proc/self/task')), os.environ['OPENBLAS_NUM_THREADS'])")
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=here, check=True,
-                         capture_output=True, text=True, timeout=60).stdout.split()
-    assert out == ["1", "1"]
-    env["OPENBLAS_NUM_THREADS"] = "2"
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=here, check=True,
-                         capture_output=True, text=True, timeout=60).stdout.split()
-    assert out[1] == "2"
+
+    def threads_and_setting(**set_here) -> list[str]:
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        return subprocess.run([sys.executable, "-c", code], env={**env, **set_here}, cwd=here,
+                              check=True, capture_output=True, text=True,
+                              timeout=60).stdout.split()
+
+    assert threads_and_setting() == ["1", "1"]
+    assert threads_and_setting(OPENBLAS_NUM_THREADS="2")[1] == "2"

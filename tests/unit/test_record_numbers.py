@@ -179,14 +179,16 @@ def _toml(conf: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _run(agent, turns: int = 40) -> None:
+def _run(agent, turns: int = 40, wait_for_seals: bool = True) -> None:
     """``turns`` turns of the fake clock. With ``sync_on_seal`` the pool seals on a thread
-    of its own, on real time: each turn waits for the seals it began, so what the turns
-    send does not depend on how fast that thread gets the CPU."""
+    of its own, on real time: each turn waits for the seals it began (unless
+    ``wait_for_seals`` is off), so what the turns send does not depend on how fast that thread
+    gets the CPU."""
     for _ in range(turns):
         agent.clock.advance(0.3)
         agent.turn()
-        _sealing_done(agent)
+        if wait_for_seals:
+            _sealing_done(agent)
 
 
 def _sealing_done(agent, timeout_s: float = 60.0) -> None:
@@ -516,15 +518,9 @@ def test_turns_that_outrun_the_sealing_thread_lose_and_duplicate_nothing(tmp_pat
     monkeypatch.setattr(pool, "_sync_data", held_sync)
     (logs / "a.log").write_bytes(lines(1000, 1100))  # only after: its every seal is held
     before = len(kafka.log)
-    for _ in range(40):
-        agent.clock.advance(0.3)
-        agent.turn()
-        if held.is_set():
-            break
+    _run(agent, wait_for_seals=False)
     assert held.wait(60) and pool._unsynced, "the sealing thread was never held"
-    for _ in range(40):                               # turns go on while it is held
-        agent.clock.advance(0.3)
-        agent.turn()
+    _run(agent, wait_for_seals=False)                 # turns go on while it is held
     assert pool._unsynced, "a seal went past the held sync"
     assert not {id_of(v) for _t, v, *_ in kafka.log[before:]} & set(range(1000, 1100))
     produced = [v for p in kafka.producers for v in p.produced]
