@@ -1291,6 +1291,7 @@ class FileSource:
         self._heads = None                              # its fingerprint changed
         self._by_source[new_id] = t
         t.size_seen, t.idle_since, t.partial_since, t.partial_size = size, None, None, 0
+        t.size_since = None                             # a new generation: its own looks
         self._sizes_stored[new_id] = size
 
     def anchors(self, ends: dict[int, int]) -> dict[int, bytes]:

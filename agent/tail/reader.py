@@ -71,6 +71,8 @@ class Tracked:
     #                                  (offset, crc) at each hand-over not yet sealed to
     event_since: float | None = None  # multiline: an event open at the end since (monotonic s)
     event_size: int = 0               # ... with the file this size
+    size_since: float | None = None   # when a look first found the file ``since_size`` long
+    since_size: int = -1              # (monotonic s): an open event's flush counts from then
     cut_open: bool = False            # multiline: the next record continues a cut event
 
 
@@ -127,7 +129,13 @@ class Reader:
         if self._shrank(t, size) or not head.startswith(t.fingerprint):
             self.on_truncated(t, head)
             return
+        self._saw_size(t, size)
+
+    def _saw_size(self, t: Tracked, size: int) -> None:
+        """Note the size a look found, and when a look first found it."""
         t.size_seen = size
+        if size != t.since_size or t.size_since is None:
+            t.since_size, t.size_since = size, self._now()
 
     def _shrank(self, t: Tracked, size: int) -> bool:
         """Within a generation a file only grows: smaller than seen is a truncation, read
@@ -158,7 +166,7 @@ class Reader:
         if self._shrank(t, size):
             self.on_truncated(t, self.head(t))
             return
-        t.size_seen = size
+        self._saw_size(t, size)
         while budget > 0:
             if t.skip and t.offset >= t.skip[0][0]:
                 self._pass(t, *t.skip.pop(0))
@@ -333,12 +341,14 @@ class Reader:
 
     def _flush_due(self, t: Tracked, size: int) -> bool:
         """Whether the open event at the file's end is to be closed: the file the same size
-        for ``flush_ms``. Notes when the wait began."""
-        now = self._now()
+        for ``flush_ms``, counted from the first look that found it so — not from the read
+        that reached the event, which may come later (a file read from behind: its size
+        was looked at when the reading began). Notes when the wait began."""
         if t.event_since is None or t.event_size != size:
-            t.event_since, t.event_size = now, size
-            return False
-        return now - t.event_since >= self.flush_ms / 1e3
+            seen = t.size_since if t.since_size == size and t.size_since is not None \
+                else self._now()
+            t.event_since, t.event_size = seen, size
+        return self._now() - t.event_since >= self.flush_ms / 1e3
 
     def due(self, t: Tracked) -> float | None:
         """When (monotonic s) the open event or partial line of ``t`` is to be flushed."""

@@ -31,8 +31,9 @@ The parts of each run's time (``result``): when Kafka held the first record
 (``first_record_s``) and all but the last (``all_but_last_s``), and the events/s until then
 (``events_s_before_last``) and between the two (``events_s_sending``), with their ratios to
 rsyslog's. The last event ends a run for the shippers that read lines (docket, rsyslog): none
-can tell it is whole until ``flush_ms`` / ``readTimeout`` passes with nothing after it, and
-that wait, not the shipper's speed, sets the whole run's end.
+can tell it is whole until ``flush_ms`` / ``readTimeout`` passes with nothing after it —
+docket counts it from its first look at the file's size, when its reading began (since
+2026-12-07; from its read of the file's end before), rsyslog from its own look at the end.
 Prints one JSON line. Uses ``KAFKA_BOOTSTRAP`` when set, else starts a 1-broker local cluster.
 ``BENCH_MULTILINE_SHIPPERS`` (comma-separated names from the list above) runs only those.
 """

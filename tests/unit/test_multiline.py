@@ -149,6 +149,45 @@ def test_a_file_growing_between_looks_is_not_flushed_mid_event(tmp_path):
     assert events(h) == [event[:-1]]
 
 
+@pytest.mark.parametrize("grows", [False, True])
+def test_a_file_read_from_behind_counts_its_flush_from_the_first_look_at_its_size(tmp_path,
+                                                                                 grows):
+    """A file longer than a turn's read: its last event's flush_ms counts from the first look
+    that found the file its size, not from the read that reached the event — a file that
+    stopped growing that long ago sends its last event with that read. A file that grew
+    meanwhile counts from the look that saw it grow."""
+    h = Harness(tmp_path, multiline=JAVA, read_chunk_bytes=16384)
+    written = [trace(i, 20) for i in range(200)]
+    h.app.write_bytes(b"".join(written))
+    budget = h.app.stat().st_size // 4 + 1            # four turns to its end
+
+    def turn(advance_s: float) -> int:
+        h.clock.advance(advance_s)
+        h.src.scan()
+        return h.src.read_some(budget).bytes
+
+    assert turn(0) > 0                                 # the first look at its size
+    assert 0 < len(events(h)) < 150
+    turn(0.2)
+    if grows:
+        more = trace(200, 3)
+        written.append(more)
+        with open(h.app, "ab") as f:
+            f.write(more)
+    turn(0.2)                                          # 0.4 s after the first look
+    turn(0.2)
+    turn(0.0)                                          # the end is reached
+    if not grows:
+        assert events(h) == [e[:-1] for e in written]  # 0.6 s unchanged > flush_ms: at once
+        return
+    assert events(h) == [e[:-1] for e in written[:-1]]  # 0.2 s since it grew
+    assert h.src.due() is not None
+    turn(0.2)
+    assert len(events(h)) == len(written) - 1           # 0.4 s
+    turn(0.2)
+    assert events(h) == [e[:-1] for e in written]
+
+
 @pytest.mark.parametrize("crash", [False, True])
 def test_a_restart_mid_event_reads_the_event_again_whole(tmp_path, crash):
     h = Harness(tmp_path, multiline=JAVA)
