@@ -79,6 +79,13 @@ class FileOps:
         start = offset - offset % mmap.PAGESIZE
         msync(mm, start, offset + length - start)
 
+    def unmap(self, mm: mmap.mmap, offset: int, length: int) -> None:
+        """Drop the process's mapping of ``length`` bytes from ``offset`` (a page's): their
+        contents stay in the page cache, dirty where they were written, and a later access
+        maps them again from there. (``MADV_DONTNEED`` on a shared file mapping: nothing is
+        lost, nothing is written.)"""
+        mm.madvise(mmap.MADV_DONTNEED, offset, length)
+
     def write_file(self, path: Path, data: bytes) -> None:
         """Write a whole file durably: temp file, fsync, rename, fsync the folder."""
         tmp = path.with_name(path.name + ".tmp")
