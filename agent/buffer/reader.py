@@ -7,9 +7,8 @@ set up in ``BufferPool.__init__``.
 
 from __future__ import annotations
 
-import mmap
-
 from . import layout as L
+from .seams import unmap
 from .slots import (
     FREE_SETTLE_S,
     HOT_FREE_SLOTS,
@@ -120,5 +119,4 @@ class PoolReader:
                 self._release_pages(slot.index)
 
     def _release_pages(self, index: int) -> None:
-        self._map._mmap.madvise(mmap.MADV_DONTNEED, self.geometry.slot_offset(index),
-                                self.geometry.slot_bytes)
+        unmap(self._map._mmap, self.geometry.slot_offset(index), self.geometry.slot_bytes)

@@ -278,7 +278,7 @@ class PoolSealer:
             fill.sealed = slot
         self.counters["slots_sealed"] += 1
         if self._on_seal is not None:
-            self._on_seal(slot)                     # while its pages are still in memory
+            self._on_seal(slot)                     # while its pages are in the page cache
         if len(self._sealed) - len(self._leased) > RESIDENT_WAITING_SLOTS:
             self._release_pages(index)
 

@@ -1291,7 +1291,9 @@ class FileSource:
         self._heads = None                              # its fingerprint changed
         self._by_source[new_id] = t
         t.size_seen, t.idle_since, t.partial_since, t.partial_size = size, None, None, 0
-        t.size_since = None                             # a new generation: its own looks
+        # A new generation: its own looks, and no event of the old one open or cut (an event
+        # never spans two generations; the old one's wait would flush the new one's early).
+        t.size_since, t.event_since, t.event_size, t.cut_open = None, None, 0, False
         self._sizes_stored[new_id] = size
 
     def anchors(self, ends: dict[int, int]) -> dict[int, bytes]:

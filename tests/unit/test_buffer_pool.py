@@ -26,6 +26,7 @@ from agent.buffer import (
     PoolDiskTooSmall,
     PoolFormatError,
     PoolGeometryMismatch,
+    seams,
 )
 from agent.buffer import layout as L
 from agent.buffer.seams import SimulatedCrash
@@ -1238,6 +1239,25 @@ def test_the_sealing_thread_unmaps_a_closed_slot_before_its_sync_and_loses_nothi
     assert [s.seq for s in again.sealed()] == seqs
     assert sorted(ids_of(values(again, "t"))) == list(range(300))
     again.close()
+
+
+def test_a_dropped_mapping_is_widened_to_the_kernels_pages(monkeypatch):
+    """Slots are aligned to 4 KiB; a kernel's page may be 16 or 64 KiB, where madvise refuses
+    a start inside a page (EINVAL, raised from the sealing thread to every later call): the
+    range is widened to whole pages, never past the map's end."""
+    seen = []
+
+    class Map:
+        def __len__(self):
+            return 80 << 10
+
+        def madvise(self, advice, start, length):
+            seen.append((advice, start, length))
+
+    monkeypatch.setattr(mmap, "PAGESIZE", 16 << 10)
+    seams.unmap(Map(), 12 << 10, 20 << 10)          # 12-32 KiB: pages 0-16 and 16-32
+    seams.unmap(Map(), 68 << 10, 8 << 10)           # 68-76 KiB: the last page, 64-80
+    assert seen == [(mmap.MADV_DONTNEED, 0, 32 << 10), (mmap.MADV_DONTNEED, 64 << 10, 16 << 10)]
 
 
 def test_a_pool_abandoned_while_its_thread_syncs_keeps_nothing_of_the_closed_slot(tmp_path):

@@ -188,6 +188,33 @@ def test_a_file_read_from_behind_counts_its_flush_from_the_first_look_at_its_siz
     assert events(h) == [e[:-1] for e in written]
 
 
+@pytest.mark.parametrize("empty", [False, True])
+def test_a_truncation_leaves_the_old_generations_open_event_behind(tmp_path, empty):
+    """A file cut back (copytruncate) while an event was open at its end: the new
+    generation's open event waits flush_ms from its own first look, even at the old one's
+    size (the old wait flushed it early), and a file left empty asks for no wake-up (the old
+    one's flush time stayed due: a turn every 2 ms for good)."""
+    h = Harness(tmp_path, multiline=JAVA)
+    old = trace(1, 8)
+    h.app.write_bytes(old)
+    h.step(1)                                       # open at the end: the wait begins
+    assert events(h) == [] and h.src.due() is not None
+    h.clock.advance(0.3)
+    new = b"" if empty else trace(2, 8)              # another event, the old one's size
+    assert empty or (len(new) == len(old) and new != old)
+    with open(h.app, "r+b") as f:
+        f.truncate(0)
+        f.write(new)
+    h.step(1)                                       # the cut found; the new size looked at
+    h.step(1, advance_s=0.25)                       # 0.55 s after the old wait began
+    if empty:
+        assert events(h) == [] and h.src.due() is None
+        return
+    assert events(h) == []                          # 0.25 s after its own first look
+    h.step(1, advance_s=0.3)
+    assert events(h) == [new[:-1]]
+
+
 @pytest.mark.parametrize("crash", [False, True])
 def test_a_restart_mid_event_reads_the_event_again_whole(tmp_path, crash):
     h = Harness(tmp_path, multiline=JAVA)
