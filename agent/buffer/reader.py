@@ -8,7 +8,6 @@ set up in ``BufferPool.__init__``.
 from __future__ import annotations
 
 from . import layout as L
-from .seams import unmap
 from .slots import (
     FREE_SETTLE_S,
     HOT_FREE_SLOTS,
@@ -119,4 +118,5 @@ class PoolReader:
                 self._release_pages(slot.index)
 
     def _release_pages(self, index: int) -> None:
-        unmap(self._map._mmap, self.geometry.slot_offset(index), self.geometry.slot_bytes)
+        self.ops.unmap(self._map._mmap, self.geometry.slot_offset(index),
+                       self.geometry.slot_bytes)

@@ -226,7 +226,7 @@ class PoolSealer:
             self.geometry.ext_offset(c.fill.index, c.ext[0]) + len(c.ext[1]) - o
         self.ops.msync(mm, o, end)
 
-    def _unmap_closed(self, mm: mmap.mmap, c: Closing) -> None:
+    def _unmap_closed(self, c: Closing) -> None:
         """Before a closed slot's data is synced, drop the agent's mapping of it (nothing
         writes it again before it is freed). A sync of pages the process maps writable
         write-protects them one by one, each with a flush of the TLB of every CPU the
@@ -235,7 +235,7 @@ class PoolSealer:
         mapping the sync has nothing to protect, and the drop is one flush for the whole
         slot; the reads that follow (the audit's tally, the send) map the pages again from
         the page cache. docs/buffer.md, "Sealing"."""
-        self.ops.unmap(mm, self.geometry.slot_offset(c.fill.index), self.geometry.slot_bytes)
+        self._release_pages(c.fill.index)
 
     def _write_header(self, c: Closing) -> None:
         """Store every byte of the header but the state in one copy, then the state."""
@@ -299,7 +299,7 @@ class PoolSealer:
                     batch, mm = list(self._unsynced), self._map._mmap
                 for c in batch:
                     self._write_ext(c)
-                    self._unmap_closed(mm, c)
+                    self._unmap_closed(c)
                     self._sync_data(mm, c)
                 with self._lock:
                     if self._abandoned(batch[0]):

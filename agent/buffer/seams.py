@@ -41,17 +41,6 @@ def msync(mm: mmap.mmap, start: int, length: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def unmap(mm: mmap.mmap, offset: int, length: int) -> None:
-    """Drop the process's mapping of ``length`` bytes from ``offset``, widened to whole pages
-    of the system's size (a slot is aligned to 4 KiB, a kernel's page may be 16 or 64 KiB):
-    their contents stay in the page cache, dirty where they were written, and a later access
-    maps them again from there (``MADV_DONTNEED`` on a shared file mapping: nothing is lost,
-    nothing is written), a neighbour's pages in a widened page too."""
-    start = offset - offset % mmap.PAGESIZE
-    end = min(len(mm), -(-(offset + length) // mmap.PAGESIZE) * mmap.PAGESIZE)
-    mm.madvise(mmap.MADV_DONTNEED, start, end - start)
-
-
 class SimulatedCrash(BaseException):
     """Raised by a test's FileOps at a crash point. BaseException, so no handler swallows it."""
 
@@ -91,7 +80,14 @@ class FileOps:
         msync(mm, start, offset + length - start)
 
     def unmap(self, mm: mmap.mmap, offset: int, length: int) -> None:
-        unmap(mm, offset, length)
+        """Drop the process's mapping of ``length`` bytes from ``offset``, widened to whole
+        pages of the system's size (a slot is aligned to 4 KiB, a kernel's page may be 16 or
+        64 KiB): their contents stay in the page cache, dirty where they were written, and a
+        later access maps them again from there (``MADV_DONTNEED`` on a shared file mapping:
+        nothing is lost, nothing is written), a neighbour's pages in a widened page too."""
+        start = offset - offset % mmap.PAGESIZE
+        end = min(len(mm), -(-(offset + length) // mmap.PAGESIZE) * mmap.PAGESIZE)
+        mm.madvise(mmap.MADV_DONTNEED, start, end - start)
 
     def write_file(self, path: Path, data: bytes) -> None:
         """Write a whole file durably: temp file, fsync, rename, fsync the folder."""

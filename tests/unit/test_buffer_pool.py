@@ -1255,8 +1255,8 @@ def test_a_dropped_mapping_is_widened_to_the_kernels_pages(monkeypatch):
             seen.append((advice, start, length))
 
     monkeypatch.setattr(mmap, "PAGESIZE", 16 << 10)
-    seams.unmap(Map(), 12 << 10, 20 << 10)          # 12-32 KiB: pages 0-16 and 16-32
-    seams.unmap(Map(), 68 << 10, 8 << 10)           # 68-76 KiB: the last page, 64-80
+    seams.FileOps().unmap(Map(), 12 << 10, 20 << 10)  # 12-32 KiB: pages 0-16 and 16-32
+    seams.FileOps().unmap(Map(), 68 << 10, 8 << 10)   # 68-76 KiB: the last page, 64-80
     assert seen == [(mmap.MADV_DONTNEED, 0, 32 << 10), (mmap.MADV_DONTNEED, 64 << 10, 16 << 10)]
 
 
