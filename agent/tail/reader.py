@@ -71,8 +71,8 @@ class Tracked:
     #                                  (offset, crc) at each hand-over not yet sealed to
     event_since: float | None = None  # multiline: an event open at the end since (monotonic s)
     event_size: int = 0               # ... with the file this size
-    size_since: float | None = None   # when a look first found the file ``since_size`` long
-    since_size: int = -1              # (monotonic s): an open event's flush counts from then
+    size_since: float | None = None   # when a look first found the file ``size_seen`` long
+    #                                   (monotonic s): an open event's flush counts from then
     cut_open: bool = False            # multiline: the next record continues a cut event
 
 
@@ -132,10 +132,12 @@ class Reader:
         self._saw_size(t, size)
 
     def _saw_size(self, t: Tracked, size: int) -> None:
-        """Note the size a look found, and when a look first found it."""
+        """Note the size a look found, and when a look first found it. (Where ``size_seen``
+        is set otherwise — a file opened, a truncation — ``size_since`` is None: the next look
+        starts it.)"""
+        if size != t.size_seen or t.size_since is None:
+            t.size_since = self._now()
         t.size_seen = size
-        if size != t.since_size or t.size_since is None:
-            t.since_size, t.size_since = size, self._now()
 
     def _shrank(self, t: Tracked, size: int) -> bool:
         """Within a generation a file only grows: smaller than seen is a truncation, read
@@ -345,7 +347,7 @@ class Reader:
         that reached the event, which may come later (a file read from behind: its size
         was looked at when the reading began). Notes when the wait began."""
         if t.event_since is None or t.event_size != size:
-            seen = t.size_since if t.since_size == size and t.size_since is not None \
+            seen = t.size_since if t.size_seen == size and t.size_since is not None \
                 else self._now()
             t.event_since, t.event_size = seen, size
         return self._now() - t.event_since >= self.flush_ms / 1e3
