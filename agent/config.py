@@ -148,7 +148,7 @@ SETTINGS: tuple[Setting, ...] = (
             "same value, are not sent again (fewer duplicates after a crash; what is not found "
             "is sent again, as without the check). 0: no check. Not with `delivery = "
             "\"exactly_once\"`: the progress marker says what Kafka committed.", minimum=0),
-    Setting("broker.transaction_ms", float, 100.0, "`exactly_once`: slots join a transaction "
+    Setting("broker.transaction_ms", float, 250.0, "`exactly_once`: slots join a transaction "
             "for at most this long; it commits sooner when the agent has caught up. Records "
             "are visible to read_committed consumers at the commit.", minimum=1),
     Setting("broker.transaction_max_slots", int, 32, "`exactly_once`: at most this many slots "

@@ -162,7 +162,7 @@ class TransactionalDrain(Drain):
     ``txn:before_commit``, ``txn:committed``, ``txn:freed``)."""
 
     def __init__(self, *args, agent_id: str, incarnation_id: str,
-                 progress_topic: str = PROGRESS_TOPIC, transaction_ms: float = 100.0,
+                 progress_topic: str = PROGRESS_TOPIC, transaction_ms: float = 250.0,
                  max_slots: int = 32, transaction_timeout_ms: int = 60_000,
                  consumer_factory: Callable[[dict], Consumer] | None = None,
                  crash_point: Callable[[str], None] | None = None, **kwargs):
