@@ -134,22 +134,28 @@ class LineCutter:
 
     def frame(self, data: bytes, end: int, read_ms: int,
               records: np.ndarray | None = None, units: Units | None = None,
-              skip: int = 0, meta: dict | None = None) -> Chunk:
+              skip: int = 0, meta: dict | None = None,
+              newlines: np.ndarray | None = None) -> Chunk:
         """The records of ``data[:end]`` (whole lines: ``data[end - 1]`` is a newline), with
         their event times and keys when the source names the fields; oddities counted.
         ``records``: where each record begins when a record is more than one line (multiline
         events, ascending, the first at 0); each then ends with the last line before the
         next. ``units``: a wide encoding's (``skip``: the byte order mark's bytes before the
         first line). ``meta``: with a container runtime's framing, the fields its file's
-        path holds (container.py)."""
+        path holds (container.py). ``newlines``: every newline of ``data[:end]``, ascending,
+        when the caller found them already (the multiline path): not looked for again."""
         if units is not None:
             chunk = self._wide_lines(data, end, read_ms, units, skip)
         else:
             buf = np.frombuffer(data, np.uint8, end)
-            low = np.flatnonzero(buf <= LF)                          # walk 1
-            newlines = low[buf[low] == LF] if len(low) else low
+            if newlines is None:
+                low = np.flatnonzero(buf <= LF)                      # walk 1
+                newlines = low[buf[low] == LF] if len(low) else low
+                nuls = low[buf[low] == NUL] if len(low) > len(newlines) else None
+            else:
+                nuls = np.flatnonzero(buf == NUL) if data.find(b"\0", 0, end) >= 0 else None
             chunk = Chunk.from_newlines(buf, newlines, read_ms)
-            self._count_shapes(buf, chunk, newlines, low)
+            self._count_shapes(buf, chunk, newlines, nuls)
         if records is not None and len(records) != len(chunk):
             chunk = _joined(chunk, records, read_ms)
         invalid = 0
@@ -198,8 +204,9 @@ class LineCutter:
                      end)
 
     def _count_shapes(self, buf: np.ndarray, chunk: Chunk, newlines: np.ndarray,
-                      low: np.ndarray) -> None:
-        """Empty lines, CRLF endings and lines holding NUL bytes: from what walk 1 found."""
+                      nuls: np.ndarray | None) -> None:
+        """Empty lines, CRLF endings and lines holding NUL bytes (``nuls``: where the NUL
+        bytes are, None for none)."""
         if not len(chunk):
             return
         empty = int(np.count_nonzero(chunk.lengths == 0))
@@ -208,10 +215,8 @@ class LineCutter:
         crlf = int(np.count_nonzero(buf[chunk.ends] == CR))     # a CRLF record ends at its CR
         if crlf:
             self.bad("crlf_line", crlf)
-        if len(low) > len(newlines):
-            nuls = low[buf[low] == NUL]
-            if len(nuls):
-                self.bad("binary_nul", len(np.unique(np.searchsorted(newlines, nuls))))
+        if nuls is not None and len(nuls):
+            self.bad("binary_nul", len(np.unique(np.searchsorted(newlines, nuls))))
 
 
 def _joined(lines: Chunk, records: np.ndarray, read_ms: int) -> Chunk:

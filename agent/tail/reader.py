@@ -304,14 +304,20 @@ class Reader:
             return 0, True
         t.event_since = None
         cut_set = set(cuts)
-        records = np.union1d(firsts, np.asarray(cuts, np.int64))    # each record's first byte
+        # Each record's first byte (ascending: line starts, and cuts at line starts).
+        records = np.union1d(firsts, np.asarray(cuts, np.int64)) if cuts else firsts
         pieces = [0, *(c for c in cuts if 0 < c < end), end]
         taken = 0
         for a, b in zip(pieces[:-1], pieces[1:], strict=True):
-            mine = records[(records >= a) & (records < b)] - a
+            lo, hi = np.searchsorted(records, (a, b)).tolist()
+            mine = records[lo:hi] - a
+            # The newlines of the piece, found above: the framing does not look again (a
+            # wide encoding's are its own units', found there).
+            lo, hi = np.searchsorted(ends, (a, b)).tolist()
             got, done = self._hand_over(t, data if a == 0 else data[a:], b - a, stats,
                                         forced and b == n, continued=t.cut_open, records=mine,
-                                        units=units)
+                                        units=units,
+                                        newlines=None if units else ends[lo:hi] - a)
             taken += got
             if got:
                 t.cut_open = False
@@ -364,14 +370,17 @@ class Reader:
     def _hand_over(self, t: Tracked, data: bytes, n: int, stats: ReadStats,
                    forced: bool, continued: bool = False,
                    records: np.ndarray | None = None,
-                   units: Units | None = None) -> tuple[int, bool]:
+                   units: Units | None = None,
+                   newlines: np.ndarray | None = None) -> tuple[int, bool]:
         """Give the whole lines ``data[:n]`` to the pool; returns the bytes it took and whether
         it took them all. With multiline events, ``records`` are where each event in
-        ``data[:n]`` begins (``continued``: the first continues an event cut before it)."""
+        ``data[:n]`` begins (``continued``: the first continues an event cut before it), and
+        ``newlines`` the newlines of ``data[:n]``, found already."""
         skip = len(units.bom) if units and t.offset == 0 and data.startswith(units.bom) else 0
         route = self.routes.of(t.path)
         chunk = self.lines.frame(data, n, self.clock.time_ms(), records, units, skip,
-                                 route.meta if self.container is not None else None)
+                                 route.meta if self.container is not None else None,
+                                 newlines=newlines)
         chunk.continued = continued
         if self.routes.by_line:
             res = self._append_by_line(t, chunk)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from agent.config import SourceConfig
@@ -43,6 +44,20 @@ def test_oddities_are_counted_per_line_with_or_without_fields(fields):
                              topic="t") == len(chunk) - 1
     if fields.get("key_field"):
         assert chunk.keys[0] == b"a" and chunk.keys[1:] == [None] * (len(chunk) - 1)
+
+
+@pytest.mark.parametrize(("end", "nul_lines"), [(len(ODD), 2), (ODD.index(b"\x00\n") + 2, 2),
+                                                 (ODD.index(b"nul"), 0)])
+def test_newlines_found_by_the_caller_frame_and_count_as_the_framings_own(end, nul_lines):
+    """The multiline path hands over the newlines it found: the same records, the same
+    oddities counted (its NUL bytes found without the walk that finds the newlines), with a
+    read that ends before, just after and long after the NUL bytes."""
+    own, given = cutter(), cutter()
+    newlines = np.flatnonzero(np.frombuffer(ODD, np.uint8, end) == 10)
+    a, b = own.frame(ODD, end, 5), given.frame(ODD, end, 5, newlines=newlines)
+    assert [a.value(i) for i in range(len(a))] == [b.value(i) for i in range(len(b))]
+    assert counts(given) == counts(own)
+    assert counts(own)["binary_nul"] == nul_lines
 
 
 def test_a_json_line_after_a_byte_order_mark_keeps_its_time_and_key():
