@@ -22,7 +22,7 @@ ON_FULL = ("block", "drop_oldest")
 # pages) and the sealed slots next in line for the drain. Other slots' pages are released from
 # the process (MADV_DONTNEED; on a shared file mapping the data stays in the page cache and the
 # file), so resident memory does not grow with the backlog. (The sealing thread drops a closed
-# slot's mapping before its sync, ``Sealer._unmap_closed``: its reads map it again, read-only.)
+# slot's mapping before its sync, ``PoolSealer._unmap_closed``: its reads map it again, read-only.)
 HOT_FREE_SLOTS = 8
 RESIDENT_WAITING_SLOTS = 16
 OVERSIZE = ("split", "truncate", "drop")
